@@ -1,0 +1,80 @@
+"""Save and load any `EnsembleModel` as one `.safetensors` file.
+
+The file's metadata (strings only) makes it self-describing:
+    ensdiag.format  "ensdiag.model/1"
+    ensdiag.spec    the model's `ModelSpec` as a JSON string
+so `load_model(path)` rebuilds the architecture and loads the weights with no other input.
+"""
+
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save as safetensors_bytes
+
+from . import __version__
+from .errors import EnsdiagError
+from .io import atomic_write_bytes
+from .nn.model import EnsembleModel, ModelSpec, build_from_spec
+
+MODEL_FORMAT = "ensdiag.model/1"
+
+
+def save_model(model: EnsembleModel, path, extra_metadata: dict[str, str] | None = None):
+    tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in model.state_dict().items()}
+    metadata = {"ensdiag.format": MODEL_FORMAT, "ensdiag.spec": model.spec.to_json(),
+                "ensdiag.version": __version__, **(extra_metadata or {})}
+    return atomic_write_bytes(path, safetensors_bytes(tensors, metadata=metadata))
+
+
+def read_safetensors(path, what="file") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """All tensors and the metadata of a safetensors file, or one clear EnsdiagError."""
+    path = Path(path)
+    if path.is_dir():
+        raise EnsdiagError(f"{what} {path} is a directory, not a .safetensors file")
+    if not path.exists():
+        raise EnsdiagError(f"{what} {path} does not exist")
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            metadata = handle.metadata() or {}
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise EnsdiagError(f"{path} is not a readable safetensors file ({reason})") from None
+    return tensors, metadata
+
+
+def read_spec(path) -> ModelSpec:
+    _, metadata = read_safetensors(path, "model file")
+    return _spec_from_metadata(path, metadata)
+
+
+def _spec_from_metadata(path, metadata) -> ModelSpec:
+    fmt = metadata.get("ensdiag.format")
+    if fmt is None:
+        raise EnsdiagError(f"{path} has no ensdiag metadata: it was not written by ensdiag.save_model "
+                           "(for logits from another framework use `ensdiag analyze`)")
+    if fmt != MODEL_FORMAT:
+        raise EnsdiagError(f"{path} is a {fmt!r} file, not a model ({MODEL_FORMAT})")
+    if "ensdiag.spec" not in metadata:
+        raise EnsdiagError(f"{path} lacks the ensdiag.spec metadata needed to rebuild the model")
+    return ModelSpec.from_json(metadata["ensdiag.spec"])
+
+
+def load_model(path, device="cpu") -> EnsembleModel:
+    tensors, metadata = read_safetensors(path, "model file")
+    spec = _spec_from_metadata(path, metadata)
+    model = build_from_spec(spec)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    wrong = [name for name in expected if name in tensors and tensors[name].shape != expected[name].shape]
+    if missing or unexpected or wrong:
+        problems = [f"{len(missing)} missing (e.g. {missing[0]})" if missing else "",
+                    f"{len(unexpected)} unexpected (e.g. {unexpected[0]})" if unexpected else "",
+                    f"{len(wrong)} of the wrong shape (e.g. {wrong[0]}: {tuple(tensors[wrong[0]].shape)} "
+                    f"vs {tuple(expected[wrong[0]].shape)})" if wrong else ""]
+        raise EnsdiagError(f"{path}: tensors do not fit its spec ({spec.arch}/{spec.method}, "
+                           f"k={spec.num_members}): {'; '.join(p for p in problems if p)}")
+    model.load_state_dict(tensors)
+    return model.to(device).eval()

@@ -1,0 +1,16 @@
+"""User-facing errors: one line of text and an exit code, never a traceback.
+
+Library code raises `EnsdiagError` for anything the user can fix (a bad file, an unknown
+name, a missing dataset); the CLI prints `error: <message>` and exits with `exit_code`.
+"""
+
+
+class EnsdiagError(Exception):
+    """An error caused by the user's input, reported as one line."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, exit_code: int | None = None):
+        super().__init__(" ".join(str(message).split()))  # always one line
+        if exit_code is not None:
+            self.exit_code = exit_code

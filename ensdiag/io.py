@@ -1,0 +1,48 @@
+"""Atomic file writes: a temporary file in the same folder, fsync, then rename into place.
+
+A crash or Ctrl-C at any moment leaves either the old file or the new one, never half.
+"""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import EnsdiagError
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:
+        raise EnsdiagError(f"cannot write {path}: {error.strerror or error}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path, data) -> Path:
+    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def read_json(path, what="file"):
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EnsdiagError(f"{what} {path} does not exist") from None
+    except (OSError, ValueError) as error:
+        raise EnsdiagError(f"{what} {path} is not readable JSON ({error})") from None

@@ -1,0 +1,8 @@
+"""Ensemble layers, the paper's architectures, and the `EnsembleModel` builders."""
+
+from .architectures import ARCHITECTURES, register_arch
+from .methods import METHODS, register_method
+from .model import EnsembleModel, ModelSpec, build_from_spec, build_model
+
+__all__ = ["ARCHITECTURES", "METHODS", "EnsembleModel", "ModelSpec", "build_from_spec", "build_model",
+           "register_arch", "register_method"]

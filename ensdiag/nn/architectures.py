@@ -1,0 +1,94 @@
+"""The paper's architectures, written once against a method's layer kit (methods.py).
+
+- `mlp`: input -> 64 -> 32 -> 16 -> classes, ReLU; MC Dropout after every hidden linear
+  layer, before the activation (torch-uncertainty's placement, which the paper used).
+- `resnet18`: the CIFAR variant (3×3 stride-1 stem, no max-pool, stages 64/128/256/512,
+  BasicBlocks [2,2,2,2]); MC Dropout in every block after the first convolution (and its
+  BatchNorm), before the activation. Dropout is element-wise.
+
+A body maps member inputs `xs[k, B, ...]` to member-major logits `[k*B, C]`.
+Register a new architecture with `@register_arch("name")` on a builder
+`(kit, num_classes, input_shape) -> nn.Module`; `default_options` gives per-architecture
+method defaults (the paper's dropout rates).
+"""
+
+import math
+
+import torch.nn.functional as F
+from torch import nn
+
+ARCHITECTURES: dict[str, callable] = {}
+
+
+def register_arch(name, **default_options):
+    def register(builder):
+        builder.default_options = default_options
+        ARCHITECTURES[name] = builder
+        return builder
+    return register
+
+
+class MLP(nn.Module):
+    def __init__(self, kit, num_classes, input_shape, hidden=(64, 32, 16)):
+        super().__init__()
+        widths = (math.prod(input_shape), *hidden)
+        self.hidden = nn.ModuleList(kit.linear(a, b) for a, b in zip(widths, widths[1:]))
+        self.drops = nn.ModuleList(kit.dropout() for _ in hidden)
+        self.head = kit.linear(widths[-1], num_classes)
+
+    def forward(self, xs):
+        h = xs.flatten(2).flatten(0, 1)  # member-major [k*B, features]
+        for linear, drop in zip(self.hidden, self.drops):
+            h = F.relu(drop(linear(h)))
+        return self.head(h)
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, kit, in_channels, out_channels, stride):
+        super().__init__()
+        self.conv1 = kit.conv(in_channels, out_channels, 3, stride, 1)
+        self.bn1 = kit.bn(out_channels)
+        self.drop = kit.dropout()
+        self.conv2 = kit.conv(out_channels, out_channels, 3, 1, 1)
+        self.bn2 = kit.bn(out_channels)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or in_channels != out_channels:
+            self.shortcut = nn.Sequential(kit.conv(in_channels, out_channels, 1, stride, 0), kit.bn(out_channels))
+
+    def forward(self, x):
+        out = F.relu(self.drop(self.bn1(self.conv1(x))))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class ResNet18(nn.Module):
+    def __init__(self, kit, num_classes, input_shape, widths=(64, 128, 256, 512), blocks=(2, 2, 2, 2)):
+        super().__init__()
+        self.kit = kit
+        self.conv1 = kit.conv(input_shape[0], widths[0], 3, 1, 1)
+        self.bn1 = kit.bn(widths[0])
+        stages, in_channels = [], widths[0]
+        for index, (width, count) in enumerate(zip(widths, blocks)):
+            strides = [1 if index == 0 else 2] + [1] * (count - 1)
+            stage = []
+            for stride in strides:
+                stage.append(BasicBlock(kit, in_channels, width, stride))
+                in_channels = width
+            stages.append(nn.Sequential(*stage))
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.fc = kit.linear(in_channels, num_classes)
+
+    def forward(self, xs):
+        h = F.relu(self.bn1(self.conv1(self.kit.enter_images(xs))))
+        h = self.layer4(self.layer3(self.layer2(self.layer1(h))))
+        return self.fc(self.kit.pooled_features(h))
+
+
+@register_arch("mlp", dropout=0.05)
+def build_mlp(kit, num_classes, input_shape):
+    return MLP(kit, num_classes, input_shape)
+
+
+@register_arch("resnet18", dropout=0.1)
+def build_resnet18(kit, num_classes, input_shape):
+    return ResNet18(kit, num_classes, input_shape)

@@ -1,0 +1,224 @@
+"""Ensemble layers: BatchEnsemble (rank-1 fast weights) and Deep-Ensemble (stacked) layers.
+
+Every layer here holds the weights of k members and can hand back member i's weights as a
+plain layer's state (`member_state(i)`, keys as in `nn.Linear` / `nn.Conv2d` /
+`nn.BatchNorm2d`), so that any member can be rebuilt as an ordinary network.
+
+Batch layouts (k members, B examples):
+- member-major `[k*B, ...]`: rows i*B..(i+1)*B belong to member i. Used by BatchEnsemble
+  layers and `EnsembleLinear`.
+- channel-stacked `[B, k*C, H, W]`: member i owns channels i*C..(i+1)*C. Used by the
+  Deep-Ensemble conv layers, which are grouped convolutions with one group per member, so
+  one kernel call runs all members and BatchNorm keeps per-member statistics for free.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import EnsdiagError
+
+DEFAULT_FAST_WEIGHT_INIT = "normal:0.5"
+
+
+def parse_fast_weight_init(spec: str) -> tuple[str, float]:
+    """'normal[:std]' | 'ones' | 'random-sign[:p]' -> (kind, parameter)."""
+    kind, _, arg = spec.partition(":")
+    defaults = {"normal": 0.5, "ones": 0.0, "random-sign": 0.5}
+    if kind not in defaults or (kind == "ones" and arg):
+        raise EnsdiagError(
+            f"unknown BatchEnsemble init {spec!r}; use normal[:std], ones or random-sign[:p]"
+        )
+    try:
+        value = float(arg) if arg else defaults[kind]
+    except ValueError:
+        raise EnsdiagError(f"BatchEnsemble init {spec!r}: {arg!r} is not a number") from None
+    if kind == "random-sign" and not 0.0 <= value <= 1.0:
+        raise EnsdiagError(f"BatchEnsemble init {spec!r}: p must lie in [0, 1]")
+    if kind == "normal" and value < 0:
+        raise EnsdiagError(f"BatchEnsemble init {spec!r}: std must be >= 0")
+    return kind, value
+
+
+@torch.no_grad()
+def init_fast_weights_(tensor: torch.Tensor, spec: str) -> torch.Tensor:
+    """Fill r or s: Normal(1, std) (the original's default), ones, or ±1 with P(+1) = p."""
+    kind, value = parse_fast_weight_init(spec)
+    if kind == "normal":
+        return tensor.normal_(1.0, value)
+    if kind == "ones":
+        return tensor.fill_(1.0)
+    return tensor.bernoulli_(value).mul_(2).sub_(1)
+
+
+def _default_linear_init_(weight: torch.Tensor, bias: torch.Tensor | None, fan_in: int) -> None:
+    """PyTorch's own nn.Linear / nn.Conv2d initialisation, for one member's slice."""
+    nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        nn.init.uniform_(bias, -bound, bound)
+
+
+class BatchLinear(nn.Module):
+    """BatchEnsemble linear layer: member i uses W ∘ r_i s_iᵀ and its own bias."""
+
+    def __init__(self, in_features, out_features, num_members, bias=True, init=DEFAULT_FAST_WEIGHT_INIT):
+        super().__init__()
+        self.in_features, self.out_features, self.num_members = in_features, out_features, num_members
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.r = nn.Parameter(torch.empty(num_members, out_features))
+        self.s = nn.Parameter(torch.empty(num_members, in_features))
+        # Per-member bias starts at zero, as in the original implementation.
+        self.bias = nn.Parameter(torch.zeros(num_members, out_features)) if bias else None
+        _default_linear_init_(self.weight, None, in_features)
+        init_fast_weights_(self.r, init)
+        init_fast_weights_(self.s, init)
+
+    def forward(self, x):
+        h = x.unflatten(0, (self.num_members, -1)) * self.s[:, None, :]
+        h = F.linear(h, self.weight) * self.r[:, None, :]
+        if self.bias is not None:
+            h = h + self.bias[:, None, :]
+        return h.flatten(0, 1)
+
+    def member_state(self, i):
+        state = {"weight": self.weight * self.r[i][:, None] * self.s[i][None, :]}
+        if self.bias is not None:
+            state["bias"] = self.bias[i]
+        return state
+
+
+class BatchConv2d(nn.Module):
+    """BatchEnsemble convolution, channel-wise or kernel-wise (protocol.md §1).
+
+    channel: input channels scaled by s_i, output channels by r_i, broadcast over space,
+             so the shared kernel runs once on the whole member-major batch.
+    kernel:  r_i, s_i ∈ R^{Cout×Cin×K} perturb each kernel along its two spatial axes;
+             member kernels differ, so all members run as one grouped convolution.
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, num_members, stride=1, padding=0,
+                 bias=False, variant="channel", init=DEFAULT_FAST_WEIGHT_INIT):
+        super().__init__()
+        if variant not in ("channel", "kernel"):
+            raise EnsdiagError(f"unknown BatchEnsemble variant {variant!r}; use channel or kernel")
+        self.in_channels, self.out_channels, self.num_members = in_channels, out_channels, num_members
+        self.kernel_size, self.stride, self.padding, self.variant = kernel_size, stride, padding, variant
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, kernel_size, kernel_size))
+        if variant == "channel":
+            r_shape, s_shape = (num_members, out_channels), (num_members, in_channels)
+        else:
+            r_shape = s_shape = (num_members, out_channels, in_channels, kernel_size)
+        self.r = nn.Parameter(torch.empty(r_shape))
+        self.s = nn.Parameter(torch.empty(s_shape))
+        self.bias = nn.Parameter(torch.zeros(num_members, out_channels)) if bias else None
+        _default_linear_init_(self.weight, None, in_channels * kernel_size**2)
+        init_fast_weights_(self.r, init)
+        init_fast_weights_(self.s, init)
+
+    def member_kernels(self):
+        """[k, Cout, Cin, K, K]: every member's effective dense kernel."""
+        if self.variant == "channel":
+            return self.weight * self.r[:, :, None, None, None] * self.s[:, None, :, None, None]
+        return self.weight * self.r[..., :, None] * self.s[..., None, :]
+
+    def forward(self, x):
+        k = self.num_members
+        if self.variant == "channel":
+            h = x.unflatten(0, (k, -1)) * self.s[:, None, :, None, None]
+            h = F.conv2d(h.flatten(0, 1), self.weight, None, self.stride, self.padding)
+            h = h.unflatten(0, (k, -1)) * self.r[:, None, :, None, None]
+        else:
+            stacked = x.unflatten(0, (k, -1)).transpose(0, 1).flatten(1, 2)  # [B, k*Cin, H, W]
+            kernels = self.member_kernels().flatten(0, 1)  # [k*Cout, Cin, K, K]
+            h = F.conv2d(stacked, kernels, None, self.stride, self.padding, groups=k)
+            h = h.unflatten(1, (k, -1)).transpose(0, 1)  # [k, B, Cout, H', W']
+        if self.bias is not None:
+            h = h + self.bias[:, None, :, None, None]
+        return h.flatten(0, 1)
+
+    def member_state(self, i):
+        state = {"weight": self.member_kernels()[i]}
+        if self.bias is not None:
+            state["bias"] = self.bias[i]
+        return state
+
+
+class EnsembleLinear(nn.Module):
+    """k independent linear layers run as one batched matmul on a member-major batch."""
+
+    def __init__(self, in_features, out_features, num_members, bias=True):
+        super().__init__()
+        self.in_features, self.out_features, self.num_members = in_features, out_features, num_members
+        self.weight = nn.Parameter(torch.empty(num_members, out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(num_members, out_features)) if bias else None
+        for i in range(num_members):  # each member initialised exactly like its own nn.Linear
+            _default_linear_init_(self.weight.data[i], None if self.bias is None else self.bias.data[i], in_features)
+
+    def forward(self, x):
+        h = x.unflatten(0, (self.num_members, -1))
+        if self.bias is None:
+            return torch.bmm(h, self.weight.transpose(1, 2)).flatten(0, 1)
+        return torch.baddbmm(self.bias[:, None, :], h, self.weight.transpose(1, 2)).flatten(0, 1)
+
+    def member_state(self, i):
+        state = {"weight": self.weight[i]}
+        if self.bias is not None:
+            state["bias"] = self.bias[i]
+        return state
+
+
+class EnsembleConv2d(nn.Conv2d):
+    """k independent convolutions as one grouped convolution on channel-stacked input.
+
+    PyTorch's default init computes fan-in per group, so each member is initialised exactly
+    as a plain nn.Conv2d(in_channels, out_channels) would be.
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, num_members, stride=1, padding=0, bias=False):
+        super().__init__(num_members * in_channels, num_members * out_channels, kernel_size,
+                         stride=stride, padding=padding, bias=bias, groups=num_members)
+        self.num_members, self.member_out = num_members, out_channels
+
+    def member_state(self, i):
+        rows = slice(i * self.member_out, (i + 1) * self.member_out)
+        state = {"weight": self.weight[rows]}
+        if self.bias is not None:
+            state["bias"] = self.bias[rows]
+        return state
+
+
+class EnsembleBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm over channel-stacked input: every member keeps its own statistics."""
+
+    def __init__(self, num_features, num_members):
+        super().__init__(num_members * num_features)
+        self.num_members, self.member_features = num_members, num_features
+
+    def member_state(self, i):
+        rows = slice(i * self.member_features, (i + 1) * self.member_features)
+        return {"weight": self.weight[rows], "bias": self.bias[rows],
+                "running_mean": self.running_mean[rows], "running_var": self.running_var[rows],
+                "num_batches_tracked": self.num_batches_tracked}
+
+
+class MCDropout(nn.Module):
+    """Dropout that stays on in eval mode: every pass draws a fresh mask (MC Dropout)."""
+
+    def __init__(self, p):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise EnsdiagError(f"dropout rate must lie in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x):
+        return F.dropout(x, self.p, training=True)
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+# Layers whose weights and biases make up a member's parameter vector (weight cosine).
+WEIGHT_LAYERS = (nn.Linear, nn.Conv2d, BatchLinear, BatchConv2d, EnsembleLinear)

@@ -1,0 +1,131 @@
+"""Ensemble methods as layer kits: one architecture definition serves every method.
+
+An architecture (`architectures.py`) asks its kit for each layer (`linear`, `conv`, `bn`,
+`dropout`) and for the batch layout (`enter_images`, `pooled_features`). A kit decides what
+those are: plain layers for `single`, always-on dropout for `mc-dropout`, stacked
+independent layers for `deep-ensemble`, rank-1 fast-weight layers for `batch-ensemble`.
+Because every kit builds modules under the same attribute names, member i of any method
+loads straight into the `single` network (see `EnsembleModel.member_state_dict`).
+
+Register a new method with `@register_method("name")` on a Kit subclass.
+"""
+
+from torch import nn
+
+from ..errors import EnsdiagError
+from .layers import (DEFAULT_FAST_WEIGHT_INIT, BatchConv2d, BatchLinear, EnsembleBatchNorm2d,
+                     EnsembleConv2d, EnsembleLinear, MCDropout, parse_fast_weight_init)
+
+METHODS: dict[str, type["Kit"]] = {}
+
+
+def register_method(name):
+    def register(cls):
+        METHODS[name] = cls
+        cls.name = name
+        return cls
+    return register
+
+
+class Kit:
+    """Plain layers on a member-major batch `[k*B, ...]`; subclasses override what differs."""
+
+    name = "?"
+    options: dict = {}  # option name -> default (None: depends on the architecture)
+    one_weight_set = False  # True when all members share one set of weights
+
+    def __init__(self, num_members, **options):
+        self.num_members = num_members
+        self.options = options
+
+    def linear(self, in_features, out_features, bias=True):
+        return nn.Linear(in_features, out_features, bias=bias)
+
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0):
+        return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=False)
+
+    def bn(self, num_features):
+        return nn.BatchNorm2d(num_features)
+
+    def dropout(self):
+        return nn.Identity()
+
+    def enter_images(self, xs):
+        """Member inputs [k, B, C, H, W] -> the layout this kit's conv layers expect."""
+        return xs.flatten(0, 1)
+
+    def pooled_features(self, h):
+        """Globally pooled conv features in this kit's layout -> member-major [k*B, F]."""
+        return h.mean(dim=(2, 3))
+
+
+@register_method("single")
+class SingleKit(Kit):
+    one_weight_set = True
+
+
+@register_method("mc-dropout")
+class MCDropoutKit(Kit):
+    """One network whose dropout stays active at test time; members are stochastic passes."""
+
+    options = {"dropout": None}
+    one_weight_set = True
+
+    def dropout(self):
+        return MCDropout(self.options["dropout"])
+
+
+@register_method("deep-ensemble")
+class DeepEnsembleKit(Kit):
+    """k independent networks: stacked weights, per-member BatchNorm statistics."""
+
+    def linear(self, in_features, out_features, bias=True):
+        return EnsembleLinear(in_features, out_features, self.num_members, bias=bias)
+
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0):
+        return EnsembleConv2d(in_channels, out_channels, kernel_size, self.num_members, stride, padding)
+
+    def bn(self, num_features):
+        return EnsembleBatchNorm2d(num_features, self.num_members)
+
+    def enter_images(self, xs):
+        return xs.transpose(0, 1).flatten(1, 2)  # [B, k*C, H, W]
+
+    def pooled_features(self, h):
+        pooled = h.mean(dim=(2, 3))  # [B, k*F]
+        return pooled.unflatten(1, (self.num_members, -1)).transpose(0, 1).flatten(0, 1)
+
+
+@register_method("batch-ensemble")
+class BatchEnsembleKit(Kit):
+    """Shared weights with rank-1 fast weights per member; BatchNorm shared (as the original)."""
+
+    options = {"variant": "channel", "init": DEFAULT_FAST_WEIGHT_INIT}
+
+    def linear(self, in_features, out_features, bias=True):
+        return BatchLinear(in_features, out_features, self.num_members, bias=bias, init=self.options["init"])
+
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0):
+        return BatchConv2d(in_channels, out_channels, kernel_size, self.num_members, stride, padding,
+                           variant=self.options["variant"], init=self.options["init"])
+
+
+def resolve_options(method: str, given: dict, arch_defaults: dict) -> dict:
+    """The method's full option dict: given values over architecture and method defaults."""
+    if method not in METHODS:
+        raise EnsdiagError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    allowed = METHODS[method].options
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        accepted = ", ".join(allowed) or "none"
+        raise EnsdiagError(f"method {method!r} takes no option {', '.join(unknown)} (accepted: {accepted})")
+    options = {name: given.get(name, arch_defaults.get(name, default)) for name, default in allowed.items()}
+    if "variant" in options and options["variant"] not in ("channel", "kernel"):
+        raise EnsdiagError(f"unknown BatchEnsemble variant {options['variant']!r}; use channel or kernel")
+    if "init" in options:
+        parse_fast_weight_init(options["init"])
+    if "dropout" in options:
+        options["dropout"] = float(options["dropout"])
+        if not 0.0 <= options["dropout"] < 1.0:
+            raise EnsdiagError(f"dropout rate must lie in [0, 1), got {options['dropout']}")
+    return options

@@ -1,0 +1,125 @@
+"""`EnsembleModel`: the one model type every other part of ensdiag is written against.
+
+    model = build_model("mlp", "batch-ensemble", num_members=4, num_classes=10,
+                        input_shape=(1, 28, 28), variant="channel")
+    logits = model(x)                          # [k, B, C], every member sees x
+    logits = model.forward_members(xs)         # xs [k, B, ...]: member i sees xs[i]
+    weights = model.member_weights()           # effective dense conv/linear weights per member
+    plain = model.member_state_dict(i)         # member i as a `single` network's state dict
+"""
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+
+from ..errors import EnsdiagError
+from .architectures import ARCHITECTURES
+from .layers import WEIGHT_LAYERS
+from .methods import METHODS, resolve_options
+
+DEFAULT_MEMBERS = 4
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything needed to rebuild a model; stored as JSON in every checkpoint."""
+
+    arch: str
+    method: str
+    num_members: int
+    num_classes: int
+    input_shape: tuple[int, ...]
+    options: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ModelSpec":
+        try:
+            data = json.loads(text)
+            return cls(arch=data["arch"], method=data["method"], num_members=int(data["num_members"]),
+                       num_classes=int(data["num_classes"]), input_shape=tuple(int(d) for d in data["input_shape"]),
+                       options=dict(data.get("options", {})))
+        except (ValueError, KeyError, TypeError) as error:
+            raise EnsdiagError(f"model spec is not valid JSON of the expected form ({error})") from None
+
+
+class EnsembleModel(nn.Module):
+    def __init__(self, spec: ModelSpec, kit, body: nn.Module):
+        super().__init__()
+        self.spec, self.kit, self.body = spec, kit, body
+
+    method = property(lambda self: self.spec.method)
+    num_members = property(lambda self: self.spec.num_members)
+    num_classes = property(lambda self: self.spec.num_classes)
+
+    def forward(self, x):
+        """x [B, ...] -> member logits [k, B, C]; every member sees the same batch."""
+        return self.forward_members(x.unsqueeze(0).expand(self.num_members, *x.shape))
+
+    def forward_members(self, xs):
+        """xs [m, B, ...] -> logits [m, B, C]; member i sees xs[i].
+
+        m must be k, except for MC Dropout, whose passes share one network (m = 1 trains it
+        like a single model; any m draws m independent masks)."""
+        if xs.shape[0] != self.num_members and not self.kit.one_weight_set:
+            raise ValueError(f"{self.method} with k={self.num_members} got inputs for {xs.shape[0]} members")
+        if self.method == "single" and xs.shape[0] != 1:
+            raise ValueError("a single model takes inputs for exactly one member")
+        return self.body(xs).unflatten(0, (xs.shape[0], xs.shape[1]))
+
+    def member_state_dict(self, i: int) -> dict[str, torch.Tensor]:
+        """Member i as the state dict of the same architecture built as `single`."""
+        state = {}
+        for name, module in self.body.named_modules():
+            if hasattr(module, "member_state"):
+                tensors = module.member_state(i)
+            elif next(module.children(), None) is None:
+                tensors = module.state_dict()
+            else:
+                continue
+            state.update({f"{name}.{key}": value for key, value in tensors.items()})
+        return state
+
+    def member_weights(self) -> list[dict[str, torch.Tensor]]:
+        """Effective dense weights and biases of every conv and linear layer, per weight set.
+
+        One dict per member; single models and MC Dropout have one weight set, so one dict."""
+        layers = {name for name, module in self.body.named_modules() if isinstance(module, WEIGHT_LAYERS)}
+        sets = 1 if self.kit.one_weight_set else self.num_members
+        weights = []
+        with torch.no_grad():
+            for i in range(sets):
+                state = self.member_state_dict(i)
+                weights.append({key: value.detach().clone() for key, value in state.items()
+                                if key.rpartition(".")[0] in layers})
+        return weights
+
+
+def build_model(arch: str, method: str, num_members: int | None = None, num_classes: int = 10,
+                input_shape=(1, 28, 28), **options) -> EnsembleModel:
+    """Build an `EnsembleModel`; options (dropout, variant, init) are recorded in its spec."""
+    if arch not in ARCHITECTURES:
+        raise EnsdiagError(f"unknown architecture {arch!r}; choose from {', '.join(ARCHITECTURES)}")
+    builder = ARCHITECTURES[arch]
+    options = resolve_options(method, options, builder.default_options)
+    if num_members is None:
+        num_members = 1 if method == "single" else DEFAULT_MEMBERS
+    if method == "single" and num_members != 1:
+        raise EnsdiagError(f"a single model has exactly one member, not {num_members}")
+    if num_members < 1 or num_classes < 2:
+        raise EnsdiagError(f"need at least one member and two classes (got k={num_members}, C={num_classes})")
+    spec = ModelSpec(arch, method, int(num_members), int(num_classes), tuple(int(d) for d in input_shape), options)
+    return build_from_spec(spec)
+
+
+def build_from_spec(spec: ModelSpec) -> EnsembleModel:
+    if spec.arch not in ARCHITECTURES:
+        raise EnsdiagError(f"unknown architecture {spec.arch!r}; choose from {', '.join(ARCHITECTURES)}")
+    if spec.method not in METHODS:
+        raise EnsdiagError(f"unknown method {spec.method!r}; choose from {', '.join(METHODS)}")
+    kit = METHODS[spec.method](spec.num_members, **spec.options)
+    return EnsembleModel(spec, kit, ARCHITECTURES[spec.arch](kit, spec.num_classes, spec.input_shape))

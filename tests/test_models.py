@@ -1,0 +1,164 @@
+"""Whole models: members rebuilt as plain networks, vectorised vs separate, parameter counts."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import ensdiag
+from ensdiag.errors import EnsdiagError
+from ensdiag.nn import ARCHITECTURES, METHODS
+
+SHAPES = {"mlp": (1, 8, 8), "resnet18": (3, 16, 16)}  # small inputs keep the suite fast
+K = 3
+
+
+def build(arch, method, **options):
+    k = 1 if method == "single" else K
+    return ensdiag.build_model(arch, method, num_members=k, num_classes=5, input_shape=SHAPES[arch], **options)
+
+
+def plain_member(model, i):
+    plain = ensdiag.build_model(model.spec.arch, "single", num_classes=model.num_classes,
+                                input_shape=model.spec.input_shape)
+    plain.load_state_dict({f"body.{key}": value for key, value in model.member_state_dict(i).items()})
+    return plain
+
+
+def randomise_batchnorm(model):
+    """Non-trivial running statistics and affine terms, so eval mode really uses them."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.normal_(0, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+                module.weight.normal_(1, 0.1)
+                module.bias.normal_(0, 0.1)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("method,options", [("deep-ensemble", {}), ("batch-ensemble", {"variant": "channel"}),
+                                            ("batch-ensemble", {"variant": "kernel"}), ("single", {})])
+def test_member_rebuilt_as_plain_network_gives_its_logits(arch, method, options):
+    model = build(arch, method, **options)
+    with torch.no_grad():  # BatchEnsemble biases start at zero: make them matter
+        for name, param in model.named_parameters():
+            if name.endswith("bias") and param.dim() == 2:
+                param.normal_(0, 0.1)
+    randomise_batchnorm(model)
+    model.eval()
+    x = torch.randn(4, *SHAPES[arch])
+    logits = model(x)
+    for i in range(model.num_members):
+        torch.testing.assert_close(logits[i], plain_member(model, i).eval()(x)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_deep_ensemble_vectorised_equals_members_run_separately_in_training(arch):
+    """Own inputs per member and per-member BatchNorm batch statistics, in train mode."""
+    model = build(arch, "deep-ensemble").train()
+    members = [plain_member(model, i).train() for i in range(K)]
+    xs = torch.randn(K, 6, *SHAPES[arch])
+    out = model.forward_members(xs)
+    for i, member in enumerate(members):
+        torch.testing.assert_close(out[i], member.forward_members(xs[i:i + 1])[0], rtol=1e-4, atol=1e-4)
+    for i, member in enumerate(members):  # running statistics were updated per member
+        for key, value in model.member_state_dict(i).items():
+            if "running" in key:
+                torch.testing.assert_close(value, member.state_dict()[f"body.{key}"])
+
+
+def test_deep_ensemble_members_have_their_own_initialisation():
+    weights = build("mlp", "deep-ensemble").member_weights()
+    assert not torch.equal(weights[0]["hidden.0.weight"], weights[1]["hidden.0.weight"])
+    bound = 1 / math.sqrt(64)  # nn.Linear's default init bound for fan-in 64
+    assert weights[0]["hidden.0.weight"].abs().max() <= bound
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_mc_dropout_draws_independent_masks_per_pass_even_in_eval(arch):
+    model = build(arch, "mc-dropout", dropout=0.3).eval()
+    x = torch.randn(2, *SHAPES[arch])
+    logits = model(x)
+    for i in range(K):
+        for j in range(i):
+            assert not torch.allclose(logits[i], logits[j])
+    torch.manual_seed(1)
+    again = model(x)
+    torch.manual_seed(1)
+    torch.testing.assert_close(again, model(x))
+
+
+def test_mc_dropout_at_rate_zero_is_the_plain_network():
+    model = build("mlp", "mc-dropout", dropout=0.0).eval()
+    x = torch.randn(3, *SHAPES["mlp"])
+    torch.testing.assert_close(model(x)[1], plain_member(model, 0).eval()(x)[0])
+
+
+def count(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+def batch_ensemble_extra(single, k, variant):
+    """Parameters BatchEnsemble adds to the single model: fast weights r, s and per-member biases."""
+    extra = 0
+    for module in single.modules():
+        if isinstance(module, nn.Conv2d):
+            per_member = (module.in_channels + module.out_channels if variant == "channel"
+                          else 2 * module.out_channels * module.in_channels * module.kernel_size[0])
+            extra += k * per_member
+        elif isinstance(module, nn.Linear):
+            extra += k * (module.in_features + module.out_features) + (k - 1) * module.out_features
+    return extra
+
+
+@pytest.mark.parametrize("arch,shape,single_count", [("resnet18", (3, 32, 32), 11_173_962),
+                                                     ("mlp", (1, 28, 28), 784 * 64 + 64 + 64 * 32 + 32
+                                                      + 32 * 16 + 16 + 16 * 10 + 10)])
+def test_parameter_counts(arch, shape, single_count):
+    def make(method, **options):
+        return ensdiag.build_model(arch, method, num_classes=10, input_shape=shape, **options)
+    single = make("single")
+    counts = {"single": count(single), "mc-dropout": count(make("mc-dropout")),
+              "deep-ensemble": count(make("deep-ensemble")),
+              "batch-ensemble (channel)": count(make("batch-ensemble")),
+              "batch-ensemble (kernel)": count(make("batch-ensemble", variant="kernel"))}
+    print(arch, counts)
+    assert counts["single"] == counts["mc-dropout"] == single_count
+    assert counts["deep-ensemble"] == 4 * single_count
+    assert counts["batch-ensemble (channel)"] == single_count + batch_ensemble_extra(single, 4, "channel")
+    assert counts["batch-ensemble (kernel)"] == single_count + batch_ensemble_extra(single, 4, "kernel")
+
+
+def test_member_weights_cover_every_conv_and_linear_layer():
+    model = build("resnet18", "batch-ensemble")
+    weights = model.member_weights()
+    assert len(weights) == K
+    single = plain_member(model, 0)
+    layers = [f"{name}.weight"[len("body."):] for name, m in single.named_modules()
+              if isinstance(m, (nn.Conv2d, nn.Linear))]
+    assert sorted(key for key in weights[0] if key.endswith("weight")) == sorted(layers)
+    assert len(build("mlp", "mc-dropout").member_weights()) == 1
+
+
+def test_forward_members_checks_member_count():
+    with pytest.raises(ValueError, match="members"):
+        build("mlp", "deep-ensemble").forward_members(torch.randn(K + 1, 2, *SHAPES["mlp"]))
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: ensdiag.build_model("vgg", "single"), "unknown architecture"),
+    (lambda: ensdiag.build_model("mlp", "bagging"), "unknown method"),
+    (lambda: ensdiag.build_model("mlp", "single", num_members=4), "exactly one member"),
+    (lambda: ensdiag.build_model("mlp", "deep-ensemble", variant="kernel"), "takes no option"),
+    (lambda: ensdiag.build_model("mlp", "batch-ensemble", variant="row"), "variant"),
+    (lambda: ensdiag.build_model("mlp", "mc-dropout", dropout=1.5), "dropout"),
+])
+def test_bad_build_arguments_are_clear_errors(call, message):
+    with pytest.raises(EnsdiagError, match=message):
+        call()
+
+
+def test_every_method_is_registered():
+    assert set(METHODS) == {"single", "mc-dropout", "deep-ensemble", "batch-ensemble"}
