@@ -4,6 +4,7 @@
 """
 
 import sys
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -45,6 +46,27 @@ def models(
                 label = f"{method} ({variant[0]})" if variant else method
                 count = sum(p.numel() for p in model.parameters())
                 table.add_row(name, "×".join(map(str, shape)), label, str(model.num_members), f"{count:,}")
+    Console().print(table)
+
+
+@app.command()
+def datasets(data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where your datasets live (torchvision's layout).")):
+    """Every dataset ensdiag reads: found or missing, where it looked, what it expects, how to get it."""
+    from .data import DATASETS
+
+    table = Table(title=f"Datasets (--data-dir {data_dir})", show_lines=True)
+    for column in ("name", "role", "status", "looked in / expects", "how to get it"):
+        table.add_column(column, overflow="fold")
+    for name, dataset in DATASETS.items():
+        where = dataset.locate(data_dir)
+        files = dataset.expected_files(data_dir)
+        if where is not None:
+            status, looked = "[green]found[/]", str(where)
+        else:
+            status = "[red]missing[/]"
+            folders = sorted({str(f.parent) for f in files})
+            looked = f"{', '.join(folders)}: {', '.join(sorted({f.name for f in files})[:6])}" + (" …" if len(files) > 6 else "")
+        table.add_row(name, dataset.role, status, looked, dataset.how_to_get)
     Console().print(table)
 
 

@@ -1,0 +1,115 @@
+"""The embedded default: scikit-learn's 8x8 digits, with honest shift and OOD companions.
+
+- `digits`: scikit-learn's handwritten digits (1,797 images, 8x8, 17 grey levels), split
+  into a fixed test set (seed 0, 20 %) and a training set; the validation split is held
+  out of the training set by the run's seed, like every preset.
+- `digits-c`: "digits-C (procedural)" — the digits test split under each procedural
+  corruption of corruptions.py. Not MNIST-C.
+- `natural-patches`: "natural-image patches" — real pixels from the two photographs that
+  ship with scikit-learn (`load_sample_images`), random 32x32 crops turned grey and
+  averaged down to 8x8. Not FashionMNIST.
+"""
+
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from .corruptions import CORRUPTIONS, corrupt
+from .registry import Dataset, Split, register_dataset
+
+TEST_FRACTION, SPLIT_SEED = 0.2, 0
+NUM_PATCHES, PATCH_SIZE, PATCH_SEED = 500, 32, 0
+# Pixel statistics of all 1,797 digits scaled to [0, 1] (computed once, fixed like MNIST's).
+DIGITS_MEAN, DIGITS_STD = (0.3053,), (0.3761,)
+
+
+@lru_cache(maxsize=1)
+def _all_digits():
+    from sklearn.datasets import load_digits
+    bunch = load_digits()
+    images = torch.tensor(bunch.images, dtype=torch.float32).div_(16).unsqueeze(1)
+    return images, torch.tensor(bunch.target, dtype=torch.int64)
+
+
+def _split_index(n):
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(SPLIT_SEED))
+    n_test = round(n * TEST_FRACTION)
+    return order[n_test:].sort().values, order[:n_test].sort().values
+
+
+def embedded(_data_dir=None) -> str:
+    return "embedded in scikit-learn"
+
+
+@register_dataset
+class Digits(Dataset):
+    name, role, title = "digits", "ID (embedded default)", "digits (scikit-learn)"
+    how_to_get = "Ships with scikit-learn; nothing to download."
+
+    def expected_files(self, data_dir):
+        return []
+
+    def locate(self, data_dir):
+        return embedded()
+
+    def load(self, data_dir=None, split="test", download=False):
+        images, labels = _all_digits()
+        train, test = _split_index(len(images))
+        index = train if split == "train" else test
+        return Split(images[index].clone(), labels[index].clone(), f"scikit-learn digits, {split} split")
+
+
+@register_dataset
+class DigitsC(Dataset):
+    name, role, title = "digits-c", "shift for digits", "digits-C (procedural)"
+    how_to_get = "Made on the fly from the digits test split; nothing to download."
+
+    def expected_files(self, data_dir):
+        return []
+
+    def locate(self, data_dir):
+        return embedded()
+
+    def load(self, data_dir=None, split="test", download=False, corruptions=None, seed=0):
+        base = Digits().load(split=split)
+        chosen = list(CORRUPTIONS) if corruptions is None else list(corruptions)
+        return {name: Split(corrupt(base.images, name, seed + index), base.labels.clone(),
+                            f"digits-C (procedural) {name}")
+                for index, name in enumerate(chosen)}
+
+
+def natural_patches(n=NUM_PATCHES, seed=PATCH_SEED, size=PATCH_SIZE):
+    """Grey 8x8 patches of scikit-learn's sample photographs and where each came from."""
+    from sklearn.datasets import load_sample_images
+    photos = [torch.tensor(p).permute(2, 0, 1).float() for p in load_sample_images().images]
+    weights = torch.tensor([0.299, 0.587, 0.114])[:, None, None]  # ITU-R BT.601 luma
+    greys = [(p * weights).sum(0, keepdim=True) / 255 for p in photos]
+    g = torch.Generator().manual_seed(seed)
+    patches, origins = [], []
+    for i in range(n):
+        photo = i % len(greys)
+        _, h, w = greys[photo].shape
+        top = int(torch.randint(0, h - size + 1, (1,), generator=g))
+        left = int(torch.randint(0, w - size + 1, (1,), generator=g))
+        crop = greys[photo][:, top:top + size, left:left + size]
+        patches.append(F.avg_pool2d(crop[None], size // 8)[0])
+        origins.append((photo, top, left))
+    return torch.stack(patches).clamp_(0, 1), origins
+
+
+@register_dataset
+class NaturalPatches(Dataset):
+    name, role, title = "natural-patches", "OOD for digits", "natural-image patches"
+    how_to_get = "Cut from the photographs that ship with scikit-learn; nothing to download."
+
+    def expected_files(self, data_dir):
+        return []
+
+    def locate(self, data_dir):
+        return embedded()
+
+    def load(self, data_dir=None, split="test", download=False):
+        images, _ = natural_patches()
+        return Split(images, None, f"natural-image patches ({NUM_PATCHES} from scikit-learn's sample photographs)")
+

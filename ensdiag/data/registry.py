@@ -1,0 +1,78 @@
+"""The dataset registry: every dataset ensdiag knows, where it looks, and what it expects.
+
+A dataset is a class registered with `@register_dataset`; it says which files it expects
+under a data directory (`expected_files`), whether they are there (`locate`) and reads
+them (`load`). `ensdiag datasets` renders this registry as a table.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import EnsdiagError
+
+DATASETS: dict[str, "Dataset"] = {}
+
+# Normalisation constants of protocol.md §3 (per channel, on pixels scaled to [0, 1]).
+CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
+MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
+
+
+@dataclass
+class Split:
+    """One split of a dataset: images [N, C, H, W] (uint8 0..255, or float in [0, 1]) and labels."""
+
+    images: torch.Tensor
+    labels: torch.Tensor | None
+    source: str = ""  # a human description: which dataset, which files
+
+    def __post_init__(self):
+        if self.labels is not None and len(self.labels) != len(self.images):
+            raise EnsdiagError(f"{self.source}: {len(self.images)} images but {len(self.labels)} labels")
+
+    def __len__(self):
+        return len(self.images)
+
+    def float01(self) -> torch.Tensor:
+        """Images as float32 in [0, 1]."""
+        if self.images.dtype == torch.uint8:
+            return self.images.float().div_(255)
+        return self.images.float()
+
+    def subset(self, index) -> "Split":
+        return Split(self.images[index], None if self.labels is None else self.labels[index], self.source)
+
+
+class Dataset:
+    name = "?"
+    role = ""  # "ID", "shift", "OOD"
+    title = ""  # the name reports print
+    how_to_get = ""
+
+    def expected_files(self, data_dir: Path) -> list[Path]:
+        raise NotImplementedError
+
+    def locate(self, data_dir: Path) -> Path | None:
+        """The folder the files were found in, or None."""
+        files = self.expected_files(data_dir)
+        return files[0].parent if all(f.is_file() for f in files) else None
+
+    def load(self, data_dir: Path, split: str = "test", download: bool = False, **options):
+        raise NotImplementedError
+
+    def missing(self, data_dir: Path) -> EnsdiagError:
+        files = [str(f) for f in self.expected_files(data_dir) if not f.is_file()]
+        shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
+        return EnsdiagError(f"{self.title} not found: missing {shown}. {self.how_to_get}")
+
+
+def register_dataset(cls):
+    DATASETS[cls.name] = cls()
+    return cls
+
+
+def get_dataset(name: str) -> Dataset:
+    if name not in DATASETS:
+        raise EnsdiagError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+    return DATASETS[name]

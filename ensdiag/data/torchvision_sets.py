@@ -1,0 +1,234 @@
+"""MNIST, FashionMNIST, CIFAR-10 and SVHN, read through torchvision's dataset classes.
+
+Layouts (torchvision's): `ROOT/MNIST/raw/`, `ROOT/FashionMNIST/raw/` (IDX files, plain or
+.gz), `ROOT/cifar-10-batches-py/`, `ROOT/test_32x32.mat`. FashionMNIST is also found in
+Debian's `/usr/share/datasets/fashion-mnist/` (package dataset-fashion-mnist).
+
+Before torchvision parses a file ensdiag checks its structure (IDX magic numbers and sizes,
+CIFAR batch shapes, SVHN arrays), so a bad file gives one clear error naming it. torchvision
+checks MD5 sums of the official files; ensdiag reads existing files by structure instead
+(so subsets and test fixtures work) and leaves MD5 checks to `--download`, which uses
+torchvision's own verified download.
+"""
+
+import gzip
+import hashlib
+import os
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import torch
+import torchvision.datasets as tvd
+
+from ..errors import EnsdiagError
+from ..io import atomic_write_bytes
+from .registry import Dataset, Split, register_dataset
+
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC = 2051, 2049
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ENSDIAG_CACHE", Path.home() / ".cache" / "ensdiag"))
+
+
+def _wrap_torchvision(what, folder, call):
+    try:
+        return call()
+    except EnsdiagError:
+        raise
+    except Exception as error:  # torchvision reports bad files with asserts and RuntimeErrors
+        raise EnsdiagError(f"{what}: torchvision could not read {folder} ({type(error).__name__}: {error})") from None
+
+
+# ---------------------------------------------------------------------------- IDX (MNIST family)
+
+def _read_maybe_gz(path: Path) -> bytes:
+    try:
+        return gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError, gzip.BadGzipFile) as error:
+        raise EnsdiagError(f"{path}: cannot read ({error})") from None
+
+
+def check_idx(path: Path, data: bytes, magic: int) -> int:
+    """Validate an IDX file's header and length; return its number of items."""
+    kind = "images" if magic == IDX_IMAGES_MAGIC else "labels"
+    if len(data) < 8 or struct.unpack(">i", data[:4])[0] != magic:
+        found = struct.unpack(">i", data[:4])[0] if len(data) >= 4 else "nothing"
+        raise EnsdiagError(f"{path}: not an IDX {kind} file (magic number {found}, expected {magic})")
+    dims = 3 if magic == IDX_IMAGES_MAGIC else 1
+    header = 4 + 4 * dims
+    shape = struct.unpack(f">{dims}i", data[4:header])
+    expected = header + int(np.prod(shape))
+    if len(data) != expected:
+        raise EnsdiagError(f"{path}: IDX {kind} header says shape {shape} ({expected} bytes) but the file has {len(data)}")
+    return shape[0]
+
+
+class _IdxDataset(Dataset):
+    folder = "MNIST"  # torchvision's class name and folder
+    torchvision_class = tvd.MNIST
+    extra_locations: tuple[Path, ...] = ()
+
+    @staticmethod
+    def _stems(split):
+        prefix = "train" if split == "train" else "t10k"
+        return f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"
+
+    def _candidates(self, data_dir):
+        return [Path(data_dir) / self.folder / "raw", *self.extra_locations]
+
+    def _find(self, data_dir, split):
+        """(folder, [image file, label file]) where both exist, plain or .gz."""
+        for folder in self._candidates(data_dir):
+            for suffix in ("", ".gz"):
+                files = [folder / (stem + suffix) for stem in self._stems(split)]
+                if all(f.is_file() for f in files):
+                    return folder, files
+        return None, None
+
+    def expected_files(self, data_dir):
+        return [Path(data_dir) / self.folder / "raw" / stem for split in ("train", "test") for stem in self._stems(split)]
+
+    def locate(self, data_dir):
+        found = [self._find(data_dir, split)[0] for split in ("train", "test")]
+        return found[0] if all(found) else None
+
+    def load(self, data_dir, split="test", download=False):
+        data_dir = Path(data_dir)
+        if download:
+            _wrap_torchvision(self.title, data_dir, lambda: self.torchvision_class(str(data_dir), train=split == "train", download=True))
+        found = {part: self._find(data_dir, part) for part in ("train", "test")}
+        folder, files = found[split]
+        if folder is None or found["train" if split == "test" else "test"][0] is None:
+            raise self.missing(data_dir)  # torchvision's class needs all four files
+        contents = [_read_maybe_gz(f) for f in files]
+        counts = [check_idx(files[0], contents[0], IDX_IMAGES_MAGIC), check_idx(files[1], contents[1], IDX_LABELS_MAGIC)]
+        if counts[0] != counts[1]:
+            raise EnsdiagError(f"{folder}: {counts[0]} images in {files[0].name} but {counts[1]} labels in {files[1].name}")
+        all_files = found["train"][1] + found["test"][1]
+        in_place = folder == data_dir / self.folder / "raw" and all(f.suffix != ".gz" for f in all_files)
+        root = data_dir if in_place else self._stage(all_files)
+        dataset = _wrap_torchvision(self.title, folder, lambda: self.torchvision_class(str(root), train=split == "train"))
+        return Split(dataset.data.unsqueeze(1).contiguous(), dataset.targets.long(), f"{self.title} {split} ({folder})")
+
+    def _stage(self, files) -> Path:
+        """Plain copies in torchvision's layout, in ensdiag's cache (the sources may be .gz or read-only)."""
+        key = hashlib.sha256("".join(f"{f.resolve()}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files).encode()).hexdigest()[:16]
+        root = cache_dir() / "idx" / key
+        raw = root / self.folder / "raw"
+        for source in files:
+            target = raw / source.name.removesuffix(".gz")
+            if not target.is_file():
+                atomic_write_bytes(target, _read_maybe_gz(source))
+        return root
+
+
+@register_dataset
+class MNIST(_IdxDataset):
+    name, role, title = "mnist", "ID", "MNIST"
+    how_to_get = "Put the four IDX files (plain or .gz) in DATA_DIR/MNIST/raw/, or pass --download where a network exists."
+
+
+@register_dataset
+class FashionMNIST(_IdxDataset):
+    name, role, title = "fashion-mnist", "OOD for MNIST", "FashionMNIST"
+    folder, torchvision_class = "FashionMNIST", tvd.FashionMNIST
+    how_to_get = ("Put the four IDX files in DATA_DIR/FashionMNIST/raw/, install Debian's package "
+                  "dataset-fashion-mnist, or pass --download where a network exists.")
+
+    @property
+    def extra_locations(self):
+        return (DEBIAN_FASHION_MNIST,)
+
+
+# ---------------------------------------------------------------------------- CIFAR-10
+
+class _CIFAR10ByStructure(tvd.CIFAR10):
+    """torchvision's CIFAR-10 reader, with file checks by structure instead of MD5."""
+
+    train_list = [[name, None] for name, _ in tvd.CIFAR10.train_list]
+    test_list = [[name, None] for name, _ in tvd.CIFAR10.test_list]
+    meta = {**tvd.CIFAR10.meta, "md5": None}
+
+
+@register_dataset
+class CIFAR10(Dataset):
+    name, role, title = "cifar10", "ID", "CIFAR-10"
+    how_to_get = "Unpack cifar-10-python.tar.gz into DATA_DIR (giving DATA_DIR/cifar-10-batches-py/), or pass --download."
+
+    def expected_files(self, data_dir):
+        folder = Path(data_dir) / "cifar-10-batches-py"
+        return [folder / name for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta"]]
+
+    def _check_batch(self, path):
+        try:
+            with open(path, "rb") as handle:
+                entry = pickle.load(handle, encoding="latin1")
+        except Exception as error:
+            raise EnsdiagError(f"{path}: not a CIFAR-10 python pickle batch ({type(error).__name__})") from None
+        data = entry.get("data") if isinstance(entry, dict) else None
+        labels = entry.get("labels") if isinstance(entry, dict) else None
+        if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+            got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+            raise EnsdiagError(f"{path}: 'data' must be uint8 of shape (N, 3072), got {got}")
+        if labels is None or len(labels) != len(data):
+            raise EnsdiagError(f"{path}: {len(data)} images but {0 if labels is None else len(labels)} labels")
+
+    def load(self, data_dir, split="test", download=False):
+        data_dir = Path(data_dir)
+        if download:
+            _wrap_torchvision(self.title, data_dir, lambda: tvd.CIFAR10(str(data_dir), train=split == "train", download=True))
+        if self.locate(data_dir) is None:
+            raise self.missing(data_dir)
+        names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
+        for name in names:
+            self._check_batch(data_dir / "cifar-10-batches-py" / name)
+        dataset = _wrap_torchvision(self.title, data_dir, lambda: _CIFAR10ByStructure(str(data_dir), train=split == "train"))
+        images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()  # HWC -> CHW
+        return Split(images, torch.tensor(dataset.targets, dtype=torch.int64), f"CIFAR-10 {split} ({data_dir / 'cifar-10-batches-py'})")
+
+
+# ---------------------------------------------------------------------------- SVHN
+
+class _SVHNByStructure(tvd.SVHN):
+    split_list = {name: [url, filename, None] for name, (url, filename, _) in tvd.SVHN.split_list.items()}
+
+
+@register_dataset
+class SVHN(Dataset):
+    name, role, title = "svhn", "OOD for CIFAR-10", "SVHN"
+    how_to_get = "Put test_32x32.mat (SVHN format 2) in DATA_DIR, or pass --download."
+
+    def expected_files(self, data_dir):
+        return [Path(data_dir) / "test_32x32.mat"]
+
+    def load(self, data_dir, split="test", download=False):
+        data_dir = Path(data_dir)
+        if download:
+            _wrap_torchvision(self.title, data_dir, lambda: tvd.SVHN(str(data_dir), split=split, download=True))
+        path = data_dir / f"{split}_32x32.mat"
+        if not path.is_file():
+            raise self.missing(data_dir)
+        self._check(path)
+        dataset = _wrap_torchvision(self.title, path, lambda: _SVHNByStructure(str(data_dir), split=split))
+        if len(dataset.labels) and not 0 <= dataset.labels.min() <= dataset.labels.max() <= 9:
+            raise EnsdiagError(f"{path}: labels must lie in 1..10 (10 means digit 0)")
+        return Split(torch.from_numpy(np.ascontiguousarray(dataset.data)), torch.from_numpy(dataset.labels).long(), f"SVHN {split} ({path})")
+
+    @staticmethod
+    def _check(path):
+        import scipy.io as sio
+        try:
+            variables = {name: (shape, kind) for name, shape, kind in sio.whosmat(str(path))}
+        except Exception as error:
+            raise EnsdiagError(f"{path}: not a MATLAB .mat file ({type(error).__name__}: {error})") from None
+        if "X" not in variables or "y" not in variables:
+            raise EnsdiagError(f"{path}: expected variables X and y, found {', '.join(variables) or 'none'}")
+        (x_shape, x_kind), (y_shape, _) = variables["X"], variables["y"]
+        if x_kind != "uint8" or len(x_shape) != 4 or tuple(x_shape[:3]) != (32, 32, 3):
+            raise EnsdiagError(f"{path}: X must be uint8 of shape (32, 32, 3, N), got {x_kind} {x_shape}")
+        if int(np.prod(y_shape)) != x_shape[3]:
+            raise EnsdiagError(f"{path}: {x_shape[3]} images but {int(np.prod(y_shape))} labels")
