@@ -70,6 +70,57 @@ def datasets(data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Whe
     Console().print(table)
 
 
+def _csv(text, kind=str, what="value"):
+    if text is None:
+        return None
+    try:
+        return [kind(part.strip()) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise EnsdiagError(f"{what} must be a comma-separated list of {kind.__name__}s, got {text!r}") from None
+
+
+@app.command()
+def train(
+    preset: str = typer.Option("digits", help="digits (embedded, offline), mnist or cifar10 (protocol.md §4)."),
+    method: str = typer.Option(None, help="Comma list: single, mc-dropout, deep-ensemble, batch-ensemble[-channel|-kernel]."),
+    seeds: str = typer.Option(None, help="Comma list of seeds (preset: 42,69,123,…)."),
+    epochs: int = typer.Option(None, help="Maximum epochs."),
+    lr: float = typer.Option(None, help="Initial learning rate."),
+    batch_size: int = typer.Option(None, help="Examples per batch (per member for Deep Ensembles)."),
+    members: int = typer.Option(None, "--members", "-k", help="Ensemble members k (and MC Dropout passes)."),
+    dropout: float = typer.Option(None, help="MC Dropout rate."),
+    be_variant: str = typer.Option(None, help="BatchEnsemble conv perturbation: channel or kernel."),
+    be_init: str = typer.Option(None, help="Fast-weight init: normal[:std], ones, random-sign[:p]."),
+    be_split_batch: bool = typer.Option(None, "--be-split-batch/--no-be-split-batch", help="Original split mode: each member gets B/k examples."),
+    be_fast_weight_decay: bool = typer.Option(None, "--be-fast-weight-decay/--no-be-fast-weight-decay", help="Weight decay on r, s (paper: on)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
+    download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
+    out: Path = typer.Option(None, help="Run folder (default runs/<preset>-<timestamp>); rerun into it to resume."),
+    resume: Path = typer.Option(None, help="Continue the run in this folder with its stored settings."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+):
+    """Train every method x seed of a preset; write models, predictions and metrics to a run folder."""
+    from .config import TrainConfig, preset_config
+    from .experiment import default_run_dir, read_experiment, run_experiment
+
+    options = dict(methods=_csv(method, what="--method"), seeds=_csv(seeds, int, "--seeds"), epochs=epochs, lr=lr,
+                   batch_size=batch_size, members=members, dropout=dropout, be_variant=be_variant,
+                   be_init=be_init, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay)
+    if resume is not None:
+        given = sorted(key for key, value in options.items() if value is not None)
+        if given or out is not None:
+            raise EnsdiagError(f"--resume continues a run with its stored settings; drop {', '.join(given) or '--out'}")
+        config, out = TrainConfig.from_dict(read_experiment(resume)["config"]), resume
+    else:
+        config = preset_config(preset, **options)
+        out = out or default_run_dir(config.preset)
+    run_dir = run_experiment(config, out, data_dir, download, device, quiet, sys.argv)
+    if not quiet:
+        err_console.print(f"run folder: {run_dir}", markup=False, highlight=False)
+    print(run_dir)
+
+
 def main(argv=None):
     """Entry point: user errors become one line on stderr and a non-zero exit, never a traceback.
 

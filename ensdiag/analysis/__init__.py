@@ -1,0 +1,37 @@
+"""Analyzers over member logits and member weights; `analyze_predictions` runs them all.
+
+    result = analyze_predictions(predictions, weights=model.member_weights())
+    result["analyzers"]["ood"]["scores"]["msp"]["auroc"]["value"]
+"""
+
+from .. import __version__
+from . import calibration, diversity, ood, uncertainty  # noqa: F401  (register the built-ins)
+from .registry import ANALYZERS, Skip, all_analyzers, load_plugins, metric, register_analyzer
+
+METRICS_SCHEMA = "ensdiag.metrics/1"
+
+
+def analyze_predictions(predictions, weights=None, only=None) -> dict:
+    """Every registered analyzer (or those named in `only`) on the predictions; metrics.json's content."""
+    analyzers = all_analyzers()
+    names = list(analyzers) if only is None else list(only)
+    results = {}
+    for name in names:
+        analyzer = analyzers[name]
+        try:
+            results[name] = {"status": "ok", "description": analyzer.description, "version": analyzer.version,
+                             **analyzer(predictions, weights)}
+        except Skip as reason:
+            results[name] = {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
+    first = next(iter(predictions.values()))["logits"]
+    return {"schema": METRICS_SCHEMA, "ensdiag_version": __version__, "num_members": first.shape[0],
+            "num_classes": first.shape[2],
+            "splits": {name: {"n": split["logits"].shape[1], "labelled": split["labels"] is not None}
+                       for name, split in predictions.items()},
+            "conventions": {"log": "natural", "p̄": "mean of member softmax probabilities",
+                            "ood_positive": "OOD", "ood_default_score": "1 − MSP"},
+            "analyzers": results}
+
+
+__all__ = ["ANALYZERS", "METRICS_SCHEMA", "Skip", "all_analyzers", "analyze_predictions", "load_plugins",
+           "metric", "register_analyzer"]

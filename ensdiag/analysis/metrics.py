@@ -1,0 +1,157 @@
+"""Pure metric functions over member logits (protocol.md §5). Natural log throughout.
+
+Shapes: member logits [k, N, C] (members first), labels int64 [N]. p̄ is the mean of the
+members' softmax probabilities. Every function here is independent of ensdiag's classes
+and is tested against scikit-learn, a hand-computed case, or a dense re-implementation.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def mean_log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """log p̄ [N, C], stably: logsumexp over members of log-softmax, minus log k."""
+    return torch.logsumexp(F.log_softmax(logits.double(), dim=-1), dim=0) - math.log(logits.shape[0])
+
+
+def mean_probs(logits: torch.Tensor) -> torch.Tensor:
+    return mean_log_probs(logits).exp()
+
+
+def accuracy(logits, labels) -> float:
+    return (mean_log_probs(logits).argmax(-1) == labels).double().mean().item()
+
+
+def nll(logits, labels) -> float:
+    """Mean over samples of −log p̄(y|x)."""
+    return -mean_log_probs(logits).gather(1, labels[:, None]).mean().item()
+
+
+def brier(logits, labels) -> float:
+    """Mean over samples of Σ_c (p̄_c − 1[y = c])²."""
+    p = mean_probs(logits)
+    return (p - F.one_hot(labels, p.shape[1]).double()).pow(2).sum(1).mean().item()
+
+
+def ece(logits, labels, num_bins: int = 15) -> tuple[float, dict]:
+    """Expected calibration error of the top-label confidence max p̄, and its reliability bins.
+
+    Bins are equal-width on [0, 1]: the first is [0, 1/B], then (lo, hi]; a confidence of
+    exactly 1.0 falls in the last bin. ECE = Σ_b |B_b|/N · |acc_b − conf_b|."""
+    p = mean_probs(logits)
+    confidence, predicted = p.max(dim=1)
+    correct = (predicted == labels).double()
+    edges = torch.linspace(0, 1, num_bins + 1, dtype=torch.float64)
+    index = torch.searchsorted(edges[1:-1], confidence, right=False)  # x == edge -> lower bin
+    count = torch.bincount(index, minlength=num_bins).double()
+    conf_sum = torch.bincount(index, weights=confidence, minlength=num_bins)
+    acc_sum = torch.bincount(index, weights=correct, minlength=num_bins)
+    value = ((acc_sum - conf_sum).abs().sum() / len(labels)).item()
+    safe = count.clamp(min=1)
+    bins = {"lower": edges[:-1].tolist(), "upper": edges[1:].tolist(), "count": count.long().tolist(),
+            "accuracy": (acc_sum / safe).tolist(), "confidence": (conf_sum / safe).tolist()}
+    return value, bins
+
+
+def entropy(p: torch.Tensor) -> torch.Tensor:
+    """−Σ p log p over the last axis, with 0 log 0 = 0."""
+    return -torch.special.xlogy(p, p).sum(-1)
+
+
+def predictive_entropy(logits) -> torch.Tensor:
+    """H(p̄) per sample [N]: total uncertainty."""
+    return entropy(mean_probs(logits))
+
+
+def expected_entropy(logits) -> torch.Tensor:
+    """(1/k) Σ_i H(p_i) per sample [N]: aleatoric uncertainty."""
+    return entropy(F.softmax(logits.double(), dim=-1)).mean(0)
+
+
+def jsd(logits) -> torch.Tensor:
+    """H(p̄) − (1/k) Σ_i H(p_i) per sample [N] (mutual information; epistemic).
+
+    Non-negative by concavity of entropy; clamped at 0 against float rounding."""
+    return (predictive_entropy(logits) - expected_entropy(logits)).clamp(min=0)
+
+
+def max_softmax_probability(logits) -> torch.Tensor:
+    return mean_probs(logits).max(dim=1).values
+
+
+def member_accuracy(logits, labels) -> list[float]:
+    return (logits.argmax(-1) == labels).double().mean(1).tolist()
+
+
+def member_nll(logits, labels) -> list[float]:
+    log_p = F.log_softmax(logits.double(), dim=-1)
+    return (-log_p.gather(2, labels.expand(logits.shape[0], -1)[..., None]).squeeze(-1).mean(1)).tolist()
+
+
+def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor) -> dict[str, float]:
+    """AUROC, AUPR-Out, AUPR-In and FPR95 from one sort; exact with ties.
+
+    Scores are uncertainty scores (higher = more OOD); OOD is the positive class.
+    - AUROC = P(score_ood > score_id) + ½ P(equal).
+    - AUPR-Out / AUPR-In: average precision (step sum, scikit-learn's definition) with OOD
+      resp. ID as positive (ID ranked by the negated score).
+    - FPR95: the fraction of OOD samples accepted as ID (score ≤ τ) at the smallest
+      threshold τ that accepts at least 95 % of ID samples; samples tied at τ are accepted.
+    """
+    n_id, n_ood = len(score_id), len(score_ood)
+    scores = torch.cat([score_id.double().flatten(), score_ood.double().flatten()])
+    is_ood = torch.cat([torch.zeros(n_id, dtype=torch.float64), torch.ones(n_ood, dtype=torch.float64)])
+    order = torch.argsort(scores)
+    scores, is_ood = scores[order], is_ood[order]
+    _, group_sizes = torch.unique_consecutive(scores, return_counts=True)  # ascending tie groups
+    group_ends = group_sizes.cumsum(0) - 1
+    cum_ood = is_ood.cumsum(0)[group_ends]  # OOD with score ≤ group value
+    cum_id = (group_ends + 1).double() - cum_ood
+    ood_in = torch.diff(cum_ood, prepend=cum_ood.new_zeros(1))
+    id_in = torch.diff(cum_id, prepend=cum_id.new_zeros(1))
+    id_below = cum_id - id_in
+    auroc = (ood_in * (id_below + 0.5 * id_in)).sum() / (n_id * n_ood)
+    # AUPR-Out: thresholds descending; at group g, TP = OOD with score ≥ g, FP = ID with score ≥ g
+    tp_out = n_ood - (cum_ood - ood_in)
+    fp_out = n_id - (cum_id - id_in)
+    aupr_out = (ood_in / n_ood * tp_out / (tp_out + fp_out)).sum()
+    # AUPR-In: ID positive, negated score, so thresholds ascend: TP = ID ≤ g, FP = OOD ≤ g
+    aupr_in = (id_in / n_id * cum_id / (cum_id + cum_ood)).sum()
+    first = torch.nonzero(cum_id * 100 >= 95 * n_id)[0, 0]  # integer-exact 95 %
+    fpr95 = cum_ood[first] / n_ood
+    return {"auroc": auroc.item(), "aupr_out": aupr_out.item(), "aupr_in": aupr_in.item(), "fpr95": fpr95.item()}
+
+
+def disagreement_matrix(logits) -> torch.Tensor:
+    """D[i, j] = fraction of samples on which members i and j predict different labels."""
+    predicted = logits.argmax(-1)  # [k, N]
+    return (predicted[:, None, :] != predicted[None, :, :]).double().mean(-1)
+
+
+def mean_off_diagonal(matrix: torch.Tensor) -> float:
+    k = matrix.shape[0]
+    if k < 2:
+        return float("nan")
+    return (matrix.sum() - matrix.diagonal().sum()).item() / (k * (k - 1))
+
+
+def cosine_matrix(vectors: torch.Tensor) -> torch.Tensor:
+    """C[i, j] = ⟨θ_i, θ_j⟩ / (‖θ_i‖ ‖θ_j‖) for rows θ_i of [k, P]."""
+    unit = F.normalize(vectors.double(), dim=1)
+    return unit @ unit.T
+
+
+def weight_cosine(member_weights: list[dict[str, torch.Tensor]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Cosine matrix of members' flattened, concatenated weights, overall and per layer.
+
+    A layer is a key's prefix before `.weight` / `.bias`; its vector is weight and bias."""
+    keys = list(member_weights[0])
+    overall = torch.stack([torch.cat([w[key].flatten() for key in keys]) for w in member_weights])
+    layers: dict[str, list[str]] = {}
+    for key in keys:
+        layers.setdefault(key.rpartition(".")[0], []).append(key)
+    per_layer = {layer: cosine_matrix(torch.stack([torch.cat([w[k].flatten() for k in names]) for w in member_weights]))
+                 for layer, names in layers.items()}
+    return cosine_matrix(overall), per_layer

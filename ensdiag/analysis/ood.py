@@ -1,0 +1,30 @@
+"""`ood`: OOD detection of the `ood` split against `id` by several uncertainty scores."""
+
+from . import metrics as M
+from .registry import Skip, metric, register_analyzer
+
+SCORES = {
+    "msp": (lambda logits: 1 - M.max_softmax_probability(logits), "1 − max_c p̄_c (1 − MSP)"),
+    "entropy": (M.predictive_entropy, "predictive entropy H(p̄)"),
+    "jsd": (M.jsd, "JSD = H(p̄) − mean_i H(p_i)"),
+}
+DEFINITIONS = {
+    "auroc": "P(score(OOD) > score(ID)) + ½ P(tie); OOD is the positive class",
+    "aupr_out": "average precision (step sum, scikit-learn's definition) with OOD positive",
+    "aupr_in": "average precision (step sum) with ID positive, ranked by the negated score",
+    "fpr95": "fraction of OOD accepted as ID (score ≤ τ) at the smallest τ accepting ≥ 95 % of ID; ties at τ accepted",
+}
+
+
+@register_analyzer("ood", description="AUROC, AUPR-Out, AUPR-In and FPR95 of the ood split vs id, for 1−MSP, entropy and JSD")
+def ood(predictions, weights=None):
+    if "ood" not in predictions or "id" not in predictions:
+        raise Skip("needs both an id and an ood split")
+    id_logits, ood_logits = predictions["id"]["logits"], predictions["ood"]["logits"]
+    scores = {}
+    for name, (score, description) in SCORES.items():
+        if name == "jsd" and id_logits.shape[0] == 1:
+            continue  # JSD is identically 0 for one member
+        values = M.ood_metrics(score(id_logits), score(ood_logits))
+        scores[name] = {"score": description, **{key: metric(value, DEFINITIONS[key]) for key, value in values.items()}}
+    return {"default_score": "msp", "scores": scores, "n_id": id_logits.shape[1], "n_ood": ood_logits.shape[1]}

@@ -1,0 +1,69 @@
+"""A preset's data in one place: train/validation/test, shift sets, OOD set, normalisation.
+
+Shift and OOD sets that are not on disk are skipped with the reason recorded; missing
+training data is an error that names the files and the --download flag.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..errors import EnsdiagError
+from .registry import Split, get_dataset
+
+
+@dataclass
+class PresetData:
+    train: Split  # the full training split; the validation split is held out per seed
+    test: Split
+    shift: dict[str, Split]  # corruption -> split
+    ood: Split | None
+    skipped: dict[str, str] = field(default_factory=dict)  # split -> why it was skipped
+    titles: dict[str, str] = field(default_factory=dict)  # split -> what it really is
+
+    def eval_splits(self) -> dict[str, Split]:
+        """Evaluation splits under the names of predictions files: id, shift/<c>, ood."""
+        splits = {"id": self.test}
+        splits.update({f"shift/{name}": split for name, split in self.shift.items()})
+        if self.ood is not None:
+            splits["ood"] = self.ood
+        return splits
+
+
+def load_preset_data(config, data_dir, download=False) -> PresetData:
+    data_dir = Path(data_dir)
+    dataset = get_dataset(config.dataset)
+    try:
+        train, test = dataset.load(data_dir, "train", download), dataset.load(data_dir, "test", download)
+    except EnsdiagError as error:
+        raise EnsdiagError(f"training data missing: {error}"
+                           + ("" if "--download" in str(error) else " (or pass --download)")) from None
+    skipped, titles = {}, {"id": f"{dataset.title} test"}
+    shift_set, ood_set = get_dataset(config.shift), get_dataset(config.ood)
+    options = {"severity": config.shift_severity} if config.shift == "cifar10-c" else {}
+    try:
+        shift = shift_set.load(data_dir, "test", **options)
+        titles["shift"] = shift_set.title + (f" (severity {config.shift_severity})" if options else "")
+    except EnsdiagError as error:
+        shift, skipped["shift"] = {}, str(error)
+    try:
+        ood = ood_set.load(data_dir, config.ood_split, download)
+        titles["ood"] = f"{ood_set.title} {config.ood_split}"
+    except EnsdiagError as error:
+        ood, skipped["ood"] = None, str(error)
+    for split in [train, test, *shift.values(), *([ood] if ood is not None else [])]:
+        if tuple(split.images.shape[1:]) != tuple(config.input_shape):
+            raise EnsdiagError(f"{split.source}: images of shape {tuple(split.images.shape[1:])}, "
+                               f"the {config.preset} preset expects {tuple(config.input_shape)}")
+    for split in [train, test, *shift.values()]:
+        if len(split.labels) and int(split.labels.max()) >= config.num_classes:
+            raise EnsdiagError(f"{split.source}: label {int(split.labels.max())} out of range for {config.num_classes} classes")
+    return PresetData(train, test, shift, ood, skipped, titles)
+
+
+def holdout(n: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train indices, validation indices): a seeded split of 0..n-1."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    n_val = max(1, round(n * fraction))
+    return order[n_val:].sort().values, order[:n_val].sort().values

@@ -1,0 +1,175 @@
+"""An experiment: every (method, seed) of a preset trained, predicted and analysed in one run folder.
+
+    runs/<preset>-<timestamp>/
+      experiment.json                 preset, methods, seeds, overrides, skipped splits
+      <method>/seed-<seed>/
+        model.safetensors  predictions.safetensors  metrics.json  history.jsonl  meta.json
+        training-state.pt             (only while the run is unfinished: the resume point)
+
+`meta.json` is written last, so its presence marks a finished (method, seed), which is never
+retrained; anything else is resumed from its training state or started afresh.
+"""
+
+import json
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import torch
+
+from . import __version__
+from .checkpoint import save_model
+from .config import TrainConfig
+from .data.batching import Normalize
+from .data.preset import PresetData, holdout, load_preset_data
+from .errors import EnsdiagError
+from .io import atomic_write_json, atomic_write_text, read_json
+from .nn import build_model
+from .predict import predict, save_predictions, with_pooled_shift
+from .progress import TrainProgress
+from .train import FitData, fit
+
+EXPERIMENT_FORMAT = "ensdiag.experiment/1"
+STATE_FILE = "training-state.pt"
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise EnsdiagError("--device cuda asked for, but torch sees no CUDA device")
+    if name not in ("cpu", "cuda"):
+        raise EnsdiagError(f"unknown device {name!r}; use auto, cpu or cuda")
+    return torch.device(name)
+
+
+def default_run_dir(preset: str, root="runs") -> Path:
+    return Path(root) / f"{preset}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def read_experiment(run_dir) -> dict:
+    path = Path(run_dir) / "experiment.json"
+    if not path.is_file():
+        raise EnsdiagError(f"{run_dir} is not an ensdiag run (no experiment.json)")
+    data = read_json(path, "experiment file")
+    if data.get("format") != EXPERIMENT_FORMAT:
+        raise EnsdiagError(f"{path} is not an {EXPERIMENT_FORMAT} file")
+    return data
+
+
+def prepare_run_dir(out: Path, config: TrainConfig, argv) -> TrainConfig:
+    """Create the run folder (or check that an existing one holds the same experiment)."""
+    if (out / "experiment.json").exists():
+        stored = TrainConfig.from_dict(read_experiment(out)["config"])
+        if stored != config:
+            raise EnsdiagError(f"{out} holds a different experiment; use --resume {out} to continue it, "
+                               "or choose another --out")
+        return stored
+    if out.exists() and not out.is_dir():
+        raise EnsdiagError(f"--out {out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".ensdiag-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise EnsdiagError(f"cannot write to --out {out}: {error.strerror or error}") from None
+    atomic_write_json(out / "experiment.json", {"format": EXPERIMENT_FORMAT, "ensdiag_version": __version__,
+                                                "created": datetime.now().isoformat(timespec="seconds"),
+                                                "argv": list(argv), "config": config.to_dict()})
+    return config
+
+
+def _git_commit() -> str | None:
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                                text=True, timeout=5)
+        return result.stdout.strip() or None if result.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(device: torch.device) -> dict:
+    import numpy
+    import torchvision
+    return {"ensdiag": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
+            "numpy": numpy.__version__, "python": platform.python_version(), "platform": platform.platform(),
+            "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
+            else platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+            "git_commit": _git_commit()}
+
+
+def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device, run_dir: Path,
+              progress: TrainProgress, argv) -> dict:
+    """Train, predict and analyse one (method, seed); write its files, meta.json last."""
+    from .analysis import analyze_predictions  # analysis imports nothing from training
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    method, options = config.model_options(run)
+    torch.manual_seed(seed)
+    model = build_model(config.arch, method, None if method == "single" else config.members,
+                        config.num_classes, config.input_shape, **options).to(device)
+    cuda = device.type == "cuda"
+    channels_last = cuda and config.arch != "mlp"
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    train_index, val_index = holdout(len(data.train), config.val_fraction, seed)
+    normalize = Normalize(config.mean, config.std, device)
+    fit_data = FitData(data.train.images[train_index].to(device), data.train.labels[train_index].to(device),
+                       data.train.images[val_index].to(device), data.train.labels[val_index].to(device),
+                       normalize, augment=config.augment)
+    state_path = run_dir / STATE_FILE
+    resumed_at = torch.load(state_path, weights_only=True)["epoch"] + 1 if state_path.exists() else 0
+    progress.start_run(run, seed, config.epochs, resumed_at)
+    result = fit(model, config, fit_data, seed, state_path, device,
+                 on_epoch=lambda row: progress.epoch(row, config.epochs), autocast=cuda, channels_last=channels_last)
+    began = time.perf_counter()
+    predictions = predict(model, data.eval_splits(), normalize, device, seed=seed, autocast=cuda)
+    weights = model.member_weights()
+    metrics = analyze_predictions(with_pooled_shift(predictions), weights=weights)
+    eval_seconds = time.perf_counter() - began
+    save_predictions(predictions, run_dir / "predictions.safetensors",
+                     {"ensdiag.spec": model.spec.to_json(), "ensdiag.splits": data.titles})
+    save_model(model, run_dir / "model.safetensors")
+    atomic_write_text(run_dir / "history.jsonl", "".join(json.dumps(row) + "\n" for row in result["history"]))
+    atomic_write_json(run_dir / "metrics.json", metrics)
+    parameters = sum(p.numel() for p in model.parameters())
+    meta = {"run": run, "method": method, "seed": seed, "spec": json.loads(model.spec.to_json()),
+            "parameters": parameters, "epochs_run": len(result["history"]), "best_epoch": result["best_epoch"],
+            "stopped_early": result["stopped_early"], "train_seconds": result["train_seconds"],
+            "eval_seconds": eval_seconds, "splits": data.titles, "skipped_splits": data.skipped,
+            "argv": list(argv), "environment": environment(device),
+            "finished": datetime.now().isoformat(timespec="seconds")}
+    atomic_write_json(run_dir / "meta.json", meta)
+    state_path.unlink(missing_ok=True)
+    accuracy = metrics["analyzers"].get("calibration", {}).get("splits", {}).get("id", {}).get("accuracy", {}).get("value")
+    progress.end_run(f"test accuracy {accuracy:.3f}" if accuracy is not None else "done")
+    return meta
+
+
+def run_experiment(config: TrainConfig, out: Path, data_dir, download=False, device="auto", quiet=False,
+                   argv=None) -> Path:
+    argv = list(sys.argv if argv is None else argv)
+    device = resolve_device(device)
+    config = prepare_run_dir(Path(out), config, argv)
+    data = load_preset_data(config, data_dir, download)
+    progress = TrainProgress(len(config.methods) * len(config.seeds), quiet)
+    for split, reason in data.skipped.items():
+        progress.message(f"note: {split} split skipped: {reason}")
+    experiment = read_experiment(out)
+    if experiment.get("skipped") != data.skipped or experiment.get("splits") != data.titles:
+        atomic_write_json(Path(out) / "experiment.json", {**experiment, "splits": data.titles, "skipped": data.skipped})
+    try:
+        for run in config.methods:
+            for seed in config.seeds:
+                run_dir = Path(out) / run / f"seed-{seed}"
+                if (run_dir / "meta.json").exists():
+                    progress.skip_run(run, seed)
+                    continue
+                train_run(config, run, seed, data, device, run_dir, progress, argv)
+    finally:
+        progress.close()
+    return Path(out)

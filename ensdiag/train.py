@@ -1,0 +1,183 @@
+"""Training one model: the loss semantics of protocol.md §1, early stopping, exact resume.
+
+Loss = Σ over members of each member's mean cross-entropy, so lr and weight decay act on
+every member exactly as on a single model:
+- deep-ensemble: member i sees its own shuffle of the data (`forward_members`);
+- batch-ensemble: every input repeated k times (every member sees every example), or the
+  original split mode (member i gets B/k disjoint examples of the batch);
+- single / mc-dropout: one network, one pass (MC Dropout's dropout is on, as always).
+
+After every epoch the whole state (model, optimiser, scheduler, RNG streams, early-stopping
+state, history) is written atomically, so a killed run resumes to exactly the weights an
+uninterrupted run would have reached (on CPU).
+"""
+
+import io
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .data.batching import Normalize, batch_indices, epoch_permutations, random_crop_flip
+from .io import atomic_write_bytes
+
+
+@dataclass
+class FitData:
+    """Device-resident tensors: images (uint8 or float in [0, 1]) and int64 labels."""
+
+    train_images: torch.Tensor
+    train_labels: torch.Tensor
+    val_images: torch.Tensor
+    val_labels: torch.Tensor
+    normalize: Normalize
+    augment: bool = False
+
+
+def make_optimizer(model, config):
+    """Adam or SGD; BatchEnsemble fast weights (r, s) get weight decay only if configured."""
+    fast = [p for name, p in model.named_parameters() if name.rsplit(".", 1)[-1] in ("r", "s")]
+    fast_ids = {id(p) for p in fast}
+    groups = [{"params": [p for p in model.parameters() if id(p) not in fast_ids]}]
+    if fast:
+        groups.append({"params": fast, "weight_decay": config.weight_decay if config.be_fast_weight_decay else 0.0})
+    if config.optimizer == "sgd":
+        optimizer = torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
+                                    weight_decay=config.weight_decay)
+    else:
+        optimizer = torch.optim.Adam(groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps,
+                                     weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(config.milestones), config.gamma)
+    return optimizer, scheduler
+
+
+def num_orders(method: str, num_members: int) -> int:
+    """How many independent shuffles an epoch draws: one per Deep-Ensemble member, else one."""
+    return num_members if method == "deep-ensemble" else 1
+
+
+def member_batch(method, images, labels, num_members, split_batch=False):
+    """Index-gathered batch [m, b, ...] -> (inputs [m', b', ...], labels [m', b']) per member."""
+    if method != "batch-ensemble":
+        return images, labels
+    x, y = images[0], labels[0]
+    if split_batch:  # the original BatchEnsemble: member i gets its own B/k slice
+        usable = len(x) - len(x) % num_members
+        return x[:usable].unflatten(0, (num_members, -1)), y[:usable].unflatten(0, (num_members, -1))
+    return x.expand(num_members, *x.shape), y.expand(num_members, *y.shape)
+
+
+def member_loss(logits, labels):
+    """Σ_i mean_b CE(logits[i, b], labels[i, b]) for logits [k, b, C]."""
+    per_example = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none")
+    return per_example.view(labels.shape).mean(dim=1).sum()
+
+
+def train_epoch(model, optimizer, data: FitData, orders, config, generator, autocast=False, channels_last=False):
+    """One pass over `orders` [m, n]; returns (mean member loss, mean member accuracy)."""
+    model.train()
+    method, k = model.method, model.num_members
+    total_loss = total_correct = total_seen = 0.0
+    for index in batch_indices(orders, config.batch_size):
+        x, y = data.train_images[index], data.train_labels[index]  # [m, b, ...]
+        if data.augment:
+            x = random_crop_flip(x.flatten(0, 1), generator).unflatten(0, index.shape)
+        x = data.normalize(x.flatten(0, 1)).unflatten(0, index.shape)
+        x, y = member_batch(method, x, y, k, config.be_split_batch)
+        if y.shape[1] == 0:
+            continue
+        if channels_last:
+            x = x.flatten(0, 1).contiguous(memory_format=torch.channels_last).unflatten(0, x.shape[:2])
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = model.forward_members(x)
+        loss = member_loss(logits.float(), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        members = y.shape[0]
+        total_loss += loss.item() / members * y.shape[1]
+        total_correct += (logits.argmax(-1) == y).float().sum().item() / members
+        total_seen += y.shape[1]
+    return total_loss / max(total_seen, 1), total_correct / max(total_seen, 1)
+
+
+@torch.no_grad()
+def evaluate(model, images, labels, normalize, batch_size=1000, autocast=False):
+    """(accuracy, NLL) of the ensemble mean p̄ = mean of member softmaxes."""
+    model.eval()
+    correct = nll = 0.0
+    for start in range(0, len(images), batch_size):
+        x = normalize(images[start:start + batch_size])
+        y = labels[start:start + batch_size]
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = model(x).float()
+        log_mean = torch.logsumexp(F.log_softmax(logits, -1), dim=0) - math.log(logits.shape[0])
+        correct += (log_mean.argmax(-1) == y).sum().item()
+        nll -= log_mean.gather(1, y[:, None]).sum().item()
+    return correct / len(images), nll / len(images)
+
+
+def _rng_state(generator):
+    state = {"cpu": torch.get_rng_state(), "generator": generator.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _restore_rng(state, generator):
+    torch.set_rng_state(state["cpu"])
+    generator.set_state(state["generator"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_epoch=None,
+        autocast=False, channels_last=False) -> dict:
+    """Train until the epochs run out or early stopping fires; resume from `state_path` if present.
+
+    Returns {"history", "best_epoch", "stopped_early", "train_seconds"}; the model ends with
+    the weights chosen on the validation split (best epoch with early stopping, else last)."""
+    optimizer, scheduler = make_optimizer(model, config)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    best = {"accuracy": -math.inf, "epoch": -1, "bad_epochs": 0, "state": None}
+    history, start, seconds, stopped = [], 0, 0.0, False
+    if state_path.exists():
+        saved = torch.load(state_path, map_location=device, weights_only=True)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        _restore_rng(saved["rng"], generator)
+        best, history, seconds, stopped = saved["best"], saved["history"], saved["seconds"], saved["stopped"]
+        start = saved["epoch"] + 1
+    n = len(data.train_images)
+    for epoch in range(start, config.epochs):
+        if stopped:
+            break
+        began = time.perf_counter()
+        orders = epoch_permutations(n, num_orders(model.method, model.num_members), generator, device)
+        lr = optimizer.param_groups[0]["lr"]
+        loss, accuracy = train_epoch(model, optimizer, data, orders, config, generator, autocast, channels_last)
+        scheduler.step()
+        val_accuracy, val_nll = evaluate(model, data.val_images, data.val_labels, data.normalize, autocast=autocast)
+        if val_accuracy > best["accuracy"] + config.min_delta or best["epoch"] < 0:
+            best = {"accuracy": val_accuracy, "epoch": epoch, "bad_epochs": 0,
+                    "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+        else:
+            best["bad_epochs"] += 1
+        stopped = config.early_stopping and best["bad_epochs"] >= config.patience
+        seconds += time.perf_counter() - began
+        history.append({"epoch": epoch + 1, "loss": loss, "accuracy": accuracy, "val_accuracy": val_accuracy,
+                        "val_nll": val_nll, "lr": lr, "seconds": time.perf_counter() - began})
+        buffer = io.BytesIO()
+        torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "rng": _rng_state(generator), "best": best,
+                    "history": history, "seconds": seconds, "stopped": stopped}, buffer)
+        atomic_write_bytes(state_path, buffer.getvalue())
+        if on_epoch is not None:
+            on_epoch(history[-1])
+    if config.early_stopping and best["state"] is not None:
+        model.load_state_dict(best["state"])
+    return {"history": history, "best_epoch": best["epoch"] + 1, "stopped_early": stopped, "train_seconds": seconds}
