@@ -1,0 +1,177 @@
+"""Training: loss semantics, reproducibility, exact resume, early stopping, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import ensdiag
+from ensdiag.config import preset_config
+from ensdiag.data import get_dataset
+from ensdiag.data.batching import Normalize, epoch_permutations
+from ensdiag.experiment import run_experiment
+from ensdiag.progress import TrainProgress
+from ensdiag.train import FitData, fit, make_optimizer, member_batch, train_epoch
+
+from .cli import assert_one_line_error, run_cli
+
+
+def small(**overrides):
+    options = dict(methods=["single"], seeds=[1], epochs=3, members=2)
+    options.update(overrides)
+    return preset_config("digits", **options)
+
+
+def digits_fit_data(n=256):
+    split = get_dataset("digits").load(split="train")
+    return FitData(split.images[:n], split.labels[:n], split.images[n:n + 64], split.labels[n:n + 64],
+                   Normalize((0.3,), (0.37,)))
+
+
+def test_deep_ensemble_member_trained_alone_equals_member_inside_the_ensemble():
+    config = small(methods=["deep-ensemble"], members=3, batch_size=32)
+    data = digits_fit_data()
+    ensemble = ensdiag.build_model("mlp", "deep-ensemble", 3, 10, (1, 8, 8))
+    alone = ensdiag.build_model("mlp", "single", 1, 10, (1, 8, 8))
+    alone.load_state_dict({f"body.{k}": v for k, v in ensemble.member_state_dict(1).items()})
+    g = torch.Generator().manual_seed(0)
+    orders = [epoch_permutations(len(data.train_images), 3, g, "cpu") for _ in range(2)]
+    for model, rows in ((ensemble, slice(None)), (alone, slice(1, 2))):
+        optimizer, _ = make_optimizer(model, config)
+        for order in orders:  # member 1 follows its own shuffle in both cases
+            train_epoch(model, optimizer, data, order[rows], config, g)
+    for key, value in alone.state_dict().items():
+        torch.testing.assert_close(ensemble.member_state_dict(1)[key.removeprefix("body.")], value, rtol=1e-5, atol=1e-6)
+
+
+def test_batch_ensemble_members_see_every_example_or_a_disjoint_split():
+    x, y = torch.randn(1, 8, 3), torch.arange(8)[None]
+    xs, ys = member_batch("batch-ensemble", x, y, 4)
+    assert xs.shape == (4, 8, 3) and all(torch.equal(xs[i], x[0]) for i in range(4))
+    assert all(torch.equal(ys[i], y[0]) for i in range(4))
+    xs, ys = member_batch("batch-ensemble", x, y, 4, split_batch=True)
+    assert xs.shape == (4, 2, 3) and sorted(ys.flatten().tolist()) == list(range(8))
+
+
+def test_runs_are_reproducible(tmp_path):
+    config = small(methods=["mc-dropout", "deep-ensemble"])
+    for name in ("a", "b"):
+        run_experiment(config, tmp_path / name, "data", quiet=True)
+    for method in ("mc-dropout", "deep-ensemble"):
+        a = load_file(tmp_path / "a" / method / "seed-1" / "predictions.safetensors")
+        b = load_file(tmp_path / "b" / method / "seed-1" / "predictions.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def final_weights(run_dir, method="batch-ensemble"):
+    return load_file(run_dir / method / "seed-1" / "model.safetensors")
+
+
+def test_interrupted_run_resumes_to_identical_weights(tmp_path, monkeypatch):
+    config = small(methods=["batch-ensemble"], epochs=6, early_stopping=False)
+    run_experiment(config, tmp_path / "straight", "data", quiet=True)
+
+    original = TrainProgress.epoch
+
+    def interrupt_after_epoch_3(self, row, epochs):
+        original(self, row, epochs)
+        if row["epoch"] == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(TrainProgress, "epoch", interrupt_after_epoch_3)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, tmp_path / "cut", "data", quiet=True)
+    assert (tmp_path / "cut" / "batch-ensemble" / "seed-1" / "training-state.pt").exists()
+    assert not (tmp_path / "cut" / "batch-ensemble" / "seed-1" / "model.safetensors").exists()
+    monkeypatch.setattr(TrainProgress, "epoch", original)
+    run_experiment(config, tmp_path / "cut", "data", quiet=True)
+    straight, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "cut")
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+    history = (tmp_path / "cut" / "batch-ensemble" / "seed-1" / "history.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in history] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.slow
+def test_killed_process_resumes_to_identical_weights(tmp_path):
+    args = ["--method", "deep-ensemble", "--seeds", "1", "--epochs", "40", "--members", "2", "--quiet"]
+    env = dict(os.environ)
+    command = [sys.executable, "-m", "ensdiag", "train", *args]
+    subprocess.run([*command, "--out", str(tmp_path / "straight")], check=True, env=env, capture_output=True)
+    process = subprocess.Popen([*command, "--out", str(tmp_path / "cut")], env=env)
+    state = tmp_path / "cut" / "deep-ensemble" / "seed-1" / "training-state.pt"
+    deadline = time.time() + 60
+    while not state.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    if not state.exists():
+        pytest.skip("the run finished before it could be killed")
+    done = subprocess.run([*command, "--out", str(tmp_path / "cut")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    straight, resumed = final_weights(tmp_path / "straight", "deep-ensemble"), final_weights(tmp_path / "cut", "deep-ensemble")
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+
+def test_early_stopping_keeps_the_best_validation_epoch(tmp_path):
+    config = small(methods=["single"], epochs=20, patience=2, min_delta=1.0)  # nothing counts as improving
+    run_experiment(config, tmp_path, "data", quiet=True)
+    meta = json.loads((tmp_path / "single" / "seed-1" / "meta.json").read_text())
+    assert meta["stopped_early"] and meta["epochs_run"] == 3 and meta["best_epoch"] == 1
+
+
+def test_overrides_are_recorded(tmp_path):
+    config = preset_config("digits", methods=["single"], seeds=[5], epochs=2, lr=0.02, be_init="ones")
+    run_experiment(config, tmp_path, "data", quiet=True)
+    stored = json.loads((tmp_path / "experiment.json").read_text())
+    assert stored["config"]["overrides"] == {"methods": ["single"], "seeds": [5], "epochs": 2, "lr": 0.02, "be_init": "ones"}
+    assert stored["splits"]["shift"] == "digits-C (procedural)" and stored["skipped"] == {}
+
+
+def test_finished_runs_are_not_retrained(tmp_path, capsys):
+    config = small()
+    run_experiment(config, tmp_path, "data", quiet=True)
+    before = (tmp_path / "single" / "seed-1" / "meta.json").stat().st_mtime_ns
+    run_experiment(config, tmp_path, "data", quiet=False)
+    assert (tmp_path / "single" / "seed-1" / "meta.json").stat().st_mtime_ns == before
+    assert "already finished" in capsys.readouterr().err
+
+
+def test_missing_shift_and_ood_are_skipped_and_recorded(tmp_path, monkeypatch):
+    from ensdiag.data import torchvision_sets
+    from tests.formats import write_mnist_layout
+    monkeypatch.setattr(torchvision_sets, "DEBIAN_FASHION_MNIST", tmp_path / "nowhere")
+    write_mnist_layout(tmp_path / "data", n_train=40, n_test=10)
+    config = preset_config("mnist", methods=["single"], seeds=[1], epochs=1, lr=0.001)
+    run_experiment(config, tmp_path / "run", tmp_path / "data", quiet=True)
+    stored = json.loads((tmp_path / "run" / "experiment.json").read_text())
+    assert set(stored["skipped"]) == {"shift", "ood"} and "MNIST-C not found" in stored["skipped"]["shift"]
+    predictions = load_file(tmp_path / "run" / "single" / "seed-1" / "predictions.safetensors")
+    assert set(predictions) == {"id/logits", "id/labels"}
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--preset", "imagenet"], "unknown preset 'imagenet'"),
+    (["--method", "single,bagging"], "unknown method bagging"),
+    (["--seeds", "1,x"], "--seeds must be a comma-separated list"),
+    (["--preset", "mnist", "--data-dir", "{tmp}/empty"], r"MNIST not found: missing .*train-images-idx3-ubyte.*--download"),
+    (["--out", "{tmp}/file.txt/run"], "cannot write to --out"),
+    (["--resume", "{tmp}"], "is not an ensdiag run"),
+    (["--resume", "{tmp}", "--epochs", "3"], "drop epochs"),
+])
+def test_bad_input_is_one_line_and_non_zero(tmp_path, capsys, args, match):
+    (tmp_path / "file.txt").write_text("not a folder")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    assert_one_line_error(capsys, "train", "--quiet", *args, match=match)
+
+
+def test_cli_train_writes_the_run_folder(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, "train", "--method", "single", "--seeds", "3", "--epochs", "2", "--out", tmp_path / "r", "--quiet")
+    assert code == 0 and out.strip() == str(tmp_path / "r")
+    files = sorted(p.name for p in (tmp_path / "r" / "single" / "seed-3").iterdir())
+    assert files == ["history.jsonl", "meta.json", "metrics.json", "model.safetensors", "predictions.safetensors"]
