@@ -3,6 +3,7 @@
     ensdiag --help
 """
 
+import json
 import sys
 from pathlib import Path
 
@@ -119,6 +120,155 @@ def train(
     if not quiet:
         err_console.print(f"run folder: {run_dir}", markup=False, highlight=False)
     print(run_dir)
+
+
+def _print_json(data):
+    """Machine output: plain JSON on stdout, untouched by rich."""
+    sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+def _check_format(fmt, allowed=("table", "json")):
+    if fmt not in allowed:
+        raise EnsdiagError(f"unknown --format {fmt!r}; choose from {', '.join(allowed)}")
+
+
+def _show_metrics(metrics, title):
+    from .report.terminal import metrics_table, ood_table, skipped_lines
+    console = Console()
+    console.print(metrics_table(metrics, title))
+    table = ood_table(metrics)
+    if table is not None:
+        console.print(table)
+    for line in skipped_lines(metrics):
+        err_console.print(line, markup=False, highlight=False)
+
+
+@app.command()
+def evaluate(
+    model_path: Path = typer.Argument(..., metavar="MODEL.safetensors", help="A model saved by ensdiag."),
+    preset: str = typer.Option(None, help="Whose data to evaluate on (default: the preset matching the model)."),
+    data_dir: Path = typer.Option(Path("data"), "--data-dir"),
+    download: bool = typer.Option(False, "--download"),
+    device: str = typer.Option("auto"),
+    out: Path = typer.Option(None, help="Folder to write predictions.safetensors and metrics.json into."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+):
+    """Predictions and every metric for one model file on a preset's test, shift and OOD data."""
+    from .analysis import analyze_predictions
+    from .checkpoint import load_model
+    from .evaluate import evaluate_model
+    from .io import atomic_write_json
+    from .predict import save_predictions
+
+    _check_format(fmt)
+    model = load_model(model_path)
+    predictions, titles, skipped = evaluate_model(model, preset, data_dir, download, device)
+    metrics = analyze_predictions(predictions, weights=model.member_weights())
+    metrics["skipped_splits"] = skipped
+    if out is not None:
+        save_predictions({k: v for k, v in predictions.items() if k != "shift"}, Path(out) / "predictions.safetensors",
+                         {"ensdiag.spec": model.spec.to_json(), "ensdiag.splits": titles})
+        atomic_write_json(Path(out) / "metrics.json", metrics)
+    if fmt == "json":
+        _print_json(metrics)
+    else:
+        _show_metrics(metrics, f"{model_path} ({model.spec.arch}, {model.method}, k={model.num_members})")
+        for split, reason in skipped.items():
+            err_console.print(f"{split}: not evaluated — {reason}", markup=False, highlight=False)
+
+
+@app.command()
+def analyze(
+    predictions_path: Path = typer.Argument(..., metavar="PREDICTIONS.safetensors",
+                                            help="Member logits '<split>/logits' [k,N,C] (+ '<split>/labels' [N]) from any framework."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    out: Path = typer.Option(None, help="Also write metrics.json here."),
+):
+    """Every metric from member logits produced anywhere (see the file layout in the README)."""
+    from .analysis import analyze_predictions
+    from .io import atomic_write_json
+    from .predict import load_predictions
+
+    _check_format(fmt)
+    predictions, _ = load_predictions(predictions_path)
+    metrics = analyze_predictions(predictions)
+    if out is not None:
+        atomic_write_json(out, metrics)
+    if fmt == "json":
+        _print_json(metrics)
+    else:
+        _show_metrics(metrics, str(predictions_path))
+
+
+@app.command()
+def diversity(
+    model_path: Path = typer.Argument(..., metavar="MODEL.safetensors", help="A model saved by ensdiag."),
+    preset: str = typer.Option(None, help="Whose data to measure disagreement on (default: matches the model)."),
+    data_dir: Path = typer.Option(Path("data"), "--data-dir"),
+    device: str = typer.Option("auto"),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    plot: Path = typer.Option(None, help="Also draw the heatmaps into this PNG file."),
+):
+    """How different the members really are: disagreement per split and weight-space cosine."""
+    from .analysis import analyze_predictions
+    from .checkpoint import load_model
+    from .evaluate import evaluate_model
+
+    _check_format(fmt)
+    model = load_model(model_path)
+    weights = model.member_weights()
+    try:
+        predictions, titles, skipped = evaluate_model(model, preset, data_dir, False, device)
+    except EnsdiagError as error:  # no data at all: the weights still tell a story
+        predictions, titles, skipped = None, {}, {"id": str(error), "shift": str(error), "ood": str(error)}
+    if predictions is not None:
+        metrics = analyze_predictions(predictions, weights, only=["disagreement", "weight-similarity"])
+    else:
+        from .analysis.diversity import weight_similarity
+        from .analysis.registry import Skip
+        try:
+            result = {"status": "ok", **weight_similarity(None, weights)}
+        except Skip as reason:
+            result = {"status": "skipped", "reason": str(reason)}
+        metrics = {"analyzers": {"disagreement": {"status": "skipped", "reason": "no data to predict on"},
+                                 "weight-similarity": result}}
+    report = {"model": str(model_path), "method": model.method, "num_members": model.num_members,
+              "splits": titles, "not_evaluated": skipped,
+              "disagreement": metrics["analyzers"]["disagreement"], "weight_similarity": metrics["analyzers"]["weight-similarity"]}
+    if plot is not None:
+        from .report.figures import heatmap_grid, save_figure
+        rows = []
+        if report["disagreement"]["status"] == "ok":
+            splits = report["disagreement"]["splits"]
+            rows.append(("disagreement", [(name, splits[name]["matrix"]["value"]) for name in ("id", "shift", "ood") if name in splits]))
+        if report["weight_similarity"]["status"] == "ok":
+            rows.append(("weight cosine", [("all layers", report["weight_similarity"]["matrix"]["value"])]))
+        if not rows:
+            raise EnsdiagError(f"nothing to plot: {model.method} with k={model.num_members} has one weight set and no data was found")
+        save_figure(heatmap_grid(rows, title=f"{model_path.name}: {model.method}, k={model.num_members}"), plot)
+    if fmt == "json":
+        _print_json(report)
+        return
+    from .report.terminal import heatmap_table
+    console = Console()
+    console.print(f"[bold]{model_path}[/]: {model.spec.arch}, {model.method}, k = {model.num_members}")
+    if report["disagreement"]["status"] == "ok":
+        for name, entry in report["disagreement"]["splits"].items():
+            if "/" in name:
+                continue
+            extra = f", normalised {entry['normalized']['value']:.3f}" if entry.get("normalized", {}).get("value") is not None else ""
+            console.print(heatmap_table(entry["matrix"]["value"], f"disagreement on {name} ({titles.get(name, name)}): mean {entry['mean']['value']:.3f}{extra}"))
+    else:
+        err_console.print(f"disagreement: {report['disagreement']['reason']}", markup=False, highlight=False)
+    similarity = report["weight_similarity"]
+    if similarity["status"] == "ok":
+        console.print(heatmap_table(similarity["matrix"]["value"], f"weight cosine, all layers: mean {similarity['mean']['value']:.3f}"))
+    else:
+        err_console.print(f"weight cosine: {similarity['reason']}", markup=False, highlight=False)
+    for split, reason in skipped.items():
+        err_console.print(f"{split}: not evaluated — {reason}", markup=False, highlight=False)
+    if plot is not None:
+        err_console.print(f"heatmaps written to {plot}", markup=False, highlight=False)
 
 
 def main(argv=None):

@@ -90,11 +90,12 @@ def load_predictions(path) -> tuple[dict[str, dict], dict]:
 
 
 def with_pooled_shift(splits: dict[str, dict]) -> dict[str, dict]:
-    """Add the pooled `shift` split (all `shift/<corruption>` concatenated) if it is absent."""
+    """Add the pooled `shift` split (all `shift/<corruption>` concatenated) if it is absent;
+    order the splits id, shift, ood, then the per-corruption ones."""
     parts = [name for name in splits if name.startswith("shift/")]
-    if "shift" in splits or not parts or any(splits[p]["labels"] is None for p in parts):
-        return splits
-    pooled = {"logits": torch.cat([splits[p]["logits"] for p in parts], dim=1),
-              "labels": torch.cat([splits[p]["labels"] for p in parts])}
-    ordered = {name: split for name, split in splits.items() if not name.startswith("shift/")}
-    return {**ordered, "shift": pooled, **{p: splits[p] for p in parts}}
+    splits = dict(splits)
+    if "shift" not in splits and parts and all(splits[p]["labels"] is not None for p in parts):
+        splits["shift"] = {"logits": torch.cat([splits[p]["logits"] for p in parts], dim=1),
+                           "labels": torch.cat([splits[p]["labels"] for p in parts])}
+    rank = {"id": 0, "shift": 1, "ood": 2}
+    return dict(sorted(splits.items(), key=lambda item: rank.get(item[0], 3)))

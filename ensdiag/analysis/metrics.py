@@ -90,6 +90,19 @@ def member_nll(logits, labels) -> list[float]:
     return (-log_p.gather(2, labels.expand(logits.shape[0], -1)[..., None]).squeeze(-1).mean(1)).tolist()
 
 
+def sortable_key(scores: torch.Tensor) -> torch.Tensor:
+    """Integers that sort exactly as the float scores do (IEEE-754 bits, negatives flipped).
+
+    Sorting these is an order of magnitude faster than sorting floats on CPU (radix sort),
+    and equal scores get equal keys, so ties stay ties. -0.0 is folded into +0.0."""
+    if torch.isnan(scores).any():
+        raise ValueError("OOD scores contain NaN")
+    as_int = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}
+    bits = (scores + 0.0).view(as_int[scores.dtype])
+    flip = torch.iinfo(bits.dtype).max  # all bits but the sign
+    return torch.where(bits < 0, bits ^ flip, bits)
+
+
 def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor) -> dict[str, float]:
     """AUROC, AUPR-Out, AUPR-In and FPR95 from one sort; exact with ties.
 
@@ -101,11 +114,13 @@ def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor) -> dict[str, fl
       threshold τ that accepts at least 95 % of ID samples; samples tied at τ are accepted.
     """
     n_id, n_ood = len(score_id), len(score_ood)
-    scores = torch.cat([score_id.double().flatten(), score_ood.double().flatten()])
+    scores = torch.cat([score_id.flatten(), score_ood.flatten()])
+    if not scores.is_floating_point():
+        scores = scores.double()
     is_ood = torch.cat([torch.zeros(n_id, dtype=torch.float64), torch.ones(n_ood, dtype=torch.float64)])
-    order = torch.argsort(scores)
-    scores, is_ood = scores[order], is_ood[order]
-    _, group_sizes = torch.unique_consecutive(scores, return_counts=True)  # ascending tie groups
+    keys, order = torch.sort(sortable_key(scores))
+    is_ood = is_ood[order]
+    _, group_sizes = torch.unique_consecutive(keys, return_counts=True)  # ascending tie groups
     group_ends = group_sizes.cumsum(0) - 1
     cum_ood = is_ood.cumsum(0)[group_ends]  # OOD with score ≤ group value
     cum_id = (group_ends + 1).double() - cum_ood

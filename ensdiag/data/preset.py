@@ -15,7 +15,7 @@ from .registry import Split, get_dataset
 
 @dataclass
 class PresetData:
-    train: Split  # the full training split; the validation split is held out per seed
+    train: Split | None  # the full training split (None when only evaluating); validation is held out per seed
     test: Split
     shift: dict[str, Split]  # corruption -> split
     ood: Split | None
@@ -31,13 +31,14 @@ class PresetData:
         return splits
 
 
-def load_preset_data(config, data_dir, download=False) -> PresetData:
+def load_preset_data(config, data_dir, download=False, with_train=True) -> PresetData:
     data_dir = Path(data_dir)
     dataset = get_dataset(config.dataset)
     try:
-        train, test = dataset.load(data_dir, "train", download), dataset.load(data_dir, "test", download)
+        train = dataset.load(data_dir, "train", download) if with_train else None
+        test = dataset.load(data_dir, "test", download)
     except EnsdiagError as error:
-        raise EnsdiagError(f"training data missing: {error}"
+        raise EnsdiagError(f"{'training' if with_train else 'test'} data missing: {error}"
                            + ("" if "--download" in str(error) else " (or pass --download)")) from None
     skipped, titles = {}, {"id": f"{dataset.title} test"}
     shift_set, ood_set = get_dataset(config.shift), get_dataset(config.ood)
@@ -52,12 +53,13 @@ def load_preset_data(config, data_dir, download=False) -> PresetData:
         titles["ood"] = f"{ood_set.title} {config.ood_split}"
     except EnsdiagError as error:
         ood, skipped["ood"] = None, str(error)
-    for split in [train, test, *shift.values(), *([ood] if ood is not None else [])]:
+    present = [split for split in [train, test, *shift.values(), ood] if split is not None]
+    for split in present:
         if tuple(split.images.shape[1:]) != tuple(config.input_shape):
             raise EnsdiagError(f"{split.source}: images of shape {tuple(split.images.shape[1:])}, "
                                f"the {config.preset} preset expects {tuple(config.input_shape)}")
-    for split in [train, test, *shift.values()]:
-        if len(split.labels) and int(split.labels.max()) >= config.num_classes:
+    for split in present:
+        if split.labels is not None and len(split.labels) and int(split.labels.max()) >= config.num_classes:
             raise EnsdiagError(f"{split.source}: label {int(split.labels.max())} out of range for {config.num_classes} classes")
     return PresetData(train, test, shift, ood, skipped, titles)
 

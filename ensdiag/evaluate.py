@@ -1,0 +1,32 @@
+"""One model file x a preset's evaluation data -> predictions and metrics (`ensdiag evaluate`/`diversity`)."""
+
+from .config import PRESETS, preset_config
+from .data.batching import Normalize
+from .data.preset import load_preset_data
+from .errors import EnsdiagError
+from .experiment import resolve_device
+from .predict import predict, with_pooled_shift
+
+
+def guess_preset(spec) -> str:
+    """The preset whose architecture and input shape match the model's."""
+    for name, config in PRESETS.items():
+        if config.arch == spec.arch and tuple(config.input_shape) == tuple(spec.input_shape) \
+                and config.num_classes == spec.num_classes:
+            return name
+    raise EnsdiagError(f"no preset fits a {spec.arch} on inputs {tuple(spec.input_shape)} with {spec.num_classes} "
+                       f"classes; pass --preset ({', '.join(PRESETS)})")
+
+
+def evaluate_model(model, preset=None, data_dir="data", download=False, device="auto", seed=0):
+    """(predictions with pooled shift, split titles, skipped splits {name: reason}) for a model."""
+    config = preset_config(preset or guess_preset(model.spec))
+    if tuple(config.input_shape) != tuple(model.spec.input_shape):
+        raise EnsdiagError(f"the {config.preset} preset has inputs {tuple(config.input_shape)}, the model "
+                           f"{tuple(model.spec.input_shape)}")
+    device = resolve_device(device)
+    data = load_preset_data(config, data_dir, download, with_train=False)
+    model = model.to(device)
+    predictions = predict(model, data.eval_splits(), Normalize(config.mean, config.std, device), device, seed=seed,
+                          autocast=device.type == "cuda")
+    return with_pooled_shift(predictions), data.titles, data.skipped

@@ -1,0 +1,113 @@
+"""Figures with matplotlib's object API on the Agg backend (no display, no global pyplot state).
+
+- `heatmap_grid`: the paper's Figure 2 — rows of k×k matrices (disagreement per split,
+  weight cosine) on one shared colour scale, e.g. Deep Ensemble above BatchEnsemble.
+- `reliability_figure`, `ood_histogram_figure`, `training_curves_figure` for reports.
+"""
+
+import io
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ..io import atomic_write_bytes
+
+
+def save_figure(figure: Figure, path, formats=("png",)) -> list[Path]:
+    """Write the figure as each format (path's suffix replaced), atomically."""
+    FigureCanvasAgg(figure)
+    written = []
+    for fmt in formats:
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format=fmt, dpi=130, bbox_inches="tight")
+        written.append(atomic_write_bytes(Path(path).with_suffix(f".{fmt}"), buffer.getvalue()))
+    return written
+
+
+def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", title=None) -> Figure:
+    """rows: [(row label, [(panel title, k×k matrix), ...]), ...], one colour scale for all."""
+    ncols = max(len(panels) for _, panels in rows)
+    figure = Figure(figsize=(2.3 * ncols + 1.0, 2.3 * len(rows) + (0.4 if title else 0)), layout="constrained")
+    axes = figure.subplots(len(rows), ncols, squeeze=False)
+    image = None
+    for r, (label, panels) in enumerate(rows):
+        for c in range(ncols):
+            ax = axes[r][c]
+            if c >= len(panels):
+                ax.axis("off")
+                continue
+            name, matrix = panels[c]
+            image = ax.imshow(matrix, vmin=vmin, vmax=vmax, cmap=cmap)
+            k = len(matrix)
+            ax.set_xticks(range(k))
+            ax.set_yticks(range(k))
+            ax.set_title(name, fontsize=9)
+            if k <= 6:
+                for i in range(k):
+                    for j in range(k):
+                        value = matrix[i][j]
+                        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                                color="white" if (value - vmin) < 0.6 * (vmax - vmin) else "black")
+            if c == 0:
+                ax.set_ylabel(label, fontsize=9)
+    if image is not None:
+        figure.colorbar(image, ax=axes, shrink=0.8, label=colorbar_label)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    return figure
+
+
+def reliability_figure(curves) -> Figure:
+    """curves: [(method, bins dict with lower/upper/count/accuracy/confidence)] — one panel each."""
+    figure = Figure(figsize=(2.8 * len(curves), 2.9), layout="constrained")
+    axes = figure.subplots(1, len(curves), squeeze=False)[0]
+    for ax, (name, bins) in zip(axes, curves):
+        centres = [(lo + hi) / 2 for lo, hi in zip(bins["lower"], bins["upper"])]
+        width = bins["upper"][0] - bins["lower"][0]
+        filled = [(x, a, c) for x, a, c, n in zip(centres, bins["accuracy"], bins["confidence"], bins["count"]) if n]
+        ax.bar([x for x, _, _ in filled], [a for _, a, _ in filled], width=width, edgecolor="black", linewidth=0.4,
+               label="accuracy")
+        ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=0.8)
+        ax.plot([c for _, _, c in filled], [a for _, a, _ in filled], "o", markersize=2.5, color="tab:red",
+                label="(conf, acc)")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("confidence max p̄", fontsize=8)
+    axes[0].set_ylabel("accuracy", fontsize=8)
+    axes[0].legend(fontsize=7, loc="upper left")
+    return figure
+
+
+def ood_histogram_figure(panels, score_name="1 − MSP") -> Figure:
+    """panels: [(method, id scores, ood scores)] — overlaid histograms per method."""
+    figure = Figure(figsize=(2.8 * len(panels), 2.6), layout="constrained")
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (name, id_scores, ood_scores) in zip(axes, panels):
+        ax.hist(id_scores, bins=30, range=(0, 1), alpha=0.6, density=True, label="ID")
+        ax.hist(ood_scores, bins=30, range=(0, 1), alpha=0.6, density=True, label="OOD")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel(score_name, fontsize=8)
+    axes[0].legend(fontsize=7)
+    return figure
+
+
+def training_curves_figure(curves) -> Figure:
+    """curves: {method: [history rows of one seed each]} — loss and validation accuracy per epoch."""
+    figure = Figure(figsize=(7.5, 2.8), layout="constrained")
+    loss_ax, acc_ax = figure.subplots(1, 2)
+    for index, (name, histories) in enumerate(curves.items()):
+        color = f"C{index}"
+        for seed_index, rows in enumerate(histories):
+            epochs = [row["epoch"] for row in rows]
+            label = name if seed_index == 0 else None
+            loss_ax.plot(epochs, [row["loss"] for row in rows], color=color, alpha=0.7, linewidth=1, label=label)
+            acc_ax.plot(epochs, [row["val_accuracy"] for row in rows], color=color, alpha=0.7, linewidth=1)
+    loss_ax.set_yscale("log")
+    loss_ax.set_xlabel("epoch")
+    loss_ax.set_ylabel("training loss (per member)")
+    acc_ax.set_xlabel("epoch")
+    acc_ax.set_ylabel("validation accuracy")
+    loss_ax.legend(fontsize=7)
+    return figure

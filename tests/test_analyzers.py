@@ -1,0 +1,146 @@
+"""The analyzer registry (contract over every analyzer, plug-ins) and the analysis CLI commands."""
+
+import json
+import math
+import sys
+import textwrap
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import ensdiag
+from ensdiag.analysis import ANALYZERS, Skip, all_analyzers, analyze_predictions, load_plugins
+from ensdiag.predict import save_predictions
+
+from .cli import assert_one_line_error, run_cli
+
+
+def predictions(k=3, with_ood=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    splits = {"id": {"logits": torch.randn(k, 40, 4, generator=g), "labels": torch.randint(0, 4, (40,), generator=g)},
+              "shift/blur": {"logits": torch.randn(k, 30, 4, generator=g), "labels": torch.randint(0, 4, (30,), generator=g)}}
+    if with_ood:
+        splits["ood"] = {"logits": torch.randn(k, 25, 4, generator=g), "labels": None}
+    return splits
+
+
+def values_have_definitions(node):
+    if isinstance(node, dict):
+        if "value" in node:
+            assert isinstance(node.get("definition"), str) and node["definition"], node
+        for child in node.values():
+            values_have_definitions(child)
+    elif isinstance(node, list):
+        for child in node:
+            values_have_definitions(child)
+
+
+@pytest.mark.parametrize("name", sorted(all_analyzers()))
+def test_analyzer_contract(name):
+    analyzer = all_analyzers()[name]
+    weights = ensdiag.build_model("mlp", "deep-ensemble", 3, 4, (1, 8, 8)).member_weights()
+    result = analyzer(predictions(), weights)
+    assert isinstance(result, dict) and result
+    json.dumps(result, allow_nan=False)  # plain numbers only, no NaN
+    values_have_definitions(result)
+    assert analyzer.description
+    # minimal inputs: one member, no ood split, no weights -> a result or a Skip with a reason
+    try:
+        minimal = analyzer(predictions(k=1, with_ood=False), None)
+        json.dumps(minimal, allow_nan=False)
+    except Skip as reason:
+        assert str(reason)
+
+
+def test_missing_inputs_are_skipped_with_reasons():
+    result = analyze_predictions(predictions(k=1, with_ood=False))
+    status = {name: (r["status"], r.get("reason", "")) for name, r in result["analyzers"].items()}
+    assert status["ood"][0] == "skipped" and "ood" in status["ood"][1]
+    assert status["disagreement"][0] == "skipped" and "k = 1" in status["disagreement"][1]
+    assert status["weight-similarity"][0] == "skipped"
+    assert status["calibration"][0] == "ok"
+    assert result["analyzers"]["uncertainty"]["splits"]["id"]["jsd"]["value"] is None
+    assert result["schema"] == "ensdiag.metrics/1"
+
+
+def test_plugin_registers_through_an_entry_point(tmp_path, monkeypatch):
+    package = tmp_path / "tiny_plugin.py"
+    package.write_text(textwrap.dedent('''
+        def count_samples(predictions, weights=None):
+            """How many samples each split has."""
+            from ensdiag.analysis import metric
+            return {"splits": {n: metric(s["logits"].shape[1], "number of samples") for n, s in predictions.items()}}
+    '''))
+    dist = tmp_path / "tiny_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[ensdiag.analyzers]\nsample-count = tiny_plugin:count_samples\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert load_plugins(force=True) == {}
+        assert "sample-count" in ANALYZERS and ANALYZERS["sample-count"].source.startswith("plug-in")
+        result = analyze_predictions(predictions())["analyzers"]["sample-count"]
+        assert result["status"] == "ok" and result["splits"]["id"]["value"] == 40
+    finally:
+        ANALYZERS.pop("sample-count", None)
+        sys.modules.pop("tiny_plugin", None)
+
+
+def write_predictions(path, splits):
+    save_predictions(splits, path)
+    return path
+
+
+def test_analyze_cli_json_matches_library(tmp_path, capsys):
+    path = write_predictions(tmp_path / "p.safetensors", predictions())
+    code, out, _ = run_cli(capsys, "analyze", path, "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert "shift" in data["splits"]  # pooled from shift/<corruption>
+    expected = analyze_predictions(ensdiag.predict.load_predictions(path)[0])
+    assert data["analyzers"]["ood"]["scores"]["msp"]["auroc"]["value"] == pytest.approx(
+        expected["analyzers"]["ood"]["scores"]["msp"]["auroc"]["value"])
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: {"id/logits": torch.tensor([[[math.nan, 0.0]]]), "id/labels": torch.tensor([0])}, "NaN or infinite"),
+    (lambda: {"id/logits": torch.zeros(2, 3, 4), "id/labels": torch.zeros(5, dtype=torch.int64)}, r"labels must be integer \[N=3\]"),
+    (lambda: {"id/logits": torch.zeros(2, 3, 4), "id/labels": torch.tensor([0, 1, 7])}, "out of range 0..3"),
+    (lambda: {"id/logits": torch.zeros(2, 3, 4), "ood/logits": torch.zeros(3, 3, 4)}, "disagree on the number of members"),
+    (lambda: {"id/logits": torch.zeros(3, 4)}, r"must be float \[k, N, C\]"),
+])
+def test_bad_predictions_files(tmp_path, capsys, make, match):
+    path = tmp_path / "bad.safetensors"
+    save_file(make(), str(path))
+    assert_one_line_error(capsys, "analyze", path, match=match)
+
+
+def test_model_commands_reject_files_without_ensdiag_metadata(tmp_path, capsys):
+    path = tmp_path / "other.safetensors"
+    save_file({"w": torch.zeros(2)}, str(path))
+    for command in ("evaluate", "diversity"):
+        assert_one_line_error(capsys, command, path, match="no ensdiag metadata")
+    assert_one_line_error(capsys, "analyze", tmp_path / "missing.safetensors", match="does not exist")
+
+
+def test_diversity_without_data_still_shows_weight_similarity(tmp_path, capsys):
+    model = ensdiag.build_model("mlp", "batch-ensemble", 3, 10, (1, 28, 28), init="ones")
+    path = ensdiag.save_model(model, tmp_path / "be.safetensors")
+    code, out, err = run_cli(capsys, "diversity", path, "--data-dir", tmp_path / "nothing", "--format", "json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["weight_similarity"]["mean"]["value"] == pytest.approx(1.0)
+    assert set(report["not_evaluated"]) == {"id", "shift", "ood"} and "MNIST" in report["not_evaluated"]["id"]
+
+
+def test_diversity_and_evaluate_on_the_embedded_default(tmp_path, capsys):
+    model = ensdiag.build_model("mlp", "deep-ensemble", 3, 10, (1, 8, 8))
+    path = ensdiag.save_model(model, tmp_path / "de.safetensors")
+    code, out, _ = run_cli(capsys, "diversity", path, "--plot", tmp_path / "d.png", "--format", "json")
+    report = json.loads(out)
+    assert code == 0 and set(report["disagreement"]["splits"]) >= {"id", "shift", "ood"}
+    assert (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, out, _ = run_cli(capsys, "evaluate", path, "--out", tmp_path / "eval")
+    assert code == 0 and "Acc" in out
+    assert (tmp_path / "eval" / "metrics.json").exists() and (tmp_path / "eval" / "predictions.safetensors").exists()

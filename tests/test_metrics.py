@@ -1,0 +1,161 @@
+"""Every metric against an independent reference: scikit-learn, a hand-computed case, or dense maths."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import accuracy_score, average_precision_score, roc_auc_score
+
+import ensdiag
+from ensdiag.analysis import metrics as M
+
+
+def random_logits(k=3, n=200, c=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(k, n, c, generator=g) * 2, torch.randint(0, c, (n,), generator=g)
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["continuous", "heavily-tied"])
+@pytest.mark.parametrize("seed", range(5))
+def test_ood_metrics_equal_scikit_learn(seed, tied):
+    rng = np.random.default_rng(seed)
+    n_id, n_ood = rng.integers(50, 400, 2)
+    score_id, score_ood = rng.normal(0, 1, n_id), rng.normal(0.7, 1, n_ood)
+    if tied:  # a handful of distinct values, ties across and within classes
+        score_id, score_ood = np.round(score_id * 2) / 2, np.round(score_ood * 2) / 2
+    result = M.ood_metrics(torch.tensor(score_id), torch.tensor(score_ood))
+    y = np.r_[np.zeros(n_id), np.ones(n_ood)]
+    s = np.r_[score_id, score_ood]
+    assert result["auroc"] == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+    assert result["aupr_out"] == pytest.approx(average_precision_score(y, s), abs=1e-12)
+    assert result["aupr_in"] == pytest.approx(average_precision_score(1 - y, -s), abs=1e-12)
+
+
+def test_auroc_is_the_pairwise_probability_with_half_ties():
+    score_id, score_ood = torch.tensor([0.1, 0.5, 0.5]), torch.tensor([0.5, 0.9])
+    # pairs (ood > id): 0.5 vs 0.1 -> 1; vs 0.5, 0.5 -> ½ + ½; 0.9 beats all three -> 3
+    assert M.ood_metrics(score_id, score_ood)["auroc"] == pytest.approx((1 + 0.5 + 0.5 + 3) / 6)
+
+
+def test_fpr95_hand_computed():
+    score_id = torch.arange(1, 21, dtype=torch.float64)  # 1..20: τ = 19 accepts 19/20 = 95 %
+    score_ood = torch.tensor([0.5, 10, 19, 19.5, 30, 40, 50, 60], dtype=torch.float64)
+    # OOD accepted as ID: scores ≤ 19 -> 0.5, 10, 19 -> 3/8
+    assert M.ood_metrics(score_id, score_ood)["fpr95"] == pytest.approx(3 / 8)
+
+
+def test_fpr95_counts_ties_at_the_threshold_as_accepted():
+    score_id = torch.tensor([0.0] * 10 + [1.0] * 10)  # τ = 1 is the first to reach 95 %
+    score_ood = torch.tensor([1.0, 1.0, 2.0, 3.0])
+    assert M.ood_metrics(score_id, score_ood)["fpr95"] == pytest.approx(0.5)
+
+
+def probs_to_logits(p):
+    return torch.log(torch.tensor(p, dtype=torch.float64).clamp(min=1e-300))[None]
+
+
+def test_ece_hand_computed_with_confidence_exactly_one():
+    # confidences 1.0 (correct), 1.0 (wrong), 0.6 (correct), 0.5 (wrong); 15 bins
+    p = [[1.0, 0.0], [1.0, 0.0], [0.6, 0.4], [0.5, 0.5]]
+    labels = torch.tensor([0, 1, 0, 1])
+    value, bins = M.ece(probs_to_logits(p), labels)
+    # bin 14 (last): conf 1, 1 -> acc 0.5 -> gap 0.5, weight 2/4
+    # 0.6 lies in (8/15, 9/15] = bin 8: acc 1 -> gap 0.4; 0.5 in (7/15, 8/15] = bin 7: acc 0 -> gap 0.5
+    assert value == pytest.approx(2 / 4 * 0.5 + 1 / 4 * 0.4 + 1 / 4 * 0.5)
+    assert bins["count"][14] == 2 and bins["count"][8] == 1 and bins["count"][7] == 1 and sum(bins["count"]) == 4
+
+
+def test_nll_accuracy_brier_against_direct_formulas():
+    logits, labels = random_logits()
+    p_bar = F.softmax(logits.double(), -1).mean(0)
+    assert M.nll(logits, labels) == pytest.approx(-torch.log(p_bar[torch.arange(len(labels)), labels]).mean().item(), rel=1e-9)
+    assert M.accuracy(logits, labels) == pytest.approx(accuracy_score(labels.numpy(), p_bar.argmax(1).numpy()))
+    onehot = np.eye(5)[labels.numpy()]
+    assert M.brier(logits, labels) == pytest.approx(((p_bar.numpy() - onehot) ** 2).sum(1).mean())
+    members = F.softmax(logits.double(), -1)
+    assert M.member_accuracy(logits, labels) == pytest.approx([(m.argmax(1) == labels).double().mean().item() for m in members])
+    assert M.member_nll(logits, labels)[1] == pytest.approx(F.cross_entropy(logits[1].double(), labels).item())
+
+
+def test_nll_is_stable_for_extreme_logits():
+    logits = torch.tensor([[[1000.0, -1000.0]], [[-1000.0, 1000.0]]])
+    assert M.nll(logits, torch.tensor([0])) == pytest.approx(math.log(2))
+
+
+def test_entropies_against_scipy():
+    from scipy.stats import entropy
+    logits, _ = random_logits(k=4, n=50)
+    p = F.softmax(logits.double(), -1)
+    expected_h = entropy(p.mean(0).numpy(), axis=1)
+    torch.testing.assert_close(M.predictive_entropy(logits), torch.tensor(expected_h))
+    torch.testing.assert_close(M.expected_entropy(logits), torch.tensor(entropy(p.numpy(), axis=2).mean(0)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 20), st.integers(2, 6), st.integers(0, 10_000), st.floats(0.01, 30))
+def test_jsd_is_nonnegative_and_zero_for_identical_members(k, n, c, seed, scale):
+    logits = torch.randn(k, n, c, generator=torch.Generator().manual_seed(seed)) * scale
+    assert (M.jsd(logits) >= 0).all()
+    same = logits[:1].expand(k, n, c)
+    assert M.jsd(same).abs().max() < 1e-12
+
+
+def test_disagreement_matrix_hand_computed():
+    predicted = torch.tensor([[0, 1, 2, 2], [0, 1, 1, 2], [1, 1, 1, 0]])
+    logits = F.one_hot(predicted, 3).float()
+    d = M.disagreement_matrix(logits)
+    expected = torch.tensor([[0, 0.25, 0.75], [0.25, 0, 0.5], [0.75, 0.5, 0]], dtype=torch.float64)
+    torch.testing.assert_close(d, expected)
+    assert M.mean_off_diagonal(d) == pytest.approx(1.5 / 3)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 6), st.integers(1, 30), st.integers(0, 10_000))
+def test_disagreement_is_symmetric_with_zero_diagonal(k, n, seed):
+    d = M.disagreement_matrix(torch.randn(k, n, 4, generator=torch.Generator().manual_seed(seed)))
+    assert torch.equal(d, d.T) and (d.diagonal() == 0).all() and ((0 <= d) & (d <= 1)).all()
+
+
+@pytest.mark.parametrize("variant", ["channel", "kernel"])
+def test_batch_ensemble_weight_cosine_equals_dense_reimplementation(variant):
+    model = ensdiag.build_model("resnet18", "batch-ensemble", 3, 10, (3, 8, 8), variant=variant)
+    overall, per_layer = M.weight_cosine(model.member_weights())
+    # dense: rebuild every member's conv kernels directly from W, r, s
+    vectors = []
+    for i in range(3):
+        parts = []
+        for name, module in model.body.named_modules():
+            if hasattr(module, "r") and module.weight.dim() == 4:
+                if variant == "channel":
+                    w = module.weight * module.r[i].view(-1, 1, 1, 1) * module.s[i].view(1, -1, 1, 1)
+                else:
+                    w = module.weight * torch.einsum("oca,ocb->ocab", module.r[i], module.s[i])
+                parts.append(w.flatten())
+            elif hasattr(module, "r"):  # the linear head: W ∘ r sᵀ, then its bias
+                parts += [(module.weight * torch.outer(module.r[i], module.s[i])).flatten(), module.bias[i]]
+        vectors.append(torch.cat(parts).double())
+    v = torch.stack(vectors)
+    dense = (v @ v.T) / (v.norm(dim=1)[:, None] * v.norm(dim=1)[None, :])
+    torch.testing.assert_close(overall, dense.detach())
+    assert set(per_layer) >= {"conv1", "layer4.1.conv2", "fc"}
+
+
+def test_weight_cosine_of_ones_init_is_one():
+    model = ensdiag.build_model("mlp", "batch-ensemble", 4, 10, (1, 8, 8), init="ones")
+    overall, _ = M.weight_cosine(model.member_weights())
+    torch.testing.assert_close(overall, torch.ones(4, 4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_sortable_key_orders_exactly_like_the_floats(dtype):
+    values = torch.tensor([-3.5, -1.0, -0.0, 0.0, 1e-30, 0.25, 2.0, -1e-30, float("inf"), -float("inf"), 0.25], dtype=dtype)
+    keys = M.sortable_key(values)
+    order = torch.argsort(keys, stable=True)
+    assert torch.equal(values[order], torch.sort(values, stable=True).values)
+    for i in range(len(values)):
+        for j in range(len(values)):
+            assert bool(keys[i] == keys[j]) == bool(values[i] == values[j])
