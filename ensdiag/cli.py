@@ -57,7 +57,7 @@ def datasets(data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Whe
 
     table = Table(title=f"Datasets (--data-dir {data_dir})", show_lines=True)
     for column in ("name", "role", "status", "looked in / expects", "how to get it"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column in ("name", "status"))
     for name, dataset in DATASETS.items():
         where = dataset.locate(data_dir)
         files = dataset.expected_files(data_dir)
@@ -118,7 +118,11 @@ def train(
         out = out or default_run_dir(config.preset)
     run_dir = run_experiment(config, out, data_dir, download, device, quiet, sys.argv)
     if not quiet:
-        err_console.print(f"run folder: {run_dir}", markup=False, highlight=False)
+        from .report import build_report, to_rich
+        summary = build_report(run_dir)
+        for table in to_rich(summary, only={"id", "ood", "diversity"}):
+            err_console.print(table)
+        err_console.print(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})", markup=False, highlight=False)
     print(run_dir)
 
 
@@ -269,6 +273,36 @@ def diversity(
         err_console.print(f"{split}: not evaluated — {reason}", markup=False, highlight=False)
     if plot is not None:
         err_console.print(f"heatmaps written to {plot}", markup=False, highlight=False)
+
+
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(None, metavar="[RUN_DIR]", help="A run folder (default: the newest under ./runs)."),
+    fmt: str = typer.Option(None, "--format", help="table (default in a terminal), markdown, json, latex or html."),
+    out: Path = typer.Option(None, help="Write the report in --format to this file instead of stdout."),
+    reference: str = typer.Option(None, help="'paper': add the paper's published numbers (cifar10 preset)."),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Draw figures into RUN_DIR/figures/."),
+):
+    """The paper's tables (mean ± 95 % CI over seeds) and figures; also writes report.md and report.html."""
+    from .io import atomic_write_text
+    from .report import FORMATS, make_report, render, to_rich
+
+    fmt = fmt or ("table" if sys.stdout.isatty() and out is None else "markdown")
+    _check_format(fmt, FORMATS)
+    if reference not in (None, "paper"):
+        raise EnsdiagError(f"unknown --reference {reference!r}; the only reference is 'paper'")
+    result = make_report(run_dir, reference, figures)
+    if fmt == "table":
+        console = Console(file=open(out, "w", encoding="utf-8") if out else None, width=160 if out else None)
+        for table in to_rich(result):
+            console.print(table)
+    else:
+        text = render(result, fmt, result["run"])
+        if out is not None:
+            atomic_write_text(out, text)
+        else:
+            sys.stdout.write(text)
+    err_console.print(f"report.md, report.html and figures/ written to {result['run']}", markup=False, highlight=False)
 
 
 def main(argv=None):

@@ -79,7 +79,7 @@ def scale(x, g):
 @corruption
 def translate(x, g):
     # normalised coordinates span 2 units over the width: a shift of 2*p/W moves p pixels
-    pixels = _random_sign(len(x), g)[:, None] * _uniform(len(x), 1.5, 2.5, g)[:, None] * torch.ones(1, 2)
+    pixels = _random_sign(len(x), g)[:, None] * _uniform(len(x), 0.75, 1.25, g)[:, None] * torch.ones(1, 2)
     shift = 2 * pixels / torch.tensor([x.shape[-1], x.shape[-2]])
     one, zero = torch.ones(len(x)), torch.zeros(len(x))
     theta = torch.stack([torch.stack([one, zero, shift[:, 0]], 1), torch.stack([zero, one, shift[:, 1]], 1)], 1)

@@ -1,0 +1,93 @@
+"""Reports: the paper's tables (mean ± 95 % CI over seeds) and figures from any run folder.
+
+    report = make_report("runs/digits-20261121-120000")      # tables + figures/, report.md, report.html
+    print(render(report, "markdown"))
+"""
+
+from pathlib import Path
+
+
+from ..io import atomic_write_text
+from .aggregate import build_report, load_runs, newest_run
+from .figures import heatmap_grid, ood_histogram_figure, reliability_figure, save_figure, training_curves_figure
+from .render import to_html, to_json, to_latex, to_markdown, to_rich
+
+FORMATS = ("table", "markdown", "json", "latex", "html")
+
+
+def _first_complete(seeds: dict):
+    return next(((seed, run) for seed, run in seeds.items() if run is not None), (None, None))
+
+
+def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
+    """Write figures/*.png|svg into the run folder; return their entries (paths relative to it)."""
+    folder = Path(run_dir) / "figures"
+    figures = []
+
+    def add(name, title, figure):
+        save_figure(figure, folder / name, formats=("png", "svg"))
+        figures.append({"name": name, "title": title, "png": f"figures/{name}.png", "svg": f"figures/{name}.svg"})
+
+    rows = []  # Figure 2: disagreement per split + weight cosine, one row per ensemble method
+    for method in ("deep-ensemble", "batch-ensemble", "batch-ensemble-channel", "batch-ensemble-kernel", "mc-dropout"):
+        seed, run = _first_complete(runs.get(method, {}))
+        if run is None or run["metrics"]["analyzers"]["disagreement"]["status"] != "ok":
+            continue
+        analyzers = run["metrics"]["analyzers"]
+        panels = [(f"disagreement: {split}", analyzers["disagreement"]["splits"][split]["matrix"]["value"])
+                  for split in ("id", "shift", "ood") if split in analyzers["disagreement"]["splits"]]
+        if analyzers["weight-similarity"]["status"] == "ok":
+            panels.append(("weight cosine", analyzers["weight-similarity"]["matrix"]["value"]))
+        rows.append((f"{method} (seed {seed})", panels))
+    if rows:
+        add("diversity", "Member disagreement per split and weight-space cosine (one colour scale)", heatmap_grid(rows))
+    curves = []
+    for method, seeds in runs.items():
+        bins = [run["metrics"]["analyzers"]["calibration"]["splits"]["id"]["ece"]["bins"] for run in seeds.values() if run]
+        if bins:  # pool the seeds' bins: counts add, accuracy/confidence weighted by count
+            count = [sum(b["count"][i] for b in bins) for i in range(len(bins[0]["count"]))]
+            pooled = {"lower": bins[0]["lower"], "upper": bins[0]["upper"], "count": count}
+            for key in ("accuracy", "confidence"):
+                pooled[key] = [sum(b[key][i] * b["count"][i] for b in bins) / count[i] if count[i] else 0.0 for i in range(len(count))]
+            curves.append((method, pooled))
+    if curves:
+        add("reliability", "Reliability diagrams on the in-distribution test set (seeds pooled)", reliability_figure(curves))
+    if "ood" not in report["skipped_splits"]:
+        from ..analysis.metrics import max_softmax_probability
+        from ..predict import load_predictions
+        panels = []
+        for method, seeds in runs.items():
+            _, run = _first_complete(seeds)
+            if run is None:
+                continue
+            predictions, _ = load_predictions(run["folder"] / "predictions.safetensors")
+            if "ood" in predictions:
+                panels.append((method, *(1 - max_softmax_probability(predictions[s]["logits"]).float() for s in ("id", "ood"))))
+        if panels:
+            add("ood-scores", "Histograms of the OOD score 1 − MSP on ID and OOD data (first seed)",
+                ood_histogram_figure([(m, a.numpy(), b.numpy()) for m, a, b in panels]))
+    histories = {method: [run["history"] for run in seeds.values() if run and run["history"]] for method, seeds in runs.items()}
+    if any(histories.values()):
+        add("training", "Training loss and validation accuracy per epoch (every seed)",
+            training_curves_figure({m: h for m, h in histories.items() if h}))
+    return figures
+
+
+def make_report(run_dir=None, reference=None, figures=True, write=True) -> dict:
+    """Build the report; with `write`, also figures/, report.md and report.html in the run folder."""
+    run_dir = Path(run_dir) if run_dir is not None else newest_run()
+    report = build_report(run_dir, reference)
+    if figures:
+        report["figures"] = make_figures(report, load_runs(run_dir)["runs"], run_dir)
+    if write:
+        atomic_write_text(run_dir / "report.md", to_markdown(report))
+        atomic_write_text(run_dir / "report.html", to_html(report, run_dir))
+    return report
+
+
+def render(report: dict, fmt: str, run_dir=None) -> str:
+    return {"markdown": to_markdown, "json": to_json, "latex": to_latex}[fmt](report) if fmt != "html" \
+        else to_html(report, run_dir or report["run"])
+
+
+__all__ = ["FORMATS", "build_report", "make_report", "newest_run", "render", "to_rich"]

@@ -1,0 +1,178 @@
+"""Aggregate a run folder's metrics over seeds into the paper's tables (a plain dict, JSON-able).
+
+Each cell is mean ± half-width of the 95 % t-interval over the seeds that have the number:
+t_{0.975, n−1} · s / √n (protocol.md §5). Seeds without metrics (a run in progress, a crashed
+seed) are counted and shown (n per cell), never averaged in as if complete.
+"""
+
+import json
+import math
+from pathlib import Path
+
+from scipy import stats
+
+from ..errors import EnsdiagError
+from ..experiment import read_experiment
+
+REPORT_SCHEMA = "ensdiag.report/1"
+CI_DEFINITION = "mean ± t_{0.975,n−1}·s/√n over seeds (95 % Student-t interval; s = sample std, n seeds)"
+METHOD_LABELS = {"single": "Single", "mc-dropout": "MC Dropout", "deep-ensemble": "Deep Ensemble",
+                 "batch-ensemble": "BatchEnsemble", "batch-ensemble-channel": "BatchEnsemble (C)",
+                 "batch-ensemble-kernel": "BatchEnsemble (K)"}
+
+# Published numbers of the reference paper (protocol.md §6), CIFAR-10 preset only.
+PAPER = {
+    "id": {"single": [.941, .237, .034, .073, None], "mc-dropout": [.936, .210, .021, .120, .022],
+           "deep-ensemble": [.952, .152, .007, .136, .037], "batch-ensemble": [.938, .230, .032, .088, .002]},
+    "shift": {"single": [.558, 2.545, .323, .327, None], "mc-dropout": [.578, 2.054, .251, .449, .088],
+              "deep-ensemble": [.575, 1.682, .206, .593, .176], "batch-ensemble": [.547, 2.357, .308, .400, .008]},
+    "ood": {"single": [.938, .893, .318, .480, None], "mc-dropout": [.932, .884, .324, .608, .122],
+            "deep-ensemble": [.953, .924, .199, .829, .277], "batch-ensemble": [.932, .888, .297, .495, .010]},
+}
+
+
+def _calibration(split, key):
+    return ("calibration", "splits", split, key, "value")
+
+
+def _uncertainty(split, key):
+    return ("uncertainty", "splits", split, key, "value")
+
+
+def _ood(key):
+    return ("ood", "scores", "msp", key, "value")
+
+
+def _columns(split):
+    return [("Acc", _calibration(split, "accuracy"), "up"), ("NLL", _calibration(split, "nll"), "down"),
+            ("ECE", _calibration(split, "ece"), "down"), ("H", _uncertainty(split, "entropy"), None),
+            ("JSD", _uncertainty(split, "jsd"), None)]
+
+
+def newest_run(root="runs") -> Path:
+    candidates = sorted((p for p in Path(root).glob("*/experiment.json")), key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise EnsdiagError(f"no run folder under {root}/; train one with `ensdiag train` or name a RUN_DIR")
+    return candidates[-1].parent
+
+
+def load_runs(run_dir) -> dict:
+    """{"experiment", "runs": {method: {seed: {"metrics", "meta", "history"} | None}}}."""
+    run_dir = Path(run_dir)
+    experiment = read_experiment(run_dir)
+    config = experiment["config"]
+    runs = {}
+    for method in config["methods"]:
+        runs[method] = {}
+        for seed in config["seeds"]:
+            folder = run_dir / method / f"seed-{seed}"
+            metrics_path = folder / "metrics.json"
+            if not (metrics_path.is_file() and (folder / "meta.json").is_file()):
+                runs[method][seed] = None
+                continue
+            try:
+                history = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines() if line]
+            except OSError:
+                history = []
+            runs[method][seed] = {"metrics": json.loads(metrics_path.read_text()),
+                                  "meta": json.loads((folder / "meta.json").read_text()), "history": history,
+                                  "folder": folder}
+    return {"experiment": experiment, "runs": runs}
+
+
+def mean_ci(values: list[float]) -> dict:
+    n = len(values)
+    if n == 0:
+        return {"mean": None, "ci": None, "n": 0, "values": []}
+    mean = sum(values) / n
+    if n == 1:
+        return {"mean": mean, "ci": None, "n": 1, "values": values}
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return {"mean": mean, "ci": float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n), "n": n, "values": values}
+
+
+def _dig(node, path):
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _cell(seeds: dict, path) -> dict:
+    values = [_dig(run["meta"], path[1:]) if path[0] == "@meta" else _dig(run["metrics"]["analyzers"], path)
+              for run in seeds.values() if run is not None]
+    return mean_ci([float(v) for v in values if v is not None])
+
+
+def _marks(rows, columns):
+    """Best ('best') and second best ('second') per directed column, over measured rows."""
+    for index, (_, _, direction) in enumerate(columns):
+        if direction is None:
+            continue
+        ranked = sorted((row for row in rows if not row.get("reference") and row["cells"][index]["mean"] is not None),
+                        key=lambda row: row["cells"][index]["mean"], reverse=direction == "up")
+        for place, row in zip(("best", "second"), ranked if len(ranked) > 1 else []):
+            row["cells"][index]["mark"] = place
+
+
+def _table(table_id, title, columns, runs, expected, note=""):
+    rows = [{"method": method, "label": METHOD_LABELS.get(method, method),
+             "cells": [{**_cell(seeds, path), "expected": expected} for _, path, _ in columns]}
+            for method, seeds in runs.items()]
+    _marks(rows, columns)
+    return {"id": table_id, "title": title, "note": note,
+            "columns": [{"name": name, "direction": direction} for name, _, direction in columns], "rows": rows}
+
+
+def _reference_rows(table, key):
+    for method, numbers in PAPER[key].items():
+        table["rows"].append({"method": method, "label": f"{METHOD_LABELS[method]} — paper (published)", "reference": True,
+                              "cells": [{"mean": v, "ci": None, "n": None, "values": []} for v in numbers]})
+
+
+def build_report(run_dir, reference: str | None = None) -> dict:
+    data = load_runs(run_dir)
+    experiment, runs = data["experiment"], data["runs"]
+    config = experiment["config"]
+    titles, skipped = experiment.get("splits", {}), experiment.get("skipped", {})
+    expected = len(config["seeds"])
+    tables = [_table("id", f"In-distribution ({titles.get('id', 'test')})", _columns("id"), runs, expected)]
+    if "shift" not in skipped:
+        tables.append(_table("shift", f"Distribution shift ({titles.get('shift', 'shift')}, pooled)", _columns("shift"), runs, expected))
+        corruptions = sorted({name.split("/", 1)[1] for seeds in runs.values() for run in seeds.values() if run
+                              for name in run["metrics"]["splits"] if name.startswith("shift/")})
+        if corruptions:
+            tables.append(_table("shift-corruptions", "Accuracy per corruption",
+                                 [(c, _calibration(f"shift/{c}", "accuracy"), "up") for c in corruptions], runs, expected))
+    if "ood" not in skipped:
+        tables.append(_table("ood", f"OOD detection ({titles.get('ood', 'ood')} vs ID; score 1 − MSP)",
+                             [("AUPR", _ood("aupr_out"), "up"), ("AUROC", _ood("auroc"), "up"), ("FPR95", _ood("fpr95"), "down"),
+                              ("H", _uncertainty("ood", "entropy"), None), ("JSD", _uncertainty("ood", "jsd"), None)],
+                             runs, expected, note="AUPR is AUPR-Out: average precision with OOD as the positive class."))
+    diversity = [("disagreement (id)", ("disagreement", "splits", "id", "mean", "value"), None),
+                 ("disagreement (ood)", ("disagreement", "splits", "ood", "mean", "value"), None),
+                 ("weight cosine", ("weight-similarity", "mean", "value"), None)]
+    tables.append(_table("diversity", "Member diversity (mean off-diagonal)", diversity, runs, expected))
+    tables.append(_table("cost", "Computational cost", [("parameters", ("@meta", "parameters"), "down"),
+                                                        ("training s", ("@meta", "train_seconds"), "down")], runs, expected,
+                         note="Training seconds include the per-epoch validation, as in the paper's Table 4."))
+    variants = [m for m in runs if m in ("batch-ensemble-channel", "batch-ensemble-kernel")]
+    if len(variants) == 2:
+        subset = {m: runs[m] for m in variants}
+        tables.append(_table("be-variants", "BatchEnsemble channel- vs kernel-wise (in-distribution)", _columns("id"), subset, expected))
+    if reference == "paper":
+        if config["preset"] != "cifar10":
+            raise EnsdiagError(f"--reference paper compares with the paper's CIFAR-10 numbers; this run is the {config['preset']} preset")
+        for table in tables:
+            if table["id"] in PAPER:
+                _reference_rows(table, table["id"])
+    missing = {method: [seed for seed, run in seeds.items() if run is None] for method, seeds in runs.items()}
+    return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
+            "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
+            "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION,
+            "definitions": {"Acc": "accuracy of p̄", "NLL": "−log p̄(y|x)", "ECE": "15-bin expected calibration error",
+                            "H": "predictive entropy H(p̄)", "JSD": "H(p̄) − mean_i H(p_i)",
+                            "AUPR": "AUPR-Out (OOD positive)", "AUROC": "P(score_ood > score_id)",
+                            "FPR95": "OOD accepted as ID at 95 % ID acceptance"},
+            "tables": tables, "figures": []}

@@ -1,0 +1,159 @@
+"""Render a report dict (aggregate.build_report) as Markdown, LaTeX, HTML, a rich table or JSON.
+
+Best per column in bold and second best underlined (Markdown: **x** / <ins>x</ins>; LaTeX:
+\\textbf / \\underline; HTML: <b> / <u>; terminal: green / yellow), arrows ↑/↓ in headers.
+"""
+
+import base64
+import html
+import json
+from pathlib import Path
+
+ARROWS = {"up": " ↑", "down": " ↓", None: ""}
+
+
+def format_number(value, table_id, column_index):
+    if value is None:
+        return "N/A"
+    if table_id == "cost":
+        return f"{value:,.0f}" if column_index == 0 else f"{value:.1f}"
+    return f"{value:.3f}"
+
+
+def cell_text(cell, table_id, column_index):
+    """'0.964 ± 0.012', with '(n=2/3)' when seeds are missing; N/A when nothing was measured."""
+    if cell["mean"] is None:
+        return "N/A"
+    text = format_number(cell["mean"], table_id, column_index)
+    if cell.get("ci") is not None and not (table_id == "cost" and column_index == 0):  # counts need no interval
+        text += f" ± {format_number(cell['ci'], table_id, column_index)}"
+    if cell.get("expected") and cell["n"] is not None and cell["n"] < cell["expected"]:
+        text += f" (n={cell['n']}/{cell['expected']})"
+    return text
+
+
+def _header(table):
+    return ["Method"] + [column["name"] + ARROWS[column["direction"]] for column in table["columns"]]
+
+
+def _cells(table, decorate):
+    for row in table["rows"]:
+        texts = []
+        for index, cell in enumerate(row["cells"]):
+            texts.append(decorate(cell_text(cell, table["id"], index), cell.get("mark")))
+        yield row, texts
+
+
+def to_markdown(report) -> str:
+    def decorate(text, mark):
+        return f"**{text}**" if mark == "best" else f"<ins>{text}</ins>" if mark == "second" else text
+
+    lines = [f"# ensdiag report — {report['preset']} preset", "",
+             f"Run `{report['run']}`; methods {', '.join(report['methods'])}; seeds {', '.join(map(str, report['seeds']))}.",
+             f"Cells: {report['aggregation']}. **Best** and <ins>second best</ins> per ↑/↓ column.", ""]
+    for split, title in report["splits"].items():
+        lines.append(f"- `{split}`: {title}")
+    for split, reason in report["skipped_splits"].items():
+        lines.append(f"- `{split}`: **skipped** — {reason}")
+    for method, seeds in report["missing_seeds"].items():
+        lines.append(f"- {method}: no metrics yet for seed(s) {', '.join(map(str, seeds))} (n per cell shows it)")
+    for table in report["tables"]:
+        lines += ["", f"## {table['title']}", ""]
+        if table.get("note"):
+            lines += [table["note"], ""]
+        header = _header(table)
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|")
+        for row, texts in _cells(table, decorate):
+            label = f"*{row['label']}*" if row.get("reference") else row["label"]
+            lines.append("| " + " | ".join([label] + texts) + " |")
+    if report["figures"]:
+        lines += ["", "## Figures", ""]
+        for figure in report["figures"]:
+            lines += [f"### {figure['title']}", "", f"![{figure['title']}]({figure['png']})", ""]
+    lines += ["", "Definitions: " + "; ".join(f"{k}: {v}" for k, v in report["definitions"].items()) + "."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _latex_escape(text):
+    for raw, escaped in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
+                         ("±", r"$\pm$"), ("↑", r"$\uparrow$"), ("↓", r"$\downarrow$"), ("−", "-")):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def to_latex(report) -> str:
+    def decorate(text, mark):
+        text = _latex_escape(text)
+        return rf"\textbf{{{text}}}" if mark == "best" else rf"\underline{{{text}}}" if mark == "second" else text
+
+    parts = [f"% ensdiag report: {report['preset']} preset, seeds {report['seeds']}; needs \\usepackage{{booktabs}}",
+             f"% cells: {_latex_escape(report['aggregation'])}"]
+    for table in report["tables"]:
+        header = [_latex_escape(h) for h in _header(table)]
+        parts += [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{_latex_escape(table['title'])}}}",
+                  rf"\begin{{tabular}}{{l{'c' * (len(header) - 1)}}}", r"\toprule", " & ".join(header) + r" \\", r"\midrule"]
+        for row, texts in _cells(table, decorate):
+            parts.append(" & ".join([_latex_escape(row["label"])] + texts) + r" \\")
+        parts += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    return "\n".join(parts)
+
+
+def to_html(report, run_dir=None) -> str:
+    """One self-contained page: styles inline, figures embedded as data URIs."""
+    def decorate(text, mark):
+        text = html.escape(text)
+        return f"<b>{text}</b>" if mark == "best" else f"<u>{text}</u>" if mark == "second" else text
+
+    body = [f"<h1>ensdiag report — {html.escape(report['preset'])} preset</h1>",
+            f"<p>Run <code>{html.escape(report['run'])}</code>; methods {html.escape(', '.join(report['methods']))}; "
+            f"seeds {html.escape(', '.join(map(str, report['seeds'])))}.<br>Cells: {html.escape(report['aggregation'])}. "
+            "<b>Best</b> and <u>second best</u> per ↑/↓ column.</p><ul>"]
+    body += [f"<li><code>{html.escape(s)}</code>: {html.escape(t)}</li>" for s, t in report["splits"].items()]
+    body += [f"<li><code>{html.escape(s)}</code>: <b>skipped</b> — {html.escape(r)}</li>" for s, r in report["skipped_splits"].items()]
+    body.append("</ul>")
+    for table in report["tables"]:
+        body.append(f"<h2>{html.escape(table['title'])}</h2>")
+        if table.get("note"):
+            body.append(f"<p>{html.escape(table['note'])}</p>")
+        body.append("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in _header(table)) + "</tr></thead><tbody>")
+        for row, texts in _cells(table, decorate):
+            label = f"<i>{html.escape(row['label'])}</i>" if row.get("reference") else html.escape(row["label"])
+            body.append("<tr><td>" + label + "</td>" + "".join(f"<td>{t}</td>" for t in texts) + "</tr>")
+        body.append("</tbody></table>")
+    if report["figures"]:
+        body.append("<h2>Figures</h2>")
+        for figure in report["figures"]:
+            data = base64.b64encode((Path(run_dir) / figure["png"]).read_bytes()).decode("ascii")
+            body.append(f"<figure><img alt=\"{html.escape(figure['title'])}\" src=\"data:image/png;base64,{data}\">"
+                        f"<figcaption>{html.escape(figure['title'])}</figcaption></figure>")
+    style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+             "table{border-collapse:collapse;margin:0.5em 0 1.5em;display:block;overflow-x:auto}td{white-space:nowrap}th,td{padding:4px 10px;border-bottom:1px solid #ddd;"
+             "text-align:right}th:first-child,td:first-child{text-align:left}thead th{border-bottom:2px solid #444}"
+             "img{max-width:100%}figure{margin:1em 0}code{background:#f4f4f4;padding:0 3px}")
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>ensdiag report</title>"
+            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def to_json(report) -> str:
+    return json.dumps(report, indent=2, allow_nan=False) + "\n"
+
+
+def to_rich(report, only=None):
+    """rich Tables for the terminal (all, or the ids in `only`)."""
+    from rich.table import Table
+
+    def decorate(text, mark):
+        return f"[bold green]{text}[/]" if mark == "best" else f"[yellow]{text}[/]" if mark == "second" else text
+
+    tables = []
+    for table in report["tables"]:
+        if only is not None and table["id"] not in only:
+            continue
+        rich_table = Table(title=table["title"], caption=table.get("note") or None)
+        for index, name in enumerate(_header(table)):
+            rich_table.add_column(name, justify="left" if index == 0 else "right")
+        for row, texts in _cells(table, decorate):
+            rich_table.add_row(row["label"], *texts)
+        tables.append(rich_table)
+    return tables

@@ -1,0 +1,203 @@
+"""Reports from a run folder built by a fixture: two methods x three seeds with known metrics."""
+
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from importlib.resources import files
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+from scipy import stats
+
+from ensdiag.analysis import analyze_predictions
+from ensdiag.config import preset_config
+from ensdiag.experiment import prepare_run_dir
+from ensdiag.io import atomic_write_json
+from ensdiag.predict import save_predictions
+from ensdiag.report import make_report, render
+
+from .cli import run_cli
+
+SEEDS = (1, 2, 3)
+ACCURACY = {"single": (0.90, 0.92, 0.94), "deep-ensemble": (0.95, 0.96, 0.97)}
+NLL = {"single": (0.30, 0.28, 0.35), "deep-ensemble": (0.20, 0.22, 0.18)}
+
+
+def fake_predictions(k, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"id": {"logits": torch.randn(k, 60, 10, generator=g) * 3, "labels": torch.randint(0, 10, (60,), generator=g)},
+            "shift/blur": {"logits": torch.randn(k, 40, 10, generator=g), "labels": torch.randint(0, 10, (40,), generator=g)},
+            "ood": {"logits": torch.randn(k, 50, 10, generator=g), "labels": None}}
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    config = preset_config("digits", methods=["single", "deep-ensemble"], seeds=list(SEEDS), epochs=2)
+    out = tmp_path / "run"
+    prepare_run_dir(out, config, ["ensdiag", "train"])
+    experiment = json.loads((out / "experiment.json").read_text())
+    experiment.update(splits={"id": "digits test", "shift": "digits-C (procedural)", "ood": "natural-image patches"}, skipped={})
+    atomic_write_json(out / "experiment.json", experiment)
+    for method, k in (("single", 1), ("deep-ensemble", 3)):
+        for index, seed in enumerate(SEEDS):
+            folder = out / method / f"seed-{seed}"
+            predictions = fake_predictions(k, seed)
+            save_predictions(predictions, folder / "predictions.safetensors")
+            from ensdiag.predict import with_pooled_shift
+            metrics = analyze_predictions(with_pooled_shift(predictions))
+            calibration = metrics["analyzers"]["calibration"]["splits"]["id"]
+            calibration["accuracy"]["value"] = ACCURACY[method][index]
+            calibration["nll"]["value"] = NLL[method][index]
+            atomic_write_json(folder / "metrics.json", metrics)
+            atomic_write_json(folder / "meta.json", {"parameters": 1000 * k, "train_seconds": 2.0 * k + index})
+            (folder / "history.jsonl").write_text("".join(json.dumps({"epoch": e, "loss": 1 / e, "val_accuracy": 0.5 + e / 10}) + "\n"
+                                                          for e in (1, 2)))
+    return out
+
+
+def cell(report, table_id, method, column):
+    table = next(t for t in report["tables"] if t["id"] == table_id)
+    index = [c["name"] for c in table["columns"]].index(column)
+    return next(r for r in table["rows"] if r["method"] == method)["cells"][index]
+
+
+def test_ci_half_width_equals_scipy_t_interval(run_dir):
+    report = make_report(run_dir, figures=False, write=False)
+    for method in ACCURACY:
+        got = cell(report, "id", method, "Acc")
+        values = ACCURACY[method]
+        low, high = stats.t.interval(0.95, len(values) - 1, loc=sum(values) / 3, scale=stats.sem(values))
+        assert got["mean"] == pytest.approx(sum(values) / 3)
+        assert got["ci"] == pytest.approx((high - low) / 2)
+        assert got["n"] == 3
+
+
+def test_best_and_second_marks_follow_the_column_direction(run_dir):
+    report = make_report(run_dir, figures=False, write=False)
+    assert cell(report, "id", "deep-ensemble", "Acc")["mark"] == "best"  # ↑: higher wins
+    assert cell(report, "id", "single", "Acc")["mark"] == "second"
+    assert cell(report, "id", "deep-ensemble", "NLL")["mark"] == "best"  # ↓: lower wins
+    assert "mark" not in cell(report, "id", "single", "H")  # undirected columns are never marked
+
+
+def parse_markdown_tables(text):
+    tables, current = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            current = tables.setdefault(line[3:], [])
+        elif line.startswith("| ") and current is not None and not line.startswith("| Method"):
+            current.append([c.strip() for c in line.strip("|").split("|")])
+    return tables
+
+
+def test_markdown_parses_back_to_the_same_numbers_and_marks(run_dir):
+    report = make_report(run_dir, figures=False, write=False)
+    tables = parse_markdown_tables(render(report, "markdown"))
+    rows = {row[0]: row[1:] for row in tables["In-distribution (digits test)"]}
+    for method, label in (("single", "Single"), ("deep-ensemble", "Deep Ensemble")):
+        acc = rows[label][0]
+        mean, half = map(float, re.sub(r"\*\*|</?ins>", "", acc).split("±"))
+        expected = cell(report, "id", method, "Acc")
+        assert mean == pytest.approx(expected["mean"], abs=5e-4) and half == pytest.approx(expected["ci"], abs=5e-4)
+    assert rows["Deep Ensemble"][0].startswith("**") and rows["Single"][0].startswith("<ins>")
+    assert rows["Single"][4] == "N/A"  # JSD for k = 1
+
+
+def test_json_validates_against_its_schema(run_dir, capsys):
+    code, out, _ = run_cli(capsys, "report", run_dir, "--format", "json")
+    assert code == 0
+    schema = json.loads(files("ensdiag.report").joinpath("schema.json").read_text())
+    jsonschema.validate(json.loads(out), schema)
+
+
+class _Collector(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags, self.images, self.headings, self._in_h2 = [], [], [], False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self._in_h2 = tag == "h2"
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+
+    def handle_data(self, data):
+        if self._in_h2:
+            self.headings.append(data)
+            self._in_h2 = False
+
+
+def test_html_is_self_contained_with_every_table_and_figure(run_dir):
+    report = make_report(run_dir)
+    page = (run_dir / "report.html").read_text()
+    parser = _Collector()
+    parser.feed(page)
+    assert parser.tags.count("table") == len(report["tables"])
+    assert all(t["title"] in parser.headings for t in report["tables"])
+    assert len(parser.images) == len(report["figures"]) >= 4
+    assert all(src.startswith("data:image/png;base64,") for src in parser.images)
+    assert "http://" not in page and "https://" not in page
+
+
+def test_figures_exist_and_are_images(run_dir):
+    report = make_report(run_dir)
+    names = {f["name"] for f in report["figures"]}
+    assert names == {"diversity", "reliability", "ood-scores", "training"}
+    for figure in report["figures"]:
+        png, svg = run_dir / figure["png"], run_dir / figure["svg"]
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+        assert b"<svg" in svg.read_bytes()[:1000]
+    assert (run_dir / "report.md").read_text().count("](figures/") == 4
+
+
+def test_missing_seeds_are_reported_not_averaged(run_dir):
+    (run_dir / "deep-ensemble" / "seed-3" / "metrics.json").unlink()
+    report = make_report(run_dir, figures=False, write=False)
+    got = cell(report, "id", "deep-ensemble", "Acc")
+    assert got["n"] == 2 and got["mean"] == pytest.approx(0.955)
+    assert report["missing_seeds"] == {"deep-ensemble": [3]}
+    markdown = render(report, "markdown")
+    assert "(n=2/3)" in markdown and "seed(s) 3" in markdown
+
+
+def test_reference_paper_rows_only_for_cifar10(run_dir, capsys):
+    code, _, err = run_cli(capsys, "report", run_dir, "--reference", "paper", "--format", "markdown")
+    assert code != 0 and "CIFAR-10" in err
+    experiment = json.loads((run_dir / "experiment.json").read_text())
+    experiment["config"]["preset"] = "cifar10"
+    atomic_write_json(run_dir / "experiment.json", experiment)
+    report = make_report(run_dir, reference="paper", figures=False, write=False)
+    table = next(t for t in report["tables"] if t["id"] == "id")
+    published = [r for r in table["rows"] if r.get("reference")]
+    assert len(published) == 4 and published[2]["cells"][0]["mean"] == 0.952
+    assert all("mark" not in c for r in published for c in r["cells"])
+    assert "paper (published)" in render(report, "markdown")
+
+
+def test_latex_uses_booktabs_and_marks(run_dir):
+    text = render(make_report(run_dir, figures=False, write=False), "latex")
+    assert r"\toprule" in text and r"\textbf{0.960 $\pm$" in text and r"\underline{" in text
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed")
+def test_html_renders_in_headless_chromium(run_dir, tmp_path):
+    from PIL import Image
+    make_report(run_dir)
+    shot = tmp_path / "shot.png"
+    result = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                             f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1200,1600",
+                             (run_dir / "report.html").as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.exists(), result.stderr[-2000:]
+    image = Image.open(shot).convert("L")
+    low, high = image.getextrema()
+    assert high - low > 100  # text and figures, not a blank page
+    histogram = image.histogram()
+    assert sum(histogram[:200]) > 0.01 * image.width * image.height
