@@ -38,20 +38,20 @@ def _split_index(n):
     return order[n_test:].sort().values, order[:n_test].sort().values
 
 
-def embedded(_data_dir=None) -> str:
-    return "embedded in scikit-learn"
-
-
-@register_dataset
-class Digits(Dataset):
-    name, role, title = "digits", "ID (embedded default)", "digits (scikit-learn)"
-    how_to_get = "Ships with scikit-learn; nothing to download."
+class EmbeddedDataset(Dataset):
+    """Ships inside scikit-learn (or is made from what does): no files, always found."""
 
     def expected_files(self, data_dir):
         return []
 
     def locate(self, data_dir):
-        return embedded()
+        return "embedded in scikit-learn"
+
+
+@register_dataset
+class Digits(EmbeddedDataset):
+    name, role, title = "digits", "ID (embedded default)", "digits (scikit-learn)"
+    how_to_get = "Ships with scikit-learn; nothing to download."
 
     def load(self, data_dir=None, split="test", download=False):
         images, labels = _all_digits()
@@ -61,15 +61,9 @@ class Digits(Dataset):
 
 
 @register_dataset
-class DigitsC(Dataset):
+class DigitsC(EmbeddedDataset):
     name, role, title = "digits-c", "shift for digits", "digits-C (procedural)"
     how_to_get = "Made on the fly from the digits test split; nothing to download."
-
-    def expected_files(self, data_dir):
-        return []
-
-    def locate(self, data_dir):
-        return embedded()
 
     def load(self, data_dir=None, split="test", download=False, corruptions=None, seed=0):
         base = Digits().load(split=split)
@@ -99,15 +93,9 @@ def natural_patches(n=NUM_PATCHES, seed=PATCH_SEED, size=PATCH_SIZE):
 
 
 @register_dataset
-class NaturalPatches(Dataset):
+class NaturalPatches(EmbeddedDataset):
     name, role, title = "natural-patches", "OOD for digits", "natural-image patches"
     how_to_get = "Cut from the photographs that ship with scikit-learn; nothing to download."
-
-    def expected_files(self, data_dir):
-        return []
-
-    def locate(self, data_dir):
-        return embedded()
 
     def load(self, data_dir=None, split="test", download=False):
         images, _ = natural_patches()
