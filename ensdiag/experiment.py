@@ -122,9 +122,8 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
                        data.train.images[val_index].to(device), data.train.labels[val_index].to(device),
                        normalize, augment=config.augment)
     state_path = run_dir / STATE_FILE
-    resumed_at = torch.load(state_path, weights_only=True)["epoch"] + 1 if state_path.exists() else 0
-    progress.start_run(run, seed, config.epochs, resumed_at)
     result = fit(model, config, fit_data, seed, state_path, device,
+                 on_start=lambda done: progress.start_run(run, seed, config.epochs, done),
                  on_epoch=lambda row: progress.epoch(row, config.epochs), autocast=cuda, channels_last=channels_last)
     began = time.perf_counter()
     predictions = predict(model, data.eval_splits(), normalize, device, seed=seed, autocast=cuda)

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .analysis.metrics import mean_log_probs
 from .data.batching import Normalize, batch_indices, epoch_permutations, random_crop_flip
 from .io import atomic_write_bytes
 
@@ -114,7 +115,7 @@ def evaluate(model, images, labels, normalize, batch_size=1000, autocast=False):
         y = labels[start:start + batch_size]
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model(x).float()
-        log_mean = torch.logsumexp(F.log_softmax(logits, -1), dim=0) - math.log(logits.shape[0])
+        log_mean = mean_log_probs(logits)
         correct += (log_mean.argmax(-1) == y).sum().item()
         nll -= log_mean.gather(1, y[:, None]).sum().item()
     return correct / len(images), nll / len(images)
@@ -135,7 +136,7 @@ def _restore_rng(state, generator):
 
 
 def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_epoch=None,
-        autocast=False, channels_last=False) -> dict:
+        autocast=False, channels_last=False, on_start=None) -> dict:
     """Train until the epochs run out or early stopping fires; resume from `state_path` if present.
 
     Returns {"history", "best_epoch", "stopped_early", "train_seconds"}; the model ends with
@@ -152,6 +153,8 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         _restore_rng(saved["rng"], generator)
         best, history, seconds, stopped = saved["best"], saved["history"], saved["seconds"], saved["stopped"]
         start = saved["epoch"] + 1
+    if on_start is not None:
+        on_start(start)  # the number of epochs already done (0 unless resuming)
     n = len(data.train_images)
     for epoch in range(start, config.epochs):
         if stopped:

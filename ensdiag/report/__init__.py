@@ -76,9 +76,10 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
 def make_report(run_dir=None, reference=None, figures=True, write=True) -> dict:
     """Build the report; with `write`, also figures/, report.md and report.html in the run folder."""
     run_dir = Path(run_dir) if run_dir is not None else newest_run()
-    report = build_report(run_dir, reference)
+    data = load_runs(run_dir)
+    report = build_report(run_dir, reference, data)
     if figures:
-        report["figures"] = make_figures(report, load_runs(run_dir)["runs"], run_dir)
+        report["figures"] = make_figures(report, data["runs"], run_dir)
     if write:
         atomic_write_text(run_dir / "report.md", to_markdown(report))
         atomic_write_text(run_dir / "report.html", to_html(report, run_dir))

@@ -131,8 +131,9 @@ def _reference_rows(table, key):
                               "cells": [{"mean": v, "ci": None, "n": None, "values": []} for v in numbers]})
 
 
-def build_report(run_dir, reference: str | None = None) -> dict:
-    data = load_runs(run_dir)
+def build_report(run_dir, reference: str | None = None, data: dict | None = None) -> dict:
+    """The report dict; `data` is `load_runs(run_dir)` when the caller already has it."""
+    data = data if data is not None else load_runs(run_dir)
     experiment, runs = data["experiment"], data["runs"]
     config = experiment["config"]
     titles, skipped = experiment.get("splits", {}), experiment.get("skipped", {})
