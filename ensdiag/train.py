@@ -15,14 +15,14 @@ uninterrupted run would have reached (on CPU).
 import io
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from .analysis.metrics import mean_log_probs
-from .data.batching import Normalize, batch_indices, epoch_permutations, random_crop_flip
+from .data.batching import Normalize, TrainingImages, batch_indices, epoch_permutations
 from .io import atomic_write_bytes
 
 
@@ -36,21 +36,33 @@ class FitData:
     val_labels: torch.Tensor
     normalize: Normalize
     augment: bool = False
+    _prepared: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def training_images(self, dtype=torch.float32) -> TrainingImages:
+        """The training split normalised (and padded) once, cached per dtype."""
+        if dtype not in self._prepared:
+            self._prepared[dtype] = TrainingImages(self.train_images, self.train_labels, self.normalize,
+                                                   self.augment, dtype)
+        return self._prepared[dtype]
 
 
 def make_optimizer(model, config):
-    """Adam or SGD; BatchEnsemble fast weights (r, s) get weight decay only if configured."""
+    """Adam or SGD; BatchEnsemble fast weights (r, s) get weight decay only if configured.
+
+    The fused kernels (one call updates every tensor) exist on CPU and CUDA and run the same
+    update rule as the per-tensor loop, several times faster on small models."""
     fast = [p for name, p in model.named_parameters() if name.rsplit(".", 1)[-1] in ("r", "s")]
     fast_ids = {id(p) for p in fast}
     groups = [{"params": [p for p in model.parameters() if id(p) not in fast_ids]}]
     if fast:
         groups.append({"params": fast, "weight_decay": config.weight_decay if config.be_fast_weight_decay else 0.0})
+    fused = all(p.device.type in ("cpu", "cuda") for p in model.parameters()) or None
     if config.optimizer == "sgd":
         optimizer = torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
-                                    weight_decay=config.weight_decay)
+                                    weight_decay=config.weight_decay, fused=fused)
     else:
         optimizer = torch.optim.Adam(groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps,
-                                     weight_decay=config.weight_decay)
+                                     weight_decay=config.weight_decay, fused=fused)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(config.milestones), config.gamma)
     return optimizer, scheduler
 
@@ -78,31 +90,33 @@ def member_loss(logits, labels):
 
 
 def train_epoch(model, optimizer, data: FitData, orders, config, generator, autocast=False, channels_last=False):
-    """One pass over `orders` [m, n]; returns (mean member loss, mean member accuracy)."""
+    """One pass over `orders` [m, n]; returns (mean member loss, mean member accuracy).
+
+    Running totals stay on the device: one synchronisation per epoch, not one per batch."""
     model.train()
     method, k = model.method, model.num_members
-    total_loss = total_correct = total_seen = 0.0
+    images = data.training_images(torch.bfloat16 if autocast else torch.float32)
+    device = images.images.device
+    total_loss, total_correct, total_seen = torch.zeros((), device=device), torch.zeros((), device=device), 0
     for index in batch_indices(orders, config.batch_size):
-        x, y = data.train_images[index], data.train_labels[index]  # [m, b, ...]
-        if data.augment:
-            x = random_crop_flip(x.flatten(0, 1), generator).unflatten(0, index.shape)
-        x = data.normalize(x.flatten(0, 1)).unflatten(0, index.shape)
-        x, y = member_batch(method, x, y, k, config.be_split_batch)
+        x, y = member_batch(method, *images.batch(index, generator), k, config.be_split_batch)
         if y.shape[1] == 0:
             continue
         if channels_last:
             x = x.flatten(0, 1).contiguous(memory_format=torch.channels_last).unflatten(0, x.shape[:2])
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model.forward_members(x)
         loss = member_loss(logits.float(), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        members = y.shape[0]
-        total_loss += loss.item() / members * y.shape[1]
-        total_correct += (logits.argmax(-1) == y).float().sum().item() / members
-        total_seen += y.shape[1]
-    return total_loss / max(total_seen, 1), total_correct / max(total_seen, 1)
+        with torch.no_grad():
+            members, seen = y.shape
+            total_loss += loss.detach() * (seen / members)
+            total_correct += (logits.argmax(-1) == y).sum() / members
+        total_seen += seen
+    total_seen = max(total_seen, 1)
+    return total_loss.item() / total_seen, total_correct.item() / total_seen
 
 
 @torch.no_grad()

@@ -3,7 +3,7 @@
 No DataLoader workers in the hot loop: per-epoch shuffles are `randperm` on the device
 (one independent permutation per member for Deep Ensembles), batches are index gathers,
 and CIFAR augmentation (4-pixel zero-pad random crop before normalisation, horizontal
-flip) runs on the device on whole batches.
+flip) runs on the device on whole batches, as part of the same gather (`TrainingImages`).
 """
 
 import torch
@@ -23,11 +23,20 @@ def batch_indices(orders: torch.Tensor, batch_size: int):
 def random_crop_flip(images: torch.Tensor, generator: torch.Generator, padding: int = 4, flip: bool = True) -> torch.Tensor:
     """Zero-pad by `padding`, crop back to H x W at a random offset, mirror with p = 0.5.
 
-    One gather does crop and flip for the whole batch [N, C, H, W]; the padding is zero in
-    the images' own scale, so apply this before normalisation (protocol.md §3)."""
-    n, _, h, w = images.shape
-    device = images.device
+    The padding is zero in the images' own scale, so apply this before normalisation
+    (protocol.md §3)."""
     padded = torch.nn.functional.pad(images, (padding,) * 4)
+    return crop_flip_padded(padded, torch.arange(len(images), device=images.device), generator, padding, flip)
+
+
+def crop_flip_padded(padded: torch.Tensor, index: torch.Tensor, generator: torch.Generator, padding: int,
+                     flip: bool = True) -> torch.Tensor:
+    """Random crops (and mirror images) of the already padded images `padded[index]`.
+
+    One gather picks the examples, crops and flips, straight from the whole padded split; the
+    result [N, C, H, W] has channels_last strides, which is what convolutions want on CUDA."""
+    n, device = len(index), padded.device
+    h, w = padded.shape[2] - 2 * padding, padded.shape[3] - 2 * padding
     top = torch.randint(0, 2 * padding + 1, (n,), generator=generator, device=device)
     left = torch.randint(0, 2 * padding + 1, (n,), generator=generator, device=device)
     rows = top[:, None] + torch.arange(h, device=device)  # [N, H]
@@ -36,9 +45,36 @@ def random_crop_flip(images: torch.Tensor, generator: torch.Generator, padding: 
         mirrored = torch.rand(n, generator=generator, device=device) < 0.5
         cols = torch.where(mirrored[:, None], cols.flip(1), cols)
     cols = left[:, None] + cols  # [N, W]
-    batch = torch.arange(n, device=device)[:, None, None]
     # advanced indices around a slice put their broadcast shape first: [N, H, W, C]
-    return padded[batch, :, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
+    return padded[index[:, None, None], :, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
+
+
+class TrainingImages:
+    """A training split made ready once, so that a batch is a single gather.
+
+    The images are normalised up front and stored in the compute dtype (bf16 when training
+    under bf16 autocast, which would cast them anyway); with augmentation they are also
+    zero-padded (in raw scale, as protocol.md §3 says) before normalising, so a batch's random
+    crops come straight out of the stored split."""
+
+    def __init__(self, images, labels, normalize, augment=False, dtype=torch.float32, padding=4):
+        self.padding = padding if augment else 0
+        if self.padding:
+            images = torch.nn.functional.pad(images, (padding,) * 4)
+        self.images = normalize(images).to(dtype)
+        self.labels = labels
+
+    def __len__(self):
+        return len(self.labels)
+
+    def batch(self, index: torch.Tensor, generator: torch.Generator):
+        """index [m, b] -> (images [m, b, C, H, W], labels [m, b])."""
+        flat = index.flatten()
+        if self.padding:
+            images = crop_flip_padded(self.images, flat, generator, self.padding)
+        else:
+            images = self.images.index_select(0, flat)
+        return images.unflatten(0, index.shape), self.labels.index_select(0, flat).view(index.shape)
 
 
 class Normalize:

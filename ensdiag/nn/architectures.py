@@ -17,6 +17,8 @@ import math
 import torch.nn.functional as F
 from torch import nn
 
+from .layers import shared_input_linear
+
 ARCHITECTURES: dict[str, callable] = {}
 
 
@@ -37,8 +39,12 @@ class MLP(nn.Module):
         self.head = kit.linear(widths[-1], num_classes)
 
     def forward(self, xs):
-        h = xs.flatten(2).flatten(0, 1)  # member-major [k*B, features]
-        for linear, drop in zip(self.hidden, self.drops):
+        if xs.shape[0] > 1 and xs.stride(0) == 0:  # one batch shown to every member (expanded)
+            h = shared_input_linear(self.hidden[0], xs[0].flatten(1), xs.shape[0])
+        else:
+            h = self.hidden[0](xs.flatten(2).flatten(0, 1))  # member-major [k*B, features]
+        h = F.relu(self.drops[0](h))
+        for linear, drop in zip(self.hidden[1:], self.drops[1:]):
             h = F.relu(drop(linear(h)))
         return self.head(h)
 

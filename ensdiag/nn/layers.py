@@ -2,7 +2,9 @@
 
 Every layer here holds the weights of k members and can hand back member i's weights as a
 plain layer's state (`member_state(i)`, keys as in `nn.Linear` / `nn.Conv2d` /
-`nn.BatchNorm2d`), so that any member can be rebuilt as an ordinary network.
+`nn.BatchNorm2d`), so that any member can be rebuilt as an ordinary network. Deep-Ensemble
+layers also give all members at once as member-first views (`stacked_state()`), which is
+what `members.py` runs with vmap or a loop.
 
 Batch layouts (k members, B examples):
 - member-major `[k*B, ...]`: rows i*B..(i+1)*B belong to member i. Used by BatchEnsemble
@@ -61,6 +63,22 @@ def _default_linear_init_(weight: torch.Tensor, bias: torch.Tensor | None, fan_i
         nn.init.uniform_(bias, -bound, bound)
 
 
+def _members_first(h, num_members):
+    """[B, k*out] (members side by side) -> member-major [k*B, out]."""
+    return h.unflatten(1, (num_members, -1)).transpose(0, 1).flatten(0, 1)
+
+
+def shared_input_linear(layer, x, num_members):
+    """Member-major [k*B, out] for input x [B, in] that every member sees.
+
+    Ensemble layers stack their k weight matrices into one wide matmul (better use of the
+    cores than k small ones, and no k-fold copy of the input); a plain layer's output is the
+    same for every member, so it is computed once."""
+    if hasattr(layer, "forward_shared"):
+        return layer.forward_shared(x)
+    return layer(x).expand(num_members, *x.shape[:-1], -1).flatten(0, 1)
+
+
 class BatchLinear(nn.Module):
     """BatchEnsemble linear layer: member i uses W ∘ r_i s_iᵀ and its own bias."""
 
@@ -76,15 +94,34 @@ class BatchLinear(nn.Module):
         init_fast_weights_(self.r, init)
         init_fast_weights_(self.s, init)
 
+    def member_weights(self):
+        """[k, out, in]: every member's effective dense weight W ∘ r_i s_iᵀ."""
+        return self.weight * self.r[:, :, None] * self.s[:, None, :]
+
+    # Only W ∘ s_i is materialised ([k, out, in], small next to a batch of activations); r_i
+    # scales the (narrow) outputs. Against scaling the [k·B, in] inputs by s_i this saves a
+    # full-size elementwise pass and, on the first layer, the input-gradient matmul; against
+    # materialising W ∘ r_i s_iᵀ it halves the elementwise work on the weights. The numbers
+    # are in docs/performance.md.
+    def _scaled_weight(self):
+        return self.weight * self.s[:, None, :]
+
+    def _output(self, h, r, bias):
+        return h * r if bias is None else torch.addcmul(bias, h, r)
+
     def forward(self, x):
-        h = x.unflatten(0, (self.num_members, -1)) * self.s[:, None, :]
-        h = F.linear(h, self.weight) * self.r[:, None, :]
-        if self.bias is not None:
-            h = h + self.bias[:, None, :]
-        return h.flatten(0, 1)
+        h = torch.bmm(x.unflatten(0, (self.num_members, -1)), self._scaled_weight().transpose(1, 2))
+        bias = None if self.bias is None else self.bias[:, None, :]
+        return self._output(h, self.r[:, None, :], bias).flatten(0, 1)
+
+    def forward_shared(self, x):
+        """x [B, in], seen by every member -> member-major [k*B, out], as one wide matmul."""
+        h = F.linear(x, self._scaled_weight().flatten(0, 1))
+        bias = None if self.bias is None else self.bias.flatten()
+        return _members_first(self._output(h, self.r.flatten(), bias), self.num_members)
 
     def member_state(self, i):
-        state = {"weight": self.weight * self.r[i][:, None] * self.s[i][None, :]}
+        state = {"weight": self.member_weights()[i]}
         if self.bias is not None:
             state["bias"] = self.bias[i]
         return state
@@ -163,11 +200,19 @@ class EnsembleLinear(nn.Module):
             return torch.bmm(h, self.weight.transpose(1, 2)).flatten(0, 1)
         return torch.baddbmm(self.bias[:, None, :], h, self.weight.transpose(1, 2)).flatten(0, 1)
 
-    def member_state(self, i):
-        state = {"weight": self.weight[i]}
+    def forward_shared(self, x):
+        """x [B, in], seen by every member -> member-major [k*B, out], as one wide matmul."""
+        bias = None if self.bias is None else self.bias.flatten()
+        return _members_first(F.linear(x, self.weight.flatten(0, 1), bias), self.num_members)
+
+    def stacked_state(self):
+        state = {"weight": self.weight}
         if self.bias is not None:
-            state["bias"] = self.bias[i]
+            state["bias"] = self.bias
         return state
+
+    def member_state(self, i):
+        return {name: tensor[i] for name, tensor in self.stacked_state().items()}
 
 
 class EnsembleConv2d(nn.Conv2d):
@@ -182,12 +227,15 @@ class EnsembleConv2d(nn.Conv2d):
                          stride=stride, padding=padding, bias=bias, groups=num_members)
         self.num_members, self.member_out = num_members, out_channels
 
-    def member_state(self, i):
-        rows = slice(i * self.member_out, (i + 1) * self.member_out)
-        state = {"weight": self.weight[rows]}
+    def stacked_state(self):
+        """Member-first views [k, Cout, Cin, K, K] of the grouped weights (no copy)."""
+        state = {"weight": self.weight.unflatten(0, (self.num_members, -1))}
         if self.bias is not None:
-            state["bias"] = self.bias[rows]
+            state["bias"] = self.bias.unflatten(0, (self.num_members, -1))
         return state
+
+    def member_state(self, i):
+        return {name: tensor[i] for name, tensor in self.stacked_state().items()}
 
 
 class EnsembleBatchNorm2d(nn.BatchNorm2d):
@@ -197,11 +245,14 @@ class EnsembleBatchNorm2d(nn.BatchNorm2d):
         super().__init__(num_members * num_features)
         self.num_members, self.member_features = num_members, num_features
 
+    def stacked_state(self):
+        """Member-first views [k, C] of weights and running statistics; the step count is shared."""
+        state = {name: getattr(self, name).unflatten(0, (self.num_members, -1))
+                 for name in ("weight", "bias", "running_mean", "running_var")}
+        return {**state, "num_batches_tracked": self.num_batches_tracked}
+
     def member_state(self, i):
-        rows = slice(i * self.member_features, (i + 1) * self.member_features)
-        return {"weight": self.weight[rows], "bias": self.bias[rows],
-                "running_mean": self.running_mean[rows], "running_var": self.running_var[rows],
-                "num_batches_tracked": self.num_batches_tracked}
+        return {name: tensor[i] if tensor.dim() else tensor for name, tensor in self.stacked_state().items()}
 
 
 class MCDropout(nn.Module):

@@ -17,6 +17,7 @@ from torch import nn
 from ..errors import EnsdiagError
 from .architectures import ARCHITECTURES
 from .layers import WEIGHT_LAYERS
+from .members import FORWARDS
 from .methods import METHODS, resolve_options
 
 DEFAULT_MEMBERS = 4
@@ -51,6 +52,7 @@ class EnsembleModel(nn.Module):
     def __init__(self, spec: ModelSpec, kit, body: nn.Module):
         super().__init__()
         self.spec, self.kit, self.body = spec, kit, body
+        self.member_strategy = "stacked"  # Deep Ensembles: stacked | vmap | loop (members.py)
 
     method = property(lambda self: self.spec.method)
     num_members = property(lambda self: self.spec.num_members)
@@ -69,6 +71,8 @@ class EnsembleModel(nn.Module):
             raise ValueError(f"{self.method} with k={self.num_members} got inputs for {xs.shape[0]} members")
         if self.method == "single" and xs.shape[0] != 1:
             raise ValueError("a single model takes inputs for exactly one member")
+        if self.member_strategy != "stacked" and self.method == "deep-ensemble":
+            return FORWARDS[self.member_strategy](self, xs)
         return self.body(xs).unflatten(0, (xs.shape[0], xs.shape[1]))
 
     def member_state_dict(self, i: int) -> dict[str, torch.Tensor]:

@@ -1,0 +1,109 @@
+"""The reference pipeline: how the reference paper's stack trains, timed beside the fast path.
+
+- a `DataLoader` over CPU tensors, shuffled by its sampler, each batch moved to the device;
+- per-sample torchvision transforms on the CPU as the batch is assembled (uint8 crop and
+  flip for CIFAR, then scale to [0, 1] and normalise);
+- fp16 autocast with a `GradScaler` on CUDA, fp32 on CPU; the optimiser's default
+  (unfused) update;
+- Deep Ensembles as a Python loop over k separate `single` networks, one optimiser over all
+  of them; every other method is the same model the fast path trains.
+
+It is a real trainer (`train_epoch` returns loss and accuracy), so tests can check that the
+fast path learns what it learns.
+"""
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import v2
+
+from ..nn import build_model
+from ..train import member_batch, member_loss
+
+
+class TransformedImages(Dataset):
+    """uint8 images [N, C, H, W] and labels, transformed one sample at a time."""
+
+    def __init__(self, images, labels, mean, std, augment=False):
+        crop = [v2.RandomCrop(images.shape[-1], padding=4), v2.RandomHorizontalFlip()] if augment else []
+        self.transform = v2.Compose([*crop, v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))])
+        self.images, self.labels = images, labels
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.transform(self.images[i]), self.labels[i]
+
+
+def make_loader(images, labels, config, batch_size, shuffle, workers, device, seed=0, augment=False):
+    dataset = TransformedImages(images, labels, config.mean, config.std, augment)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers,
+                      pin_memory=device.type == "cuda", persistent_workers=workers > 0,
+                      generator=torch.Generator().manual_seed(seed))
+
+
+class ReferenceModel:
+    """One model, or k separate `single` networks for a Deep Ensemble, with its optimiser."""
+
+    def __init__(self, config, run, device, seed=0):
+        method, options = config.model_options(run)
+        torch.manual_seed(seed)
+        k = config.members
+        if method == "deep-ensemble":
+            self.networks = [build_model(config.arch, "single", 1, config.num_classes, config.input_shape).to(device)
+                             for _ in range(k)]
+        else:
+            self.networks = [build_model(config.arch, method, None if method == "single" else k,
+                                         config.num_classes, config.input_shape, **options).to(device)]
+        self.method, self.num_members, self.device = method, k, device
+        self.parameters = [p for network in self.networks for p in network.parameters()]
+        if config.optimizer == "sgd":
+            self.optimizer = torch.optim.SGD(self.parameters, lr=config.lr, momentum=config.momentum,
+                                             nesterov=config.nesterov, weight_decay=config.weight_decay)
+        else:
+            self.optimizer = torch.optim.Adam(self.parameters, lr=config.lr, betas=tuple(config.betas),
+                                              eps=config.eps, weight_decay=config.weight_decay)
+        self.cuda = device.type == "cuda"
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.cuda)
+
+    def member_logits(self, x, train: bool):
+        """[m, B, C]: each network's logits (m = k for Deep Ensembles and BatchEnsemble)."""
+        for network in self.networks:
+            network.train(train)
+        if self.method == "deep-ensemble":
+            return torch.stack([network.forward_members(x[None])[0] for network in self.networks])
+        if train:
+            x, _ = member_batch(self.method, x[None], x.new_zeros(1, len(x)), self.num_members)
+            return self.networks[0].forward_members(x)
+        return self.networks[0](x)
+
+    def train_epoch(self, loader, max_batches=None):
+        """One pass (or `max_batches` batches) of the loader; (mean member loss, accuracy)."""
+        total_loss = total_correct = seen = 0.0
+        for step, (x, y) in enumerate(loader):
+            if max_batches is not None and step >= max_batches:
+                break
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            with torch.autocast(self.device.type, dtype=torch.float16, enabled=self.cuda):
+                logits = self.member_logits(x, train=True)
+            members = logits.shape[0]
+            loss = member_loss(logits.float(), y.expand(members, -1))
+            self.optimizer.zero_grad()
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            total_loss += loss.item() / members * len(y)
+            total_correct += (logits.argmax(-1) == y).float().sum().item() / members
+            seen += len(y)
+        return total_loss / max(seen, 1), total_correct / max(seen, 1)
+
+    @torch.no_grad()
+    def predict(self, loader, max_batches=None):
+        """Member logits [k, N, C] over the loader (MC Dropout: k passes, masks on)."""
+        chunks = []
+        for step, (x, _) in enumerate(loader):
+            if max_batches is not None and step >= max_batches:
+                break
+            with torch.autocast(self.device.type, dtype=torch.float16, enabled=self.cuda):
+                chunks.append(self.member_logits(x.to(self.device, non_blocking=True), train=False).float())
+        return torch.cat(chunks, dim=1)

@@ -1,0 +1,73 @@
+"""Three ways to run a Deep Ensemble's k members, on the same stacked parameters.
+
+- `stacked`: the layers' own forward: grouped convolution on channel-stacked input, BatchNorm
+  over k·C channels, bmm for linear layers (one kernel call per layer for all members);
+- `vmap`: `torch.func.vmap` of the plain `single` network over member-first views of the
+  parameters and BatchNorm statistics (`stacked_state()`), so each member runs ordinary
+  convolutions, batched by functorch;
+- `loop`: the plain network called once per member on its slice of the parameters, as a
+  Python loop over separate modules would.
+
+All three read and train the same tensors, give the same numbers (tests), and update the
+BatchNorm running statistics alike. `ensdiag bench --strategies` times them; the fastest per
+device is `FASTEST` (docs/performance.md has the measurements).
+
+    model.member_strategy = "vmap"      # any Deep-Ensemble EnsembleModel
+"""
+
+from functools import lru_cache
+
+import torch
+from torch.func import functional_call, vmap
+
+STRATEGIES = ("stacked", "vmap", "loop")
+# Chosen by `ensdiag bench --strategies` (docs/performance.md). CUDA is unmeasured: stacked is
+# kept there until a GPU run says otherwise.
+FASTEST = {"cpu": "stacked", "cuda": "stacked"}
+
+
+def stacked_state(model) -> dict[str, torch.Tensor]:
+    """Member-first views [k, ...] of every parameter and buffer, under `single` names."""
+    state = {}
+    for name, module in model.body.named_modules():
+        if hasattr(module, "stacked_state"):
+            state.update({f"{name}.{key}": value for key, value in module.stacked_state().items()})
+    return state
+
+
+def _plain_network(model):
+    return _meta_single(model.spec.arch, model.spec.num_classes, model.spec.input_shape).train(model.training)
+
+
+@lru_cache(maxsize=8)
+def _meta_single(arch, num_classes, input_shape):
+    """The architecture built as `single` on the meta device: a shape with no storage."""
+    from .model import build_model
+
+    with torch.device("meta"):
+        return build_model(arch, "single", 1, num_classes, input_shape).body
+
+
+def forward_vmap(model, xs):
+    """xs [k, B, ...] -> logits [k, B, C], members batched by vmap."""
+    plain, state = _plain_network(model), stacked_state(model)
+    dims = {name: 0 if tensor.dim() else None for name, tensor in state.items()}  # scalars are shared
+
+    def member(tensors, x):
+        return functional_call(plain, tensors, (x[None],))
+
+    return vmap(member, in_dims=(dims, 0))(state, xs)
+
+
+def forward_loop(model, xs):
+    """xs [k, B, ...] -> logits [k, B, C], one plain forward per member."""
+    plain, state = _plain_network(model), stacked_state(model)
+    outputs = []
+    for i in range(model.num_members):
+        # shared scalars (BatchNorm's step count) advance once per step, as in the other strategies
+        tensors = {name: t[i] if t.dim() else (t if i == 0 else t.clone()) for name, t in state.items()}
+        outputs.append(functional_call(plain, tensors, (xs[i:i + 1],)))
+    return torch.stack(outputs)
+
+
+FORWARDS = {"vmap": forward_vmap, "loop": forward_loop}
