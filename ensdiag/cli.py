@@ -305,6 +305,53 @@ def report(
     err_console.print(f"report.md, report.html and figures/ written to {result['run']}", markup=False, highlight=False)
 
 
+@app.command()
+def bench(
+    arch: str = typer.Option("mlp", help="mlp (MNIST-sized, 60,000 × 1×28×28) or resnet18 (CIFAR-sized, 50,000 × 3×32×32)."),
+    method: str = typer.Option(None, help="Comma list (default: single, mc-dropout, deep-ensemble, batch-ensemble-channel, -kernel)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    epochs: int = typer.Option(1, help="Timed epochs per method, after warm-up."),
+    batches: int = typer.Option(None, help="Time only this many batches per epoch and extrapolate (default: all; 10 for resnet18 on CPU)."),
+    train_size: int = typer.Option(None, help="Synthetic training images (default: the protocol's)."),
+    test_size: int = typer.Option(None, help="Synthetic images for the inference timing (default 10,000; 1,000 for resnet18 on CPU)."),
+    members: int = typer.Option(4, "--members", "-k", help="Ensemble members k."),
+    precision: str = typer.Option("auto", help="auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16."),
+    compile: bool = typer.Option(False, "--compile", help="torch.compile the model body on the fast path."),
+    reference: bool = typer.Option(True, "--reference/--no-reference", help="Also time the reference pipeline."),
+    strategies: bool = typer.Option(False, "--strategies", help="Also time Deep-Ensemble members stacked vs vmap vs loop."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    results_dir: Path = typer.Option(Path("benchmarks/results"), help="Where the JSON record is written."),
+):
+    """Training and inference throughput of every method: ensdiag's fast path against the reference pipeline."""
+    from .bench import BENCH_METHODS, BenchSettings, bench_table, write_result
+    from .bench import bench as run
+    from .experiment import resolve_device
+
+    _check_format(fmt)
+    resolved = resolve_device(device)
+    if arch == "resnet18" and resolved.type == "cpu":  # a full epoch takes the better part of an hour
+        batches = 10 if batches is None else batches
+        test_size = 1_000 if test_size is None else test_size
+    settings = BenchSettings(arch=arch, methods=tuple(_csv(method, what="--method") or BENCH_METHODS),
+                             device=resolved.type, epochs=epochs, batches=batches, train_size=train_size,
+                             test_size=10_000 if test_size is None else test_size, precision=precision, compile=compile, reference=reference,
+                             strategies=strategies, members=members)
+    def progress(run_name, row):
+        if fmt == "table":
+            err_console.print(f"{run_name}: {row['seconds_per_epoch']:.3f} s/epoch", markup=False, highlight=False)
+
+    result = run(settings, resolved, sys.argv, progress)
+    path = write_result(result, results_dir)
+    if fmt == "json":
+        _print_json(result)
+    else:
+        console = Console()
+        console.width = max(console.width, 120)  # a wide table beats a truncated one in a pipe
+        for table in bench_table(result):
+            console.print(table)
+    err_console.print(f"results written to {path}", markup=False, highlight=False)
+
+
 def main(argv=None):
     """Entry point: user errors become one line on stderr and a non-zero exit, never a traceback.
 

@@ -11,6 +11,7 @@ retrained; anything else is resumed from its training state or started afresh.
 """
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -92,13 +93,23 @@ def _git_commit() -> str | None:
         return None
 
 
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment(device: torch.device) -> dict:
     import numpy
     import torchvision
     return {"ensdiag": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
             "numpy": numpy.__version__, "python": platform.python_version(), "platform": platform.platform(),
             "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
-            else platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+            else cpu_name(), "cpu": cpu_name(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
             "git_commit": _git_commit()}
 
 

@@ -1,0 +1,105 @@
+"""`ensdiag bench`: the fast path against the reference pipeline, written down as JSON.
+
+    ensdiag bench --arch mlp --device cpu
+    ensdiag bench --arch resnet18 --device cuda --format json
+
+`harness.py` does the timing, `reference.py` is the pipeline it is compared with. Results go
+to `benchmarks/results/bench-<arch>-<device>-<time>.json` with the machine, the library
+versions and every setting, so a number in the docs can always be traced to its run.
+"""
+
+from datetime import datetime
+from pathlib import Path
+
+from rich.table import Table
+
+from ..errors import EnsdiagError
+from ..io import atomic_write_json
+from .harness import BENCH_METHODS, PROTOCOLS, BenchSettings, run_bench
+
+BENCH_FORMAT = "ensdiag.bench/1"
+__all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "bench", "bench_table", "write_result"]
+
+
+def bench(settings: BenchSettings, device, argv=(), on_result=None) -> dict:
+    from ..config import RUN_METHODS
+    from ..experiment import environment
+
+    if settings.arch not in PROTOCOLS:
+        raise EnsdiagError(f"unknown --arch {settings.arch!r}; choose from {', '.join(PROTOCOLS)}")
+    unknown = [m for m in settings.methods if m not in RUN_METHODS]
+    if unknown or not settings.methods:
+        raise EnsdiagError(f"unknown method {', '.join(unknown) or '(none given)'}; choose from {', '.join(BENCH_METHODS)}")
+    if settings.precision not in ("auto", "fp32", "bf16"):
+        raise EnsdiagError(f"unknown --precision {settings.precision!r}; use auto, fp32 or bf16")
+    checks = [(settings.epochs >= 1, "--epochs must be at least 1"),
+              (settings.batches is None or settings.batches >= 1, "--batches must be at least 1"),
+              (settings.train_size is None or settings.train_size >= 1, "--train-size must be at least 1"),
+              (settings.test_size >= 1, "--test-size must be at least 1"),
+              (settings.members >= 1, "--members must be at least 1")]
+    for ok, message in checks:
+        if not ok:
+            raise EnsdiagError(message)
+    result = run_bench(settings, device, on_result)
+    return {"format": BENCH_FORMAT, "created": datetime.now().isoformat(timespec="seconds"),
+            "command": list(argv), "environment": environment(device), **result}
+
+
+def write_result(result: dict, folder=Path("benchmarks/results")) -> Path:
+    settings = result["settings"]
+    stamp = result["created"].replace(":", "").replace("-", "")
+    path = Path(folder) / f"bench-{settings['arch']}-{settings['device']}-{stamp}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise EnsdiagError(f"cannot write benchmark results to {folder}: {error.strerror or error}") from None
+    atomic_write_json(path, result)
+    return path
+
+
+def _rate(value):
+    if value is None:
+        return "–"
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def bench_table(result: dict) -> list[Table]:
+    """The per-method numbers, the target ratios, and the member-strategy comparison."""
+    settings, env = result["settings"], result["environment"]
+    title = (f"ensdiag bench: {settings['arch']} on {env['device_name']} ({env['device']}, "
+             f"{settings['threads']} threads), {settings['train_size']:,} images, batch {settings['batch_size']}")
+    table = Table(title=title)
+    columns = ["method", "k", "s/epoch", "ref s/epoch", "speed-up", "img/s", "member img/s",
+               "infer img/s", "infer member img/s", "ref infer img/s"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "method" else "right", no_wrap=column == "method")
+    for run, row in result["methods"].items():
+        reference = row.get("reference_seconds_per_epoch")
+        table.add_row(run, str(row["members"]), f"{row['seconds_per_epoch']:.3f}",
+                      f"{reference:.3f}" if reference else "–", f"{row['speedup']:.1f}×" if "speedup" in row else "–",
+                      _rate(row["images_per_second"]), _rate(row["member_images_per_second"]),
+                      _rate(row["inference_images_per_second"]), _rate(row["inference_member_images_per_second"]),
+                      _rate(row.get("reference_inference_images_per_second")))
+    tables = [table]
+    if result["ratios"]:
+        ratios = Table(title="Ratios the targets are stated in")
+        ratios.add_column("ratio")
+        ratios.add_column("value", justify="right")
+        for name, value in result["ratios"].items():
+            ratios.add_row(name, f"{value:.2f}")
+        tables.append(ratios)
+    if result["strategies"]:
+        strategies = Table(title="Deep Ensemble member strategies (nn/members.py)")
+        for column in ("strategy", "s/epoch", "infer images/s"):
+            strategies.add_column(column, justify="left" if column == "strategy" else "right")
+        for name, row in result["strategies"].items():
+            strategies.add_row(name, f"{row['seconds_per_epoch']:.3f}", _rate(row["inference_images_per_second"]))
+        tables.append(strategies)
+    extrapolated = [run for run, row in result["methods"].items() if row["timed_batches"] < row["batches_per_epoch"]]
+    if extrapolated:
+        first = result["methods"][extrapolated[0]]
+        tables.append(f"epoch times extrapolated from {first['timed_batches']} of {first['batches_per_epoch']} batches")
+    return tables
