@@ -29,6 +29,7 @@ from .data.preset import PresetData, holdout, load_preset_data
 from .errors import EnsdiagError
 from .io import atomic_write_json, atomic_write_text, read_json
 from .nn import build_model
+from .nn.members import fastest
 from .predict import predict, save_predictions, with_pooled_shift
 from .progress import TrainProgress
 from .train import FitData, fit
@@ -123,6 +124,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     torch.manual_seed(seed)
     model = build_model(config.arch, method, None if method == "single" else config.members,
                         config.num_classes, config.input_shape, **options).to(device)
+    model.member_strategy = fastest(device.type, config.arch)
     cuda = device.type == "cuda"
     channels_last = cuda and config.arch != "mlp"
     if channels_last:

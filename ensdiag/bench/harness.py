@@ -19,6 +19,7 @@ import torch
 from ..config import preset_config
 from ..data.batching import Normalize, epoch_permutations
 from ..nn import build_model
+from ..nn.members import fastest
 from ..train import FitData, make_optimizer, num_orders, train_epoch
 from .reference import ReferenceModel, make_loader
 
@@ -74,13 +75,13 @@ def train_members(method: str, members: int, split_batch=False) -> int:
     return members if method == "deep-ensemble" or (method == "batch-ensemble" and not split_batch) else 1
 
 
-def time_fast_path(config, run, train, test, settings, device, strategy="stacked") -> dict:
+def time_fast_path(config, run, train, test, settings, device, strategy=None) -> dict:
     """Seconds per epoch and throughputs of ensdiag's own training and inference."""
     method, options = config.model_options(run)
     torch.manual_seed(0)
     model = build_model(config.arch, method, None if method == "single" else config.members,
                         config.num_classes, config.input_shape, **options).to(device)
-    model.member_strategy = strategy
+    model.member_strategy = strategy or fastest(device.type, config.arch)
     autocast = settings.precision == "bf16" or (settings.precision == "auto" and device.type == "cuda")
     channels_last = device.type == "cuda" and config.arch != "mlp"
     if channels_last:

@@ -10,7 +10,7 @@
 
 All three read and train the same tensors, give the same numbers (tests), and update the
 BatchNorm running statistics alike. `ensdiag bench --strategies` times them; the fastest per
-device is `FASTEST` (docs/performance.md has the measurements).
+device and architecture is `FASTEST` (docs/performance.md has the measurements).
 
     model.member_strategy = "vmap"      # any Deep-Ensemble EnsembleModel
 """
@@ -21,9 +21,14 @@ import torch
 from torch.func import functional_call, vmap
 
 STRATEGIES = ("stacked", "vmap", "loop")
-# Chosen by `ensdiag bench --strategies` (docs/performance.md). CUDA is unmeasured: stacked is
-# kept there until a GPU run says otherwise.
-FASTEST = {"cpu": "stacked", "cuda": "stacked"}
+# Chosen by `ensdiag bench --strategies` (docs/performance.md): on CPU the bmm-stacked MLP wins,
+# but for ResNet-18 one plain convolution per member beats the grouped one. CUDA is unmeasured:
+# stacked stays there until a GPU run says otherwise.
+FASTEST = {("cpu", "mlp"): "stacked", ("cpu", "resnet18"): "loop"}
+
+
+def fastest(device_type: str, arch: str) -> str:
+    return FASTEST.get((device_type, arch), "stacked")
 
 
 def stacked_state(model) -> dict[str, torch.Tensor]:
