@@ -46,17 +46,18 @@ class FitData:
         return self._prepared[dtype]
 
 
-def make_optimizer(model, config):
+def make_optimizer(model, config, fused=True):
     """Adam or SGD; BatchEnsemble fast weights (r, s) get weight decay only if configured.
 
     The fused kernels (one call updates every tensor) exist on CPU and CUDA and run the same
-    update rule as the per-tensor loop, several times faster on small models."""
+    update rule as the per-tensor loop, several times faster on small models; `fused=False`
+    gives PyTorch's default update (the reference pipeline's)."""
     fast = [p for name, p in model.named_parameters() if name.rsplit(".", 1)[-1] in ("r", "s")]
     fast_ids = {id(p) for p in fast}
     groups = [{"params": [p for p in model.parameters() if id(p) not in fast_ids]}]
     if fast:
         groups.append({"params": fast, "weight_decay": config.weight_decay if config.be_fast_weight_decay else 0.0})
-    fused = all(p.device.type in ("cpu", "cuda") for p in model.parameters()) or None
+    fused = (fused and all(p.device.type in ("cpu", "cuda") for p in model.parameters())) or None
     if config.optimizer == "sgd":
         optimizer = torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
                                     weight_decay=config.weight_decay, fused=fused)

@@ -90,10 +90,9 @@ def _digits_accuracy_fast_and_reference(seed, state_path, epochs=15):
         fast_accuracy = (fast(normalize(test.images))[0].argmax(-1) == test.labels).float().mean().item()
     reference = ReferenceModel(config, "single", torch.device("cpu"), seed=seed)
     loader = make_loader(train.images, train.labels, config, config.batch_size, True, 0, torch.device("cpu"), seed=seed)
-    scheduler = torch.optim.lr_scheduler.MultiStepLR(reference.optimizer, list(config.milestones), config.gamma)
     for _ in range(epochs):
         reference.train_epoch(loader)
-        scheduler.step()
+        reference.scheduler.step()
     test_loader = make_loader(test.images, test.labels, config, 500, False, 0, torch.device("cpu"))
     logits = reference.predict(test_loader)
     reference_accuracy = (logits[0].argmax(-1) == test.labels).float().mean().item()

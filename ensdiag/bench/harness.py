@@ -171,7 +171,7 @@ def run_bench(settings: BenchSettings, device: torch.device, on_result=None) -> 
         if on_result is not None:
             on_result(run, row)
     strategies = {}
-    if settings.strategies and config.arch in ("mlp", "resnet18"):
+    if settings.strategies:
         from ..nn.members import STRATEGIES
         for strategy in STRATEGIES:
             row = time_fast_path(config, "deep-ensemble", train, test, settings, device, strategy=strategy)

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 from ..nn import build_model
-from ..train import member_batch, member_loss
+from ..train import make_optimizer, member_batch, member_loss
 
 
 class TransformedImages(Dataset):
@@ -43,7 +43,7 @@ def make_loader(images, labels, config, batch_size, shuffle, workers, device, se
 
 
 class ReferenceModel:
-    """One model, or k separate `single` networks for a Deep Ensemble, with its optimiser."""
+    """One model, or k separate `single` networks for a Deep Ensemble, with its optimiser and schedule."""
 
     def __init__(self, config, run, device, seed=0):
         method, options = config.model_options(run)
@@ -56,13 +56,7 @@ class ReferenceModel:
             self.networks = [build_model(config.arch, method, None if method == "single" else k,
                                          config.num_classes, config.input_shape, **options).to(device)]
         self.method, self.num_members, self.device = method, k, device
-        self.parameters = [p for network in self.networks for p in network.parameters()]
-        if config.optimizer == "sgd":
-            self.optimizer = torch.optim.SGD(self.parameters, lr=config.lr, momentum=config.momentum,
-                                             nesterov=config.nesterov, weight_decay=config.weight_decay)
-        else:
-            self.optimizer = torch.optim.Adam(self.parameters, lr=config.lr, betas=tuple(config.betas),
-                                              eps=config.eps, weight_decay=config.weight_decay)
+        self.optimizer, self.scheduler = make_optimizer(torch.nn.ModuleList(self.networks), config, fused=False)
         self.cuda = device.type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.cuda)
 
