@@ -51,6 +51,26 @@ def test_member_slice_equals_dense_reconstruction(kind):
         torch.testing.assert_close(out[i], expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("input_grad", [True, False], ids=["hidden-layer", "first-layer"])
+@pytest.mark.parametrize("kind", LAYERS)
+def test_gradients_equal_dense_reconstruction(kind, input_grad):
+    """Input and parameter gradients (whatever backward a layer uses) equal autograd's
+    through plain F.linear / F.conv2d on each member's reconstructed weights."""
+    make, shape, enter, leave, dense = LAYERS[kind]
+    torch.manual_seed(0)
+    layer = make().double()
+    xs = torch.randn(K, B, *shape, dtype=torch.float64, requires_grad=input_grad)
+    out = leave(layer(enter(xs))).unflatten(0, (K, B))
+    states = [layer.member_state(i) for i in range(K)]
+    expected = torch.stack([dense(xs[i], state["weight"], state.get("bias")) for i, state in enumerate(states)])
+    upstream = torch.randn_like(out)
+    inputs = [xs, *layer.parameters()] if input_grad else list(layer.parameters())
+    got = torch.autograd.grad(out, inputs, upstream)
+    want = torch.autograd.grad(expected, inputs, upstream)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
 def test_kernel_variant_reconstruction_is_rank_one_per_kernel():
     layer = BatchConv2d(2, 3, 3, K, variant="kernel")
     kernel = layer.member_state(1)["weight"]

@@ -183,6 +183,31 @@ class BatchConv2d(nn.Module):
         return state
 
 
+class _MemberLinear(torch.autograd.Function):
+    """y[i] = x[i] W[i]ᵀ + b[i] for x [k, B, in], W [k, out, in], b [k, out] or None.
+
+    Autograd through `baddbmm(b, x, W.transpose(1, 2))` returns W's gradient as the transpose
+    of a [k, in, out] product, which the gradient accumulator then copies into W's layout
+    (a full pass over the largest weight, every step). Here it is computed as gᵀx, already in
+    W's layout; the input gradient is skipped when the input needs none (the first layer)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        if bias is None:
+            return torch.bmm(x, weight.transpose(1, 2))
+        return torch.baddbmm(bias[:, None, :], x, weight.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.bmm(grad.transpose(1, 2), x) if ctx.needs_input_grad[1] else None
+        grad_bias = grad.sum(1) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias
+
+
 class EnsembleLinear(nn.Module):
     """k independent linear layers run as one batched matmul on a member-major batch."""
 
@@ -195,10 +220,7 @@ class EnsembleLinear(nn.Module):
             _default_linear_init_(self.weight.data[i], None if self.bias is None else self.bias.data[i], in_features)
 
     def forward(self, x):
-        h = x.unflatten(0, (self.num_members, -1))
-        if self.bias is None:
-            return torch.bmm(h, self.weight.transpose(1, 2)).flatten(0, 1)
-        return torch.baddbmm(self.bias[:, None, :], h, self.weight.transpose(1, 2)).flatten(0, 1)
+        return _MemberLinear.apply(x.unflatten(0, (self.num_members, -1)), self.weight, self.bias).flatten(0, 1)
 
     def forward_shared(self, x):
         """x [B, in], seen by every member -> member-major [k*B, out], as one wide matmul."""
