@@ -155,6 +155,7 @@ def evaluate(
     download: bool = typer.Option(False, "--download"),
     device: str = typer.Option("auto"),
     out: Path = typer.Option(None, help="Folder to write predictions.safetensors and metrics.json into."),
+    seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
 ):
     """Predictions and every metric for one model file on a preset's test, shift and OOD data."""
@@ -166,7 +167,7 @@ def evaluate(
 
     _check_format(fmt)
     model = load_model(model_path)
-    predictions, titles, skipped = evaluate_model(model, preset, data_dir, download, device)
+    predictions, titles, skipped = evaluate_model(model, preset, data_dir, download, device, seed=seed)
     metrics = analyze_predictions(predictions, weights=model.member_weights())
     metrics["skipped_splits"] = skipped
     if out is not None:
@@ -212,6 +213,7 @@ def diversity(
     device: str = typer.Option("auto"),
     fmt: str = typer.Option("table", "--format", help="table or json."),
     plot: Path = typer.Option(None, help="Also draw the heatmaps into this PNG file."),
+    seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),
 ):
     """How different the members really are: disagreement per split and weight-space cosine."""
     from .analysis import analyze_predictions
@@ -222,7 +224,7 @@ def diversity(
     model = load_model(model_path)
     weights = model.member_weights()
     try:
-        predictions, titles, skipped = evaluate_model(model, preset, data_dir, False, device)
+        predictions, titles, skipped = evaluate_model(model, preset, data_dir, False, device, seed=seed)
     except EnsdiagError as error:  # no data at all: the weights still tell a story
         predictions, titles, skipped = None, {}, {"id": str(error), "shift": str(error), "ood": str(error)}
     if predictions is not None:

@@ -144,3 +144,16 @@ def test_diversity_and_evaluate_on_the_embedded_default(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "evaluate", path, "--out", tmp_path / "eval")
     assert code == 0 and "Acc" in out
     assert (tmp_path / "eval" / "metrics.json").exists() and (tmp_path / "eval" / "predictions.safetensors").exists()
+
+
+def test_mc_dropout_masks_follow_the_seed_option(tmp_path, capsys):
+    model = ensdiag.build_model("mlp", "mc-dropout", 4, 10, (1, 8, 8), dropout=0.3)
+    path = ensdiag.save_model(model, tmp_path / "mcd.safetensors")
+
+    def disagreement(seed):
+        code, out, _ = run_cli(capsys, "diversity", path, "--seed", seed, "--format", "json")
+        assert code == 0
+        return json.loads(out)["disagreement"]
+
+    assert disagreement(1) == disagreement(1)
+    assert disagreement(1) != disagreement(2)
