@@ -312,7 +312,7 @@ def bench(
     arch: str = typer.Option("mlp", help="mlp (MNIST-sized, 60,000 × 1×28×28) or resnet18 (CIFAR-sized, 50,000 × 3×32×32)."),
     method: str = typer.Option(None, help="Comma list (default: single, mc-dropout, deep-ensemble, batch-ensemble-channel, -kernel)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    epochs: int = typer.Option(1, help="Timed epochs per method, after warm-up."),
+    epochs: int = typer.Option(3, help="Timed rounds, each one epoch of every method (round-robin); the median counts."),
     batches: int = typer.Option(None, help="Time only this many batches per epoch and extrapolate (default: all; 10 for resnet18 on CPU)."),
     train_size: int = typer.Option(None, help="Synthetic training images (default: the protocol's)."),
     test_size: int = typer.Option(None, help="Synthetic images for the inference timing (default 10,000; 1,000 for resnet18 on CPU)."),
@@ -338,11 +338,11 @@ def bench(
                              device=resolved.type, epochs=epochs, batches=batches, train_size=train_size,
                              test_size=10_000 if test_size is None else test_size, precision=precision, compile=compile, reference=reference,
                              strategies=strategies, members=members)
-    def progress(run_name, row):
+    def log(message):
         if fmt == "table":
-            err_console.print(f"{run_name}: {row['seconds_per_epoch']:.3f} s/epoch", markup=False, highlight=False)
+            err_console.print(message, markup=False, highlight=False, soft_wrap=True)
 
-    result = run(settings, resolved, sys.argv, progress)
+    result = run(settings, resolved, sys.argv, log)
     path = write_result(result, results_dir)
     if fmt == "json":
         _print_json(result)

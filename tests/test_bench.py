@@ -1,6 +1,7 @@
 """`ensdiag bench`: what it measures, what it writes, how it refuses bad input (no timings asserted)."""
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -20,6 +21,10 @@ def test_bench_json_has_every_method_against_the_reference_and_is_written_down(t
     for run, row in result["methods"].items():
         assert row["seconds_per_epoch"] > 0 and row["reference_seconds_per_epoch"] > 0, run
         assert row["speedup"] == pytest.approx(row["reference_seconds_per_epoch"] / row["seconds_per_epoch"])
+        for prefix in ("", "reference_"):  # every timer ran the default 3 rounds; the median epoch counts
+            measured = row[f"{prefix}epoch_seconds_measured"]
+            assert len(measured) == 3
+            assert row[f"{prefix}seconds_per_epoch"] == pytest.approx(statistics.median(measured))
         assert row["images_per_second"] == pytest.approx(300 / row["seconds_per_epoch"])
         k_train = 1 if run in ("single", "mc-dropout") else 4
         assert row["member_images_per_second"] == pytest.approx(k_train * row["images_per_second"])
@@ -41,6 +46,9 @@ def test_bench_resnet_extrapolates_from_timed_batches_and_compares_member_strate
                              "--results-dir", tmp_path)
     assert code == 0, err
     assert "deep-ensemble" in out and "vmap" in out and "loop" in out  # the tables
+    rounds = [line for line in err.splitlines() if line.startswith("round ")]
+    assert [line.split(":")[0] for line in rounds] == ["round 1/3", "round 2/3", "round 3/3"]
+    assert all("deep-ensemble [vmap]" in line and "deep-ensemble [loop]" in line for line in rounds)
     result = json.loads(next(tmp_path.glob("bench-resnet18-cpu-*.json")).read_text())
     row = result["methods"]["deep-ensemble"]
     assert row["timed_batches"] == 1 and row["batches_per_epoch"] == 1  # 8 images, batch 128

@@ -21,7 +21,7 @@ BENCH_FORMAT = "ensdiag.bench/1"
 __all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "bench", "bench_table", "write_result"]
 
 
-def bench(settings: BenchSettings, device, argv=(), on_result=None) -> dict:
+def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:
     from ..config import RUN_METHODS
     from ..experiment import environment
 
@@ -40,7 +40,7 @@ def bench(settings: BenchSettings, device, argv=(), on_result=None) -> dict:
     for ok, message in checks:
         if not ok:
             raise EnsdiagError(message)
-    result = run_bench(settings, device, on_result)
+    result = run_bench(settings, device, log)
     return {"format": BENCH_FORMAT, "created": datetime.now().isoformat(timespec="seconds"),
             "command": list(argv), "environment": environment(device), **result}
 

@@ -8,9 +8,13 @@ Each method is trained with the preset's optimiser, batch size and augmentation 
 one-time preparation of the training split (normalising it on the device), which is
 reported separately. With `batches` only that many batches per epoch are timed and the epoch
 time is extrapolated from them (the JSON says so).
+
+Timers run round-robin (one epoch of every method and pipeline per round) and report their
+median epoch, so slow drift of a shared machine cannot favour whichever method runs first.
 """
 
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass
 
@@ -33,7 +37,7 @@ class BenchSettings:
     arch: str = "mlp"
     methods: tuple[str, ...] = BENCH_METHODS
     device: str = "cpu"
-    epochs: int = 1  # timed epochs per method (after warm-up)
+    epochs: int = 3  # timed rounds (one epoch of every method each), after warm-up; the median counts
     batches: int | None = None  # time only this many batches per epoch, extrapolate to the epoch
     train_size: int | None = None  # default: the protocol's (60,000 / 50,000)
     test_size: int = TEST_SIZE
@@ -75,43 +79,54 @@ def train_members(method: str, members: int, split_batch=False) -> int:
     return members if method == "deep-ensemble" or (method == "batch-ensemble" and not split_batch) else 1
 
 
-def time_fast_path(config, run, train, test, settings, device, strategy=None) -> dict:
-    """Seconds per epoch and throughputs of ensdiag's own training and inference."""
-    method, options = config.model_options(run)
-    torch.manual_seed(0)
-    model = build_model(config.arch, method, None if method == "single" else config.members,
-                        config.num_classes, config.input_shape, **options).to(device)
-    model.member_strategy = strategy or fastest(device.type, config.arch)
-    autocast = settings.precision == "bf16" or (settings.precision == "auto" and device.type == "cuda")
-    channels_last = device.type == "cuda" and config.arch != "mlp"
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    if settings.compile:
-        model.body.compile()
-    normalize = Normalize(config.mean, config.std, device)
-    data = FitData(train[0].to(device), train[1].to(device), test[0][:0].to(device), test[1][:0].to(device),
-                   normalize, augment=config.augment)
-    prepare_seconds, _ = _timed(lambda: data.training_images(torch.bfloat16 if autocast else torch.float32), device)
-    optimizer, _ = make_optimizer(model, config)
-    generator = torch.Generator(device=device).manual_seed(0)
-    n, bs = len(train[1]), config.batch_size
-    orders_per_epoch = num_orders(method, model.num_members)
-    batches_per_epoch = math.ceil(n / bs)
-    timed_batches = min(settings.batches or batches_per_epoch, batches_per_epoch)
+def epoch_seconds(seconds, batches_per_epoch, timed_batches) -> float:
+    """The median timed epoch, scaled up to a full epoch when only some batches were timed."""
+    return statistics.median(seconds) * batches_per_epoch / timed_batches
 
-    def epoch(batches):
-        orders = epoch_permutations(n, orders_per_epoch, generator, device)[:, :batches * bs]
-        return train_epoch(model, optimizer, data, orders, config, generator, autocast, channels_last)
 
-    epoch(min(settings.warmup_batches, timed_batches))
-    seconds = [_timed(lambda: epoch(timed_batches), device)[0] for _ in range(settings.epochs)]
-    per_epoch = sum(seconds) / len(seconds) * batches_per_epoch / timed_batches
-    inference = time_fast_inference(model, test[0], normalize, settings, device, autocast, channels_last)
-    k_train = train_members(method, model.num_members, config.be_split_batch)
-    return {"members": model.num_members, "seconds_per_epoch": per_epoch, "epoch_seconds_measured": seconds,
-            "timed_batches": timed_batches, "batches_per_epoch": batches_per_epoch,
-            "images_per_second": n / per_epoch, "member_images_per_second": n * k_train / per_epoch,
-            "prepare_seconds": prepare_seconds, **inference}
+class FastPathTimer:
+    """One method on ensdiag's own training loop, set up once and timed an epoch at a time."""
+
+    def __init__(self, config, run, data: FitData, settings, device, strategy=None):
+        method, options = config.model_options(run)
+        torch.manual_seed(0)
+        model = build_model(config.arch, method, None if method == "single" else config.members,
+                            config.num_classes, config.input_shape, **options).to(device)
+        model.member_strategy = strategy or fastest(device.type, config.arch)
+        self.autocast = settings.precision == "bf16" or (settings.precision == "auto" and device.type == "cuda")
+        self.channels_last = device.type == "cuda" and config.arch != "mlp"
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        if settings.compile:
+            model.body.compile()
+        self.model, self.config, self.data, self.settings, self.device = model, config, data, settings, device
+        self.optimizer, _ = make_optimizer(model, config)
+        self.generator = torch.Generator(device=device).manual_seed(0)
+        self.n = len(data.train_labels)
+        self.batches_per_epoch = math.ceil(self.n / config.batch_size)
+        self.timed_batches = min(settings.batches or self.batches_per_epoch, self.batches_per_epoch)
+
+    def _epoch(self, batches):
+        orders = epoch_permutations(self.n, num_orders(self.model.method, self.model.num_members), self.generator,
+                                    self.device)[:, :batches * self.config.batch_size]
+        train_epoch(self.model, self.optimizer, self.data, orders, self.config, self.generator, self.autocast,
+                    self.channels_last)
+
+    def warm_up(self):
+        self._epoch(min(self.settings.warmup_batches, self.timed_batches))
+
+    def epoch(self) -> float:
+        return _timed(lambda: self._epoch(self.timed_batches), self.device)[0]
+
+    def summary(self, seconds, test_images) -> dict:
+        per_epoch = epoch_seconds(seconds, self.batches_per_epoch, self.timed_batches)
+        inference = time_fast_inference(self.model, test_images, self.data.normalize, self.settings, self.device,
+                                        self.autocast, self.channels_last)
+        k_train = train_members(self.model.method, self.model.num_members, self.config.be_split_batch)
+        return {"members": self.model.num_members, "seconds_per_epoch": per_epoch, "epoch_seconds_measured": seconds,
+                "timed_batches": self.timed_batches, "batches_per_epoch": self.batches_per_epoch,
+                "images_per_second": self.n / per_epoch, "member_images_per_second": self.n * k_train / per_epoch,
+                **inference}
 
 
 @torch.no_grad()
@@ -134,26 +149,41 @@ def time_fast_inference(model, images, normalize, settings, device, autocast, ch
             "inference_member_images_per_second": len(x) * model.num_members / seconds}
 
 
-def time_reference(config, run, train, test, settings, device, workers) -> dict:
-    """The same measurements for the reference pipeline (reference.py)."""
-    reference = ReferenceModel(config, run, device)
-    loader = make_loader(*train, config, config.batch_size, True, workers, device, augment=config.augment)
-    batches_per_epoch = len(loader)
-    timed_batches = min(settings.batches or batches_per_epoch, batches_per_epoch)
-    reference.train_epoch(loader, max_batches=min(settings.warmup_batches, timed_batches))
-    seconds = [_timed(lambda: reference.train_epoch(loader, max_batches=timed_batches), device)[0]
-               for _ in range(settings.epochs)]
-    per_epoch = sum(seconds) / len(seconds) * batches_per_epoch / timed_batches
-    test_loader = make_loader(*test, config, settings.eval_batch_size, False, workers, device)
-    reference.predict(test_loader, max_batches=1)
-    inference_seconds, _ = _timed(lambda: reference.predict(test_loader), device)
-    return {"reference_seconds_per_epoch": per_epoch, "reference_epoch_seconds_measured": seconds,
-            "reference_timed_batches": timed_batches,
-            "reference_inference_images_per_second": len(test[1]) / inference_seconds}
+class ReferenceTimer:
+    """The same method on the reference pipeline (reference.py)."""
+
+    def __init__(self, config, run, train, settings, device, workers):
+        self.reference = ReferenceModel(config, run, device)
+        self.loader = make_loader(*train, config, config.batch_size, True, workers, device, augment=config.augment)
+        self.config, self.settings, self.device, self.workers = config, settings, device, workers
+        self.batches_per_epoch = len(self.loader)
+        self.timed_batches = min(settings.batches or self.batches_per_epoch, self.batches_per_epoch)
+
+    def warm_up(self):
+        self.reference.train_epoch(self.loader, max_batches=min(self.settings.warmup_batches, self.timed_batches))
+
+    def epoch(self) -> float:
+        return _timed(lambda: self.reference.train_epoch(self.loader, max_batches=self.timed_batches), self.device)[0]
+
+    def summary(self, seconds, test) -> dict:
+        test_loader = make_loader(*test, self.config, self.settings.eval_batch_size, False, self.workers, self.device)
+        self.reference.predict(test_loader, max_batches=1)
+        inference_seconds, _ = _timed(lambda: self.reference.predict(test_loader), self.device)
+        return {"reference_seconds_per_epoch": epoch_seconds(seconds, self.batches_per_epoch, self.timed_batches),
+                "reference_epoch_seconds_measured": seconds, "reference_timed_batches": self.timed_batches,
+                "reference_inference_images_per_second": len(test[1]) / inference_seconds}
 
 
-def run_bench(settings: BenchSettings, device: torch.device, on_result=None) -> dict:
-    """Every method's fast-path and reference numbers, the ratios the targets name, the settings."""
+def _label(name, kind):
+    return {"fast": name, "reference": f"{name} [reference]", "strategy": f"deep-ensemble [{name}]"}[kind]
+
+
+def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
+    """Every method's fast-path and reference numbers, the ratios the targets name, the settings.
+
+    All timers are set up and warmed first, then timed round-robin, one epoch each per round,
+    and each reports its median epoch: drift on a shared machine then hits every method
+    alike instead of whichever runs last."""
     preset, default_size = PROTOCOLS[settings.arch]
     config = preset_config(preset, members=settings.members)
     train = synthetic_split(settings.train_size or default_size, config.input_shape, config.num_classes, seed=0)
@@ -161,28 +191,45 @@ def run_bench(settings: BenchSettings, device: torch.device, on_result=None) -> 
     workers = settings.reference_workers
     if workers is None:
         workers = 0 if device.type == "cpu" else min(8, torch.get_num_threads())
-    results = {}
+    data = FitData(train[0].to(device), train[1].to(device), test[0][:0].to(device), test[1][:0].to(device),
+                   Normalize(config.mean, config.std, device), augment=config.augment)
+    autocast = settings.precision == "bf16" or (settings.precision == "auto" and device.type == "cuda")
+    prepare_seconds, _ = _timed(lambda: data.training_images(torch.bfloat16 if autocast else torch.float32), device)
+
+    timers = {}  # (row, kind) -> timer; kind: fast | reference | strategy
     for run in settings.methods:
-        row = time_fast_path(config, run, train, test, settings, device)
+        timers[run, "fast"] = FastPathTimer(config, run, data, settings, device)
         if settings.reference:
-            row.update(time_reference(config, run, train, test, settings, device, workers))
-            row["speedup"] = row["reference_seconds_per_epoch"] / row["seconds_per_epoch"]
-        results[run] = row
-        if on_result is not None:
-            on_result(run, row)
-    strategies = {}
+            timers[run, "reference"] = ReferenceTimer(config, run, train, settings, device, workers)
     if settings.strategies:
         from ..nn.members import STRATEGIES
         for strategy in STRATEGIES:
-            row = time_fast_path(config, "deep-ensemble", train, test, settings, device, strategy=strategy)
-            strategies[strategy] = {key: row[key] for key in ("seconds_per_epoch", "timed_batches",
-                                                              "inference_images_per_second")}
-            if on_result is not None:
-                on_result(f"deep-ensemble [{strategy}]", strategies[strategy])
+            timers[strategy, "strategy"] = FastPathTimer(config, "deep-ensemble", data, settings, device, strategy)
+    for timer in timers.values():
+        timer.warm_up()
+    seconds = {key: [] for key in timers}
+    for round_ in range(settings.epochs):
+        for key, timer in timers.items():
+            seconds[key].append(timer.epoch())
+        if log is not None:
+            log(f"round {round_ + 1}/{settings.epochs}: " + ", ".join(
+                f"{_label(name, kind)} {seconds[name, kind][-1]:.3g} s" for name, kind in timers))
+
+    results, strategies = {}, {}
+    for (name, kind), timer in timers.items():
+        if kind == "fast":
+            results[name] = {**timer.summary(seconds[name, kind], test[0]), "prepare_seconds": prepare_seconds}
+        elif kind == "reference":
+            results[name].update(timer.summary(seconds[name, kind], test))
+            results[name]["speedup"] = results[name]["reference_seconds_per_epoch"] / results[name]["seconds_per_epoch"]
+        else:
+            row = timer.summary(seconds[name, kind], test[0])
+            strategies[name] = {key: row[key] for key in ("seconds_per_epoch", "timed_batches",
+                                                          "inference_images_per_second")}
     return {"settings": {**settings.to_dict(), "preset": preset, "train_size": len(train[1]),
                          "batch_size": config.batch_size, "optimizer": config.optimizer,
                          "augment": config.augment, "reference_workers": workers,
-                         "threads": torch.get_num_threads()},
+                         "threads": torch.get_num_threads(), "timing": "round-robin, median epoch"},
             "methods": results, "strategies": strategies, "ratios": ratios(results)}
 
 
