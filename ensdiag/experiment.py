@@ -62,8 +62,8 @@ def read_experiment(run_dir) -> dict:
     return data
 
 
-def prepare_run_dir(out: Path, config: TrainConfig, argv) -> TrainConfig:
-    """Create the run folder (or check that an existing one holds the same experiment)."""
+def stored_config(out: Path, config: TrainConfig) -> TrainConfig | None:
+    """The config of the run already in `out` (which must be this experiment), or None."""
     if (out / "experiment.json").exists():
         stored = TrainConfig.from_dict(read_experiment(out)["config"])
         if stored != config:
@@ -72,6 +72,14 @@ def prepare_run_dir(out: Path, config: TrainConfig, argv) -> TrainConfig:
         return stored
     if out.exists() and not out.is_dir():
         raise EnsdiagError(f"--out {out} exists and is not a directory")
+    return None
+
+
+def prepare_run_dir(out: Path, config: TrainConfig, argv) -> TrainConfig:
+    """Create the run folder (or check that an existing one holds the same experiment)."""
+    stored = stored_config(out, config)
+    if stored is not None:
+        return stored
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".ensdiag-write-test"
@@ -166,8 +174,9 @@ def run_experiment(config: TrainConfig, out: Path, data_dir, download=False, dev
                    argv=None) -> Path:
     argv = list(sys.argv if argv is None else argv)
     device = resolve_device(device)
-    config = prepare_run_dir(Path(out), config, argv)
+    config = stored_config(Path(out), config) or config  # a wrong --out fails before any data is read
     data = load_preset_data(config, data_dir, download)
+    config = prepare_run_dir(Path(out), config, argv)  # only once the data is there: no empty run folders
     progress = TrainProgress(len(config.methods) * len(config.seeds), quiet)
     for split, reason in data.skipped.items():
         progress.message(f"note: {split} split skipped: {reason}")

@@ -159,7 +159,8 @@ def test_missing_shift_and_ood_are_skipped_and_recorded(tmp_path, monkeypatch):
     (["--preset", "imagenet"], "unknown preset 'imagenet'"),
     (["--method", "single,bagging"], "unknown method bagging"),
     (["--seeds", "1,x"], "--seeds must be a comma-separated list"),
-    (["--preset", "mnist", "--data-dir", "{tmp}/empty"], r"MNIST not found: missing .*train-images-idx3-ubyte.*--download"),
+    (["--preset", "mnist", "--data-dir", "{tmp}/empty", "--out", "{tmp}/r"],
+     r"MNIST not found: missing .*train-images-idx3-ubyte.*--download"),
     (["--out", "{tmp}/file.txt/run"], "cannot write to --out"),
     (["--resume", "{tmp}"], "is not an ensdiag run"),
     (["--resume", "{tmp}", "--epochs", "3"], "drop epochs"),
@@ -168,6 +169,13 @@ def test_bad_input_is_one_line_and_non_zero(tmp_path, capsys, args, match):
     (tmp_path / "file.txt").write_text("not a folder")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     assert_one_line_error(capsys, "train", "--quiet", *args, match=match)
+
+
+def test_missing_data_leaves_no_run_folder_behind(tmp_path, capsys):
+    out = tmp_path / "runs" / "r"
+    assert_one_line_error(capsys, "train", "--quiet", "--preset", "mnist", "--data-dir", tmp_path / "empty",
+                          "--out", out, match="MNIST not found")
+    assert not out.exists()
 
 
 def test_cli_train_writes_the_run_folder(tmp_path, capsys):
