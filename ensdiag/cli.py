@@ -120,7 +120,7 @@ def train(
     if not quiet:
         from .report import build_report, to_rich
         summary = build_report(run_dir)
-        for table in to_rich(summary, only={"id", "ood", "diversity"}):
+        for table in to_rich(summary, only={"id", "ood", "diversity"}, width=err_console.width):
             err_console.print(table)
         err_console.print(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})", markup=False, highlight=False)
     print(run_dir)
@@ -296,7 +296,7 @@ def report(
     result = make_report(run_dir, reference, figures)
     if fmt == "table":
         console = Console(file=open(out, "w", encoding="utf-8") if out else None, width=160 if out else None)
-        for table in to_rich(result):
+        for table in to_rich(result, width=console.width):
             console.print(table)
     else:
         text = render(result, fmt, result["run"])

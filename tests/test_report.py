@@ -1,5 +1,6 @@
 """Reports from a run folder built by a fixture: two methods x three seeds with known metrics."""
 
+import io
 import json
 import re
 import shutil
@@ -201,3 +202,33 @@ def test_html_renders_in_headless_chromium(run_dir, tmp_path):
     assert high - low > 100  # text and figures, not a blank page
     histogram = image.histogram()
     assert sum(histogram[:200]) > 0.01 * image.width * image.height
+
+
+def wide_report():
+    """Four methods x ten corruptions: wider than 80 columns as the paper lays it out."""
+    names = ["blur", "brightness", "contrast", "gaussian_noise", "impulse_noise", "rotate", "scale", "shear",
+             "stripe", "translate"]
+    rows = [{"method": m, "label": label, "cells": [{"mean": 0.5 + i / 100 + j / 1000, "ci": 0.012, "n": 3, "expected": 3}
+                                                     for j in range(len(names))]}
+            for i, (m, label) in enumerate([("single", "Single"), ("mc-dropout", "MC Dropout"),
+                                            ("deep-ensemble", "Deep Ensemble"), ("batch-ensemble", "BatchEnsemble")])]
+    return {"tables": [{"id": "shift-corruptions", "title": "Accuracy per corruption", "note": "",
+                        "columns": [{"name": n, "direction": "up"} for n in names], "rows": rows}]}
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_terminal_tables_fit_the_terminal_and_hide_no_number(width):
+    from rich.console import Console
+    from ensdiag.report import to_rich
+
+    console = Console(width=width, record=True, file=io.StringIO())
+    for table in to_rich(wide_report(), width=width):
+        console.print(table)
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width and "…" not in text
+    assert all(line.rstrip().endswith(("┓", "┃", "┩", "│", "┘")) for line in lines[1:])  # right border intact
+    for value in ("0.500 ± 0.012", "0.539 ± 0.012", "BatchEnsemble", "translate ↑"):
+        assert value in text
+    header = next(line for line in lines if "Single" in line)
+    assert ("BatchEnsemble" in header) == (width == 80)  # methods become columns only when it must

@@ -139,21 +139,46 @@ def to_json(report) -> str:
     return json.dumps(report, indent=2, allow_nan=False) + "\n"
 
 
-def to_rich(report, only=None):
-    """rich Tables for the terminal (all, or the ids in `only`)."""
+def to_rich(report, only=None, width=None):
+    """rich Tables for the terminal (all, or the ids in `only`).
+
+    With a `width`, a table too wide for it is shown transposed (methods as columns) when
+    that fits better, so that a per-corruption table stays readable in 80 columns."""
+    from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
 
     def decorate(text, mark):
         return f"[bold green]{text}[/]" if mark == "best" else f"[yellow]{text}[/]" if mark == "second" else text
 
+    def build(table, transposed):
+        header, rows = _header(table), [(row["label"], texts) for row, texts in _cells(table, decorate)]
+        if transposed:
+            header = ["", *(label for label, _ in rows)]
+            rows = [(name, [texts[index] for _, texts in rows]) for index, name in enumerate(_header(table)[1:])]
+        rich_table = Table(title=table["title"], caption=table.get("note") or None, pad_edge=not transposed)
+        # method names stay whole ("BatchEnsemble", not "BatchEnse…"), other text wraps or folds
+        label_width = None if transposed or not rows else min(max(len(label) for label, _ in rows), 24)
+        for index, name in enumerate(header):
+            longest_word = max((len(word) for word in name.split()), default=0)
+            rich_table.add_column(name, justify="left" if index == 0 else "right", overflow="fold",
+                                  min_width=label_width if index == 0 else longest_word)
+        for label, texts in rows:
+            rich_table.add_row(label, *texts)
+        return rich_table
+
+    def natural_width(rich_table):
+        console = Console(width=10_000)
+        return Measurement.get(console, console.options, rich_table).maximum
+
     tables = []
     for table in report["tables"]:
         if only is not None and table["id"] not in only:
             continue
-        rich_table = Table(title=table["title"], caption=table.get("note") or None)
-        for index, name in enumerate(_header(table)):
-            rich_table.add_column(name, justify="left" if index == 0 else "right")
-        for row, texts in _cells(table, decorate):
-            rich_table.add_row(row["label"], *texts)
+        rich_table = build(table, transposed=False)
+        if width is not None and natural_width(rich_table) > width:
+            transposed = build(table, transposed=True)
+            if natural_width(transposed) < natural_width(rich_table):
+                rich_table = transposed
         tables.append(rich_table)
     return tables
