@@ -79,6 +79,11 @@ def train_members(method: str, members: int, split_batch=False) -> int:
     return members if method == "deep-ensemble" or (method == "batch-ensemble" and not split_batch) else 1
 
 
+def uses_bf16(settings, device) -> bool:
+    """bf16 autocast: asked for, or by default on CUDA (on CPU it was measured slower)."""
+    return settings.precision == "bf16" or (settings.precision == "auto" and device.type == "cuda")
+
+
 def epoch_seconds(seconds, batches_per_epoch, timed_batches) -> float:
     """The median timed epoch, scaled up to a full epoch when only some batches were timed."""
     return statistics.median(seconds) * batches_per_epoch / timed_batches
@@ -93,7 +98,7 @@ class FastPathTimer:
         model = build_model(config.arch, method, None if method == "single" else config.members,
                             config.num_classes, config.input_shape, **options).to(device)
         model.member_strategy = strategy or fastest(device.type, config.arch)
-        self.autocast = settings.precision == "bf16" or (settings.precision == "auto" and device.type == "cuda")
+        self.autocast = uses_bf16(settings, device)
         self.channels_last = device.type == "cuda" and config.arch != "mlp"
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
@@ -193,8 +198,8 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
         workers = 0 if device.type == "cpu" else min(8, torch.get_num_threads())
     data = FitData(train[0].to(device), train[1].to(device), test[0][:0].to(device), test[1][:0].to(device),
                    Normalize(config.mean, config.std, device), augment=config.augment)
-    autocast = settings.precision == "bf16" or (settings.precision == "auto" and device.type == "cuda")
-    prepare_seconds, _ = _timed(lambda: data.training_images(torch.bfloat16 if autocast else torch.float32), device)
+    dtype = torch.bfloat16 if uses_bf16(settings, device) else torch.float32
+    prepare_seconds, _ = _timed(lambda: data.training_images(dtype), device)
 
     timers = {}  # (row, kind) -> timer; kind: fast | reference | strategy
     for run in settings.methods:
