@@ -67,10 +67,13 @@ def forward_vmap(model, xs):
 def forward_loop(model, xs):
     """xs [k, B, ...] -> logits [k, B, C], one plain forward per member."""
     plain, state = _plain_network(model), stacked_state(model)
+    # unbind, not t[i]: its backward stacks the k member gradients once, where k separate
+    # index views would each scatter into a zero-filled tensor of the whole stacked size
+    members = {name: t.unbind(0) for name, t in state.items() if t.dim()}
     outputs = []
     for i in range(model.num_members):
         # shared scalars (BatchNorm's step count) advance once per step, as in the other strategies
-        tensors = {name: t[i] if t.dim() else (t if i == 0 else t.clone()) for name, t in state.items()}
+        tensors = {name: members[name][i] if t.dim() else (t if i == 0 else t.clone()) for name, t in state.items()}
         outputs.append(functional_call(plain, tensors, (xs[i:i + 1],)))
     return torch.stack(outputs)
 
