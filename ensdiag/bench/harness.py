@@ -118,7 +118,9 @@ class FastPathTimer:
                     self.channels_last)
 
     def warm_up(self):
-        self._epoch(min(self.settings.warmup_batches, self.timed_batches))
+        # a compiled model recompiles for the epoch's last, smaller batch: warm up on every shape
+        self._epoch(self.timed_batches if self.settings.compile else min(self.settings.warmup_batches,
+                                                                           self.timed_batches))
 
     def epoch(self) -> float:
         return _timed(lambda: self._epoch(self.timed_batches), self.device)[0]
@@ -201,6 +203,8 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
     dtype = torch.bfloat16 if uses_bf16(settings, device) else torch.float32
     prepare_seconds, _ = _timed(lambda: data.training_images(dtype), device)
 
+    if settings.compile:  # every model shares the architectures' forward code: one cache entry per model and shape
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     timers = {}  # (row, kind) -> timer; kind: fast | reference | strategy
     for run in settings.methods:
         timers[run, "fast"] = FastPathTimer(config, run, data, settings, device)
