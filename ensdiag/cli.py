@@ -319,6 +319,7 @@ def bench(
     members: int = typer.Option(4, "--members", "-k", help="Ensemble members k."),
     precision: str = typer.Option("auto", help="auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16."),
     compile: bool = typer.Option(False, "--compile", help="torch.compile the model body on the fast path."),
+    compile_mode: str = typer.Option("default", help="torch.compile mode (implies --compile): default, reduce-overhead (CUDA graphs on CUDA), max-autotune."),
     reference: bool = typer.Option(True, "--reference/--no-reference", help="Also time the reference pipeline."),
     strategies: bool = typer.Option(False, "--strategies", help="Also time Deep-Ensemble members stacked vs vmap vs loop."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
@@ -336,8 +337,10 @@ def bench(
         test_size = 1_000 if test_size is None else test_size
     settings = BenchSettings(arch=arch, methods=tuple(_csv(method, what="--method") or BENCH_METHODS),
                              device=resolved.type, epochs=epochs, batches=batches, train_size=train_size,
-                             test_size=10_000 if test_size is None else test_size, precision=precision, compile=compile, reference=reference,
-                             strategies=strategies, members=members)
+                             test_size=10_000 if test_size is None else test_size, precision=precision,
+                             compile=compile or compile_mode != "default", compile_mode=compile_mode,
+                             reference=reference, strategies=strategies, members=members)
+
     def log(message):
         if fmt == "table":
             err_console.print(message, markup=False, highlight=False, soft_wrap=True)

@@ -63,6 +63,7 @@ def test_bench_resnet_extrapolates_from_timed_batches_and_compares_member_strate
     (("--epochs", 0), "--epochs must be at least 1"),
     (("--format", "csv"), "unknown --format"),
     (("--precision", "fp8"), "unknown --precision"),
+    (("--compile-mode", "fastest"), "unknown --compile-mode"),
 ])
 def test_bench_bad_input_is_one_line(capsys, tmp_path, args, match):
     assert_one_line_error(capsys, "bench", *TINY, "--results-dir", tmp_path, *args, match=match)

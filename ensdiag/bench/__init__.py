@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ..errors import EnsdiagError
 from ..io import atomic_write_json
-from .harness import BENCH_METHODS, PROTOCOLS, BenchSettings, run_bench
+from .harness import BENCH_METHODS, COMPILE_MODES, PROTOCOLS, BenchSettings, run_bench
 
 BENCH_FORMAT = "ensdiag.bench/1"
 __all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "bench", "bench_table", "write_result"]
@@ -32,6 +32,8 @@ def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:
         raise EnsdiagError(f"unknown method {', '.join(unknown) or '(none given)'}; choose from {', '.join(BENCH_METHODS)}")
     if settings.precision not in ("auto", "fp32", "bf16"):
         raise EnsdiagError(f"unknown --precision {settings.precision!r}; use auto, fp32 or bf16")
+    if settings.compile_mode not in COMPILE_MODES:
+        raise EnsdiagError(f"unknown --compile-mode {settings.compile_mode!r}; choose from {', '.join(COMPILE_MODES)}")
     checks = [(settings.epochs >= 1, "--epochs must be at least 1"),
               (settings.batches is None or settings.batches >= 1, "--batches must be at least 1"),
               (settings.train_size is None or settings.train_size >= 1, "--train-size must be at least 1"),

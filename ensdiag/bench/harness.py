@@ -28,6 +28,7 @@ from ..train import FitData, make_optimizer, num_orders, train_epoch
 from .reference import ReferenceModel, make_loader
 
 PROTOCOLS = {"mlp": ("mnist", 60_000), "resnet18": ("cifar10", 50_000)}
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 BENCH_METHODS = ("single", "mc-dropout", "deep-ensemble", "batch-ensemble-channel", "batch-ensemble-kernel")
 TEST_SIZE = 10_000
 
@@ -45,6 +46,7 @@ class BenchSettings:
     warmup_batches: int = 5  # never more than the timed batches
     precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
     compile: bool = False  # torch.compile the model body (fast path only)
+    compile_mode: str = "default"  # torch.compile mode; "reduce-overhead" adds CUDA graphs on CUDA
     reference: bool = True
     reference_workers: int | None = None  # DataLoader workers; default 0 on CPU, min(8, cores) on CUDA
     strategies: bool = False  # also time the Deep Ensemble member strategies (nn/members.py)
@@ -103,7 +105,7 @@ class FastPathTimer:
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         if settings.compile:
-            model.body.compile()
+            model.body.compile(mode=settings.compile_mode)
         self.model, self.config, self.data, self.settings, self.device = model, config, data, settings, device
         self.optimizer, _ = make_optimizer(model, config)
         self.generator = torch.Generator(device=device).manual_seed(0)
