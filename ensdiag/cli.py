@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import EnsdiagError
+from .errors import DataNotFound, EnsdiagError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Is your ensemble really an ensemble? Diagnostics for trained ensembles.")
@@ -225,7 +225,7 @@ def diversity(
     weights = model.member_weights()
     try:
         predictions, titles, skipped = evaluate_model(model, preset, data_dir, False, device, seed=seed)
-    except EnsdiagError as error:  # no data at all: the weights still tell a story
+    except DataNotFound as error:  # no data at all: the weights still tell a story
         predictions, titles, skipped = None, {}, {"id": str(error), "shift": str(error), "ood": str(error)}
     if predictions is not None:
         metrics = analyze_predictions(predictions, weights, only=["disagreement", "weight-similarity"])

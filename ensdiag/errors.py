@@ -14,3 +14,7 @@ class EnsdiagError(Exception):
         super().__init__(" ".join(str(message).split()))  # always one line
         if exit_code is not None:
             self.exit_code = exit_code
+
+
+class DataNotFound(EnsdiagError):
+    """A dataset's files are not where ensdiag looked (as opposed to being there but wrong)."""

@@ -157,3 +157,10 @@ def test_mc_dropout_masks_follow_the_seed_option(tmp_path, capsys):
 
     assert disagreement(1) == disagreement(1)
     assert disagreement(1) != disagreement(2)
+
+
+def test_diversity_with_a_preset_of_other_inputs_is_an_error_not_a_degraded_report(tmp_path, capsys):
+    model = ensdiag.build_model("mlp", "deep-ensemble", 3, 10, (1, 8, 8))  # a digits-sized model
+    path = ensdiag.save_model(model, tmp_path / "de.safetensors")
+    assert_one_line_error(capsys, "diversity", path, "--preset", "mnist", "--data-dir", tmp_path,
+                          match=r"mnist preset has inputs \(1, 28, 28\), the model \(1, 8, 8\)")

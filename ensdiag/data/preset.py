@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import EnsdiagError
+from ..errors import DataNotFound, EnsdiagError
 from .registry import Split, get_dataset
 
 
@@ -37,8 +37,8 @@ def load_preset_data(config, data_dir, download=False, with_train=True) -> Prese
     try:
         train = dataset.load(data_dir, "train", download) if with_train else None
         test = dataset.load(data_dir, "test", download)
-    except EnsdiagError as error:
-        raise EnsdiagError(f"{'training' if with_train else 'test'} data missing: {error}"
+    except DataNotFound as error:
+        raise DataNotFound(f"{'training' if with_train else 'test'} data missing: {error}"
                            + ("" if "--download" in str(error) else " (or pass --download)")) from None
     skipped, titles = {}, {"id": f"{dataset.title} test"}
     shift_set, ood_set = get_dataset(config.shift), get_dataset(config.ood)

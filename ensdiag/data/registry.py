@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import EnsdiagError
+from ..errors import DataNotFound, EnsdiagError
 
 DATASETS: dict[str, "Dataset"] = {}
 
@@ -61,10 +61,10 @@ class Dataset:
     def load(self, data_dir: Path, split: str = "test", download: bool = False, **options):
         raise NotImplementedError
 
-    def missing(self, data_dir: Path) -> EnsdiagError:
+    def missing(self, data_dir: Path) -> DataNotFound:
         files = [str(f) for f in self.expected_files(data_dir) if not f.is_file()]
         shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
-        return EnsdiagError(f"{self.title} not found: missing {shown}. {self.how_to_get}")
+        return DataNotFound(f"{self.title} not found: missing {shown}. {self.how_to_get}")
 
 
 def register_dataset(cls):
