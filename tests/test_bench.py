@@ -54,6 +54,7 @@ def test_bench_resnet_extrapolates_from_timed_batches_and_compares_member_strate
     assert row["timed_batches"] == 1 and row["batches_per_epoch"] == 1  # 8 images, batch 128
     assert "reference_seconds_per_epoch" not in row
     assert set(result["strategies"]) == {"stacked", "vmap", "loop"}
+    assert result["strategy_in_use"] == "loop" and "loop is in use" in out  # FASTEST for (cpu, resnet18)
     assert result["settings"]["augment"] is True and result["settings"]["optimizer"] == "sgd"
 
 

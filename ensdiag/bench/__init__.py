@@ -94,7 +94,11 @@ def bench_table(result: dict) -> list[Table]:
             ratios.add_row(name, f"{value:.2f}")
         tables.append(ratios)
     if result["strategies"]:
-        strategies = Table(title="Deep Ensemble member strategies (nn/members.py)")
+        measured = min(result["strategies"], key=lambda name: result["strategies"][name]["seconds_per_epoch"])
+        in_use = result["strategy_in_use"]
+        caption = (f"{in_use} is in use (FASTEST in nn/members.py)"
+                   + ("" if measured == in_use else f"; {measured} was faster in this run"))
+        strategies = Table(title="Deep Ensemble member strategies (nn/members.py)", caption=caption)
         for column in ("strategy", "s/epoch", "infer images/s"):
             strategies.add_column(column, justify="left" if column == "strategy" else "right")
         for name, row in result["strategies"].items():

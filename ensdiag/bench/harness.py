@@ -241,7 +241,8 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
                          "batch_size": config.batch_size, "optimizer": config.optimizer,
                          "augment": config.augment, "reference_workers": workers,
                          "threads": torch.get_num_threads(), "timing": "round-robin, median epoch"},
-            "methods": results, "strategies": strategies, "ratios": ratios(results)}
+            "methods": results, "strategies": strategies, "ratios": ratios(results),
+            "strategy_in_use": fastest(device.type, settings.arch)}
 
 
 def ratios(results: dict) -> dict:
