@@ -174,9 +174,9 @@ def run_experiment(config: TrainConfig, out: Path, data_dir, download=False, dev
                    argv=None) -> Path:
     argv = list(sys.argv if argv is None else argv)
     device = resolve_device(device)
-    config = stored_config(Path(out), config) or config  # a wrong --out fails before any data is read
-    data = load_preset_data(config, data_dir, download)
-    config = prepare_run_dir(Path(out), config, argv)  # only once the data is there: no empty run folders
+    stored = stored_config(Path(out), config)  # a wrong --out fails before any data is read
+    data = load_preset_data(stored or config, data_dir, download)
+    config = stored or prepare_run_dir(Path(out), config, argv)  # only once the data is there: no empty run folders
     progress = TrainProgress(len(config.methods) * len(config.seeds), quiet)
     for split, reason in data.skipped.items():
         progress.message(f"note: {split} split skipped: {reason}")

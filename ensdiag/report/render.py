@@ -176,9 +176,9 @@ def to_rich(report, only=None, width=None):
         if only is not None and table["id"] not in only:
             continue
         rich_table = build(table, transposed=False)
-        if width is not None and natural_width(rich_table) > width:
+        if width is not None and (wide := natural_width(rich_table)) > width:
             transposed = build(table, transposed=True)
-            if natural_width(transposed) < natural_width(rich_table):
+            if natural_width(transposed) < wide:
                 rich_table = transposed
         tables.append(rich_table)
     return tables
