@@ -1,11 +1,17 @@
-"""Training one model: the loss semantics of protocol.md §1, early stopping, exact resume.
+"""Training one model: the loss semantics of the methods, early stopping, exact resume.
 
-Loss = Σ over members of each member's mean cross-entropy, so lr and weight decay act on
-every member exactly as on a single model:
-- deep-ensemble: member i sees its own shuffle of the data (`forward_members`);
-- batch-ensemble: every input repeated k times (every member sees every example), or the
-  original split mode (member i gets B/k disjoint examples of the batch);
-- single / mc-dropout: one network, one pass (MC Dropout's dropout is on, as always).
+The loss combines the members' mean cross-entropies as the method's kit declares
+(`Kit.loss_over_members`):
+- deep-ensemble: the **sum** over members. Members share no parameter, so each member's
+  weights get exactly the gradient a single model would; lr and weight decay act on every
+  member as on a single model. Member i sees its own shuffle of the data.
+- batch-ensemble: the **mean** over all k·B rows of the repeated batch (the original
+  implementation's and torch-uncertainty's loss). The shared weight W then gets a single
+  model's gradient (with all fast weights 1 it is exactly a single model's), not k times it.
+  Every input is repeated k times (every member sees every example), or in the original
+  split mode member i gets B/k disjoint examples of the batch.
+- single / mc-dropout: one network, one pass (MC Dropout's dropout is on in training unless
+  the model was built with `train_dropout=False`).
 
 After every epoch the whole state (model, optimiser, scheduler, RNG streams, early-stopping
 state, history) is written atomically, so a killed run resumes to exactly the weights an
@@ -84,10 +90,13 @@ def member_batch(method, images, labels, num_members, split_batch=False):
     return x.expand(num_members, *x.shape), y.expand(num_members, *y.shape)
 
 
-def member_loss(logits, labels):
-    """Σ_i mean_b CE(logits[i, b], labels[i, b]) for logits [k, b, C]."""
+def member_loss(logits, labels, over_members="sum"):
+    """The training loss for logits [k, b, C]: Σ_i or mean_i of mean_b CE(logits[i, b], labels[i, b])."""
     per_example = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none")
-    return per_example.view(labels.shape).mean(dim=1).sum()
+    per_member = per_example.view(labels.shape).mean(dim=1)
+    if over_members not in ("sum", "mean"):
+        raise ValueError(f"over_members must be 'sum' or 'mean', not {over_members!r}")
+    return per_member.sum() if over_members == "sum" else per_member.mean()
 
 
 def train_epoch(model, optimizer, data: FitData, orders, config, generator, autocast=False, channels_last=False):
@@ -95,7 +104,7 @@ def train_epoch(model, optimizer, data: FitData, orders, config, generator, auto
 
     Running totals stay on the device: one synchronisation per epoch, not one per batch."""
     model.train()
-    method, k = model.method, model.num_members
+    method, k, over_members = model.method, model.num_members, model.kit.loss_over_members
     images = data.training_images(torch.bfloat16 if autocast else torch.float32)
     device = images.images.device
     total_loss, total_correct, total_seen = torch.zeros((), device=device), torch.zeros((), device=device), 0
@@ -107,13 +116,14 @@ def train_epoch(model, optimizer, data: FitData, orders, config, generator, auto
             x = x.flatten(0, 1).contiguous(memory_format=torch.channels_last).unflatten(0, x.shape[:2])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model.forward_members(x)
-        loss = member_loss(logits.float(), y)
+        loss = member_loss(logits.float(), y, over_members)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         with torch.no_grad():
             members, seen = y.shape
-            total_loss += loss.detach() * (seen / members)
+            mean_member_loss = loss.detach() / members if over_members == "sum" else loss.detach()
+            total_loss += mean_member_loss * seen
             total_correct += (logits.argmax(-1) == y).sum() / members
         total_seen += seen
     total_seen = max(total_seen, 1)

@@ -50,6 +50,29 @@ def test_deep_ensemble_member_trained_alone_equals_member_inside_the_ensemble():
         torch.testing.assert_close(ensemble.member_state_dict(1)[key.removeprefix("body.")], value, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("split_batch", [False, True])
+def test_batch_ensemble_shared_weight_steps_like_a_single_model_when_fast_weights_are_one(split_batch):
+    """The loss is the mean CE over all k·B rows, so W gets a single model's gradient, not k times it."""
+    config = small(methods=["batch-ensemble"], members=4, batch_size=64, optimizer="sgd", momentum=0.0, nesterov=False,
+                   weight_decay=0.0, lr=0.5, be_split_batch=split_batch)
+    data = digits_fit_data(n=64)
+    ensemble = ensdiag.build_model("mlp", "batch-ensemble", 4, 10, (1, 8, 8), init="ones")
+    single = ensdiag.build_model("mlp", "single", 1, 10, (1, 8, 8))
+    layers = list(ensemble.body.hidden) + [ensemble.body.head]
+    with torch.no_grad():
+        for be, plain in zip(layers, list(single.body.hidden) + [single.body.head]):
+            plain.weight.copy_(be.weight)
+            plain.bias.copy_(be.bias[0])
+    before = [layer.weight.detach().clone() for layer in layers]
+    order = torch.arange(64)[None]
+    for model in (ensemble, single):
+        optimizer, _ = make_optimizer(model, config)
+        train_epoch(model, optimizer, data, order, config, torch.Generator().manual_seed(0))
+    for be, plain, start in zip(layers, list(single.body.hidden) + [single.body.head], before):
+        torch.testing.assert_close(be.weight - start, plain.weight - start, rtol=1e-4, atol=1e-7)
+        assert (be.weight - start).abs().max() > 1e-4  # the step is not empty
+
+
 def test_batch_ensemble_members_see_every_example_or_a_disjoint_split():
     x, y = torch.randn(1, 8, 3), torch.arange(8)[None]
     xs, ys = member_batch("batch-ensemble", x, y, 4)

@@ -81,12 +81,13 @@ class ReferenceModel:
             with torch.autocast(self.device.type, dtype=torch.float16, enabled=self.cuda):
                 logits = self.member_logits(x, train=True)
             members = logits.shape[0]
-            loss = member_loss(logits.float(), y.expand(members, -1))
+            over_members = self.networks[0].kit.loss_over_members
+            loss = member_loss(logits.float(), y.expand(members, -1), over_members)
             self.optimizer.zero_grad()
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
             self.scaler.update()
-            total_loss += loss.item() / members * len(y)
+            total_loss += loss.item() / (members if over_members == "sum" else 1) * len(y)
             total_correct += (logits.argmax(-1) == y).float().sum().item() / members
             seen += len(y)
         return total_loss / max(seen, 1), total_correct / max(seen, 1)

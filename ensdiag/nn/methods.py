@@ -33,6 +33,10 @@ class Kit:
     name = "?"
     options: dict = {}  # option name -> default (None: depends on the architecture)
     one_weight_set = False  # True when all members share one set of weights
+    # How the members' mean cross-entropies combine into the training loss: "sum" when members
+    # share no parameter (each then trains exactly as a single model would), "mean" when they
+    # share weights (the shared weights then get a single model's gradient, not k times it).
+    loss_over_members = "sum"
 
     def __init__(self, num_members, **options):
         self.num_members = num_members
@@ -101,6 +105,7 @@ class BatchEnsembleKit(Kit):
     """Shared weights with rank-1 fast weights per member; BatchNorm shared (as the original)."""
 
     options = {"variant": "channel", "init": DEFAULT_FAST_WEIGHT_INIT}
+    loss_over_members = "mean"  # the original and torch-uncertainty: mean CE over all k·B rows
 
     def linear(self, in_features, out_features, bias=True):
         return BatchLinear(in_features, out_features, self.num_members, bias=bias, init=self.options["init"])
