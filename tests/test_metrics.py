@@ -101,7 +101,20 @@ def test_jsd_is_nonnegative_and_zero_for_identical_members(k, n, c, seed, scale)
     logits = torch.randn(k, n, c, generator=torch.Generator().manual_seed(seed)) * scale
     assert (M.jsd(logits) >= 0).all()
     same = logits[:1].expand(k, n, c)
-    assert M.jsd(same).abs().max() < 1e-12
+    assert torch.equal(M.jsd(same), torch.zeros(n, dtype=torch.float64))  # exactly 0, not rounding noise
+
+
+def test_jsd_ties_between_identical_member_samples_stay_ties_for_ood_ranking():
+    """Samples whose members agree exactly all score JSD 0, so AUROC counts them as ties (½)."""
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(1, 40, 10, generator=g) * 4
+    logits = base.expand(4, 40, 10).clone()
+    logits[:, 30:] += torch.randn(4, 10, 10, generator=g)  # the last 10 samples: members differ
+    score = M.jsd(logits)
+    assert (score[:30] == 0).all() and (score[30:] > 0).all()
+    score_id, score_ood = score[:20], score[20:]  # 20 tied ID vs 10 tied + 10 positive OOD
+    expected = roc_auc_score(np.r_[np.zeros(20), np.ones(20)], np.r_[np.zeros(20), np.zeros(10), np.ones(10)])
+    assert M.ood_metrics(score_id, score_ood)["auroc"] == pytest.approx(expected)
 
 
 def test_disagreement_matrix_hand_computed():

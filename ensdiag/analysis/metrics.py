@@ -73,8 +73,13 @@ def expected_entropy(logits) -> torch.Tensor:
 def jsd(logits) -> torch.Tensor:
     """H(p̄) − (1/k) Σ_i H(p_i) per sample [N] (mutual information; epistemic).
 
-    Non-negative by concavity of entropy; clamped at 0 against float rounding."""
-    return (predictive_entropy(logits) - expected_entropy(logits)).clamp(min=0)
+    Non-negative by concavity of entropy; clamped at 0 against float rounding. Samples on which
+    every member gives the same distribution get exactly 0: rounding in H(p̄) would otherwise
+    leave 1e-16-sized values that break ties between them when JSD ranks samples (OOD scores)."""
+    value = (predictive_entropy(logits) - expected_entropy(logits)).clamp(min=0)
+    log_p = F.log_softmax(logits.double(), dim=-1)
+    identical = (log_p == log_p[:1]).all(dim=2).all(dim=0)
+    return value.masked_fill(identical, 0.0)
 
 
 def max_softmax_probability(logits) -> torch.Tensor:
