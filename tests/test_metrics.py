@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sklearn.metrics import accuracy_score, average_precision_score, roc_auc_score
+from sklearn.metrics import accuracy_score, average_precision_score, roc_auc_score, roc_curve
 
 import ensdiag
 from ensdiag.analysis import metrics as M
@@ -33,6 +33,10 @@ def test_ood_metrics_equal_scikit_learn(seed, tied):
     assert result["auroc"] == pytest.approx(roc_auc_score(y, s), abs=1e-12)
     assert result["aupr_out"] == pytest.approx(average_precision_score(y, s), abs=1e-12)
     assert result["aupr_in"] == pytest.approx(average_precision_score(1 - y, -s), abs=1e-12)
+    fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)  # OOD positive: the ROC point at recall 95 %
+    assert result["fpr95_id_as_ood"] == pytest.approx(fpr[np.argmax(tpr >= 0.95)], abs=1e-12)
+    fpr, tpr, _ = roc_curve(1 - y, -s, drop_intermediate=False)  # ID positive: OOD let through at 95 % ID kept
+    assert result["fpr95_ood_as_id"] == pytest.approx(fpr[np.argmax(tpr >= 0.95)], abs=1e-12)
 
 
 def test_auroc_is_the_pairwise_probability_with_half_ties():
@@ -45,13 +49,26 @@ def test_fpr95_hand_computed():
     score_id = torch.arange(1, 21, dtype=torch.float64)  # 1..20: τ = 19 accepts 19/20 = 95 %
     score_ood = torch.tensor([0.5, 10, 19, 19.5, 30, 40, 50, 60], dtype=torch.float64)
     # OOD accepted as ID: scores ≤ 19 -> 0.5, 10, 19 -> 3/8
-    assert M.ood_metrics(score_id, score_ood)["fpr95"] == pytest.approx(3 / 8)
+    assert M.ood_metrics(score_id, score_ood)["fpr95_ood_as_id"] == pytest.approx(3 / 8)
+    # the other direction: τ = 10 is the largest that flags ≥ 95 % of OOD (all 8: 7/8 < 95 %),
+    # so τ = 0.5 flags every OOD sample; ID flagged at τ = 0.5: all 20 -> 1.0
+    assert M.ood_metrics(score_id, score_ood)["fpr95_id_as_ood"] == pytest.approx(1.0)
 
 
 def test_fpr95_counts_ties_at_the_threshold_as_accepted():
     score_id = torch.tensor([0.0] * 10 + [1.0] * 10)  # τ = 1 is the first to reach 95 %
     score_ood = torch.tensor([1.0, 1.0, 2.0, 3.0])
-    assert M.ood_metrics(score_id, score_ood)["fpr95"] == pytest.approx(0.5)
+    assert M.ood_metrics(score_id, score_ood)["fpr95_ood_as_id"] == pytest.approx(0.5)
+
+
+def test_fpr95_id_as_ood_hand_computed_with_ties_flagged():
+    score_ood = torch.arange(1, 21, dtype=torch.float64)  # τ = 2 flags 19/20 = 95 % of OOD
+    score_id = torch.tensor([0.0, 1.0, 2.0, 2.0, 5.0], dtype=torch.float64)
+    # ID flagged as OOD: scores ≥ 2 -> 2, 2, 5 -> 3/5; the ID tied at τ count as flagged
+    result = M.ood_metrics(score_id, score_ood)
+    assert result["fpr95_id_as_ood"] == pytest.approx(3 / 5)
+    # and the paper-text direction on the same scores: τ accepting ≥ 95 % of ID is 5; OOD ≤ 5: 5/20
+    assert result["fpr95_ood_as_id"] == pytest.approx(5 / 20)
 
 
 def probs_to_logits(p):

@@ -177,6 +177,15 @@ def test_reference_paper_rows_only_for_cifar10(run_dir, capsys):
     assert len(published) == 4 and published[2]["cells"][0]["mean"] == 0.952
     assert all("mark" not in c for r in published for c in r["cells"])
     assert "paper (published)" in render(report, "markdown")
+    # the paper's FPR95 is the ID→OOD direction its code computed; the other direction is not published
+    ood = {r["method"]: r for r in next(t for t in report["tables"] if t["id"] == "ood")["rows"] if r.get("reference")}
+    assert cell_named(report, "ood", ood["deep-ensemble"], "FPR95 ID→OOD")["mean"] == 0.199
+    assert cell_named(report, "ood", ood["deep-ensemble"], "FPR95 OOD→ID")["mean"] is None
+
+
+def cell_named(report, table_id, row, column):
+    table = next(t for t in report["tables"] if t["id"] == table_id)
+    return row["cells"][[c["name"] for c in table["columns"]].index(column)]
 
 
 def test_latex_uses_booktabs_and_marks(run_dir):

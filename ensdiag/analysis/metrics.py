@@ -115,8 +115,13 @@ def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor) -> dict[str, fl
     - AUROC = P(score_ood > score_id) + ½ P(equal).
     - AUPR-Out / AUPR-In: average precision (step sum, scikit-learn's definition) with OOD
       resp. ID as positive (ID ranked by the negated score).
-    - FPR95: the fraction of OOD samples accepted as ID (score ≤ τ) at the smallest
-      threshold τ that accepts at least 95 % of ID samples; samples tied at τ are accepted.
+    - FPR95 in both directions (they differ; papers rarely say which they use):
+      `fpr95_ood_as_id`: the fraction of OOD samples accepted as ID (score ≤ τ) at the
+      smallest threshold τ that accepts at least 95 % of ID samples (ID is the "positive" kept
+      at TPR 95 %); samples tied at τ are accepted. The reference paper's text.
+      `fpr95_id_as_ood`: the fraction of ID samples flagged as OOD (score ≥ τ) at the largest
+      threshold τ that flags at least 95 % of OOD samples (OOD positive, recall 95 %); ties at
+      τ are flagged. scikit-learn's ROC point, torch-uncertainty's FPR95 and the paper's code.
     """
     n_id, n_ood = len(score_id), len(score_ood)
     scores = torch.cat([score_id.flatten(), score_ood.flatten()])
@@ -140,8 +145,11 @@ def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor) -> dict[str, fl
     # AUPR-In: ID positive, negated score, so thresholds ascend: TP = ID ≤ g, FP = OOD ≤ g
     aupr_in = (id_in / n_id * cum_id / (cum_id + cum_ood)).sum()
     first = torch.nonzero(cum_id * 100 >= 95 * n_id)[0, 0]  # integer-exact 95 %
-    fpr95 = cum_ood[first] / n_ood
-    return {"auroc": auroc.item(), "aupr_out": aupr_out.item(), "aupr_in": aupr_in.item(), "fpr95": fpr95.item()}
+    fpr95_ood_as_id = cum_ood[first] / n_ood
+    last = torch.nonzero(tp_out * 100 >= 95 * n_ood)[-1, 0]  # OOD flagged (score ≥ g) falls as g rises
+    fpr95_id_as_ood = fp_out[last] / n_id
+    return {"auroc": auroc.item(), "aupr_out": aupr_out.item(), "aupr_in": aupr_in.item(),
+            "fpr95_ood_as_id": fpr95_ood_as_id.item(), "fpr95_id_as_ood": fpr95_id_as_ood.item()}
 
 
 def disagreement_matrix(logits) -> torch.Tensor:

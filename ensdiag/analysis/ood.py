@@ -12,7 +12,10 @@ DEFINITIONS = {
     "auroc": "P(score(OOD) > score(ID)) + ½ P(tie); OOD is the positive class",
     "aupr_out": "average precision (step sum, scikit-learn's definition) with OOD positive",
     "aupr_in": "average precision (step sum) with ID positive, ranked by the negated score",
-    "fpr95": "fraction of OOD accepted as ID (score ≤ τ) at the smallest τ accepting ≥ 95 % of ID; ties at τ accepted",
+    "fpr95_ood_as_id": "fraction of OOD accepted as ID (score ≤ τ) at the smallest τ accepting ≥ 95 % of ID; "
+                       "ties at τ accepted (the reference paper's text)",
+    "fpr95_id_as_ood": "fraction of ID flagged as OOD (score ≥ τ) at the largest τ flagging ≥ 95 % of OOD; "
+                       "ties at τ flagged (scikit-learn's ROC, torch-uncertainty and the reference paper's code)",
 }
 
 

@@ -51,10 +51,11 @@ def ood_table(metrics: dict) -> Table | None:
     if ood.get("status") != "ok":
         return None
     table = Table(title=f"OOD detection (ood vs id, {ood['n_ood']} vs {ood['n_id']}; OOD positive)")
-    for column in ("score", "AUROC ↑", "AUPR-Out ↑", "AUPR-In ↑", "FPR95 ↓"):
+    for column in ("score", "AUROC ↑", "AUPR-Out ↑", "AUPR-In ↑", "FPR95 OOD→ID ↓", "FPR95 ID→OOD ↓"):
         table.add_column(column, justify="left" if column == "score" else "right")
+    keys = ("auroc", "aupr_out", "aupr_in", "fpr95_ood_as_id", "fpr95_id_as_ood")
     for name, entry in ood["scores"].items():
-        table.add_row(entry["score"], *[_fmt(entry[key]["value"]) for key in ("auroc", "aupr_out", "aupr_in", "fpr95")])
+        table.add_row(entry["score"], *[_fmt(entry[key]["value"]) for key in keys])
     return table
 
 
