@@ -2,10 +2,11 @@
 
 A predictions file is a `.safetensors` file any framework can write:
     "<split>/logits"  float32 [k, N, C]   member logits (members first)
-    "<split>/labels"  int64   [N]         where the split has labels (not needed for ood)
+    "<split>/labels"  int64   [N]         where the split has labels (never for ood)
 with split names `id`, `ood`, `shift` and `shift/<corruption>`, and metadata
 `ensdiag.format = "ensdiag.predictions/1"` (optional for files made elsewhere). When only
 `shift/<corruption>` splits are present, `load_predictions` adds the pooled `shift` split.
+OOD splits are unlabelled: ensdiag writes no OOD labels and drops any a foreign file carries.
 """
 
 import json
@@ -13,6 +14,7 @@ import json
 import torch
 from safetensors.torch import save as safetensors_bytes
 
+from .analysis.registry import is_ood_split, without_ood_labels
 from .checkpoint import read_safetensors
 from .errors import EnsdiagError
 from .io import atomic_write_bytes
@@ -44,7 +46,7 @@ def save_predictions(predictions: dict[str, dict], path, metadata: dict | None =
     tensors = {}
     for name, split in predictions.items():
         tensors[f"{name}/logits"] = split["logits"].float().contiguous()
-        if split.get("labels") is not None:
+        if split.get("labels") is not None and not is_ood_split(name):
             tensors[f"{name}/labels"] = split["labels"].long().contiguous()
     meta = {"ensdiag.format": PREDICTIONS_FORMAT, **{k: v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}}
     return atomic_write_bytes(path, safetensors_bytes(tensors, metadata=meta))
@@ -86,7 +88,7 @@ def load_predictions(path) -> tuple[dict[str, dict], dict]:
     members = {split["logits"].shape[0] for split in splits.values()}
     if len(members) != 1:
         raise EnsdiagError(f"{path}: splits disagree on the number of members {sorted(members)}")
-    return with_pooled_shift(splits), metadata
+    return with_pooled_shift(without_ood_labels(splits)), metadata
 
 
 def with_pooled_shift(splits: dict[str, dict]) -> dict[str, dict]:

@@ -164,3 +164,37 @@ def test_diversity_with_a_preset_of_other_inputs_is_an_error_not_a_degraded_repo
     path = ensdiag.save_model(model, tmp_path / "de.safetensors")
     assert_one_line_error(capsys, "diversity", path, "--preset", "mnist", "--data-dir", tmp_path,
                           match=r"mnist preset has inputs \(1, 28, 28\), the model \(1, 8, 8\)")
+
+
+def test_ood_labels_a_foreign_file_carries_are_never_used(tmp_path, capsys):
+    splits = predictions()
+    splits["ood"]["labels"] = torch.randint(0, 4, (25,))
+    path = tmp_path / "p.safetensors"
+    save_file({f"{name}/{kind}": tensor for name, split in splits.items()
+               for kind, tensor in split.items() if tensor is not None}, str(path))
+    code, out, _ = run_cli(capsys, "analyze", path, "--format", "json")
+    metrics = json.loads(out)
+    assert code == 0 and metrics["splits"]["ood"]["labelled"] is False
+    assert "ood" not in metrics["analyzers"]["calibration"]["splits"]
+    assert "normalized" not in metrics["analyzers"]["disagreement"]["splits"]["ood"]
+    assert "normalized" in metrics["analyzers"]["disagreement"]["splits"]["id"]
+    direct = analyze_predictions(splits)  # the library drops them too
+    assert "ood" not in direct["analyzers"]["calibration"]["splits"]
+
+
+def test_mnist_preset_loads_fashion_mnist_unlabelled_and_writes_no_ood_labels(tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    from .formats import write_mnist_layout
+    write_mnist_layout(tmp_path, "MNIST")
+    write_mnist_layout(tmp_path, "FashionMNIST", seed=1)
+    model = ensdiag.build_model("mlp", "deep-ensemble", 2, 10, (1, 28, 28))
+    path = ensdiag.save_model(model, tmp_path / "de.safetensors")
+    code, out, _ = run_cli(capsys, "evaluate", path, "--data-dir", tmp_path, "--out", tmp_path / "eval", "--format", "json")
+    metrics = json.loads(out)
+    assert code == 0 and set(metrics["analyzers"]["calibration"]["splits"]) == {"id"}
+    stored = load_file(tmp_path / "eval" / "predictions.safetensors")
+    assert "ood/logits" in stored and "ood/labels" not in stored
+    code, out, _ = run_cli(capsys, "diversity", path, "--data-dir", tmp_path, "--format", "json")
+    splits = json.loads(out)["disagreement"]["splits"]
+    assert code == 0 and "normalized" in splits["id"] and "normalized" not in splits["ood"]

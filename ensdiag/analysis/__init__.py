@@ -6,7 +6,8 @@
 
 from .. import __version__
 from . import calibration, diversity, ood, uncertainty  # noqa: F401  (register the built-ins)
-from .registry import ANALYZERS, Skip, all_analyzers, load_plugins, metric, register_analyzer
+from .registry import (ANALYZERS, Skip, all_analyzers, is_ood_split, load_plugins, metric, register_analyzer,
+                       without_ood_labels)
 
 METRICS_SCHEMA = "ensdiag.metrics/1"
 
@@ -15,6 +16,7 @@ def analyze_predictions(predictions, weights=None, only=None) -> dict:
     """Every registered analyzer (or those named in `only`) on the predictions; metrics.json's content."""
     analyzers = all_analyzers()
     names = list(analyzers) if only is None else list(only)
+    predictions = without_ood_labels(predictions)  # OOD is unlabelled for every analyzer
     results = {}
     for name in names:
         analyzer = analyzers[name]
@@ -29,9 +31,10 @@ def analyze_predictions(predictions, weights=None, only=None) -> dict:
             "splits": {name: {"n": split["logits"].shape[1], "labelled": split["labels"] is not None}
                        for name, split in predictions.items()},
             "conventions": {"log": "natural", "p̄": "mean of member softmax probabilities",
-                            "ood_positive": "OOD", "ood_default_score": "1 − MSP"},
+                            "ood_positive": "OOD", "ood_default_score": "1 − MSP",
+                            "ood_labels": "never used: OOD splits are unlabelled for every analyzer"},
             "analyzers": results}
 
 
-__all__ = ["ANALYZERS", "METRICS_SCHEMA", "Skip", "all_analyzers", "analyze_predictions", "load_plugins",
-           "metric", "register_analyzer"]
+__all__ = ["ANALYZERS", "METRICS_SCHEMA", "Skip", "all_analyzers", "analyze_predictions", "is_ood_split",
+           "load_plugins", "metric", "register_analyzer", "without_ood_labels"]

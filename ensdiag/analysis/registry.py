@@ -20,6 +20,17 @@ ENTRY_POINT_GROUP = "ensdiag.analyzers"
 ANALYZERS: dict[str, "Analyzer"] = {}
 
 
+def is_ood_split(name: str) -> bool:
+    """OOD splits (`ood`, `ood/<part>`) are unlabelled by definition: whatever labels the
+    dataset carries on disk (FashionMNIST's, SVHN's) name classes the model never learned."""
+    return name == "ood" or name.startswith("ood/")
+
+
+def without_ood_labels(predictions: dict) -> dict:
+    """The predictions with the labels of every OOD split dropped (a shallow copy)."""
+    return {name: {**split, "labels": None} if is_ood_split(name) else split for name, split in predictions.items()}
+
+
 class Skip(Exception):
     """Raised by an analyzer whose inputs are missing; the message says why."""
 

@@ -50,6 +50,7 @@ def load_preset_data(config, data_dir, download=False, with_train=True) -> Prese
         shift, skipped["shift"] = {}, str(error)
     try:
         ood = ood_set.load(data_dir, config.ood_split, download)
+        ood = Split(ood.images, None, ood.source)  # OOD is unlabelled: its classes are not the model's
         titles["ood"] = f"{ood_set.title} {config.ood_split}"
     except EnsdiagError as error:
         ood, skipped["ood"] = None, str(error)
