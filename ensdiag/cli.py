@@ -61,7 +61,10 @@ def datasets(data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Whe
     for name, dataset in DATASETS.items():
         where = dataset.locate(data_dir)
         files = dataset.expected_files(data_dir)
-        if where is not None:
+        partial = dataset.coverage(dataset.present_parts(data_dir)) if where is not None else ""
+        if partial:
+            status, looked = "[yellow]partial[/]", f"{where}: {partial}"
+        elif where is not None:
             status, looked = "[green]found[/]", str(where)
         else:
             status = "[red]missing[/]"
@@ -169,7 +172,7 @@ def evaluate(
     model = load_model(model_path)
     predictions, titles, skipped = evaluate_model(model, preset, data_dir, download, device, seed=seed)
     metrics = analyze_predictions(predictions, weights=model.member_weights())
-    metrics["skipped_splits"] = skipped
+    metrics["split_titles"], metrics["skipped_splits"] = titles, skipped
     if out is not None:
         save_predictions({k: v for k, v in predictions.items() if k != "shift"}, Path(out) / "predictions.safetensors",
                          {"ensdiag.spec": model.spec.to_json(), "ensdiag.splits": titles})
@@ -178,6 +181,8 @@ def evaluate(
         _print_json(metrics)
     else:
         _show_metrics(metrics, f"{model_path} ({model.spec.arch}, {model.method}, k={model.num_members})")
+        for split, title in titles.items():
+            err_console.print(f"{split}: {title}", markup=False, highlight=False)
         for split, reason in skipped.items():
             err_console.print(f"{split}: not evaluated — {reason}", markup=False, highlight=False)
 

@@ -36,3 +36,26 @@ def test_cuda_bf16_channels_last_training_step_gives_fp32_logits(tmp_path):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         logits = model(x)
     assert logits.shape == (4, 8, 10) and torch.isfinite(logits.float()).all()
+
+
+def test_a_partial_shift_set_names_what_is_missing_wherever_the_pooled_number_appears(tmp_path, capsys, monkeypatch):
+    from ensdiag.data.corrupted import MNIST_C_CORRUPTIONS
+
+    from .formats import write_mnist_c, write_mnist_layout
+    write_mnist_layout(tmp_path, "MNIST", n_train=40, n_test=10)
+    write_mnist_layout(tmp_path, "FashionMNIST", seed=1)
+    found, missing = MNIST_C_CORRUPTIONS[:5], MNIST_C_CORRUPTIONS[5:]
+    write_mnist_c(tmp_path, found)
+    monkeypatch.setenv("COLUMNS", "400")  # one table row per line
+    code, out, _ = run_cli(capsys, "datasets", "--data-dir", tmp_path)
+    row = next(line for line in out.splitlines() if "mnist-c" in line)
+    note = f"5 of 15 corruptions; missing: {', '.join(missing)}"
+    assert code == 0 and "partial" in row and "found" not in row and note in row
+    code, _, _ = run_cli(capsys, "train", "--preset", "mnist", "--method", "single", "--seeds", "1", "--epochs", "1",
+                         "--data-dir", tmp_path, "--out", tmp_path / "run", "-q")
+    assert code == 0
+    code, out, _ = run_cli(capsys, "report", tmp_path / "run", "--format", "markdown", "--no-figures")
+    assert code == 0 and f"MNIST-C ({note}), pooled" in out
+    model = tmp_path / "run" / "single" / "seed-1" / "model.safetensors"
+    code, out, _ = run_cli(capsys, "evaluate", model, "--data-dir", tmp_path, "--format", "json")
+    assert code == 0 and note in out

@@ -65,6 +65,10 @@ def _choose(corruptions, known, title):
 class CIFAR10C(Dataset):
     name, role, title = "cifar10-c", "shift for CIFAR-10", "CIFAR-10-C"
     how_to_get = "Unpack CIFAR-10-C.tar into DATA_DIR (giving DATA_DIR/CIFAR-10-C/*.npy); it has no torchvision class and no --download."
+    parts = CIFAR10_C_CORRUPTIONS
+
+    def present_parts(self, data_dir):
+        return [c for c in self.parts if (Path(data_dir) / "CIFAR-10-C" / f"{c}.npy").is_file()]
 
     def expected_files(self, data_dir):
         folder = Path(data_dir) / "CIFAR-10-C"
@@ -104,6 +108,10 @@ class CIFAR10C(Dataset):
 class MNISTC(Dataset):
     name, role, title = "mnist-c", "shift for MNIST", "MNIST-C"
     how_to_get = "Unzip mnist_c.zip into DATA_DIR (giving DATA_DIR/mnist_c/<corruption>/test_images.npy); no --download."
+    parts = MNIST_C_CORRUPTIONS
+
+    def present_parts(self, data_dir):
+        return [c for c in self.parts if (Path(data_dir) / "mnist_c" / c / "test_images.npy").is_file()]
 
     def expected_files(self, data_dir):
         folder = Path(data_dir) / "mnist_c"

@@ -45,7 +45,9 @@ def load_preset_data(config, data_dir, download=False, with_train=True) -> Prese
     options = {"severity": config.shift_severity} if config.shift == "cifar10-c" else {}
     try:
         shift = shift_set.load(data_dir, "test", **options)
-        titles["shift"] = shift_set.title + (f" (severity {config.shift_severity})" if options else "")
+        details = [f"severity {config.shift_severity}"] if options else []
+        details += [note] if (note := shift_set.coverage(shift)) else []  # a partial set says so wherever it is shown
+        titles["shift"] = shift_set.title + (f" ({'; '.join(details)})" if details else "")
     except EnsdiagError as error:
         shift, skipped["shift"] = {}, str(error)
     try:

@@ -49,6 +49,18 @@ class Dataset:
     role = ""  # "ID", "shift", "OOD"
     title = ""  # the name reports print
     how_to_get = ""
+    parts: tuple[str, ...] = ()  # sets made of parts (corruptions) that may be present one by one
+
+    def present_parts(self, data_dir: Path) -> list[str]:
+        """The parts whose files are on disk (for sets made of parts)."""
+        return []
+
+    def coverage(self, found) -> str:
+        """'' when every part is there, else e.g. '5 of 15 corruptions; missing: fog, …' (all named)."""
+        missing = [part for part in self.parts if part not in set(found)]
+        if not self.parts or not missing:
+            return ""
+        return f"{len(self.parts) - len(missing)} of {len(self.parts)} corruptions; missing: {', '.join(missing)}"
 
     def expected_files(self, data_dir: Path) -> list[Path]:
         raise NotImplementedError
