@@ -97,6 +97,10 @@ def train(
     be_init: str = typer.Option(None, help="Fast-weight init: normal[:std], ones, random-sign[:p]."),
     be_split_batch: bool = typer.Option(None, "--be-split-batch/--no-be-split-batch", help="Original split mode: each member gets B/k examples."),
     be_fast_weight_decay: bool = typer.Option(None, "--be-fast-weight-decay/--no-be-fast-weight-decay", help="Weight decay on r, s (paper: on)."),
+    early_stopping: bool = typer.Option(None, "--early-stopping/--no-early-stopping",
+                                        help="Stop when validation accuracy stops improving and keep the best epoch's weights (digits, mnist: on; cifar10: off)."),
+    patience: int = typer.Option(None, help="Early stopping: epochs without an improvement of min_delta before stopping (preset: 10)."),
+    val_fraction: float = typer.Option(None, help="Fraction of the training set held out for validation, seeded (digits, mnist: 0.1; cifar10: 0, the full training set)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
     download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
@@ -110,7 +114,8 @@ def train(
 
     options = dict(methods=_csv(method, what="--method"), seeds=_csv(seeds, int, "--seeds"), epochs=epochs, lr=lr,
                    batch_size=batch_size, members=members, dropout=dropout, be_variant=be_variant,
-                   be_init=be_init, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay)
+                   be_init=be_init, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
+                   early_stopping=early_stopping, patience=patience, val_fraction=val_fraction)
     if resume is not None:
         given = sorted(key for key, value in options.items() if value is not None)
         if given or out is not None:

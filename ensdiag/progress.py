@@ -34,7 +34,9 @@ class TrainProgress:
             self.message(f"[{self.done_runs + 1}/{self.total_runs}] {self.name}: resuming after epoch {resumed_at}")
 
     def epoch(self, row: dict, epochs: int):
-        status = f"loss {row['loss']:.3f} acc {row['accuracy']:.3f} val {row['val_accuracy']:.3f}"
+        status = f"loss {row['loss']:.3f} acc {row['accuracy']:.3f}"
+        if row["val_accuracy"] is not None:
+            status += f" val {row['val_accuracy']:.3f}"
         if self.bar is not None:
             self.bar.update(self.epochs, completed=row["epoch"], status=status)
         elif not self.quiet and (row["epoch"] == epochs or row["epoch"] % 10 == 0):

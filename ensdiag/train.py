@@ -132,7 +132,9 @@ def train_epoch(model, optimizer, data: FitData, orders, config, generator, auto
 
 @torch.no_grad()
 def evaluate(model, images, labels, normalize, batch_size=1000, autocast=False):
-    """(accuracy, NLL) of the ensemble mean p̄ = mean of member softmaxes."""
+    """(accuracy, NLL) of the ensemble mean p̄ = mean of member softmaxes; (None, None) for no images."""
+    if len(images) == 0:
+        return None, None
     model.eval()
     correct = nll = 0.0
     for start in range(0, len(images), batch_size):
@@ -164,10 +166,15 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         autocast=False, channels_last=False, on_start=None) -> dict:
     """Train until the epochs run out or early stopping fires; resume from `state_path` if present.
 
-    Returns {"history", "best_epoch", "stopped_early", "train_seconds"}; the model ends with
-    the weights chosen on the validation split (best epoch with early stopping, else last)."""
+    Returns {"history", "weights_epoch", "best_val_epoch", "stopped_early", "train_seconds"}
+    (epochs counted from 1). The model ends with the weights of `weights_epoch`: with early
+    stopping the best validation epoch, else the last one. Without a validation split
+    (`data.val_images` empty) validation is skipped and `best_val_epoch` is None."""
     optimizer, scheduler = make_optimizer(model, config)
     generator = torch.Generator(device=device).manual_seed(seed)
+    if config.early_stopping and len(data.val_images) == 0:
+        raise ValueError("early stopping needs a validation split")
+    # The best weights are kept only when early stopping will restore them (a state-sized copy).
     best = {"accuracy": -math.inf, "epoch": -1, "bad_epochs": 0, "state": None}
     history, start, seconds, stopped = [], 0, 0.0, False
     if state_path.exists():
@@ -190,9 +197,12 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         loss, accuracy = train_epoch(model, optimizer, data, orders, config, generator, autocast, channels_last)
         scheduler.step()
         val_accuracy, val_nll = evaluate(model, data.val_images, data.val_labels, data.normalize, autocast=autocast)
-        if val_accuracy > best["accuracy"] + config.min_delta or best["epoch"] < 0:
+        if val_accuracy is None:
+            pass
+        elif val_accuracy > best["accuracy"] + config.min_delta or best["epoch"] < 0:
             best = {"accuracy": val_accuracy, "epoch": epoch, "bad_epochs": 0,
-                    "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+                    "state": {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    if config.early_stopping else None}
         else:
             best["bad_epochs"] += 1
         stopped = config.early_stopping and best["bad_epochs"] >= config.patience
@@ -206,6 +216,9 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         atomic_write_bytes(state_path, buffer.getvalue())
         if on_epoch is not None:
             on_epoch(history[-1])
-    if config.early_stopping and best["state"] is not None:
+    restore = config.early_stopping and best["state"] is not None
+    if restore:
         model.load_state_dict(best["state"])
-    return {"history": history, "best_epoch": best["epoch"] + 1, "stopped_early": stopped, "train_seconds": seconds}
+    return {"history": history, "weights_epoch": best["epoch"] + 1 if restore else len(history),
+            "best_val_epoch": best["epoch"] + 1 if best["epoch"] >= 0 else None,
+            "stopped_early": stopped, "train_seconds": seconds}

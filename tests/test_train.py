@@ -145,7 +145,31 @@ def test_early_stopping_keeps_the_best_validation_epoch(tmp_path):
     config = small(methods=["single"], epochs=20, patience=2, min_delta=1.0)  # nothing counts as improving
     run_experiment(config, tmp_path, "data", quiet=True)
     meta = json.loads((tmp_path / "single" / "seed-1" / "meta.json").read_text())
-    assert meta["stopped_early"] and meta["epochs_run"] == 3 and meta["best_epoch"] == 1
+    assert meta["stopped_early"] and meta["epochs_run"] == 3 and meta["weights_epoch"] == meta["best_val_epoch"] == 1
+
+
+def test_without_early_stopping_the_last_epoch_is_kept_and_named(tmp_path, capsys):
+    code, _, _ = run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "4", "--no-early-stopping",
+                         "--patience", "1", "--out", tmp_path / "r", "--quiet")
+    meta = json.loads((tmp_path / "r" / "single" / "seed-1" / "meta.json").read_text())
+    assert code == 0 and not meta["stopped_early"] and meta["epochs_run"] == 4
+    assert meta["weights_epoch"] == 4 and meta["early_stopping"] is False and 1 <= meta["best_val_epoch"] <= 4
+
+
+def test_cifar10_preset_trains_on_the_full_training_set_unless_asked(tmp_path, capsys):
+    from tests.formats import write_cifar10_layout
+    assert preset_config("cifar10").val_fraction == 0 and not preset_config("cifar10").early_stopping
+    write_cifar10_layout(tmp_path / "data", per_batch=4)
+    common = ["train", "--preset", "cifar10", "--method", "single", "--seeds", "1", "--epochs", "1", "--batch-size", "8",
+              "--data-dir", tmp_path / "data", "--quiet"]
+    code, _, _ = run_cli(capsys, *common, "--out", tmp_path / "full")
+    history = json.loads((tmp_path / "full" / "single" / "seed-1" / "history.jsonl").read_text())
+    meta = json.loads((tmp_path / "full" / "single" / "seed-1" / "meta.json").read_text())
+    assert code == 0 and history["val_accuracy"] is None and meta["best_val_epoch"] is None and meta["weights_epoch"] == 1
+    code, _, _ = run_cli(capsys, *common, "--val-fraction", "0.25", "--early-stopping", "--out", tmp_path / "held")
+    history = json.loads((tmp_path / "held" / "single" / "seed-1" / "history.jsonl").read_text())
+    assert code == 0 and history["val_accuracy"] is not None
+    assert json.loads((tmp_path / "held" / "experiment.json").read_text())["config"]["val_fraction"] == 0.25
 
 
 def test_overrides_are_recorded(tmp_path):
@@ -187,6 +211,9 @@ def test_missing_shift_and_ood_are_skipped_and_recorded(tmp_path, monkeypatch):
     (["--out", "{tmp}/file.txt/run"], "cannot write to --out"),
     (["--resume", "{tmp}"], "is not an ensdiag run"),
     (["--resume", "{tmp}", "--epochs", "3"], "drop epochs"),
+    (["--preset", "cifar10", "--early-stopping"], "early stopping needs a validation split"),
+    (["--patience", "0"], "--patience must be at least 1"),
+    (["--val-fraction", "1.5"], r"--val-fraction must lie in \[0, 1\)"),
 ])
 def test_bad_input_is_one_line_and_non_zero(tmp_path, capsys, args, match):
     (tmp_path / "file.txt").write_text("not a folder")

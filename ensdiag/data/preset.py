@@ -68,7 +68,7 @@ def load_preset_data(config, data_dir, download=False, with_train=True) -> Prese
 
 
 def holdout(n: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(train indices, validation indices): a seeded split of 0..n-1."""
+    """(train indices, validation indices): a seeded split of 0..n-1; no validation for fraction 0."""
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    n_val = max(1, round(n * fraction))
+    n_val = max(1, round(n * fraction)) if fraction > 0 else 0
     return order[n_val:].sort().values, order[:n_val].sort().values

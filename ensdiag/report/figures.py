@@ -97,17 +97,21 @@ def training_curves_figure(curves) -> Figure:
     """curves: {method: [history rows of one seed each]} — loss and validation accuracy per epoch."""
     figure = Figure(figsize=(7.5, 2.8), layout="constrained")
     loss_ax, acc_ax = figure.subplots(1, 2)
+    no_validation = False
     for index, (name, histories) in enumerate(curves.items()):
         color = f"C{index}"
         for seed_index, rows in enumerate(histories):
             epochs = [row["epoch"] for row in rows]
             label = name if seed_index == 0 else None
             loss_ax.plot(epochs, [row["loss"] for row in rows], color=color, alpha=0.7, linewidth=1, label=label)
-            acc_ax.plot(epochs, [row["val_accuracy"] for row in rows], color=color, alpha=0.7, linewidth=1)
+            validated = all(row.get("val_accuracy") is not None for row in rows)
+            no_validation = no_validation or not validated
+            acc_ax.plot(epochs, [row["val_accuracy" if validated else "accuracy"] for row in rows], color=color,
+                        alpha=0.7, linewidth=1, linestyle="-" if validated else "--")
     loss_ax.set_yscale("log")
     loss_ax.set_xlabel("epoch")
     loss_ax.set_ylabel("training loss (per member)")
     acc_ax.set_xlabel("epoch")
-    acc_ax.set_ylabel("validation accuracy")
+    acc_ax.set_ylabel("validation accuracy" + ("\n(dashed: training, no validation split)" if no_validation else ""))
     loss_ax.legend(fontsize=7)
     return figure
