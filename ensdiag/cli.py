@@ -36,15 +36,19 @@ def models(
     table = Table(title=f"Models (k = {members}, {num_classes} classes)")
     for column in ("architecture", "input", "method", "members", "parameters"):
         table.add_column(column, justify="right" if column in ("members", "parameters") else "left")
+    if arch is not None and arch not in ARCHITECTURES:
+        raise EnsdiagError(f"unknown architecture {arch!r}; choose from {', '.join(ARCHITECTURES)}")
     for name in [arch] if arch else list(ARCHITECTURES):
         shape = shapes.get(name, (1, 28, 28))
         for method in METHODS:
-            variants = [("channel",), ("kernel",)] if method == "batch-ensemble" else [()]
-            for variant in variants:
-                options = {"variant": variant[0]} if variant else {}
+            variants = [{}]
+            if method == "batch-ensemble":  # kernel-wise only where there are convolutions to perturb
+                kinds = ("channel", "kernel") if ARCHITECTURES[name].convolutional else ("channel",)
+                variants = [{"variant": v, "layout": layout} for v in kinds for layout in ("paper", "original")]
+            for options in variants:
                 model = build_model(name, method, None if method == "single" else members,
                                     num_classes, shape, **options)
-                label = f"{method} ({variant[0]})" if variant else method
+                label = f"{method} ({options['variant']}, {options['layout']} layout)" if options else method
                 count = sum(p.numel() for p in model.parameters())
                 table.add_row(name, "×".join(map(str, shape)), label, str(model.num_members), f"{count:,}")
     Console().print(table)
@@ -95,6 +99,7 @@ def train(
     dropout: float = typer.Option(None, help="MC Dropout rate."),
     be_variant: str = typer.Option(None, help="BatchEnsemble conv perturbation: channel or kernel."),
     be_init: str = typer.Option(None, help="Fast-weight init: normal[:std], ones, random-sign[:p]."),
+    be_layout: str = typer.Option(None, help="BatchEnsemble layout: paper (random member biases, biased block convs, plain shortcuts; the presets) or original (zero biases, every conv perturbed)."),
     be_split_batch: bool = typer.Option(None, "--be-split-batch/--no-be-split-batch", help="Original split mode: each member gets B/k examples."),
     be_fast_weight_decay: bool = typer.Option(None, "--be-fast-weight-decay/--no-be-fast-weight-decay", help="Weight decay on r, s (paper: on)."),
     early_stopping: bool = typer.Option(None, "--early-stopping/--no-early-stopping",
@@ -114,7 +119,7 @@ def train(
 
     options = dict(methods=_csv(method, what="--method"), seeds=_csv(seeds, int, "--seeds"), epochs=epochs, lr=lr,
                    batch_size=batch_size, members=members, dropout=dropout, be_variant=be_variant,
-                   be_init=be_init, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
+                   be_init=be_init, be_layout=be_layout, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
                    early_stopping=early_stopping, patience=patience, val_fraction=val_fraction)
     if resume is not None:
         given = sorted(key for key, value in options.items() if value is not None)
@@ -320,7 +325,7 @@ def report(
 @app.command()
 def bench(
     arch: str = typer.Option("mlp", help="mlp (MNIST-sized, 60,000 × 1×28×28) or resnet18 (CIFAR-sized, 50,000 × 3×32×32)."),
-    method: str = typer.Option(None, help="Comma list (default: single, mc-dropout, deep-ensemble, batch-ensemble-channel, -kernel)."),
+    method: str = typer.Option(None, help="Comma list (default: single, mc-dropout, deep-ensemble, batch-ensemble-channel, and -kernel where the architecture has convolutions)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     epochs: int = typer.Option(3, help="Timed rounds, each one epoch of every method (round-robin); the median counts."),
     batches: int = typer.Option(None, help="Time only this many batches per epoch and extrapolate (default: all; 10 for resnet18 on CPU)."),
@@ -336,7 +341,7 @@ def bench(
     results_dir: Path = typer.Option(Path("benchmarks/results"), help="Where the JSON record is written."),
 ):
     """Training and inference throughput of every method: ensdiag's fast path against the reference pipeline."""
-    from .bench import BENCH_METHODS, BenchSettings, bench_table, write_result
+    from .bench import BenchSettings, bench_table, default_methods, write_result
     from .bench import bench as run
     from .experiment import resolve_device
 
@@ -345,7 +350,7 @@ def bench(
     if arch == "resnet18" and resolved.type == "cpu":  # a full epoch takes the better part of an hour
         batches = 10 if batches is None else batches
         test_size = 1_000 if test_size is None else test_size
-    settings = BenchSettings(arch=arch, methods=tuple(_csv(method, what="--method") or BENCH_METHODS),
+    settings = BenchSettings(arch=arch, methods=tuple(_csv(method, what="--method") or default_methods(arch)),
                              device=resolved.type, epochs=epochs, batches=batches, train_size=train_size,
                              test_size=10_000 if test_size is None else test_size, precision=precision,
                              compile=compile or compile_mode != "default", compile_mode=compile_mode,

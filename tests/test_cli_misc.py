@@ -19,6 +19,9 @@ def test_datasets_table_lists_every_dataset_and_where_it_looked(tmp_path, capsys
 def test_models_table_prints_the_paper_parameter_counts(capsys):
     code, out, _ = run_cli(capsys, "models", "--arch", "resnet18")
     assert code == 0 and "11,173,962" in out and "44,695,848" in out
+    assert "11,220,636" in out and "11,210,652" in out  # BatchEnsemble: the paper's layout and the original's
+    code, out, _ = run_cli(capsys, "models", "--arch", "mlp")
+    assert code == 0 and "kernel" not in out  # no convolutions: kernel-wise would be the channel-wise model
 
 
 @pytest.mark.gpu

@@ -20,10 +20,7 @@ def build(arch, method, **options):
 
 
 def plain_member(model, i):
-    plain = ensdiag.build_model(model.spec.arch, "single", num_classes=model.num_classes,
-                                input_shape=model.spec.input_shape)
-    plain.load_state_dict({f"body.{key}": value for key, value in model.member_state_dict(i).items()})
-    return plain
+    return model.member_network(i)
 
 
 def randomise_batchnorm(model):
@@ -39,8 +36,12 @@ def randomise_batchnorm(model):
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 @pytest.mark.parametrize("method,options", [("deep-ensemble", {}), ("batch-ensemble", {"variant": "channel"}),
-                                            ("batch-ensemble", {"variant": "kernel"}), ("single", {})])
+                                            ("batch-ensemble", {"variant": "kernel"}), ("single", {}),
+                                            ("batch-ensemble", {"variant": "channel", "layout": "paper"}),
+                                            ("batch-ensemble", {"variant": "kernel", "layout": "paper"})])
 def test_member_rebuilt_as_plain_network_gives_its_logits(arch, method, options):
+    if options.get("variant") == "kernel" and not ARCHITECTURES[arch].convolutional:
+        pytest.skip("kernel-wise BatchEnsemble needs convolutions (refused on this architecture)")
     model = build(arch, method, **options)
     with torch.no_grad():  # BatchEnsemble biases start at zero: make them matter
         for name, param in model.named_parameters():
@@ -122,13 +123,30 @@ def test_parameter_counts(arch, shape, single_count):
     single = make("single")
     counts = {"single": count(single), "mc-dropout": count(make("mc-dropout")),
               "deep-ensemble": count(make("deep-ensemble")),
-              "batch-ensemble (channel)": count(make("batch-ensemble")),
-              "batch-ensemble (kernel)": count(make("batch-ensemble", variant="kernel"))}
-    print(arch, counts)
+              "batch-ensemble (channel)": count(make("batch-ensemble"))}
     assert counts["single"] == counts["mc-dropout"] == single_count
     assert counts["deep-ensemble"] == 4 * single_count
     assert counts["batch-ensemble (channel)"] == single_count + batch_ensemble_extra(single, 4, "channel")
-    assert counts["batch-ensemble (kernel)"] == single_count + batch_ensemble_extra(single, 4, "kernel")
+    if arch == "resnet18":
+        assert count(make("batch-ensemble", variant="kernel")) == single_count + batch_ensemble_extra(single, 4, "kernel")
+    else:
+        with pytest.raises(EnsdiagError, match="kernel-wise BatchEnsemble perturbs convolution kernels and mlp has none"):
+            make("batch-ensemble", variant="kernel")
+
+
+def test_paper_batch_ensemble_layout_has_the_papers_parameter_count():
+    """Random per-member biases, per-member biases on the blocks' convolutions, unperturbed shortcuts."""
+    paper = ensdiag.build_model("resnet18", "batch-ensemble", 4, 10, (3, 32, 32), layout="paper")
+    original = ensdiag.build_model("resnet18", "batch-ensemble", 4, 10, (3, 32, 32))
+    assert count(original) == 11_210_652 and count(paper) == 11_220_636  # paper Table 4: 11.22 M
+    assert round(count(paper) / 1e6, 2) == 11.22
+    body = paper.body
+    assert isinstance(body.layer2[0].shortcut[0], nn.Conv2d) and not hasattr(body.layer2[0].shortcut[0], "r")
+    assert body.layer1[0].conv1.bias.shape == (4, 64) and body.conv1.bias is None
+    bound = 1 / math.sqrt(64 * 9)  # nn.Conv2d's bias init: uniform ±1/√fan_in, independently per member
+    assert body.layer1[0].conv1.bias.abs().max() <= bound and body.layer1[0].conv1.bias.std() > bound / 4
+    assert not torch.equal(body.fc.bias[0], body.fc.bias[1])
+    assert torch.count_nonzero(original.body.fc.bias) == 0
 
 
 def test_member_weights_cover_every_conv_and_linear_layer():
@@ -153,6 +171,7 @@ def test_forward_members_checks_member_count():
     (lambda: ensdiag.build_model("mlp", "single", num_members=4), "exactly one member"),
     (lambda: ensdiag.build_model("mlp", "deep-ensemble", variant="kernel"), "takes no option"),
     (lambda: ensdiag.build_model("mlp", "batch-ensemble", variant="row"), "variant"),
+    (lambda: ensdiag.build_model("mlp", "batch-ensemble", layout="mine"), "layout"),
     (lambda: ensdiag.build_model("mlp", "mc-dropout", dropout=1.5), "dropout"),
 ])
 def test_bad_build_arguments_are_clear_errors(call, message):

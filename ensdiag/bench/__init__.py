@@ -15,10 +15,10 @@ from rich.table import Table
 
 from ..errors import EnsdiagError
 from ..io import atomic_write_json
-from .harness import BENCH_METHODS, COMPILE_MODES, PROTOCOLS, BenchSettings, run_bench
+from .harness import BENCH_METHODS, COMPILE_MODES, PROTOCOLS, BenchSettings, default_methods, run_bench
 
 BENCH_FORMAT = "ensdiag.bench/1"
-__all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "bench", "bench_table", "write_result"]
+__all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "bench", "bench_table", "default_methods", "write_result"]
 
 
 def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:

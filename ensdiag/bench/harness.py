@@ -33,6 +33,13 @@ BENCH_METHODS = ("single", "mc-dropout", "deep-ensemble", "batch-ensemble-channe
 TEST_SIZE = 10_000
 
 
+def default_methods(arch: str) -> tuple[str, ...]:
+    """Every bench method; kernel-wise BatchEnsemble only where there are convolutions to perturb."""
+    from ..nn import ARCHITECTURES
+    convolutional = arch not in ARCHITECTURES or ARCHITECTURES[arch].convolutional
+    return tuple(m for m in BENCH_METHODS if convolutional or m != "batch-ensemble-kernel")
+
+
 @dataclass
 class BenchSettings:
     arch: str = "mlp"
@@ -194,7 +201,7 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
     and each reports its median epoch: drift on a shared machine then hits every method
     alike instead of whichever runs last."""
     preset, default_size = PROTOCOLS[settings.arch]
-    config = preset_config(preset, members=settings.members)
+    config = preset_config(preset, members=settings.members, methods=list(settings.methods))  # validates them
     train = synthetic_split(settings.train_size or default_size, config.input_shape, config.num_classes, seed=0)
     test = synthetic_split(settings.test_size, config.input_shape, config.num_classes, seed=1)
     workers = settings.reference_workers

@@ -6,10 +6,12 @@
   BasicBlocks [2,2,2,2]); MC Dropout in every block after the first convolution (and its
   BatchNorm), before the activation. Dropout is element-wise.
 
-A body maps member inputs `xs[k, B, ...]` to member-major logits `[k*B, C]`.
+A body maps member inputs `xs[k, B, ...]` to member-major logits `[k*B, C]`. Convolutions
+name their role (`stem`, `block`, `shortcut`) so that a kit can treat them differently (the
+paper's BatchEnsemble layout leaves shortcuts unperturbed).
 Register a new architecture with `@register_arch("name")` on a builder
 `(kit, num_classes, input_shape) -> nn.Module`; `default_options` gives per-architecture
-method defaults (the paper's dropout rates).
+method defaults (the paper's dropout rates), `convolutional=False` marks one without convolutions.
 """
 
 import math
@@ -22,9 +24,10 @@ from .layers import shared_input_linear
 ARCHITECTURES: dict[str, callable] = {}
 
 
-def register_arch(name, **default_options):
+def register_arch(name, convolutional=True, **default_options):
     def register(builder):
         builder.default_options = default_options
+        builder.convolutional = convolutional  # kernel-wise BatchEnsemble needs convolutions
         ARCHITECTURES[name] = builder
         return builder
     return register
@@ -52,14 +55,15 @@ class MLP(nn.Module):
 class BasicBlock(nn.Module):
     def __init__(self, kit, in_channels, out_channels, stride):
         super().__init__()
-        self.conv1 = kit.conv(in_channels, out_channels, 3, stride, 1)
+        self.conv1 = kit.conv(in_channels, out_channels, 3, stride, 1, role="block")
         self.bn1 = kit.bn(out_channels)
         self.drop = kit.dropout()
-        self.conv2 = kit.conv(out_channels, out_channels, 3, 1, 1)
+        self.conv2 = kit.conv(out_channels, out_channels, 3, 1, 1, role="block")
         self.bn2 = kit.bn(out_channels)
         self.shortcut = nn.Sequential()
         if stride != 1 or in_channels != out_channels:
-            self.shortcut = nn.Sequential(kit.conv(in_channels, out_channels, 1, stride, 0), kit.bn(out_channels))
+            self.shortcut = nn.Sequential(kit.conv(in_channels, out_channels, 1, stride, 0, role="shortcut"),
+                                          kit.bn(out_channels))
 
     def forward(self, x):
         out = F.relu(self.drop(self.bn1(self.conv1(x))))
@@ -71,7 +75,7 @@ class ResNet18(nn.Module):
     def __init__(self, kit, num_classes, input_shape, widths=(64, 128, 256, 512), blocks=(2, 2, 2, 2)):
         super().__init__()
         self.kit = kit
-        self.conv1 = kit.conv(input_shape[0], widths[0], 3, 1, 1)
+        self.conv1 = kit.conv(input_shape[0], widths[0], 3, 1, 1, role="stem")
         self.bn1 = kit.bn(widths[0])
         stages, in_channels = [], widths[0]
         for index, (width, count) in enumerate(zip(widths, blocks)):
@@ -90,7 +94,7 @@ class ResNet18(nn.Module):
         return self.fc(self.kit.pooled_features(h))
 
 
-@register_arch("mlp", dropout=0.05)
+@register_arch("mlp", convolutional=False, dropout=0.05)
 def build_mlp(kit, num_classes, input_shape):
     return MLP(kit, num_classes, input_shape)
 

@@ -82,15 +82,16 @@ def shared_input_linear(layer, x, num_members):
 class BatchLinear(nn.Module):
     """BatchEnsemble linear layer: member i uses W ∘ r_i s_iᵀ and its own bias."""
 
-    def __init__(self, in_features, out_features, num_members, bias=True, init=DEFAULT_FAST_WEIGHT_INIT):
+    def __init__(self, in_features, out_features, num_members, bias=True, init=DEFAULT_FAST_WEIGHT_INIT,
+                 random_bias=False):
         super().__init__()
         self.in_features, self.out_features, self.num_members = in_features, out_features, num_members
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.r = nn.Parameter(torch.empty(num_members, out_features))
         self.s = nn.Parameter(torch.empty(num_members, in_features))
-        # Per-member bias starts at zero, as in the original implementation.
+        # Per-member bias: zero as in the original implementation, or random (the paper's code).
         self.bias = nn.Parameter(torch.zeros(num_members, out_features)) if bias else None
-        _default_linear_init_(self.weight, None, in_features)
+        _default_linear_init_(self.weight, self.bias if random_bias else None, in_features)
         init_fast_weights_(self.r, init)
         init_fast_weights_(self.s, init)
 
@@ -137,7 +138,7 @@ class BatchConv2d(nn.Module):
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, num_members, stride=1, padding=0,
-                 bias=False, variant="channel", init=DEFAULT_FAST_WEIGHT_INIT):
+                 bias=False, variant="channel", init=DEFAULT_FAST_WEIGHT_INIT, random_bias=False):
         super().__init__()
         if variant not in ("channel", "kernel"):
             raise EnsdiagError(f"unknown BatchEnsemble variant {variant!r}; use channel or kernel")
@@ -151,7 +152,7 @@ class BatchConv2d(nn.Module):
         self.r = nn.Parameter(torch.empty(r_shape))
         self.s = nn.Parameter(torch.empty(s_shape))
         self.bias = nn.Parameter(torch.zeros(num_members, out_channels)) if bias else None
-        _default_linear_init_(self.weight, None, in_channels * kernel_size**2)
+        _default_linear_init_(self.weight, self.bias if random_bias else None, in_channels * kernel_size**2)
         init_fast_weights_(self.r, init)
         init_fast_weights_(self.s, init)
 

@@ -17,6 +17,7 @@ from .layers import (DEFAULT_FAST_WEIGHT_INIT, BatchConv2d, BatchLinear, Ensembl
                      EnsembleConv2d, EnsembleLinear, MCDropout, parse_fast_weight_init)
 
 METHODS: dict[str, type["Kit"]] = {}
+BE_LAYOUTS = ("original", "paper")
 
 
 def register_method(name):
@@ -45,7 +46,8 @@ class Kit:
     def linear(self, in_features, out_features, bias=True):
         return nn.Linear(in_features, out_features, bias=bias)
 
-    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0):
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
+        """A convolution without bias; `role` (stem | block | shortcut) says where it sits."""
         return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=False)
 
     def bn(self, num_features):
@@ -86,7 +88,7 @@ class DeepEnsembleKit(Kit):
     def linear(self, in_features, out_features, bias=True):
         return EnsembleLinear(in_features, out_features, self.num_members, bias=bias)
 
-    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0):
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
         return EnsembleConv2d(in_channels, out_channels, kernel_size, self.num_members, stride, padding)
 
     def bn(self, num_features):
@@ -102,20 +104,37 @@ class DeepEnsembleKit(Kit):
 
 @register_method("batch-ensemble")
 class BatchEnsembleKit(Kit):
-    """Shared weights with rank-1 fast weights per member; BatchNorm shared (as the original)."""
+    """Shared weights with rank-1 fast weights per member; BatchNorm shared (as the original).
 
-    options = {"variant": "channel", "init": DEFAULT_FAST_WEIGHT_INIT}
+    Two layouts (option `layout`):
+    - `original` (the original implementation's): per-member biases start at zero; every
+      convolution, shortcuts included, is perturbed; convolutions have no bias.
+    - `paper` (the code the reference paper's numbers came from): per-member biases start
+      random (uniform ±1/√fan_in, like nn.Linear's); the blocks' 3×3 convolutions carry
+      per-member biases; shortcut convolutions are plain shared convolutions, not perturbed.
+      ResNet-18 (k = 4, 10 classes) then has the paper's 11.22 M parameters."""
+
+    options = {"variant": "channel", "init": DEFAULT_FAST_WEIGHT_INIT, "layout": "original"}
     loss_over_members = "mean"  # the original and torch-uncertainty: mean CE over all k·B rows
 
+    @property
+    def paper_layout(self):
+        return self.options["layout"] == "paper"
+
     def linear(self, in_features, out_features, bias=True):
-        return BatchLinear(in_features, out_features, self.num_members, bias=bias, init=self.options["init"])
+        return BatchLinear(in_features, out_features, self.num_members, bias=bias, init=self.options["init"],
+                           random_bias=self.paper_layout)
 
-    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0):
-        return BatchConv2d(in_channels, out_channels, kernel_size, self.num_members, stride, padding,
-                           variant=self.options["variant"], init=self.options["init"])
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
+        if self.paper_layout and role == "shortcut":
+            return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=False)
+        bias = self.paper_layout and role == "block"
+        return BatchConv2d(in_channels, out_channels, kernel_size, self.num_members, stride, padding, bias=bias,
+                           variant=self.options["variant"], init=self.options["init"], random_bias=bias)
 
 
-def resolve_options(method: str, given: dict, arch_defaults: dict) -> dict:
+def resolve_options(method: str, given: dict, arch_defaults: dict, convolutional: bool = True,
+                    arch: str = "this architecture") -> dict:
     """The method's full option dict: given values over architecture and method defaults."""
     if method not in METHODS:
         raise EnsdiagError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
@@ -127,6 +146,11 @@ def resolve_options(method: str, given: dict, arch_defaults: dict) -> dict:
     options = {name: given.get(name, arch_defaults.get(name, default)) for name, default in allowed.items()}
     if "variant" in options and options["variant"] not in ("channel", "kernel"):
         raise EnsdiagError(f"unknown BatchEnsemble variant {options['variant']!r}; use channel or kernel")
+    if options.get("variant") == "kernel" and not convolutional:
+        raise EnsdiagError(f"kernel-wise BatchEnsemble perturbs convolution kernels and {arch} has none: it would be "
+                           "the channel-wise model under another name; use the channel variant")
+    if "layout" in options and options["layout"] not in BE_LAYOUTS:
+        raise EnsdiagError(f"unknown BatchEnsemble layout {options['layout']!r}; use {' or '.join(BE_LAYOUTS)}")
     if "init" in options:
         parse_fast_weight_init(options["init"])
     if "dropout" in options:

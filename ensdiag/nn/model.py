@@ -6,6 +6,7 @@
     logits = model.forward_members(xs)         # xs [k, B, ...]: member i sees xs[i]
     weights = model.member_weights()           # effective dense conv/linear weights per member
     plain = model.member_state_dict(i)         # member i as a `single` network's state dict
+    network = model.member_network(i)          # member i as an independent plain network
 """
 
 import json
@@ -88,6 +89,20 @@ class EnsembleModel(nn.Module):
             state.update({f"{name}.{key}": value for key, value in tensors.items()})
         return state
 
+    def member_network(self, i: int) -> "EnsembleModel":
+        """Member i as an independent plain network (a `single` model holding its weights).
+
+        Where the member has a bias the plain architecture lacks (the paper's BatchEnsemble
+        layout gives block convolutions per-member biases), the plain layer gets one."""
+        plain = build_from_spec(ModelSpec(self.spec.arch, "single", 1, self.num_classes, self.spec.input_shape,
+                                          resolve_options("single", {}, {})))
+        state = self.member_state_dict(i)
+        for name, module in plain.body.named_modules():
+            if isinstance(module, (nn.Conv2d, nn.Linear)) and module.bias is None and f"{name}.bias" in state:
+                module.bias = nn.Parameter(torch.empty_like(state[f"{name}.bias"]))
+        plain.load_state_dict({f"body.{key}": value for key, value in state.items()})
+        return plain.to(next(self.parameters()).device)
+
     def member_weights(self) -> list[dict[str, torch.Tensor]]:
         """Effective dense weights and biases of every conv and linear layer, per weight set.
 
@@ -109,7 +124,7 @@ def build_model(arch: str, method: str, num_members: int | None = None, num_clas
     if arch not in ARCHITECTURES:
         raise EnsdiagError(f"unknown architecture {arch!r}; choose from {', '.join(ARCHITECTURES)}")
     builder = ARCHITECTURES[arch]
-    options = resolve_options(method, options, builder.default_options)
+    options = resolve_options(method, options, builder.default_options, builder.convolutional, arch)
     if num_members is None:
         num_members = 1 if method == "single" else DEFAULT_MEMBERS
     if method == "single" and num_members != 1:
