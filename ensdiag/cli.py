@@ -97,6 +97,7 @@ def train(
     batch_size: int = typer.Option(None, help="Examples per batch (per member for Deep Ensembles)."),
     members: int = typer.Option(None, "--members", "-k", help="Ensemble members k (and MC Dropout passes)."),
     dropout: float = typer.Option(None, help="MC Dropout rate."),
+    mc_dropout_train: str = typer.Option(None, help="MC Dropout in training: on (torch-uncertainty's, which the paper's numbers came from; the presets) or off (dropout only at test time, as the paper's text says)."),
     be_variant: str = typer.Option(None, help="BatchEnsemble conv perturbation: channel or kernel."),
     be_init: str = typer.Option(None, help="Fast-weight init: normal[:std], ones, random-sign[:p]."),
     be_layout: str = typer.Option(None, help="BatchEnsemble layout: paper (random member biases, biased block convs, plain shortcuts; the presets) or original (zero biases, every conv perturbed)."),
@@ -118,7 +119,7 @@ def train(
     from .experiment import default_run_dir, read_experiment, run_experiment
 
     options = dict(methods=_csv(method, what="--method"), seeds=_csv(seeds, int, "--seeds"), epochs=epochs, lr=lr,
-                   batch_size=batch_size, members=members, dropout=dropout, be_variant=be_variant,
+                   batch_size=batch_size, members=members, dropout=dropout, mc_dropout_train=mc_dropout_train, be_variant=be_variant,
                    be_init=be_init, be_layout=be_layout, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
                    early_stopping=early_stopping, patience=patience, val_fraction=val_fraction)
     if resume is not None:

@@ -52,6 +52,7 @@ class TrainConfig:
     augment: bool = False  # CIFAR: 4-pixel zero-pad random crop + horizontal flip
     members: int = 4
     dropout: float = 0.05
+    mc_dropout_train: str = "on"  # on: dropout in training too (torch-uncertainty, the paper's code); off: paper's text
     be_variant: str = "channel"
     be_init: str = "normal:0.5"
     be_layout: str = "original"  # original | paper (nn/methods.py: BatchEnsembleKit); paper presets: paper
@@ -77,7 +78,7 @@ class TrainConfig:
         """(method, build_model options) for one run name."""
         method, fixed = RUN_METHODS[run]
         if method == "mc-dropout":
-            return method, {"dropout": self.dropout}
+            return method, {"dropout": self.dropout, "train_dropout": self.mc_dropout_train == "on"}
         if method == "batch-ensemble":
             return method, {"variant": self.be_variant, "init": self.be_init, "layout": self.be_layout, **fixed}
         return method, {}
@@ -143,6 +144,7 @@ def validate(config: TrainConfig) -> None:
               (0 <= config.dropout < 1, "--dropout must lie in [0, 1)"),
               (config.be_variant in ("channel", "kernel"), "--be-variant must be channel or kernel"),
               (config.be_layout in ("original", "paper"), "--be-layout must be original or paper"),
+              (config.mc_dropout_train in ("on", "off"), "--mc-dropout-train must be on or off"),
               (config.optimizer in ("adam", "sgd"), "optimizer must be adam or sgd"),
               (config.patience >= 1, "--patience must be at least 1"),
               (config.min_delta >= 0, "min_delta must be >= 0"),

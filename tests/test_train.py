@@ -172,6 +172,26 @@ def test_cifar10_preset_trains_on_the_full_training_set_unless_asked(tmp_path, c
     assert json.loads((tmp_path / "held" / "experiment.json").read_text())["config"]["val_fraction"] == 0.25
 
 
+def test_mc_dropout_trained_without_dropout_is_the_single_model_with_dropout_at_test_time(tmp_path):
+    common = dict(methods=["single", "mc-dropout"], epochs=3, early_stopping=False, dropout=0.2)
+    run_experiment(small(**common, mc_dropout_train="off"), tmp_path / "off", "data", quiet=True)
+    run_experiment(small(**common), tmp_path / "on", "data", quiet=True)
+    single = final_weights(tmp_path / "off", "single")
+    off, on = final_weights(tmp_path / "off", "mc-dropout"), final_weights(tmp_path / "on", "mc-dropout")
+    assert all(torch.equal(single[k], off[k]) for k in single)  # no mask was drawn in training
+    assert not all(torch.equal(single[k], on[k]) for k in single)
+    model = ensdiag.load_model(tmp_path / "off" / "mc-dropout" / "seed-1" / "model.safetensors")
+    assert model.spec.options["train_dropout"] is False
+    x = torch.randn(5, 1, 8, 8)
+    model.train()
+    torch.testing.assert_close(model.forward_members(x[None])[0], model.forward_members(x[None])[0])
+    model.eval()
+    logits = model(x)
+    assert not torch.equal(logits[0], logits[1])  # MC passes at test time
+    stored = json.loads((tmp_path / "off" / "experiment.json").read_text())["config"]
+    assert stored["mc_dropout_train"] == "off"
+
+
 def test_overrides_are_recorded(tmp_path):
     config = preset_config("digits", methods=["single"], seeds=[5], epochs=2, lr=0.02, be_init="ones")
     run_experiment(config, tmp_path, "data", quiet=True)
@@ -215,6 +235,7 @@ def test_missing_shift_and_ood_are_skipped_and_recorded(tmp_path, monkeypatch):
     (["--method", "batch-ensemble-kernel"], "kernel-wise BatchEnsemble perturbs convolution kernels and mlp has none"),
     (["--method", "batch-ensemble", "--be-variant", "kernel"], "mlp has none"),
     (["--be-layout", "mine"], "--be-layout must be original or paper"),
+    (["--mc-dropout-train", "maybe"], "--mc-dropout-train must be on or off"),
     (["--patience", "0"], "--patience must be at least 1"),
     (["--val-fraction", "1.5"], r"--val-fraction must lie in \[0, 1\)"),
 ])

@@ -279,19 +279,24 @@ class EnsembleBatchNorm2d(nn.BatchNorm2d):
 
 
 class MCDropout(nn.Module):
-    """Dropout that stays on in eval mode: every pass draws a fresh mask (MC Dropout)."""
+    """Dropout that stays on in eval mode: every pass draws a fresh mask (MC Dropout).
 
-    def __init__(self, p):
+    `in_training=False` trains the network without dropout (a deterministic network, dropout
+    only at test time, as the reference paper's text describes)."""
+
+    def __init__(self, p, in_training=True):
         super().__init__()
         if not 0.0 <= p < 1.0:
             raise EnsdiagError(f"dropout rate must lie in [0, 1), got {p}")
-        self.p = p
+        self.p, self.in_training = p, in_training
 
     def forward(self, x):
+        if self.training and not self.in_training:
+            return x
         return F.dropout(x, self.p, training=True)
 
     def extra_repr(self):
-        return f"p={self.p}"
+        return f"p={self.p}, in_training={self.in_training}"
 
 
 # Layers whose weights and biases make up a member's parameter vector (weight cosine).

@@ -72,13 +72,16 @@ class SingleKit(Kit):
 
 @register_method("mc-dropout")
 class MCDropoutKit(Kit):
-    """One network whose dropout stays active at test time; members are stochastic passes."""
+    """One network whose dropout stays active at test time; members are stochastic passes.
 
-    options = {"dropout": None}
+    Option `train_dropout`: dropout also on in training (True: torch-uncertainty's MC Dropout,
+    which the reference paper's numbers came from) or off (False: the paper's text)."""
+
+    options = {"dropout": None, "train_dropout": True}
     one_weight_set = True
 
     def dropout(self):
-        return MCDropout(self.options["dropout"])
+        return MCDropout(self.options["dropout"], in_training=self.options["train_dropout"])
 
 
 @register_method("deep-ensemble")
@@ -153,6 +156,8 @@ def resolve_options(method: str, given: dict, arch_defaults: dict, convolutional
         raise EnsdiagError(f"unknown BatchEnsemble layout {options['layout']!r}; use {' or '.join(BE_LAYOUTS)}")
     if "init" in options:
         parse_fast_weight_init(options["init"])
+    if "train_dropout" in options and not isinstance(options["train_dropout"], bool):
+        raise EnsdiagError(f"train_dropout must be true or false, got {options['train_dropout']!r}")
     if "dropout" in options:
         options["dropout"] = float(options["dropout"])
         if not 0.0 <= options["dropout"] < 1.0:
