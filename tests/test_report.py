@@ -77,6 +77,17 @@ def test_ci_half_width_equals_scipy_t_interval(run_dir):
         assert got["n"] == 3
 
 
+def test_diversity_table_shows_disagreement_on_id_shift_and_ood(run_dir):
+    report = make_report(run_dir, figures=False, write=False)
+    table = next(t for t in report["tables"] if t["id"] == "diversity")
+    assert [c["name"] for c in table["columns"]] == ["disagreement (id)", "disagreement (shift)",
+                                                    "disagreement (ood)", "weight cosine"]
+    shift = cell(report, "diversity", "deep-ensemble", "disagreement (shift)")
+    expected = [json.loads((run_dir / "deep-ensemble" / f"seed-{s}" / "metrics.json").read_text())
+                ["analyzers"]["disagreement"]["splits"]["shift"]["mean"]["value"] for s in SEEDS]
+    assert shift["n"] == 3 and shift["mean"] == pytest.approx(sum(expected) / 3)
+
+
 def test_best_and_second_marks_follow_the_column_direction(run_dir):
     report = make_report(run_dir, figures=False, write=False)
     assert cell(report, "id", "deep-ensemble", "Acc")["mark"] == "best"  # ↑: higher wins

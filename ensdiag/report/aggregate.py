@@ -157,9 +157,10 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                              "FPR95 OOD→ID: OOD accepted as ID at 95 % of ID accepted (the paper's text); "
                              "FPR95 ID→OOD: ID flagged as OOD at 95 % of OOD flagged (the paper's code, whose "
                              "numbers --reference paper shows)."))
-    diversity = [("disagreement (id)", ("disagreement", "splits", "id", "mean", "value"), None),
-                 ("disagreement (ood)", ("disagreement", "splits", "ood", "mean", "value"), None),
-                 ("weight cosine", ("weight-similarity", "mean", "value"), None)]
+    # the paper's Figure 2a: disagreement on in-distribution, shifted and OOD data, then weight cosine
+    diversity = [(f"disagreement ({split})", ("disagreement", "splits", split, "mean", "value"), None)
+                 for split in ("id", "shift", "ood") if split not in skipped]
+    diversity.append(("weight cosine", ("weight-similarity", "mean", "value"), None))
     tables.append(_table("diversity", "Member diversity (mean off-diagonal)", diversity, runs, expected))
     tables.append(_table("cost", "Computational cost", [("parameters", ("@meta", "parameters"), "down"),
                                                         ("training s", ("@meta", "train_seconds"), "down")], runs, expected,
