@@ -89,7 +89,7 @@ def _csv(text, kind=str, what="value"):
 
 @app.command()
 def train(
-    preset: str = typer.Option("digits", help="digits (embedded, offline), mnist or cifar10 (protocol.md §4)."),
+    preset: str = typer.Option("digits", help="digits (embedded, offline), mnist or cifar10."),
     method: str = typer.Option(None, help="Comma list: single, mc-dropout, deep-ensemble, batch-ensemble[-channel|-kernel]."),
     seeds: str = typer.Option(None, help="Comma list of seeds (preset: 42,69,123,…)."),
     epochs: int = typer.Option(None, help="Maximum epochs."),

@@ -1,4 +1,4 @@
-"""Run configuration: the presets of protocol.md §4 as dataclasses, with JSON round-trip.
+"""Run configuration: the presets of docs/conventions.md as dataclasses, with JSON round-trip.
 
     config = preset_config("digits", epochs=20)       # overrides are recorded
     config.to_dict()["overrides"] == {"epochs": 20}

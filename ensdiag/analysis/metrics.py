@@ -1,4 +1,4 @@
-"""Pure metric functions over member logits (protocol.md §5). Natural log throughout.
+"""Pure metric functions over member logits. Natural log throughout.
 
 Shapes: member logits [k, N, C] (members first), labels int64 [N]. p̄ is the mean of the
 members' softmax probabilities. Every function here is independent of ensdiag's classes

@@ -24,7 +24,7 @@ def random_crop_flip(images: torch.Tensor, generator: torch.Generator, padding: 
     """Zero-pad by `padding`, crop back to H x W at a random offset, mirror with p = 0.5.
 
     The padding is zero in the images' own scale, so apply this before normalisation
-    (protocol.md §3)."""
+    (docs/conventions.md)."""
     padded = torch.nn.functional.pad(images, (padding,) * 4)
     return crop_flip_padded(padded, torch.arange(len(images), device=images.device), generator, padding, flip)
 
@@ -54,7 +54,7 @@ class TrainingImages:
 
     The images are normalised up front and stored in the compute dtype (bf16 when training
     under bf16 autocast, which would cast them anyway); with augmentation they are also
-    zero-padded (in raw scale, as protocol.md §3 says) before normalising, so a batch's random
+    zero-padded (in raw scale, as docs/conventions.md says) before normalising, so a batch's random
     crops come straight out of the stored split."""
 
     def __init__(self, images, labels, normalize, augment=False, dtype=torch.float32, padding=4):

@@ -14,7 +14,7 @@ from ..errors import DataNotFound, EnsdiagError
 
 DATASETS: dict[str, "Dataset"] = {}
 
-# Normalisation constants of protocol.md §3 (per channel, on pixels scaled to [0, 1]).
+# Normalisation constants of docs/conventions.md (per channel, on pixels scaled to [0, 1]).
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
 MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
 

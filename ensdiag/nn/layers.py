@@ -129,7 +129,7 @@ class BatchLinear(nn.Module):
 
 
 class BatchConv2d(nn.Module):
-    """BatchEnsemble convolution, channel-wise or kernel-wise (protocol.md §1).
+    """BatchEnsemble convolution, channel-wise or kernel-wise.
 
     channel: input channels scaled by s_i, output channels by r_i, broadcast over space,
              so the shared kernel runs once on the whole member-major batch.

@@ -1,7 +1,7 @@
 """Aggregate a run folder's metrics over seeds into the paper's tables (a plain dict, JSON-able).
 
 Each cell is mean ± half-width of the 95 % t-interval over the seeds that have the number:
-t_{0.975, n−1} · s / √n (protocol.md §5). Seeds without metrics (a run in progress, a crashed
+t_{0.975, n−1} · s / √n. Seeds without metrics (a run in progress, a crashed
 seed) are counted and shown (n per cell), never averaged in as if complete.
 """
 
@@ -20,7 +20,7 @@ METHOD_LABELS = {"single": "Single", "mc-dropout": "MC Dropout", "deep-ensemble"
                  "batch-ensemble": "BatchEnsemble", "batch-ensemble-channel": "BatchEnsemble (C)",
                  "batch-ensemble-kernel": "BatchEnsemble (K)"}
 
-# Published numbers of the reference paper (protocol.md §6), CIFAR-10 preset only.
+# Published numbers of the reference paper, CIFAR-10 preset only.
 PAPER = {
     "id": {"single": [.941, .237, .034, .073, None], "mc-dropout": [.936, .210, .021, .120, .022],
            "deep-ensemble": [.952, .152, .007, .136, .037], "batch-ensemble": [.938, .230, .032, .088, .002]},
