@@ -48,6 +48,33 @@ def write_cifar10_layout(root: Path, per_batch=3, seed=0):
     return arrays
 
 
+
+class CreatesFile:
+    """Unpickling this with the standard unpickler runs `touch MARKER` (a stand-in for any code)."""
+
+    def __init__(self, marker: Path):
+        self.marker = Path(marker)
+
+    def __reduce__(self):
+        import os
+        import shlex
+        return os.system, (f"touch {shlex.quote(str(self.marker))}",)
+
+
+def repickle_cifar10_layout(root: Path, protocol: int, numpy_core_names: bool = False):
+    """Rewrite ROOT/cifar-10-batches-py/* with pickle PROTOCOL (our own fixtures: standard pickle is fine).
+
+    numpy_core_names: spell NumPy's globals `numpy.core.*` as NumPy 1 and Python 2 era files do
+    (protocols 0-3 name globals as text, so the bytes can be edited)."""
+    for path in sorted((root / "cifar-10-batches-py").iterdir()):
+        with open(path, "rb") as handle:
+            content = pickle.load(handle)
+        data = pickle.dumps(content, protocol=protocol)
+        if numpy_core_names:
+            assert protocol <= 3
+            data = data.replace(b"numpy._core.", b"numpy.core.")
+        path.write_bytes(data)
+
 def write_svhn(root: Path, n=5, seed=0, labels=None):
     from scipy.io import savemat
     rng = np.random.default_rng(seed)

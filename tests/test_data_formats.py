@@ -1,6 +1,7 @@
 """Loaders read tiny files written in each dataset's real distributed format, exactly."""
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -10,8 +11,9 @@ from ensdiag.data import DATASETS, get_dataset
 from ensdiag.data import torchvision_sets
 from ensdiag.errors import EnsdiagError
 
-from .formats import (write_cifar10_c, write_cifar10_layout, write_idx, write_mnist_c, write_mnist_layout,
-                      write_svhn)
+from .cli import assert_one_line_error
+from .formats import (CreatesFile, repickle_cifar10_layout, write_cifar10_c, write_cifar10_layout, write_idx,
+                      write_mnist_c, write_mnist_layout, write_svhn)
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
@@ -78,6 +80,91 @@ def test_cifar10_bad_batch_is_a_clear_error(tmp_path):
     with pytest.raises(EnsdiagError, match="CIFAR-10 not found: missing .*batches.meta"):
         get_dataset("cifar10").load(tmp_path, "test")
 
+
+
+def _plant(tmp_path, name):
+    """A CIFAR-10 folder whose NAME, unpickled by the standard unpickler, creates a marker file."""
+    write_cifar10_layout(tmp_path / "data")
+    marker = tmp_path / "marker"
+    content = ({"label_names": CreatesFile(marker)} if name == "batches.meta"
+               else {"data": CreatesFile(marker), "labels": [0, 1, 2]})
+    path = tmp_path / "data" / "cifar-10-batches-py" / name
+    path.write_bytes(pickle.dumps(content, protocol=2))
+    return path, marker
+
+
+@pytest.mark.parametrize("name,split", [("data_batch_1", "train"), ("test_batch", "test"),
+                                        ("batches.meta", "train"), ("batches.meta", "test")])
+def test_cifar10_pickles_that_would_run_code_are_refused(tmp_path, name, split):
+    path, marker = _plant(tmp_path, name)
+    with pytest.raises(EnsdiagError) as error:
+        get_dataset("cifar10").load(tmp_path / "data", split)
+    assert not marker.exists(), f"unpickling {name} ran its code"
+    assert re.fullmatch(rf"{path}: refused to unpickle (posix|os|nt)\.system: CIFAR-10 batches hold only arrays, lists "
+                        r"and strings", str(error.value)), str(error.value)
+    with open(path, "rb") as handle:  # the payload is live: the standard unpickler runs it
+        pickle.load(handle)
+    assert marker.exists()
+
+
+def test_cli_train_on_a_crafted_cifar10_folder_is_one_line_and_runs_nothing(tmp_path, capsys):
+    _, marker = _plant(tmp_path, "data_batch_1")
+    from .cli import run_cli
+    code, _, err = run_cli(capsys, "train", "--quiet", "--preset", "cifar10", "--method", "single", "--seeds", "1",
+                           "--epochs", "1", "--data-dir", tmp_path / "data", "--out", tmp_path / "runs")
+    assert code == 2 and "Traceback" not in err
+    assert not marker.exists()
+    assert_one_line_error(capsys, "train", "--quiet", "--preset", "cifar10", "--method", "single", "--seeds", "1",
+                          "--epochs", "1", "--data-dir", tmp_path / "data", "--out", tmp_path / "runs",
+                          match=r"data_batch_1: refused to unpickle (posix|os|nt)\.system")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda data: data[: len(data) // 2], "not a (complete|readable) pickle"),
+    (lambda data: data[:5], "not a (complete|readable) pickle"),
+    (lambda data: b"", r"not a complete pickle \(empty or truncated\)"),
+    (lambda data: b"GIF89a not a pickle at all" * 10, "not a readable pickle"),
+], ids=["half", "header-only", "empty", "garbage"])
+def test_cifar10_truncated_or_garbage_batch_is_one_line_naming_it(tmp_path, damage, message):
+    write_cifar10_layout(tmp_path)
+    path = tmp_path / "cifar-10-batches-py" / "test_batch"
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(EnsdiagError, match=rf"{path}: {message}") as error:
+        get_dataset("cifar10").load(tmp_path, "test")
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("protocol,numpy_core_names", [(0, False), (2, False), (2, True), (4, False), (5, False)],
+                         ids=["protocol-0", "protocol-2", "protocol-2-numpy.core", "protocol-4", "protocol-5"])
+def test_cifar10_pickles_of_every_protocol_read_back_exactly(tmp_path, protocol, numpy_core_names):
+    import warnings
+    arrays = write_cifar10_layout(tmp_path)
+    repickle_cifar10_layout(tmp_path, protocol, numpy_core_names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy.core.* is mapped to numpy._core.*: no DeprecationWarning
+        test = get_dataset("cifar10").load(tmp_path, "test")
+        train = get_dataset("cifar10").load(tmp_path, "train")
+    assert np.array_equal(test.images.numpy(), arrays["test_batch"][0])
+    assert test.labels.dtype == torch.int64 and np.array_equal(test.labels.numpy(), arrays["test_batch"][1])
+    assert np.array_equal(train.images.numpy(), np.concatenate([arrays[f"data_batch_{i}"][0] for i in range(1, 6)]))
+    assert np.array_equal(train.labels.numpy(), np.concatenate([arrays[f"data_batch_{i}"][1] for i in range(1, 6)]))
+
+
+@pytest.mark.parametrize("content,message", [
+    ({"data": np.zeros((2, 3072), np.uint8), "labels": [0, 10]}, r"labels must lie in 0\.\.9"),
+    ({"data": np.zeros((2, 3072), np.uint8), "labels": [0]}, "2 images but 1 labels"),
+    ({"data": np.zeros((2, 3072), np.uint8), "labels": ["cat", "dog"]}, "'labels' must be a list of integers"),
+    ({"data": np.zeros((2, 3072), np.float32), "labels": [0, 1]}, r"'data' must be uint8 of shape \(N, 3072\), got float32"),
+    ({"data": np.zeros((2, 3072), object), "labels": [0, 1]}, r"refused to unpickle an array of dtype object \(Python objects\)"),
+    ([1, 2, 3], "not a CIFAR-10 batch"),
+])
+def test_cifar10_batch_contents_are_checked(tmp_path, content, message):
+    write_cifar10_layout(tmp_path)
+    path = tmp_path / "cifar-10-batches-py" / "test_batch"
+    path.write_bytes(pickle.dumps(content, protocol=2))
+    with pytest.raises(EnsdiagError, match=rf"{path}: {message}"):
+        get_dataset("cifar10").load(tmp_path, "test")
 
 def test_svhn_mat_reads_back_with_label_10_as_0(tmp_path):
     x, y = write_svhn(tmp_path, labels=[10, 1, 5, 10, 9])

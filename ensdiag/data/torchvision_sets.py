@@ -1,20 +1,22 @@
-"""MNIST, FashionMNIST, CIFAR-10 and SVHN, read through torchvision's dataset classes.
+"""MNIST, FashionMNIST, CIFAR-10 and SVHN in torchvision's layouts.
 
 Layouts (torchvision's): `ROOT/MNIST/raw/`, `ROOT/FashionMNIST/raw/` (IDX files, plain or
 .gz), `ROOT/cifar-10-batches-py/`, `ROOT/test_32x32.mat`. FashionMNIST is also found in
 Debian's `/usr/share/datasets/fashion-mnist/` (package dataset-fashion-mnist).
 
-Before torchvision parses a file ensdiag checks its structure (IDX magic numbers and sizes,
-CIFAR batch shapes, SVHN arrays), so a bad file gives one clear error naming it. torchvision
-checks MD5 sums of the official files; ensdiag reads existing files by structure instead
-(so subsets and test fixtures work) and leaves MD5 checks to `--download`, which uses
-torchvision's own verified download.
+MNIST, FashionMNIST and SVHN are parsed by torchvision's dataset classes after ensdiag has
+checked each file's structure (IDX magic numbers and sizes, SVHN arrays), so a bad file gives
+one clear error naming it. CIFAR-10's pickles are read by ensdiag itself through a
+restricted unpickler (`safe_pickle`): torchvision's class uses the standard one, which runs
+whatever code a crafted `data_batch_*` or `batches.meta` names. torchvision checks MD5 sums
+of the official files; ensdiag reads existing files by structure instead (so subsets and
+test fixtures work) and leaves MD5 checks to `--download`, which uses torchvision's own
+verified download.
 """
 
 import gzip
 import hashlib
 import os
-import pickle
 import struct
 from pathlib import Path
 
@@ -24,6 +26,7 @@ import torchvision.datasets as tvd
 
 from ..errors import EnsdiagError
 from ..io import atomic_write_bytes
+from . import safe_pickle
 from .registry import Dataset, Split, register_dataset
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -146,16 +149,14 @@ class FashionMNIST(_IdxDataset):
 
 # ---------------------------------------------------------------------------- CIFAR-10
 
-class _CIFAR10ByStructure(tvd.CIFAR10):
-    """torchvision's CIFAR-10 reader, with file checks by structure instead of MD5."""
-
-    train_list = [[name, None] for name, _ in tvd.CIFAR10.train_list]
-    test_list = [[name, None] for name, _ in tvd.CIFAR10.test_list]
-    meta = {**tvd.CIFAR10.meta, "md5": None}
+CIFAR10_REFUSED = "CIFAR-10 batches hold only arrays, lists and strings"
 
 
 @register_dataset
 class CIFAR10(Dataset):
+    """Read by ensdiag itself through a restricted unpickler, never torchvision's class:
+    that one unpickles the folder's files with the standard unpickler (code execution)."""
+
     name, role, title = "cifar10", "ID", "CIFAR-10"
     how_to_get = "Unpack cifar-10-python.tar.gz into DATA_DIR (giving DATA_DIR/cifar-10-batches-py/), or pass --download."
 
@@ -163,32 +164,48 @@ class CIFAR10(Dataset):
         folder = Path(data_dir) / "cifar-10-batches-py"
         return [folder / name for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta"]]
 
-    def _check_batch(self, path):
-        try:
-            with open(path, "rb") as handle:
-                entry = pickle.load(handle, encoding="latin1")
-        except Exception as error:
-            raise EnsdiagError(f"{path}: not a CIFAR-10 python pickle batch ({type(error).__name__})") from None
-        data = entry.get("data") if isinstance(entry, dict) else None
-        labels = entry.get("labels") if isinstance(entry, dict) else None
+    @staticmethod
+    def _read_batch(path):
+        """(images uint8 [N, 3, 32, 32], labels int64 [N]) of one batch, checked."""
+        entry = safe_pickle.load(path, CIFAR10_REFUSED)
+        if not isinstance(entry, dict) or "data" not in entry or "labels" not in entry:
+            keys = ", ".join(map(str, entry)) if isinstance(entry, dict) else type(entry).__name__
+            raise EnsdiagError(f"{path}: not a CIFAR-10 batch (expected a dict with 'data' and 'labels', got {keys or 'an empty dict'})")
+        data, labels = entry["data"], entry["labels"]
         if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
             got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
             raise EnsdiagError(f"{path}: 'data' must be uint8 of shape (N, 3072), got {got}")
-        if labels is None or len(labels) != len(data):
-            raise EnsdiagError(f"{path}: {len(data)} images but {0 if labels is None else len(labels)} labels")
+        if not isinstance(labels, (list, tuple, np.ndarray)) or not all(
+                isinstance(label, (int, np.integer)) and not isinstance(label, bool) for label in labels):
+            raise EnsdiagError(f"{path}: 'labels' must be a list of integers")
+        if len(labels) != len(data):
+            raise EnsdiagError(f"{path}: {len(data)} images but {len(labels)} labels")
+        labels = torch.tensor([int(label) for label in labels], dtype=torch.int64)
+        if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) <= 9:
+            raise EnsdiagError(f"{path}: labels must lie in 0..9, found {int(labels.min())}..{int(labels.max())}")
+        images = torch.from_numpy(np.array(data, order="C").reshape(-1, 3, 32, 32))  # a writable copy; R, G, B planes -> channels
+        return images, labels
+
+    @staticmethod
+    def _check_meta(path):
+        meta = safe_pickle.load(path, CIFAR10_REFUSED)
+        names = meta.get("label_names") if isinstance(meta, dict) else None
+        if not isinstance(names, (list, tuple)) or len(names) != 10 or not all(isinstance(n, str) for n in names):
+            raise EnsdiagError(f"{path}: not CIFAR-10's batches.meta (expected 'label_names', a list of 10 strings)")
 
     def load(self, data_dir, split="test", download=False):
         data_dir = Path(data_dir)
-        if download:
+        if download:  # torchvision downloads, checks MD5s, and unpickles only files that passed them
             _wrap_torchvision(self.title, data_dir, lambda: tvd.CIFAR10(str(data_dir), train=split == "train", download=True))
         if self.locate(data_dir) is None:
             raise self.missing(data_dir)
+        folder = data_dir / "cifar-10-batches-py"
+        self._check_meta(folder / "batches.meta")
         names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
-        for name in names:
-            self._check_batch(data_dir / "cifar-10-batches-py" / name)
-        dataset = _wrap_torchvision(self.title, data_dir, lambda: _CIFAR10ByStructure(str(data_dir), train=split == "train"))
-        images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()  # HWC -> CHW
-        return Split(images, torch.tensor(dataset.targets, dtype=torch.int64), f"CIFAR-10 {split} ({data_dir / 'cifar-10-batches-py'})")
+        batches = [self._read_batch(folder / name) for name in names]
+        images = torch.cat([images for images, _ in batches]) if len(batches) > 1 else batches[0][0]
+        labels = torch.cat([labels for _, labels in batches])
+        return Split(images, labels, f"CIFAR-10 {split} ({folder})")
 
 
 # ---------------------------------------------------------------------------- SVHN

@@ -1,0 +1,94 @@
+"""A restricted unpickler for data files that hold only NumPy arrays and builtin values.
+
+The standard `pickle.load` calls any importable function a file names, so unpickling a
+file from a data folder can run arbitrary code. `load` admits only the globals that NumPy
+arrays and dtypes need (protocols 0 to 5, and Python 2 era pickles read with latin1, as the
+official CIFAR-10 batches are); dicts, lists, tuples, strings, bytes and numbers need no
+globals at all. Anything else, and any truncated or corrupt file, is one `EnsdiagError`
+naming the file.
+"""
+
+import importlib
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import EnsdiagError
+
+
+def _latin1_encode(text, encoding="utf-8", errors="strict"):
+    """`_codecs.encode`, which protocol 0-2 pickles use for bytes, limited to latin1."""
+    if not isinstance(text, str) or encoding.lower().replace("_", "-") not in ("latin1", "latin-1", "iso-8859-1"):
+        raise pickle.UnpicklingError(f"_codecs.encode only for latin1 strings, not {type(text).__name__} as {encoding!r}")
+    return text.encode("latin1", errors)
+
+
+def _plain_dtype(*args, **kwargs):
+    """`numpy.dtype`, refusing object dtypes (they would hold arbitrary Python objects)."""
+    dtype = np.dtype(*args, **kwargs)
+    if dtype.hasobject:
+        raise Refused(f"an array of dtype {dtype} (Python objects)")
+    return dtype
+
+
+# (module, name) in NumPy 2's spelling -> the object to hand back (None: import it).
+_ALLOWED = {
+    ("numpy._core.multiarray", "_reconstruct"): None,
+    ("numpy._core.numeric", "_frombuffer"): None,  # protocol 5
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): _plain_dtype,
+    ("_codecs", "encode"): _latin1_encode,  # bytes in protocol 0-2 pickles
+}
+
+
+class Refused(pickle.UnpicklingError):
+    """What a pickle asked for that `RestrictedUnpickler` does not give."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+
+def _numpy2_name(module: str) -> str:
+    """numpy.core.X -> numpy._core.X (NumPy 2 moved it; the old name warns)."""
+    if module == "numpy.core" or module.startswith("numpy.core."):
+        return "numpy._core" + module[len("numpy.core"):]
+    return module
+
+
+def _import(module: str, name: str):
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):  # NumPy < 1.26 has no numpy._core
+        return getattr(importlib.import_module(module.replace("numpy._core", "numpy.core", 1)), name)
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Unpickles NumPy arrays, dtypes and builtin containers; refuses every other global."""
+
+    def find_class(self, module, name):
+        key = (_numpy2_name(module), name)
+        if key not in _ALLOWED:
+            raise Refused(f"{module}.{name}")
+        allowed = _ALLOWED[key]
+        return _import(*key) if allowed is None else allowed
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("persistent ids are not allowed")
+
+
+def load(path: Path, refused_because: str = "only arrays, dicts, lists and strings are allowed"):
+    """Unpickle `path` (latin1 for Python 2 era strings) with `RestrictedUnpickler`."""
+    try:
+        with open(path, "rb") as handle:
+            return RestrictedUnpickler(handle, encoding="latin1").load()
+    except Refused as refused:
+        raise EnsdiagError(f"{path}: refused to unpickle {refused.what}: {refused_because}") from None
+    except OSError as error:
+        raise EnsdiagError(f"{path}: cannot read ({error.strerror or error})") from None
+    except EOFError:
+        raise EnsdiagError(f"{path}: not a complete pickle (empty or truncated)") from None
+    except Exception as error:  # UnpicklingError, ValueError, MemoryError, ... from a corrupt file
+        detail = str(error).splitlines()[0][:200] if str(error) else ""
+        raise EnsdiagError(f"{path}: not a readable pickle ({type(error).__name__}{': ' + detail if detail else ''})") from None
