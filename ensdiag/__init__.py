@@ -9,8 +9,20 @@
 
 __version__ = "0.1.0"
 
-from .checkpoint import load_model, save_model  # noqa: E402
 from .errors import EnsdiagError  # noqa: E402
-from .nn import EnsembleModel, ModelSpec, build_model  # noqa: E402
+
+# The public names below import torch; they are resolved on first use so that `ensdiag --help`
+# and `ensdiag --version` start without it.
+_LAZY = {"load_model": "checkpoint", "save_model": "checkpoint", "EnsembleModel": "nn", "ModelSpec": "nn",
+         "build_model": "nn", "predict": "predict", "analysis": "analysis"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from importlib import import_module
+        module = import_module(f".{_LAZY[name]}", __name__)
+        return module if name == module.__name__.rpartition(".")[2] else getattr(module, name)
+    raise AttributeError(f"module 'ensdiag' has no attribute {name!r}")
+
 
 __all__ = ["EnsdiagError", "EnsembleModel", "ModelSpec", "build_model", "load_model", "save_model"]

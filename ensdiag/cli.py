@@ -1,26 +1,63 @@
 """The `ensdiag` command line: parse options, call the library, render. No maths here.
 
     ensdiag --help
+
+Exit codes: 0 success; 1 internal error (a bug: one line, ENSDIAG_DEBUG=1 shows the
+traceback); 2 bad input (an option, a file, a folder: one `error:` line); 130 interrupted
+(Ctrl-C; rerunning the same command resumes training). Nothing here imports torch before a
+command needs it, so `--help` and `--version` start fast.
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from . import __version__
 from .errors import DataNotFound, EnsdiagError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Is your ensemble really an ensemble? Diagnostics for trained ensembles.")
 err_console = Console(stderr=True)
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _show(console: Console, renderable):
+    """Print a table whole: if it is wider than the terminal, lines run long (the terminal wraps
+    them) instead of rich cropping or eliding cells, so no digit is ever hidden."""
+    from rich.measure import Measurement
+    wide = Console(width=10_000)
+    natural = Measurement.get(wide, wide.options, renderable).maximum
+    if natural > console.width:  # rich caps a print's width at the console's: print on a wider twin
+        console = Console(file=console.file, width=natural, color_system=console.color_system,
+                          force_terminal=console.is_terminal, no_color=console.no_color)
+    console.print(renderable, crop=False)
+
+
+def _literal(text) -> "Text":
+    """A user-controlled string (a path, a split name) shown as it is, never read as markup."""
+    from rich.text import Text
+    return Text(str(text))
+
+
+def _version(value: bool):
+    if value:
+        sys.stdout.write(f"ensdiag {__version__}\n")
+        raise typer.Exit()
 
 
 @app.callback()
-def _root():
-    """Is your ensemble really an ensemble? Diagnostics for trained ensembles."""
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print ensdiag's version and exit.")):
+    """Is your ensemble really an ensemble? Diagnostics for trained ensembles.
+
+    Exit codes: 0 ok, 1 internal error, 2 bad input, 130 interrupted (rerun to resume)."""
 
 
 @app.command()
@@ -51,7 +88,7 @@ def models(
                 label = f"{method} ({options['variant']}, {options['layout']} layout)" if options else method
                 count = sum(p.numel() for p in model.parameters())
                 table.add_row(name, "×".join(map(str, shape)), label, str(model.num_members), f"{count:,}")
-    Console().print(table)
+    _show(Console(), table)
 
 
 @app.command()
@@ -59,7 +96,7 @@ def datasets(data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Whe
     """Every dataset ensdiag reads: found or missing, where it looked, what it expects, how to get it."""
     from .data import DATASETS
 
-    table = Table(title=f"Datasets (--data-dir {data_dir})", show_lines=True)
+    table = Table(title=_literal(f"Datasets (--data-dir {data_dir})"), show_lines=True)
     for column in ("name", "role", "status", "looked in / expects", "how to get it"):
         table.add_column(column, overflow="fold", no_wrap=column in ("name", "status"))
     for name, dataset in DATASETS.items():
@@ -74,7 +111,7 @@ def datasets(data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Whe
             status = "[red]missing[/]"
             folders = sorted({str(f.parent) for f in files})
             looked = f"{', '.join(folders)}: {', '.join(sorted({f.name for f in files})[:6])}" + (" …" if len(files) > 6 else "")
-        table.add_row(name, dataset.role, status, looked, dataset.how_to_get)
+        table.add_row(name, dataset.role, status, _literal(looked), dataset.how_to_get)
     Console().print(table)
 
 
@@ -135,7 +172,7 @@ def train(
         from .report import build_report, to_rich
         summary = build_report(run_dir)
         for table in to_rich(summary, only={"id", "ood", "diversity"}, width=err_console.width):
-            err_console.print(table)
+            _show(err_console, table)
         err_console.print(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})", markup=False, highlight=False)
     print(run_dir)
 
@@ -153,10 +190,10 @@ def _check_format(fmt, allowed=("table", "json")):
 def _show_metrics(metrics, title):
     from .report.terminal import metrics_table, ood_table, skipped_lines
     console = Console()
-    console.print(metrics_table(metrics, title))
+    _show(console, metrics_table(metrics, title))
     table = ood_table(metrics)
     if table is not None:
-        console.print(table)
+        _show(console, table)
     for line in skipped_lines(metrics):
         err_console.print(line, markup=False, highlight=False)
 
@@ -165,9 +202,9 @@ def _show_metrics(metrics, title):
 def evaluate(
     model_path: Path = typer.Argument(..., metavar="MODEL.safetensors", help="A model saved by ensdiag."),
     preset: str = typer.Option(None, help="Whose data to evaluate on (default: the preset matching the model)."),
-    data_dir: Path = typer.Option(Path("data"), "--data-dir"),
-    download: bool = typer.Option(False, "--download"),
-    device: str = typer.Option("auto"),
+    data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
+    download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
     out: Path = typer.Option(None, help="Folder to write predictions.safetensors and metrics.json into."),
     seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
@@ -225,8 +262,8 @@ def analyze(
 def diversity(
     model_path: Path = typer.Argument(..., metavar="MODEL.safetensors", help="A model saved by ensdiag."),
     preset: str = typer.Option(None, help="Whose data to measure disagreement on (default: matches the model)."),
-    data_dir: Path = typer.Option(Path("data"), "--data-dir"),
-    device: str = typer.Option("auto"),
+    data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
     plot: Path = typer.Option(None, help="Also draw the heatmaps into this PNG file."),
     seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),
@@ -273,18 +310,20 @@ def diversity(
         return
     from .report.terminal import heatmap_table
     console = Console()
-    console.print(f"[bold]{model_path}[/]: {model.spec.arch}, {model.method}, k = {model.num_members}")
+    console.print(_literal(f"{model_path}: {model.spec.arch}, {model.method}, k = {model.num_members}"), soft_wrap=True)
     if report["disagreement"]["status"] == "ok":
         for name, entry in report["disagreement"]["splits"].items():
             if "/" in name:
                 continue
             extra = f", normalised {entry['normalized']['value']:.3f}" if entry.get("normalized", {}).get("value") is not None else ""
-            console.print(heatmap_table(entry["matrix"]["value"], f"disagreement on {name} ({titles.get(name, name)}): mean {entry['mean']['value']:.3f}{extra}"))
+            console.print(_literal(f"disagreement on {name} ({titles.get(name, name)}): mean {entry['mean']['value']:.3f}{extra}"), soft_wrap=True)
+            _show(console, heatmap_table(entry["matrix"]["value"], ""))
     else:
         err_console.print(f"disagreement: {report['disagreement']['reason']}", markup=False, highlight=False)
     similarity = report["weight_similarity"]
     if similarity["status"] == "ok":
-        console.print(heatmap_table(similarity["matrix"]["value"], f"weight cosine, all layers: mean {similarity['mean']['value']:.3f}"))
+        console.print(_literal(f"weight cosine, all layers: mean {similarity['mean']['value']:.3f}"), soft_wrap=True)
+        _show(console, heatmap_table(similarity["matrix"]["value"], ""))
     else:
         err_console.print(f"weight cosine: {similarity['reason']}", markup=False, highlight=False)
     for split, reason in skipped.items():
@@ -313,7 +352,7 @@ def report(
     if fmt == "table":
         console = Console(file=open(out, "w", encoding="utf-8") if out else None, width=160 if out else None)
         for table in to_rich(result, width=console.width):
-            console.print(table)
+            _show(console, table)
     else:
         text = render(result, fmt, result["run"])
         if out is not None:
@@ -373,15 +412,59 @@ def bench(
     err_console.print(f"results written to {path}", markup=False, highlight=False)
 
 
-def main(argv=None):
-    """Entry point: user errors become one line on stderr and a non-zero exit, never a traceback.
-
-    typer (standalone mode) already reports usage errors as such and exits."""
+def _click_exceptions(name: str) -> tuple[type, ...]:
+    """click's exception class `name`, and typer's vendored copy of it where typer has one."""
+    found = [getattr(click.exceptions, name, None)]
     try:
-        app(args=argv, prog_name="ensdiag")
+        from typer._click import exceptions as vendored
+        found.append(getattr(vendored, name, None))
+    except ImportError:
+        pass
+    return tuple(cls for cls in found if cls is not None)
+
+
+_EXIT = (typer.Exit, *_click_exceptions("Exit"))
+_ABORT = (KeyboardInterrupt, typer.Abort, *_click_exceptions("Abort"))
+_NO_ARGS = _click_exceptions("NoArgsIsHelpError")
+_USAGE = _click_exceptions("UsageError")
+
+
+def _fail(message: str, code: int):
+    sys.stderr.write(f"error: {' '.join(message.split())}\n")
+    sys.exit(code)
+
+
+def main(argv=None):
+    """Entry point: every failure is one line on stderr and a documented exit code, never a traceback."""
+    try:
+        # Outside standalone mode typer returns an exit code where it would exit (--help, and
+        # 130 for a Ctrl-C it caught) and lets every error through to the handlers below.
+        code = app(args=argv, prog_name="ensdiag", standalone_mode=False)
+        if code == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except EnsdiagError as error:
-        sys.stderr.write(f"error: {error}\n")
-        sys.exit(error.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)
+        _fail(str(error), error.exit_code)
+    except _EXIT as done:  # --help, --version
+        sys.exit(done.exit_code)
+    except _NO_ARGS as error:  # `ensdiag` or a group without a command: show the help
+        sys.stdout.write(error.ctx.get_help() + "\n")
+        sys.exit(EXIT_BAD_INPUT)
+    except _USAGE as error:  # unknown option, missing argument, bad value
+        hint = f" (see `{error.ctx.command_path} --help`)" if getattr(error, "ctx", None) is not None else ""
+        _fail(f"{error.format_message()}{hint}", EXIT_BAD_INPUT)
+    except _ABORT:
+        sys.stderr.write("\ninterrupted — rerun the same command to resume\n")
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:  # `ensdiag … | head`: the reader left; nothing to report
+        sys.stderr.close()
+        sys.exit(EXIT_OK)
+    except OSError as error:  # a file or folder the user named cannot be read or written
+        where = f"{error.filename}: " if error.filename else ""
+        _fail(f"{where}{error.strerror or error}", EXIT_BAD_INPUT)
+    except Exception as error:  # a bug: still one line, unless asked for the traceback
+        if os.environ.get("ENSDIAG_DEBUG"):
+            raise
+        _fail(f"internal error ({type(error).__name__}: {error}); set ENSDIAG_DEBUG=1 for the traceback "
+              "and please report it", EXIT_INTERNAL)
