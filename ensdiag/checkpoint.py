@@ -4,8 +4,12 @@ The file's metadata (strings only) makes it self-describing:
     ensdiag.format  "ensdiag.model/1"
     ensdiag.spec    the model's `ModelSpec` as a JSON string
 so `load_model(path)` rebuilds the architecture and loads the weights with no other input.
+Files are written byte-for-byte reproducibly (`safetensors_bytes_deterministic`): the same
+tensors and metadata give the same sha256 in any process.
 """
 
+import json
+import struct
 from pathlib import Path
 
 import torch
@@ -20,11 +24,28 @@ from .nn.model import EnsembleModel, ModelSpec, build_from_spec
 MODEL_FORMAT = "ensdiag.model/1"
 
 
+def safetensors_bytes_deterministic(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
+    """`safetensors.torch.save`, with its JSON header rewritten so equal inputs give equal bytes.
+
+    safetensors emits the `__metadata__` map in a random order (a Rust HashMap seeded per
+    process). The layout is: u64 little-endian header length N, N bytes of UTF-8 JSON padded
+    with spaces to a multiple of 8, then the tensor data. The header is re-serialised with
+    sorted keys and compact separators and re-padded; the data section is kept as it is (its
+    `data_offsets` are relative to the data section, so they stay valid).
+    """
+    raw = safetensors_bytes(tensors, metadata=metadata)
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + length].decode("utf-8"))
+    text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + raw[8 + length:]
+
+
 def save_model(model: EnsembleModel, path, extra_metadata: dict[str, str] | None = None):
     tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in model.state_dict().items()}
     metadata = {"ensdiag.format": MODEL_FORMAT, "ensdiag.spec": model.spec.to_json(),
                 "ensdiag.version": __version__, **(extra_metadata or {})}
-    return atomic_write_bytes(path, safetensors_bytes(tensors, metadata=metadata))
+    return atomic_write_bytes(path, safetensors_bytes_deterministic(tensors, metadata))
 
 
 def read_safetensors(path, what="file") -> tuple[dict[str, torch.Tensor], dict[str, str]]:

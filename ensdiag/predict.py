@@ -12,10 +12,9 @@ OOD splits are unlabelled: ensdiag writes no OOD labels and drops any a foreign 
 import json
 
 import torch
-from safetensors.torch import save as safetensors_bytes
 
 from .analysis.registry import is_ood_split, without_ood_labels
-from .checkpoint import read_safetensors
+from .checkpoint import read_safetensors, safetensors_bytes_deterministic
 from .errors import EnsdiagError
 from .io import atomic_write_bytes
 
@@ -49,7 +48,7 @@ def save_predictions(predictions: dict[str, dict], path, metadata: dict | None =
         if split.get("labels") is not None and not is_ood_split(name):
             tensors[f"{name}/labels"] = split["labels"].long().contiguous()
     meta = {"ensdiag.format": PREDICTIONS_FORMAT, **{k: v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}}
-    return atomic_write_bytes(path, safetensors_bytes(tensors, metadata=meta))
+    return atomic_write_bytes(path, safetensors_bytes_deterministic(tensors, meta))
 
 
 def load_predictions(path) -> tuple[dict[str, dict], dict]:

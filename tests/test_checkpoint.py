@@ -86,3 +86,69 @@ def test_missing_file_and_directory(tmp_path):
 
 def test_read_spec_without_loading_weights(saved):
     assert read_spec(saved).method == "batch-ensemble"
+
+
+WRITE_BOTH = """
+import sys, torch, ensdiag
+from ensdiag.predict import save_predictions
+torch.manual_seed(0)
+model = ensdiag.build_model("mlp", "batch-ensemble", num_classes=3, input_shape=(1, 4, 4))
+extra = {"run": "r1", "seed": "7", "dataset": "digits", "note": "caf\\u00e9", "epochs": "2"}
+ensdiag.save_model(model, sys.argv[1] + "/model.safetensors", extra_metadata=extra)
+predictions = {"id": {"logits": torch.arange(24.0).reshape(2, 4, 3), "labels": torch.tensor([0, 1, 2, 0])},
+               "ood": {"logits": torch.ones(2, 2, 3), "labels": None}}
+save_predictions(predictions, sys.argv[1] + "/predictions.safetensors",
+                 {"model": "m", "seed": 7, "splits": ["id", "ood"], "dataset": "digits", "ood": "svhn"})
+"""
+
+
+def test_identical_tensors_give_identical_bytes_in_separate_processes(tmp_path):
+    """safetensors writes its metadata map in a per-process random order; ensdiag's files do not."""
+    import hashlib
+    import subprocess
+    import sys
+    digests = []
+    for run in ("a", "b", "c"):
+        (tmp_path / run).mkdir()
+        subprocess.run([sys.executable, "-c", WRITE_BOTH, str(tmp_path / run)], check=True)
+        digests.append({name: hashlib.sha256((tmp_path / run / name).read_bytes()).hexdigest()
+                        for name in ("model.safetensors", "predictions.safetensors")})
+    assert digests[0] == digests[1] == digests[2]
+
+
+def test_deterministic_header_reads_back_with_the_same_tensors_and_metadata(tmp_path):
+    import struct
+    from safetensors import safe_open
+    from safetensors.torch import save as safetensors_save
+    from ensdiag.checkpoint import safetensors_bytes_deterministic
+    tensors = {"b": torch.arange(5, dtype=torch.int64), "a": torch.randn(3, 2), "c/half": torch.ones(3, dtype=torch.float16)}
+    metadata = {"zeta": "1", "alpha": "two", "mid": "caf\u00e9 \u2713", "ensdiag.format": "x"}
+    data = safetensors_bytes_deterministic(tensors, metadata)
+    original = safetensors_save(tensors, metadata=metadata)
+    (length,) = struct.unpack("<Q", data[:8])
+    header = data[8:8 + length]
+    assert length % 8 == 0 and header == header.rstrip() + b" " * (len(header) - len(header.rstrip()))
+    assert json.loads(header) == json.loads(original[8:8 + struct.unpack("<Q", original[:8])[0]])
+    assert list(json.loads(header)["__metadata__"]) == sorted(metadata)
+    assert data[8 + length:] == original[8 + struct.unpack("<Q", original[:8])[0]:]  # tensor bytes untouched
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(data)
+    with safe_open(str(path), framework="pt") as handle:
+        assert handle.metadata() == metadata
+        assert sorted(handle.keys()) == sorted(tensors)
+        for name, tensor in tensors.items():
+            assert torch.equal(handle.get_tensor(name), tensor) and handle.get_tensor(name).dtype == tensor.dtype
+
+
+def test_saved_model_loads_and_its_file_is_deterministic(tmp_path):
+    model = ensdiag.build_model("mlp", "deep-ensemble", num_classes=4, input_shape=SHAPES["mlp"]).eval()
+    extra = {"b": "2", "a": "1", "c": "3"}
+    first = ensdiag.save_model(model, tmp_path / "one.safetensors", extra_metadata=extra)
+    second = ensdiag.save_model(model, tmp_path / "two.safetensors", extra_metadata=dict(reversed(extra.items())))
+    assert first.read_bytes() == second.read_bytes()
+    loaded = ensdiag.load_model(first)
+    x = torch.randn(2, *SHAPES["mlp"])
+    torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+    from ensdiag.checkpoint import read_safetensors
+    _, metadata = read_safetensors(first)
+    assert {k: metadata[k] for k in extra} == extra and metadata["ensdiag.format"] == "ensdiag.model/1"
