@@ -163,7 +163,7 @@ def train(
         given = sorted(key for key, value in options.items() if value is not None)
         if given or out is not None:
             raise EnsdiagError(f"--resume continues a run with its stored settings; drop {', '.join(given) or '--out'}")
-        config, out = TrainConfig.from_dict(read_experiment(resume)["config"]), resume
+        config, out = TrainConfig.from_dict(read_experiment(resume)["config"], source=str(resume / "experiment.json")), resume
     else:
         config = preset_config(preset, **options)
         out = out or default_run_dir(config.preset)

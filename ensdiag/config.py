@@ -4,7 +4,8 @@
     config.to_dict()["overrides"] == {"epochs": 20}
 """
 
-from dataclasses import asdict, dataclass, field, fields, replace
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 
 from .data.digits import DIGITS_MEAN, DIGITS_STD
 from .data.registry import CIFAR10_MEAN, CIFAR10_STD, MNIST_MEAN, MNIST_STD
@@ -66,13 +67,23 @@ class TrainConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TrainConfig":
+    def from_dict(cls, data, source="run config") -> "TrainConfig":
+        """A stored config, checked like user input: field names, types, then `validate`."""
+        if not isinstance(data, dict):
+            raise EnsdiagError(f"{source}: 'config' must be a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise EnsdiagError(f"run config has unknown fields {', '.join(unknown)}")
-        tuples = {name for name in known if isinstance(getattr(PRESETS["digits"], name), tuple)}
-        return cls(**{key: tuple(value) if key in tuples else value for key, value in data.items()})
+            raise EnsdiagError(f"{source} has unknown fields {', '.join(map(repr, unknown))}")
+        missing = sorted({f.name for f in fields(cls) if f.default is MISSING} - set(data))
+        if missing:
+            raise EnsdiagError(f"{source} lacks the fields {', '.join(missing)}")
+        values = {}
+        for key, value in data.items():
+            values[key] = _typed(key, value, getattr(PRESETS["digits"], key), source)
+        config = cls(**values)
+        validate(config)
+        return config
 
     def model_options(self, run: str) -> tuple[str, dict]:
         """(method, build_model options) for one run name."""
@@ -126,14 +137,61 @@ def preset_config(preset: str, **overrides) -> TrainConfig:
     return replace(config, overrides=_jsonable(changed))
 
 
+def _typed(key, value, example, source):
+    """`value` as the type of `example` (a preset's value of the field), or one clear error."""
+    def bad():
+        return EnsdiagError(f"{source}: {key} must be {type(example).__name__}, got {value!r}"[:300])
+
+    if isinstance(example, bool):
+        if not isinstance(value, bool):
+            raise bad()
+        return value
+    if isinstance(example, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad()
+        return value
+    if isinstance(example, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad()
+        return float(value)
+    if isinstance(example, str):
+        if not isinstance(value, str):
+            raise bad()
+        return value
+    if isinstance(example, tuple):
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, type(example[0])) and not isinstance(v, bool)
+                                                          or isinstance(example[0], float) and isinstance(v, int)
+                                                          and not isinstance(v, bool) for v in value):
+            raise bad()
+        return tuple(value)
+    if isinstance(example, dict):
+        if not isinstance(value, dict):
+            raise bad()
+        return value
+    return value
+
+
 def _jsonable(values: dict) -> dict:
     return {key: list(value) if isinstance(value, tuple) else value for key, value in values.items()}
 
 
+FLOAT_OPTIONS = {"lr": "--lr", "dropout": "--dropout", "val_fraction": "--val-fraction", "momentum": "momentum",
+                 "eps": "eps", "weight_decay": "weight_decay", "gamma": "gamma", "min_delta": "min_delta"}
+
+
 def validate(config: TrainConfig) -> None:
+    """Every field checked as user input (also for configs read back from a run folder)."""
+    if config.preset not in PRESETS:
+        raise EnsdiagError(f"unknown preset {config.preset!r}; choose from {', '.join(PRESETS)}")
+    for name, option in FLOAT_OPTIONS.items():
+        if not math.isfinite(getattr(config, name)):
+            raise EnsdiagError(f"{option} must be a finite number, got {getattr(config, name)}")
+    for name in ("betas", "mean", "std"):
+        if not all(math.isfinite(v) for v in getattr(config, name)):
+            raise EnsdiagError(f"{name} must be finite numbers, got {getattr(config, name)}")
     unknown = [m for m in config.methods if m not in RUN_METHODS]
     if unknown:
-        raise EnsdiagError(f"unknown method {', '.join(unknown)}; choose from {', '.join(RUN_METHODS)}")
+        raise EnsdiagError(f"unknown method {', '.join(map(repr, unknown))}; choose from {', '.join(RUN_METHODS)}")
     if not config.methods or not config.seeds:
         raise EnsdiagError("give at least one method and one seed")
     if len(set(config.methods)) != len(config.methods) or len(set(config.seeds)) != len(config.seeds):
@@ -147,6 +205,16 @@ def validate(config: TrainConfig) -> None:
               (config.mc_dropout_train in ("on", "off"), "--mc-dropout-train must be on or off"),
               (config.optimizer in ("adam", "sgd"), "optimizer must be adam or sgd"),
               (config.patience >= 1, "--patience must be at least 1"),
+              (config.weight_decay >= 0, "weight_decay must be >= 0"),
+              (all(m >= 1 for m in config.milestones), "milestones must be epochs >= 1"),
+              (len(config.betas) == 2 and all(0 <= b < 1 for b in config.betas), "betas must be two numbers in [0, 1)"),
+              (config.eps > 0 and config.gamma > 0 and config.momentum >= 0, "eps and gamma must be > 0, momentum >= 0"),
+              (len(config.mean) == len(config.std) == config.input_shape[0] if config.input_shape else False,
+               "mean and std need one value per input channel"),
+              (all(v > 0 for v in config.std), "std must be positive"),
+              (config.shift_severity in range(1, 6), "shift severity must be 1..5"),
+              (config.ood_split in ("train", "test"), "ood split must be train or test"),
+              (config.num_classes >= 2 and all(d >= 1 for d in config.input_shape), "num_classes >= 2 and input dims >= 1"),
               (config.min_delta >= 0, "min_delta must be >= 0"),
               (0 <= config.val_fraction < 1, "--val-fraction must lie in [0, 1)")]
     for ok, message in checks:
@@ -158,6 +226,8 @@ def validate(config: TrainConfig) -> None:
         raise EnsdiagError(f"--be-split-batch needs --batch-size divisible by --members ({config.members})")
     from .nn import ARCHITECTURES
     from .nn.methods import resolve_options
+    if config.arch not in ARCHITECTURES:
+        raise EnsdiagError(f"unknown architecture {config.arch!r}; choose from {', '.join(ARCHITECTURES)}")
     builder = ARCHITECTURES[config.arch]
     for run in config.methods:  # the methods' own checks (options, kernel-wise needs convolutions)
         method, options = config.model_options(run)

@@ -32,7 +32,7 @@ from .nn import build_model
 from .nn.members import fastest
 from .predict import predict, save_predictions, with_pooled_shift
 from .progress import TrainProgress
-from .train import FitData, fit
+from .train import Diverged, FitData, fit
 
 EXPERIMENT_FORMAT = "ensdiag.experiment/1"
 STATE_FILE = "training-state.pt"
@@ -53,19 +53,26 @@ def default_run_dir(preset: str, root="runs") -> Path:
 
 
 def read_experiment(run_dir) -> dict:
+    """The run folder's experiment.json, checked like user input (its config validated)."""
     path = Path(run_dir) / "experiment.json"
     if not path.is_file():
         raise EnsdiagError(f"{run_dir} is not an ensdiag run (no experiment.json)")
     data = read_json(path, "experiment file")
-    if data.get("format") != EXPERIMENT_FORMAT:
-        raise EnsdiagError(f"{path} is not an {EXPERIMENT_FORMAT} file")
+    if not isinstance(data, dict) or data.get("format") != EXPERIMENT_FORMAT:
+        raise EnsdiagError(f"{path} is not an {EXPERIMENT_FORMAT} file (damaged or not ensdiag's); "
+                           "restore it or train into a new --out")
+    for key in ("splits", "skipped"):
+        if not isinstance(data.get(key, {}), dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in data.get(key, {}).items()):
+            raise EnsdiagError(f"{path}: '{key}' must map split names to strings")
+    TrainConfig.from_dict(data.get("config"), source=str(path))
     return data
 
 
 def stored_config(out: Path, config: TrainConfig) -> TrainConfig | None:
     """The config of the run already in `out` (which must be this experiment), or None."""
     if (out / "experiment.json").exists():
-        stored = TrainConfig.from_dict(read_experiment(out)["config"])
+        stored = TrainConfig.from_dict(read_experiment(out)["config"], source=str(out / "experiment.json"))
         if stored != config:
             raise EnsdiagError(f"{out} holds a different experiment; use --resume {out} to continue it, "
                                "or choose another --out")
@@ -143,9 +150,12 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
                        data.train.images[val_index].to(device), data.train.labels[val_index].to(device),
                        normalize, augment=config.augment)
     state_path = run_dir / STATE_FILE
-    result = fit(model, config, fit_data, seed, state_path, device,
-                 on_start=lambda done: progress.start_run(run, seed, config.epochs, done),
-                 on_epoch=lambda row: progress.epoch(row, config.epochs), autocast=cuda, channels_last=channels_last)
+    try:
+        result = fit(model, config, fit_data, seed, state_path, device,
+                     on_start=lambda done: progress.start_run(run, seed, config.epochs, done),
+                     on_epoch=lambda row: progress.epoch(row, config.epochs), autocast=cuda, channels_last=channels_last)
+    except Diverged as error:
+        raise Diverged(f"{run} seed {seed}: {error}") from None
     began = time.perf_counter()
     predictions = predict(model, data.eval_splits(), normalize, device, seed=seed, autocast=cuda)
     weights = model.member_weights()

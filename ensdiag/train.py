@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from .analysis.metrics import mean_log_probs
 from .data.batching import Normalize, TrainingImages, batch_indices, epoch_permutations
+from .errors import EnsdiagError
 from .io import atomic_write_bytes
 
 
@@ -162,6 +163,31 @@ def _restore_rng(state, generator):
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class Diverged(EnsdiagError):
+    """The training loss became NaN or infinite; the last finite epoch's state stays on disk."""
+
+
+def _resume(state_path: Path, model, optimizer, scheduler, generator):
+    """Load a training state (tensors only: weights_only) saved by `fit`; a damaged one is a clear error.
+
+    Everything is read to the CPU first: RNG states must stay CPU tensors, and the weights and
+    optimiser state move to the model's device as they are loaded."""
+    try:
+        saved = torch.load(state_path, map_location="cpu", weights_only=True)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        _restore_rng(saved["rng"], generator)
+        best, history, seconds, stopped = saved["best"], saved["history"], saved["seconds"], saved["stopped"]
+        start = int(saved["epoch"]) + 1
+        if not (isinstance(history, list) and len(history) == start and isinstance(best, dict)):
+            raise ValueError("inconsistent epoch count")
+    except Exception as error:  # truncated, foreign or tampered: never retried with weights_only=False
+        raise EnsdiagError(f"{state_path} is damaged or not an ensdiag training state ({type(error).__name__}); "
+                           "delete it to restart this method and seed from epoch 0") from None
+    return best, history, seconds, stopped, start
+
+
 def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_epoch=None,
         autocast=False, channels_last=False, on_start=None) -> dict:
     """Train until the epochs run out or early stopping fires; resume from `state_path` if present.
@@ -178,13 +204,7 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
     best = {"accuracy": -math.inf, "epoch": -1, "bad_epochs": 0, "state": None}
     history, start, seconds, stopped = [], 0, 0.0, False
     if state_path.exists():
-        saved = torch.load(state_path, map_location=device, weights_only=True)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        _restore_rng(saved["rng"], generator)
-        best, history, seconds, stopped = saved["best"], saved["history"], saved["seconds"], saved["stopped"]
-        start = saved["epoch"] + 1
+        best, history, seconds, stopped, start = _resume(state_path, model, optimizer, scheduler, generator)
     if on_start is not None:
         on_start(start)  # the number of epochs already done (0 unless resuming)
     n = len(data.train_images)
@@ -195,6 +215,10 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         orders = epoch_permutations(n, num_orders(model.method, model.num_members), generator, device)
         lr = optimizer.param_groups[0]["lr"]
         loss, accuracy = train_epoch(model, optimizer, data, orders, config, generator, autocast, channels_last)
+        if not math.isfinite(loss):  # stop before this epoch's state overwrites the last finite one
+            kept = f"the state after epoch {epoch} is kept, so the run resumes from there" if epoch else "nothing was saved"
+            raise Diverged(f"training diverged in epoch {epoch + 1} (training loss {loss}); {kept}. Lower --lr "
+                           "(in a new --out: a run folder keeps its settings), or check --be-init")
         scheduler.step()
         val_accuracy, val_nll = evaluate(model, data.val_images, data.val_labels, data.normalize, autocast=autocast)
         if val_accuracy is None:

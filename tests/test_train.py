@@ -224,7 +224,7 @@ def test_missing_shift_and_ood_are_skipped_and_recorded(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("args,match", [
     (["--preset", "imagenet"], "unknown preset 'imagenet'"),
-    (["--method", "single,bagging"], "unknown method bagging"),
+    (["--method", "single,bagging"], "unknown method 'bagging'"),
     (["--seeds", "1,x"], "--seeds must be a comma-separated list"),
     (["--preset", "mnist", "--data-dir", "{tmp}/empty", "--out", "{tmp}/r"],
      r"MNIST not found: missing .*train-images-idx3-ubyte.*--download"),

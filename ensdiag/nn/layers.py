@@ -37,6 +37,8 @@ def parse_fast_weight_init(spec: str) -> tuple[str, float]:
         value = float(arg) if arg else defaults[kind]
     except ValueError:
         raise EnsdiagError(f"BatchEnsemble init {spec!r}: {arg!r} is not a number") from None
+    if not math.isfinite(value):
+        raise EnsdiagError(f"BatchEnsemble init {spec!r}: {arg!r} is not a finite number")
     if kind == "random-sign" and not 0.0 <= value <= 1.0:
         raise EnsdiagError(f"BatchEnsemble init {spec!r}: p must lie in [0, 1]")
     if kind == "normal" and value < 0:

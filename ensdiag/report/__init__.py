@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 from ..io import atomic_write_text
-from .aggregate import build_report, load_runs, newest_run
+from .aggregate import _dig, build_report, load_runs, newest_run
 from .figures import heatmap_grid, ood_histogram_figure, reliability_figure, save_figure, training_curves_figure
 from .render import to_html, to_json, to_latex, to_markdown, to_rich
 
@@ -31,19 +31,21 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
     rows = []  # Figure 2: disagreement per split + weight cosine, one row per ensemble method
     for method in ("deep-ensemble", "batch-ensemble", "batch-ensemble-channel", "batch-ensemble-kernel", "mc-dropout"):
         seed, run = _first_complete(runs.get(method, {}))
-        if run is None or run["metrics"]["analyzers"]["disagreement"]["status"] != "ok":
+        if run is None or _dig(run["metrics"], ("analyzers", "disagreement", "status")) != "ok":
             continue
         analyzers = run["metrics"]["analyzers"]
-        panels = [(f"disagreement: {split}", analyzers["disagreement"]["splits"][split]["matrix"]["value"])
-                  for split in ("id", "shift", "ood") if split in analyzers["disagreement"]["splits"]]
-        if analyzers["weight-similarity"]["status"] == "ok":
-            panels.append(("weight cosine", analyzers["weight-similarity"]["matrix"]["value"]))
+        panels = [(f"disagreement: {split}", matrix) for split in ("id", "shift", "ood")
+                  if (matrix := _dig(analyzers, ("disagreement", "splits", split, "matrix", "value"))) is not None]
+        cosine = _dig(analyzers, ("weight-similarity", "matrix", "value"))
+        if _dig(analyzers, ("weight-similarity", "status")) == "ok" and cosine is not None:
+            panels.append(("weight cosine", cosine))
         rows.append((f"{method} (seed {seed})", panels))
     if rows:
         add("diversity", "Member disagreement per split and weight-space cosine (one colour scale)", heatmap_grid(rows))
     curves = []
     for method, seeds in runs.items():
-        bins = [run["metrics"]["analyzers"]["calibration"]["splits"]["id"]["ece"]["bins"] for run in seeds.values() if run]
+        bins = [found for run in seeds.values() if run
+                and (found := _dig(run["metrics"], ("analyzers", "calibration", "splits", "id", "ece", "bins")))]
         if bins:  # pool the seeds' bins: counts add, accuracy/confidence weighted by count
             count = [sum(b["count"][i] for b in bins) for i in range(len(bins[0]["count"]))]
             pooled = {"lower": bins[0]["lower"], "upper": bins[0]["upper"], "count": count}

@@ -72,14 +72,54 @@ def load_runs(run_dir) -> dict:
             if not (metrics_path.is_file() and (folder / "meta.json").is_file()):
                 runs[method][seed] = None
                 continue
-            try:
-                history = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines() if line]
-            except OSError:
-                history = []
-            runs[method][seed] = {"metrics": json.loads(metrics_path.read_text()),
-                                  "meta": json.loads((folder / "meta.json").read_text()), "history": history,
-                                  "folder": folder}
+            runs[method][seed] = {"metrics": _read_metrics(metrics_path), "meta": _read_object(folder / "meta.json"),
+                                  "history": _read_history(folder / "history.jsonl"), "folder": folder}
     return {"experiment": experiment, "runs": runs}
+
+
+def _damaged(path, what) -> EnsdiagError:
+    return EnsdiagError(f"{path} is damaged ({what}); delete that seed's folder ({path.parent}) and rerun "
+                        "`ensdiag train --resume` on the run to recompute it")
+
+
+def _read_object(path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise _damaged(path, f"not readable JSON: {type(error).__name__}") from None
+    if not isinstance(data, dict):
+        raise _damaged(path, f"a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _read_metrics(path) -> dict:
+    metrics = _read_object(path)
+    if not isinstance(metrics.get("analyzers"), dict) or not isinstance(metrics.get("splits"), dict) or not all(
+            isinstance(result, dict) and isinstance(result.get("status"), str) for result in metrics["analyzers"].values()):
+        raise _damaged(path, "no 'analyzers' and 'splits' of the ensdiag.metrics layout")
+    return metrics
+
+
+def _read_history(path) -> list[dict]:
+    """One JSON object per line; a missing file is an empty history (it is only drawn)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as error:
+        raise _damaged(path, type(error).__name__) from None
+    history = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise _damaged(path, f"line {number} is not JSON") from None
+        if not isinstance(row, dict) or not isinstance(row.get("epoch"), int) or not _number(row.get("loss")):
+            raise _damaged(path, f"line {number} is not an epoch record")
+        history.append(row)
+    return history
 
 
 def mean_ci(values: list[float]) -> dict:
@@ -101,10 +141,14 @@ def _dig(node, path):
     return node
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _cell(seeds: dict, path) -> dict:
     values = [_dig(run["meta"], path[1:]) if path[0] == "@meta" else _dig(run["metrics"]["analyzers"], path)
               for run in seeds.values() if run is not None]
-    return mean_ci([float(v) for v in values if v is not None])
+    return mean_ci([float(v) for v in values if _number(v)])  # null (undefined) values are not averaged
 
 
 def _marks(rows, columns):

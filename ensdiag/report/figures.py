@@ -106,7 +106,8 @@ def training_curves_figure(curves) -> Figure:
             loss_ax.plot(epochs, [row["loss"] for row in rows], color=color, alpha=0.7, linewidth=1, label=label)
             validated = all(row.get("val_accuracy") is not None for row in rows)
             no_validation = no_validation or not validated
-            acc_ax.plot(epochs, [row["val_accuracy" if validated else "accuracy"] for row in rows], color=color,
+            key = "val_accuracy" if validated else "accuracy"
+            acc_ax.plot(epochs, [row.get(key) if row.get(key) is not None else float("nan") for row in rows], color=color,
                         alpha=0.7, linewidth=1, linestyle="-" if validated else "--")
     loss_ax.set_yscale("log")
     loss_ax.set_xlabel("epoch")
