@@ -27,7 +27,7 @@ from .config import TrainConfig
 from .data.batching import Normalize
 from .data.preset import PresetData, holdout, load_preset_data
 from .errors import EnsdiagError
-from .io import atomic_write_json, atomic_write_text, read_json
+from .io import atomic_write_json, atomic_write_text, locked_folder, read_json, remove_stale_temporaries
 from .nn import build_model
 from .nn.members import fastest
 from .predict import predict, save_predictions, with_pooled_shift
@@ -183,11 +183,32 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
 
 def run_experiment(config: TrainConfig, out: Path, data_dir, download=False, device="auto", quiet=False,
                    argv=None) -> Path:
-    argv = list(sys.argv if argv is None else argv)
+    argv, out = list(sys.argv if argv is None else argv), Path(out)
     device = resolve_device(device)
-    stored = stored_config(Path(out), config)  # a wrong --out fails before any data is read
-    data = load_preset_data(stored or config, data_dir, download)
-    config = stored or prepare_run_dir(Path(out), config, argv)  # only once the data is there: no empty run folders
+    stored_config(out, config)  # a wrong --out fails before anything is created
+    new_folders = [folder for folder in (out, *out.parents) if not folder.exists()]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise EnsdiagError(f"cannot write to --out {out}: {error.strerror or error}") from None
+    # One process per run folder: two trainings into one folder would mix their configurations.
+    with locked_folder(out, "run folder"):
+        remove_stale_temporaries(out)  # left by a process killed while saving
+        try:
+            stored = stored_config(out, config)  # again, under the lock
+            data = load_preset_data(stored or config, data_dir, download)
+        except BaseException:
+            for folder in new_folders:  # no empty run folder left behind by a failed start
+                if folder.exists() and not any(folder.iterdir()):
+                    folder.rmdir()
+            raise
+        config = stored or prepare_run_dir(out, config, argv)
+        _train_grid(config, out, data, device, quiet, argv)
+    return out
+
+
+def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet: bool, argv):
+    """Every (method, seed) not finished yet, in order; finished ones (meta.json) are kept."""
     progress = TrainProgress(len(config.methods) * len(config.seeds), quiet)
     for split, reason in data.skipped.items():
         progress.message(f"note: {split} split skipped: {reason}")
@@ -204,4 +225,3 @@ def run_experiment(config: TrainConfig, out: Path, data_dir, download=False, dev
                 train_run(config, run, seed, data, device, run_dir, progress, argv)
     finally:
         progress.close()
-    return Path(out)

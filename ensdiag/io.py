@@ -3,19 +3,23 @@
 A crash or Ctrl-C at any moment leaves either the old file or the new one, never half.
 """
 
+import fcntl
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import EnsdiagError
+
+TEMPORARY_SUFFIX = ".tmp"  # atomic writes go to ".<name>.<random>.tmp" next to the target
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX)
     except OSError as error:
         raise EnsdiagError(f"cannot write {path}: {error.strerror or error}") from None
     try:
@@ -53,3 +57,34 @@ def read_json(path, what="file"):
         raise EnsdiagError(f"{what} {path} does not exist") from None
     except (OSError, ValueError) as error:
         raise EnsdiagError(f"{what} {path} is not readable JSON ({error})") from None
+
+
+def remove_stale_temporaries(folder) -> list[Path]:
+    """Delete the hidden temporary files that a process killed mid-write left under `folder`.
+
+    Call it only while holding the folder's lock (`locked_folder`), so no live writer is hit."""
+    removed = []
+    for path in Path(folder).rglob(f".*{TEMPORARY_SUFFIX}"):
+        if path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+@contextmanager
+def locked_folder(folder, what="folder"):
+    """Hold an exclusive lock on a folder (flock on the directory itself, released on exit or
+    when the process dies), or fail at once with one line if another process holds it."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as error:
+        raise EnsdiagError(f"cannot open {what} {folder}: {error.strerror or error}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EnsdiagError(f"another ensdiag process is writing to {what} {folder}; wait for it to finish "
+                               "or choose another folder") from None
+        yield Path(folder)
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

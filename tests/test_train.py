@@ -141,6 +141,39 @@ def test_killed_process_resumes_to_identical_weights(tmp_path):
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
 
 
+def test_kill_during_the_final_save_resumes_to_identical_files(tmp_path, monkeypatch):
+    import ensdiag.experiment as experiment
+    config = small(methods=["batch-ensemble"], epochs=3, early_stopping=False)
+    run_experiment(config, tmp_path / "straight", "data", quiet=True)
+
+    def killed(model, path, *args, **kwargs):  # dies mid-write: a hidden partial file stays behind
+        (path.parent / f".{path.name}.x1y2z3.tmp").write_bytes(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(experiment, "save_model", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, tmp_path / "cut", "data", quiet=True)
+    folder = tmp_path / "cut" / "batch-ensemble" / "seed-1"
+    assert (folder / "training-state.pt").exists() and not (folder / "meta.json").exists()
+    monkeypatch.undo()
+    run_experiment(config, tmp_path / "cut", "data", quiet=True)
+    for name in ("model.safetensors", "predictions.safetensors"):
+        assert (folder / name).read_bytes() == (tmp_path / "straight" / "batch-ensemble" / "seed-1" / name).read_bytes()
+    assert not list((tmp_path / "cut").rglob("*.tmp")) and not (folder / "training-state.pt").exists()
+
+
+def test_a_second_training_into_a_locked_run_folder_is_refused(tmp_path, capsys):
+    from ensdiag.io import locked_folder
+    out = tmp_path / "r"
+    run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--out", out, "--quiet")
+    before = (out / "experiment.json").read_bytes()
+    with locked_folder(out):  # as another `ensdiag train` holds it while training
+        assert_one_line_error(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--out", out,
+                              "--quiet", match="another ensdiag process is writing to run folder")
+        assert_one_line_error(capsys, "train", "--resume", out, "--quiet", match="another ensdiag process")
+    assert (out / "experiment.json").read_bytes() == before
+
+
 def test_early_stopping_keeps_the_best_validation_epoch(tmp_path):
     config = small(methods=["single"], epochs=20, patience=2, min_delta=1.0)  # nothing counts as improving
     run_experiment(config, tmp_path, "data", quiet=True)
