@@ -83,10 +83,20 @@ def _spec_from_metadata(path, metadata) -> ModelSpec:
 
 
 def load_model(path, device="cpu") -> EnsembleModel:
+    """The model a file describes, checked against the tensors actually in it before anything
+    is allocated: the architecture is first built on the `meta` device (no memory), so a spec
+    asking for terabytes fails as a mismatch instead of an allocation."""
     tensors, metadata = read_safetensors(path, "model file")
     spec = _spec_from_metadata(path, metadata)
+    with torch.device("meta"):
+        skeleton = build_from_spec(spec)
+    _check_tensors(path, spec, skeleton.state_dict(), tensors)
     model = build_from_spec(spec)
-    expected = model.state_dict()
+    model.load_state_dict(tensors)
+    return model.to(device).eval()
+
+
+def _check_tensors(path, spec, expected: dict, tensors: dict):
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     wrong = [name for name in expected if name in tensors and tensors[name].shape != expected[name].shape]
@@ -97,5 +107,9 @@ def load_model(path, device="cpu") -> EnsembleModel:
                     f"vs {tuple(expected[wrong[0]].shape)})" if wrong else ""]
         raise EnsdiagError(f"{path}: tensors do not fit its spec ({spec.arch}/{spec.method}, "
                            f"k={spec.num_members}): {'; '.join(p for p in problems if p)}")
-    model.load_state_dict(tensors)
-    return model.to(device).eval()
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() != expected[name].is_floating_point():
+            raise EnsdiagError(f"{path}: tensor {name} is {tensor.dtype}, expected {expected[name].dtype}")
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise EnsdiagError(f"{path}: tensor {name} holds NaN or infinite values (did its training diverge?); "
+                               "there is no model to diagnose")

@@ -22,6 +22,8 @@ from .members import FORWARDS
 from .methods import METHODS, resolve_options
 
 DEFAULT_MEMBERS = 4
+# Bounds on what a (possibly hostile) stored spec may ask for; far above any real ensemble.
+MAX_MEMBERS, MAX_CLASSES, MAX_INPUT_SIDE = 4096, 1_000_000, 4096
 
 
 @dataclass(frozen=True)
@@ -40,13 +42,39 @@ class ModelSpec:
 
     @classmethod
     def from_json(cls, text: str) -> "ModelSpec":
+        """A stored spec, checked like user input (types, names, ranges) before anything is built."""
         try:
             data = json.loads(text)
-            return cls(arch=data["arch"], method=data["method"], num_members=int(data["num_members"]),
-                       num_classes=int(data["num_classes"]), input_shape=tuple(int(d) for d in data["input_shape"]),
-                       options=dict(data.get("options", {})))
+            if not isinstance(data, dict):
+                raise TypeError("not a JSON object")
+            integers = {key: data[key] for key in ("num_members", "num_classes")}
+            shape, options = data["input_shape"], data.get("options", {})
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in [*integers.values(), *shape]):
+                raise TypeError("num_members, num_classes and input_shape must be integers")
+            if not isinstance(options, dict) or not all(
+                    isinstance(value, (str, int, float, bool)) for value in options.values()):
+                raise TypeError("options must map names to plain values")
+            spec = cls(arch=str(data["arch"]), method=str(data["method"]), input_shape=tuple(shape),
+                       options=dict(options), **integers)
         except (ValueError, KeyError, TypeError) as error:
-            raise EnsdiagError(f"model spec is not valid JSON of the expected form ({error})") from None
+            raise EnsdiagError(f"model spec is not valid JSON of the expected form ({error})"[:300]) from None
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        if self.arch not in ARCHITECTURES:
+            raise EnsdiagError(f"unknown architecture {self.arch!r}; choose from {', '.join(ARCHITECTURES)}")
+        if self.method not in METHODS:
+            raise EnsdiagError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
+        if not 1 <= self.num_members <= MAX_MEMBERS or (self.method == "single" and self.num_members != 1):
+            raise EnsdiagError(f"a {self.method} model cannot have {self.num_members} members (1..{MAX_MEMBERS})")
+        if not 2 <= self.num_classes <= MAX_CLASSES:
+            raise EnsdiagError(f"num_classes must lie in 2..{MAX_CLASSES}, got {self.num_classes}")
+        if not 1 <= len(self.input_shape) <= 3 or not all(1 <= d <= MAX_INPUT_SIDE for d in self.input_shape):
+            raise EnsdiagError(f"input_shape must be 1 to 3 sizes in 1..{MAX_INPUT_SIDE}, got {list(self.input_shape)}")
+        builder = ARCHITECTURES[self.arch]
+        # convolutional=True: a model saved before kernel-wise was refused on the mlp still loads
+        resolve_options(self.method, self.options, builder.default_options, True, self.arch)
 
 
 class EnsembleModel(nn.Module):
@@ -136,9 +164,7 @@ def build_model(arch: str, method: str, num_members: int | None = None, num_clas
 
 
 def build_from_spec(spec: ModelSpec) -> EnsembleModel:
-    if spec.arch not in ARCHITECTURES:
-        raise EnsdiagError(f"unknown architecture {spec.arch!r}; choose from {', '.join(ARCHITECTURES)}")
-    if spec.method not in METHODS:
-        raise EnsdiagError(f"unknown method {spec.method!r}; choose from {', '.join(METHODS)}")
-    kit = METHODS[spec.method](spec.num_members, **spec.options)
+    spec.validate()
+    options = resolve_options(spec.method, spec.options, ARCHITECTURES[spec.arch].default_options, True, spec.arch)
+    kit = METHODS[spec.method](spec.num_members, **options)
     return EnsembleModel(spec, kit, ARCHITECTURES[spec.arch](kit, spec.num_classes, spec.input_shape))
