@@ -25,10 +25,16 @@ def predictions(k=3, with_ood=True, seed=0):
     return splits
 
 
+STATUSES = {"ok", "n/a", "nan", "inf", "-inf", "non-finite", "empty", "omitted"}
+
+
 def values_have_definitions(node):
+    """Every metric (a dict with a value) has a definition and a status."""
     if isinstance(node, dict):
         if "value" in node:
             assert isinstance(node.get("definition"), str) and node["definition"], node
+            assert node.get("status") in STATUSES, node
+            assert (node["status"] == "ok") == (node["value"] is not None and "None" not in repr(node["value"])), node
         for child in node.values():
             values_have_definitions(child)
     elif isinstance(node, list):
@@ -49,8 +55,25 @@ def test_analyzer_contract(name):
     try:
         minimal = analyzer(predictions(k=1, with_ood=False), None)
         json.dumps(minimal, allow_nan=False)
+        values_have_definitions(minimal)
     except Skip as reason:
         assert str(reason)
+
+
+@pytest.mark.parametrize("k,stored", [(256, True), (257, False)])
+def test_disagreement_stores_the_matrix_only_up_to_256_members(k, stored):
+    from ensdiag.analysis import metrics as M
+    splits = predictions(k=k, with_ood=False)
+    result = all_analyzers()["disagreement"](splits, None)
+    entry = result["splits"]["id"]
+    assert entry["mean"]["status"] == "ok"
+    assert entry["mean"]["value"] == pytest.approx(M.mean_off_diagonal(M.disagreement_matrix(splits["id"]["logits"])))
+    if stored:
+        assert entry["matrix"]["status"] == "ok" and len(entry["matrix"]["value"]) == k and "note" not in result
+    else:
+        assert entry["matrix"]["value"] is None and entry["matrix"]["status"] == "omitted"
+        assert "257" in result["note"] and "256" in entry["matrix"]["note"]
+        assert len(json.dumps(result, allow_nan=False)) < 10_000  # the means, not 3 × 257² numbers
 
 
 def test_missing_inputs_are_skipped_with_reasons():

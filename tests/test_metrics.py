@@ -189,3 +189,71 @@ def test_sortable_key_orders_exactly_like_the_floats(dtype):
     for i in range(len(values)):
         for j in range(len(values)):
             assert bool(keys[i] == keys[j]) == bool(values[i] == values[j])
+
+
+def dense_disagreement(logits):
+    """The [k, k, N] definition, as the old implementation computed it (reference only)."""
+    p = logits.argmax(-1)
+    return (p[:, None] != p[None]).double().mean(-1)
+
+
+def predicted_logits(predicted, classes, dtype=torch.float32):
+    """Logits whose argmax is `predicted` [k, N], built without an int64 one-hot."""
+    logits = torch.zeros(*predicted.shape, classes, dtype=dtype)
+    return logits.scatter_(2, predicted[..., None], 1.0)
+
+
+def agreeing_predictions(k, n, c, unanimous, seed):
+    """[k, N] labels: a fraction `unanimous` of the samples predicted alike by every member."""
+    g = torch.Generator().manual_seed(seed)
+    predicted = torch.randint(0, c, (k, n), generator=g)
+    same = torch.rand(n, generator=g) < unanimous
+    return torch.where(same, predicted[0], predicted)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 60), st.integers(2, 7), st.integers(1, 70), st.floats(0, 1), st.integers(0, 10_000))
+def test_disagreement_matrix_equals_the_dense_definition_across_chunks(k, n, c, chunk, unanimous, seed):
+    logits = predicted_logits(agreeing_predictions(k, n, c, unanimous, seed), c)
+    logits += torch.rand(logits.shape, generator=torch.Generator().manual_seed(seed)) * 0.5  # noise below the margin
+    d = M.disagreement_matrix(logits, chunk_size=chunk)
+    assert d.dtype == torch.float64 and torch.equal(d, dense_disagreement(logits))  # bit for bit
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 2, 63, 64, 65, 127, 128, 129])
+@pytest.mark.parametrize("k,c", [(2, 3), (3, 5), (17, 10), (40, 2)])
+def test_disagreement_matrix_chunk_boundaries(k, c, chunk):
+    logits, _ = random_logits(k=k, n=128, c=c, seed=k * c)
+    d = M.disagreement_matrix(logits, chunk_size=chunk)
+    assert torch.equal(d, dense_disagreement(logits))
+    assert torch.equal(d, d.T) and torch.equal(d.diagonal(), torch.zeros(k, dtype=torch.float64))
+
+
+def test_disagreement_matrix_of_no_samples_is_nan_like_the_dense_mean():
+    logits = torch.zeros(3, 0, 4)
+    assert torch.isnan(M.disagreement_matrix(logits)).all() and torch.isnan(dense_disagreement(logits)).all()
+
+
+def test_disagreement_matrix_of_a_thousand_members_needs_no_k_by_k_by_n_tensor():
+    """k = 1000, N = 20,000, C = 10: the dense [k, k, N] comparison is 20 GB; this stays near k·N."""
+    k, n, c = 1000, 20_000, 10
+    predicted = agreeing_predictions(k, n, c, unanimous=0.95, seed=7)
+    logits = predicted_logits(predicted, c, torch.float16)  # 400 MB
+    del predicted
+    limit = None
+    try:  # cap this process's address space at what it maps now + 3 GiB, so a dense version fails fast
+        import resource
+        mapped = int(next(line for line in open("/proc/self/status") if line.startswith("VmSize:")).split()[1]) * 1024
+        limit = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + 3 * 2**30, limit[1]))
+    except (ImportError, OSError, StopIteration, ValueError):
+        limit = None
+    try:
+        d = M.disagreement_matrix(logits, chunk_size=1000)
+    finally:
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, limit)
+    assert d.shape == (k, k) and d.dtype == torch.float64
+    members = torch.tensor([0, 1, 2, 500, 998, 999])
+    torch.testing.assert_close(d[members][:, members], dense_disagreement(logits[members]), rtol=0, atol=0)
+    assert torch.equal(d, d.T) and (d.diagonal() == 0).all()

@@ -1,9 +1,17 @@
 """`calibration`: accuracy, NLL, ECE (with reliability bins), Brier, per-member accuracy/NLL."""
 
 from . import metrics as M
-from .registry import Skip, metric, register_analyzer
+from .registry import Skip, empty_metric, metric, register_analyzer
 
 ECE_BINS = 15
+DEFINITIONS = {
+    "accuracy": "fraction of samples whose argmax of p̄ (mean member probability) equals the label",
+    "nll": "mean of −log p̄(y|x), natural log, from member log-softmax (logsumexp − log k)",
+    "ece": f"Σ_b |B_b|/N·|acc_b − conf_b| over {ECE_BINS} equal-width bins of max p̄; first bin [0,1/{ECE_BINS}], then (lo,hi]; 1.0 in the last bin",
+    "brier": "mean over samples of Σ_c (p̄_c − 1[y=c])²",
+    "member_accuracy": "accuracy of each member's own argmax",
+    "member_nll": "mean −log p_i(y|x) of each member",
+}
 
 
 @register_analyzer("calibration", description="Accuracy, NLL, ECE, Brier and per-member scores on every labelled split")
@@ -13,15 +21,19 @@ def calibration(predictions, weights=None):
         logits, labels = split["logits"], split["labels"]
         if labels is None:
             continue
-        ece, bins = M.ece(logits, labels, ECE_BINS)
+        ece, bins = M.ece(logits, labels, ECE_BINS)  # an empty split still has its (empty) bins
+        if len(labels) == 0:  # every metric is a mean over no samples: undefined
+            splits[name] = {key: empty_metric(definition, **({"bins": bins} if key == "ece" else {}))
+                            for key, definition in DEFINITIONS.items()}
+            splits[name]["n"] = 0
+            continue
         splits[name] = {
-            "accuracy": metric(M.accuracy(logits, labels), "fraction of samples whose argmax of p̄ (mean member probability) equals the label"),
-            "nll": metric(M.nll(logits, labels), "mean of −log p̄(y|x), natural log, from member log-softmax (logsumexp − log k)"),
-            "ece": metric(ece, f"Σ_b |B_b|/N·|acc_b − conf_b| over {ECE_BINS} equal-width bins of max p̄; first bin [0,1/{ECE_BINS}], then (lo,hi]; 1.0 in the last bin",
-                          bins=bins),
-            "brier": metric(M.brier(logits, labels), "mean over samples of Σ_c (p̄_c − 1[y=c])²"),
-            "member_accuracy": metric(M.member_accuracy(logits, labels), "accuracy of each member's own argmax"),
-            "member_nll": metric(M.member_nll(logits, labels), "mean −log p_i(y|x) of each member"),
+            "accuracy": metric(M.accuracy(logits, labels), DEFINITIONS["accuracy"]),
+            "nll": metric(M.nll(logits, labels), DEFINITIONS["nll"]),
+            "ece": metric(ece, DEFINITIONS["ece"], bins=bins),
+            "brier": metric(M.brier(logits, labels), DEFINITIONS["brier"]),
+            "member_accuracy": metric(M.member_accuracy(logits, labels), DEFINITIONS["member_accuracy"]),
+            "member_nll": metric(M.member_nll(logits, labels), DEFINITIONS["member_nll"]),
             "n": len(labels),
         }
     if not splits:

@@ -1,7 +1,13 @@
 """`disagreement` (function space) and `weight-similarity` (parameter space) of members."""
 
 from . import metrics as M
-from .registry import Skip, metric, register_analyzer
+from .registry import Skip, empty_metric, finite, metric, register_analyzer
+
+MAX_STORED_MATRIX = 256  # members up to which the k×k disagreement matrices are stored (metrics.json stays small)
+MATRIX = "D[i,j] = fraction of samples where members i and j predict different labels"
+MEAN = "mean of the off-diagonal entries of D"
+NORMALIZED = ("mean disagreement divided by the ensemble's error rate 1 − accuracy (Fort et al.); "
+              "N/A when the ensemble makes no error")
 
 
 @register_analyzer("disagreement", description="k×k pairwise prediction disagreement per split, its mean and (1−acc)-normalised mean")
@@ -9,18 +15,25 @@ def disagreement(predictions, weights=None):
     k = next(iter(predictions.values()))["logits"].shape[0]
     if k < 2:
         raise Skip("needs at least two members (k = 1)")
+    store = k <= MAX_STORED_MATRIX
+    note = None if store else (f"k = {k} > {MAX_STORED_MATRIX}: the k×k matrices are not stored (value null, "
+                               "status 'omitted'), only their means")
     splits = {}
     for name, split in predictions.items():
+        labelled = split["labels"] is not None
+        if split["logits"].shape[1] == 0:  # no samples: D is a mean over nothing
+            splits[name] = {"matrix": empty_metric(MATRIX), "mean": empty_metric(MEAN),
+                            **({"normalized": empty_metric(NORMALIZED)} if labelled else {})}
+            continue
         matrix = M.disagreement_matrix(split["logits"])
         mean = M.mean_off_diagonal(matrix)
-        entry = {"matrix": metric(matrix.tolist(), "D[i,j] = fraction of samples where members i and j predict different labels"),
-                 "mean": metric(mean, "mean of the off-diagonal entries of D")}
-        if split["labels"] is not None:
+        entry = {"matrix": metric(matrix.tolist(), MATRIX) if store else metric(None, MATRIX, status="omitted", note=note),
+                 "mean": metric(mean, MEAN)}
+        if labelled:
             error = 1 - M.accuracy(split["logits"], split["labels"])
-            entry["normalized"] = metric(mean / error if error > 0 else float("nan"),
-                                         "mean disagreement divided by the ensemble's error rate 1 − accuracy (Fort et al.)")
+            entry["normalized"] = metric(None if error == 0 else mean / error, NORMALIZED)  # NaN accuracy: NaN
         splits[name] = entry
-    return {"splits": splits}
+    return {"splits": splits, **({"note": note} if note else {})}
 
 
 @register_analyzer("weight-similarity", description="k×k cosine similarity of members' effective weights, overall and per layer")
@@ -33,4 +46,5 @@ def weight_similarity(predictions, weights=None):
     definition = ("C[i,j] = ⟨θ_i,θ_j⟩/(‖θ_i‖‖θ_j‖), θ_i = member i's effective conv and linear weights and biases "
                   "(BatchEnsemble: W ∘ r_i s_iᵀ), flattened and concatenated")
     return {"matrix": metric(overall.tolist(), definition), "mean": metric(M.mean_off_diagonal(overall), "mean off-diagonal cosine"),
-            "layers": {layer: {"matrix": matrix.tolist(), "mean": M.mean_off_diagonal(matrix)} for layer, matrix in per_layer.items()}}
+            "layers": {layer: finite({"matrix": matrix.tolist(), "mean": M.mean_off_diagonal(matrix)})  # NaN weights: null
+                       for layer, matrix in per_layer.items()}}

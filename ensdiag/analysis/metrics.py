@@ -20,8 +20,19 @@ def mean_probs(logits: torch.Tensor) -> torch.Tensor:
     return mean_log_probs(logits).exp()
 
 
+def undefined_predictions(logits) -> torch.Tensor:
+    """[k, N] bool: where a member's softmax is undefined (NaN logits, a +inf logit, or all −inf).
+
+    Its argmax is then arbitrary (torch takes a NaN as the maximum), so the accuracies and the
+    disagreement built on it are NaN rather than a number that looks measured."""
+    return ~torch.isfinite(logits.amax(-1))
+
+
 def accuracy(logits, labels) -> float:
-    return (mean_log_probs(logits).argmax(-1) == labels).double().mean().item()
+    """Accuracy of argmax p̄; NaN if p̄ is undefined (NaN) on some sample."""
+    log_p = mean_log_probs(logits)
+    correct = (log_p.argmax(-1) == labels).double()
+    return correct.masked_fill(log_p.isnan().any(-1), math.nan).mean().item()
 
 
 def nll(logits, labels) -> float:
@@ -87,7 +98,9 @@ def max_softmax_probability(logits) -> torch.Tensor:
 
 
 def member_accuracy(logits, labels) -> list[float]:
-    return (logits.argmax(-1) == labels).double().mean(1).tolist()
+    """Accuracy of each member's argmax; NaN for a member whose prediction is undefined on some sample."""
+    correct = (logits.argmax(-1) == labels).double()
+    return correct.masked_fill(undefined_predictions(logits), math.nan).mean(1).tolist()
 
 
 def member_nll(logits, labels) -> list[float]:
@@ -152,10 +165,58 @@ def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor) -> dict[str, fl
             "fpr95_ood_as_id": fpr95_ood_as_id.item(), "fpr95_id_as_ood": fpr95_id_as_ood.item()}
 
 
-def disagreement_matrix(logits) -> torch.Tensor:
-    """D[i, j] = fraction of samples on which members i and j predict different labels."""
+DISAGREEMENT_CHUNK_BYTES = 64 * 2**20  # bound on the working tensors of one chunk of samples
+
+
+def disagreement_matrix(logits, chunk_size: int | None = None) -> torch.Tensor:
+    """D[i, j] = fraction of samples on which members i and j predict different labels.
+
+    Float64 [k, k] in O(k² + k·N) memory, never the [k, k, N] comparison. The predictions
+    P = argmax [k, N] are taken in chunks of `chunk_size` samples (default: as many as keep a
+    chunk's working tensors near 64 MiB). In a chunk, column (x, c) of the one-hot O [k, n·C]
+    marks the members predicting class c on sample x, and O Oᵀ counts the samples on which i and
+    j agree. Only the columns that 2 ≤ m < k members share are multiplied: a column of one
+    member adds to the diagonal only, a column of all k members adds 1 to every pair; the
+    diagonal is N by definition. So O has at most n·min(C, k/2) columns, and far fewer when the
+    members mostly agree. The counts are integers (exact in float32 below 2²⁴ per chunk, summed
+    in float64) and D = (N − agree) / N, bit for bit the dense `(P_i != P_j).double().mean()`:
+    symmetric, diagonal exactly 0. N = 0 gives NaN everywhere, as the mean of nothing does;
+    a member whose prediction is undefined on some sample (`undefined_predictions`) gets NaN
+    off the diagonal of its row and column."""
     predicted = logits.argmax(-1)  # [k, N]
-    return (predicted[:, None, :] != predicted[None, :, :]).double().mean(-1)
+    k, n = predicted.shape
+    classes = logits.shape[-1]
+    device = predicted.device
+    if n == 0:
+        return torch.full((k, k), float("nan"), dtype=torch.float64, device=device)
+    if chunk_size is None:
+        per_sample = max(4 * k * min(classes, max(k // 2, 1)), 8 * k, 8 * classes)
+        chunk_size = DISAGREEMENT_CHUNK_BYTES // per_sample
+    chunk_size = max(1, min(int(chunk_size), 2**24 - 1))
+    agree = torch.zeros(k, k, dtype=torch.float64, device=device)
+    everyone = 0  # samples on which all k members agree
+    for start in range(0, n, chunk_size):
+        part = predicted[:, start:start + chunk_size]
+        column = part + classes * torch.arange(part.shape[1], device=device)  # (sample, class) -> x·C + c
+        count = torch.bincount(column.flatten(), minlength=part.shape[1] * classes)
+        everyone += int((count == k).sum())
+        shared = (count >= 2) & (count < k)
+        width = int(shared.sum())
+        if width == 0:
+            continue
+        place = torch.where(shared, torch.cumsum(shared, 0), 0)  # shared column -> 1 + its place in O, others -> 0
+        onehot = torch.zeros(k, width + 1, dtype=torch.float32, device=device)
+        onehot.scatter_(1, place[column], 1.0)
+        onehot = onehot[:, 1:]  # column 0 collected the unshared and unanimous predictions
+        agree += (onehot @ onehot.T).double()
+    agree += everyone
+    agree.diagonal().fill_(n)
+    matrix = (n - agree) / n
+    undefined = undefined_predictions(logits).any(1)
+    if undefined.any():
+        off_diagonal = (undefined[:, None] | undefined[None, :]).fill_diagonal_(False)
+        matrix = matrix.masked_fill(off_diagonal, math.nan)
+    return matrix
 
 
 def mean_off_diagonal(matrix: torch.Tensor) -> float:

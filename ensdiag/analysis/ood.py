@@ -1,5 +1,7 @@
 """`ood`: OOD detection of the `ood` split against `id` by several uncertainty scores."""
 
+import torch
+
 from . import metrics as M
 from .registry import Skip, metric, register_analyzer
 
@@ -24,10 +26,18 @@ def ood(predictions, weights=None):
     if "ood" not in predictions or "id" not in predictions:
         raise Skip("needs both an id and an ood split")
     id_logits, ood_logits = predictions["id"]["logits"], predictions["ood"]["logits"]
+    empty = [name for name, logits in (("id", id_logits), ("ood", ood_logits)) if logits.shape[1] == 0]
+    if empty:
+        raise Skip(f"the {' and the '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty (N = 0): "
+                   "AUROC, AUPR and FPR95 need samples of both")
     scores = {}
     for name, (score, description) in SCORES.items():
         if name == "jsd" and id_logits.shape[0] == 1:
             continue  # JSD is identically 0 for one member
-        values = M.ood_metrics(score(id_logits), score(ood_logits))
+        score_id, score_ood = score(id_logits), score(ood_logits)
+        if torch.isnan(score_id).any() or torch.isnan(score_ood).any():  # NaN logits: the ranking is undefined
+            values = dict.fromkeys(DEFINITIONS, float("nan"))
+        else:
+            values = M.ood_metrics(score_id, score_ood)
         scores[name] = {"score": description, **{key: metric(value, DEFINITIONS[key]) for key, value in values.items()}}
     return {"default_score": "msp", "scores": scores, "n_id": id_logits.shape[1], "n_ood": ood_logits.shape[1]}

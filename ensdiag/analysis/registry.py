@@ -4,7 +4,9 @@ An analyzer is a function `(predictions, weights) -> result dict`, registered wi
 `@register_analyzer("name", description=...)`. `predictions` maps split names to
 {"logits": float [k, N, C], "labels": int64 [N] | None}; `weights` is a model's
 `member_weights()` or None. It raises `Skip("reason")` when its inputs are missing.
-Analyzers never print and never read files.
+Analyzers never print and never read files. Every reported number goes through `metric()`:
+NaN and ±inf become null with a status saying which, so metrics.json is always valid JSON;
+a split without samples gives null metrics with status "empty".
 
 Third-party analyzers: in your package's pyproject.toml
     [project.entry-points."ensdiag.analyzers"]
@@ -13,8 +15,10 @@ where `my_function` is decorated with `@ensdiag.analysis.register_analyzer("my-a
 (or is a plain function of the same signature, registered under the entry point's name).
 """
 
+import math
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from numbers import Integral, Real
 
 ENTRY_POINT_GROUP = "ensdiag.analyzers"
 ANALYZERS: dict[str, "Analyzer"] = {}
@@ -81,8 +85,50 @@ def all_analyzers() -> dict[str, Analyzer]:
     return dict(ANALYZERS)
 
 
-def metric(value, definition: str, **extra) -> dict:
-    """One reported number (or matrix) with its definition; NaN becomes None (JSON null)."""
-    if isinstance(value, float) and value != value:
-        value = None
-    return {"value": value, "definition": definition, **extra}
+NON_FINITE_STATUSES = ("nan", "inf", "-inf", "non-finite")
+
+
+def _finite(node):
+    """(node with every NaN/±inf float replaced by None, the set of non-finite kinds found)."""
+    if isinstance(node, float) or (isinstance(node, Real) and not isinstance(node, (bool, Integral))):
+        if math.isnan(node):
+            return None, {"nan"}
+        if math.isinf(node):
+            return None, {"inf" if node > 0 else "-inf"}
+        return node, set()
+    if isinstance(node, (list, tuple)):
+        pairs = [_finite(child) for child in node]
+        return [value for value, _ in pairs], set().union(*(kinds for _, kinds in pairs))
+    if isinstance(node, dict):
+        pairs = {key: _finite(child) for key, child in node.items()}
+        return {key: value for key, (value, _) in pairs.items()}, set().union(*(kinds for _, kinds in pairs.values()))
+    return node, set()
+
+
+def finite(node):
+    """The node (numbers, lists, dicts) with every NaN and ±inf replaced by None: JSON-safe."""
+    return _finite(node)[0]
+
+
+def metric(value, definition: str, status: str | None = None, **extra) -> dict:
+    """One reported number (or list, or matrix) with its definition and a status.
+
+    Non-finite numbers are not JSON: NaN, +inf and −inf become None (null), also inside lists
+    and matrices, and `status` says what was there: "ok" (every number finite), "nan", "inf" or
+    "-inf" (a scalar), "non-finite" (a list or matrix with some such entries); "n/a" for a value
+    given as None (not defined for these inputs). An explicit `status` (e.g. "empty" for a split
+    with no samples) overrides the computed one. `extra` entries are made JSON-safe the same way."""
+    value, kinds = _finite(value)
+    if status is None:
+        if not kinds:
+            status = "n/a" if value is None else "ok"
+        elif value is None:  # a scalar
+            status = kinds.pop()
+        else:
+            status = "non-finite"
+    return {"value": value, "definition": definition, "status": status, **finite(extra)}
+
+
+def empty_metric(definition: str, **extra) -> dict:
+    """A metric of a split without samples: undefined, None with status "empty"."""
+    return metric(None, definition, status="empty", **extra)

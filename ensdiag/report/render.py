@@ -7,14 +7,27 @@ Best per column in bold and second best underlined (Markdown: **x** / <ins>x</in
 import base64
 import html
 import json
+import math
 from pathlib import Path
 
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
 
 
+def _non_finite_word(value):
+    """"nan", "inf" or "-inf" for such a number, else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+    return None
+
+
 def format_number(value, table_id, column_index):
+    """'0.964' (cost: '1,234' / '12.3'); N/A for a missing value; nan, inf or -inf for a non-finite one."""
     if value is None:
         return "N/A"
+    if isinstance(value, str):
+        return value
+    if word := _non_finite_word(value):
+        return word
     if table_id == "cost":
         return f"{value:,.0f}" if column_index == 0 else f"{value:.1f}"
     return f"{value:.3f}"
@@ -22,12 +35,14 @@ def format_number(value, table_id, column_index):
 
 def cell_text(cell, table_id, column_index):
     """'0.964 ± 0.012', with '(n=2/3)' when seeds are missing; N/A when nothing was measured."""
-    if cell["mean"] is None:
+    if cell.get("mean") is None:
         return "N/A"
     text = format_number(cell["mean"], table_id, column_index)
+    if _non_finite_word(cell["mean"]):  # no interval around nan/inf
+        return text
     if cell.get("ci") is not None and not (table_id == "cost" and column_index == 0):  # counts need no interval
         text += f" ± {format_number(cell['ci'], table_id, column_index)}"
-    if cell.get("expected") and cell["n"] is not None and cell["n"] < cell["expected"]:
+    if cell.get("expected") and cell.get("n") is not None and cell["n"] < cell["expected"]:
         text += f" (n={cell['n']}/{cell['expected']})"
     return text
 
@@ -135,8 +150,19 @@ def to_html(report, run_dir=None) -> str:
             f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
+def _json_safe(node):
+    """The report with every NaN/±inf number as null (JSON has no such numbers)."""
+    if isinstance(node, float) and not math.isfinite(node):
+        return None
+    if isinstance(node, dict):
+        return {key: _json_safe(value) for key, value in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [_json_safe(value) for value in node]
+    return node
+
+
 def to_json(report) -> str:
-    return json.dumps(report, indent=2, allow_nan=False) + "\n"
+    return json.dumps(_json_safe(report), indent=2, allow_nan=False) + "\n"
 
 
 def to_rich(report, only=None, width=None):
