@@ -173,8 +173,26 @@ def train(
         summary = build_report(run_dir)
         for table in to_rich(summary, only={"id", "ood", "diversity"}, width=err_console.width):
             _show(err_console, table)
-        err_console.print(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})", markup=False, highlight=False)
+        err_console.print(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})", markup=False, highlight=False, soft_wrap=True)
     print(run_dir)
+
+
+def _output_file(out: Path, default_name: str) -> Path:
+    """`--out` of a command that writes one file: that file, or `default_name` inside it when
+    it names a folder (an existing one, or a path ending in '/'). Missing folders are created."""
+    if out.is_dir() or str(out).endswith(("/", "\\")):
+        return out / default_name
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            raise EnsdiagError(f"cannot write --out {out}: {parent} is a file, not a folder")
+    return out
+
+
+def _output_folder(out: Path) -> Path:
+    """`--out` of a command that writes several files into a folder."""
+    if out.exists() and not out.is_dir():
+        raise EnsdiagError(f"--out {out} is a file; this command writes a folder of files (give a folder)")
+    return out
 
 
 def _print_json(data):
@@ -195,7 +213,7 @@ def _show_metrics(metrics, title):
     if table is not None:
         _show(console, table)
     for line in skipped_lines(metrics):
-        err_console.print(line, markup=False, highlight=False)
+        err_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -205,7 +223,7 @@ def evaluate(
     data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
     download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    out: Path = typer.Option(None, help="Folder to write predictions.safetensors and metrics.json into."),
+    out: Path = typer.Option(None, help="Folder to write predictions.safetensors and metrics.json into (created if missing)."),
     seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
 ):
@@ -217,6 +235,7 @@ def evaluate(
     from .predict import save_predictions
 
     _check_format(fmt)
+    out = None if out is None else _output_folder(out)
     model = load_model(model_path)
     predictions, titles, skipped = evaluate_model(model, preset, data_dir, download, device, seed=seed)
     metrics = analyze_predictions(predictions, weights=model.member_weights())
@@ -230,9 +249,9 @@ def evaluate(
     else:
         _show_metrics(metrics, f"{model_path} ({model.spec.arch}, {model.method}, k={model.num_members})")
         for split, title in titles.items():
-            err_console.print(f"{split}: {title}", markup=False, highlight=False)
+            err_console.print(f"{split}: {title}", markup=False, highlight=False, soft_wrap=True)
         for split, reason in skipped.items():
-            err_console.print(f"{split}: not evaluated — {reason}", markup=False, highlight=False)
+            err_console.print(f"{split}: not evaluated — {reason}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -240,7 +259,7 @@ def analyze(
     predictions_path: Path = typer.Argument(..., metavar="PREDICTIONS.safetensors",
                                             help="Member logits '<split>/logits' [k,N,C] (+ '<split>/labels' [N]) from any framework."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
-    out: Path = typer.Option(None, help="Also write metrics.json here."),
+    out: Path = typer.Option(None, help="Also write the metrics to this JSON file (or to metrics.json in this folder)."),
 ):
     """Every metric from member logits produced anywhere (see the file layout in the README)."""
     from .analysis import analyze_predictions
@@ -251,7 +270,7 @@ def analyze(
     predictions, _ = load_predictions(predictions_path)
     metrics = analyze_predictions(predictions)
     if out is not None:
-        atomic_write_json(out, metrics)
+        atomic_write_json(_output_file(out, "metrics.json"), metrics)
     if fmt == "json":
         _print_json(metrics)
     else:
@@ -265,7 +284,7 @@ def diversity(
     data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
-    plot: Path = typer.Option(None, help="Also draw the heatmaps into this PNG file."),
+    plot: Path = typer.Option(None, help="Also draw the heatmaps into this image file (.png, .svg, .pdf or .jpg, from its suffix)."),
     seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),
 ):
     """How different the members really are: disagreement per split and weight-space cosine."""
@@ -304,7 +323,7 @@ def diversity(
             rows.append(("weight cosine", [("all layers", report["weight_similarity"]["matrix"]["value"])]))
         if not rows:
             raise EnsdiagError(f"nothing to plot: {model.method} with k={model.num_members} has one weight set and no data was found")
-        save_figure(heatmap_grid(rows, title=f"{model_path.name}: {model.method}, k={model.num_members}"), plot)
+        plot = save_figure(heatmap_grid(rows, title=f"{model_path.name}: {model.method}, k={model.num_members}"), plot)[0]
     if fmt == "json":
         _print_json(report)
         return
@@ -319,28 +338,30 @@ def diversity(
             console.print(_literal(f"disagreement on {name} ({titles.get(name, name)}): mean {entry['mean']['value']:.3f}{extra}"), soft_wrap=True)
             _show(console, heatmap_table(entry["matrix"]["value"], ""))
     else:
-        err_console.print(f"disagreement: {report['disagreement']['reason']}", markup=False, highlight=False)
+        err_console.print(f"disagreement: {report['disagreement']['reason']}", markup=False, highlight=False, soft_wrap=True)
     similarity = report["weight_similarity"]
     if similarity["status"] == "ok":
         console.print(_literal(f"weight cosine, all layers: mean {similarity['mean']['value']:.3f}"), soft_wrap=True)
         _show(console, heatmap_table(similarity["matrix"]["value"], ""))
     else:
-        err_console.print(f"weight cosine: {similarity['reason']}", markup=False, highlight=False)
+        err_console.print(f"weight cosine: {similarity['reason']}", markup=False, highlight=False, soft_wrap=True)
     for split, reason in skipped.items():
-        err_console.print(f"{split}: not evaluated — {reason}", markup=False, highlight=False)
+        err_console.print(f"{split}: not evaluated — {reason}", markup=False, highlight=False, soft_wrap=True)
     if plot is not None:
-        err_console.print(f"heatmaps written to {plot}", markup=False, highlight=False)
+        err_console.print(f"heatmaps written to {plot}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
 def report(
     run_dir: Path = typer.Argument(None, metavar="[RUN_DIR]", help="A run folder (default: the newest under ./runs)."),
     fmt: str = typer.Option(None, "--format", help="table (default in a terminal), markdown, json, latex or html."),
-    out: Path = typer.Option(None, help="Write the report in --format to this file instead of stdout."),
+    out: Path = typer.Option(None, help="Write the report in --format to this file (or to report.<ext> in this folder) instead of stdout."),
     reference: str = typer.Option(None, help="'paper': add the paper's published numbers (cifar10 preset)."),
-    figures: bool = typer.Option(True, "--figures/--no-figures", help="Draw figures into RUN_DIR/figures/."),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Rebuild RUN_DIR's figures/, report.md and report.html (--no-figures: leave the run folder untouched)."),
 ):
-    """The paper's tables (mean ± 95 % CI over seeds) and figures; also writes report.md and report.html."""
+    """The paper's tables (mean ± 95 % CI over seeds) and figures; also rebuilds report.md and report.html in the run."""
+    import io
+
     from .io import atomic_write_text
     from .report import FORMATS, make_report, render, to_rich
 
@@ -348,18 +369,25 @@ def report(
     _check_format(fmt, FORMATS)
     if reference not in (None, "paper"):
         raise EnsdiagError(f"unknown --reference {reference!r}; the only reference is 'paper'")
-    result = make_report(run_dir, reference, figures)
+    extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html"}[fmt]
+    target = None if out is None else _output_file(out, f"report.{extension}")
+    result = make_report(run_dir, reference, write=figures)
+    written = result.pop("written")  # a note for the terminal, not part of the report
     if fmt == "table":
-        console = Console(file=open(out, "w", encoding="utf-8") if out else None, width=160 if out else None)
+        buffer = io.StringIO() if target is not None else None
+        console = Console(file=buffer, width=160) if buffer is not None else Console()
         for table in to_rich(result, width=console.width):
             _show(console, table)
+        text = buffer.getvalue() if buffer is not None else None
     else:
         text = render(result, fmt, result["run"])
-        if out is not None:
-            atomic_write_text(out, text)
-        else:
+        if target is None:
             sys.stdout.write(text)
-    err_console.print(f"report.md, report.html and figures/ written to {result['run']}", markup=False, highlight=False)
+    if target is not None:
+        atomic_write_text(target, text)
+        err_console.print(f"report written to {target}", markup=False, highlight=False, soft_wrap=True)
+    if written:
+        err_console.print(written, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -409,7 +437,7 @@ def bench(
         console.width = max(console.width, 120)  # a wide table beats a truncated one in a pipe
         for table in bench_table(result):
             console.print(table)
-    err_console.print(f"results written to {path}", markup=False, highlight=False)
+    err_console.print(f"results written to {path}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _click_exceptions(name: str) -> tuple[type, ...]:

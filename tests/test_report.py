@@ -67,7 +67,7 @@ def cell(report, table_id, method, column):
 
 
 def test_ci_half_width_equals_scipy_t_interval(run_dir):
-    report = make_report(run_dir, figures=False, write=False)
+    report = make_report(run_dir, write=False)
     for method in ACCURACY:
         got = cell(report, "id", method, "Acc")
         values = ACCURACY[method]
@@ -78,7 +78,7 @@ def test_ci_half_width_equals_scipy_t_interval(run_dir):
 
 
 def test_diversity_table_shows_disagreement_on_id_shift_and_ood(run_dir):
-    report = make_report(run_dir, figures=False, write=False)
+    report = make_report(run_dir, write=False)
     table = next(t for t in report["tables"] if t["id"] == "diversity")
     assert [c["name"] for c in table["columns"]] == ["disagreement (id)", "disagreement (shift)",
                                                     "disagreement (ood)", "weight cosine"]
@@ -89,7 +89,7 @@ def test_diversity_table_shows_disagreement_on_id_shift_and_ood(run_dir):
 
 
 def test_best_and_second_marks_follow_the_column_direction(run_dir):
-    report = make_report(run_dir, figures=False, write=False)
+    report = make_report(run_dir, write=False)
     assert cell(report, "id", "deep-ensemble", "Acc")["mark"] == "best"  # ↑: higher wins
     assert cell(report, "id", "single", "Acc")["mark"] == "second"
     assert cell(report, "id", "deep-ensemble", "NLL")["mark"] == "best"  # ↓: lower wins
@@ -107,7 +107,7 @@ def parse_markdown_tables(text):
 
 
 def test_markdown_parses_back_to_the_same_numbers_and_marks(run_dir):
-    report = make_report(run_dir, figures=False, write=False)
+    report = make_report(run_dir, write=False)
     tables = parse_markdown_tables(render(report, "markdown"))
     rows = {row[0]: row[1:] for row in tables["In-distribution (digits test)"]}
     for method, label in (("single", "Single"), ("deep-ensemble", "Deep Ensemble")):
@@ -168,7 +168,7 @@ def test_figures_exist_and_are_images(run_dir):
 
 def test_missing_seeds_are_reported_not_averaged(run_dir):
     (run_dir / "deep-ensemble" / "seed-3" / "metrics.json").unlink()
-    report = make_report(run_dir, figures=False, write=False)
+    report = make_report(run_dir, write=False)
     got = cell(report, "id", "deep-ensemble", "Acc")
     assert got["n"] == 2 and got["mean"] == pytest.approx(0.955)
     assert report["missing_seeds"] == {"deep-ensemble": [3]}
@@ -182,7 +182,7 @@ def test_reference_paper_rows_only_for_cifar10(run_dir, capsys):
     experiment = json.loads((run_dir / "experiment.json").read_text())
     experiment["config"]["preset"] = "cifar10"
     atomic_write_json(run_dir / "experiment.json", experiment)
-    report = make_report(run_dir, reference="paper", figures=False, write=False)
+    report = make_report(run_dir, reference="paper", write=False)
     table = next(t for t in report["tables"] if t["id"] == "id")
     published = [r for r in table["rows"] if r.get("reference")]
     assert len(published) == 4 and published[2]["cells"][0]["mean"] == 0.952
@@ -200,7 +200,7 @@ def cell_named(report, table_id, row, column):
 
 
 def test_latex_uses_booktabs_and_marks(run_dir):
-    text = render(make_report(run_dir, figures=False, write=False), "latex")
+    text = render(make_report(run_dir, write=False), "latex")
     assert r"\toprule" in text and r"\textbf{0.960 $\pm$" in text and r"\underline{" in text
 
 

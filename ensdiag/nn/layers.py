@@ -31,18 +31,18 @@ def parse_fast_weight_init(spec: str) -> tuple[str, float]:
     defaults = {"normal": 0.5, "ones": 0.0, "random-sign": 0.5}
     if kind not in defaults or (kind == "ones" and arg):
         raise EnsdiagError(
-            f"unknown BatchEnsemble init {spec!r}; use normal[:std], ones or random-sign[:p]"
+            f"unknown BatchEnsemble init (--be-init) {spec!r}; use normal[:std], ones or random-sign[:p]"
         )
     try:
         value = float(arg) if arg else defaults[kind]
     except ValueError:
-        raise EnsdiagError(f"BatchEnsemble init {spec!r}: {arg!r} is not a number") from None
+        raise EnsdiagError(f"BatchEnsemble init (--be-init) {spec!r}: {arg!r} is not a number") from None
     if not math.isfinite(value):
-        raise EnsdiagError(f"BatchEnsemble init {spec!r}: {arg!r} is not a finite number")
+        raise EnsdiagError(f"BatchEnsemble init (--be-init) {spec!r}: {arg!r} is not a finite number")
     if kind == "random-sign" and not 0.0 <= value <= 1.0:
-        raise EnsdiagError(f"BatchEnsemble init {spec!r}: p must lie in [0, 1]")
+        raise EnsdiagError(f"BatchEnsemble init (--be-init) {spec!r}: p must lie in [0, 1]")
     if kind == "normal" and value < 0:
-        raise EnsdiagError(f"BatchEnsemble init {spec!r}: std must be >= 0")
+        raise EnsdiagError(f"BatchEnsemble init (--be-init) {spec!r}: std must be >= 0")
     return kind, value
 
 

@@ -4,6 +4,7 @@
     print(render(report, "markdown"))
 """
 
+import os
 from pathlib import Path
 
 
@@ -75,16 +76,23 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
     return figures
 
 
-def make_report(run_dir=None, reference=None, figures=True, write=True) -> dict:
-    """Build the report; with `write`, also figures/, report.md and report.html in the run folder."""
+def make_report(run_dir=None, reference=None, write=True) -> dict:
+    """Build the report; with `write`, rebuild the run folder's figures/, report.md and report.html.
+
+    Without `write` nothing in the run folder changes (its existing report stays as it was). A
+    run folder that cannot be written to is reported all the same: `report["written"]` then
+    says why nothing was written there."""
     run_dir = Path(run_dir) if run_dir is not None else newest_run()
     data = load_runs(run_dir)
     report = build_report(run_dir, reference, data)
-    if figures:
+    report["written"] = None
+    if write and not os.access(run_dir, os.W_OK):
+        report["written"] = f"{run_dir} is not writable: its report.md, report.html and figures/ were left as they were"
+    elif write:
         report["figures"] = make_figures(report, data["runs"], run_dir)
-    if write:
         atomic_write_text(run_dir / "report.md", to_markdown(report))
         atomic_write_text(run_dir / "report.html", to_html(report, run_dir))
+        report["written"] = f"report.md, report.html and figures/ written to {run_dir}"
     return report
 
 

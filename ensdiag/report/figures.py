@@ -11,17 +11,32 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..errors import EnsdiagError
 from ..io import atomic_write_bytes
 
 
-def save_figure(figure: Figure, path, formats=("png",)) -> list[Path]:
-    """Write the figure as each format (path's suffix replaced), atomically."""
+FIGURE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg")
+
+
+def save_figure(figure: Figure, path, formats=None) -> list[Path]:
+    """Write the figure atomically: in the format its path names (`heat.pdf`, no suffix: PNG),
+    or as each of `formats` (the path's suffix replaced)."""
     FigureCanvasAgg(figure)
+    path = Path(path)
+    if path.is_dir():
+        raise EnsdiagError(f"cannot draw {path}: it is a directory; name an image file")
+    if formats is None:
+        fmt = path.suffix.lower().lstrip(".") or "png"
+        if fmt not in FIGURE_FORMATS:
+            raise EnsdiagError(f"cannot draw {path}: unknown image format .{fmt}; use "
+                               + ", ".join(f".{f}" for f in FIGURE_FORMATS))
+        formats, path = (fmt,), path if path.suffix else path.with_suffix(".png")
     written = []
     for fmt in formats:
         buffer = io.BytesIO()
         figure.savefig(buffer, format=fmt, dpi=130, bbox_inches="tight")
-        written.append(atomic_write_bytes(Path(path).with_suffix(f".{fmt}"), buffer.getvalue()))
+        written.append(atomic_write_bytes(path if len(formats) == 1 and path.suffix.lower() == f".{fmt}"
+                                          else path.with_suffix(f".{fmt}"), buffer.getvalue()))
     return written
 
 
