@@ -327,21 +327,21 @@ def diversity(
     if fmt == "json":
         _print_json(report)
         return
-    from .report.terminal import heatmap_table
+    from .report.terminal import _fmt as cell, heatmap_table
     console = Console()
     console.print(_literal(f"{model_path}: {model.spec.arch}, {model.method}, k = {model.num_members}"), soft_wrap=True)
     if report["disagreement"]["status"] == "ok":
         for name, entry in report["disagreement"]["splits"].items():
             if "/" in name:
                 continue
-            extra = f", normalised {entry['normalized']['value']:.3f}" if entry.get("normalized", {}).get("value") is not None else ""
-            console.print(_literal(f"disagreement on {name} ({titles.get(name, name)}): mean {entry['mean']['value']:.3f}{extra}"), soft_wrap=True)
+            extra = f", normalised {cell(entry['normalized'])}" if "normalized" in entry else ""
+            console.print(_literal(f"disagreement on {name} ({titles.get(name, name)}): mean {cell(entry['mean'])}{extra}"), soft_wrap=True)
             _show(console, heatmap_table(entry["matrix"]["value"], ""))
     else:
         err_console.print(f"disagreement: {report['disagreement']['reason']}", markup=False, highlight=False, soft_wrap=True)
     similarity = report["weight_similarity"]
     if similarity["status"] == "ok":
-        console.print(_literal(f"weight cosine, all layers: mean {similarity['mean']['value']:.3f}"), soft_wrap=True)
+        console.print(_literal(f"weight cosine, all layers: mean {cell(similarity['mean'])}"), soft_wrap=True)
         _show(console, heatmap_table(similarity["matrix"]["value"], ""))
     else:
         err_console.print(f"weight cosine: {similarity['reason']}", markup=False, highlight=False, soft_wrap=True)

@@ -173,6 +173,7 @@ def to_rich(report, only=None, width=None):
     from rich.console import Console
     from rich.measure import Measurement
     from rich.table import Table
+    from rich.text import Text
 
     def decorate(text, mark):
         return f"[bold green]{text}[/]" if mark == "best" else f"[yellow]{text}[/]" if mark == "second" else text
@@ -182,15 +183,16 @@ def to_rich(report, only=None, width=None):
         if transposed:
             header = ["", *(label for label, _ in rows)]
             rows = [(name, [texts[index] for _, texts in rows]) for index, name in enumerate(_header(table)[1:])]
-        rich_table = Table(title=table["title"], caption=table.get("note") or None, pad_edge=not transposed)
+        rich_table = Table(title=Text(table["title"]), caption=Text(table["note"]) if table.get("note") else None,
+                           pad_edge=not transposed)
         # method names stay whole ("BatchEnsemble", not "BatchEnse…"), other text wraps or folds
         label_width = None if transposed or not rows else min(max(len(label) for label, _ in rows), 24)
         for index, name in enumerate(header):
             longest_word = max((len(word) for word in name.split()), default=0)
-            rich_table.add_column(name, justify="left" if index == 0 else "right", overflow="fold",
+            rich_table.add_column(Text(name), justify="left" if index == 0 else "right", overflow="fold",
                                   min_width=label_width if index == 0 else longest_word)
         for label, texts in rows:
-            rich_table.add_row(label, *texts)
+            rich_table.add_row(Text(label), *texts)
         return rich_table
 
     def natural_width(rich_table):

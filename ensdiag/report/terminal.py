@@ -18,11 +18,11 @@ def _cell(value, low: float, high: float) -> Text:
 def heatmap_table(matrix, title: str, low: float = 0.0, high: float = 1.0, missing: str = "matrix not stored") -> Table:
     """The k×k matrix as coloured cells; a matrix that is None (not stored, empty split) as one line saying so."""
     if matrix is None:
-        table = Table(title=title, show_header=False, box=None)
+        table = Table(title=Text(title), show_header=False, box=None)
         table.add_column("")
         table.add_row(missing)
         return table
-    table = Table(title=title, show_header=True, header_style="bold", box=None, padding=(0, 0))
+    table = Table(title=Text(title), show_header=True, header_style="bold", box=None, padding=(0, 0))
     table.add_column("")
     for j in range(len(matrix)):
         table.add_column(f"m{j}", justify="center")
@@ -62,12 +62,12 @@ def metrics_table(metrics: dict, title: str = "Metrics") -> Table:
     calib = analyzers.get("calibration", {}).get("splits", {})
     unc = analyzers.get("uncertainty", {}).get("splits", {})
     dis = analyzers.get("disagreement", {}).get("splits", {})
-    table = Table(title=title)
+    table = Table(title=Text(title))  # user-controlled strings (paths, split names) are never markup
     for column in ("split", "n", "Acc ↑", "NLL ↓", "ECE ↓", "Brier ↓", "H", "JSD", "disagreement"):
         table.add_column(column, justify="left" if column == "split" else "right")
     for split, info in metrics["splits"].items():
         c, u, d = calib.get(split, {}), unc.get(split, {}), dis.get(split, {})
-        table.add_row(split, str(info["n"]), _fmt(c.get("accuracy")), _fmt(c.get("nll")), _fmt(c.get("ece")),
+        table.add_row(Text(split), str(info["n"]), _fmt(c.get("accuracy")), _fmt(c.get("nll")), _fmt(c.get("ece")),
                       _fmt(c.get("brier")), _fmt(u.get("entropy")), _fmt(u.get("jsd")), _fmt(d.get("mean")))
     return table
 
@@ -81,7 +81,7 @@ def ood_table(metrics: dict) -> Table | None:
         table.add_column(column, justify="left" if column == "score" else "right")
     keys = ("auroc", "aupr_out", "aupr_in", "fpr95_ood_as_id", "fpr95_id_as_ood")
     for name, entry in ood["scores"].items():
-        table.add_row(entry["score"], *[_fmt(entry.get(key)) for key in keys])
+        table.add_row(Text(str(entry["score"])), *[_fmt(entry.get(key)) for key in keys])
     return table
 
 
