@@ -17,6 +17,7 @@ from .analysis.registry import is_ood_split, without_ood_labels
 from .checkpoint import read_safetensors, safetensors_bytes_deterministic
 from .errors import EnsdiagError
 from .io import atomic_write_bytes
+from .nn.model import flush_denormals
 
 PREDICTIONS_FORMAT = "ensdiag.predictions/1"
 
@@ -35,6 +36,7 @@ def predict_split(model, images, normalize, device, batch_size=1000, autocast=Fa
 
 def predict(model, splits, normalize, device, seed=0, autocast=False) -> dict[str, dict]:
     """{split: {"logits": [k,N,C], "labels": [N] | None}}; seeded, so MC Dropout repeats."""
+    flush_denormals()
     torch.manual_seed(seed)
     return {name: {"logits": predict_split(model, split.images, normalize, device, autocast=autocast),
                    "labels": split.labels}

@@ -31,6 +31,7 @@ from .analysis.metrics import mean_log_probs
 from .data.batching import Normalize, TrainingImages, batch_indices, epoch_permutations
 from .errors import EnsdiagError
 from .io import atomic_write_bytes
+from .nn.model import flush_denormals
 
 
 @dataclass
@@ -196,6 +197,7 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
     (epochs counted from 1). The model ends with the weights of `weights_epoch`: with early
     stopping the best validation epoch, else the last one. Without a validation split
     (`data.val_images` empty) validation is skipped and `best_val_epoch` is None."""
+    flush_denormals()
     optimizer, scheduler = make_optimizer(model, config)
     generator = torch.Generator(device=device).manual_seed(seed)
     if config.early_stopping and len(data.val_images) == 0:

@@ -290,3 +290,29 @@ def test_cli_train_writes_the_run_folder(tmp_path, capsys):
     assert code == 0 and out.strip() == str(tmp_path / "r")
     files = sorted(p.name for p in (tmp_path / "r" / "single" / "seed-3").iterdir())
     assert files == ["history.jsonl", "meta.json", "metrics.json", "model.safetensors", "predictions.safetensors"]
+
+
+def subnormals_survive() -> bool:
+    return (torch.tensor([1e-39]) * 1.5).item() != 0.0
+
+
+@pytest.mark.parametrize("stage", ["fit", "predict", "bench"])
+def test_training_prediction_and_bench_flush_denormals(stage, tmp_path, capsys):
+    """Fast weights decay into subnormal floats, whose arithmetic is slow on some CPUs: every stage flushes them."""
+    torch.set_flush_denormal(False)
+    assert subnormals_survive()
+    try:
+        if stage == "fit":
+            model = ensdiag.build_model("mlp", "single", 1, 10, (1, 8, 8))
+            fit(model, small(epochs=1), digits_fit_data(64), 1, tmp_path / "state.pt", "cpu")
+        elif stage == "predict":
+            from ensdiag.data.registry import Split
+            from ensdiag.predict import predict
+            predict(ensdiag.build_model("mlp", "single", 1, 10, (1, 8, 8)),
+                    {"id": Split(torch.zeros(4, 1, 8, 8), None)}, Normalize((0.0,), (1.0,)), torch.device("cpu"))
+        else:
+            assert run_cli(capsys, "bench", "--train-size", 64, "--test-size", 16, "--epochs", 1, "--method", "single",
+                           "--no-reference", "--results-dir", tmp_path)[0] == 0
+        assert not subnormals_survive()
+    finally:
+        torch.set_flush_denormal(False)

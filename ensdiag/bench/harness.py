@@ -22,7 +22,7 @@ import torch
 
 from ..config import preset_config
 from ..data.batching import Normalize, epoch_permutations
-from ..nn import build_model
+from ..nn import build_model, flush_denormals
 from ..nn.members import fastest
 from ..train import FitData, make_optimizer, num_orders, train_epoch
 from .reference import ReferenceModel, make_loader
@@ -200,6 +200,7 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
     All timers are set up and warmed first, then timed round-robin, one epoch each per round,
     and each reports its median epoch: drift on a shared machine then hits every method
     alike instead of whichever runs last."""
+    flush_denormals()  # as training and prediction do; docs/performance.md shows why
     preset, default_size = PROTOCOLS[settings.arch]
     config = preset_config(preset, members=settings.members, methods=list(settings.methods))  # validates them
     train = synthetic_split(settings.train_size or default_size, config.input_shape, config.num_classes, seed=0)

@@ -2,7 +2,7 @@
 
 from .architectures import ARCHITECTURES, register_arch
 from .methods import METHODS, register_method
-from .model import EnsembleModel, ModelSpec, build_from_spec, build_model
+from .model import EnsembleModel, ModelSpec, build_from_spec, build_model, flush_denormals
 
-__all__ = ["ARCHITECTURES", "METHODS", "EnsembleModel", "ModelSpec", "build_from_spec", "build_model",
+__all__ = ["ARCHITECTURES", "METHODS", "EnsembleModel", "ModelSpec", "build_from_spec", "build_model", "flush_denormals",
            "register_arch", "register_method"]

@@ -77,6 +77,16 @@ class ModelSpec:
         resolve_options(self.method, self.options, builder.default_options, True, self.arch)
 
 
+def flush_denormals() -> bool:
+    """Treat subnormal floats as zero on the CPU (process-wide; returns whether it is supported).
+
+    With weight decay, BatchEnsemble's fast weights decay into subnormal numbers within a few
+    epochs, and x86 arithmetic on subnormals is ~100× slower: inference dropped from about
+    500,000 to 7,000 images/s (docs/performance.md). Values that small (< 1.2e-38) change no
+    result, so training, prediction and the bench all flush them."""
+    return torch.set_flush_denormal(True)
+
+
 class EnsembleModel(nn.Module):
     def __init__(self, spec: ModelSpec, kit, body: nn.Module):
         super().__init__()
