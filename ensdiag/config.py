@@ -199,6 +199,7 @@ def validate(config: TrainConfig) -> None:
     checks = [(config.epochs >= 1, "--epochs must be at least 1"), (config.lr > 0, "--lr must be positive"),
               (config.batch_size >= 1, "--batch-size must be at least 1"),
               (config.members >= 1, "--members must be at least 1"),
+              (config.members <= 4096, "--members must be at most 4096 (the largest ensemble a model file may hold)"),
               (0 <= config.dropout < 1, "--dropout must lie in [0, 1)"),
               (config.be_variant in ("channel", "kernel"), "--be-variant must be channel or kernel"),
               (config.be_layout in ("original", "paper"), "--be-layout must be original or paper"),

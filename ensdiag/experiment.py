@@ -186,6 +186,7 @@ def run_experiment(config: TrainConfig, out: Path, data_dir, download=False, dev
     argv, out = list(sys.argv if argv is None else argv), Path(out)
     device = resolve_device(device)
     stored_config(out, config)  # a wrong --out fails before anything is created
+    check_fits(config)
     new_folders = [folder for folder in (out, *out.parents) if not folder.exists()]
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -205,6 +206,32 @@ def run_experiment(config: TrainConfig, out: Path, data_dir, download=False, dev
         config = stored or prepare_run_dir(out, config, argv)
         _train_grid(config, out, data, device, quiet, argv)
     return out
+
+
+def physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(config: TrainConfig, available: int | None = None) -> None:
+    """Refuse, before training, a method whose weights, gradients and optimiser state alone
+    would not fit in memory (16 bytes per parameter with Adam or SGD with momentum), instead of
+    being killed by the kernel hours later. Counted on the meta device: nothing is allocated."""
+    available = physical_memory() if available is None else available
+    if available is None:
+        return
+    for run in config.methods:
+        method, options = config.model_options(run)
+        with torch.device("meta"):
+            model = build_model(config.arch, method, None if method == "single" else config.members,
+                                config.num_classes, config.input_shape, **options)
+        needed = 16 * sum(p.numel() for p in model.parameters())
+        if needed > 0.8 * available:
+            raise EnsdiagError(f"{run} with k = {model.num_members} needs about {needed / 2**30:.1f} GiB for its weights, "
+                               f"gradients and optimiser state, more than this machine's {available / 2**30:.1f} GiB "
+                               "allow; lower --members")
 
 
 def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet: bool, argv):
