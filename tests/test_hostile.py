@@ -210,16 +210,19 @@ def test_random_bytes_as_any_input_file(data):
 
 
 @PROPERTY
-@given(st.floats(0, 1))
-def test_truncated_model_files(model_bytes, fraction):
+@given(st.integers(0, 10**9))
+def test_truncated_model_files(model_bytes, cut):
     with sandbox() as folder:
-        Path("m.safetensors").write_bytes(model_bytes[: int(len(model_bytes) * fraction)])
+        Path("m.safetensors").write_bytes(model_bytes[: cut % (len(model_bytes) + 1)])
         code, err = invoke("diversity", "m.safetensors", "--format", "json", "--data-dir", "nowhere")
         assert_clean(code, err, ["m.safetensors"])
         assert files_in(folder) == {"m.safetensors"}
 
 
-SPEC_VALUES = st.one_of(st.integers(-10, 10), st.integers(10**6, 10**12), st.floats(allow_nan=True), st.text(max_size=12),
+# allow_subnormal=False: ensdiag flushes subnormals process-wide (docs/performance.md), and
+# hypothesis refuses to draw them while flushing is on
+SPEC_VALUES = st.one_of(st.integers(-10, 10), st.integers(10**6, 10**12), st.floats(allow_nan=True, allow_subnormal=False),
+                        st.text(max_size=12),
                         st.lists(st.integers(-5, 10**7), max_size=6), st.none(), st.booleans(),
                         st.dictionaries(st.text(max_size=6), st.integers(), max_size=3))
 
