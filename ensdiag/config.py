@@ -137,38 +137,26 @@ def preset_config(preset: str, **overrides) -> TrainConfig:
     return replace(config, overrides=_jsonable(changed))
 
 
+def _fits(value, example) -> bool:
+    """Whether a JSON value has the type of a preset's value (an int is a float; a bool is no number)."""
+    if isinstance(example, bool) or isinstance(value, bool):
+        return isinstance(example, bool) and isinstance(value, bool)
+    if isinstance(example, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(example))
+
+
 def _typed(key, value, example, source):
     """`value` as the type of `example` (a preset's value of the field), or one clear error."""
-    def bad():
-        return EnsdiagError(f"{source}: {key} must be {type(example).__name__}, got {value!r}"[:300])
-
-    if isinstance(example, bool):
-        if not isinstance(value, bool):
-            raise bad()
-        return value
-    if isinstance(example, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad()
-        return value
-    if isinstance(example, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad()
-        return float(value)
-    if isinstance(example, str):
-        if not isinstance(value, str):
-            raise bad()
-        return value
     if isinstance(example, tuple):
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, type(example[0])) and not isinstance(v, bool)
-                                                          or isinstance(example[0], float) and isinstance(v, int)
-                                                          and not isinstance(v, bool) for v in value):
-            raise bad()
-        return tuple(value)
-    if isinstance(example, dict):
-        if not isinstance(value, dict):
-            raise bad()
-        return value
-    return value
+        fits = isinstance(value, (list, tuple)) and all(_fits(v, example[0]) for v in value)
+    else:
+        fits = _fits(value, example)
+    if not fits:
+        raise EnsdiagError(f"{source}: {key} must be {type(example).__name__}, got {value!r}"[:300])
+    if isinstance(example, tuple):
+        return tuple(float(v) if isinstance(example[0], float) else v for v in value)
+    return float(value) if isinstance(example, float) else value
 
 
 def _jsonable(values: dict) -> dict:
