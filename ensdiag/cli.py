@@ -2,48 +2,25 @@
 
     ensdiag --help
 
-Exit codes: 0 success; 1 internal error (a bug: one line, ENSDIAG_DEBUG=1 shows the
-traceback); 2 bad input (an option, a file, a folder: one `error:` line); 130 interrupted
-(Ctrl-C; rerunning the same command resumes training). Nothing here imports torch before a
+Exit codes and how failures are shown: console.py. Nothing here imports torch before a
 command needs it, so `--help` and `--version` start fast.
 """
 
-import json
-import os
 import sys
 from pathlib import Path
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from . import __version__
+from .console import (check_format, err_console, literal, note, output_file, output_folder, print_json, run,
+                      show)
 from .errors import DataNotFound, EnsdiagError
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="Is your ensemble really an ensemble? Diagnostics for trained ensembles.")
-err_console = Console(stderr=True)
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-def _show(console: Console, renderable):
-    """Print a table whole: if it is wider than the terminal, lines run long (the terminal wraps
-    them) instead of rich cropping or eliding cells, so no digit is ever hidden."""
-    from rich.measure import Measurement
-    wide = Console(width=10_000)
-    natural = Measurement.get(wide, wide.options, renderable).maximum
-    if natural > console.width:  # rich caps a print's width at the console's: print on a wider twin
-        console = Console(file=console.file, width=natural, color_system=console.color_system,
-                          force_terminal=console.is_terminal, no_color=console.no_color)
-    console.print(renderable, crop=False)
-
-
-def _literal(text) -> "Text":
-    """A user-controlled string (a path, a split name) shown as it is, never read as markup."""
-    from rich.text import Text
-    return Text(str(text))
 
 
 def _version(value: bool):
@@ -88,7 +65,7 @@ def models(
                 label = f"{method} ({options['variant']}, {options['layout']} layout)" if options else method
                 count = sum(p.numel() for p in model.parameters())
                 table.add_row(name, "×".join(map(str, shape)), label, str(model.num_members), f"{count:,}")
-    _show(Console(), table)
+    show(Console(), table)
 
 
 @app.command()
@@ -96,7 +73,7 @@ def datasets(data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Whe
     """Every dataset ensdiag reads: found or missing, where it looked, what it expects, how to get it."""
     from .data import DATASETS
 
-    table = Table(title=_literal(f"Datasets (--data-dir {data_dir})"), show_lines=True)
+    table = Table(title=literal(f"Datasets (--data-dir {data_dir})"), show_lines=True)
     for column in ("name", "role", "status", "looked in / expects", "how to get it"):
         table.add_column(column, overflow="fold", no_wrap=column in ("name", "status"))
     for name, dataset in DATASETS.items():
@@ -111,7 +88,7 @@ def datasets(data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Whe
             status = "[red]missing[/]"
             folders = sorted({str(f.parent) for f in files})
             looked = f"{', '.join(folders)}: {', '.join(sorted({f.name for f in files})[:6])}" + (" …" if len(files) > 6 else "")
-        table.add_row(name, dataset.role, status, _literal(looked), dataset.how_to_get)
+        table.add_row(name, dataset.role, status, literal(looked), dataset.how_to_get)
     Console().print(table)
 
 
@@ -172,48 +149,20 @@ def train(
         from .report import build_report, to_rich
         summary = build_report(run_dir)
         for table in to_rich(summary, only={"id", "ood", "diversity"}, width=err_console.width):
-            _show(err_console, table)
-        err_console.print(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})", markup=False, highlight=False, soft_wrap=True)
+            show(err_console, table)
+        note(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})")
     print(run_dir)
-
-
-def _output_file(out: Path, default_name: str) -> Path:
-    """`--out` of a command that writes one file: that file, or `default_name` inside it when
-    it names a folder (an existing one, or a path ending in '/'). Missing folders are created."""
-    if out.is_dir() or str(out).endswith(("/", "\\")):
-        return out / default_name
-    for parent in out.parents:
-        if parent.exists() and not parent.is_dir():
-            raise EnsdiagError(f"cannot write --out {out}: {parent} is a file, not a folder")
-    return out
-
-
-def _output_folder(out: Path) -> Path:
-    """`--out` of a command that writes several files into a folder."""
-    if out.exists() and not out.is_dir():
-        raise EnsdiagError(f"--out {out} is a file; this command writes a folder of files (give a folder)")
-    return out
-
-
-def _print_json(data):
-    """Machine output: plain JSON on stdout, untouched by rich."""
-    sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
-
-
-def _check_format(fmt, allowed=("table", "json")):
-    if fmt not in allowed:
-        raise EnsdiagError(f"unknown --format {fmt!r}; choose from {', '.join(allowed)}")
 
 
 def _show_metrics(metrics, title):
     from .report.terminal import metrics_table, ood_table, skipped_lines
     console = Console()
-    _show(console, metrics_table(metrics, title))
+    show(console, metrics_table(metrics, title))
     table = ood_table(metrics)
     if table is not None:
-        _show(console, table)
+        show(console, table)
     for line in skipped_lines(metrics):
-        err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+        note(line)
 
 
 @app.command()
@@ -234,8 +183,8 @@ def evaluate(
     from .io import atomic_write_json
     from .predict import save_predictions
 
-    _check_format(fmt)
-    out = None if out is None else _output_folder(out)
+    check_format(fmt)
+    out = None if out is None else output_folder(out)
     model = load_model(model_path)
     predictions, titles, skipped = evaluate_model(model, preset, data_dir, download, device, seed=seed)
     metrics = analyze_predictions(predictions, weights=model.member_weights())
@@ -245,13 +194,13 @@ def evaluate(
                          {"ensdiag.spec": model.spec.to_json(), "ensdiag.splits": titles})
         atomic_write_json(Path(out) / "metrics.json", metrics)
     if fmt == "json":
-        _print_json(metrics)
+        print_json(metrics)
     else:
         _show_metrics(metrics, f"{model_path} ({model.spec.arch}, {model.method}, k={model.num_members})")
         for split, title in titles.items():
-            err_console.print(f"{split}: {title}", markup=False, highlight=False, soft_wrap=True)
+            note(f"{split}: {title}")
         for split, reason in skipped.items():
-            err_console.print(f"{split}: not evaluated — {reason}", markup=False, highlight=False, soft_wrap=True)
+            note(f"{split}: not evaluated — {reason}")
 
 
 @app.command()
@@ -266,13 +215,13 @@ def analyze(
     from .io import atomic_write_json
     from .predict import load_predictions
 
-    _check_format(fmt)
+    check_format(fmt)
     predictions, _ = load_predictions(predictions_path)
     metrics = analyze_predictions(predictions)
     if out is not None:
-        atomic_write_json(_output_file(out, "metrics.json"), metrics)
+        atomic_write_json(output_file(out, "metrics.json"), metrics)
     if fmt == "json":
-        _print_json(metrics)
+        print_json(metrics)
     else:
         _show_metrics(metrics, str(predictions_path))
 
@@ -292,7 +241,7 @@ def diversity(
     from .checkpoint import load_model
     from .evaluate import evaluate_model
 
-    _check_format(fmt)
+    check_format(fmt)
     model = load_model(model_path)
     weights = model.member_weights()
     try:
@@ -325,30 +274,30 @@ def diversity(
             raise EnsdiagError(f"nothing to plot: {model.method} with k={model.num_members} has one weight set and no data was found")
         plot = save_figure(heatmap_grid(rows, title=f"{model_path.name}: {model.method}, k={model.num_members}"), plot)[0]
     if fmt == "json":
-        _print_json(report)
+        print_json(report)
         return
     from .report.terminal import _fmt as cell, heatmap_table
     console = Console()
-    console.print(_literal(f"{model_path}: {model.spec.arch}, {model.method}, k = {model.num_members}"), soft_wrap=True)
+    console.print(literal(f"{model_path}: {model.spec.arch}, {model.method}, k = {model.num_members}"), soft_wrap=True)
     if report["disagreement"]["status"] == "ok":
         for name, entry in report["disagreement"]["splits"].items():
             if "/" in name:
                 continue
             extra = f", normalised {cell(entry['normalized'])}" if "normalized" in entry else ""
-            console.print(_literal(f"disagreement on {name} ({titles.get(name, name)}): mean {cell(entry['mean'])}{extra}"), soft_wrap=True)
-            _show(console, heatmap_table(entry["matrix"]["value"], ""))
+            console.print(literal(f"disagreement on {name} ({titles.get(name, name)}): mean {cell(entry['mean'])}{extra}"), soft_wrap=True)
+            show(console, heatmap_table(entry["matrix"]["value"], ""))
     else:
-        err_console.print(f"disagreement: {report['disagreement']['reason']}", markup=False, highlight=False, soft_wrap=True)
+        note(f"disagreement: {report['disagreement']['reason']}")
     similarity = report["weight_similarity"]
     if similarity["status"] == "ok":
-        console.print(_literal(f"weight cosine, all layers: mean {cell(similarity['mean'])}"), soft_wrap=True)
-        _show(console, heatmap_table(similarity["matrix"]["value"], ""))
+        console.print(literal(f"weight cosine, all layers: mean {cell(similarity['mean'])}"), soft_wrap=True)
+        show(console, heatmap_table(similarity["matrix"]["value"], ""))
     else:
-        err_console.print(f"weight cosine: {similarity['reason']}", markup=False, highlight=False, soft_wrap=True)
+        note(f"weight cosine: {similarity['reason']}")
     for split, reason in skipped.items():
-        err_console.print(f"{split}: not evaluated — {reason}", markup=False, highlight=False, soft_wrap=True)
+        note(f"{split}: not evaluated — {reason}")
     if plot is not None:
-        err_console.print(f"heatmaps written to {plot}", markup=False, highlight=False, soft_wrap=True)
+        note(f"heatmaps written to {plot}")
 
 
 @app.command()
@@ -366,18 +315,18 @@ def report(
     from .report import FORMATS, make_report, render, to_rich
 
     fmt = fmt or ("table" if sys.stdout.isatty() and out is None else "markdown")
-    _check_format(fmt, FORMATS)
+    check_format(fmt, FORMATS)
     if reference not in (None, "paper"):
         raise EnsdiagError(f"unknown --reference {reference!r}; the only reference is 'paper'")
     extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html"}[fmt]
-    target = None if out is None else _output_file(out, f"report.{extension}")
+    target = None if out is None else output_file(out, f"report.{extension}")
     result = make_report(run_dir, reference, write=figures)
     written = result.pop("written")  # a note for the terminal, not part of the report
     if fmt == "table":
         buffer = io.StringIO() if target is not None else None
         console = Console(file=buffer, width=160) if buffer is not None else Console()
         for table in to_rich(result, width=console.width):
-            _show(console, table)
+            show(console, table)
         text = buffer.getvalue() if buffer is not None else None
     else:
         text = render(result, fmt, result["run"])
@@ -385,9 +334,9 @@ def report(
             sys.stdout.write(text)
     if target is not None:
         atomic_write_text(target, text)
-        err_console.print(f"report written to {target}", markup=False, highlight=False, soft_wrap=True)
+        note(f"report written to {target}")
     if written:
-        err_console.print(written, markup=False, highlight=False, soft_wrap=True)
+        note(written)
 
 
 @app.command()
@@ -413,7 +362,7 @@ def bench(
     from .bench import bench as run
     from .experiment import resolve_device
 
-    _check_format(fmt)
+    check_format(fmt)
     resolved = resolve_device(device)
     if arch == "resnet18" and resolved.type == "cpu":  # a full epoch takes the better part of an hour
         batches = 10 if batches is None else batches
@@ -426,73 +375,20 @@ def bench(
 
     def log(message):
         if fmt == "table":
-            err_console.print(message, markup=False, highlight=False, soft_wrap=True)
+            note(message)
 
     result = run(settings, resolved, sys.argv, log)
     path = write_result(result, results_dir)
     if fmt == "json":
-        _print_json(result)
+        print_json(result)
     else:
         console = Console()
         console.width = max(console.width, 120)  # a wide table beats a truncated one in a pipe
         for table in bench_table(result):
             console.print(table)
-    err_console.print(f"results written to {path}", markup=False, highlight=False, soft_wrap=True)
-
-
-def _click_exceptions(name: str) -> tuple[type, ...]:
-    """click's exception class `name`, and typer's vendored copy of it where typer has one."""
-    found = [getattr(click.exceptions, name, None)]
-    try:
-        from typer._click import exceptions as vendored
-        found.append(getattr(vendored, name, None))
-    except ImportError:
-        pass
-    return tuple(cls for cls in found if cls is not None)
-
-
-_EXIT = (typer.Exit, *_click_exceptions("Exit"))
-_ABORT = (KeyboardInterrupt, typer.Abort, *_click_exceptions("Abort"))
-_NO_ARGS = _click_exceptions("NoArgsIsHelpError")
-_USAGE = _click_exceptions("UsageError")
-
-
-def _fail(message: str, code: int):
-    sys.stderr.write(f"error: {' '.join(message.split())}\n")
-    sys.exit(code)
+    note(f"results written to {path}")
 
 
 def main(argv=None):
-    """Entry point: every failure is one line on stderr and a documented exit code, never a traceback."""
-    try:
-        # Outside standalone mode typer returns an exit code where it would exit (--help, and
-        # 130 for a Ctrl-C it caught) and lets every error through to the handlers below.
-        code = app(args=argv, prog_name="ensdiag", standalone_mode=False)
-        if code == EXIT_INTERRUPTED:
-            raise KeyboardInterrupt
-        if isinstance(code, int) and code:
-            sys.exit(code)
-    except EnsdiagError as error:
-        _fail(str(error), error.exit_code)
-    except _EXIT as done:  # --help, --version
-        sys.exit(done.exit_code)
-    except _NO_ARGS as error:  # `ensdiag` or a group without a command: show the help
-        sys.stdout.write(error.ctx.get_help() + "\n")
-        sys.exit(EXIT_BAD_INPUT)
-    except _USAGE as error:  # unknown option, missing argument, bad value
-        hint = f" (see `{error.ctx.command_path} --help`)" if getattr(error, "ctx", None) is not None else ""
-        _fail(f"{error.format_message()}{hint}", EXIT_BAD_INPUT)
-    except _ABORT:
-        sys.stderr.write("\ninterrupted — rerun the same command to resume\n")
-        sys.exit(EXIT_INTERRUPTED)
-    except BrokenPipeError:  # `ensdiag … | head`: the reader left; nothing to report
-        sys.stderr.close()
-        sys.exit(EXIT_OK)
-    except OSError as error:  # a file or folder the user named cannot be read or written
-        where = f"{error.filename}: " if error.filename else ""
-        _fail(f"{where}{error.strerror or error}", EXIT_BAD_INPUT)
-    except Exception as error:  # a bug: still one line, unless asked for the traceback
-        if os.environ.get("ENSDIAG_DEBUG"):
-            raise
-        _fail(f"internal error ({type(error).__name__}: {error}); set ENSDIAG_DEBUG=1 for the traceback "
-              "and please report it", EXIT_INTERNAL)
+    """Entry point (`ensdiag`): see console.py for the exit codes."""
+    run(app, argv)

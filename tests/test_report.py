@@ -7,7 +7,6 @@ import shutil
 import subprocess
 from html.parser import HTMLParser
 from importlib.resources import files
-from pathlib import Path
 
 import jsonschema
 import pytest

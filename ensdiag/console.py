@@ -1,0 +1,130 @@
+"""How the command line talks to a person: one line and a documented exit code for every
+failure, tables printed whole, user-controlled text printed literally, output paths.
+
+Exit codes: 0 success; 1 internal error (a bug: one line, ENSDIAG_DEBUG=1 shows the
+traceback); 2 bad input (an option, a file, a folder: one `error:` line); 130 interrupted
+(Ctrl-C; rerunning the same command resumes training). Nothing here imports torch.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+import typer
+from rich.console import Console
+
+from .errors import EnsdiagError
+
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+err_console = Console(stderr=True)
+
+
+def note(text: str):
+    """A line for the person at the terminal (stderr), printed as it is, never wrapped mid-path."""
+    err_console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def show(console: Console, renderable):
+    """Print a table whole: if it is wider than the terminal, lines run long (the terminal wraps
+    them) instead of rich cropping or eliding cells, so no digit is ever hidden."""
+    from rich.measure import Measurement
+    wide = Console(width=10_000)
+    natural = Measurement.get(wide, wide.options, renderable).maximum
+    if natural > console.width:  # rich caps a print's width at the console's: print on a wider twin
+        console = Console(file=console.file, width=natural, color_system=console.color_system,
+                          force_terminal=console.is_terminal, no_color=console.no_color)
+    console.print(renderable, crop=False)
+
+
+def literal(text):
+    """A user-controlled string (a path, a split name) shown as it is, never read as markup."""
+    from rich.text import Text
+    return Text(str(text))
+
+
+def output_file(out: Path, default_name: str) -> Path:
+    """`--out` of a command that writes one file: that file, or `default_name` inside it when
+    it names a folder (an existing one, or a path ending in '/'). Missing folders are created."""
+    if out.is_dir() or str(out).endswith(("/", "\\")):
+        return out / default_name
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            raise EnsdiagError(f"cannot write --out {out}: {parent} is a file, not a folder")
+    return out
+
+
+def output_folder(out: Path) -> Path:
+    """`--out` of a command that writes several files into a folder."""
+    if out.exists() and not out.is_dir():
+        raise EnsdiagError(f"--out {out} is a file; this command writes a folder of files (give a folder)")
+    return out
+
+
+def print_json(data):
+    """Machine output: plain JSON on stdout, untouched by rich."""
+    sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+def check_format(fmt, allowed=("table", "json")):
+    if fmt not in allowed:
+        raise EnsdiagError(f"unknown --format {fmt!r}; choose from {', '.join(allowed)}")
+
+
+def _click_exceptions(name: str) -> tuple[type, ...]:
+    """click's exception class `name`, and typer's vendored copy of it where typer has one."""
+    found = [getattr(click.exceptions, name, None)]
+    try:
+        from typer._click import exceptions as vendored
+        found.append(getattr(vendored, name, None))
+    except ImportError:
+        pass
+    return tuple(cls for cls in found if cls is not None)
+
+
+_EXIT = (typer.Exit, *_click_exceptions("Exit"))
+_ABORT = (KeyboardInterrupt, typer.Abort, *_click_exceptions("Abort"))
+_NO_ARGS = _click_exceptions("NoArgsIsHelpError")
+_USAGE = _click_exceptions("UsageError")
+
+
+def _fail(message: str, code: int):
+    sys.stderr.write(f"error: {' '.join(message.split())}\n")
+    sys.exit(code)
+
+
+def run(app: typer.Typer, argv=None):
+    """Run the typer app: every failure is one line on stderr and a documented exit code, never a traceback."""
+    try:
+        # Outside standalone mode typer returns an exit code where it would exit (--help, and
+        # 130 for a Ctrl-C it caught) and lets every error through to the handlers below.
+        code = app(args=argv, prog_name="ensdiag", standalone_mode=False)
+        if code == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except EnsdiagError as error:
+        _fail(str(error), error.exit_code)
+    except _EXIT as done:  # --help, --version
+        sys.exit(done.exit_code)
+    except _NO_ARGS as error:  # `ensdiag` or a group without a command: show the help
+        sys.stdout.write(error.ctx.get_help() + "\n")
+        sys.exit(EXIT_BAD_INPUT)
+    except _USAGE as error:  # unknown option, missing argument, bad value
+        hint = f" (see `{error.ctx.command_path} --help`)" if getattr(error, "ctx", None) is not None else ""
+        _fail(f"{error.format_message()}{hint}", EXIT_BAD_INPUT)
+    except _ABORT:
+        sys.stderr.write("\ninterrupted — rerun the same command to resume\n")
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:  # `ensdiag … | head`: the reader left; nothing to report
+        sys.stderr.close()
+        sys.exit(EXIT_OK)
+    except OSError as error:  # a file or folder the user named cannot be read or written
+        where = f"{error.filename}: " if error.filename else ""
+        _fail(f"{where}{error.strerror or error}", EXIT_BAD_INPUT)
+    except Exception as error:  # a bug: still one line, unless asked for the traceback
+        if os.environ.get("ENSDIAG_DEBUG"):
+            raise
+        _fail(f"internal error ({type(error).__name__}: {error}); set ENSDIAG_DEBUG=1 for the traceback "
+              "and please report it", EXIT_INTERNAL)
