@@ -229,3 +229,38 @@ def test_real_fashion_mnist_from_debian(tmp_path):
     test = get_dataset("fashion-mnist").load(tmp_path, "test")
     assert test.images.shape == (10_000, 1, 28, 28)
     assert torch.bincount(test.labels).tolist() == [1000] * 10
+
+
+class _Reduces:
+    """Pickles as `function(*args)`: the building block of a crafted file."""
+
+    def __init__(self, function, *args):
+        self.function, self.args = function, args
+
+    def __reduce__(self):
+        return self.function, self.args
+
+
+@pytest.mark.parametrize("payload", [
+    # ndarray(shape, dtype, buffer, offset, strides): zero strides over one byte, 3 GB of "array"
+    lambda: _Reduces(np.ndarray, (10**6, 3072), np.dtype("u1"), b"\0", 0, (0, 0)),
+    # _reconstruct without its __setstate__: uninitialised memory of any shape
+    lambda: _Reduces(np._core.multiarray._reconstruct, np.ndarray, (10**5, 3072), b"B"),
+], ids=["zero-strides", "reconstruct-without-data"])
+def test_cifar10_pickles_cannot_conjure_arrays_larger_than_the_file(tmp_path, payload):
+    write_cifar10_layout(tmp_path / "data")
+    path = tmp_path / "data" / "cifar-10-batches-py" / "test_batch"
+    with open(path, "wb") as handle:
+        pickle.dump({"data": payload(), "labels": [0] * 3}, handle, protocol=2)
+    assert path.stat().st_size < 1000
+    with pytest.raises(EnsdiagError, match=rf"{re.escape(str(path))}: refused to unpickle"):
+        get_dataset("cifar10").load(tmp_path / "data", "test")
+
+
+def test_cifar10_labels_that_are_not_a_list_are_refused(tmp_path):
+    write_cifar10_layout(tmp_path / "data")
+    path = tmp_path / "data" / "cifar-10-batches-py" / "test_batch"
+    with open(path, "wb") as handle:
+        pickle.dump({"data": np.zeros((3, 3072), np.uint8), "labels": np.array(3)}, handle)
+    with pytest.raises(EnsdiagError, match="'labels' must be a list of integers"):
+        get_dataset("cifar10").load(tmp_path / "data", "test")

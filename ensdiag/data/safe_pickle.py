@@ -32,11 +32,30 @@ def _plain_dtype(*args, **kwargs):
     return dtype
 
 
+class _ArrayType:
+    """What a pickle gets for `numpy.ndarray`: a name to pass to `_reconstruct`, not a callable.
+
+    Handing out `np.ndarray` itself would let a pickle call `ndarray(shape, dtype, buffer,
+    0, strides)` with zero strides and a 1-byte buffer: a few hundred bytes of file would
+    become an array of any size."""
+
+    def __new__(cls, *args, **kwargs):
+        raise Refused("numpy.ndarray called directly (NumPy's own pickles never do)")
+
+
+def _empty_array(subtype, shape, dtype):
+    """`_reconstruct`, only as NumPy pickles use it: an empty ndarray that `__setstate__` then
+    fills from bytes stored in the file (so an array is never larger than the file)."""
+    if subtype is not _ArrayType or tuple(shape) != (0,):
+        raise Refused(f"numpy._core.multiarray._reconstruct({getattr(subtype, '__name__', subtype)!r}, {shape!r})")
+    return _import("numpy._core.multiarray", "_reconstruct")(np.ndarray, (0,), dtype)
+
+
 # (module, name) in NumPy 2's spelling -> the object to hand back (None: import it).
 _ALLOWED = {
-    ("numpy._core.multiarray", "_reconstruct"): None,
-    ("numpy._core.numeric", "_frombuffer"): None,  # protocol 5
-    ("numpy", "ndarray"): np.ndarray,
+    ("numpy._core.multiarray", "_reconstruct"): _empty_array,
+    ("numpy._core.numeric", "_frombuffer"): None,  # protocol 5: a view of bytes in the file
+    ("numpy", "ndarray"): _ArrayType,
     ("numpy", "dtype"): _plain_dtype,
     ("_codecs", "encode"): _latin1_encode,  # bytes in protocol 0-2 pickles
 }
@@ -78,11 +97,30 @@ class RestrictedUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("persistent ids are not allowed")
 
 
+def _arrays(node):
+    if isinstance(node, np.ndarray):
+        yield node
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _arrays(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            yield from _arrays(value)
+
+
 def load(path: Path, refused_because: str = "only arrays, dicts, lists and strings are allowed"):
-    """Unpickle `path` (latin1 for Python 2 era strings) with `RestrictedUnpickler`."""
+    """Unpickle `path` (latin1 for Python 2 era strings) with `RestrictedUnpickler`.
+
+    Every array in the result must hold no more bytes than the file has and no Python
+    objects: arrays are only ever filled from the file's own bytes."""
     try:
+        size = Path(path).stat().st_size
         with open(path, "rb") as handle:
-            return RestrictedUnpickler(handle, encoding="latin1").load()
+            result = RestrictedUnpickler(handle, encoding="latin1").load()
+        for array in _arrays(result):
+            if array.dtype.hasobject or array.nbytes > size or any(stride == 0 for stride in array.strides):
+                raise Refused(f"an array of {array.dtype} {array.shape} that the file's bytes cannot hold")
+        return result
     except Refused as refused:
         raise EnsdiagError(f"{path}: refused to unpickle {refused.what}: {refused_because}") from None
     except OSError as error:

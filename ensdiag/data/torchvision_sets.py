@@ -175,6 +175,8 @@ class CIFAR10(Dataset):
         if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
             got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
             raise EnsdiagError(f"{path}: 'data' must be uint8 of shape (N, 3072), got {got}")
+        if isinstance(labels, np.ndarray) and labels.ndim != 1:
+            raise EnsdiagError(f"{path}: 'labels' must be a list of integers, got an array of shape {labels.shape}")
         if not isinstance(labels, (list, tuple, np.ndarray)) or not all(
                 isinstance(label, (int, np.integer)) and not isinstance(label, bool) for label in labels):
             raise EnsdiagError(f"{path}: 'labels' must be a list of integers")
