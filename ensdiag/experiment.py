@@ -36,6 +36,9 @@ from .train import Diverged, FitData, fit
 
 EXPERIMENT_FORMAT = "ensdiag.experiment/1"
 STATE_FILE = "training-state.pt"
+RUN_FILES = ("experiment.json", "report.md", "report.html", "model.safetensors", "predictions.safetensors",
+             "metrics.json", "history.jsonl", "meta.json", STATE_FILE, "diversity.png", "diversity.svg",
+             "reliability.png", "reliability.svg", "ood-scores.png", "ood-scores.svg", "training.png", "training.svg")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -194,7 +197,8 @@ def run_experiment(config: TrainConfig, out: Path, data_dir, download=False, dev
         raise EnsdiagError(f"cannot write to --out {out}: {error.strerror or error}") from None
     # One process per run folder: two trainings into one folder would mix their configurations.
     with locked_folder(out, "run folder"):
-        remove_stale_temporaries(out)  # left by a process killed while saving
+        if (out / "experiment.json").is_file():  # an ensdiag run: what a process killed while saving left
+            remove_stale_temporaries(out, RUN_FILES, ["*/seed-*", "figures"])
         try:
             stored = stored_config(out, config)  # again, under the lock
             data = load_preset_data(stored or config, data_dir, download)

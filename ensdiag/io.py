@@ -6,6 +6,7 @@ A crash or Ctrl-C at any moment leaves either the old file or the new one, never
 import fcntl
 import json
 import os
+import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,15 +60,18 @@ def read_json(path, what="file"):
         raise EnsdiagError(f"{what} {path} is not readable JSON ({error})") from None
 
 
-def remove_stale_temporaries(folder) -> list[Path]:
-    """Delete the hidden temporary files that a process killed mid-write left under `folder`.
-
-    Call it only while holding the folder's lock (`locked_folder`), so no live writer is hit."""
+def remove_stale_temporaries(folder, names, subfolders=()) -> list[Path]:
+    """Delete the hidden temporaries that a process killed mid-write left for the files `names`
+    in `folder` and in each of the glob patterns `subfolders` below it (never deeper, never
+    any other file). Call it only while holding the folder's lock (`locked_folder`)."""
+    pattern = re.compile(rf"\.({'|'.join(map(re.escape, names))})\.[A-Za-z0-9_]+{re.escape(TEMPORARY_SUFFIX)}")
     removed = []
-    for path in Path(folder).rglob(f".*{TEMPORARY_SUFFIX}"):
-        if path.is_file() and not path.is_symlink():
-            path.unlink(missing_ok=True)
-            removed.append(path)
+    folders = [Path(folder), *(sub for glob in subfolders for sub in Path(folder).glob(glob) if sub.is_dir())]
+    for place in folders:
+        for path in place.iterdir():
+            if pattern.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+                path.unlink(missing_ok=True)
+                removed.append(path)
     return removed
 
 

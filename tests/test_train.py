@@ -316,3 +316,16 @@ def test_training_prediction_and_bench_flush_denormals(stage, tmp_path, capsys):
         assert not subnormals_survive()
     finally:
         torch.set_flush_denormal(False)
+
+
+def test_restart_removes_only_ensdiag_temporaries_of_its_own_run(tmp_path, capsys):
+    out = tmp_path / "r"
+    run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--out", out, "--quiet")
+    stale = [out / ".experiment.json.ab12cd34.tmp", out / "single" / "seed-1" / ".model.safetensors.x_y9z8w7.tmp"]
+    kept = [out / ".notes.tmp", out / "single" / "seed-1" / "deeper" / ".metrics.json.ab12cd34.tmp",
+            out / ".model.safetensors.tmp"]
+    for path in stale + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--out", out, "--quiet")
+    assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
