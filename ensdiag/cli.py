@@ -115,6 +115,7 @@ def train(
     be_variant: str = typer.Option(None, help="BatchEnsemble conv perturbation: channel or kernel."),
     be_init: str = typer.Option(None, help="Fast-weight init: normal[:std], ones, random-sign[:p]."),
     be_layout: str = typer.Option(None, help="BatchEnsemble layout: paper (random member biases, biased block convs, plain shortcuts; the presets) or original (zero biases, every conv perturbed)."),
+    be_loss: str = typer.Option(None, help="BatchEnsemble loss: mean (cross-entropy over all k·B rows, the original's; default) or sum (over members, which gives the shared weights k times a single model's gradient)."),
     be_split_batch: bool = typer.Option(None, "--be-split-batch/--no-be-split-batch", help="Original split mode: each member gets B/k examples."),
     be_fast_weight_decay: bool = typer.Option(None, "--be-fast-weight-decay/--no-be-fast-weight-decay", help="Weight decay on r, s (paper: on)."),
     early_stopping: bool = typer.Option(None, "--early-stopping/--no-early-stopping",
@@ -134,7 +135,7 @@ def train(
 
     options = dict(methods=_csv(method, what="--method"), seeds=_csv(seeds, int, "--seeds"), epochs=epochs, lr=lr,
                    batch_size=batch_size, members=members, dropout=dropout, mc_dropout_train=mc_dropout_train, be_variant=be_variant,
-                   be_init=be_init, be_layout=be_layout, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
+                   be_init=be_init, be_layout=be_layout, be_loss=be_loss, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
                    early_stopping=early_stopping, patience=patience, val_fraction=val_fraction)
     if resume is not None:
         given = sorted(key for key, value in options.items() if value is not None)

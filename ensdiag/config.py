@@ -57,6 +57,7 @@ class TrainConfig:
     be_variant: str = "channel"
     be_init: str = "normal:0.5"
     be_layout: str = "original"  # original | paper (nn/methods.py: BatchEnsembleKit); paper presets: paper
+    be_loss: str = "mean"  # mean CE over all k·B rows | sum over members (ensdiag before 0.2)
     be_split_batch: bool = False  # original split mode: each member gets B/k disjoint examples
     be_fast_weight_decay: bool = True  # weight decay on r, s as the paper's stack did
     shift_severity: int = 5  # CIFAR-10-C
@@ -78,6 +79,7 @@ class TrainConfig:
         missing = sorted({f.name for f in fields(cls) if f.default is MISSING} - set(data))
         if missing:
             raise EnsdiagError(f"{source} lacks the fields {', '.join(missing)}")
+        data = {**LEGACY_DEFAULTS, **data}  # a run started by an older ensdiag resumes as it began
         values = {}
         for key, value in data.items():
             values[key] = _typed(key, value, getattr(PRESETS["digits"], key), source)
@@ -91,7 +93,8 @@ class TrainConfig:
         if method == "mc-dropout":
             return method, {"dropout": self.dropout, "train_dropout": self.mc_dropout_train == "on"}
         if method == "batch-ensemble":
-            return method, {"variant": self.be_variant, "init": self.be_init, "layout": self.be_layout, **fixed}
+            return method, {"variant": self.be_variant, "init": self.be_init, "layout": self.be_layout,
+                            "loss": self.be_loss, **fixed}
         return method, {}
 
 
@@ -163,6 +166,9 @@ def _jsonable(values: dict) -> dict:
     return {key: list(value) if isinstance(value, tuple) else value for key, value in values.items()}
 
 
+# Fields added after runs existed, whose dataclass default is not what those runs did.
+LEGACY_DEFAULTS = {"be_loss": "sum"}
+
 FLOAT_OPTIONS = {"lr": "--lr", "dropout": "--dropout", "val_fraction": "--val-fraction", "momentum": "momentum",
                  "eps": "eps", "weight_decay": "weight_decay", "gamma": "gamma", "min_delta": "min_delta"}
 
@@ -191,6 +197,7 @@ def validate(config: TrainConfig) -> None:
               (0 <= config.dropout < 1, "--dropout must lie in [0, 1)"),
               (config.be_variant in ("channel", "kernel"), "--be-variant must be channel or kernel"),
               (config.be_layout in ("original", "paper"), "--be-layout must be original or paper"),
+              (config.be_loss in ("mean", "sum"), "--be-loss must be mean or sum"),
               (config.mc_dropout_train in ("on", "off"), "--mc-dropout-train must be on or off"),
               (config.optimizer in ("adam", "sgd"), "optimizer must be adam or sgd"),
               (config.patience >= 1, "--patience must be at least 1"),

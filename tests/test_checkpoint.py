@@ -33,7 +33,8 @@ def test_spec_json_round_trips():
     spec = ensdiag.build_model("resnet18", "batch-ensemble", input_shape=(3, 32, 32),
                                variant="kernel", init="random-sign:0.7").spec
     assert ModelSpec.from_json(spec.to_json()) == spec
-    assert json.loads(spec.to_json())["options"] == {"variant": "kernel", "init": "random-sign:0.7", "layout": "original"}
+    assert json.loads(spec.to_json())["options"] == {"variant": "kernel", "init": "random-sign:0.7", "layout": "original",
+                                                    "loss": "mean"}
 
 
 @pytest.fixture

@@ -329,3 +329,13 @@ def test_restart_removes_only_ensdiag_temporaries_of_its_own_run(tmp_path, capsy
         path.write_text("x")
     run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--out", out, "--quiet")
     assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
+
+
+def test_a_run_started_before_the_mean_loss_resumes_with_the_sum(tmp_path):
+    from ensdiag.config import TrainConfig
+    stored = small(methods=["batch-ensemble"]).to_dict()
+    del stored["be_loss"]  # experiment.json as ensdiag wrote it before the loss was recorded
+    config = TrainConfig.from_dict(stored)
+    method, options = config.model_options("batch-ensemble")
+    assert config.be_loss == "sum" and small().be_loss == "mean"
+    assert ensdiag.build_model("mlp", method, 2, 10, (1, 8, 8), **options).kit.loss_over_members == "sum"

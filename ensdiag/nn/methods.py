@@ -117,8 +117,13 @@ class BatchEnsembleKit(Kit):
       per-member biases; shortcut convolutions are plain shared convolutions, not perturbed.
       ResNet-18 (k = 4, 10 classes) then has the paper's 11.22 M parameters."""
 
-    options = {"variant": "channel", "init": DEFAULT_FAST_WEIGHT_INIT, "layout": "original"}
-    loss_over_members = "mean"  # the original and torch-uncertainty: mean CE over all k·B rows
+    options = {"variant": "channel", "init": DEFAULT_FAST_WEIGHT_INIT, "layout": "original", "loss": "mean"}
+
+    @property
+    def loss_over_members(self):
+        """"mean" (the original and torch-uncertainty: mean CE over all k·B rows) or "sum"
+        (ensdiag before 0.2, kept so that runs started then resume as they began)."""
+        return self.options["loss"]
 
     @property
     def paper_layout(self):
@@ -152,6 +157,8 @@ def resolve_options(method: str, given: dict, arch_defaults: dict, convolutional
     if options.get("variant") == "kernel" and not convolutional:
         raise EnsdiagError(f"kernel-wise BatchEnsemble perturbs convolution kernels and {arch} has none: it would be "
                            "the channel-wise model under another name; use the channel variant")
+    if "loss" in options and options["loss"] not in ("mean", "sum"):
+        raise EnsdiagError(f"unknown BatchEnsemble loss {options['loss']!r}; use mean or sum")
     if "layout" in options and options["layout"] not in BE_LAYOUTS:
         raise EnsdiagError(f"unknown BatchEnsemble layout {options['layout']!r}; use {' or '.join(BE_LAYOUTS)}")
     if "init" in options:
