@@ -84,7 +84,7 @@ class TrainConfig:
         for key, value in data.items():
             values[key] = _typed(key, value, getattr(PRESETS["digits"], key), source)
         config = cls(**values)
-        validate(config)
+        validate(config, stored=True)
         return config
 
     def model_options(self, run: str) -> tuple[str, dict]:
@@ -173,8 +173,9 @@ FLOAT_OPTIONS = {"lr": "--lr", "dropout": "--dropout", "val_fraction": "--val-fr
                  "eps": "eps", "weight_decay": "weight_decay", "gamma": "gamma", "min_delta": "min_delta"}
 
 
-def validate(config: TrainConfig) -> None:
-    """Every field checked as user input (also for configs read back from a run folder)."""
+def validate(config: TrainConfig, stored: bool = False) -> None:
+    """Every field checked as user input (also for configs read back from a run folder, which
+    may hold kernel-wise BatchEnsemble on the mlp: older ensdiag accepted it)."""
     if config.preset not in PRESETS:
         raise EnsdiagError(f"unknown preset {config.preset!r}; choose from {', '.join(PRESETS)}")
     for name, option in FLOAT_OPTIONS.items():
@@ -227,4 +228,4 @@ def validate(config: TrainConfig) -> None:
     builder = ARCHITECTURES[config.arch]
     for run in config.methods:  # the methods' own checks (options, kernel-wise needs convolutions)
         method, options = config.model_options(run)
-        resolve_options(method, options, builder.default_options, builder.convolutional, config.arch)
+        resolve_options(method, options, builder.default_options, builder.convolutional or stored, config.arch)

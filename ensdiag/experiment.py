@@ -246,6 +246,7 @@ def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet:
     experiment = read_experiment(out)
     if experiment.get("skipped") != data.skipped or experiment.get("splits") != data.titles:
         atomic_write_json(Path(out) / "experiment.json", {**experiment, "splits": data.titles, "skipped": data.skipped})
+    diverged = []
     try:
         for run in config.methods:
             for seed in config.seeds:
@@ -253,6 +254,13 @@ def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet:
                 if (run_dir / "meta.json").exists():
                     progress.skip_run(run, seed)
                     continue
-                train_run(config, run, seed, data, device, run_dir, progress, argv)
+                try:
+                    train_run(config, run, seed, data, device, run_dir, progress, argv)
+                except Diverged as error:  # the other runs of the grid still train
+                    progress.message(f"error: {error}")
+                    diverged.append(str(error))
     finally:
         progress.close()
+    if diverged:
+        raise Diverged(diverged[0] if len(diverged) == 1 else
+                       f"{len(diverged)} runs diverged (the others finished): {'; '.join(diverged)}")

@@ -116,6 +116,9 @@ def test_float_options_must_be_finite(tmp_path, capsys, args, match):
 def test_a_diverging_run_stops_at_the_epoch_and_keeps_the_last_finite_state(tmp_path, capsys):
     line = assert_one_line_error(capsys, "train", "--quiet", "--method", "single", "--seeds", "1", "--epochs", "3",
                                  "--lr", "1e38", "--out", tmp_path / "r", match=r"single seed 1: training diverged in epoch \d")
+    assert_one_line_error(capsys, "train", "--quiet", "--method", "single", "--seeds", "1,2", "--epochs", "3",
+                          "--lr", "1e38", "--out", tmp_path / "grid",
+                          match=r"2 runs diverged \(the others finished\): single seed 1: .*; single seed 2: ")
     folder = tmp_path / "r" / "single" / "seed-1"
     assert not (folder / "meta.json").exists() and not (folder / "model.safetensors").exists()
     state = folder / "training-state.pt"
@@ -343,3 +346,25 @@ def test_hundreds_of_members_train_and_are_diagnosed(tmp_path, capsys):
     metrics = json.loads((tmp_path / "r" / "batch-ensemble" / "seed-1" / "metrics.json").read_text())
     disagreement = metrics["analyzers"]["disagreement"]["splits"]["id"]
     assert disagreement["matrix"]["value"] is None and 0 <= disagreement["mean"]["value"] <= 1
+
+
+def test_run_folders_written_by_older_ensdiag_still_report(run, capsys):
+    """Kernel-wise BatchEnsemble on the mlp, one FPR95 key, NaN losses in a history: all as 0.1 wrote them."""
+    experiment = json.loads((run / "experiment.json").read_text())
+    experiment["config"]["methods"].append("batch-ensemble-kernel")
+    del experiment["config"]["be_loss"]
+    (run / "experiment.json").write_text(json.dumps(experiment))
+    path = run / "single" / "seed-1" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    msp = metrics["analyzers"]["ood"]["scores"]["msp"]
+    legacy = msp.pop("fpr95_ood_as_id")
+    msp.pop("fpr95_id_as_ood")
+    msp["fpr95"] = legacy
+    path.write_text(json.dumps(metrics))
+    history = run / "single" / "seed-1" / "history.jsonl"
+    history.write_text(history.read_text() + '{"epoch": 3, "loss": NaN, "accuracy": 0.1, "val_accuracy": null}\n')
+    code, out, err = run_cli(capsys, "report", run, "--format", "json", "--no-figures")
+    assert code == 0, err
+    ood = next(t for t in json.loads(out)["tables"] if t["id"] == "ood")
+    column = [c["name"] for c in ood["columns"]].index("FPR95 OOD→ID")
+    assert next(r for r in ood["rows"] if r["method"] == "single")["cells"][column]["mean"] == legacy["value"]

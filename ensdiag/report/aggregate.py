@@ -97,6 +97,9 @@ def _read_metrics(path) -> dict:
     if not isinstance(metrics.get("analyzers"), dict) or not isinstance(metrics.get("splits"), dict) or not all(
             isinstance(result, dict) and isinstance(result.get("status"), str) for result in metrics["analyzers"].values()):
         raise _damaged(path, "no 'analyzers' and 'splits' of the ensdiag.metrics layout")
+    for score in (_dig(metrics, ("analyzers", "ood", "scores")) or {}).values():
+        if isinstance(score, dict) and "fpr95" in score:  # before 0.2: one FPR95, the OOD→ID direction
+            score.setdefault("fpr95_ood_as_id", score["fpr95"])
     return metrics
 
 
@@ -116,7 +119,8 @@ def _read_history(path) -> list[dict]:
             row = json.loads(line)
         except ValueError:
             raise _damaged(path, f"line {number} is not JSON") from None
-        if not isinstance(row, dict) or not isinstance(row.get("epoch"), int) or not _number(row.get("loss")):
+        loss = row.get("loss") if isinstance(row, dict) else None
+        if not isinstance(row, dict) or not isinstance(row.get("epoch"), int) or not isinstance(loss, (int, float)):
             raise _damaged(path, f"line {number} is not an epoch record")
         history.append(row)
     return history
