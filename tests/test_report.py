@@ -251,3 +251,11 @@ def test_terminal_tables_fit_the_terminal_and_hide_no_number(width):
         assert value in text
     header = next(line for line in lines if "Single" in line)
     assert ("BatchEnsemble" in header) == (width == 80)  # methods become columns only when it must
+
+
+def test_seeds_measured_on_different_shift_pools_are_flagged(run_dir):
+    for seed, title in zip(SEEDS, ["MNIST-C (5 of 15 corruptions; missing: …)", "MNIST-C", "MNIST-C"]):
+        meta = run_dir / "deep-ensemble" / f"seed-{seed}" / "meta.json"
+        atomic_write_json(meta, {**json.loads(meta.read_text()), "splits": {"shift": title}})
+    table = next(t for t in make_report(run_dir, write=False)["tables"] if t["id"] == "shift")
+    assert "different shift sets" in table["note"] and "5 of 15 corruptions" in table["note"]

@@ -190,7 +190,13 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     expected = len(config["seeds"])
     tables = [_table("id", f"In-distribution ({titles.get('id', 'test')})", _columns("id"), runs, expected)]
     if "shift" not in skipped:
-        tables.append(_table("shift", f"Distribution shift ({titles.get('shift', 'shift')}, pooled)", _columns("shift"), runs, expected))
+        # seeds trained while different corruption files were on disk were measured on different pools
+        pools = sorted({str(_dig(run["meta"], ("splits", "shift"))) for seeds in runs.values()
+                        for run in seeds.values() if run and _dig(run["meta"], ("splits", "shift"))})
+        mixed = ("Seeds were measured on different shift sets and are averaged all the same: " + " | ".join(pools)
+                 if len(pools) > 1 else "")
+        tables.append(_table("shift", f"Distribution shift ({titles.get('shift', 'shift')}, pooled)", _columns("shift"),
+                             runs, expected, note=mixed))
         corruptions = sorted({name.split("/", 1)[1] for seeds in runs.values() for run in seeds.values() if run
                               for name in run["metrics"]["splits"] if name.startswith("shift/")})
         if corruptions:
