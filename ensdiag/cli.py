@@ -264,15 +264,19 @@ def diversity(
               "splits": titles, "not_evaluated": skipped,
               "disagreement": metrics["analyzers"]["disagreement"], "weight_similarity": metrics["analyzers"]["weight-similarity"]}
     if plot is not None:
-        from .report.figures import heatmap_grid, save_figure
+        from .report.figures import heatmap_grid, plottable, save_figure
         rows = []
         if report["disagreement"]["status"] == "ok":
             splits = report["disagreement"]["splits"]
-            rows.append(("disagreement", [(name, splits[name]["matrix"]["value"]) for name in ("id", "shift", "ood") if name in splits]))
-        if report["weight_similarity"]["status"] == "ok":
-            rows.append(("weight cosine", [("all layers", report["weight_similarity"]["matrix"]["value"])]))
+            panels = [(name, matrix) for name in ("id", "shift", "ood")
+                      if name in splits and (matrix := plottable(splits[name]["matrix"]["value"])) is not None]
+            rows += [("disagreement", panels)] if panels else []
+        cosine = plottable(report["weight_similarity"].get("matrix", {}).get("value"))
+        if report["weight_similarity"]["status"] == "ok" and cosine is not None:
+            rows.append(("weight cosine", [("all layers", cosine)]))
         if not rows:
-            raise EnsdiagError(f"nothing to plot: {model.method} with k={model.num_members} has one weight set and no data was found")
+            raise EnsdiagError(f"nothing to plot for {model.method} with k={model.num_members}: one weight set, no data "
+                               "found, or matrices too large to store (k > 256)")
         plot = save_figure(heatmap_grid(rows, title=f"{model_path.name}: {model.method}, k={model.num_members}"), plot)[0]
     if fmt == "json":
         print_json(report)

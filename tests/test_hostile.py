@@ -368,3 +368,13 @@ def test_run_folders_written_by_older_ensdiag_still_report(run, capsys):
     ood = next(t for t in json.loads(out)["tables"] if t["id"] == "ood")
     column = [c["name"] for c in ood["columns"]].index("FPR95 OOD→ID")
     assert next(r for r in ood["rows"] if r["method"] == "single")["cells"][column]["mean"] == legacy["value"]
+
+
+def test_diversity_plot_skips_what_was_not_stored(tmp_path, capsys):
+    model = ensdiag.build_model("mlp", "deep-ensemble", 260, 10, (1, 8, 8))  # k > 256: no matrices stored
+    path = ensdiag.save_model(model, tmp_path / "de.safetensors")
+    code, out, _ = run_cli(capsys, "diversity", path, "--format", "json")
+    report = json.loads(out)
+    assert code == 0 and report["weight_similarity"]["matrix"]["value"] is None
+    assert -1 <= report["weight_similarity"]["mean"]["value"] <= 1
+    assert_one_line_error(capsys, "diversity", path, "--plot", tmp_path / "d.png", match="nothing to plot")

@@ -45,6 +45,11 @@ def weight_similarity(predictions, weights=None):
     overall, per_layer = M.weight_cosine(weights)
     definition = ("C[i,j] = ⟨θ_i,θ_j⟩/(‖θ_i‖‖θ_j‖), θ_i = member i's effective conv and linear weights and biases "
                   "(BatchEnsemble: W ∘ r_i s_iᵀ), flattened and concatenated")
-    return {"matrix": metric(overall.tolist(), definition), "mean": metric(M.mean_off_diagonal(overall), "mean off-diagonal cosine"),
-            "layers": {layer: finite({"matrix": matrix.tolist(), "mean": M.mean_off_diagonal(matrix)})  # NaN weights: null
-                       for layer, matrix in per_layer.items()}}
+    k = len(weights)
+    store = k <= MAX_STORED_MATRIX  # as for disagreement: the means always, the k×k matrices up to 256 members
+    note = None if store else f"k = {k} > {MAX_STORED_MATRIX}: the k×k matrices are not stored, only their means"
+    result = {"matrix": metric(overall.tolist(), definition) if store else metric(None, definition, status="omitted", note=note),
+              "mean": metric(M.mean_off_diagonal(overall), "mean off-diagonal cosine"),
+              "layers": {layer: finite({"matrix": matrix.tolist() if store else None, "mean": M.mean_off_diagonal(matrix)})
+                         for layer, matrix in per_layer.items()}}  # NaN weights: null
+    return result if store else {**result, "note": note}

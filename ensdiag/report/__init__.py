@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ..io import atomic_write_text
 from .aggregate import _dig, build_report, load_runs, newest_run
-from .figures import heatmap_grid, ood_histogram_figure, reliability_figure, save_figure, training_curves_figure
+from .figures import (heatmap_grid, ood_histogram_figure, plottable, reliability_figure, save_figure,
+                      training_curves_figure)
 from .render import to_html, to_json, to_latex, to_markdown, to_rich
 
 FORMATS = ("table", "markdown", "json", "latex", "html")
@@ -36,8 +37,8 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
             continue
         analyzers = run["metrics"]["analyzers"]
         panels = [(f"disagreement: {split}", matrix) for split in ("id", "shift", "ood")
-                  if (matrix := _dig(analyzers, ("disagreement", "splits", split, "matrix", "value"))) is not None]
-        cosine = _dig(analyzers, ("weight-similarity", "matrix", "value"))
+                  if (matrix := plottable(_dig(analyzers, ("disagreement", "splits", split, "matrix", "value")))) is not None]
+        cosine = plottable(_dig(analyzers, ("weight-similarity", "matrix", "value")))
         if _dig(analyzers, ("weight-similarity", "status")) == "ok" and cosine is not None:
             panels.append(("weight cosine", cosine))
         rows.append((f"{method} (seed {seed})", panels))

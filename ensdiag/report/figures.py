@@ -40,6 +40,14 @@ def save_figure(figure: Figure, path, formats=None) -> list[Path]:
     return written
 
 
+def plottable(matrix):
+    """A stored k×k matrix for a heatmap: None when it was not stored (k > 256, empty split),
+    undefined entries (null in metrics.json) as NaN, which the heatmap leaves blank."""
+    if matrix is None:
+        return None
+    return [[float("nan") if value is None else value for value in row] for row in matrix]
+
+
 def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", title=None) -> Figure:
     """rows: [(row label, [(panel title, k×k matrix), ...]), ...], one colour scale for all."""
     ncols = max(len(panels) for _, panels in rows)
