@@ -14,14 +14,20 @@ from .errors import EnsdiagError  # noqa: E402
 # The public names below import torch; they are resolved on first use so that `ensdiag --help`
 # and `ensdiag --version` start without it.
 _LAZY = {"load_model": "checkpoint", "save_model": "checkpoint", "EnsembleModel": "nn", "ModelSpec": "nn",
-         "build_model": "nn", "predict": "predict", "analysis": "analysis"}
+         "build_model": "nn"}
+
+
+_SUBMODULES = {"analysis", "bench", "checkpoint", "config", "data", "evaluate", "experiment", "io", "nn", "predict",
+               "report", "train"}
 
 
 def __getattr__(name):
+    from importlib import import_module
     if name in _LAZY:
-        from importlib import import_module
-        module = import_module(f".{_LAZY[name]}", __name__)
-        return module if name == module.__name__.rpartition(".")[2] else getattr(module, name)
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name) if _LAZY[name] != name \
+            else import_module(f".{name}", __name__)
+    if name in _SUBMODULES:  # `import ensdiag; ensdiag.nn` works as it did with eager imports
+        return import_module(f".{name}", __name__)
     raise AttributeError(f"module 'ensdiag' has no attribute {name!r}")
 
 

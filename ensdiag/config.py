@@ -157,9 +157,12 @@ def _typed(key, value, example, source):
         fits = _fits(value, example)
     if not fits:
         raise EnsdiagError(f"{source}: {key} must be {type(example).__name__}, got {value!r}"[:300])
-    if isinstance(example, tuple):
-        return tuple(float(v) if isinstance(example[0], float) else v for v in value)
-    return float(value) if isinstance(example, float) else value
+    try:
+        if isinstance(example, tuple):
+            return tuple(float(v) if isinstance(example[0], float) else v for v in value)
+        return float(value) if isinstance(example, float) else value
+    except OverflowError:  # a 400-digit integer where a float belongs
+        raise EnsdiagError(f"{source}: {key} is out of range"[:300]) from None
 
 
 def _jsonable(values: dict) -> dict:
@@ -189,6 +192,8 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
         raise EnsdiagError(f"unknown method {', '.join(map(repr, unknown))}; choose from {', '.join(RUN_METHODS)}")
     if not config.methods or not config.seeds:
         raise EnsdiagError("give at least one method and one seed")
+    if not all(0 <= seed < 2**63 for seed in config.seeds):
+        raise EnsdiagError(f"--seeds must lie in 0..2^63-1, got {', '.join(map(str, config.seeds))}"[:300])
     if len(set(config.methods)) != len(config.methods) or len(set(config.seeds)) != len(config.seeds):
         raise EnsdiagError("methods and seeds must not repeat")
     checks = [(config.epochs >= 1, "--epochs must be at least 1"), (config.lr > 0, "--lr must be positive"),

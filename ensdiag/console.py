@@ -8,6 +8,7 @@ traceback); 2 bad input (an option, a file, a folder: one `error:` line); 130 in
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -46,8 +47,8 @@ def literal(text):
 
 def output_file(out: Path, default_name: str) -> Path:
     """`--out` of a command that writes one file: that file, or `default_name` inside it when
-    it names a folder (an existing one, or a path ending in '/'). Missing folders are created."""
-    if out.is_dir() or str(out).endswith(("/", "\\")):
+    it names an existing folder. Missing parent folders are created."""
+    if out.is_dir():
         return out / default_name
     for parent in out.parents:
         if parent.exists() and not parent.is_dir():
@@ -96,6 +97,8 @@ def _fail(message: str, code: int):
 
 def run(app: typer.Typer, argv=None):
     """Run the typer app: every failure is one line on stderr and a documented exit code, never a traceback."""
+    if argv is None and hasattr(signal, "SIGPIPE"):  # `ensdiag … | head`: end quietly as Unix tools do
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         # Outside standalone mode typer returns an exit code where it would exit (--help, and
         # 130 for a Ctrl-C it caught) and lets every error through to the handlers below.
@@ -117,9 +120,6 @@ def run(app: typer.Typer, argv=None):
     except _ABORT:
         sys.stderr.write("\ninterrupted — rerun the same command to resume\n")
         sys.exit(EXIT_INTERRUPTED)
-    except BrokenPipeError:  # `ensdiag … | head`: the reader left; nothing to report
-        sys.stderr.close()
-        sys.exit(EXIT_OK)
     except OSError as error:  # a file or folder the user named cannot be read or written
         where = f"{error.filename}: " if error.filename else ""
         _fail(f"{where}{error.strerror or error}", EXIT_BAD_INPUT)
