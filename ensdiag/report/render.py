@@ -10,10 +10,12 @@ import json
 import math
 from pathlib import Path
 
+from ..analysis.registry import finite
+
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
 
 
-def _non_finite_word(value):
+def non_finite_word(value):
     """"nan", "inf" or "-inf" for such a number, else None."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):
         return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
@@ -26,7 +28,7 @@ def format_number(value, table_id, column_index):
         return "N/A"
     if isinstance(value, str):
         return value
-    if word := _non_finite_word(value):
+    if word := non_finite_word(value):
         return word
     if table_id == "cost":
         return f"{value:,.0f}" if column_index == 0 else f"{value:.1f}"
@@ -38,7 +40,7 @@ def cell_text(cell, table_id, column_index):
     if cell.get("mean") is None:
         return "N/A"
     text = format_number(cell["mean"], table_id, column_index)
-    if _non_finite_word(cell["mean"]):  # no interval around nan/inf
+    if non_finite_word(cell["mean"]):  # no interval around nan/inf
         return text
     if cell.get("ci") is not None and not (table_id == "cost" and column_index == 0):  # counts need no interval
         text += f" ± {format_number(cell['ci'], table_id, column_index)}"
@@ -150,19 +152,8 @@ def to_html(report, run_dir=None) -> str:
             f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
-def _json_safe(node):
-    """The report with every NaN/±inf number as null (JSON has no such numbers)."""
-    if isinstance(node, float) and not math.isfinite(node):
-        return None
-    if isinstance(node, dict):
-        return {key: _json_safe(value) for key, value in node.items()}
-    if isinstance(node, (list, tuple)):
-        return [_json_safe(value) for value in node]
-    return node
-
-
 def to_json(report) -> str:
-    return json.dumps(_json_safe(report), indent=2, allow_nan=False) + "\n"
+    return json.dumps(finite(report), indent=2, allow_nan=False) + "\n"  # NaN/±inf as null
 
 
 def to_rich(report, only=None, width=None):

@@ -5,6 +5,8 @@ import math
 from rich.table import Table
 from rich.text import Text
 
+from .render import non_finite_word
+
 
 def _cell(value, low: float, high: float) -> Text:
     """The value on a background from dark (low) to bright (high) blue; N/A, nan or ±inf on grey."""
@@ -49,11 +51,7 @@ def _fmt(value, digits=3):
         number = float(value)
     except (TypeError, ValueError):
         return str(value)
-    if math.isnan(number):
-        return "nan"
-    if math.isinf(number):
-        return "inf" if number > 0 else "-inf"
-    return f"{number:.{digits}f}"
+    return non_finite_word(number) or f"{number:.{digits}f}"
 
 
 def metrics_table(metrics: dict, title: str = "Metrics") -> Table:
