@@ -380,3 +380,60 @@ def test_diversity_plot_skips_what_was_not_stored(tmp_path, capsys):
     assert code == 0 and report["weight_similarity"]["matrix"]["value"] is None
     assert -1 <= report["weight_similarity"]["mean"]["value"] <= 1
     assert_one_line_error(capsys, "diversity", path, "--plot", tmp_path / "d.png", match="nothing to plot")
+
+
+@pytest.fixture(scope="module")
+def predictions_bytes(tmp_path_factory):
+    from ensdiag.predict import save_predictions
+    g = torch.Generator().manual_seed(0)
+    path = tmp_path_factory.mktemp("predictions") / "p.safetensors"
+    save_predictions({"id": {"logits": torch.randn(3, 20, 4, generator=g), "labels": torch.randint(0, 4, (20,), generator=g)},
+                      "shift/blur": {"logits": torch.randn(3, 10, 4, generator=g), "labels": torch.randint(0, 4, (10,), generator=g)},
+                      "ood": {"logits": torch.randn(3, 15, 4, generator=g), "labels": None}}, path, {"ensdiag.splits": {}})
+    return path.read_bytes()
+
+
+def with_header(data: bytes, change) -> bytes:
+    size = struct.unpack("<Q", data[:8])[0]
+    text = json.dumps(change(json.loads(data[8:8 + size]))).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data[8 + size:]
+
+
+HEADER_VALUES = st.one_of(st.sampled_from(["F16", "I64", "BOOL", "U8", "F64", "X9"]), st.integers(-3, 10**6),
+                          st.lists(st.integers(-2, 10**4), max_size=4), st.text(max_size=10), st.none())
+
+
+@PROPERTY
+@given(st.sampled_from(["id/logits", "id/labels", "ood/logits", "shift/blur/labels", "__metadata__"]),
+       st.sampled_from(["dtype", "shape", "data_offsets", "ensdiag.format", "rename"]), HEADER_VALUES)
+def test_mutated_predictions_headers(predictions_bytes, tensor, field, value):
+    def change(header):
+        if field == "rename":
+            header[str(value)] = header.pop(tensor)
+        elif isinstance(header.get(tensor), dict):
+            header[tensor][field] = value
+        return header
+
+    with sandbox() as folder:
+        Path("p.safetensors").write_bytes(with_header(predictions_bytes, change))
+        code, err = invoke("analyze", "p.safetensors", "--format", "json")
+        assert_clean(code, err, ["p.safetensors"])
+        assert files_in(folder) == {"p.safetensors"}
+
+
+REPORT_OPTIONS = st.lists(st.tuples(st.sampled_from(["--format", "--reference", "--out"]),
+                                    st.sampled_from(["json", "html", "bogus", "paper", "", "[red]x", "out.md", "."])),
+                          min_size=1, max_size=2)
+
+
+@PROPERTY
+@given(REPORT_OPTIONS)
+def test_random_report_options(finished_run, options):
+    """report reads the run and writes only into it, --out, or stdout."""
+    with sandbox() as folder:
+        args = [part for pair in options for part in pair]
+        code, err = invoke("report", finished_run, "--no-figures", *args)
+        assert_clean(code, err, ["--format", "--reference", "--out", "reference", "format", "out", "paper"])
+        named = {value for option, value in options if option == "--out"}  # what --out named, and nothing else
+        assert files_in(folder) <= named | {f"report.{ext}" for ext in ("json", "html", "md", "txt", "tex")}
