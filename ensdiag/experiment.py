@@ -243,6 +243,9 @@ def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet:
     progress = TrainProgress(len(config.methods) * len(config.seeds), quiet)
     for split, reason in data.skipped.items():
         progress.message(f"note: {split} split skipped: {reason}")
+    from .analysis import load_plugins
+    for name, error in load_plugins().items():
+        progress.message(f"warning: plug-in analyzer {name} failed to import ({error}); its results are missing")
     experiment = read_experiment(out)
     if experiment.get("skipped") != data.skipped or experiment.get("splits") != data.titles:
         atomic_write_json(Path(out) / "experiment.json", {**experiment, "splits": data.titles, "skipped": data.skipped})

@@ -238,7 +238,7 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         buffer = io.BytesIO()
         torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(), "rng": _rng_state(generator), "best": best,
-                    "history": history, "seconds": seconds, "stopped": stopped}, buffer)
+                    "history": history, "seconds": seconds, "stopped": stopped, "device": str(device)}, buffer)
         atomic_write_bytes(state_path, buffer.getvalue())
         if on_epoch is not None:
             on_epoch(history[-1])

@@ -221,3 +221,22 @@ def test_mnist_preset_loads_fashion_mnist_unlabelled_and_writes_no_ood_labels(tm
     code, out, _ = run_cli(capsys, "diversity", path, "--data-dir", tmp_path, "--format", "json")
     splits = json.loads(out)["disagreement"]["splits"]
     assert code == 0 and "normalized" in splits["id"] and "normalized" not in splits["ood"]
+
+
+def test_a_plugin_that_fails_to_import_is_reported_not_dropped(tmp_path, monkeypatch, capsys):
+    dist = tmp_path / "broken_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[ensdiag.analyzers]\nbroken = broken_plugin_missing:function\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert "ModuleNotFoundError" in load_plugins(force=True)["broken"]
+        result = analyze_predictions(predictions())["analyzers"]["broken"]
+        assert result["status"] == "failed" and "failed to import" in result["reason"]
+        path = write_predictions(tmp_path / "p.safetensors", predictions())
+        code, _, err = run_cli(capsys, "analyze", path)
+        assert code == 0 and "broken: failed — plug-in failed to import" in err
+    finally:
+        monkeypatch.undo()
+        load_plugins(force=True)  # back to the installed plug-ins only
+        assert "broken" not in analyze_predictions(predictions())["analyzers"]

@@ -264,3 +264,16 @@ def test_cifar10_labels_that_are_not_a_list_are_refused(tmp_path):
         pickle.dump({"data": np.zeros((3, 3072), np.uint8), "labels": np.array(3)}, handle)
     with pytest.raises(EnsdiagError, match="'labels' must be a list of integers"):
         get_dataset("cifar10").load(tmp_path / "data", "test")
+
+
+def test_a_damaged_shift_set_fails_loudly_and_only_a_missing_one_is_skipped(tmp_path):
+    from ensdiag.config import preset_config
+    from ensdiag.data.preset import load_preset_data
+    write_cifar10_layout(tmp_path)
+    config = preset_config("cifar10")
+    data = load_preset_data(config, tmp_path)
+    assert set(data.skipped) == {"shift", "ood"} and "not found" in data.skipped["shift"]
+    write_cifar10_c(tmp_path, ["fog"])
+    (tmp_path / "CIFAR-10-C" / "labels.npy").write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(EnsdiagError, match="labels.npy"):
+        load_preset_data(config, tmp_path)

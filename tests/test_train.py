@@ -339,3 +339,20 @@ def test_a_run_started_before_the_mean_loss_resumes_with_the_sum(tmp_path):
     method, options = config.model_options("batch-ensemble")
     assert config.be_loss == "sum" and small().be_loss == "mean"
     assert ensdiag.build_model("mlp", method, 2, 10, (1, 8, 8), **options).kit.loss_over_members == "sum"
+
+
+def test_a_state_saved_on_another_device_resumes_here_and_keeps_no_unused_best_copy(tmp_path):
+    """A run started on a GPU (its state holds CUDA RNG states) resumes on the CPU; without early
+    stopping no copy of the best weights is kept in the state."""
+    config = small(epochs=2, early_stopping=False)
+    state = tmp_path / "state.pt"
+    first = ensdiag.build_model("mlp", "single", 1, 10, (1, 8, 8))
+    fit(first, small(epochs=1, early_stopping=False), digits_fit_data(64), 1, state, "cpu")
+    saved = torch.load(state, weights_only=True)
+    assert saved["best"]["state"] is None and saved["device"] == "cpu"
+    saved["rng"]["cuda"] = [torch.zeros(16, dtype=torch.uint8)]  # as a CUDA run saves it
+    saved["device"] = "cuda:0"
+    torch.save(saved, state)
+    resumed = ensdiag.build_model("mlp", "single", 1, 10, (1, 8, 8))
+    result = fit(resumed, config, digits_fit_data(64), 1, state, "cpu")
+    assert [row["epoch"] for row in result["history"]] == [1, 2] and result["weights_epoch"] == 2

@@ -6,8 +6,8 @@
 
 from .. import __version__
 from . import calibration, diversity, ood, uncertainty  # noqa: F401  (register the built-ins)
-from .registry import (ANALYZERS, Skip, all_analyzers, is_ood_split, load_plugins, metric, register_analyzer,
-                       without_ood_labels)
+from .registry import (ANALYZERS, PLUGIN_ERRORS, Skip, all_analyzers, is_ood_split, load_plugins, metric,
+                       register_analyzer, without_ood_labels)
 
 METRICS_SCHEMA = "ensdiag.metrics/1"
 
@@ -18,6 +18,9 @@ def analyze_predictions(predictions, weights=None, only=None) -> dict:
     names = list(analyzers) if only is None else list(only)
     predictions = without_ood_labels(predictions)  # OOD is unlabelled for every analyzer
     results = {}
+    if only is None:  # a plug-in that failed to import is a failed analyzer, in every result
+        results.update({name: {"status": "failed", "reason": f"plug-in failed to import ({error})"}
+                        for name, error in PLUGIN_ERRORS.items()})
     for name in names:
         analyzer = analyzers[name]
         try:

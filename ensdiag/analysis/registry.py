@@ -60,14 +60,17 @@ def register_analyzer(name: str, description: str = "", version: int = 1, source
 
 
 _plugins_loaded = False
+PLUGIN_ERRORS: dict[str, str] = {}  # plug-in name -> why it failed to import (reported, never silent)
 
 
 def load_plugins(force: bool = False) -> dict[str, str]:
-    """Import every `ensdiag.analyzers` entry point; returns {name: error} for those that failed."""
+    """Import every `ensdiag.analyzers` entry point; returns {name: error} for those that failed
+    (also kept in `PLUGIN_ERRORS`, which `analyze_predictions` writes into every result)."""
     global _plugins_loaded
-    errors = {}
     if _plugins_loaded and not force:
-        return errors
+        return dict(PLUGIN_ERRORS)
+    errors = PLUGIN_ERRORS
+    errors.clear()
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             function = point.load()
@@ -77,7 +80,7 @@ def load_plugins(force: bool = False) -> dict[str, str]:
         if point.name not in ANALYZERS:
             register_analyzer(point.name, source=f"plug-in {point.value}")(function)
     _plugins_loaded = True
-    return errors
+    return dict(errors)
 
 
 def all_analyzers() -> dict[str, Analyzer]:

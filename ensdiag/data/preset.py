@@ -1,7 +1,8 @@
 """A preset's data in one place: train/validation/test, shift sets, OOD set, normalisation.
 
-Shift and OOD sets that are not on disk are skipped with the reason recorded; missing
-training data is an error that names the files and the --download flag.
+Shift and OOD sets that are not on disk are skipped with the reason recorded (a damaged one
+is an error: it must not silently vanish from the results); missing training data is an
+error that names the files and the --download flag.
 """
 
 from dataclasses import dataclass, field
@@ -48,13 +49,13 @@ def load_preset_data(config, data_dir, download=False, with_train=True) -> Prese
         details = [f"severity {config.shift_severity}"] if options else []
         details += [note] if (note := shift_set.coverage(shift)) else []  # a partial set says so wherever it is shown
         titles["shift"] = shift_set.title + (f" ({'; '.join(details)})" if details else "")
-    except EnsdiagError as error:
+    except DataNotFound as error:  # only missing data is skipped: a damaged file is an error
         shift, skipped["shift"] = {}, str(error)
     try:
         ood = ood_set.load(data_dir, config.ood_split, download)
         ood = Split(ood.images, None, ood.source)  # OOD is unlabelled: its classes are not the model's
         titles["ood"] = f"{ood_set.title} {config.ood_split}"
-    except EnsdiagError as error:
+    except DataNotFound as error:
         ood, skipped["ood"] = None, str(error)
     present = [split for split in [train, test, *shift.values(), ood] if split is not None]
     for split in present:

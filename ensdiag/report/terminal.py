@@ -84,5 +84,6 @@ def ood_table(metrics: dict) -> Table | None:
 
 
 def skipped_lines(metrics: dict) -> list[str]:
-    return [f"{name}: skipped — {result['reason']}" for name, result in metrics["analyzers"].items()
-            if result.get("status") == "skipped"]
+    """One line per analyzer that did not run: skipped (inputs missing) or failed (a broken plug-in)."""
+    return [f"{name}: {result['status']} — {result['reason']}" for name, result in metrics["analyzers"].items()
+            if result.get("status") in ("skipped", "failed")]
