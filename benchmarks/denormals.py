@@ -26,7 +26,7 @@ import torch
 import ensdiag
 from ensdiag.config import preset_config
 from ensdiag.data.batching import Normalize, epoch_permutations
-from ensdiag.experiment import cpu_name
+from ensdiag.provenance import cpu_name
 from ensdiag.train import FitData, make_optimizer, train_epoch
 
 SMALLEST_NORMAL = torch.finfo(torch.float32).tiny

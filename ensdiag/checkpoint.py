@@ -8,37 +8,14 @@ Files are written byte-for-byte reproducibly (`safetensors_bytes_deterministic`)
 tensors and metadata give the same sha256 in any process.
 """
 
-import json
-import struct
-from pathlib import Path
-
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import save as safetensors_bytes
 
 from . import __version__
 from .errors import EnsdiagError
-from .io import atomic_write_bytes
+from .io import atomic_write_bytes, read_safetensors, safetensors_bytes_deterministic
 from .nn.model import EnsembleModel, ModelSpec, build_from_spec
 
 MODEL_FORMAT = "ensdiag.model/1"
-
-
-def safetensors_bytes_deterministic(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
-    """`safetensors.torch.save`, with its JSON header rewritten so equal inputs give equal bytes.
-
-    safetensors emits the `__metadata__` map in a random order (a Rust HashMap seeded per
-    process). The layout is: u64 little-endian header length N, N bytes of UTF-8 JSON padded
-    with spaces to a multiple of 8, then the tensor data. The header is re-serialised with
-    sorted keys and compact separators and re-padded; the data section is kept as it is (its
-    `data_offsets` are relative to the data section, so they stay valid).
-    """
-    raw = safetensors_bytes(tensors, metadata=metadata)
-    (length,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + length].decode("utf-8"))
-    text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + raw[8 + length:]
 
 
 def save_model(model: EnsembleModel, path, extra_metadata: dict[str, str] | None = None):
@@ -46,23 +23,6 @@ def save_model(model: EnsembleModel, path, extra_metadata: dict[str, str] | None
     metadata = {"ensdiag.format": MODEL_FORMAT, "ensdiag.spec": model.spec.to_json(),
                 "ensdiag.version": __version__, **(extra_metadata or {})}
     return atomic_write_bytes(path, safetensors_bytes_deterministic(tensors, metadata))
-
-
-def read_safetensors(path, what="file") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """All tensors and the metadata of a safetensors file, or one clear EnsdiagError."""
-    path = Path(path)
-    if path.is_dir():
-        raise EnsdiagError(f"{what} {path} is a directory, not a .safetensors file")
-    if not path.exists():
-        raise EnsdiagError(f"{what} {path} does not exist")
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as handle:
-            metadata = handle.metadata() or {}
-            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
-    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise EnsdiagError(f"{path} is not a readable safetensors file ({reason})") from None
-    return tensors, metadata
 
 
 def read_spec(path) -> ModelSpec:

@@ -131,7 +131,8 @@ def train(
 ):
     """Train every method x seed of a preset; write models, predictions and metrics to a run folder."""
     from .config import TrainConfig, preset_config
-    from .experiment import default_run_dir, read_experiment, run_experiment
+    from .experiment import run_experiment
+    from .runs import default_run_dir, read_experiment
 
     options = dict(methods=_csv(method, what="--method"), seeds=_csv(seeds, int, "--seeds"), epochs=epochs, lr=lr,
                    batch_size=batch_size, members=members, dropout=dropout, mc_dropout_train=mc_dropout_train, be_variant=be_variant,
@@ -182,7 +183,7 @@ def evaluate(
     from .checkpoint import load_model
     from .evaluate import evaluate_model
     from .io import atomic_write_json
-    from .predict import save_predictions
+    from .predictions import save_predictions
 
     check_format(fmt)
     out = None if out is None else output_folder(out)
@@ -214,7 +215,7 @@ def analyze(
     """Every metric from member logits produced anywhere (see the file layout in the README)."""
     from .analysis import analyze_predictions
     from .io import atomic_write_json
-    from .predict import load_predictions
+    from .predictions import load_predictions
 
     check_format(fmt)
     predictions, _ = load_predictions(predictions_path)
@@ -365,7 +366,7 @@ def bench(
     """Training and inference throughput of every method: ensdiag's fast path against the reference pipeline."""
     from .bench import BenchSettings, bench_table, default_methods, write_result
     from .bench import bench as run
-    from .experiment import resolve_device
+    from .device import resolve_device
 
     check_format(fmt)
     resolved = resolve_device(device)

@@ -4,8 +4,9 @@ from .config import PRESETS, preset_config
 from .data.batching import Normalize
 from .data.preset import load_preset_data
 from .errors import EnsdiagError
-from .experiment import resolve_device
-from .predict import predict, with_pooled_shift
+from .device import resolve_device
+from .predict import predict
+from .predictions import with_pooled_shift
 
 
 def guess_preset(spec) -> str:

@@ -1,10 +1,5 @@
-"""An experiment: every (method, seed) of a preset trained, predicted and analysed in one run folder.
-
-    runs/<preset>-<timestamp>/
-      experiment.json                 preset, methods, seeds, overrides, skipped splits
-      <method>/seed-<seed>/
-        model.safetensors  predictions.safetensors  metrics.json  history.jsonl  meta.json
-        training-state.pt             (only while the run is unfinished: the resume point)
+"""An experiment: every (method, seed) of a preset trained, predicted and analysed in one run
+folder (its layout: runs.py).
 
 `meta.json` is written last, so its presence marks a finished (method, seed), which is never
 retrained; anything else is resumed from its training state or started afresh.
@@ -12,8 +7,6 @@ retrained; anything else is resumed from its training state or started afresh.
 
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from datetime import datetime
@@ -26,51 +19,17 @@ from .checkpoint import save_model
 from .config import TrainConfig
 from .data.batching import Normalize
 from .data.preset import PresetData, holdout, load_preset_data
+from .device import resolve_device
 from .errors import EnsdiagError
-from .io import atomic_write_json, atomic_write_text, locked_folder, read_json, remove_stale_temporaries
+from .io import atomic_write_json, atomic_write_text, locked_folder, remove_stale_temporaries
 from .nn import build_model
 from .nn.members import fastest
-from .predict import predict, save_predictions, with_pooled_shift
+from .predict import predict
+from .predictions import save_predictions, with_pooled_shift
 from .progress import TrainProgress
+from .provenance import environment
+from .runs import EXPERIMENT_FORMAT, RUN_FILES, STATE_FILE, read_experiment
 from .train import Diverged, FitData, fit
-
-EXPERIMENT_FORMAT = "ensdiag.experiment/1"
-STATE_FILE = "training-state.pt"
-RUN_FILES = ("experiment.json", "report.md", "report.html", "model.safetensors", "predictions.safetensors",
-             "metrics.json", "history.jsonl", "meta.json", STATE_FILE, "diversity.png", "diversity.svg",
-             "reliability.png", "reliability.svg", "ood-scores.png", "ood-scores.svg", "training.png", "training.svg")
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise EnsdiagError("--device cuda asked for, but torch sees no CUDA device")
-    if name not in ("cpu", "cuda"):
-        raise EnsdiagError(f"unknown device {name!r}; use auto, cpu or cuda")
-    return torch.device(name)
-
-
-def default_run_dir(preset: str, root="runs") -> Path:
-    return Path(root) / f"{preset}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-
-
-def read_experiment(run_dir) -> dict:
-    """The run folder's experiment.json, checked like user input (its config validated)."""
-    path = Path(run_dir) / "experiment.json"
-    if not path.is_file():
-        raise EnsdiagError(f"{run_dir} is not an ensdiag run (no experiment.json)")
-    data = read_json(path, "experiment file")
-    if not isinstance(data, dict) or data.get("format") != EXPERIMENT_FORMAT:
-        raise EnsdiagError(f"{path} is not an {EXPERIMENT_FORMAT} file (damaged or not ensdiag's); "
-                           "restore it or train into a new --out")
-    for key in ("splits", "skipped"):
-        if not isinstance(data.get(key, {}), dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in data.get(key, {}).items()):
-            raise EnsdiagError(f"{path}: '{key}' must map split names to strings")
-    TrainConfig.from_dict(data.get("config"), source=str(path))
-    return data
-
 
 def stored_config(out: Path, config: TrainConfig) -> TrainConfig | None:
     """The config of the run already in `out` (which must be this experiment), or None."""
@@ -101,35 +60,6 @@ def prepare_run_dir(out: Path, config: TrainConfig, argv) -> TrainConfig:
                                                 "created": datetime.now().isoformat(timespec="seconds"),
                                                 "argv": list(argv), "config": config.to_dict()})
     return config
-
-
-def _git_commit() -> str | None:
-    try:
-        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                                text=True, timeout=5)
-        return result.stdout.strip() or None if result.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def environment(device: torch.device) -> dict:
-    import numpy
-    import torchvision
-    return {"ensdiag": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
-            "numpy": numpy.__version__, "python": platform.python_version(), "platform": platform.platform(),
-            "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
-            else cpu_name(), "cpu": cpu_name(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-            "git_commit": _git_commit()}
 
 
 def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device, run_dir: Path,

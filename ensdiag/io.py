@@ -1,12 +1,15 @@
-"""Atomic file writes: a temporary file in the same folder, fsync, then rename into place.
+"""File I/O: atomic writes, JSON and safetensors reading with one-line errors, the run-folder lock.
 
-A crash or Ctrl-C at any moment leaves either the old file or the new one, never half.
+Atomic writes go to a temporary file in the same folder, fsync, then rename into place: a
+crash or Ctrl-C at any moment leaves either the old file or the new one, never half.
+safetensors files are written byte-for-byte reproducibly (`safetensors_bytes_deterministic`).
 """
 
 import fcntl
 import json
 import os
 import re
+import struct
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -92,3 +95,43 @@ def locked_folder(folder, what="folder"):
         yield Path(folder)
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+# ------------------------------------------------------------------ safetensors (imported on first use)
+
+def safetensors_bytes_deterministic(tensors: dict, metadata: dict[str, str] | None = None) -> bytes:
+    """`safetensors.torch.save`, with its JSON header rewritten so equal inputs give equal bytes.
+
+    safetensors emits the `__metadata__` map in a random order (a Rust HashMap seeded per
+    process). The layout is: u64 little-endian header length N, N bytes of UTF-8 JSON padded
+    with spaces to a multiple of 8, then the tensor data. The header is re-serialised with
+    sorted keys and compact separators and re-padded; the data section is kept as it is (its
+    `data_offsets` are relative to the data section, so they stay valid).
+    """
+    from safetensors.torch import save as safetensors_bytes
+
+    raw = safetensors_bytes(tensors, metadata=metadata)
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + length].decode("utf-8"))
+    text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + raw[8 + length:]
+
+
+def read_safetensors(path, what="file") -> tuple[dict, dict[str, str]]:
+    """All tensors and the metadata of a safetensors file, or one clear EnsdiagError."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if path.is_dir():
+        raise EnsdiagError(f"{what} {path} is a directory, not a .safetensors file")
+    if not path.exists():
+        raise EnsdiagError(f"{what} {path} does not exist")
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            metadata = handle.metadata() or {}
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise EnsdiagError(f"{path} is not a readable safetensors file ({reason})") from None
+    return tensors, metadata

@@ -121,7 +121,7 @@ def test_deterministic_header_reads_back_with_the_same_tensors_and_metadata(tmp_
     import struct
     from safetensors import safe_open
     from safetensors.torch import save as safetensors_save
-    from ensdiag.checkpoint import safetensors_bytes_deterministic
+    from ensdiag.io import safetensors_bytes_deterministic
     tensors = {"b": torch.arange(5, dtype=torch.int64), "a": torch.randn(3, 2), "c/half": torch.ones(3, dtype=torch.float16)}
     metadata = {"zeta": "1", "alpha": "two", "mid": "caf\u00e9 \u2713", "ensdiag.format": "x"}
     data = safetensors_bytes_deterministic(tensors, metadata)
@@ -150,6 +150,6 @@ def test_saved_model_loads_and_its_file_is_deterministic(tmp_path):
     loaded = ensdiag.load_model(first)
     x = torch.randn(2, *SHAPES["mlp"])
     torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
-    from ensdiag.checkpoint import read_safetensors
+    from ensdiag.io import read_safetensors
     _, metadata = read_safetensors(first)
     assert {k: metadata[k] for k in extra} == extra and metadata["ensdiag.format"] == "ensdiag.model/1"

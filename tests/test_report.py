@@ -259,3 +259,15 @@ def test_seeds_measured_on_different_shift_pools_are_flagged(run_dir):
         atomic_write_json(meta, {**json.loads(meta.read_text()), "splits": {"shift": title}})
     table = next(t for t in make_report(run_dir, write=False)["tables"] if t["id"] == "shift")
     assert "different shift sets" in table["note"] and "5 of 15 corruptions" in table["note"]
+
+
+def test_a_report_is_rebuilt_without_importing_training_code(run_dir):
+    import subprocess
+    import sys
+    script = ("import sys\nfrom ensdiag.report import make_report, render\n"
+              f"render(make_report({str(run_dir)!r}), 'markdown')\n"
+              "print(sorted(m for m in sys.modules if m.startswith('ensdiag.') and m.split('.')[1] in "
+              "('train', 'experiment', 'bench', 'predict', 'checkpoint', 'evaluate')))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -23,7 +23,7 @@ __all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "bench", "bench_table"
 
 def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:
     from ..config import RUN_METHODS
-    from ..experiment import environment
+    from ..provenance import environment
 
     if settings.arch not in PROTOCOLS:
         raise EnsdiagError(f"unknown --arch {settings.arch!r}; choose from {', '.join(PROTOCOLS)}")

@@ -20,6 +20,9 @@ from functools import lru_cache
 import torch
 from torch.func import functional_call, vmap
 
+from .architectures import ARCHITECTURES
+from .methods import METHODS
+
 STRATEGIES = ("stacked", "vmap", "loop")
 # Chosen by `ensdiag bench --strategies` (docs/performance.md): on CPU the bmm-stacked MLP wins,
 # but for ResNet-18 one plain convolution per member beats the grouped one. CUDA is unmeasured:
@@ -47,10 +50,8 @@ def _plain_network(model):
 @lru_cache(maxsize=8)
 def _meta_single(arch, num_classes, input_shape):
     """The architecture built as `single` on the meta device: a shape with no storage."""
-    from .model import build_model
-
     with torch.device("meta"):
-        return build_model(arch, "single", 1, num_classes, input_shape).body
+        return ARCHITECTURES[arch](METHODS["single"](1), num_classes, input_shape)
 
 
 def forward_vmap(model, xs):

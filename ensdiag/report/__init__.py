@@ -58,7 +58,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
         add("reliability", "Reliability diagrams on the in-distribution test set (seeds pooled)", reliability_figure(curves))
     if "ood" not in report["skipped_splits"]:
         from ..analysis.metrics import max_softmax_probability
-        from ..predict import load_predictions
+        from ..predictions import load_predictions
         panels = []
         for method, seeds in runs.items():
             _, run = _first_complete(seeds)

@@ -12,7 +12,7 @@ from pathlib import Path
 from scipy import stats
 
 from ..errors import EnsdiagError
-from ..experiment import read_experiment
+from ..runs import read_experiment
 
 REPORT_SCHEMA = "ensdiag.report/1"
 CI_DEFINITION = "mean ± t_{0.975,n−1}·s/√n over seeds (95 % Student-t interval; s = sample std, n seeds)"

@@ -1,0 +1,81 @@
+"""The predictions file: member logits per split, written by ensdiag or any other framework.
+
+A predictions file is a `.safetensors` file any framework can write:
+    "<split>/logits"  float32 [k, N, C]   member logits (members first)
+    "<split>/labels"  int64   [N]         where the split has labels (never for ood)
+with split names `id`, `ood`, `shift` and `shift/<corruption>`, and metadata
+`ensdiag.format = "ensdiag.predictions/1"` (optional for files made elsewhere). When only
+`shift/<corruption>` splits are present, `load_predictions` adds the pooled `shift` split.
+OOD splits are unlabelled: ensdiag writes no OOD labels and drops any a foreign file carries.
+"""
+
+import json
+
+import torch
+
+from .analysis.registry import is_ood_split, without_ood_labels
+from .errors import EnsdiagError
+from .io import atomic_write_bytes, read_safetensors, safetensors_bytes_deterministic
+
+PREDICTIONS_FORMAT = "ensdiag.predictions/1"
+
+
+def save_predictions(predictions: dict[str, dict], path, metadata: dict | None = None):
+    tensors = {}
+    for name, split in predictions.items():
+        tensors[f"{name}/logits"] = split["logits"].float().contiguous()
+        if split.get("labels") is not None and not is_ood_split(name):
+            tensors[f"{name}/labels"] = split["labels"].long().contiguous()
+    meta = {"ensdiag.format": PREDICTIONS_FORMAT, **{k: v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}}
+    return atomic_write_bytes(path, safetensors_bytes_deterministic(tensors, meta))
+
+
+def load_predictions(path) -> tuple[dict[str, dict], dict]:
+    """Validated predictions {split: {"logits", "labels"}} and the file's metadata."""
+    tensors, metadata = read_safetensors(path, "predictions file")
+    fmt = metadata.get("ensdiag.format", PREDICTIONS_FORMAT)
+    if fmt != PREDICTIONS_FORMAT:
+        raise EnsdiagError(f"{path} is a {fmt!r} file, not predictions ({PREDICTIONS_FORMAT})")
+    splits: dict[str, dict] = {}
+    for key, tensor in tensors.items():
+        name, _, kind = key.rpartition("/")
+        if kind not in ("logits", "labels") or not name:
+            raise EnsdiagError(f"{path}: unexpected tensor {key!r}; expected '<split>/logits' and '<split>/labels'")
+        splits.setdefault(name, {"logits": None, "labels": None})[kind] = tensor
+    if not splits:
+        raise EnsdiagError(f"{path} holds no '<split>/logits' tensors")
+    num_classes = None
+    for name, split in splits.items():
+        logits, labels = split["logits"], split["labels"]
+        if logits is None:
+            raise EnsdiagError(f"{path}: split {name!r} has labels but no logits")
+        if logits.dim() != 3 or not logits.is_floating_point():
+            raise EnsdiagError(f"{path}: {name}/logits must be float [k, N, C], got {logits.dtype} {tuple(logits.shape)}")
+        if not torch.isfinite(logits).all():
+            raise EnsdiagError(f"{path}: {name}/logits contains NaN or infinite values")
+        if num_classes is not None and logits.shape[2] != num_classes:
+            raise EnsdiagError(f"{path}: {name}/logits has {logits.shape[2]} classes, other splits {num_classes}")
+        num_classes = logits.shape[2]
+        split["logits"] = logits.float()
+        if labels is not None:
+            if labels.dim() != 1 or labels.shape[0] != logits.shape[1] or labels.is_floating_point():
+                raise EnsdiagError(f"{path}: {name}/labels must be integer [N={logits.shape[1]}], got {labels.dtype} {tuple(labels.shape)}")
+            if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+                raise EnsdiagError(f"{path}: {name}/labels out of range 0..{num_classes - 1} (found {int(labels.min())}..{int(labels.max())})")
+            split["labels"] = labels.long()
+    members = {split["logits"].shape[0] for split in splits.values()}
+    if len(members) != 1:
+        raise EnsdiagError(f"{path}: splits disagree on the number of members {sorted(members)}")
+    return with_pooled_shift(without_ood_labels(splits)), metadata
+
+
+def with_pooled_shift(splits: dict[str, dict]) -> dict[str, dict]:
+    """Add the pooled `shift` split (all `shift/<corruption>` concatenated) if it is absent;
+    order the splits id, shift, ood, then the per-corruption ones."""
+    parts = [name for name in splits if name.startswith("shift/")]
+    splits = dict(splits)
+    if "shift" not in splits and parts and all(splits[p]["labels"] is not None for p in parts):
+        splits["shift"] = {"logits": torch.cat([splits[p]["logits"] for p in parts], dim=1),
+                           "labels": torch.cat([splits[p]["labels"] for p in parts])}
+    rank = {"id": 0, "shift": 1, "ood": 2}
+    return dict(sorted(splits.items(), key=lambda item: rank.get(item[0], 3)))

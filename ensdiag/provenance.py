@@ -1,0 +1,39 @@
+"""Provenance recorded with every run and benchmark: versions, machine, device, git commit."""
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+
+from . import __version__
+
+
+def _git_commit() -> str | None:
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                                text=True, timeout=5)
+        return result.stdout.strip() or None if result.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(device: torch.device) -> dict:
+    import numpy
+    import torchvision
+    return {"ensdiag": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
+            "numpy": numpy.__version__, "python": platform.python_version(), "platform": platform.platform(),
+            "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
+            else cpu_name(), "cpu": cpu_name(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+            "git_commit": _git_commit()}
