@@ -240,3 +240,21 @@ def test_a_plugin_that_fails_to_import_is_reported_not_dropped(tmp_path, monkeyp
         monkeypatch.undo()
         load_plugins(force=True)  # back to the installed plug-ins only
         assert "broken" not in analyze_predictions(predictions())["analyzers"]
+
+
+@pytest.mark.parametrize("name", sorted(all_analyzers()))
+def test_every_declared_report_column_exists_in_the_analyzers_result(name):
+    from ensdiag.analysis import SPLIT_TABLES
+    analyzer = all_analyzers()[name]
+    k = 1 if name == "weight-similarity" else 3
+    model = ensdiag.build_model("mlp", "deep-ensemble", 3, 4, (1, 2, 2))
+    from ensdiag.predictions import with_pooled_shift
+    result = analyzer(with_pooled_shift(predictions(k=k)), model.member_weights())
+    for column in analyzer.columns:
+        for split in [s for s in SPLIT_TABLES if s in column.tables] or [None]:
+            node = result
+            for key in column.key_path(split):
+                if split == "ood" and name == "calibration":
+                    break
+                assert isinstance(node, dict) and key in node, f"{name}: {column.label} at {column.key_path(split)}"
+                node = node[key]

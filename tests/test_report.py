@@ -271,3 +271,55 @@ def test_a_report_is_rebuilt_without_importing_training_code(run_dir):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.fixture
+def toy_analyzer():
+    """A plug-in-style analyzer registered from this test file alone, with two declared columns."""
+    from ensdiag.analysis import ANALYZERS, Column, metric, register_analyzer
+
+    @register_analyzer("toy-margin", description="mean top-2 margin of p̄", columns=[
+        Column("margin", ("splits", "id", "margin", "value"), "up", "mean of p̄'s top-1 minus top-2 probability",
+               ("toy",), 10),
+        Column("toy margin (id)", ("splits", "id", "margin", "value"), None, "the same, in the diversity table",
+               ("diversity",), 99)])
+    def toy(predictions, weights=None):
+        p = predictions["id"]["logits"].softmax(-1).mean(0).topk(2).values
+        return {"splits": {"id": {"margin": metric((p[:, 0] - p[:, 1]).mean().item(), "top-1 minus top-2")}}}
+
+    yield toy
+    ANALYZERS.pop("toy-margin")
+
+
+def add_toy_results(run_dir, toy):
+    from ensdiag.predict import load_predictions
+    for folder in run_dir.glob("*/seed-*"):
+        metrics = json.loads((folder / "metrics.json").read_text())
+        predictions, _ = load_predictions(folder / "predictions.safetensors")
+        metrics["analyzers"]["toy-margin"] = {"status": "ok", **toy(predictions)}
+        atomic_write_json(folder / "metrics.json", metrics)
+
+
+def test_a_plugin_analyzers_declared_columns_appear_in_every_report_format(run_dir, toy_analyzer):
+    add_toy_results(run_dir, toy_analyzer)
+    report = make_report(run_dir, write=False)
+    toy = next(t for t in report["tables"] if t["id"] == "toy")
+    margin = json.loads((run_dir / "single" / "seed-1" / "metrics.json").read_text())["analyzers"]["toy-margin"]
+    assert toy["columns"] == [{"name": "margin", "direction": "up"}]
+    assert cell(report, "toy", "single", "margin")["values"][0] == margin["splits"]["id"]["margin"]["value"]
+    assert [c["name"] for c in next(t for t in report["tables"] if t["id"] == "diversity")["columns"]][-1] == "toy margin (id)"
+    assert report["definitions"]["margin"] == "mean of p̄'s top-1 minus top-2 probability"
+    for fmt in ("markdown", "latex", "html", "json"):
+        assert "toy margin (id)" in render(report, fmt) and "margin" in render(report, fmt)
+
+
+def test_a_declared_column_missing_from_a_result_is_an_error_not_na(run_dir, toy_analyzer, capsys):
+    add_toy_results(run_dir, toy_analyzer)
+    path = run_dir / "deep-ensemble" / "seed-2" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    del metrics["analyzers"]["toy-margin"]["splits"]["id"]["margin"]
+    atomic_write_json(path, metrics)
+    from .cli import assert_one_line_error
+    assert_one_line_error(capsys, "report", run_dir, "--format", "json", "--no-figures",
+                          match=r"deep-ensemble/seed-2/metrics.json: the toy-margin analyzer declares the report column "
+                                r"'(toy )?margin( \(id\))?' at splits.id.margin.value, which its result lacks")

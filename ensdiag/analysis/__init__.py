@@ -6,7 +6,7 @@
 
 from .. import __version__
 from . import calibration, diversity, ood, uncertainty  # noqa: F401  (register the built-ins)
-from .registry import (ANALYZERS, PLUGIN_ERRORS, Skip, all_analyzers, is_ood_split, load_plugins, metric,
+from .registry import (ANALYZERS, PLUGIN_ERRORS, SPLIT_TABLES, Column, Skip, all_analyzers, is_ood_split, load_plugins, metric,
                        register_analyzer, without_ood_labels)
 
 METRICS_SCHEMA = "ensdiag.metrics/1"
@@ -39,5 +39,5 @@ def analyze_predictions(predictions, weights=None, only=None) -> dict:
             "analyzers": results}
 
 
-__all__ = ["ANALYZERS", "METRICS_SCHEMA", "Skip", "all_analyzers", "analyze_predictions", "is_ood_split",
+__all__ = ["ANALYZERS", "Column", "METRICS_SCHEMA", "SPLIT_TABLES", "Skip", "all_analyzers", "analyze_predictions", "is_ood_split",
            "load_plugins", "metric", "register_analyzer", "without_ood_labels"]

@@ -1,7 +1,7 @@
 """`calibration`: accuracy, NLL, ECE (with reliability bins), Brier, per-member accuracy/NLL."""
 
 from . import metrics as M
-from .registry import Skip, empty_metric, metric, register_analyzer
+from .registry import Column, Skip, empty_metric, metric, register_analyzer
 
 ECE_BINS = 15
 DEFINITIONS = {
@@ -14,7 +14,11 @@ DEFINITIONS = {
 }
 
 
-@register_analyzer("calibration", description="Accuracy, NLL, ECE, Brier and per-member scores on every labelled split")
+@register_analyzer("calibration", description="Accuracy, NLL, ECE, Brier and per-member scores on every labelled split",
+                   columns=[Column("Acc", ("splits", "{split}", "accuracy", "value"), "up", "accuracy of p̄", ("id", "shift"), 10),
+                            Column("NLL", ("splits", "{split}", "nll", "value"), "down", "−log p̄(y|x)", ("id", "shift"), 20),
+                            Column("ECE", ("splits", "{split}", "ece", "value"), "down", "15-bin expected calibration error",
+                                   ("id", "shift"), 30)])
 def calibration(predictions, weights=None):
     splits = {}
     for name, split in predictions.items():

@@ -1,7 +1,7 @@
 """`disagreement` (function space) and `weight-similarity` (parameter space) of members."""
 
 from . import metrics as M
-from .registry import Skip, empty_metric, finite, metric, register_analyzer
+from .registry import Column, Skip, empty_metric, finite, metric, register_analyzer
 
 MAX_STORED_MATRIX = 256  # members up to which the k×k disagreement matrices are stored (metrics.json stays small)
 MATRIX = "D[i,j] = fraction of samples where members i and j predict different labels"
@@ -10,7 +10,10 @@ NORMALIZED = ("mean disagreement divided by the ensemble's error rate 1 − accu
               "N/A when the ensemble makes no error")
 
 
-@register_analyzer("disagreement", description="k×k pairwise prediction disagreement per split, its mean and (1−acc)-normalised mean")
+@register_analyzer("disagreement", description="k×k pairwise prediction disagreement per split, its mean and (1−acc)-normalised mean",
+                   columns=[Column(f"disagreement ({split})", ("splits", split, "mean", "value"), None,
+                                   f"mean off-diagonal pairwise disagreement on {split}", ("diversity",), 10 + index, split)
+                            for index, split in enumerate(("id", "shift", "ood"))])
 def disagreement(predictions, weights=None):
     k = next(iter(predictions.values()))["logits"].shape[0]
     if k < 2:
@@ -36,7 +39,9 @@ def disagreement(predictions, weights=None):
     return {"splits": splits, **({"note": note} if note else {})}
 
 
-@register_analyzer("weight-similarity", description="k×k cosine similarity of members' effective weights, overall and per layer")
+@register_analyzer("weight-similarity", description="k×k cosine similarity of members' effective weights, overall and per layer",
+                   columns=[Column("weight cosine", ("mean", "value"), None, "mean off-diagonal cosine of members' weights",
+                                   ("diversity",), 20)])
 def weight_similarity(predictions, weights=None):
     if weights is None:
         raise Skip("needs the model's member weights (a model file, not only predictions)")

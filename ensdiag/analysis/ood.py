@@ -3,7 +3,7 @@
 import torch
 
 from . import metrics as M
-from .registry import Skip, metric, register_analyzer
+from .registry import Column, Skip, metric, register_analyzer
 
 SCORES = {
     "msp": (lambda logits: 1 - M.max_softmax_probability(logits), "1 − max_c p̄_c (1 − MSP)"),
@@ -21,7 +21,13 @@ DEFINITIONS = {
 }
 
 
-@register_analyzer("ood", description="AUROC, AUPR-Out, AUPR-In and FPR95 of the ood split vs id, for 1−MSP, entropy and JSD")
+@register_analyzer("ood", description="AUROC, AUPR-Out, AUPR-In and FPR95 of the ood split vs id, for 1−MSP, entropy and JSD",
+                   columns=[Column("AUPR", ("scores", "msp", "aupr_out", "value"), "up", "AUPR-Out (OOD positive)", ("ood",), 10),
+                            Column("AUROC", ("scores", "msp", "auroc", "value"), "up", "P(score_ood > score_id)", ("ood",), 20),
+                            Column("FPR95 OOD→ID", ("scores", "msp", "fpr95_ood_as_id", "value"), "down",
+                                   "fraction of OOD accepted as ID at the threshold keeping 95 % of ID", ("ood",), 30),
+                            Column("FPR95 ID→OOD", ("scores", "msp", "fpr95_id_as_ood", "value"), "down",
+                                   "fraction of ID flagged as OOD at the threshold catching 95 % of OOD", ("ood",), 35)])
 def ood(predictions, weights=None):
     if "ood" not in predictions or "id" not in predictions:
         raise Skip("needs both an id and an ood split")

@@ -1,7 +1,8 @@
 """The analyzer registry: built-ins by decorator, plug-ins through the entry-point group.
 
 An analyzer is a function `(predictions, weights) -> result dict`, registered with
-`@register_analyzer("name", description=...)`. `predictions` maps split names to
+`@register_analyzer("name", description=..., columns=[Column(...), ...])`; the columns say what a
+report shows of its result (reports are built from them). `predictions` maps split names to
 {"logits": float [k, N, C], "labels": int64 [N] | None}; `weights` is a model's
 `member_weights()` or None. It raises `Skip("reason")` when its inputs are missing.
 Analyzers never print and never read files. Every reported number goes through `metric()`:
@@ -39,6 +40,31 @@ class Skip(Exception):
     """Raised by an analyzer whose inputs are missing; the message says why."""
 
 
+SPLIT_TABLES = ("id", "shift", "ood")  # the report's per-split tables; "{split}" in a path means theirs
+
+
+@dataclass(frozen=True)
+class Column:
+    """A number an analyzer puts into the report: where it is in the analyzer's result, how it
+    is labelled, which way is better, what it means, and in which report tables it appears.
+
+    `path` may contain "{split}", replaced by the split of a per-split table (`SPLIT_TABLES`);
+    `split` names the split a column of another table depends on (dropped when that split was
+    skipped). `tables` are table ids: "id", "shift", "ood", "diversity", or any other name (a
+    table of its own, e.g. a plug-in's). Within a table, columns are ordered by `order`."""
+
+    label: str
+    path: tuple[str, ...]
+    direction: str | None  # "up", "down" or None (no better side)
+    definition: str
+    tables: tuple[str, ...]
+    order: int = 100
+    split: str | None = None
+
+    def key_path(self, split: str | None = None) -> tuple[str, ...]:
+        return tuple(part.replace("{split}", split or "") for part in self.path)
+
+
 @dataclass(frozen=True)
 class Analyzer:
     name: str
@@ -46,15 +72,20 @@ class Analyzer:
     description: str
     version: int = 1
     source: str = "built-in"
+    columns: tuple[Column, ...] = ()
 
     def __call__(self, predictions, weights=None):
         return self.function(predictions, weights)
 
 
-def register_analyzer(name: str, description: str = "", version: int = 1, source: str = "built-in"):
+def register_analyzer(name: str, description: str = "", version: int = 1, source: str = "built-in", columns=()):
+    """Register `function(predictions, weights) -> result`; `columns` declare what reports show of it."""
     def register(function):
+        for column in columns:
+            if column.direction not in ("up", "down", None) or not column.tables or not column.path:
+                raise ValueError(f"analyzer {name!r}: column {column.label!r} needs a path, tables and a direction")
         ANALYZERS[name] = Analyzer(name, function, description or (function.__doc__ or "").strip().split("\n")[0],
-                                   version, source)
+                                   version, source, tuple(columns))
         return function
     return register
 
@@ -77,8 +108,9 @@ def load_plugins(force: bool = False) -> dict[str, str]:
         except Exception as error:  # a broken plug-in must not break ensdiag
             errors[point.name] = f"{type(error).__name__}: {error}"
             continue
-        if point.name not in ANALYZERS:
-            register_analyzer(point.name, source=f"plug-in {point.value}")(function)
+        if point.name not in ANALYZERS:  # a plain function: its columns, if any, as an attribute
+            register_analyzer(point.name, source=f"plug-in {point.value}",
+                              columns=getattr(function, "columns", ()))(function)
     _plugins_loaded = True
     return dict(errors)
 

@@ -1,7 +1,7 @@
 """`uncertainty`: predictive entropy, expected entropy and JSD (means over samples)."""
 
 from . import metrics as M
-from .registry import empty_metric, metric, register_analyzer
+from .registry import SPLIT_TABLES, Column, empty_metric, metric, register_analyzer
 
 DEFINITIONS = {
     "entropy": "mean over samples of H(p̄) = −Σ_c p̄_c log p̄_c (total uncertainty)",
@@ -10,7 +10,11 @@ DEFINITIONS = {
 }
 
 
-@register_analyzer("uncertainty", description="Predictive entropy H, expected entropy and JSD (mutual information) per split")
+@register_analyzer("uncertainty", description="Predictive entropy H, expected entropy and JSD (mutual information) per split",
+                   columns=[Column("H", ("splits", "{split}", "entropy", "value"), None, "predictive entropy H(p̄)",
+                                   SPLIT_TABLES, 40),
+                            Column("JSD", ("splits", "{split}", "jsd", "value"), None, "H(p̄) − mean_i H(p_i)",
+                                   SPLIT_TABLES, 50)])
 def uncertainty(predictions, weights=None):
     splits = {}
     for name, split in predictions.items():

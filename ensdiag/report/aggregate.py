@@ -11,6 +11,7 @@ from pathlib import Path
 
 from scipy import stats
 
+from ..analysis.registry import SPLIT_TABLES
 from ..errors import EnsdiagError
 from ..runs import read_experiment
 
@@ -20,35 +21,47 @@ METHOD_LABELS = {"single": "Single", "mc-dropout": "MC Dropout", "deep-ensemble"
                  "batch-ensemble": "BatchEnsemble", "batch-ensemble-channel": "BatchEnsemble (C)",
                  "batch-ensemble-kernel": "BatchEnsemble (K)"}
 
-# Published numbers of the reference paper, CIFAR-10 preset only.
+# Published numbers of the reference paper (CIFAR-10 preset only), by report column.
+_SPLIT_LABELS, _OOD_LABELS = ("Acc", "NLL", "ECE", "H", "JSD"), ("AUPR", "AUROC", "FPR95 ID→OOD", "H", "JSD")
 PAPER = {
-    "id": {"single": [.941, .237, .034, .073, None], "mc-dropout": [.936, .210, .021, .120, .022],
-           "deep-ensemble": [.952, .152, .007, .136, .037], "batch-ensemble": [.938, .230, .032, .088, .002]},
-    "shift": {"single": [.558, 2.545, .323, .327, None], "mc-dropout": [.578, 2.054, .251, .449, .088],
-              "deep-ensemble": [.575, 1.682, .206, .593, .176], "batch-ensemble": [.547, 2.357, .308, .400, .008]},
+    "id": {method: dict(zip(_SPLIT_LABELS, numbers)) for method, numbers in {
+        "single": [.941, .237, .034, .073, None], "mc-dropout": [.936, .210, .021, .120, .022],
+        "deep-ensemble": [.952, .152, .007, .136, .037], "batch-ensemble": [.938, .230, .032, .088, .002]}.items()},
+    "shift": {method: dict(zip(_SPLIT_LABELS, numbers)) for method, numbers in {
+        "single": [.558, 2.545, .323, .327, None], "mc-dropout": [.578, 2.054, .251, .449, .088],
+        "deep-ensemble": [.575, 1.682, .206, .593, .176], "batch-ensemble": [.547, 2.357, .308, .400, .008]}.items()},
     # FPR95 as the paper's code computed it (ID flagged as OOD at 95 % OOD recall); the other
     # direction was not published, so its cell stays empty.
-    "ood": {"single": [.938, .893, None, .318, .480, None], "mc-dropout": [.932, .884, None, .324, .608, .122],
-            "deep-ensemble": [.953, .924, None, .199, .829, .277], "batch-ensemble": [.932, .888, None, .297, .495, .010]},
+    "ood": {method: dict(zip(_OOD_LABELS, numbers)) for method, numbers in {
+        "single": [.938, .893, .318, .480, None], "mc-dropout": [.932, .884, .324, .608, .122],
+        "deep-ensemble": [.953, .924, .199, .829, .277], "batch-ensemble": [.932, .888, .297, .495, .010]}.items()},
 }
+MISSING = object()
 
 
-def _calibration(split, key):
-    return ("calibration", "splits", split, key, "value")
+def declared_columns(table_id: str, split: str | None = None, skipped=()) -> list[tuple]:
+    """[(label, analyzer, key path, direction, definition)] of every registered analyzer's
+    columns in this table, in their declared order; columns of a skipped split are left out."""
+    from ..analysis import all_analyzers
+    found = [(column.order, index, column, analyzer) for analyzer in all_analyzers().values()
+             for index, column in enumerate(analyzer.columns) if table_id in column.tables
+             and column.split not in skipped]
+    return [(column.label, analyzer.name, column.key_path(split), column.direction, column.definition)
+            for _, _, column, analyzer in sorted(found, key=lambda item: (item[0], item[1]))]
 
 
-def _uncertainty(split, key):
-    return ("uncertainty", "splits", split, key, "value")
-
-
-def _ood(key):
-    return ("ood", "scores", "msp", key, "value")
-
-
-def _columns(split):
-    return [("Acc", _calibration(split, "accuracy"), "up"), ("NLL", _calibration(split, "nll"), "down"),
-            ("ECE", _calibration(split, "ece"), "down"), ("H", _uncertainty(split, "entropy"), None),
-            ("JSD", _uncertainty(split, "jsd"), None)]
+def _analyzer_value(run, analyzer, path, label):
+    """The declared number of one run; None when the analyzer did not run (skipped, failed);
+    an error when an analyzer that ran lacks a column it declares."""
+    result = run["metrics"]["analyzers"].get(analyzer)
+    if not isinstance(result, dict) or result.get("status") != "ok":
+        return None
+    value = _lookup(result, path)
+    if value is MISSING:
+        raise EnsdiagError(f"{run['folder'] / 'metrics.json'}: the {analyzer} analyzer declares the report column "
+                           f"{label!r} at {'.'.join(path)}, which its result lacks (written by another ensdiag or "
+                           "plug-in version?); rerun `ensdiag evaluate` on that model")
+    return value
 
 
 def newest_run(root="runs") -> Path:
@@ -100,6 +113,8 @@ def _read_metrics(path) -> dict:
     for score in (_dig(metrics, ("analyzers", "ood", "scores")) or {}).values():
         if isinstance(score, dict) and "fpr95" in score:  # before 0.2: one FPR95, the OOD→ID direction
             score.setdefault("fpr95_ood_as_id", score["fpr95"])
+            score.setdefault("fpr95_id_as_ood", {"value": None, "status": "missing",
+                                                 "definition": "not computed by the ensdiag that wrote this file"})
     return metrics
 
 
@@ -137,21 +152,26 @@ def mean_ci(values: list[float]) -> dict:
     return {"mean": mean, "ci": float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n), "n": n, "values": values}
 
 
-def _dig(node, path):
+def _lookup(node, path):
     for key in path:
         if not isinstance(node, dict) or key not in node:
-            return None
+            return MISSING
         node = node[key]
     return node
+
+
+def _dig(node, path):
+    """The value at `path`, or None where the path does not exist."""
+    value = _lookup(node, path)
+    return None if value is MISSING else value
 
 
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _cell(seeds: dict, path) -> dict:
-    values = [_dig(run["meta"], path[1:]) if path[0] == "@meta" else _dig(run["metrics"]["analyzers"], path)
-              for run in seeds.values() if run is not None]
+def _cell(seeds: dict, value_of) -> dict:
+    values = [value_of(run) for run in seeds.values() if run is not None]
     return mean_ci([float(v) for v in values if _number(v)])  # null (undefined) values are not averaged
 
 
@@ -167,8 +187,9 @@ def _marks(rows, columns):
 
 
 def _table(table_id, title, columns, runs, expected, note=""):
+    """columns: [(label, value_of(run) -> number | None, direction)]."""
     rows = [{"method": method, "label": METHOD_LABELS.get(method, method),
-             "cells": [{**_cell(seeds, path), "expected": expected} for _, path, _ in columns]}
+             "cells": [{**_cell(seeds, value_of), "expected": expected} for _, value_of, _ in columns]}
             for method, seeds in runs.items()]
     _marks(rows, columns)
     return {"id": table_id, "title": title, "note": note,
@@ -178,7 +199,30 @@ def _table(table_id, title, columns, runs, expected, note=""):
 def _reference_rows(table, key):
     for method, numbers in PAPER[key].items():
         table["rows"].append({"method": method, "label": f"{METHOD_LABELS[method]} — paper (published)", "reference": True,
-                              "cells": [{"mean": v, "ci": None, "n": None, "values": []} for v in numbers]})
+                              "cells": [{"mean": numbers.get(column["name"]), "ci": None, "n": None, "values": []}
+                                        for column in table["columns"]]})
+
+
+def _analyzer_columns(declared) -> list[tuple]:
+    return [(label, lambda run, a=analyzer, p=path, lb=label: _analyzer_value(run, a, p, lb), direction)
+            for label, analyzer, path, direction, _ in declared]
+
+
+def _meta_column(label, key, direction):
+    return label, lambda run: _dig(run["meta"], (key,)), direction
+
+
+def _plugin_tables() -> list[tuple[str, object]]:
+    """(table id, analyzer) of every table named by a column that no built-in table shows."""
+    from ..analysis import all_analyzers
+    built_in = {*SPLIT_TABLES, "diversity"}
+    seen = {}
+    for analyzer in all_analyzers().values():
+        for column in analyzer.columns:
+            for table in column.tables:
+                if table not in built_in:
+                    seen.setdefault(table, analyzer)
+    return list(seen.items())
 
 
 def build_report(run_dir, reference: str | None = None, data: dict | None = None) -> dict:
@@ -188,41 +232,46 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     config = experiment["config"]
     titles, skipped = experiment.get("splits", {}), experiment.get("skipped", {})
     expected = len(config["seeds"])
-    tables = [_table("id", f"In-distribution ({titles.get('id', 'test')})", _columns("id"), runs, expected)]
+    definitions = {}
+
+    def analyzer_table(table_id, title, split=None, subset=None, note="", declared_in=None):
+        declared = declared_columns(declared_in or table_id, split, skipped)
+        definitions.update({label: definition for label, _, _, _, definition in declared})
+        return _table(table_id, title, _analyzer_columns(declared), subset or runs, expected, note)
+
+    tables = [analyzer_table("id", f"In-distribution ({titles.get('id', 'test')})", "id")]
     if "shift" not in skipped:
         # seeds trained while different corruption files were on disk were measured on different pools
         pools = sorted({str(_dig(run["meta"], ("splits", "shift"))) for seeds in runs.values()
                         for run in seeds.values() if run and _dig(run["meta"], ("splits", "shift"))})
         mixed = ("Seeds were measured on different shift sets and are averaged all the same: " + " | ".join(pools)
                  if len(pools) > 1 else "")
-        tables.append(_table("shift", f"Distribution shift ({titles.get('shift', 'shift')}, pooled)", _columns("shift"),
-                             runs, expected, note=mixed))
+        tables.append(analyzer_table("shift", f"Distribution shift ({titles.get('shift', 'shift')}, pooled)", "shift",
+                                     note=mixed))
         corruptions = sorted({name.split("/", 1)[1] for seeds in runs.values() for run in seeds.values() if run
                               for name in run["metrics"]["splits"] if name.startswith("shift/")})
         if corruptions:
-            tables.append(_table("shift-corruptions", "Accuracy per corruption",
-                                 [(c, _calibration(f"shift/{c}", "accuracy"), "up") for c in corruptions], runs, expected))
+            tables.append(_table("shift-corruptions", "Accuracy per corruption", [
+                (c, lambda run, c=c: _dig(run["metrics"], ("analyzers", "calibration", "splits", f"shift/{c}",
+                                                           "accuracy", "value")), "up") for c in corruptions],
+                runs, expected))
     if "ood" not in skipped:
-        tables.append(_table("ood", f"OOD detection ({titles.get('ood', 'ood')} vs ID; score 1 − MSP)",
-                             [("AUPR", _ood("aupr_out"), "up"), ("AUROC", _ood("auroc"), "up"),
-                              ("FPR95 OOD→ID", _ood("fpr95_ood_as_id"), "down"), ("FPR95 ID→OOD", _ood("fpr95_id_as_ood"), "down"),
-                              ("H", _uncertainty("ood", "entropy"), None), ("JSD", _uncertainty("ood", "jsd"), None)],
-                             runs, expected, note="AUPR is AUPR-Out: average precision with OOD as the positive class. "
-                             "FPR95 OOD→ID: OOD accepted as ID at 95 % of ID accepted (the paper's text); "
-                             "FPR95 ID→OOD: ID flagged as OOD at 95 % of OOD flagged (the paper's code, whose "
-                             "numbers --reference paper shows)."))
+        tables.append(analyzer_table("ood", f"OOD detection ({titles.get('ood', 'ood')} vs ID; score 1 − MSP)", "ood",
+                                     note="AUPR is AUPR-Out: average precision with OOD as the positive class. "
+                                     "FPR95 OOD→ID: OOD accepted as ID at 95 % of ID accepted (the paper's text); "
+                                     "FPR95 ID→OOD: ID flagged as OOD at 95 % of OOD flagged (the paper's code, whose "
+                                     "numbers --reference paper shows)."))
     # the paper's Figure 2a: disagreement on in-distribution, shifted and OOD data, then weight cosine
-    diversity = [(f"disagreement ({split})", ("disagreement", "splits", split, "mean", "value"), None)
-                 for split in ("id", "shift", "ood") if split not in skipped]
-    diversity.append(("weight cosine", ("weight-similarity", "mean", "value"), None))
-    tables.append(_table("diversity", "Member diversity (mean off-diagonal)", diversity, runs, expected))
-    tables.append(_table("cost", "Computational cost", [("parameters", ("@meta", "parameters"), "down"),
-                                                        ("training s", ("@meta", "train_seconds"), "down")], runs, expected,
+    tables.append(analyzer_table("diversity", "Member diversity (mean off-diagonal)"))
+    tables.append(_table("cost", "Computational cost", [_meta_column("parameters", "parameters", "down"),
+                                                        _meta_column("training s", "train_seconds", "down")], runs, expected,
                          note="Training seconds include the per-epoch validation, as in the paper's Table 4."))
     variants = [m for m in runs if m in ("batch-ensemble-channel", "batch-ensemble-kernel")]
     if len(variants) == 2:
-        subset = {m: runs[m] for m in variants}
-        tables.append(_table("be-variants", "BatchEnsemble channel- vs kernel-wise (in-distribution)", _columns("id"), subset, expected))
+        tables.append(analyzer_table("be-variants", "BatchEnsemble channel- vs kernel-wise (in-distribution)", "id",
+                                     {m: runs[m] for m in variants}, declared_in="id"))
+    for table_id, analyzer in _plugin_tables():  # plug-in analyzers' own tables, from their declarations
+        tables.append(analyzer_table(table_id, f"{table_id}: {analyzer.description}" if analyzer.description else table_id))
     if reference == "paper":
         if config["preset"] != "cifar10":
             raise EnsdiagError(f"--reference paper compares with the paper's CIFAR-10 numbers; this run is the {config['preset']} preset")
@@ -233,9 +282,5 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
             "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION,
-            "definitions": {"Acc": "accuracy of p̄", "NLL": "−log p̄(y|x)", "ECE": "15-bin expected calibration error",
-                            "H": "predictive entropy H(p̄)", "JSD": "H(p̄) − mean_i H(p_i)",
-                            "AUPR": "AUPR-Out (OOD positive)", "AUROC": "P(score_ood > score_id)",
-                            "FPR95 OOD→ID": "fraction of OOD accepted as ID at the threshold keeping 95 % of ID",
-                            "FPR95 ID→OOD": "fraction of ID flagged as OOD at the threshold catching 95 % of OOD"},
+            "definitions": definitions,
             "tables": tables, "figures": []}
