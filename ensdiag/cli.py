@@ -45,6 +45,7 @@ def models(
 ):
     """Every architecture x method ensdiag builds, with its parameter count (paper Table 4)."""
     from .nn import ARCHITECTURES, METHODS, build_model
+    from .nn.methods import members_for
 
     shapes = {"mlp": (1, 28, 28), "resnet18": (3, 32, 32)}
     table = Table(title=f"Models (k = {members}, {num_classes} classes)")
@@ -54,15 +55,11 @@ def models(
         raise EnsdiagError(f"unknown architecture {arch!r}; choose from {', '.join(ARCHITECTURES)}")
     for name in [arch] if arch else list(ARCHITECTURES):
         shape = shapes.get(name, (1, 28, 28))
-        for method in METHODS:
-            variants = [{}]
-            if method == "batch-ensemble":  # kernel-wise only where there are convolutions to perturb
-                kinds = ("channel", "kernel") if ARCHITECTURES[name].convolutional else ("channel",)
-                variants = [{"variant": v, "layout": layout} for v in kinds for layout in ("paper", "original")]
-            for options in variants:
-                model = build_model(name, method, None if method == "single" else members,
-                                    num_classes, shape, **options)
-                label = f"{method} ({options['variant']}, {options['layout']} layout)" if options else method
+        for method, kit in METHODS.items():
+            for options in kit.model_variants(ARCHITECTURES[name].convolutional):
+                model = build_model(name, method, members_for(method, members), num_classes, shape, **options)
+                described = ", ".join(f"{value} {key}" if key == "layout" else str(value) for key, value in options.items())
+                label = f"{method} ({described})" if options else method
                 count = sum(p.numel() for p in model.parameters())
                 table.add_row(name, "×".join(map(str, shape)), label, str(model.num_members), f"{count:,}")
     show(Console(), table)

@@ -11,15 +11,6 @@ from .data.digits import DIGITS_MEAN, DIGITS_STD
 from .data.registry import CIFAR10_MEAN, CIFAR10_STD, MNIST_MEAN, MNIST_STD
 from .errors import EnsdiagError
 
-# Run names: a method, or BatchEnsemble with its variant spelled out (to run both side by side).
-RUN_METHODS = {
-    "single": ("single", {}),
-    "mc-dropout": ("mc-dropout", {}),
-    "deep-ensemble": ("deep-ensemble", {}),
-    "batch-ensemble": ("batch-ensemble", {}),
-    "batch-ensemble-channel": ("batch-ensemble", {"variant": "channel"}),
-    "batch-ensemble-kernel": ("batch-ensemble", {"variant": "kernel"}),
-}
 
 
 @dataclass(frozen=True)
@@ -89,13 +80,9 @@ class TrainConfig:
 
     def model_options(self, run: str) -> tuple[str, dict]:
         """(method, build_model options) for one run name."""
-        method, fixed = RUN_METHODS[run]
-        if method == "mc-dropout":
-            return method, {"dropout": self.dropout, "train_dropout": self.mc_dropout_train == "on"}
-        if method == "batch-ensemble":
-            return method, {"variant": self.be_variant, "init": self.be_init, "layout": self.be_layout,
-                            "loss": self.be_loss, **fixed}
-        return method, {}
+        from .nn.methods import METHODS, run_methods
+        method, fixed = run_methods()[run]
+        return method, {**METHODS[method].options_from(self), **fixed}
 
 
 PRESETS = {
@@ -187,9 +174,10 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
     for name in ("betas", "mean", "std"):
         if not all(math.isfinite(v) for v in getattr(config, name)):
             raise EnsdiagError(f"{name} must be finite numbers, got {getattr(config, name)}")
-    unknown = [m for m in config.methods if m not in RUN_METHODS]
+    from .nn.methods import run_methods
+    unknown = [m for m in config.methods if m not in run_methods()]
     if unknown:
-        raise EnsdiagError(f"unknown method {', '.join(map(repr, unknown))}; choose from {', '.join(RUN_METHODS)}")
+        raise EnsdiagError(f"unknown method {', '.join(map(repr, unknown))}; choose from {', '.join(run_methods())}")
     if not config.methods or not config.seeds:
         raise EnsdiagError("give at least one method and one seed")
     if not all(0 <= seed < 2**63 for seed in config.seeds):

@@ -23,6 +23,7 @@ from .device import resolve_device
 from .errors import EnsdiagError
 from .io import atomic_write_json, atomic_write_text, locked_folder, remove_stale_temporaries
 from .nn import build_model
+from .nn.methods import members_for
 from .nn.members import fastest
 from .predict import predict
 from .predictions import save_predictions, with_pooled_shift
@@ -70,7 +71,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     run_dir.mkdir(parents=True, exist_ok=True)
     method, options = config.model_options(run)
     torch.manual_seed(seed)
-    model = build_model(config.arch, method, None if method == "single" else config.members,
+    model = build_model(config.arch, method, members_for(method, config.members),
                         config.num_classes, config.input_shape, **options).to(device)
     model.member_strategy = fastest(device.type, config.arch)
     cuda = device.type == "cuda"
@@ -159,7 +160,7 @@ def check_fits(config: TrainConfig, available: int | None = None) -> None:
     for run in config.methods:
         method, options = config.model_options(run)
         with torch.device("meta"):
-            model = build_model(config.arch, method, None if method == "single" else config.members,
+            model = build_model(config.arch, method, members_for(method, config.members),
                                 config.num_classes, config.input_shape, **options)
         needed = 16 * sum(p.numel() for p in model.parameters())
         if needed > 0.8 * available:

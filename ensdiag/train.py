@@ -1,7 +1,8 @@
 """Training one model: the loss semantics of the methods, early stopping, exact resume.
 
-The loss combines the members' mean cross-entropies as the method's kit declares
-(`Kit.loss_over_members`):
+What differs between methods comes from the model's kit (nn/kit.py): the data orders of an
+epoch, how a batch reaches the members, which parameters take no weight decay, and how the
+members' mean cross-entropies combine into the loss (`Kit.loss_over_members`):
 - deep-ensemble: the **sum** over members. Members share no parameter, so each member's
   weights get exactly the gradient a single model would; lr and weight decay act on every
   member as on a single model. Member i sees its own shuffle of the data.
@@ -31,7 +32,7 @@ from .analysis.metrics import mean_log_probs
 from .data.batching import Normalize, TrainingImages, batch_indices, epoch_permutations
 from .errors import EnsdiagError
 from .io import atomic_write_bytes
-from .nn.model import flush_denormals
+from .nn.model import EnsembleModel, flush_denormals
 
 
 @dataclass
@@ -55,16 +56,19 @@ class FitData:
 
 
 def make_optimizer(model, config, fused=True):
-    """Adam or SGD; BatchEnsemble fast weights (r, s) get weight decay only if configured.
+    """Adam or SGD over `model` (an EnsembleModel, or a module holding several); the parameters
+    each model's kit exempts from weight decay (BatchEnsemble's fast weights, unless the run
+    decays them) get none.
 
     The fused kernels (one call updates every tensor) exist on CPU and CUDA and run the same
     update rule as the per-tensor loop, several times faster on small models; `fused=False`
     gives PyTorch's default update (the reference pipeline's)."""
-    fast = [p for name, p in model.named_parameters() if name.rsplit(".", 1)[-1] in ("r", "s")]
-    fast_ids = {id(p) for p in fast}
-    groups = [{"params": [p for p in model.parameters() if id(p) not in fast_ids]}]
-    if fast:
-        groups.append({"params": fast, "weight_decay": config.weight_decay if config.be_fast_weight_decay else 0.0})
+    exempt = [p for module in model.modules() if isinstance(module, EnsembleModel)
+              for p in module.kit.no_weight_decay(module, config)]
+    exempt_ids = {id(p) for p in exempt}
+    groups = [{"params": [p for p in model.parameters() if id(p) not in exempt_ids]}]
+    if exempt:
+        groups.append({"params": exempt, "weight_decay": 0.0})
     fused = (fused and all(p.device.type in ("cpu", "cuda") for p in model.parameters())) or None
     if config.optimizer == "sgd":
         optimizer = torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
@@ -74,22 +78,6 @@ def make_optimizer(model, config, fused=True):
                                      weight_decay=config.weight_decay, fused=fused)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(config.milestones), config.gamma)
     return optimizer, scheduler
-
-
-def num_orders(method: str, num_members: int) -> int:
-    """How many independent shuffles an epoch draws: one per Deep-Ensemble member, else one."""
-    return num_members if method == "deep-ensemble" else 1
-
-
-def member_batch(method, images, labels, num_members, split_batch=False):
-    """Index-gathered batch [m, b, ...] -> (inputs [m', b', ...], labels [m', b']) per member."""
-    if method != "batch-ensemble":
-        return images, labels
-    x, y = images[0], labels[0]
-    if split_batch:  # the original BatchEnsemble: member i gets its own B/k slice
-        usable = len(x) - len(x) % num_members
-        return x[:usable].unflatten(0, (num_members, -1)), y[:usable].unflatten(0, (num_members, -1))
-    return x.expand(num_members, *x.shape), y.expand(num_members, *y.shape)
 
 
 def member_loss(logits, labels, over_members="sum"):
@@ -106,25 +94,25 @@ def train_epoch(model, optimizer, data: FitData, orders, config, generator, auto
 
     Running totals stay on the device: one synchronisation per epoch, not one per batch."""
     model.train()
-    method, k, over_members = model.method, model.num_members, model.kit.loss_over_members
+    kit = model.kit
     images = data.training_images(torch.bfloat16 if autocast else torch.float32)
     device = images.images.device
     total_loss, total_correct, total_seen = torch.zeros((), device=device), torch.zeros((), device=device), 0
     for index in batch_indices(orders, config.batch_size):
-        x, y = member_batch(method, *images.batch(index, generator), k, config.be_split_batch)
+        x, y = kit.member_batch(*images.batch(index, generator), split_batch=config.be_split_batch)
         if y.shape[1] == 0:
             continue
         if channels_last:
             x = x.flatten(0, 1).contiguous(memory_format=torch.channels_last).unflatten(0, x.shape[:2])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model.forward_members(x)
-        loss = member_loss(logits.float(), y, over_members)
+        loss = member_loss(logits.float(), y, kit.loss_over_members)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         with torch.no_grad():
             members, seen = y.shape
-            mean_member_loss = loss.detach() / members if over_members == "sum" else loss.detach()
+            mean_member_loss = loss.detach() / members if kit.loss_over_members == "sum" else loss.detach()
             total_loss += mean_member_loss * seen
             total_correct += (logits.argmax(-1) == y).sum() / members
         total_seen += seen
@@ -214,7 +202,7 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         if stopped:
             break
         began = time.perf_counter()
-        orders = epoch_permutations(n, num_orders(model.method, model.num_members), generator, device)
+        orders = epoch_permutations(n, model.kit.data_orders(), generator, device)
         lr = optimizer.param_groups[0]["lr"]
         loss, accuracy = train_epoch(model, optimizer, data, orders, config, generator, autocast, channels_last)
         if not math.isfinite(loss):  # stop before this epoch's state overwrites the last finite one

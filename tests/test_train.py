@@ -17,7 +17,8 @@ from ensdiag.data import get_dataset
 from ensdiag.data.batching import Normalize, epoch_permutations
 from ensdiag.experiment import run_experiment
 from ensdiag.progress import TrainProgress
-from ensdiag.train import FitData, fit, make_optimizer, member_batch, train_epoch
+from ensdiag.nn import METHODS
+from ensdiag.train import FitData, fit, make_optimizer, train_epoch
 
 from .cli import assert_one_line_error, run_cli
 
@@ -75,10 +76,11 @@ def test_batch_ensemble_shared_weight_steps_like_a_single_model_when_fast_weight
 
 def test_batch_ensemble_members_see_every_example_or_a_disjoint_split():
     x, y = torch.randn(1, 8, 3), torch.arange(8)[None]
-    xs, ys = member_batch("batch-ensemble", x, y, 4)
+    kit = METHODS["batch-ensemble"](4)
+    xs, ys = kit.member_batch(x, y)
     assert xs.shape == (4, 8, 3) and all(torch.equal(xs[i], x[0]) for i in range(4))
     assert all(torch.equal(ys[i], y[0]) for i in range(4))
-    xs, ys = member_batch("batch-ensemble", x, y, 4, split_batch=True)
+    xs, ys = kit.member_batch(x, y, split_batch=True)
     assert xs.shape == (4, 2, 3) and sorted(ys.flatten().tolist()) == list(range(8))
 
 

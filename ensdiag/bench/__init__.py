@@ -22,12 +22,12 @@ __all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "bench", "bench_table"
 
 
 def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:
-    from ..config import RUN_METHODS
+    from ..nn.methods import run_methods
     from ..provenance import environment
 
     if settings.arch not in PROTOCOLS:
         raise EnsdiagError(f"unknown --arch {settings.arch!r}; choose from {', '.join(PROTOCOLS)}")
-    unknown = [m for m in settings.methods if m not in RUN_METHODS]
+    unknown = [m for m in settings.methods if m not in run_methods()]
     if unknown or not settings.methods:
         raise EnsdiagError(f"unknown method {', '.join(unknown) or '(none given)'}; choose from {', '.join(BENCH_METHODS)}")
     if settings.precision not in ("auto", "fp32", "bf16"):

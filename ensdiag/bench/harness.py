@@ -22,9 +22,10 @@ import torch
 
 from ..config import preset_config
 from ..data.batching import Normalize, epoch_permutations
-from ..nn import build_model, flush_denormals
+from ..nn import METHODS, build_model, flush_denormals
+from ..nn.methods import members_for
 from ..nn.members import fastest
-from ..train import FitData, make_optimizer, num_orders, train_epoch
+from ..train import FitData, make_optimizer, train_epoch
 from .reference import ReferenceModel, make_loader
 
 PROTOCOLS = {"mlp": ("mnist", 60_000), "resnet18": ("cifar10", 50_000)}
@@ -83,11 +84,6 @@ def _timed(fn, device):
     return time.perf_counter() - began, result
 
 
-def train_members(method: str, members: int, split_batch=False) -> int:
-    """How many member forward passes one training example costs."""
-    return members if method == "deep-ensemble" or (method == "batch-ensemble" and not split_batch) else 1
-
-
 def uses_bf16(settings, device) -> bool:
     """bf16 autocast: asked for, or by default on CUDA (on CPU it was measured slower)."""
     return settings.precision == "bf16" or (settings.precision == "auto" and device.type == "cuda")
@@ -104,7 +100,7 @@ class FastPathTimer:
     def __init__(self, config, run, data: FitData, settings, device, strategy=None):
         method, options = config.model_options(run)
         torch.manual_seed(0)
-        model = build_model(config.arch, method, None if method == "single" else config.members,
+        model = build_model(config.arch, method, members_for(method, config.members),
                             config.num_classes, config.input_shape, **options).to(device)
         model.member_strategy = strategy or fastest(device.type, config.arch)
         self.autocast = uses_bf16(settings, device)
@@ -121,7 +117,7 @@ class FastPathTimer:
         self.timed_batches = min(settings.batches or self.batches_per_epoch, self.batches_per_epoch)
 
     def _epoch(self, batches):
-        orders = epoch_permutations(self.n, num_orders(self.model.method, self.model.num_members), self.generator,
+        orders = epoch_permutations(self.n, self.model.kit.data_orders(), self.generator,
                                     self.device)[:, :batches * self.config.batch_size]
         train_epoch(self.model, self.optimizer, self.data, orders, self.config, self.generator, self.autocast,
                     self.channels_last)
@@ -138,7 +134,7 @@ class FastPathTimer:
         per_epoch = epoch_seconds(seconds, self.batches_per_epoch, self.timed_batches)
         inference = time_fast_inference(self.model, test_images, self.data.normalize, self.settings, self.device,
                                         self.autocast, self.channels_last)
-        k_train = train_members(self.model.method, self.model.num_members, self.config.be_split_batch)
+        k_train = self.model.kit.passes_per_example(self.config.be_split_batch)
         return {"members": self.model.num_members, "seconds_per_epoch": per_epoch, "epoch_seconds_measured": seconds,
                 "timed_batches": self.timed_batches, "batches_per_epoch": self.batches_per_epoch,
                 "images_per_second": self.n / per_epoch, "member_images_per_second": self.n * k_train / per_epoch,
@@ -220,10 +216,10 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
         timers[run, "fast"] = FastPathTimer(config, run, data, settings, device)
         if settings.reference:
             timers[run, "reference"] = ReferenceTimer(config, run, train, settings, device, workers)
-    if settings.strategies:
-        from ..nn.members import STRATEGIES
-        for strategy in STRATEGIES:
-            timers[strategy, "strategy"] = FastPathTimer(config, "deep-ensemble", data, settings, device, strategy)
+    if settings.strategies:  # the ways to run the members of every method that offers a choice
+        for method in (name for name, kit in METHODS.items() if kit.strategies):
+            for strategy in METHODS[method].strategies:
+                timers[strategy, "strategy"] = FastPathTimer(config, method, data, settings, device, strategy)
     for timer in timers.values():
         timer.warm_up()
     seconds = {key: [] for key in timers}

@@ -17,7 +17,9 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 from ..nn import build_model
-from ..train import make_optimizer, member_batch, member_loss
+from ..nn import METHODS
+from ..nn.methods import members_for
+from ..train import make_optimizer, member_loss
 
 
 class TransformedImages(Dataset):
@@ -49,11 +51,12 @@ class ReferenceModel:
         method, options = config.model_options(run)
         torch.manual_seed(seed)
         k = config.members
-        if method == "deep-ensemble":
+        self.separate = METHODS[method].reference_separate_members
+        if self.separate:  # the textbook way: k separate `single` networks, one after another
             self.networks = [build_model(config.arch, "single", 1, config.num_classes, config.input_shape).to(device)
                              for _ in range(k)]
         else:
-            self.networks = [build_model(config.arch, method, None if method == "single" else k,
+            self.networks = [build_model(config.arch, method, members_for(method, k),
                                          config.num_classes, config.input_shape, **options).to(device)]
         self.method, self.num_members, self.device = method, k, device
         self.optimizer, self.scheduler = make_optimizer(torch.nn.ModuleList(self.networks), config, fused=False)
@@ -64,10 +67,10 @@ class ReferenceModel:
         """[m, B, C]: each network's logits (m = k for Deep Ensembles and BatchEnsemble)."""
         for network in self.networks:
             network.train(train)
-        if self.method == "deep-ensemble":
+        if self.separate:
             return torch.stack([network.forward_members(x[None])[0] for network in self.networks])
         if train:
-            x, _ = member_batch(self.method, x[None], x.new_zeros(1, len(x)), self.num_members)
+            x, _ = self.networks[0].kit.member_batch(x[None], x.new_zeros(1, len(x)))
             return self.networks[0].forward_members(x)
         return self.networks[0](x)
 

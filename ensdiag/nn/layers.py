@@ -97,6 +97,9 @@ class BatchLinear(nn.Module):
         init_fast_weights_(self.r, init)
         init_fast_weights_(self.s, init)
 
+    def fast_weights(self):
+        return [self.r, self.s]
+
     def member_weights(self):
         """[k, out, in]: every member's effective dense weight W ∘ r_i s_iᵀ."""
         return self.weight * self.r[:, :, None] * self.s[:, None, :]
@@ -157,6 +160,9 @@ class BatchConv2d(nn.Module):
         _default_linear_init_(self.weight, self.bias if random_bias else None, in_channels * kernel_size**2)
         init_fast_weights_(self.r, init)
         init_fast_weights_(self.s, init)
+
+    def fast_weights(self):
+        return [self.r, self.s]
 
     def member_kernels(self):
         """[k, Cout, Cin, K, K]: every member's effective dense kernel."""

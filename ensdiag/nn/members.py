@@ -21,7 +21,7 @@ import torch
 from torch.func import functional_call, vmap
 
 from .architectures import ARCHITECTURES
-from .methods import METHODS
+from .kit import Kit
 
 STRATEGIES = ("stacked", "vmap", "loop")
 # Chosen by `ensdiag bench --strategies` (docs/performance.md): on CPU the bmm-stacked MLP wins,
@@ -51,7 +51,7 @@ def _plain_network(model):
 def _meta_single(arch, num_classes, input_shape):
     """The architecture built as `single` on the meta device: a shape with no storage."""
     with torch.device("meta"):
-        return ARCHITECTURES[arch](METHODS["single"](1), num_classes, input_shape)
+        return ARCHITECTURES[arch](Kit(1), num_classes, input_shape)  # the base kit: plain layers
 
 
 def forward_vmap(model, xs):

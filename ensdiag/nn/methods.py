@@ -7,14 +7,19 @@ independent layers for `deep-ensemble`, rank-1 fast-weight layers for `batch-ens
 Because every kit builds modules under the same attribute names, member i of any method
 loads straight into the `single` network (see `EnsembleModel.member_state_dict`).
 
+A kit also owns what training needs to know of its method (kit.py): how many data orders an
+epoch draws, how a batch reaches the members, the loss reduction over members, which
+parameters take no weight decay, how members are run, and its report label and run variants.
 Register a new method with `@register_method("name")` on a Kit subclass.
 """
 
 from torch import nn
 
 from ..errors import EnsdiagError
+from .kit import Kit
 from .layers import (DEFAULT_FAST_WEIGHT_INIT, BatchConv2d, BatchLinear, EnsembleBatchNorm2d,
                      EnsembleConv2d, EnsembleLinear, MCDropout, parse_fast_weight_init)
+from .members import FORWARDS
 
 METHODS: dict[str, type["Kit"]] = {}
 BE_LAYOUTS = ("original", "paper")
@@ -28,46 +33,15 @@ def register_method(name):
     return register
 
 
-class Kit:
-    """Plain layers on a member-major batch `[k*B, ...]`; subclasses override what differs."""
-
-    name = "?"
-    options: dict = {}  # option name -> default (None: depends on the architecture)
-    one_weight_set = False  # True when all members share one set of weights
-    # How the members' mean cross-entropies combine into the training loss: "sum" when members
-    # share no parameter (each then trains exactly as a single model would), "mean" when they
-    # share weights (the shared weights then get a single model's gradient, not k times it).
-    loss_over_members = "sum"
-
-    def __init__(self, num_members, **options):
-        self.num_members = num_members
-        self.options = options
-
-    def linear(self, in_features, out_features, bias=True):
-        return nn.Linear(in_features, out_features, bias=bias)
-
-    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
-        """A convolution without bias; `role` (stem | block | shortcut) says where it sits."""
-        return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=False)
-
-    def bn(self, num_features):
-        return nn.BatchNorm2d(num_features)
-
-    def dropout(self):
-        return nn.Identity()
-
-    def enter_images(self, xs):
-        """Member inputs [k, B, C, H, W] -> the layout this kit's conv layers expect."""
-        return xs.flatten(0, 1)
-
-    def pooled_features(self, h):
-        """Globally pooled conv features in this kit's layout -> member-major [k*B, F]."""
-        return h.mean(dim=(2, 3))
-
-
 @register_method("single")
 class SingleKit(Kit):
+    label = "Single"
     one_weight_set = True
+    fixed_members = 1
+
+    def check_members(self, m):
+        if m != 1:
+            raise ValueError("a single model takes inputs for exactly one member")
 
 
 @register_method("mc-dropout")
@@ -77,8 +51,13 @@ class MCDropoutKit(Kit):
     Option `train_dropout`: dropout also on in training (True: torch-uncertainty's MC Dropout,
     which the reference paper's numbers came from) or off (False: the paper's text)."""
 
+    label = "MC Dropout"
     options = {"dropout": None, "train_dropout": True}
     one_weight_set = True
+
+    @staticmethod
+    def options_from(config) -> dict:
+        return {"dropout": config.dropout, "train_dropout": config.mc_dropout_train == "on"}
 
     def dropout(self):
         return MCDropout(self.options["dropout"], in_training=self.options["train_dropout"])
@@ -86,7 +65,23 @@ class MCDropoutKit(Kit):
 
 @register_method("deep-ensemble")
 class DeepEnsembleKit(Kit):
-    """k independent networks: stacked weights, per-member BatchNorm statistics."""
+    """k independent networks: stacked weights, per-member BatchNorm statistics, each member its
+    own shuffle of the data; members run stacked, with vmap or in a loop (members.py)."""
+
+    label = "Deep Ensemble"
+    reference_separate_members = True
+    strategies = ("stacked", "vmap", "loop")
+
+    def passes_per_example(self, split_batch=False):
+        return self.num_members
+
+    def data_orders(self):
+        return self.num_members
+
+    def forward_members(self, model, xs):
+        if model.member_strategy != "stacked":
+            return FORWARDS[model.member_strategy](model, xs)
+        return super().forward_members(model, xs)
 
     def linear(self, in_features, out_features, bias=True):
         return EnsembleLinear(in_features, out_features, self.num_members, bias=bias)
@@ -117,7 +112,37 @@ class BatchEnsembleKit(Kit):
       per-member biases; shortcut convolutions are plain shared convolutions, not perturbed.
       ResNet-18 (k = 4, 10 classes) then has the paper's 11.22 M parameters."""
 
+    label = "BatchEnsemble"
     options = {"variant": "channel", "init": DEFAULT_FAST_WEIGHT_INIT, "layout": "original", "loss": "mean"}
+    run_variants = {"batch-ensemble-channel": ({"variant": "channel"}, "BatchEnsemble (C)"),
+                    "batch-ensemble-kernel": ({"variant": "kernel"}, "BatchEnsemble (K)")}
+
+    @staticmethod
+    def options_from(config) -> dict:
+        return {"variant": config.be_variant, "init": config.be_init, "layout": config.be_layout, "loss": config.be_loss}
+
+    def member_batch(self, images, labels, split_batch=False):
+        """Every member sees the whole batch (repeated k times), or in the original split mode
+        member i gets its own B/k slice."""
+        x, y, k = images[0], labels[0], self.num_members
+        if split_batch:
+            usable = len(x) - len(x) % k
+            return x[:usable].unflatten(0, (k, -1)), y[:usable].unflatten(0, (k, -1))
+        return x.expand(k, *x.shape), y.expand(k, *y.shape)
+
+    def passes_per_example(self, split_batch=False):
+        return 1 if split_batch else self.num_members
+
+    @classmethod
+    def model_variants(cls, convolutional):
+        kinds = ("channel", "kernel") if convolutional else ("channel",)  # kernel-wise perturbs convolutions
+        return [{"variant": v, "layout": layout} for v in kinds for layout in ("paper", "original")]
+
+    def no_weight_decay(self, model, config) -> list:
+        """The fast weights r, s, unless the run decays them (the paper's stack did)."""
+        if config.be_fast_weight_decay:
+            return []
+        return [p for module in model.modules() if hasattr(module, "fast_weights") for p in module.fast_weights()]
 
     @property
     def loss_over_members(self):
@@ -139,6 +164,27 @@ class BatchEnsembleKit(Kit):
         bias = self.paper_layout and role == "block"
         return BatchConv2d(in_channels, out_channels, kernel_size, self.num_members, stride, padding, bias=bias,
                            variant=self.options["variant"], init=self.options["init"], random_bias=bias)
+
+
+def members_for(method: str, k: int) -> int:
+    """The number of members a run of `method` builds with `--members k` (single: always 1)."""
+    return METHODS[method].fixed_members or k
+
+
+def run_methods() -> dict[str, tuple[str, dict]]:
+    """Run name -> (method, fixed options): every method, and the variants kits declare."""
+    runs = {name: (name, {}) for name in METHODS}
+    for name, kit in METHODS.items():
+        runs.update({run: (name, fixed) for run, (fixed, _) in kit.run_variants.items()})
+    return runs
+
+
+def run_label(run: str) -> str:
+    """How reports name a run: the kit's label, or its variant's."""
+    for kit in METHODS.values():
+        if run in kit.run_variants:
+            return kit.run_variants[run][1]
+    return METHODS[run].label if run in METHODS else run
 
 
 def resolve_options(method: str, given: dict, arch_defaults: dict, convolutional: bool = True,

@@ -18,7 +18,6 @@ from torch import nn
 from ..errors import EnsdiagError
 from .architectures import ARCHITECTURES
 from .layers import WEIGHT_LAYERS
-from .members import FORWARDS
 from .methods import METHODS, resolve_options
 
 DEFAULT_MEMBERS = 4
@@ -91,7 +90,7 @@ class EnsembleModel(nn.Module):
     def __init__(self, spec: ModelSpec, kit, body: nn.Module):
         super().__init__()
         self.spec, self.kit, self.body = spec, kit, body
-        self.member_strategy = "stacked"  # Deep Ensembles: stacked | vmap | loop (members.py)
+        self.member_strategy = "stacked"  # members stacked | vmap | loop, where the kit offers them (members.py)
 
     method = property(lambda self: self.spec.method)
     num_members = property(lambda self: self.spec.num_members)
@@ -106,13 +105,8 @@ class EnsembleModel(nn.Module):
 
         m must be k, except for MC Dropout, whose passes share one network (m = 1 trains it
         like a single model; any m draws m independent masks)."""
-        if xs.shape[0] != self.num_members and not self.kit.one_weight_set:
-            raise ValueError(f"{self.method} with k={self.num_members} got inputs for {xs.shape[0]} members")
-        if self.method == "single" and xs.shape[0] != 1:
-            raise ValueError("a single model takes inputs for exactly one member")
-        if self.member_strategy != "stacked" and self.method == "deep-ensemble":
-            return FORWARDS[self.member_strategy](self, xs)
-        return self.body(xs).unflatten(0, (xs.shape[0], xs.shape[1]))
+        self.kit.check_members(xs.shape[0])
+        return self.kit.forward_members(self, xs)
 
     def member_state_dict(self, i: int) -> dict[str, torch.Tensor]:
         """Member i as the state dict of the same architecture built as `single`."""

@@ -31,7 +31,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
         figures.append({"name": name, "title": title, "png": f"figures/{name}.png", "svg": f"figures/{name}.svg"})
 
     rows = []  # Figure 2: disagreement per split + weight cosine, one row per ensemble method
-    for method in ("deep-ensemble", "batch-ensemble", "batch-ensemble-channel", "batch-ensemble-kernel", "mc-dropout"):
+    for method in runs:  # every method whose members can disagree (the others skip the analyzer)
         seed, run = _first_complete(runs.get(method, {}))
         if run is None or _dig(run["metrics"], ("analyzers", "disagreement", "status")) != "ok":
             continue

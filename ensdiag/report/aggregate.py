@@ -17,9 +17,6 @@ from ..runs import read_experiment
 
 REPORT_SCHEMA = "ensdiag.report/1"
 CI_DEFINITION = "mean ± t_{0.975,n−1}·s/√n over seeds (95 % Student-t interval; s = sample std, n seeds)"
-METHOD_LABELS = {"single": "Single", "mc-dropout": "MC Dropout", "deep-ensemble": "Deep Ensemble",
-                 "batch-ensemble": "BatchEnsemble", "batch-ensemble-channel": "BatchEnsemble (C)",
-                 "batch-ensemble-kernel": "BatchEnsemble (K)"}
 
 # Published numbers of the reference paper (CIFAR-10 preset only), by report column.
 _SPLIT_LABELS, _OOD_LABELS = ("Acc", "NLL", "ECE", "H", "JSD"), ("AUPR", "AUROC", "FPR95 ID→OOD", "H", "JSD")
@@ -188,7 +185,7 @@ def _marks(rows, columns):
 
 def _table(table_id, title, columns, runs, expected, note=""):
     """columns: [(label, value_of(run) -> number | None, direction)]."""
-    rows = [{"method": method, "label": METHOD_LABELS.get(method, method),
+    rows = [{"method": method, "label": _label(method),
              "cells": [{**_cell(seeds, value_of), "expected": expected} for _, value_of, _ in columns]}
             for method, seeds in runs.items()]
     _marks(rows, columns)
@@ -198,9 +195,14 @@ def _table(table_id, title, columns, runs, expected, note=""):
 
 def _reference_rows(table, key):
     for method, numbers in PAPER[key].items():
-        table["rows"].append({"method": method, "label": f"{METHOD_LABELS[method]} — paper (published)", "reference": True,
+        table["rows"].append({"method": method, "label": f"{_label(method)} — paper (published)", "reference": True,
                               "cells": [{"mean": numbers.get(column["name"]), "ci": None, "n": None, "values": []}
                                         for column in table["columns"]]})
+
+
+def _label(run: str) -> str:
+    from ..nn.methods import run_label
+    return run_label(run)
 
 
 def _analyzer_columns(declared) -> list[tuple]:
