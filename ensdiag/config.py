@@ -180,8 +180,8 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
         raise EnsdiagError(f"unknown method {', '.join(map(repr, unknown))}; choose from {', '.join(run_methods())}")
     if not config.methods or not config.seeds:
         raise EnsdiagError("give at least one method and one seed")
-    if not all(0 <= seed < 2**63 for seed in config.seeds):
-        raise EnsdiagError(f"--seeds must lie in 0..2^63-1, got {', '.join(map(str, config.seeds))}"[:300])
+    if not all(-2**63 <= seed < 2**64 for seed in config.seeds):  # what torch.manual_seed accepts
+        raise EnsdiagError(f"--seeds must lie in -2^63..2^64-1, got {', '.join(map(str, config.seeds))}"[:300])
     if len(set(config.methods)) != len(config.methods) or len(set(config.seeds)) != len(config.seeds):
         raise EnsdiagError("methods and seeds must not repeat")
     checks = [(config.epochs >= 1, "--epochs must be at least 1"), (config.lr > 0, "--lr must be positive"),

@@ -97,7 +97,9 @@ def _fail(message: str, code: int):
 
 def run(app: typer.Typer, argv=None):
     """Run the typer app: every failure is one line on stderr and a documented exit code, never a traceback."""
-    if argv is None and hasattr(signal, "SIGPIPE"):  # `ensdiag … | head`: end quietly as Unix tools do
+    # `ensdiag … | head`: end quietly as Unix tools do; not while downloading, where a reset
+    # connection must stay an error instead of silently ending the process
+    if argv is None and hasattr(signal, "SIGPIPE") and "--download" not in sys.argv:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         # Outside standalone mode typer returns an exit code where it would exit (--help, and

@@ -37,8 +37,10 @@ def stored_config(out: Path, config: TrainConfig) -> TrainConfig | None:
     if (out / "experiment.json").exists():
         stored = TrainConfig.from_dict(read_experiment(out)["config"], source=str(out / "experiment.json"))
         if stored != config:
-            raise EnsdiagError(f"{out} holds a different experiment; use --resume {out} to continue it, "
-                               "or choose another --out")
+            differ = [f"{name} {getattr(stored, name)!r} there, {getattr(config, name)!r} here"
+                      for name in stored.to_dict() if name != "overrides" and getattr(stored, name) != getattr(config, name)]
+            raise EnsdiagError(f"{out} holds a different experiment ({'; '.join(differ)[:300]}); use --resume {out} "
+                               "to continue it with its own settings, or choose another --out")
         return stored
     if out.exists() and not out.is_dir():
         raise EnsdiagError(f"--out {out} exists and is not a directory")

@@ -56,19 +56,18 @@ class FitData:
 
 
 def make_optimizer(model, config, fused=True):
-    """Adam or SGD over `model` (an EnsembleModel, or a module holding several); the parameters
-    each model's kit exempts from weight decay (BatchEnsemble's fast weights, unless the run
-    decays them) get none.
+    """Adam or SGD over `model` (an EnsembleModel, or a module holding several): one group for
+    every parameter, then the groups each model's kit asks for (BatchEnsemble: its fast
+    weights, decayed only if the run says so). The group layout is part of a saved optimiser
+    state, so it must not change between versions that resume each other's runs.
 
     The fused kernels (one call updates every tensor) exist on CPU and CUDA and run the same
     update rule as the per-tensor loop, several times faster on small models; `fused=False`
     gives PyTorch's default update (the reference pipeline's)."""
-    exempt = [p for module in model.modules() if isinstance(module, EnsembleModel)
-              for p in module.kit.no_weight_decay(module, config)]
-    exempt_ids = {id(p) for p in exempt}
-    groups = [{"params": [p for p in model.parameters() if id(p) not in exempt_ids]}]
-    if exempt:
-        groups.append({"params": exempt, "weight_decay": 0.0})
+    special = [group for module in model.modules() if isinstance(module, EnsembleModel)
+               for group in module.kit.parameter_groups(module, config) if group["params"]]
+    taken = {id(p) for group in special for p in group["params"]}
+    groups = [{"params": [p for p in model.parameters() if id(p) not in taken]}, *special]
     fused = (fused and all(p.device.type in ("cpu", "cuda") for p in model.parameters())) or None
     if config.optimizer == "sgd":
         optimizer = torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,

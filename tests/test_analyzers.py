@@ -258,3 +258,20 @@ def test_every_declared_report_column_exists_in_the_analyzers_result(name):
                     break
                 assert isinstance(node, dict) and key in node, f"{name}: {column.label} at {column.key_path(split)}"
                 node = node[key]
+
+
+def test_a_plugin_with_bad_column_declarations_is_a_failed_analyzer(tmp_path, monkeypatch):
+    (tmp_path / "badcols_plugin.py").write_text("def f(predictions, weights=None):\n    return {}\n"
+                                               "f.columns = [{'label': 'x', 'path': ['a']}]\n")
+    dist = tmp_path / "badcols_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: badcols-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[ensdiag.analyzers]\nbadcols = badcols_plugin:f\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert "must be a Column" in load_plugins(force=True)["badcols"]
+        assert analyze_predictions(predictions())["analyzers"]["badcols"]["status"] == "failed"
+    finally:
+        monkeypatch.undo()
+        sys.modules.pop("badcols_plugin", None)
+        load_plugins(force=True)

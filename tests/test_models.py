@@ -168,7 +168,7 @@ def test_forward_members_checks_member_count():
 @pytest.mark.parametrize("call,message", [
     (lambda: ensdiag.build_model("vgg", "single"), "unknown architecture"),
     (lambda: ensdiag.build_model("mlp", "bagging"), "unknown method"),
-    (lambda: ensdiag.build_model("mlp", "single", num_members=4), "exactly one member"),
+    (lambda: ensdiag.build_model("mlp", "single", num_members=4), "exactly 1 member, not 4"),
     (lambda: ensdiag.build_model("mlp", "deep-ensemble", variant="kernel"), "takes no option"),
     (lambda: ensdiag.build_model("mlp", "batch-ensemble", variant="row"), "variant"),
     (lambda: ensdiag.build_model("mlp", "batch-ensemble", layout="mine"), "layout"),

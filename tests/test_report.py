@@ -323,3 +323,17 @@ def test_a_declared_column_missing_from_a_result_is_an_error_not_na(run_dir, toy
     assert_one_line_error(capsys, "report", run_dir, "--format", "json", "--no-figures",
                           match=r"deep-ensemble/seed-2/metrics.json: the toy-margin analyzer declares the report column "
                                 r"'(toy )?margin( \(id\))?' at splits.id.margin.value, which its result lacks")
+
+
+def test_a_seed_without_a_split_is_left_out_of_that_cell(run_dir):
+    """A seed trained before the shift set was on disk has no shift numbers: n = 2/3, not an error."""
+    path = run_dir / "deep-ensemble" / "seed-3" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    for name in [n for n in metrics["splits"] if n.startswith("shift")]:
+        del metrics["splits"][name]
+        for result in metrics["analyzers"].values():
+            result.get("splits", {}).pop(name, None)
+    atomic_write_json(path, metrics)
+    report = make_report(run_dir, write=False)
+    assert cell(report, "shift", "deep-ensemble", "Acc")["n"] == 2
+    assert cell(report, "id", "deep-ensemble", "Acc")["n"] == 3

@@ -235,6 +235,12 @@ def test_overrides_are_recorded(tmp_path):
     assert stored["splits"]["shift"] == "digits-C (procedural)" and stored["skipped"] == {}
 
 
+def test_a_different_experiment_in_the_folder_names_what_differs(tmp_path, capsys):
+    run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--out", tmp_path / "r", "--quiet")
+    assert_one_line_error(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "2", "--out", tmp_path / "r",
+                          "--quiet", match=r"holds a different experiment \(epochs 1 there, 2 here\); use --resume")
+
+
 def test_finished_runs_are_not_retrained(tmp_path, capsys):
     config = small()
     run_experiment(config, tmp_path, "data", quiet=True)
@@ -358,3 +364,15 @@ def test_a_state_saved_on_another_device_resumes_here_and_keeps_no_unused_best_c
     resumed = ensdiag.build_model("mlp", "single", 1, 10, (1, 8, 8))
     result = fit(resumed, config, digits_fit_data(64), 1, state, "cpu")
     assert [row["epoch"] for row in result["history"]] == [1, 2] and result["weights_epoch"] == 2
+
+
+@pytest.mark.parametrize("decay", [True, False])
+def test_batch_ensemble_fast_weights_form_their_own_optimiser_group(decay):
+    """Two groups whatever the setting, as ensdiag 0.1 saved them: its training states resume."""
+    model = ensdiag.build_model("resnet18", "batch-ensemble", 2, 10, (3, 8, 8))
+    optimizer, _ = make_optimizer(model, small(weight_decay=1e-3, be_fast_weight_decay=decay))
+    fast = {id(p) for name, p in model.named_parameters() if name.rsplit(".", 1)[-1] in ("r", "s")}
+    assert len(optimizer.param_groups) == 2 and {id(p) for p in optimizer.param_groups[1]["params"]} == fast
+    assert optimizer.param_groups[1]["weight_decay"] == (1e-3 if decay else 0.0)
+    everything = [id(p) for group in optimizer.param_groups for p in group["params"]]
+    assert sorted(everything) == sorted(id(p) for p in model.parameters())

@@ -82,8 +82,10 @@ def register_analyzer(name: str, description: str = "", version: int = 1, source
     """Register `function(predictions, weights) -> result`; `columns` declare what reports show of it."""
     def register(function):
         for column in columns:
-            if column.direction not in ("up", "down", None) or not column.tables or not column.path:
-                raise ValueError(f"analyzer {name!r}: column {column.label!r} needs a path, tables and a direction")
+            if not isinstance(column, Column) or column.direction not in ("up", "down", None) \
+                    or not column.tables or not column.path or isinstance(column.tables, str):
+                raise ValueError(f"analyzer {name!r}: column {getattr(column, 'label', column)!r} must be a Column "
+                                 "with a path, a tuple of tables and a direction")
         ANALYZERS[name] = Analyzer(name, function, description or (function.__doc__ or "").strip().split("\n")[0],
                                    version, source, tuple(columns))
         return function
@@ -103,14 +105,13 @@ def load_plugins(force: bool = False) -> dict[str, str]:
     errors = PLUGIN_ERRORS
     errors.clear()
     for point in entry_points(group=ENTRY_POINT_GROUP):
-        try:
+        try:  # a broken plug-in (import, or bad column declarations) must not break ensdiag
             function = point.load()
-        except Exception as error:  # a broken plug-in must not break ensdiag
+            if point.name not in ANALYZERS:  # a plain function: its columns, if any, as an attribute
+                register_analyzer(point.name, source=f"plug-in {point.value}",
+                                  columns=getattr(function, "columns", ()))(function)
+        except Exception as error:
             errors[point.name] = f"{type(error).__name__}: {error}"
-            continue
-        if point.name not in ANALYZERS:  # a plain function: its columns, if any, as an attribute
-            register_analyzer(point.name, source=f"plug-in {point.value}",
-                              columns=getattr(function, "columns", ()))(function)
     _plugins_loaded = True
     return dict(errors)
 

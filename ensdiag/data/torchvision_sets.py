@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torchvision.datasets as tvd
 
-from ..errors import EnsdiagError
+from ..errors import DataNotFound, EnsdiagError
 from ..io import atomic_write_bytes
 from . import safe_pickle
 from .registry import Dataset, Split, register_dataset
@@ -44,6 +44,17 @@ def _wrap_torchvision(what, folder, call):
         raise
     except Exception as error:  # torchvision reports bad files with asserts and RuntimeErrors
         raise EnsdiagError(f"{what}: torchvision could not read {folder} ({type(error).__name__}: {error})") from None
+
+
+def _download(what, folder, call):
+    """torchvision's verified download; a failure (no network, a mirror down) is missing data,
+    so an optional shift or OOD set is skipped with the reason instead of stopping a run."""
+    try:
+        return call()
+    except EnsdiagError:
+        raise
+    except Exception as error:
+        raise DataNotFound(f"{what}: --download failed into {folder} ({type(error).__name__}: {error})") from None
 
 
 # ---------------------------------------------------------------------------- IDX (MNIST family)
@@ -102,7 +113,7 @@ class _IdxDataset(Dataset):
     def load(self, data_dir, split="test", download=False):
         data_dir = Path(data_dir)
         if download:
-            _wrap_torchvision(self.title, data_dir, lambda: self.torchvision_class(str(data_dir), train=split == "train", download=True))
+            _download(self.title, data_dir, lambda: self.torchvision_class(str(data_dir), train=split == "train", download=True))
         found = {part: self._find(data_dir, part) for part in ("train", "test")}
         folder, files = found[split]
         if folder is None or found["train" if split == "test" else "test"][0] is None:
@@ -198,7 +209,7 @@ class CIFAR10(Dataset):
     def load(self, data_dir, split="test", download=False):
         data_dir = Path(data_dir)
         if download:  # torchvision downloads, checks MD5s, and unpickles only files that passed them
-            _wrap_torchvision(self.title, data_dir, lambda: tvd.CIFAR10(str(data_dir), train=split == "train", download=True))
+            _download(self.title, data_dir, lambda: tvd.CIFAR10(str(data_dir), train=split == "train", download=True))
         if self.locate(data_dir) is None:
             raise self.missing(data_dir)
         folder = data_dir / "cifar-10-batches-py"
@@ -227,7 +238,7 @@ class SVHN(Dataset):
     def load(self, data_dir, split="test", download=False):
         data_dir = Path(data_dir)
         if download:
-            _wrap_torchvision(self.title, data_dir, lambda: tvd.SVHN(str(data_dir), split=split, download=True))
+            _download(self.title, data_dir, lambda: tvd.SVHN(str(data_dir), split=split, download=True))
         path = data_dir / f"{split}_32x32.mat"
         if not path.is_file():
             raise self.missing(data_dir)

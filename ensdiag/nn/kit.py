@@ -6,7 +6,7 @@ need to know of its method, so that none of them names a method:
 - `data_orders()`: independent shuffles per epoch (1, or k for members with their own data);
 - `member_batch(images, labels)`: how an index-gathered batch `[m, b, ...]` reaches the members;
 - `loss_over_members`: "sum" or "mean" of the members' mean cross-entropies;
-- `no_weight_decay(model, config)`: parameters the optimiser must not decay;
+- `parameter_groups(model, config)`: parameters the optimiser treats apart (weight decay);
 - `check_members(m)` and `forward_members(model, xs)`: how members run;
 - `label`, `run_variants`, `options_from(config)`: names in reports, extra run names
   (a method with fixed options), and the method's options taken from a run's config.
@@ -80,7 +80,9 @@ class Kit:
     def member_batch(self, images, labels, split_batch=False):
         return images, labels
 
-    def no_weight_decay(self, model, config) -> list:
+    def parameter_groups(self, model, config) -> list[dict]:
+        """Optimiser groups with settings of their own ({"params", "weight_decay"}); the rest of
+        the parameters form one group with the run's settings."""
         return []
 
     def check_members(self, m: int):

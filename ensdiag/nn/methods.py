@@ -138,11 +138,11 @@ class BatchEnsembleKit(Kit):
         kinds = ("channel", "kernel") if convolutional else ("channel",)  # kernel-wise perturbs convolutions
         return [{"variant": v, "layout": layout} for v in kinds for layout in ("paper", "original")]
 
-    def no_weight_decay(self, model, config) -> list:
-        """The fast weights r, s, unless the run decays them (the paper's stack did)."""
-        if config.be_fast_weight_decay:
-            return []
-        return [p for module in model.modules() if hasattr(module, "fast_weights") for p in module.fast_weights()]
+    def parameter_groups(self, model, config) -> list[dict]:
+        """The fast weights r, s in a group of their own, decayed only if the run says so (the
+        paper's stack did; the original did not)."""
+        fast = [p for module in model.modules() if hasattr(module, "fast_weights") for p in module.fast_weights()]
+        return [{"params": fast, "weight_decay": config.weight_decay if config.be_fast_weight_decay else 0.0}]
 
     @property
     def loss_over_members(self):

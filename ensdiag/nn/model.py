@@ -65,7 +65,8 @@ class ModelSpec:
             raise EnsdiagError(f"unknown architecture {self.arch!r}; choose from {', '.join(ARCHITECTURES)}")
         if self.method not in METHODS:
             raise EnsdiagError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
-        if not 1 <= self.num_members <= MAX_MEMBERS or (self.method == "single" and self.num_members != 1):
+        fixed = METHODS[self.method].fixed_members
+        if not 1 <= self.num_members <= MAX_MEMBERS or (fixed and self.num_members != fixed):
             raise EnsdiagError(f"a {self.method} model cannot have {self.num_members} members (1..{MAX_MEMBERS})")
         if not 2 <= self.num_classes <= MAX_CLASSES:
             raise EnsdiagError(f"num_classes must lie in 2..{MAX_CLASSES}, got {self.num_classes}")
@@ -157,10 +158,11 @@ def build_model(arch: str, method: str, num_members: int | None = None, num_clas
         raise EnsdiagError(f"unknown architecture {arch!r}; choose from {', '.join(ARCHITECTURES)}")
     builder = ARCHITECTURES[arch]
     options = resolve_options(method, options, builder.default_options, builder.convolutional, arch)
+    fixed = METHODS[method].fixed_members
     if num_members is None:
-        num_members = 1 if method == "single" else DEFAULT_MEMBERS
-    if method == "single" and num_members != 1:
-        raise EnsdiagError(f"a single model has exactly one member, not {num_members}")
+        num_members = fixed or DEFAULT_MEMBERS
+    if fixed and num_members != fixed:
+        raise EnsdiagError(f"a {method} model has exactly {fixed} member{'s' if fixed > 1 else ''}, not {num_members}")
     if num_members < 1 or num_classes < 2:
         raise EnsdiagError(f"need at least one member and two classes (got k={num_members}, C={num_classes})")
     spec = ModelSpec(arch, method, int(num_members), int(num_classes), tuple(int(d) for d in input_shape), options)

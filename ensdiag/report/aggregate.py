@@ -37,21 +37,25 @@ MISSING = object()
 
 
 def declared_columns(table_id: str, split: str | None = None, skipped=()) -> list[tuple]:
-    """[(label, analyzer, key path, direction, definition)] of every registered analyzer's
+    """[(label, analyzer, key path, direction, definition, split)] of every registered analyzer's
     columns in this table, in their declared order; columns of a skipped split are left out."""
     from ..analysis import all_analyzers
     found = [(column.order, index, column, analyzer) for analyzer in all_analyzers().values()
              for index, column in enumerate(analyzer.columns) if table_id in column.tables
              and column.split not in skipped]
-    return [(column.label, analyzer.name, column.key_path(split), column.direction, column.definition)
+    return [(column.label, analyzer.name, column.key_path(split), column.direction, column.definition,
+             split if "{split}" in "".join(column.path) else column.split)
             for _, _, column, analyzer in sorted(found, key=lambda item: (item[0], item[1]))]
 
 
-def _analyzer_value(run, analyzer, path, label):
-    """The declared number of one run; None when the analyzer did not run (skipped, failed);
-    an error when an analyzer that ran lacks a column it declares."""
+def _analyzer_value(run, analyzer, path, label, split=None):
+    """The declared number of one run; None when the analyzer did not run (skipped, failed) or
+    the run has no such split (a seed trained before a shift set was on disk); an error when an
+    analyzer that ran lacks a column it declares."""
     result = run["metrics"]["analyzers"].get(analyzer)
     if not isinstance(result, dict) or result.get("status") != "ok":
+        return None
+    if split is not None and split not in run["metrics"]["splits"]:
         return None
     value = _lookup(result, path)
     if value is MISSING:
@@ -206,8 +210,8 @@ def _label(run: str) -> str:
 
 
 def _analyzer_columns(declared) -> list[tuple]:
-    return [(label, lambda run, a=analyzer, p=path, lb=label: _analyzer_value(run, a, p, lb), direction)
-            for label, analyzer, path, direction, _ in declared]
+    return [(label, lambda run, a=analyzer, p=path, lb=label, sp=split: _analyzer_value(run, a, p, lb, sp), direction)
+            for label, analyzer, path, direction, _, split in declared]
 
 
 def _meta_column(label, key, direction):
@@ -238,7 +242,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
 
     def analyzer_table(table_id, title, split=None, subset=None, note="", declared_in=None):
         declared = declared_columns(declared_in or table_id, split, skipped)
-        definitions.update({label: definition for label, _, _, _, definition in declared})
+        definitions.update({label: definition for label, _, _, _, definition, _ in declared})
         return _table(table_id, title, _analyzer_columns(declared), subset or runs, expected, note)
 
     tables = [analyzer_table("id", f"In-distribution ({titles.get('id', 'test')})", "id")]
