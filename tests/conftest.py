@@ -16,3 +16,23 @@ def _seeded():
 def _private_cache(tmp_path_factory, monkeypatch):
     """Decompressed dataset copies go to a per-session folder, not the user's cache."""
     monkeypatch.setenv("ENSDIAG_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A tiny finished run: single and BatchEnsemble, one seed, two epochs on the embedded digits."""
+    from ensdiag.config import preset_config
+    from ensdiag.experiment import run_experiment
+    out = tmp_path_factory.mktemp("finished") / "run"
+    config = preset_config("digits", methods=["single", "batch-ensemble"], seeds=[1], epochs=2, members=2)
+    run_experiment(config, out, "data", quiet=True)
+    return out
+
+
+@pytest.fixture
+def run(finished_run, tmp_path):
+    """A copy of `finished_run` to damage; `box` holds only the run: nothing else may appear in it."""
+    import shutil
+    copy = tmp_path / "box" / "run"
+    shutil.copytree(finished_run, copy)
+    return copy

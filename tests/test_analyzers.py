@@ -87,19 +87,25 @@ def test_missing_inputs_are_skipped_with_reasons():
     assert result["schema"] == "ensdiag.metrics/1"
 
 
+def install_plugin(folder, monkeypatch, distribution, entry_point, source=None, module=None):
+    """A plug-in distribution in `folder`: its dist-info with one `ensdiag.analyzers` entry point
+    (`name = module:function`), and the module's source if given; `folder` goes on sys.path."""
+    if source is not None:
+        (folder / f"{module}.py").write_text(textwrap.dedent(source))
+    dist = folder / f"{distribution.replace('-', '_')}-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[ensdiag.analyzers]\n{entry_point}\n")
+    monkeypatch.syspath_prepend(str(folder))
+
+
 def test_plugin_registers_through_an_entry_point(tmp_path, monkeypatch):
-    package = tmp_path / "tiny_plugin.py"
-    package.write_text(textwrap.dedent('''
+    install_plugin(tmp_path, monkeypatch, "tiny-plugin", "sample-count = tiny_plugin:count_samples", '''
         def count_samples(predictions, weights=None):
             """How many samples each split has."""
             from ensdiag.analysis import metric
             return {"splits": {n: metric(s["logits"].shape[1], "number of samples") for n, s in predictions.items()}}
-    '''))
-    dist = tmp_path / "tiny_plugin-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[ensdiag.analyzers]\nsample-count = tiny_plugin:count_samples\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    ''', "tiny_plugin")
     try:
         assert load_plugins(force=True) == {}
         assert "sample-count" in ANALYZERS and ANALYZERS["sample-count"].source.startswith("plug-in")
@@ -224,11 +230,7 @@ def test_mnist_preset_loads_fashion_mnist_unlabelled_and_writes_no_ood_labels(tm
 
 
 def test_a_plugin_that_fails_to_import_is_reported_not_dropped(tmp_path, monkeypatch, capsys):
-    dist = tmp_path / "broken_plugin-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[ensdiag.analyzers]\nbroken = broken_plugin_missing:function\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    install_plugin(tmp_path, monkeypatch, "broken-plugin", "broken = broken_plugin_missing:function")
     try:
         assert "ModuleNotFoundError" in load_plugins(force=True)["broken"]
         result = analyze_predictions(predictions())["analyzers"]["broken"]
@@ -261,13 +263,9 @@ def test_every_declared_report_column_exists_in_the_analyzers_result(name):
 
 
 def test_a_plugin_with_bad_column_declarations_is_a_failed_analyzer(tmp_path, monkeypatch):
-    (tmp_path / "badcols_plugin.py").write_text("def f(predictions, weights=None):\n    return {}\n"
-                                               "f.columns = [{'label': 'x', 'path': ['a']}]\n")
-    dist = tmp_path / "badcols_plugin-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: badcols-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[ensdiag.analyzers]\nbadcols = badcols_plugin:f\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    install_plugin(tmp_path, monkeypatch, "badcols-plugin", "badcols = badcols_plugin:f",
+                   "def f(predictions, weights=None):\n    return {}\nf.columns = [{'label': 'x', 'path': ['a']}]\n",
+                   "badcols_plugin")
     try:
         assert "must be a Column" in load_plugins(force=True)["badcols"]
         assert analyze_predictions(predictions())["analyzers"]["badcols"]["status"] == "failed"
