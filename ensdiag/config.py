@@ -188,10 +188,6 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
               (config.batch_size >= 1, "--batch-size must be at least 1"),
               (config.members >= 1, "--members must be at least 1"),
               (config.members <= 4096, "--members must be at most 4096 (the largest ensemble a model file may hold)"),
-              (0 <= config.dropout < 1, "--dropout must lie in [0, 1)"),
-              (config.be_variant in ("channel", "kernel"), "--be-variant must be channel or kernel"),
-              (config.be_layout in ("original", "paper"), "--be-layout must be original or paper"),
-              (config.be_loss in ("mean", "sum"), "--be-loss must be mean or sum"),
               (config.mc_dropout_train in ("on", "off"), "--mc-dropout-train must be on or off"),
               (config.optimizer in ("adam", "sgd"), "optimizer must be adam or sgd"),
               (config.patience >= 1, "--patience must be at least 1"),
@@ -219,6 +215,6 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
     if config.arch not in ARCHITECTURES:
         raise EnsdiagError(f"unknown architecture {config.arch!r}; choose from {', '.join(ARCHITECTURES)}")
     builder = ARCHITECTURES[config.arch]
-    for run in config.methods:  # the methods' own checks (options, kernel-wise needs convolutions)
+    for run in config.methods:  # the method options, each checked against its kit's declaration
         method, options = config.model_options(run)
         resolve_options(method, options, builder.default_options, builder.convolutional or stored, config.arch)

@@ -83,3 +83,22 @@ def test_training_and_reporting_code_name_no_method():
                    and isinstance(node.value, str) and id(node) not in docstrings]
         for method in ("mc-dropout", "deep-ensemble", "batch-ensemble"):
             assert not [text for text in strings if method in text], f"{name} names {method} in code"
+
+
+OPTIONS = [(method, option) for method, kit in METHODS.items() for option in kit.declared]
+
+
+@pytest.mark.parametrize("method,option", OPTIONS, ids=[f"{m}.{o.name}" for m, o in OPTIONS])
+def test_every_declared_option_checks_its_values(method, option):
+    """One declaration per option: defaults pass, values outside it are one error naming the flag."""
+    from ensdiag.errors import EnsdiagError
+    from ensdiag.nn.methods import resolve_options
+    defaults = {"dropout": 0.1}
+    assert resolve_options(method, {}, defaults)[option.name] == defaults.get(option.name, option.default)
+    assert option.help and METHODS[method].options[option.name] == option.default
+    bad = {bool: "yes", float: 1.5 if option.high == 1.0 else float("nan"), str: 3}[option.kind]
+    with pytest.raises(EnsdiagError, match=option.flag or option.name):
+        resolve_options(method, {option.name: bad}, defaults)
+    if option.choices:
+        with pytest.raises(EnsdiagError, match=" or |one of"):
+            resolve_options(method, {option.name: "none-of-these"}, defaults)

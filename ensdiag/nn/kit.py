@@ -13,7 +13,48 @@ need to know of its method, so that none of them names a method:
 The base class is the plain network (`single`); methods override what differs (methods.py).
 """
 
+import math
+from dataclasses import dataclass
+
 from torch import nn
+
+from ..errors import EnsdiagError
+
+
+@dataclass(frozen=True)
+class Option:
+    """A method option, declared once: name, default, valid values, help, and the CLI flag
+    that sets it (named in errors). `resolve_options` checks every value against it."""
+
+    name: str
+    default: object  # None: the architecture's default (the paper's dropout rates)
+    help: str
+    kind: type = str
+    choices: tuple = ()
+    low: float | None = None  # numbers: low <= value < high
+    high: float | None = None
+    parse: object = None  # a further check, raising EnsdiagError (e.g. the fast-weight init spec)
+    flag: str | None = None
+
+    def check(self, value, method: str):
+        """The value, of the declared type and range, or one clear error."""
+        name = self.flag or f"{method} option {self.name}"
+        if self.kind is bool and not isinstance(value, bool):
+            raise EnsdiagError(f"{name} must be true or false, got {value!r}")
+        if self.kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise EnsdiagError(f"{name} must be a finite number, got {value!r}")
+            value = float(value)
+            if (self.low is not None and value < self.low) or (self.high is not None and value >= self.high):
+                raise EnsdiagError(f"{name} must lie in [{self.low:g}, {self.high:g}), got {value:g}")
+        if self.kind is str and not isinstance(value, str):
+            raise EnsdiagError(f"{name} must be text, got {value!r}")
+        if self.choices and value not in self.choices:
+            allowed = " or ".join(self.choices) if len(self.choices) == 2 else "one of " + ", ".join(self.choices)
+            raise EnsdiagError(f"{name} must be {allowed}, got {value!r}")
+        if self.parse is not None:
+            self.parse(value)
+        return value
 
 
 class Kit:
@@ -21,7 +62,8 @@ class Kit:
 
     name = "?"
     label = "?"  # how reports name the method
-    options: dict = {}  # option name -> default (None: depends on the architecture)
+    declared: tuple[Option, ...] = ()  # the method's options (a kit may also give a plain `options` dict)
+    options: dict = {}  # option name -> default, derived from `declared` by `register_method`
     run_variants: dict = {}  # extra run name -> (fixed options, label), e.g. batch-ensemble-kernel
     reference_separate_members = False  # the bench's reference pipeline trains k separate networks
     one_weight_set = False  # True when all members share one set of weights
@@ -84,6 +126,10 @@ class Kit:
         """Optimiser groups with settings of their own ({"params", "weight_decay"}); the rest of
         the parameters form one group with the run's settings."""
         return []
+
+    @classmethod
+    def check_options(cls, options: dict, convolutional: bool, arch: str):
+        """Checks that span options or the architecture (each option alone: `Option.check`)."""
 
     def check_members(self, m: int):
         if m != self.num_members and not self.one_weight_set:

@@ -16,7 +16,7 @@ Register a new method with `@register_method("name")` on a Kit subclass.
 from torch import nn
 
 from ..errors import EnsdiagError
-from .kit import Kit
+from .kit import Kit, Option
 from .layers import (DEFAULT_FAST_WEIGHT_INIT, BatchConv2d, BatchLinear, EnsembleBatchNorm2d,
                      EnsembleConv2d, EnsembleLinear, MCDropout, parse_fast_weight_init)
 from .members import FORWARDS
@@ -29,6 +29,8 @@ def register_method(name):
     def register(cls):
         METHODS[name] = cls
         cls.name = name
+        if cls.declared:
+            cls.options = {option.name: option.default for option in cls.declared}
         return cls
     return register
 
@@ -52,7 +54,10 @@ class MCDropoutKit(Kit):
     which the reference paper's numbers came from) or off (False: the paper's text)."""
 
     label = "MC Dropout"
-    options = {"dropout": None, "train_dropout": True}
+    declared = (Option("dropout", None, "dropout rate (default: the architecture's, the paper's 0.05 / 0.1)",
+                       float, low=0.0, high=1.0, flag="--dropout"),
+                Option("train_dropout", True, "dropout on in training too (torch-uncertainty) or only at test time",
+                       bool))
     one_weight_set = True
 
     @staticmethod
@@ -113,7 +118,20 @@ class BatchEnsembleKit(Kit):
       ResNet-18 (k = 4, 10 classes) then has the paper's 11.22 M parameters."""
 
     label = "BatchEnsemble"
-    options = {"variant": "channel", "init": DEFAULT_FAST_WEIGHT_INIT, "layout": "original", "loss": "mean"}
+    declared = (Option("variant", "channel", "convolutions perturbed channel-wise or kernel-wise",
+                       choices=("channel", "kernel"), flag="--be-variant"),
+                Option("init", DEFAULT_FAST_WEIGHT_INIT, "fast-weight initialisation: normal[:std], ones, random-sign[:p]",
+                       parse=parse_fast_weight_init, flag="--be-init"),
+                Option("layout", "original", "bias and shortcut layout: original or the paper's",
+                       choices=BE_LAYOUTS, flag="--be-layout"),
+                Option("loss", "mean", "cross-entropy averaged over all k·B rows, or summed over members",
+                       choices=("mean", "sum"), flag="--be-loss"))
+
+    @classmethod
+    def check_options(cls, options, convolutional, arch):
+        if options["variant"] == "kernel" and not convolutional:
+            raise EnsdiagError(f"kernel-wise BatchEnsemble perturbs convolution kernels and {arch} has none: it would "
+                               "be the channel-wise model under another name; use the channel variant")
     run_variants = {"batch-ensemble-channel": ({"variant": "channel"}, "BatchEnsemble (C)"),
                     "batch-ensemble-kernel": ({"variant": "kernel"}, "BatchEnsemble (K)")}
 
@@ -198,21 +216,7 @@ def resolve_options(method: str, given: dict, arch_defaults: dict, convolutional
         accepted = ", ".join(allowed) or "none"
         raise EnsdiagError(f"method {method!r} takes no option {', '.join(unknown)} (accepted: {accepted})")
     options = {name: given.get(name, arch_defaults.get(name, default)) for name, default in allowed.items()}
-    if "variant" in options and options["variant"] not in ("channel", "kernel"):
-        raise EnsdiagError(f"unknown BatchEnsemble variant {options['variant']!r}; use channel or kernel")
-    if options.get("variant") == "kernel" and not convolutional:
-        raise EnsdiagError(f"kernel-wise BatchEnsemble perturbs convolution kernels and {arch} has none: it would be "
-                           "the channel-wise model under another name; use the channel variant")
-    if "loss" in options and options["loss"] not in ("mean", "sum"):
-        raise EnsdiagError(f"unknown BatchEnsemble loss {options['loss']!r}; use mean or sum")
-    if "layout" in options and options["layout"] not in BE_LAYOUTS:
-        raise EnsdiagError(f"unknown BatchEnsemble layout {options['layout']!r}; use {' or '.join(BE_LAYOUTS)}")
-    if "init" in options:
-        parse_fast_weight_init(options["init"])
-    if "train_dropout" in options and not isinstance(options["train_dropout"], bool):
-        raise EnsdiagError(f"train_dropout must be true or false, got {options['train_dropout']!r}")
-    if "dropout" in options:
-        options["dropout"] = float(options["dropout"])
-        if not 0.0 <= options["dropout"] < 1.0:
-            raise EnsdiagError(f"dropout rate must lie in [0, 1), got {options['dropout']}")
+    for option in METHODS[method].declared:  # each value against its one declaration
+        options[option.name] = option.check(options[option.name], method)
+    METHODS[method].check_options(options, convolutional, arch)
     return options
