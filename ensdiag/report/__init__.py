@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 from ..io import atomic_write_text
-from .aggregate import _dig, build_report, load_runs, newest_run
+from .aggregate import dig, build_report, load_runs, newest_run
 from .figures import (heatmap_grid, ood_histogram_figure, plottable, reliability_figure, save_figure,
                       training_curves_figure)
 from .render import to_html, to_json, to_latex, to_markdown, to_rich
@@ -33,13 +33,13 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
     rows = []  # Figure 2: disagreement per split + weight cosine, one row per ensemble method
     for method in runs:  # every method whose members can disagree (the others skip the analyzer)
         seed, run = _first_complete(runs.get(method, {}))
-        if run is None or _dig(run["metrics"], ("analyzers", "disagreement", "status")) != "ok":
+        if run is None or dig(run["metrics"], ("analyzers", "disagreement", "status")) != "ok":
             continue
         analyzers = run["metrics"]["analyzers"]
         panels = [(f"disagreement: {split}", matrix) for split in ("id", "shift", "ood")
-                  if (matrix := plottable(_dig(analyzers, ("disagreement", "splits", split, "matrix", "value")))) is not None]
-        cosine = plottable(_dig(analyzers, ("weight-similarity", "matrix", "value")))
-        if _dig(analyzers, ("weight-similarity", "status")) == "ok" and cosine is not None:
+                  if (matrix := plottable(dig(analyzers, ("disagreement", "splits", split, "matrix", "value")))) is not None]
+        cosine = plottable(dig(analyzers, ("weight-similarity", "matrix", "value")))
+        if dig(analyzers, ("weight-similarity", "status")) == "ok" and cosine is not None:
             panels.append(("weight cosine", cosine))
         rows.append((f"{method} (seed {seed})", panels))
     if rows:
@@ -47,7 +47,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
     curves = []
     for method, seeds in runs.items():
         bins = [found for run in seeds.values() if run
-                and (found := _dig(run["metrics"], ("analyzers", "calibration", "splits", "id", "ece", "bins")))]
+                and (found := dig(run["metrics"], ("analyzers", "calibration", "splits", "id", "ece", "bins")))]
         if bins:  # pool the seeds' bins: counts add, accuracy/confidence weighted by count
             count = [sum(b["count"][i] for b in bins) for i in range(len(bins[0]["count"]))]
             pooled = {"lower": bins[0]["lower"], "upper": bins[0]["upper"], "count": count}

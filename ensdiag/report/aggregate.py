@@ -111,7 +111,7 @@ def _read_metrics(path) -> dict:
     if not isinstance(metrics.get("analyzers"), dict) or not isinstance(metrics.get("splits"), dict) or not all(
             isinstance(result, dict) and isinstance(result.get("status"), str) for result in metrics["analyzers"].values()):
         raise _damaged(path, "no 'analyzers' and 'splits' of the ensdiag.metrics layout")
-    for score in (_dig(metrics, ("analyzers", "ood", "scores")) or {}).values():
+    for score in (dig(metrics, ("analyzers", "ood", "scores")) or {}).values():
         if isinstance(score, dict) and "fpr95" in score:  # before 0.2: one FPR95, the OOD→ID direction
             score.setdefault("fpr95_ood_as_id", score["fpr95"])
             score.setdefault("fpr95_id_as_ood", {"value": None, "status": "missing",
@@ -161,7 +161,7 @@ def _lookup(node, path):
     return node
 
 
-def _dig(node, path):
+def dig(node, path):
     """The value at `path`, or None where the path does not exist."""
     value = _lookup(node, path)
     return None if value is MISSING else value
@@ -215,7 +215,7 @@ def _analyzer_columns(declared) -> list[tuple]:
 
 
 def _meta_column(label, key, direction):
-    return label, lambda run: _dig(run["meta"], (key,)), direction
+    return label, lambda run: dig(run["meta"], (key,)), direction
 
 
 def _plugin_tables() -> list[tuple[str, object]]:
@@ -248,8 +248,8 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     tables = [analyzer_table("id", f"In-distribution ({titles.get('id', 'test')})", "id")]
     if "shift" not in skipped:
         # seeds trained while different corruption files were on disk were measured on different pools
-        pools = sorted({str(_dig(run["meta"], ("splits", "shift"))) for seeds in runs.values()
-                        for run in seeds.values() if run and _dig(run["meta"], ("splits", "shift"))})
+        pools = sorted({str(dig(run["meta"], ("splits", "shift"))) for seeds in runs.values()
+                        for run in seeds.values() if run and dig(run["meta"], ("splits", "shift"))})
         mixed = ("Seeds were measured on different shift sets and are averaged all the same: " + " | ".join(pools)
                  if len(pools) > 1 else "")
         tables.append(analyzer_table("shift", f"Distribution shift ({titles.get('shift', 'shift')}, pooled)", "shift",
@@ -258,7 +258,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                               for name in run["metrics"]["splits"] if name.startswith("shift/")})
         if corruptions:
             tables.append(_table("shift-corruptions", "Accuracy per corruption", [
-                (c, lambda run, c=c: _dig(run["metrics"], ("analyzers", "calibration", "splits", f"shift/{c}",
+                (c, lambda run, c=c: dig(run["metrics"], ("analyzers", "calibration", "splits", f"shift/{c}",
                                                            "accuracy", "value")), "up") for c in corruptions],
                 runs, expected))
     if "ood" not in skipped:
