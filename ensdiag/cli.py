@@ -42,10 +42,22 @@ def models(
     arch: str = typer.Option(None, help="Only this architecture (mlp, resnet18)."),
     members: int = typer.Option(4, "--members", "-k", help="Ensemble members."),
     num_classes: int = typer.Option(10, help="Output classes."),
+    options: bool = typer.Option(False, "--options", help="List every method's options (train --option METHOD.NAME=VALUE) instead."),
 ):
     """Every architecture x method ensdiag builds, with its parameter count (paper Table 4)."""
     from .nn import ARCHITECTURES, METHODS, build_model
     from .nn.methods import members_for
+
+    if options:
+        table = Table(title="Method options (ensdiag train --option METHOD.NAME=VALUE)")
+        for column in ("method", "option", "default", "valid values", "what it does"):
+            table.add_column(column, overflow="fold")
+        for method, kit in METHODS.items():
+            for option in kit.declared:
+                default = "the architecture's" if option.default is None else str(option.default)
+                table.add_row(literal(method), literal(option.name), default, option.describe(), literal(option.help))
+        show(Console(), table)
+        return
 
     shapes = {"mlp": (1, 28, 28), "resnet18": (3, 32, 32)}
     table = Table(title=f"Models (k = {members}, {num_classes} classes)")
@@ -58,7 +70,8 @@ def models(
         for method, kit in METHODS.items():
             for options in kit.model_variants(ARCHITECTURES[name].convolutional):
                 model = build_model(name, method, members_for(method, members), num_classes, shape, **options)
-                described = ", ".join(f"{value} {key}" if key == "layout" else str(value) for key, value in options.items())
+                described = ", ".join(f"{value} {key}" if key == "layout" else str(value) if isinstance(value, str)
+                                      else f"{key} {value:g}" for key, value in options.items())
                 label = f"{method} ({described})" if options else method
                 count = sum(p.numel() for p in model.parameters())
                 table.add_row(name, "×".join(map(str, shape)), label, str(model.num_members), f"{count:,}")
@@ -101,7 +114,7 @@ def _csv(text, kind=str, what="value"):
 @app.command()
 def train(
     preset: str = typer.Option("digits", help="digits (embedded, offline), mnist or cifar10."),
-    method: str = typer.Option(None, help="Comma list: single, mc-dropout, deep-ensemble, batch-ensemble[-channel|-kernel]."),
+    method: str = typer.Option(None, help="Comma list of methods (`ensdiag models` lists them; presets: single, mc-dropout, deep-ensemble, batch-ensemble)."),
     seeds: str = typer.Option(None, help="Comma list of seeds (preset: 42,69,123,…)."),
     epochs: int = typer.Option(None, help="Maximum epochs."),
     lr: float = typer.Option(None, help="Initial learning rate."),
@@ -119,6 +132,8 @@ def train(
                                         help="Stop when validation accuracy stops improving and keep the best epoch's weights (digits, mnist: on; cifar10: off)."),
     patience: int = typer.Option(None, help="Early stopping: epochs without an improvement of min_delta before stopping (preset: 10)."),
     val_fraction: float = typer.Option(None, help="Fraction of the training set held out for validation, seeded (digits, mnist: 0.1; cifar10: 0, the full training set)."),
+    method_option: list[str] = typer.Option(None, "--option", "-O", metavar="METHOD.NAME=VALUE",
+                                            help="A method's option (repeatable); `ensdiag models --options` lists them all."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
     download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
@@ -134,7 +149,8 @@ def train(
     options = dict(methods=_csv(method, what="--method"), seeds=_csv(seeds, int, "--seeds"), epochs=epochs, lr=lr,
                    batch_size=batch_size, members=members, dropout=dropout, mc_dropout_train=mc_dropout_train, be_variant=be_variant,
                    be_init=be_init, be_layout=be_layout, be_loss=be_loss, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
-                   early_stopping=early_stopping, patience=patience, val_fraction=val_fraction)
+                   early_stopping=early_stopping, patience=patience, val_fraction=val_fraction,
+                   method_options=_method_options(method_option))
     if resume is not None:
         given = sorted(key for key, value in options.items() if value is not None)
         if given or out is not None:
@@ -151,6 +167,13 @@ def train(
             show(err_console, table)
         note(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})")
     print(run_dir)
+
+
+def _method_options(pairs):
+    if not pairs:
+        return None
+    from .nn.methods import parse_method_options
+    return parse_method_options(pairs)
 
 
 def _show_metrics(metrics, title):

@@ -51,6 +51,7 @@ class TrainConfig:
     be_loss: str = "mean"  # mean CE over all k·B rows | sum over members (ensdiag before 0.2)
     be_split_batch: bool = False  # original split mode: each member gets B/k disjoint examples
     be_fast_weight_decay: bool = True  # weight decay on r, s as the paper's stack did
+    method_options: dict = field(default_factory=dict)  # method -> {option: value}, from --option METHOD.NAME=VALUE
     shift_severity: int = 5  # CIFAR-10-C
     ood_split: str = "test"
     overrides: dict = field(default_factory=dict)
@@ -92,7 +93,8 @@ PRESETS = {
         preset="cifar10", arch="resnet18", dataset="cifar10", shift="cifar10-c", ood="svhn",
         num_classes=10, input_shape=(3, 32, 32), mean=CIFAR10_MEAN, std=CIFAR10_STD,
         epochs=75, lr=0.05, batch_size=128, optimizer="sgd", weight_decay=5e-4,
-        milestones=(25, 50), early_stopping=False, val_fraction=0.0, augment=True, dropout=0.1, be_layout="paper"),
+        milestones=(25, 50), early_stopping=False, val_fraction=0.0, augment=True, dropout=0.1, be_layout="paper",
+        method_options={"packed-ensemble": {"alpha": 2.0, "gamma": 2}}),  # the Packed-Ensembles paper's ResNet-18
     # paper §5: the 64-32-16 MLP on MNIST, Adam at lr 0.05 as the paper states
     "mnist": TrainConfig(
         preset="mnist", arch="mlp", dataset="mnist", shift="mnist-c", ood="fashion-mnist",
@@ -121,6 +123,10 @@ def preset_config(preset: str, **overrides) -> TrainConfig:
     for key in ("methods", "seeds", "milestones"):
         if key in given:
             given[key] = tuple(given[key])
+    if "method_options" in given:  # given options over the preset's, method by method
+        preset_options = PRESETS[preset].method_options
+        given["method_options"] = {method: {**preset_options.get(method, {}), **given["method_options"].get(method, {})}
+                                   for method in {**preset_options, **given["method_options"]}}
     config = replace(PRESETS[preset], **given)
     validate(config)
     changed = {key: value for key, value in given.items() if getattr(PRESETS[preset], key) != value}
@@ -210,11 +216,15 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
         raise EnsdiagError("early stopping needs a validation split: pass --val-fraction (e.g. 0.1) or --no-early-stopping")
     if config.be_split_batch and config.batch_size % config.members:
         raise EnsdiagError(f"--be-split-batch needs --batch-size divisible by --members ({config.members})")
-    from .nn import ARCHITECTURES
+    from .nn import ARCHITECTURES, METHODS
     from .nn.methods import resolve_options
     if config.arch not in ARCHITECTURES:
         raise EnsdiagError(f"unknown architecture {config.arch!r}; choose from {', '.join(ARCHITECTURES)}")
     builder = ARCHITECTURES[config.arch]
+    for method, options in config.method_options.items():
+        if method not in METHODS or not isinstance(options, dict):
+            raise EnsdiagError(f"--option: unknown method {method!r}; choose from {', '.join(METHODS)}"[:300])
+        resolve_options(method, options, builder.default_options, builder.convolutional or stored, config.arch)
     for run in config.methods:  # the method options, each checked against its kit's declaration
         method, options = config.model_options(run)
         resolve_options(method, options, builder.default_options, builder.convolutional or stored, config.arch)

@@ -25,18 +25,18 @@ def toy_method():
         loss_over_members = "mean"
         strategies = ()
 
-        @staticmethod
-        def options_from(config):
+        @classmethod
+        def options_from(cls, config):
             return {"spread": 0.0}
 
         def data_orders(self):
             return 1
 
-        def member_batch(self, images, labels, split_batch=False):
+        def member_batch(self, images, labels, split_batch=False, generator=None):
             return images.expand(self.num_members, *images.shape[1:]), labels.expand(self.num_members, -1)
 
-        def linear(self, in_features, out_features, bias=True):
-            layer = super().linear(in_features, out_features, bias)
+        def linear(self, in_features, out_features, bias=True, role="hidden"):
+            layer = super().linear(in_features, out_features, bias, role)
             with torch.no_grad():  # every member starts from member 0's weights
                 layer.weight.copy_(layer.weight[:1].expand_as(layer.weight))
                 if layer.bias is not None:
@@ -96,7 +96,8 @@ def test_every_declared_option_checks_its_values(method, option):
     defaults = {"dropout": 0.1}
     assert resolve_options(method, {}, defaults)[option.name] == defaults.get(option.name, option.default)
     assert option.help and METHODS[method].options[option.name] == option.default
-    bad = {bool: "yes", float: 1.5 if option.high == 1.0 else float("nan"), str: 3}[option.kind]
+    bad = {bool: "yes", float: 1.5 if option.high == 1.0 else float("nan"), str: 3,
+           int: (option.low or 0) - 1}[option.kind]
     with pytest.raises(EnsdiagError, match=option.flag or option.name):
         resolve_options(method, {option.name: bad}, defaults)
     if option.choices:

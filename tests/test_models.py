@@ -38,7 +38,9 @@ def randomise_batchnorm(model):
 @pytest.mark.parametrize("method,options", [("deep-ensemble", {}), ("batch-ensemble", {"variant": "channel"}),
                                             ("batch-ensemble", {"variant": "kernel"}), ("single", {}),
                                             ("batch-ensemble", {"variant": "channel", "layout": "paper"}),
-                                            ("batch-ensemble", {"variant": "kernel", "layout": "paper"})])
+                                            ("batch-ensemble", {"variant": "kernel", "layout": "paper"}),
+                                            ("packed-ensemble", {}), ("packed-ensemble", {"alpha": 3.0, "gamma": 2}),
+                                            ("mimo", {})])
 def test_member_rebuilt_as_plain_network_gives_its_logits(arch, method, options):
     if options.get("variant") == "kernel" and not ARCHITECTURES[arch].convolutional:
         pytest.skip("kernel-wise BatchEnsemble needs convolutions (refused on this architecture)")
@@ -180,4 +182,4 @@ def test_bad_build_arguments_are_clear_errors(call, message):
 
 
 def test_every_method_is_registered():
-    assert set(METHODS) == {"single", "mc-dropout", "deep-ensemble", "batch-ensemble"}
+    assert set(METHODS) == {"single", "mc-dropout", "deep-ensemble", "batch-ensemble", "packed-ensemble", "mimo"}

@@ -50,6 +50,9 @@ def weight_similarity(predictions, weights=None):
     overall, per_layer = M.weight_cosine(weights)
     definition = ("C[i,j] = ⟨θ_i,θ_j⟩/(‖θ_i‖‖θ_j‖), θ_i = member i's effective conv and linear weights and biases "
                   "(BatchEnsemble: W ∘ r_i s_iᵀ), flattened and concatenated")
+    scope = getattr(weights, "scope", None)  # members that share part of the network: what is compared
+    if scope:
+        definition += f"; compared on the {scope} only"
     k = len(weights)
     store = k <= MAX_STORED_MATRIX  # as for disagreement: the means always, the k×k matrices up to 256 members
     note = None if store else f"k = {k} > {MAX_STORED_MATRIX}: the k×k matrices are not stored, only their means"
@@ -57,4 +60,6 @@ def weight_similarity(predictions, weights=None):
               "mean": metric(M.mean_off_diagonal(overall), "mean off-diagonal cosine"),
               "layers": {layer: finite({"matrix": matrix.tolist() if store else None, "mean": M.mean_off_diagonal(matrix)})
                          for layer, matrix in per_layer.items()}}  # NaN weights: null
+    if scope:
+        result["scope"] = scope
     return result if store else {**result, "note": note}

@@ -22,6 +22,7 @@ import torch
 
 from ..config import preset_config
 from ..data.batching import Normalize, epoch_permutations
+from ..errors import EnsdiagError
 from ..nn import METHODS, build_model, flush_denormals
 from ..nn.methods import members_for
 from ..nn.members import fastest
@@ -30,15 +31,35 @@ from .reference import ReferenceModel, make_loader
 
 PROTOCOLS = {"mlp": ("mnist", 60_000), "resnet18": ("cifar10", 50_000)}
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-BENCH_METHODS = ("single", "mc-dropout", "deep-ensemble", "batch-ensemble-channel", "batch-ensemble-kernel")
 TEST_SIZE = 10_000
 
 
+def bench_methods() -> tuple[str, ...]:
+    """Every registered method, one with run variants (BatchEnsemble) as its variants."""
+    runs = []
+    for name, kit in METHODS.items():
+        runs += list(kit.run_variants) or [name]
+    return tuple(runs)
+
+
+BENCH_METHODS = bench_methods()
+
+
 def default_methods(arch: str) -> tuple[str, ...]:
-    """Every bench method; kernel-wise BatchEnsemble only where there are convolutions to perturb."""
+    """Every bench method the architecture can build (kernel-wise BatchEnsemble needs convolutions)."""
     from ..nn import ARCHITECTURES
-    convolutional = arch not in ARCHITECTURES or ARCHITECTURES[arch].convolutional
-    return tuple(m for m in BENCH_METHODS if convolutional or m != "batch-ensemble-kernel")
+    from ..nn.methods import resolve_options, run_methods
+    if arch not in ARCHITECTURES:
+        return bench_methods()
+    builder, runs, usable = ARCHITECTURES[arch], run_methods(), []
+    for run in bench_methods():
+        method, fixed = runs[run]
+        try:
+            resolve_options(method, fixed, builder.default_options, builder.convolutional, arch)
+            usable.append(run)
+        except EnsdiagError:
+            pass
+    return tuple(usable)
 
 
 @dataclass

@@ -59,6 +59,8 @@ class ReferenceModel:
             self.networks = [build_model(config.arch, method, members_for(method, k),
                                          config.num_classes, config.input_shape, **options).to(device)]
         self.method, self.num_members, self.device = method, k, device
+        self.split_batch = config.be_split_batch
+        self.generator = torch.Generator(device=device).manual_seed(seed)
         self.optimizer, self.scheduler = make_optimizer(torch.nn.ModuleList(self.networks), config, fused=False)
         self.cuda = device.type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.cuda)
@@ -69,10 +71,16 @@ class ReferenceModel:
             network.train(train)
         if self.separate:
             return torch.stack([network.forward_members(x[None])[0] for network in self.networks])
-        if train:
-            x, _ = self.networks[0].kit.member_batch(x[None], x.new_zeros(1, len(x)))
-            return self.networks[0].forward_members(x)
         return self.networks[0](x)
+
+    def training_logits(self, x, y):
+        """(logits [m, b, C], labels [m, b]): the batch as the method's kit hands it to its members."""
+        if self.separate:
+            logits = self.member_logits(x, train=True)
+            return logits, y.expand(len(logits), -1)
+        network = self.networks[0].train()
+        xs, ys = network.kit.member_batch(x[None], y[None], split_batch=self.split_batch, generator=self.generator)
+        return network.forward_members(xs), ys
 
     def train_epoch(self, loader, max_batches=None):
         """One pass (or `max_batches` batches) of the loader; (mean member loss, accuracy)."""
@@ -82,17 +90,17 @@ class ReferenceModel:
                 break
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             with torch.autocast(self.device.type, dtype=torch.float16, enabled=self.cuda):
-                logits = self.member_logits(x, train=True)
+                logits, labels = self.training_logits(x, y)
             members = logits.shape[0]
             over_members = self.networks[0].kit.loss_over_members
-            loss = member_loss(logits.float(), y.expand(members, -1), over_members)
+            loss = member_loss(logits.float(), labels, over_members)
             self.optimizer.zero_grad()
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
             self.scaler.update()
-            total_loss += loss.item() / (members if over_members == "sum" else 1) * len(y)
-            total_correct += (logits.argmax(-1) == y).float().sum().item() / members
-            seen += len(y)
+            total_loss += loss.item() / (members if over_members == "sum" else 1) * labels.shape[1]
+            total_correct += (logits.argmax(-1) == labels).float().sum().item() / members
+            seen += labels.shape[1]
         return total_loss / max(seen, 1), total_correct / max(seen, 1)
 
     @torch.no_grad()

@@ -6,9 +6,12 @@
   BasicBlocks [2,2,2,2]); MC Dropout in every block after the first convolution (and its
   BatchNorm), before the activation. Dropout is element-wise.
 
-A body maps member inputs `xs[k, B, ...]` to member-major logits `[k*B, C]`. Convolutions
-name their role (`stem`, `block`, `shortcut`) so that a kit can treat them differently (the
-paper's BatchEnsemble layout leaves shortcuts unperturbed).
+A body maps member inputs `xs[k, B, ...]` to member-major logits `[k*B, C]`. Layers name
+their role (linear: `input`, `hidden`, `head`; convolutions: `stem`, `entry` and `block` for
+a residual block's first and second, `shortcut`) so that a kit can treat them differently
+(the paper's BatchEnsemble layout leaves shortcuts unperturbed; a multi-input kit widens the
+input and the head). What flows between layers is in the kit's layout (`enter_images`,
+`enter_features`, `pooled_features`).
 Register a new architecture with `@register_arch("name")` on a builder
 `(kit, num_classes, input_shape) -> nn.Module`; `default_options` gives per-architecture
 method defaults (the paper's dropout rates), `convolutional=False` marks one without convolutions.
@@ -18,8 +21,6 @@ import math
 
 import torch.nn.functional as F
 from torch import nn
-
-from .layers import shared_input_linear
 
 ARCHITECTURES: dict[str, callable] = {}
 
@@ -37,16 +38,14 @@ class MLP(nn.Module):
     def __init__(self, kit, num_classes, input_shape, hidden=(64, 32, 16)):
         super().__init__()
         widths = (math.prod(input_shape), *hidden)
-        self.hidden = nn.ModuleList(kit.linear(a, b) for a, b in zip(widths, widths[1:]))
+        self.kit = kit
+        self.hidden = nn.ModuleList(kit.linear(a, b, role="input" if index == 0 else "hidden")
+                                    for index, (a, b) in enumerate(zip(widths, widths[1:])))
         self.drops = nn.ModuleList(kit.dropout() for _ in hidden)
-        self.head = kit.linear(widths[-1], num_classes)
+        self.head = kit.linear(widths[-1], num_classes, role="head")
 
     def forward(self, xs):
-        if xs.shape[0] > 1 and xs.stride(0) == 0:  # one batch shown to every member (expanded)
-            h = shared_input_linear(self.hidden[0], xs[0].flatten(1), xs.shape[0])
-        else:
-            h = self.hidden[0](xs.flatten(2).flatten(0, 1))  # member-major [k*B, features]
-        h = F.relu(self.drops[0](h))
+        h = F.relu(self.drops[0](self.kit.enter_features(self.hidden[0], xs)))
         for linear, drop in zip(self.hidden[1:], self.drops[1:]):
             h = F.relu(drop(linear(h)))
         return self.head(h)
@@ -55,7 +54,7 @@ class MLP(nn.Module):
 class BasicBlock(nn.Module):
     def __init__(self, kit, in_channels, out_channels, stride):
         super().__init__()
-        self.conv1 = kit.conv(in_channels, out_channels, 3, stride, 1, role="block")
+        self.conv1 = kit.conv(in_channels, out_channels, 3, stride, 1, role="entry")
         self.bn1 = kit.bn(out_channels)
         self.drop = kit.dropout()
         self.conv2 = kit.conv(out_channels, out_channels, 3, 1, 1, role="block")
@@ -86,7 +85,7 @@ class ResNet18(nn.Module):
                 in_channels = width
             stages.append(nn.Sequential(*stage))
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
-        self.fc = kit.linear(in_channels, num_classes)
+        self.fc = kit.linear(in_channels, num_classes, role="head")
 
     def forward(self, xs):
         h = F.relu(self.bn1(self.conv1(self.kit.enter_images(xs))))

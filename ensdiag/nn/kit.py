@@ -4,13 +4,23 @@ A kit builds an architecture's layers (`linear`, `conv`, `bn`, `dropout`, and th
 layout `enter_images` / `pooled_features`) and answers what training, prediction and reports
 need to know of its method, so that none of them names a method:
 - `data_orders()`: independent shuffles per epoch (1, or k for members with their own data);
-- `member_batch(images, labels)`: how an index-gathered batch `[m, b, ...]` reaches the members;
+- `member_batch(images, labels, generator=...)`: how an index-gathered batch `[m, b, ...]` reaches
+  the members (random choices, such as per-member shuffles, draw from the run's generator);
 - `loss_over_members`: "sum" or "mean" of the members' mean cross-entropies;
 - `parameter_groups(model, config)`: parameters the optimiser treats apart (weight decay);
 - `check_members(m)` and `forward_members(model, xs)`: how members run;
 - `label`, `run_variants`, `options_from(config)`: names in reports, extra run names
-  (a method with fixed options), and the method's options taken from a run's config.
-The base class is the plain network (`single`); methods override what differs (methods.py).
+  (a method with fixed options), and the method's options taken from a run's config;
+- `member_width(width)`: a member's width where the architecture says `width` (a kit packing
+  narrow members scales it), so that `MemberKit` rebuilds any member as a plain network;
+- `weight_scope`: None, or what member weights are compared on when members share part of
+  the network (members sharing a body), stated in reports.
+The base class is the plain network (`single`); methods override what differs (methods.py and
+the modules in nn/kits/, which register themselves).
+
+Layer roles: linear layers are `input`, `hidden` or `head`; convolutions `stem`, `entry` (a
+residual block's first), `block` (its second) or `shortcut`. Layouts between layers are the
+kit's business; a body's output is member-major logits `[k*B, C]`.
 """
 
 import math
@@ -19,6 +29,20 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import EnsdiagError
+from .layers import shared_input_linear
+
+METHODS: dict[str, type["Kit"]] = {}
+
+
+def register_method(name):
+    """Class decorator: register a Kit subclass as the method `name`."""
+    def register(cls):
+        METHODS[name] = cls
+        cls.name = name
+        if cls.declared:
+            cls.options = {option.name: option.default for option in cls.declared}
+        return cls
+    return register
 
 
 @dataclass(frozen=True)
@@ -31,10 +55,36 @@ class Option:
     help: str
     kind: type = str
     choices: tuple = ()
-    low: float | None = None  # numbers: low <= value < high
+    low: float | None = None  # numbers: low <= value < high (int: low <= value <= high)
     high: float | None = None
     parse: object = None  # a further check, raising EnsdiagError (e.g. the fast-weight init spec)
     flag: str | None = None
+    closed: bool = False  # float: low <= value <= high
+    def from_text(self, text: str, method: str):
+        """The value of `--option METHOD.NAME=TEXT`, parsed as the declared type, then checked."""
+        name = self.flag or f"{method} option {self.name}"
+        try:
+            if self.kind is bool:
+                words = {"true": True, "on": True, "yes": True, "1": True,
+                         "false": False, "off": False, "no": False, "0": False}
+                value = words[text.strip().lower()]
+            else:
+                value = self.kind(text)
+        except (KeyError, ValueError):
+            raise EnsdiagError(f"{name} must be {self.describe()}, got {text!r}") from None
+        return self.check(value, method)
+
+    def describe(self) -> str:
+        """The valid values, in words (`ensdiag models --options`)."""
+        if self.choices:
+            return " or ".join(self.choices)
+        if self.kind is bool:
+            return "true or false"
+        if self.kind in (int, float) and self.low is not None and self.high is not None:
+            if self.kind is int:
+                return f"a whole number in {self.low:g}..{self.high:g}"
+            return f"a number in [{self.low:g}, {self.high:g}{']' if self.closed else ')'}"
+        return {int: "a whole number", float: "a number", str: "text"}[self.kind]
 
     def check(self, value, method: str):
         """The value, of the declared type and range, or one clear error."""
@@ -45,8 +95,15 @@ class Option:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise EnsdiagError(f"{name} must be a finite number, got {value!r}")
             value = float(value)
-            if (self.low is not None and value < self.low) or (self.high is not None and value >= self.high):
-                raise EnsdiagError(f"{name} must lie in [{self.low:g}, {self.high:g}), got {value:g}")
+            above = self.high is not None and (value > self.high if self.closed else value >= self.high)
+            if (self.low is not None and value < self.low) or above:
+                bounds = f"[{self.low:g}, {self.high:g}{']' if self.closed else ')'}"
+                raise EnsdiagError(f"{name} must lie in {bounds}, got {value:g}")
+        if self.kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise EnsdiagError(f"{name} must be a whole number, got {value!r}")
+            if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+                raise EnsdiagError(f"{name} must lie in {self.low:g}..{self.high:g}, got {value}")
         if self.kind is str and not isinstance(value, str):
             raise EnsdiagError(f"{name} must be text, got {value!r}")
         if self.choices and value not in self.choices:
@@ -76,11 +133,14 @@ class Kit:
         self.num_members = num_members
         self.options = options
 
-    def linear(self, in_features, out_features, bias=True):
+    weight_scope: str | None = None  # what member weights are compared on, when not the whole network
+
+    def linear(self, in_features, out_features, bias=True, role="hidden"):
+        """A linear layer; `role` (input | hidden | head) says where it sits."""
         return nn.Linear(in_features, out_features, bias=bias)
 
     def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
-        """A convolution without bias; `role` (stem | block | shortcut) says where it sits."""
+        """A convolution without bias; `role` (stem | entry | block | shortcut) says where it sits."""
         return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=False)
 
     def bn(self, num_features):
@@ -94,8 +154,18 @@ class Kit:
         return xs.flatten(0, 1)
 
     def pooled_features(self, h):
-        """Globally pooled conv features in this kit's layout -> member-major [k*B, F]."""
+        """Globally pooled conv features in this kit's layout -> what the head layer takes."""
         return h.mean(dim=(2, 3))
+
+    def enter_features(self, layer, xs):
+        """Member inputs [k, B, ...] through the `input` linear layer -> member-major [k*B, out]."""
+        if xs.shape[0] > 1 and xs.stride(0) == 0:  # one batch shown to every member (expanded)
+            return shared_input_linear(layer, xs[0].flatten(1), xs.shape[0])
+        return layer(xs.flatten(2).flatten(0, 1))
+
+    def member_width(self, width: int) -> int:
+        """The width of one member's layer where the architecture asks for `width`."""
+        return width
 
     # --- what training and prediction ask of a method
 
@@ -111,15 +181,15 @@ class Kit:
         """Option sets `ensdiag models` lists for this method on an architecture."""
         return [{}]
 
-    @staticmethod
-    def options_from(config) -> dict:
-        """The method's options as a run's config sets them."""
-        return {}
+    @classmethod
+    def options_from(cls, config) -> dict:
+        """The method's options as a run's config sets them (`--option METHOD.NAME=VALUE`)."""
+        return dict(config.method_options.get(cls.name, {}))
 
     def data_orders(self) -> int:
         return 1
 
-    def member_batch(self, images, labels, split_batch=False):
+    def member_batch(self, images, labels, split_batch=False, generator=None):
         return images, labels
 
     def parameter_groups(self, model, config) -> list[dict]:
@@ -137,3 +207,25 @@ class Kit:
 
     def forward_members(self, model, xs):
         return model.body(xs).unflatten(0, (xs.shape[0], xs.shape[1]))
+
+
+class MemberKit(Kit):
+    """Plain layers at one member's widths: builds the network that `member_network(i)` fills."""
+
+    name = label = "member"
+    one_weight_set = fixed_members = 1
+
+    def __init__(self, width=lambda width: width):
+        super().__init__(1)
+        self.width = width
+
+    def linear(self, in_features, out_features, bias=True, role="hidden"):
+        return nn.Linear(in_features if role == "input" else self.width(in_features),
+                         out_features if role == "head" else self.width(out_features), bias=bias)
+
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
+        return nn.Conv2d(in_channels if role == "stem" else self.width(in_channels), self.width(out_channels),
+                         kernel_size, stride, padding, bias=False)
+
+    def bn(self, num_features):
+        return nn.BatchNorm2d(self.width(num_features))

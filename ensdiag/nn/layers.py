@@ -84,6 +84,8 @@ def shared_input_linear(layer, x, num_members):
 class BatchLinear(nn.Module):
     """BatchEnsemble linear layer: member i uses W ∘ r_i s_iᵀ and its own bias."""
 
+    weight_layer = True
+
     def __init__(self, in_features, out_features, num_members, bias=True, init=DEFAULT_FAST_WEIGHT_INIT,
                  random_bias=False):
         super().__init__()
@@ -141,6 +143,8 @@ class BatchConv2d(nn.Module):
     kernel:  r_i, s_i ∈ R^{Cout×Cin×K} perturb each kernel along its two spatial axes;
              member kernels differ, so all members run as one grouped convolution.
     """
+
+    weight_layer = True
 
     def __init__(self, in_channels, out_channels, kernel_size, num_members, stride=1, padding=0,
                  bias=False, variant="channel", init=DEFAULT_FAST_WEIGHT_INIT, random_bias=False):
@@ -219,6 +223,8 @@ class _MemberLinear(torch.autograd.Function):
 
 class EnsembleLinear(nn.Module):
     """k independent linear layers run as one batched matmul on a member-major batch."""
+
+    weight_layer = True
 
     def __init__(self, in_features, out_features, num_members, bias=True):
         super().__init__()
@@ -307,5 +313,7 @@ class MCDropout(nn.Module):
         return f"p={self.p}, in_training={self.in_training}"
 
 
-# Layers whose weights and biases make up a member's parameter vector (weight cosine).
-WEIGHT_LAYERS = (nn.Linear, nn.Conv2d, BatchLinear, BatchConv2d, EnsembleLinear)
+def is_weight_layer(module) -> bool:
+    """Whether the module's weights and biases belong to a member's parameter vector (weight cosine):
+    plain linear and conv layers, their subclasses, and ensemble layers that say so."""
+    return isinstance(module, (nn.Linear, nn.Conv2d)) or getattr(module, "weight_layer", False)

@@ -7,6 +7,8 @@ independent layers for `deep-ensemble`, rank-1 fast-weight layers for `batch-ens
 Because every kit builds modules under the same attribute names, member i of any method
 loads straight into the `single` network (see `EnsembleModel.member_state_dict`).
 
+Newer methods live in modules of their own (nn/kits/), each registering itself.
+
 A kit also owns what training needs to know of its method (kit.py): how many data orders an
 epoch draws, how a batch reaches the members, the loss reduction over members, which
 parameters take no weight decay, how members are run, and its report label and run variants.
@@ -16,23 +18,14 @@ Register a new method with `@register_method("name")` on a Kit subclass.
 from torch import nn
 
 from ..errors import EnsdiagError
-from .kit import Kit, Option
+from .kit import METHODS, Kit, Option, register_method
 from .layers import (DEFAULT_FAST_WEIGHT_INIT, BatchConv2d, BatchLinear, EnsembleBatchNorm2d,
                      EnsembleConv2d, EnsembleLinear, MCDropout, parse_fast_weight_init)
 from .members import FORWARDS
 
-METHODS: dict[str, type["Kit"]] = {}
 BE_LAYOUTS = ("original", "paper")
-
-
-def register_method(name):
-    def register(cls):
-        METHODS[name] = cls
-        cls.name = name
-        if cls.declared:
-            cls.options = {option.name: option.default for option in cls.declared}
-        return cls
-    return register
+__all__ = ["METHODS", "register_method", "members_for", "run_methods", "run_label", "resolve_options",
+           "parse_method_options"]
 
 
 @register_method("single")
@@ -60,9 +53,9 @@ class MCDropoutKit(Kit):
                        bool))
     one_weight_set = True
 
-    @staticmethod
-    def options_from(config) -> dict:
-        return {"dropout": config.dropout, "train_dropout": config.mc_dropout_train == "on"}
+    @classmethod
+    def options_from(cls, config) -> dict:
+        return {"dropout": config.dropout, "train_dropout": config.mc_dropout_train == "on", **super().options_from(config)}
 
     def dropout(self):
         return MCDropout(self.options["dropout"], in_training=self.options["train_dropout"])
@@ -88,7 +81,7 @@ class DeepEnsembleKit(Kit):
             return FORWARDS[model.member_strategy](model, xs)
         return super().forward_members(model, xs)
 
-    def linear(self, in_features, out_features, bias=True):
+    def linear(self, in_features, out_features, bias=True, role="hidden"):
         return EnsembleLinear(in_features, out_features, self.num_members, bias=bias)
 
     def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
@@ -135,11 +128,12 @@ class BatchEnsembleKit(Kit):
     run_variants = {"batch-ensemble-channel": ({"variant": "channel"}, "BatchEnsemble (C)"),
                     "batch-ensemble-kernel": ({"variant": "kernel"}, "BatchEnsemble (K)")}
 
-    @staticmethod
-    def options_from(config) -> dict:
-        return {"variant": config.be_variant, "init": config.be_init, "layout": config.be_layout, "loss": config.be_loss}
+    @classmethod
+    def options_from(cls, config) -> dict:
+        return {"variant": config.be_variant, "init": config.be_init, "layout": config.be_layout, "loss": config.be_loss,
+                **super().options_from(config)}
 
-    def member_batch(self, images, labels, split_batch=False):
+    def member_batch(self, images, labels, split_batch=False, generator=None):
         """Every member sees the whole batch (repeated k times), or in the original split mode
         member i gets its own B/k slice."""
         x, y, k = images[0], labels[0], self.num_members
@@ -172,14 +166,14 @@ class BatchEnsembleKit(Kit):
     def paper_layout(self):
         return self.options["layout"] == "paper"
 
-    def linear(self, in_features, out_features, bias=True):
+    def linear(self, in_features, out_features, bias=True, role="hidden"):
         return BatchLinear(in_features, out_features, self.num_members, bias=bias, init=self.options["init"],
                            random_bias=self.paper_layout)
 
     def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
         if self.paper_layout and role == "shortcut":
             return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=False)
-        bias = self.paper_layout and role == "block"
+        bias = self.paper_layout and role in ("entry", "block")
         return BatchConv2d(in_channels, out_channels, kernel_size, self.num_members, stride, padding, bias=bias,
                            variant=self.options["variant"], init=self.options["init"], random_bias=bias)
 
@@ -203,6 +197,25 @@ def run_label(run: str) -> str:
         if run in kit.run_variants:
             return kit.run_variants[run][1]
     return METHODS[run].label if run in METHODS else run
+
+
+def parse_method_options(pairs) -> dict[str, dict]:
+    """`--option METHOD.NAME=VALUE` pairs -> {method: {name: value}}, each value parsed and checked
+    against the option's declaration."""
+    parsed: dict[str, dict] = {}
+    for pair in pairs or ():
+        target, equals, text = pair.partition("=")
+        method, dot, name = target.partition(".")
+        if not equals or not dot:
+            raise EnsdiagError(f"--option takes METHOD.NAME=VALUE, got {pair!r}")
+        if method not in METHODS:
+            raise EnsdiagError(f"--option {pair!r}: unknown method {method!r}; choose from {', '.join(METHODS)}")
+        declared = {option.name: option for option in METHODS[method].declared}
+        if name not in declared:
+            raise EnsdiagError(f"--option {pair!r}: {method} has no option {name!r} "
+                               f"(it has: {', '.join(declared) or 'none'})")
+        parsed.setdefault(method, {})[name] = declared[name].from_text(text, method)
+    return parsed
 
 
 def resolve_options(method: str, given: dict, arch_defaults: dict, convolutional: bool = True,

@@ -17,7 +17,8 @@ from torch import nn
 
 from ..errors import EnsdiagError
 from .architectures import ARCHITECTURES
-from .layers import WEIGHT_LAYERS
+from .kit import MemberKit
+from .layers import is_weight_layer
 from .methods import METHODS, resolve_options
 
 DEFAULT_MEMBERS = 4
@@ -87,6 +88,15 @@ def flush_denormals() -> bool:
     return torch.set_flush_denormal(True)
 
 
+class MemberWeights(list):
+    """One {layer.weight: tensor} dict per member, and `scope`: None when the dicts hold the whole
+    network, else what they hold (members that share the rest)."""
+
+    def __init__(self, members=(), scope: str | None = None):
+        super().__init__(members)
+        self.scope = scope
+
+
 class EnsembleModel(nn.Module):
     def __init__(self, spec: ModelSpec, kit, body: nn.Module):
         super().__init__()
@@ -125,10 +135,15 @@ class EnsembleModel(nn.Module):
     def member_network(self, i: int) -> "EnsembleModel":
         """Member i as an independent plain network (a `single` model holding its weights).
 
-        Where the member has a bias the plain architecture lacks (the paper's BatchEnsemble
-        layout gives block convolutions per-member biases), the plain layer gets one."""
-        plain = build_from_spec(ModelSpec(self.spec.arch, "single", 1, self.num_classes, self.spec.input_shape,
-                                          resolve_options("single", {}, {})))
+        The plain network has the member's widths (`Kit.member_width`: a kit may make its
+        members narrower than the architecture). Where the member has a bias the plain
+        architecture lacks (the paper's BatchEnsemble layout gives block convolutions
+        per-member biases), the plain layer gets one. At other widths than the architecture's
+        the result lives in memory only: its spec describes the unscaled network."""
+        kit = MemberKit(self.kit.member_width)
+        spec = ModelSpec(self.spec.arch, "single", 1, self.num_classes, self.spec.input_shape,
+                         resolve_options("single", {}, {}))
+        plain = EnsembleModel(spec, kit, ARCHITECTURES[spec.arch](kit, spec.num_classes, spec.input_shape))
         state = self.member_state_dict(i)
         for name, module in plain.body.named_modules():
             if isinstance(module, (nn.Conv2d, nn.Linear)) and module.bias is None and f"{name}.bias" in state:
@@ -136,15 +151,24 @@ class EnsembleModel(nn.Module):
         plain.load_state_dict({f"body.{key}": value for key, value in state.items()})
         return plain.to(next(self.parameters()).device)
 
-    def member_weights(self) -> list[dict[str, torch.Tensor]]:
+    def member_weights(self) -> "MemberWeights":
         """Effective dense weights and biases of every conv and linear layer, per weight set.
 
-        One dict per member; single models and MC Dropout have one weight set, so one dict."""
-        layers = {name for name, module in self.body.named_modules() if isinstance(module, WEIGHT_LAYERS)}
+        One dict per member; single models and MC Dropout have one weight set, so one dict.
+        Where members share part of the network (`kit.weight_scope` says what is compared), only
+        the layers that hold member-specific weights count, each with the weights that differ
+        between members (`distinct_state(i)`, else `member_state(i)`)."""
+        scoped = self.kit.weight_scope is not None
+        layers = {name: module for name, module in self.body.named_modules() if is_weight_layer(module)
+                  and (not scoped or hasattr(module, "member_state"))}
         sets = 1 if self.kit.one_weight_set else self.num_members
-        weights = []
+        weights = MemberWeights(scope=self.kit.weight_scope)
         with torch.no_grad():
             for i in range(sets):
+                if scoped:
+                    weights.append({f"{name}.{key}": value.detach().clone() for name, module in layers.items()
+                                    for key, value in getattr(module, "distinct_state", module.member_state)(i).items()})
+                    continue
                 state = self.member_state_dict(i)
                 weights.append({key: value.detach().clone() for key, value in state.items()
                                 if key.rpartition(".")[0] in layers})
