@@ -211,3 +211,11 @@ def test_no_file_outside_the_methods_own_modules_names_them():
             for method, modules in allowed.items():
                 if name not in modules:
                     assert method not in text and method.replace("-", " ") not in text, f"{name} names {method}"
+
+
+def test_models_lists_the_papers_packed_resnet18_and_the_docs_quote_that_count(capsys):
+    code, out, _ = run_cli(capsys, "models", "--arch", "resnet18")
+    expected = f"{packed_resnet18_parameters(2.0, 2, 4, 10):,}"
+    assert code == 0 and expected in out and "mimo" in out
+    conventions = Path(__file__).parents[1] / "docs" / "conventions.md"
+    assert expected in conventions.read_text()  # the number in the docs is the code's
