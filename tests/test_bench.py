@@ -33,6 +33,9 @@ def test_bench_json_has_every_method_against_the_reference_and_is_written_down(t
     ratios = result["ratios"]
     assert ratios["deep-ensemble / single"] == pytest.approx(
         result["methods"]["deep-ensemble"]["seconds_per_epoch"] / result["methods"]["single"]["seconds_per_epoch"])
+    for run in ("batch-ensemble-channel", "packed-ensemble", "mimo"):  # every efficient ensemble vs the Deep Ensemble
+        assert ratios[f"{run} / deep-ensemble"] == pytest.approx(
+            result["methods"][run]["seconds_per_epoch"] / result["methods"]["deep-ensemble"]["seconds_per_epoch"])
     settings, env = result["settings"], result["environment"]
     assert settings["train_size"] == 300 and settings["batch_size"] == 128 and settings["device"] == "cpu"
     assert env["torch"] == torch.__version__ and env["threads"] >= 1
