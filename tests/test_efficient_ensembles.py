@@ -133,7 +133,7 @@ def test_mimo_weight_similarity_compares_only_what_members_own():
     torch.testing.assert_close(weights[2]["conv1.weight"], model.body.conv1.weight[:, 6:9])
     torch.testing.assert_close(weights[1]["fc.weight"], model.body.fc.weight[10:20])
     result = weight_similarity(None, weights)
-    assert "input and output layers" in result["scope"] and "only" in result["matrix"]["definition"]
+    assert "input and output layers only" in result["scope"] and result["scope"] in result["matrix"]["definition"]
 
 
 def test_option_flag_sets_method_options_and_refuses_bad_ones(tmp_path, capsys):
@@ -183,7 +183,7 @@ def test_train_diagnose_and_report_both_methods_on_the_embedded_default(tmp_path
         assert code == 0, err
         assert all(label in text for label in labels), fmt
     code, text, _ = run_cli(capsys, "report", out, "--format", "markdown", "--no-figures")
-    assert "MIMO: weight cosine on the input and output layers (MIMO members share the body) only" in text
+    assert "MIMO: weight cosine on the input and output layers only; the members share the body." in text
 
 
 @pytest.mark.parametrize("preset,writer", [("mnist", write_mnist_layout), ("cifar10", write_cifar10_layout)])

@@ -52,7 +52,7 @@ def weight_similarity(predictions, weights=None):
                   "(BatchEnsemble: W ∘ r_i s_iᵀ), flattened and concatenated")
     scope = getattr(weights, "scope", None)  # members that share part of the network: what is compared
     if scope:
-        definition += f"; compared on the {scope} only"
+        definition += f"; compared on the {scope}"
     k = len(weights)
     store = k <= MAX_STORED_MATRIX  # as for disagreement: the means always, the k×k matrices up to 256 members
     note = None if store else f"k = {k} > {MAX_STORED_MATRIX}: the k×k matrices are not stored, only their means"

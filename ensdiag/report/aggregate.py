@@ -270,7 +270,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     # the paper's Figure 2a: disagreement on in-distribution, shifted and OOD data, then weight cosine
     scopes = {_label(method): dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))
               for method, seeds in runs.items() for run in seeds.values() if run}
-    scoped = "; ".join(f"{label}: weight cosine on the {scope} only" for label, scope in scopes.items() if scope)
+    scoped = " ".join(f"{label}: weight cosine on the {scope}." for label, scope in scopes.items() if scope)
     tables.append(analyzer_table("diversity", "Member diversity (mean off-diagonal)", note=scoped))
     tables.append(_table("cost", "Computational cost", [_meta_column("parameters", "parameters", "down"),
                                                         _meta_column("training s", "train_seconds", "down")], runs, expected,

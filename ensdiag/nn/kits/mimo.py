@@ -86,7 +86,7 @@ class MIMOKit(Kit):
                        float, low=0.0, high=1.0, closed=True),
                 Option("batch_repetition", 4, "times each batch is repeated, each member shuffling it (r)", int,
                        low=1, high=64))
-    weight_scope = "input and output layers (MIMO members share the body)"
+    weight_scope = "input and output layers only; the members share the body"
 
     def linear(self, in_features, out_features, bias=True, role="hidden"):
         if role == "input":
