@@ -68,10 +68,13 @@ class TrainConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise EnsdiagError(f"{source} has unknown fields {', '.join(map(repr, unknown))}")
-        missing = sorted({f.name for f in fields(cls) if f.default is MISSING} - set(data))
+        missing = sorted({f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+                         - set(data))
         if missing:
             raise EnsdiagError(f"{source} lacks the fields {', '.join(missing)}")
         data = {**LEGACY_DEFAULTS, **data}  # a run started by an older ensdiag resumes as it began
+        if "method_options" not in data and data.get("preset") in PRESETS:  # before 0.3: no method ran with any
+            data["method_options"] = PRESETS[data["preset"]].method_options
         values = {}
         for key, value in data.items():
             values[key] = _typed(key, value, getattr(PRESETS["digits"], key), source)
@@ -222,8 +225,10 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
         raise EnsdiagError(f"unknown architecture {config.arch!r}; choose from {', '.join(ARCHITECTURES)}")
     builder = ARCHITECTURES[config.arch]
     for method, options in config.method_options.items():
-        if method not in METHODS or not isinstance(options, dict):
+        if method not in METHODS:
             raise EnsdiagError(f"--option: unknown method {method!r}; choose from {', '.join(METHODS)}"[:300])
+        if not isinstance(options, dict):
+            raise EnsdiagError(f"method_options of {method} must map option names to values, got {options!r}"[:300])
         resolve_options(method, options, builder.default_options, builder.convolutional or stored, config.arch)
     for run in config.methods:  # the method options, each checked against its kit's declaration
         method, options = config.model_options(run)

@@ -168,7 +168,7 @@ def check_fits(config: TrainConfig, available: int | None = None) -> None:
         if needed > 0.8 * available:
             raise EnsdiagError(f"{run} with k = {model.num_members} needs about {needed / 2**30:.1f} GiB for its weights, "
                                f"gradients and optimiser state, more than this machine's {available / 2**30:.1f} GiB "
-                               "allow; lower --members")
+                               "allow; lower --members (or the method's width options)")
 
 
 def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet: bool, argv):

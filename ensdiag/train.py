@@ -97,7 +97,7 @@ def train_epoch(model, optimizer, data: FitData, orders, config, generator, auto
     images = data.training_images(torch.bfloat16 if autocast else torch.float32)
     device = images.images.device
     total_loss, total_correct, total_seen = torch.zeros((), device=device), torch.zeros((), device=device), 0
-    for index in batch_indices(orders, config.batch_size):
+    for index in batch_indices(orders, kit.examples_per_batch(config.batch_size)):
         x, y = kit.member_batch(*images.batch(index, generator), split_batch=config.be_split_batch, generator=generator)
         if y.shape[1] == 0:
             continue

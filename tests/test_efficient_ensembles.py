@@ -94,12 +94,46 @@ def test_packed_members_are_independent_networks(arch, shape):
     assert not torch.allclose(before[1], after[1])
 
 
-def test_packed_subgroups_make_block_diagonal_members():
+def test_packed_subgroups_split_each_member_into_independent_paths():
+    """γ = 2: the grouped forward of a hidden layer lets a subgroup's outputs read only its own
+    inputs, and equals the member's dense (block-diagonal) weight applied to the member's slice."""
     model = ensdiag.build_model("mlp", "packed-ensemble", 2, 5, (1, 8, 8), alpha=2.0, gamma=2)
-    weight = model.member_state_dict(1)["hidden.1.weight"]  # 64 -> 32, at α = 2 for 2 members: 64 -> 32 each
-    assert weight.shape == (32, 64)
-    assert weight[:16, 32:].abs().sum() == 0 and weight[16:, :32].abs().sum() == 0
-    assert weight[:16, :32].abs().sum() > 0 and weight[16:, 32:].abs().sum() > 0
+    layer = model.body.hidden[1]  # 64 -> 32 at α = 2: 128 -> 64 channels, member 1 owns 64:128 -> 32:64
+    x = torch.randn(3, 128)
+    changed = x.clone()
+    changed[:, 96:] = torch.randn(3, 32)  # member 1's second subgroup of inputs
+    before, after = layer(x), layer(changed)
+    torch.testing.assert_close(before[:, :48], after[:, :48])  # member 0, and member 1's first subgroup
+    assert not torch.allclose(before[:, 48:], after[:, 48:])
+    dense = model.member_state_dict(1)
+    torch.testing.assert_close(before[:, 32:], x[:, 64:] @ dense["hidden.1.weight"].T + dense["hidden.1.bias"])
+
+
+def test_packed_widths_round_up_to_whole_groups():
+    """int(α·c) channels, rounded up to a multiple of M·γ where it is not one."""
+    model = ensdiag.build_model("mlp", "packed-ensemble", 3, 5, (1, 8, 8), alpha=1.3, gamma=2)
+    assert [layer.weight.shape[0] for layer in model.body.hidden] == [84, 42, 24]  # 83 -> 84, 41 -> 42, 20 -> 24
+    assert model.kit.member_width(64) == 28
+
+
+@pytest.mark.parametrize("arch,shape", [("mlp", (1, 8, 8)), ("resnet18", (3, 16, 16))])
+def test_packed_member_networks_match_with_own_inputs_in_training_mode(arch, shape):
+    model = ensdiag.build_model(arch, "packed-ensemble", 3, 5, shape, gamma=2).train()
+    xs = torch.randn(3, 6, *shape)
+    logits = model.forward_members(xs)
+    for i in range(3):
+        plain = model.member_network(i).train()
+        torch.testing.assert_close(plain.forward_members(xs[i:i + 1])[0], logits[i], rtol=1e-4, atol=1e-4)
+
+
+def test_packed_weight_cosine_equals_the_dense_members_cosine():
+    from ensdiag.analysis.metrics import weight_cosine
+    model = ensdiag.build_model("resnet18", "packed-ensemble", 3, 5, (3, 16, 16), alpha=3.0, gamma=2)
+    compact, _ = weight_cosine(model.member_weights())
+    dense = [{k: v for k, v in model.member_state_dict(i).items() if "bn" not in k and "shortcut.1" not in k}
+             for i in range(3)]
+    expected, _ = weight_cosine(dense)
+    torch.testing.assert_close(compact, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_mimo_rows_follow_the_input_and_batch_repetition_rule():
@@ -114,6 +148,26 @@ def test_mimo_rows_follow_the_input_and_batch_repetition_rule():
     assert (same == same[0]).all()
     half = mimo_rows(batch, 4, 0.5, 1, generator, "cpu")
     assert (half[:, 4:] == half[0, 4:]).all()  # the last ρ·r·B rows: one order for every member
+    for member in half:  # before them, each member's own order of the same rows
+        assert sorted(member[:4].tolist()) == sorted(half[0, :4].tolist())
+
+
+def test_mimo_step_draws_batch_over_r_examples_so_an_epoch_has_r_times_the_steps():
+    from unittest import mock
+
+    from ensdiag.config import preset_config
+    from ensdiag.data.batching import Normalize
+    from ensdiag.train import FitData, make_optimizer, train_epoch
+    config = preset_config("digits", batch_size=8)
+    model = ensdiag.build_model("mlp", "mimo", 3, 10, (1, 8, 8), batch_repetition=4)
+    images, labels = torch.rand(40, 1, 8, 8), torch.randint(0, 10, (40,))
+    data = FitData(images, labels, images[:0], labels[:0], Normalize((0.5,), (0.25,), "cpu"))
+    generator = torch.Generator().manual_seed(0)
+    with mock.patch.object(model.kit, "member_batch", wraps=model.kit.member_batch) as batches:
+        train_epoch(model, make_optimizer(model, config)[0], data, torch.randperm(40)[None], config, generator)
+    assert batches.call_count == 20  # 40 examples, 8 // 4 = 2 per step
+    x, y = model.kit.member_batch(images[None, :2], labels[None, :2], generator=generator)
+    assert x.shape[:2] == y.shape == (3, 8)  # each step still has --batch-size rows per member
 
 
 def test_mimo_batch_keeps_images_and_labels_together():
@@ -219,3 +273,31 @@ def test_models_lists_the_papers_packed_resnet18_and_the_docs_quote_that_count(c
     assert code == 0 and expected in out and "mimo" in out
     conventions = Path(__file__).parents[1] / "docs" / "conventions.md"
     assert expected in conventions.read_text()  # the number in the docs is the code's
+
+
+def test_run_folders_from_before_method_options_still_load_and_resume(tmp_path, capsys):
+    """experiment.json written by ensdiag 0.2 has no method_options: it is the preset's."""
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--out", out, "-q")
+    assert code == 0, err
+    experiment = json.loads((out / "experiment.json").read_text())
+    del experiment["config"]["method_options"]
+    (out / "experiment.json").write_text(json.dumps(experiment))
+    code, _, err = run_cli(capsys, "report", out, "--format", "json", "--no-figures")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--out", out, "-q")
+    assert code == 0, err  # the same experiment: nothing to redo, no "different experiment" refusal
+
+
+@pytest.mark.parametrize("options,message", [({"mimo": {"input_repetition": 10 ** 400}}, "finite number, got 1000"),
+                                             ({"packed-ensemble": {"gamma": 10 ** 400}}, r"1\.\.64, got 1000"),
+                                             ({"mimo": [1]}, "must map option names to values"),
+                                             ({"bagging": {}}, "unknown method 'bagging'")])
+def test_hostile_method_options_in_a_stored_config_are_one_short_line(tmp_path, capsys, options, message):
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--out", out, "-q")
+    experiment = json.loads((out / "experiment.json").read_text())
+    experiment["config"]["method_options"] = options
+    (out / "experiment.json").write_text(json.dumps(experiment))
+    err = assert_one_line_error(capsys, "report", out, "--no-figures", match=message)
+    assert len(err) < 400

@@ -134,12 +134,13 @@ class FastPathTimer:
         self.optimizer, _ = make_optimizer(model, config)
         self.generator = torch.Generator(device=device).manual_seed(0)
         self.n = len(data.train_labels)
-        self.batches_per_epoch = math.ceil(self.n / config.batch_size)
+        self.batch_examples = model.kit.examples_per_batch(config.batch_size)
+        self.batches_per_epoch = math.ceil(self.n / self.batch_examples)
         self.timed_batches = min(settings.batches or self.batches_per_epoch, self.batches_per_epoch)
 
     def _epoch(self, batches):
         orders = epoch_permutations(self.n, self.model.kit.data_orders(), self.generator,
-                                    self.device)[:, :batches * self.config.batch_size]
+                                    self.device)[:, :batches * self.batch_examples]
         train_epoch(self.model, self.optimizer, self.data, orders, self.config, self.generator, self.autocast,
                     self.channels_last)
 
@@ -187,7 +188,8 @@ class ReferenceTimer:
 
     def __init__(self, config, run, train, settings, device, workers):
         self.reference = ReferenceModel(config, run, device)
-        self.loader = make_loader(*train, config, config.batch_size, True, workers, device, augment=config.augment)
+        batch_examples = self.reference.networks[0].kit.examples_per_batch(config.batch_size)
+        self.loader = make_loader(*train, config, batch_examples, True, workers, device, augment=config.augment)
         self.config, self.settings, self.device, self.workers = config, settings, device, workers
         self.batches_per_epoch = len(self.loader)
         self.timed_batches = min(settings.batches or self.batches_per_epoch, self.batches_per_epoch)

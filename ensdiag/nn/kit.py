@@ -4,6 +4,8 @@ A kit builds an architecture's layers (`linear`, `conv`, `bn`, `dropout`, and th
 layout `enter_images` / `pooled_features`) and answers what training, prediction and reports
 need to know of its method, so that none of them names a method:
 - `data_orders()`: independent shuffles per epoch (1, or k for members with their own data);
+- `examples_per_batch(batch_size)`: distinct examples a training step draws (a method that
+  repeats examples inside a step draws fewer);
 - `member_batch(images, labels, generator=...)`: how an index-gathered batch `[m, b, ...]` reaches
   the members (random choices, such as per-member shuffles, draw from the run's generator);
 - `loss_over_members`: "sum" or "mean" of the members' mean cross-entropies;
@@ -43,6 +45,12 @@ def register_method(name):
             cls.options = {option.name: option.default for option in cls.declared}
         return cls
     return register
+
+
+def _short(value) -> str:
+    """A value as errors echo it: repr, cut to 40 characters (stored files may hold anything)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass(frozen=True)
@@ -92,8 +100,12 @@ class Option:
         if self.kind is bool and not isinstance(value, bool):
             raise EnsdiagError(f"{name} must be true or false, got {value!r}")
         if self.kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise EnsdiagError(f"{name} must be a finite number, got {value!r}")
+            try:  # a 400-digit integer from a stored file does not fit a float
+                finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+            except OverflowError:
+                finite = False
+            if not finite:
+                raise EnsdiagError(f"{name} must be a finite number, got {_short(value)}")
             value = float(value)
             above = self.high is not None and (value > self.high if self.closed else value >= self.high)
             if (self.low is not None and value < self.low) or above:
@@ -101,14 +113,14 @@ class Option:
                 raise EnsdiagError(f"{name} must lie in {bounds}, got {value:g}")
         if self.kind is int:
             if isinstance(value, bool) or not isinstance(value, int):
-                raise EnsdiagError(f"{name} must be a whole number, got {value!r}")
+                raise EnsdiagError(f"{name} must be a whole number, got {_short(value)}")
             if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-                raise EnsdiagError(f"{name} must lie in {self.low:g}..{self.high:g}, got {value}")
+                raise EnsdiagError(f"{name} must lie in {self.low:g}..{self.high:g}, got {_short(value)}")
         if self.kind is str and not isinstance(value, str):
-            raise EnsdiagError(f"{name} must be text, got {value!r}")
+            raise EnsdiagError(f"{name} must be text, got {_short(value)}")
         if self.choices and value not in self.choices:
             allowed = " or ".join(self.choices) if len(self.choices) == 2 else "one of " + ", ".join(self.choices)
-            raise EnsdiagError(f"{name} must be {allowed}, got {value!r}")
+            raise EnsdiagError(f"{name} must be {allowed}, got {_short(value)}")
         if self.parse is not None:
             self.parse(value)
         return value
@@ -126,7 +138,8 @@ class Kit:
     one_weight_set = False  # True when all members share one set of weights
     # How the members' mean cross-entropies combine into the training loss: "sum" when members
     # share no parameter (each then trains exactly as a single model would), "mean" when they
-    # share weights (the shared weights then get a single model's gradient, not k times it).
+    # share weights (the shared weights then get a single model's gradient, not k times it) or
+    # when the method's reference implementation averages (a kit may make it an option).
     loss_over_members = "sum"
 
     def __init__(self, num_members, **options):
@@ -189,6 +202,9 @@ class Kit:
     def data_orders(self) -> int:
         return 1
 
+    def examples_per_batch(self, batch_size: int) -> int:
+        return batch_size
+
     def member_batch(self, images, labels, split_batch=False, generator=None):
         return images, labels
 
@@ -212,12 +228,16 @@ class Kit:
 class MemberKit(Kit):
     """Plain layers at one member's widths: builds the network that `member_network(i)` fills."""
 
-    name = label = "member"
-    one_weight_set = fixed_members = 1
+    name, label = "single", "Single"
+    one_weight_set, fixed_members = True, 1
 
     def __init__(self, width=lambda width: width):
         super().__init__(1)
         self.width = width
+
+    def check_members(self, m):
+        if m != 1:
+            raise ValueError("a member's plain network takes inputs for exactly one member")
 
     def linear(self, in_features, out_features, bias=True, role="hidden"):
         return nn.Linear(in_features if role == "input" else self.width(in_features),

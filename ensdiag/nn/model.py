@@ -155,9 +155,10 @@ class EnsembleModel(nn.Module):
         """Effective dense weights and biases of every conv and linear layer, per weight set.
 
         One dict per member; single models and MC Dropout have one weight set, so one dict.
-        Where members share part of the network (`kit.weight_scope` says what is compared), only
-        the layers that hold member-specific weights count, each with the weights that differ
-        between members (`distinct_state(i)`, else `member_state(i)`)."""
+        A layer may give its member weights in a compact form that compares the same
+        (`distinct_state(i)`: Packed blocks without the zeros between them). Where members share
+        part of the network (`kit.weight_scope` says what is compared), only the layers that hold
+        member-specific weights count, with what differs between members."""
         scoped = self.kit.weight_scope is not None
         layers = {name: module for name, module in self.body.named_modules() if is_weight_layer(module)
                   and (not scoped or hasattr(module, "member_state"))}
@@ -165,13 +166,16 @@ class EnsembleModel(nn.Module):
         weights = MemberWeights(scope=self.kit.weight_scope)
         with torch.no_grad():
             for i in range(sets):
-                if scoped:
-                    weights.append({f"{name}.{key}": value.detach().clone() for name, module in layers.items()
-                                    for key, value in getattr(module, "distinct_state", module.member_state)(i).items()})
-                    continue
-                state = self.member_state_dict(i)
-                weights.append({key: value.detach().clone() for key, value in state.items()
-                                if key.rpartition(".")[0] in layers})
+                member = {}
+                for name, module in layers.items():
+                    if hasattr(module, "distinct_state"):
+                        tensors = module.distinct_state(i)
+                    elif hasattr(module, "member_state"):
+                        tensors = module.member_state(i)
+                    else:
+                        tensors = module.state_dict()
+                    member.update({f"{name}.{key}": value.detach().clone() for key, value in tensors.items()})
+                weights.append(member)
         return weights
 
 

@@ -269,7 +269,8 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                                      "numbers --reference paper shows)."))
     # the paper's Figure 2a: disagreement on in-distribution, shifted and OOD data, then weight cosine
     scopes = {_label(method): dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))
-              for method, seeds in runs.items() for run in seeds.values() if run}
+              for method, seeds in runs.items() for run in seeds.values()
+              if run and dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))}
     scoped = " ".join(f"{label}: weight cosine on the {scope}." for label, scope in scopes.items() if scope)
     tables.append(analyzer_table("diversity", "Member diversity (mean off-diagonal)", note=scoped))
     tables.append(_table("cost", "Computational cost", [_meta_column("parameters", "parameters", "down"),

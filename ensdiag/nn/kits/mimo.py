@@ -7,10 +7,13 @@ the first layer, one shared body follows, and the head has M·C outputs, C per m
 time every member gets the same image, so member i is exactly a plain network whose first
 layer is the sum of the M input blocks and whose head is member i's rows (`member_network(i)`).
 
-Training, as the authors' code does it: from a batch of B examples, repeated `batch_repetition`
-times (r), each member draws its own shuffle of the r·B rows, except that a fraction
-`input_repetition` (ρ) of the rows is left in one shared order, so all members see the same
-example there. The loss is the sum over members of their mean cross-entropies.
+Training, as the authors' code (uncertainty-baselines) does it: a step draws B/r distinct
+examples (B = --batch-size, r = `batch_repetition`), so an epoch has r times the steps; they
+are repeated r times into B rows and shuffled once; each member reshuffles the first
+(1 − ρ)·B rows for itself and keeps the last ρ·B rows (ρ = `input_repetition`) in the shared
+order, so all members see the same example there. The loss is the sum over members of their
+mean cross-entropies. (torch-uncertainty's MIMOBatchFormat builds the same rows from a whole
+loader batch, making each step r times larger instead.)
 
 The members' weights differ only in the input and output layers; the weight similarity
 compares those (member i's input block and head rows) and reports say so.
@@ -70,8 +73,8 @@ class MIMOHead(nn.Linear):
 
 
 def mimo_rows(batch_size, num_members, input_repetition, batch_repetition, generator, device):
-    """[M, r·B] row indices into a batch of B: one shuffled order, kept for the last ρ·r·B rows
-    by every member, and reshuffled per member in the rest."""
+    """[M, r·b] row indices into a batch of b examples: one shuffled order of the b examples
+    repeated r times, kept for the last ρ·r·b rows by every member, reshuffled per member before."""
     rows = torch.arange(batch_size, device=device).repeat(batch_repetition)
     main = rows[torch.randperm(len(rows), generator=generator, device=device)]
     cut = int(len(main) * (1.0 - input_repetition))
@@ -105,6 +108,9 @@ class MIMOKit(Kit):
 
     def enter_features(self, layer, xs):
         return layer(xs.flatten(2).transpose(0, 1).flatten(1))  # [B, M*features]
+
+    def examples_per_batch(self, batch_size):
+        return max(1, batch_size // self.options["batch_repetition"])
 
     def member_batch(self, images, labels, split_batch=False, generator=None):
         x, y = images[0], labels[0]

@@ -18,7 +18,8 @@ torch-uncertainty (the authors' library):
 - the classifier head has no subgroups (torch-uncertainty's MLP gives its head γ as well;
   here every architecture follows the ResNet's rule, so that γ means one thing).
 Training: every member sees the same batch, and the loss is the mean cross-entropy over the
-M·B rows (torch-uncertainty's). Member i is the dense network `member_network(i)`: its
+M·B rows (torch-uncertainty's; option `loss`: `sum` over members gives every member a single
+model's gradient, as for Deep Ensembles). Member i is the dense network `member_network(i)`: its
 layers' weights are the member's blocks, with zeros between its γ subgroups.
 """
 
@@ -70,8 +71,13 @@ class PackedLinear(nn.Module):
         return _members_first(h, self.num_members) if self.head else h
 
     def member_state(self, i):
+        return {**self.distinct_state(i), "weight": _member_block_diagonal(self.weight, i, self.num_members, self.groups)}
+
+    def distinct_state(self, i):
+        """Member i's own parameters as stored (its γ blocks stacked): what weight cosine compares,
+        equal to comparing the dense weights (the zeros between blocks add nothing)."""
         rows = self.weight.shape[0] // self.num_members
-        state = {"weight": _member_block_diagonal(self.weight, i, self.num_members, self.groups)}
+        state = {"weight": self.weight[i * rows:(i + 1) * rows]}
         if self.bias is not None:
             state["bias"] = self.bias[i * rows:(i + 1) * rows]
         return state
@@ -93,6 +99,10 @@ class PackedConv2d(nn.Conv2d):
     def member_state(self, i):
         return {"weight": _member_block_diagonal(self.weight, i, self.num_members, self.groups)}
 
+    def distinct_state(self, i):
+        rows = self.weight.shape[0] // self.num_members
+        return {"weight": self.weight[i * rows:(i + 1) * rows]}
+
 
 class PackedBatchNorm2d(nn.BatchNorm2d):
     """BatchNorm over members side by side: member i's statistics are its own channels."""
@@ -113,8 +123,13 @@ class PackedEnsembleKit(Kit):
     label = "Packed-Ensembles"
     declared = (Option("alpha", 2.0, "width multiplier α of the whole ensemble (the paper: 2)", float,
                        low=0.01, high=65.0),
-                Option("gamma", 1, "subgroups γ inside each member (the paper's ResNet-18: 2)", int, low=1, high=64))
-    loss_over_members = "mean"
+                Option("gamma", 1, "subgroups γ inside each member (the paper's ResNet-18: 2)", int, low=1, high=64),
+                Option("loss", "mean", "cross-entropy averaged over all M·B rows (torch-uncertainty) or summed over members",
+                       choices=("mean", "sum")))
+
+    @property
+    def loss_over_members(self):
+        return self.options["loss"]
 
     def width(self, features):
         """Channels a layer holds where the architecture asks for `features`."""
