@@ -7,7 +7,7 @@
     model = ensdiag.load_model("model.safetensors")
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 from .errors import EnsdiagError  # noqa: E402
 

@@ -112,10 +112,12 @@ class EnsembleModel(nn.Module):
         return self.forward_members(x.unsqueeze(0).expand(self.num_members, *x.shape))
 
     def forward_members(self, xs):
-        """xs [m, B, ...] -> logits [m, B, C]; member i sees xs[i].
+        """xs [m, B, ...] -> logits [m, B, C]; member i is fed xs[i].
 
-        m must be k, except for MC Dropout, whose passes share one network (m = 1 trains it
-        like a single model; any m draws m independent masks)."""
+        m must be k, except for kits whose members share one network (`one_weight_set`: m = 1
+        trains it like a single model; any m draws m passes). Where members share a body fed by
+        all of them, every member's logits depend on every xs[i]; with one batch for all
+        (`forward`) each member is its plain network (`member_network`)."""
         self.kit.check_members(xs.shape[0])
         return self.kit.forward_members(self, xs)
 

@@ -40,7 +40,8 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
                   if (matrix := plottable(dig(analyzers, ("disagreement", "splits", split, "matrix", "value")))) is not None]
         cosine = plottable(dig(analyzers, ("weight-similarity", "matrix", "value")))
         if dig(analyzers, ("weight-similarity", "status")) == "ok" and cosine is not None:
-            panels.append(("weight cosine", cosine))
+            scoped = isinstance(dig(analyzers, ("weight-similarity", "scope")), str)  # members share the rest
+            panels.append(("weight cosine (own layers)" if scoped else "weight cosine", cosine))
         rows.append((f"{method} (seed {seed})", panels))
     if rows:
         add("diversity", "Member disagreement per split and weight-space cosine (one colour scale)", heatmap_grid(rows))
