@@ -47,7 +47,7 @@ class TrainConfig:
     mc_dropout_train: str = "on"  # on: dropout in training too (torch-uncertainty, the paper's code); off: paper's text
     be_variant: str = "channel"
     be_init: str = "normal:0.5"
-    be_layout: str = "original"  # original | paper (nn/methods.py: BatchEnsembleKit); paper presets: paper
+    be_layout: str = "original"  # original | paper (nn/kits/batch_ensemble.py); paper presets: paper
     be_loss: str = "mean"  # mean CE over all k·B rows | sum over members (ensdiag before 0.2)
     be_split_batch: bool = False  # original split mode: each member gets B/k disjoint examples
     be_fast_weight_decay: bool = True  # weight decay on r, s as the paper's stack did

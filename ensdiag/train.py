@@ -1,18 +1,12 @@
 """Training one model: the loss semantics of the methods, early stopping, exact resume.
 
-What differs between methods comes from the model's kit (nn/kit.py): the data orders of an
-epoch, how a batch reaches the members, which parameters take no weight decay, and how the
-members' mean cross-entropies combine into the loss (`Kit.loss_over_members`):
-- deep-ensemble: the **sum** over members. Members share no parameter, so each member's
-  weights get exactly the gradient a single model would; lr and weight decay act on every
-  member as on a single model. Member i sees its own shuffle of the data.
-- batch-ensemble: the **mean** over all k·B rows of the repeated batch (the original
-  implementation's and torch-uncertainty's loss). The shared weight W then gets a single
-  model's gradient (with all fast weights 1 it is exactly a single model's), not k times it.
-  Every input is repeated k times (every member sees every example), or in the original
-  split mode member i gets B/k disjoint examples of the batch.
-- single / mc-dropout: one network, one pass (MC Dropout's dropout is on in training unless
-  the model was built with `train_dropout=False`).
+What differs between methods comes from the model's kit (nn/kit.py, one module per method in
+nn/kits/): the data orders of an epoch, the distinct examples a step draws, how a batch
+reaches the members, which parameters the optimiser treats apart, and how the members' mean
+cross-entropies combine into the loss (`Kit.loss_over_members`): the **sum** when members
+share no parameter (each member's weights then get exactly the gradient a single model
+would), the **mean** over all k·B rows when they share weights (shared weights then get a
+single model's gradient, not k times it). docs/conventions.md has each method's choice.
 
 After every epoch the whole state (model, optimiser, scheduler, RNG streams, early-stopping
 state, history) is written atomically, so a killed run resumes to exactly the weights an

@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from ensdiag.errors import EnsdiagError
-from ensdiag.nn.layers import (BatchConv2d, BatchLinear, EnsembleConv2d, EnsembleLinear,
-                               init_fast_weights_, parse_fast_weight_init)
+from ensdiag.nn.kits.batch_ensemble import BatchConv2d, BatchLinear, init_fast_weights_, parse_fast_weight_init
+from ensdiag.nn.kits.deep_ensemble import EnsembleConv2d, EnsembleLinear
 
 K, B = 3, 5
 

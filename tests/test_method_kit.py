@@ -16,7 +16,7 @@ from .cli import run_cli
 def toy_method():
     """`toy-twins`: k plain networks whose weights start equal (a Deep Ensemble without independent
     initialisation), trained on one shared data order with the loss averaged over members."""
-    from ensdiag.nn.methods import DeepEnsembleKit
+    from ensdiag.nn.kits.deep_ensemble import DeepEnsembleKit
 
     @register_method("toy-twins")
     class ToyTwinsKit(DeepEnsembleKit):
@@ -103,3 +103,13 @@ def test_every_declared_option_checks_its_values(method, option):
     if option.choices:
         with pytest.raises(EnsdiagError, match=" or |one of"):
             resolve_options(method, {option.name: "none-of-these"}, defaults)
+
+
+def test_every_method_lives_in_its_own_module():
+    """One module per method in nn/kits/, its kit defined there (and its layers with it)."""
+    from ensdiag.nn.kit import Kit
+    for name, kit in METHODS.items():
+        if name == "toy-twins":
+            continue
+        assert kit.__module__ == f"ensdiag.nn.kits.{name.replace('-', '_')}", name
+        assert issubclass(kit, Kit)

@@ -131,6 +131,7 @@ class Kit:
 
     name = "?"
     label = "?"  # how reports name the method
+    order = 100  # where the method is listed (models, bench, error messages)
     declared: tuple[Option, ...] = ()  # the method's options (a kit may also give a plain `options` dict)
     options: dict = {}  # option name -> default, derived from `declared` by `register_method`
     run_variants: dict = {}  # extra run name -> (fixed options, label), e.g. batch-ensemble-kernel

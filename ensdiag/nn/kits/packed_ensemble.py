@@ -121,6 +121,7 @@ class PackedBatchNorm2d(nn.BatchNorm2d):
 @register_method("packed-ensemble")
 class PackedEnsembleKit(Kit):
     label = "Packed-Ensembles"
+    order = 40
     declared = (Option("alpha", 2.0, "width multiplier α of the whole ensemble (the paper: 2)", float,
                        low=0.01, high=65.0),
                 Option("gamma", 1, "subgroups γ inside each member (the paper's ResNet-18: 2)", int, low=1, high=64),
