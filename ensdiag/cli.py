@@ -227,25 +227,44 @@ def evaluate(
 
 @app.command()
 def analyze(
-    predictions_path: Path = typer.Argument(..., metavar="PREDICTIONS.safetensors",
-                                            help="Member logits '<split>/logits' [k,N,C] (+ '<split>/labels' [N]) from any framework."),
+    sources: list[Path] = typer.Argument(..., metavar="PREDICTIONS...",
+                                         help="A .safetensors predictions file ('<split>/logits' [k,N,C], '<split>/labels' [N]), "
+                                              "an .npz with the same keys (or logits/probs + labels), one .npy [k,N,C], "
+                                              "or one .npy [N,C] per member."),
+    labels: Path = typer.Option(None, help="Integer labels [N] (.npy) for .npy predictions."),
+    ood: list[Path] = typer.Option(None, help="OOD predictions (.npy, like PREDICTIONS; repeat for one file per member)."),
+    inputs: str = typer.Option("logits", help="What .npy/.npz arrays hold: logits (or log-probabilities) or probs."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
     out: Path = typer.Option(None, help="Also write the metrics to this JSON file (or to metrics.json in this folder)."),
 ):
-    """Every metric from member logits produced anywhere (see the file layout in the README)."""
+    """Every metric from member predictions produced anywhere (file layouts in the README)."""
     from .analysis import analyze_predictions
     from .io import atomic_write_json
-    from .predictions import load_predictions
 
     check_format(fmt)
-    predictions, _ = load_predictions(predictions_path)
+    if inputs not in ("logits", "probs"):
+        raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
+    warnings = []
+    if len(sources) == 1 and sources[0].suffix == ".safetensors":
+        from .predictions import load_predictions
+        if labels is not None or ood or inputs != "logits":
+            raise EnsdiagError("a .safetensors predictions file holds logits, labels and splits itself; "
+                               "drop --labels, --ood and --inputs")
+        predictions, _ = load_predictions(sources[0])
+    else:
+        from .foreign.predictions import load_array_predictions
+        predictions, warnings = load_array_predictions(sources, labels, ood or (), inputs)
+    for warning in warnings:
+        note(f"warning: {warning}")
     metrics = analyze_predictions(predictions)
+    if warnings:
+        metrics["input_warnings"] = warnings
     if out is not None:
         atomic_write_json(output_file(out, "metrics.json"), metrics)
     if fmt == "json":
         print_json(metrics)
     else:
-        _show_metrics(metrics, str(predictions_path))
+        _show_metrics(metrics, ", ".join(map(str, sources)))
 
 
 @app.command()

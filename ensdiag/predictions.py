@@ -21,11 +21,19 @@ PREDICTIONS_FORMAT = "ensdiag.predictions/1"
 
 
 def save_predictions(predictions: dict[str, dict], path, metadata: dict | None = None):
-    tensors = {}
+    tensors, storages = {}, set()
+
+    def own(tensor):  # safetensors refuses tensors that share memory (e.g. splits sliced from one tensor)
+        tensor = tensor.contiguous()
+        if tensor.untyped_storage().data_ptr() in storages:
+            tensor = tensor.clone()
+        storages.add(tensor.untyped_storage().data_ptr())
+        return tensor
+
     for name, split in predictions.items():
-        tensors[f"{name}/logits"] = split["logits"].float().contiguous()
+        tensors[f"{name}/logits"] = own(split["logits"].float())
         if split.get("labels") is not None and not is_ood_split(name):
-            tensors[f"{name}/labels"] = split["labels"].long().contiguous()
+            tensors[f"{name}/labels"] = own(split["labels"].long())
     meta = {"ensdiag.format": PREDICTIONS_FORMAT, **{k: v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}}
     return atomic_write_bytes(path, safetensors_bytes_deterministic(tensors, meta))
 
