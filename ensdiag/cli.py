@@ -187,9 +187,34 @@ def _show_metrics(metrics, title):
         note(line)
 
 
+SOURCES_HELP = ("An ensdiag model file, or an ensemble trained elsewhere: a torch-uncertainty checkpoint "
+                "(.ckpt/.pt/.safetensors) or one state_dict per member (format detected from the keys).")
+
+
+@app.command("import")
+def import_(
+    sources: list[Path] = typer.Argument(..., metavar="SRC...", help=SOURCES_HELP),
+    out: Path = typer.Option(..., help="The ensdiag model file to write (.safetensors)."),
+    family: str = typer.Option("auto", "--from", help="auto, torch-uncertainty or state-dicts."),
+):
+    """Convert an ensemble trained elsewhere into ensdiag's model format once (its source recorded)."""
+    import json
+
+    from .checkpoint import save_model
+    from .foreign.checkpoints import import_ensemble
+
+    model = import_ensemble(sources, family, raw_ok=False)
+    target = output_file(out, "model.safetensors")
+    source = json.dumps({"files": [path.name for path in sources], "from": family}, sort_keys=True)
+    save_model(model, target, {"ensdiag.source": source})
+    note(f"{', '.join(map(str, sources))}: {model.spec.arch}, {model.method}, k = {model.num_members}")
+    print(target)
+
+
 @app.command()
 def evaluate(
-    model_path: Path = typer.Argument(..., metavar="MODEL.safetensors", help="A model saved by ensdiag."),
+    model_path: list[Path] = typer.Argument(..., metavar="MODEL...", help=SOURCES_HELP),
+    family: str = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts."),
     preset: str = typer.Option(None, help="Whose data to evaluate on (default: the preset matching the model)."),
     data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
     download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
@@ -200,14 +225,15 @@ def evaluate(
 ):
     """Predictions and every metric for one model file on a preset's test, shift and OOD data."""
     from .analysis import analyze_predictions
-    from .checkpoint import load_model
     from .evaluate import evaluate_model
+    from .foreign.checkpoints import open_ensemble
     from .io import atomic_write_json
     from .predictions import save_predictions
 
     check_format(fmt)
     out = None if out is None else output_folder(out)
-    model = load_model(model_path)
+    model = open_ensemble(model_path, family, raw_ok=False)
+    model_path = ", ".join(map(str, model_path))
     predictions, titles, skipped = evaluate_model(model, preset, data_dir, download, device, seed=seed)
     metrics = analyze_predictions(predictions, weights=model.member_weights())
     metrics["split_titles"], metrics["skipped_splits"] = titles, skipped
@@ -269,7 +295,8 @@ def analyze(
 
 @app.command()
 def diversity(
-    model_path: Path = typer.Argument(..., metavar="MODEL.safetensors", help="A model saved by ensdiag."),
+    model_path: list[Path] = typer.Argument(..., metavar="MODEL...", help=SOURCES_HELP),
+    family: str = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts."),
     preset: str = typer.Option(None, help="Whose data to measure disagreement on (default: matches the model)."),
     data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
@@ -279,16 +306,24 @@ def diversity(
 ):
     """How different the members really are: disagreement per split and weight-space cosine."""
     from .analysis import analyze_predictions
-    from .checkpoint import load_model
     from .evaluate import evaluate_model
+    from .foreign.checkpoints import RawEnsemble, open_ensemble
 
     check_format(fmt)
-    model = load_model(model_path)
+    model = open_ensemble(model_path, family)
+    name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"
+    model_path = Path(", ".join(map(str, model_path)))
     weights = model.member_weights()
-    try:
-        predictions, titles, skipped = evaluate_model(model, preset, data_dir, False, device, seed=seed)
-    except DataNotFound as error:  # no data at all: the weights still tell a story
-        predictions, titles, skipped = None, {}, {"id": str(error), "shift": str(error), "ood": str(error)}
+    if isinstance(model, RawEnsemble):  # no runnable architecture: the weights alone
+        reason = ("no ensdiag architecture matches these weights: disagreement needs a model that runs "
+                  "(ensdiag runs its mlp and CIFAR-style resnet18)")
+        predictions, titles, skipped = None, {}, {}
+    else:
+        try:
+            predictions, titles, skipped = evaluate_model(model, preset, data_dir, False, device, seed=seed)
+        except DataNotFound as error:  # no data at all: the weights still tell a story
+            predictions, titles, skipped = None, {}, {"id": str(error), "shift": str(error), "ood": str(error)}
+            reason = "no data to predict on"
     if predictions is not None:
         metrics = analyze_predictions(predictions, weights, only=["disagreement", "weight-similarity"])
     else:
@@ -298,9 +333,10 @@ def diversity(
             result = {"status": "ok", **weight_similarity(None, weights)}
         except Skip as reason:
             result = {"status": "skipped", "reason": str(reason)}
-        metrics = {"analyzers": {"disagreement": {"status": "skipped", "reason": "no data to predict on"},
+        metrics = {"analyzers": {"disagreement": {"status": "skipped", "reason": reason},
                                  "weight-similarity": result}}
-    report = {"model": str(model_path), "method": model.method, "num_members": model.num_members,
+    method, arch = getattr(model, "method", "unknown"), getattr(getattr(model, "spec", None), "arch", "unknown")
+    report = {"model": str(model_path), "method": method, "num_members": len(weights) if method == "unknown" else model.num_members,
               "splits": titles, "not_evaluated": skipped,
               "disagreement": metrics["analyzers"]["disagreement"], "weight_similarity": metrics["analyzers"]["weight-similarity"]}
     if plot is not None:
@@ -315,15 +351,15 @@ def diversity(
         if report["weight_similarity"]["status"] == "ok" and cosine is not None:
             rows.append(("weight cosine", [("all layers", cosine)]))
         if not rows:
-            raise EnsdiagError(f"nothing to plot for {model.method} with k={model.num_members}: one weight set, no data "
+            raise EnsdiagError(f"nothing to plot for {method} with k={report['num_members']}: one weight set, no data "
                                "found, or matrices too large to store (k > 256)")
-        plot = save_figure(heatmap_grid(rows, title=f"{model_path.name}: {model.method}, k={model.num_members}"), plot)[0]
+        plot = save_figure(heatmap_grid(rows, title=f"{name}: {method}, k={report['num_members']}"), plot)[0]
     if fmt == "json":
         print_json(report)
         return
     from .report.terminal import _fmt as cell, heatmap_table
     console = Console()
-    console.print(literal(f"{model_path}: {model.spec.arch}, {model.method}, k = {model.num_members}"), soft_wrap=True)
+    console.print(literal(f"{model_path}: {arch}, {method}, k = {report['num_members']}"), soft_wrap=True)
     if report["disagreement"]["status"] == "ok":
         for name, entry in report["disagreement"]["splits"].items():
             if "/" in name:

@@ -149,7 +149,7 @@ def test_model_commands_reject_files_without_ensdiag_metadata(tmp_path, capsys):
     path = tmp_path / "other.safetensors"
     save_file({"w": torch.zeros(2)}, str(path))
     for command in ("evaluate", "diversity"):
-        assert_one_line_error(capsys, command, path, match="no ensdiag metadata")
+        assert_one_line_error(capsys, command, path, match="no ensdiag model file and holds one network")
     assert_one_line_error(capsys, "analyze", tmp_path / "missing.safetensors", match="does not exist")
 
 

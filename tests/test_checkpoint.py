@@ -34,7 +34,10 @@ def test_spec_json_round_trips():
                                variant="kernel", init="random-sign:0.7").spec
     assert ModelSpec.from_json(spec.to_json()) == spec
     assert json.loads(spec.to_json())["options"] == {"variant": "kernel", "init": "random-sign:0.7", "layout": "original",
-                                                    "loss": "mean"}
+                                                    "loss": "mean", "shortcut_bias": False}
+    narrow = ensdiag.build_model("resnet18", "single", 1, 10, (3, 16, 16), arch_options={"width": 8}).spec
+    assert ModelSpec.from_json(narrow.to_json()) == narrow and json.loads(narrow.to_json())["arch_options"] == {"width": 8}
+    assert "arch_options" not in json.loads(spec.to_json())  # unset: specs read as before
 
 
 @pytest.fixture

@@ -22,12 +22,17 @@ import math
 import torch.nn.functional as F
 from torch import nn
 
+from .kit import Option
+
 ARCHITECTURES: dict[str, callable] = {}
 
 
-def register_arch(name, convolutional=True, **default_options):
+def register_arch(name, convolutional=True, options=(), **default_options):
+    """`options`: the architecture's own options (`Option`s, e.g. resnet18's base width), kept in a
+    model's spec when set; `default_options`: per-architecture defaults of method options."""
     def register(builder):
         builder.default_options = default_options
+        builder.options = tuple(options)
         builder.convolutional = convolutional  # kernel-wise BatchEnsemble needs convolutions
         ARCHITECTURES[name] = builder
         return builder
@@ -98,6 +103,8 @@ def build_mlp(kit, num_classes, input_shape):
     return MLP(kit, num_classes, input_shape)
 
 
-@register_arch("resnet18", dropout=0.1)
-def build_resnet18(kit, num_classes, input_shape):
-    return ResNet18(kit, num_classes, input_shape)
+@register_arch("resnet18", dropout=0.1, options=(
+        Option("width", 64, "channels of the first stage (the stages have width, 2·, 4·, 8·width)", int,
+               low=1, high=1024),))
+def build_resnet18(kit, num_classes, input_shape, width=64):
+    return ResNet18(kit, num_classes, input_shape, widths=(width, 2 * width, 4 * width, 8 * width))

@@ -36,9 +36,13 @@ class ModelSpec:
     num_classes: int
     input_shape: tuple[int, ...]
     options: dict = field(default_factory=dict)
+    arch_options: dict = field(default_factory=dict)  # e.g. resnet18's base width; stored only when set
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        data = asdict(self)
+        if not data["arch_options"]:
+            del data["arch_options"]  # specs without them read as they always did
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "ModelSpec":
@@ -48,14 +52,14 @@ class ModelSpec:
             if not isinstance(data, dict):
                 raise TypeError("not a JSON object")
             integers = {key: data[key] for key in ("num_members", "num_classes")}
-            shape, options = data["input_shape"], data.get("options", {})
+            shape, options, arch_options = data["input_shape"], data.get("options", {}), data.get("arch_options", {})
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in [*integers.values(), *shape]):
                 raise TypeError("num_members, num_classes and input_shape must be integers")
-            if not isinstance(options, dict) or not all(
-                    isinstance(value, (str, int, float, bool)) for value in options.values()):
+            if not all(isinstance(given, dict) and all(isinstance(value, (str, int, float, bool)) for value in given.values())
+                       for given in (options, arch_options)):
                 raise TypeError("options must map names to plain values")
             spec = cls(arch=str(data["arch"]), method=str(data["method"]), input_shape=tuple(shape),
-                       options=dict(options), **integers)
+                       options=dict(options), arch_options=dict(arch_options), **integers)
         except (ValueError, KeyError, TypeError) as error:
             raise EnsdiagError(f"model spec is not valid JSON of the expected form ({error})"[:300]) from None
         spec.validate()
@@ -76,6 +80,7 @@ class ModelSpec:
         builder = ARCHITECTURES[self.arch]
         # convolutional=True: a model saved before kernel-wise was refused on the mlp still loads
         resolve_options(self.method, self.options, builder.default_options, True, self.arch)
+        resolve_arch_options(self.arch, self.arch_options)
 
 
 def flush_denormals() -> bool:
@@ -144,8 +149,9 @@ class EnsembleModel(nn.Module):
         the result lives in memory only: its spec describes the unscaled network."""
         kit = MemberKit(self.kit.member_width)
         spec = ModelSpec(self.spec.arch, "single", 1, self.num_classes, self.spec.input_shape,
-                         resolve_options("single", {}, {}))
-        plain = EnsembleModel(spec, kit, ARCHITECTURES[spec.arch](kit, spec.num_classes, spec.input_shape))
+                         resolve_options("single", {}, {}), self.spec.arch_options)
+        plain = EnsembleModel(spec, kit, ARCHITECTURES[spec.arch](kit, spec.num_classes, spec.input_shape,
+                                                                  **resolve_arch_options(spec.arch, spec.arch_options)))
         state = self.member_state_dict(i)
         for name, module in plain.body.named_modules():
             if isinstance(module, (nn.Conv2d, nn.Linear)) and module.bias is None and f"{name}.bias" in state:
@@ -181,9 +187,20 @@ class EnsembleModel(nn.Module):
         return weights
 
 
+def resolve_arch_options(arch: str, given: dict) -> dict:
+    """The architecture's options (declared by `register_arch(..., options=...)`), each checked."""
+    declared = {option.name: option for option in ARCHITECTURES[arch].options}
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise EnsdiagError(f"architecture {arch!r} takes no option {', '.join(unknown)} "
+                           f"(accepted: {', '.join(declared) or 'none'})")
+    return {name: option.check(given.get(name, option.default), arch) for name, option in declared.items()}
+
+
 def build_model(arch: str, method: str, num_members: int | None = None, num_classes: int = 10,
-                input_shape=(1, 28, 28), **options) -> EnsembleModel:
-    """Build an `EnsembleModel`; options (dropout, variant, init) are recorded in its spec."""
+                input_shape=(1, 28, 28), arch_options: dict | None = None, **options) -> EnsembleModel:
+    """Build an `EnsembleModel`; options (dropout, variant, init) and architecture options (resnet18's
+    `width`) are recorded in its spec."""
     if arch not in ARCHITECTURES:
         raise EnsdiagError(f"unknown architecture {arch!r}; choose from {', '.join(ARCHITECTURES)}")
     builder = ARCHITECTURES[arch]
@@ -195,7 +212,11 @@ def build_model(arch: str, method: str, num_members: int | None = None, num_clas
         raise EnsdiagError(f"a {method} model has exactly {fixed} member{'s' if fixed > 1 else ''}, not {num_members}")
     if num_members < 1 or num_classes < 2:
         raise EnsdiagError(f"need at least one member and two classes (got k={num_members}, C={num_classes})")
-    spec = ModelSpec(arch, method, int(num_members), int(num_classes), tuple(int(d) for d in input_shape), options)
+    given = {name: value for name, value in (arch_options or {}).items()
+             if value != getattr(next((o for o in builder.options if o.name == name), None), "default", object())}
+    resolve_arch_options(arch, given)
+    spec = ModelSpec(arch, method, int(num_members), int(num_classes), tuple(int(d) for d in input_shape), options,
+                     given)
     return build_from_spec(spec)
 
 
@@ -203,4 +224,5 @@ def build_from_spec(spec: ModelSpec) -> EnsembleModel:
     spec.validate()
     options = resolve_options(spec.method, spec.options, ARCHITECTURES[spec.arch].default_options, True, spec.arch)
     kit = METHODS[spec.method](spec.num_members, **options)
-    return EnsembleModel(spec, kit, ARCHITECTURES[spec.arch](kit, spec.num_classes, spec.input_shape))
+    arch_options = resolve_arch_options(spec.arch, spec.arch_options)
+    return EnsembleModel(spec, kit, ARCHITECTURES[spec.arch](kit, spec.num_classes, spec.input_shape, **arch_options))

@@ -189,10 +189,15 @@ class BatchEnsembleKit(Kit):
                 Option("layout", "original", "bias and shortcut layout: original or the paper's",
                        choices=BE_LAYOUTS, flag="--be-layout"),
                 Option("loss", "mean", "cross-entropy averaged over all k·B rows, or summed over members",
-                       choices=("mean", "sum"), flag="--be-loss"))
+                       choices=("mean", "sum"), flag="--be-loss"),
+                Option("shortcut_bias", False, "a shared bias on the paper layout's plain shortcut convolutions "
+                       "(torch-uncertainty's batched_resnet with conv_bias)", bool))
 
     @classmethod
     def check_options(cls, options, convolutional, arch):
+        if options["shortcut_bias"] and options["layout"] != "paper":
+            raise EnsdiagError("batch-ensemble option shortcut_bias needs the paper layout (the original "
+                               "perturbs its shortcuts like every other convolution)")
         if options["variant"] == "kernel" and not convolutional:
             raise EnsdiagError(f"kernel-wise BatchEnsemble perturbs convolution kernels and {arch} has none: it would "
                                "be the channel-wise model under another name; use the channel variant")
@@ -243,7 +248,7 @@ class BatchEnsembleKit(Kit):
 
     def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
         if self.paper_layout and role == "shortcut":
-            return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=False)
+            return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=self.options["shortcut_bias"])
         bias = self.paper_layout and role in ("entry", "block")
         return BatchConv2d(in_channels, out_channels, kernel_size, self.num_members, stride, padding, bias=bias,
                            variant=self.options["variant"], init=self.options["init"], random_bias=bias)

@@ -1,0 +1,305 @@
+"""Ensembles trained elsewhere: torch-uncertainty checkpoints and plain PyTorch state_dicts.
+
+    model = import_ensemble(["be_mlp.ckpt"])                  # torch-uncertainty BatchEnsemble (Lightning)
+    model = import_ensemble(["m0.pt", "m1.pt", "m2.pt"])       # k state_dicts: a Deep Ensemble
+    ensdiag import SRC... --out model.safetensors [--from torch-uncertainty|state-dicts]
+
+What is read (the format is detected from the keys; `--from` forces the family):
+- torch-uncertainty BatchEnsemble (`batched_mlp`, the CIFAR-style batched ResNet-18): a layer
+  stores W as `<layer>.linear.weight` / `<layer>.conv.weight`, `r_group` [k, in] scaling the
+  inputs, `s_group` [k, out] scaling the outputs and a per-member bias [k, out]. ensdiag's
+  `r` scales outputs and `s` inputs, so r ← s_group and s ← r_group. The ResNet maps onto the
+  paper layout (plain shortcuts; their shared bias when the file has one; missing block biases
+  are zeros, which computes the same).
+- torch-uncertainty Deep Ensembles: one plain `mlp` / ResNet-18 state_dict per member, or one
+  `deep_ensembles` checkpoint (`core_models.<i>.` prefixes).
+- Plain PyTorch members of ensdiag's own `mlp` / `resnet18` (ensdiag's key names).
+Files: `.pt`/`.pth`/`.ckpt`/`.bin` through `torch.load(weights_only=True)` (Lightning checkpoints:
+their `state_dict`, without the `model.` prefix) and plain `.safetensors`. Nothing needing more
+than tensors is loaded: such a file is refused with the reason. When no ensdiag architecture
+matches, `import_ensemble` returns `RawEnsemble`: weight similarity still runs on the tensors.
+"""
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import EnsdiagError
+
+FAMILIES = ("auto", "torch-uncertainty", "state-dicts")
+STATS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def read_state_dict(path) -> dict[str, torch.Tensor]:
+    """The tensors of a checkpoint file, read without running pickled code."""
+    path = Path(path)
+    if not path.is_file():
+        raise EnsdiagError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")
+    if path.suffix == ".safetensors":
+        from ..io import read_safetensors
+        state, _ = read_safetensors(path, "checkpoint")
+        return state
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # pickle.UnpicklingError and whatever a damaged zip raises
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if "weights_only" in str(error) or "GLOBAL" in str(error) or "Unsupported" in str(error):
+            raise EnsdiagError(f"{path} needs more than tensors to load ({reason[:120]}); ensdiag reads checkpoints "
+                               "with torch.load(weights_only=True) and never runs pickled code: save a state_dict"
+                               ) from None
+        raise EnsdiagError(f"{path} is not a readable PyTorch checkpoint ({reason[:160]})") from None
+    if isinstance(loaded, dict) and isinstance(loaded.get("state_dict"), dict):  # Lightning, and many trainers
+        loaded = loaded["state_dict"]
+    if not isinstance(loaded, dict) or not loaded:
+        raise EnsdiagError(f"{path} holds no state_dict (a dict of tensors), got {type(loaded).__name__}")
+    state = {}
+    for key, value in loaded.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise EnsdiagError(f"{path}: entry {str(key)[:60]!r} is not a named tensor; expected a state_dict")
+        state[key] = value
+    if all(key.startswith("model.") for key in state):  # a Lightning module holding the network as `model`
+        state = {key[len("model."):]: value for key, value in state.items()}
+    return state
+
+
+@dataclass
+class RawEnsemble:
+    """Members without a runnable architecture: their weights only (weight similarity runs on them)."""
+
+    member_tensors: list[dict[str, torch.Tensor]]
+    source: str
+
+    def member_weights(self):
+        from ..nn.model import MemberWeights
+        return MemberWeights(self.member_tensors)
+
+
+def _renamed(state, rules):
+    out = {}
+    for key, value in state.items():
+        for pattern, replacement in rules:
+            key = re.sub(pattern, replacement, key)
+        out[key] = value
+    return out
+
+
+TU_MLP_RULES = [(r"^layers\.(\d+)\.", r"hidden.\1."), (r"^final_layer\.", "head.")]
+TU_RESNET_RULES = [(r"^linear\.", "fc.")]
+
+
+def _mlp_shape(state, prefix="hidden.0"):
+    weight = state.get(f"{prefix}.weight")
+    if weight is None or weight.dim() != 2:
+        return None
+    features = weight.shape[1]
+    side = math.isqrt(features)
+    return (1, side, side) if side * side == features else (features,)
+
+
+def _resnet18_layout(state):
+    """(input channels, base width) when `state` has ResNet-18's layer names (plain names)."""
+    names = {key.rsplit(".", 1)[0] for key in state}
+    blocks = {f"layer{s}.{b}" for s in range(1, 5) for b in range(2)}
+    if "conv1" not in names or not all(f"{block}.conv1" in names for block in blocks) or "layer1.2.conv1" in names:
+        return None
+    stem = state["conv1.weight"]
+    return stem.shape[1], stem.shape[0]
+
+
+def _tu_batch_ensemble(state, source):
+    """(spec, ensdiag state) for a torch-uncertainty BatchEnsemble state_dict, or None."""
+    from ..nn.model import ModelSpec
+    plain = {}
+    for key, value in state.items():  # BatchLinear/BatchConv2d wrap W as .linear / .conv; r, s swap roles
+        key = re.sub(r"\.(linear|conv)\.weight$", ".weight", key)
+        key = re.sub(r"\.r_group$", ".s", key) if key.endswith(".r_group") else re.sub(r"\.s_group$", ".r", key)
+        plain[key] = value
+    fast = [key for key in state if key.endswith(".r_group")]
+    k = state[fast[0]].shape[0]
+    if "layers.0.weight" in plain or "final_layer.weight" in plain:
+        plain = _renamed(plain, TU_MLP_RULES)
+        shape = _mlp_shape(plain)
+        if shape is None or "head.weight" not in plain:
+            return None
+        spec = ModelSpec("mlp", "batch-ensemble", k, plain["head.weight"].shape[0], shape,
+                         {"layout": "paper"})
+        return spec, plain
+    plain = _renamed(plain, TU_RESNET_RULES)
+    layout = _resnet18_layout(plain)
+    if layout is None or "fc.weight" not in plain:
+        return None
+    channels, width = layout
+    for name in [f"layer{s}.{b}.conv{c}" for s in range(1, 5) for b in range(2) for c in (1, 2)]:
+        plain.setdefault(f"{name}.bias", torch.zeros(k, plain[f"{name}.weight"].shape[0]))  # conv_bias=False: zero
+    shortcut_bias = any(re.match(r"layer\d\.\d\.shortcut\.0\.bias$", key) for key in plain)
+    spec = ModelSpec("resnet18", "batch-ensemble", k, plain["fc.weight"].shape[0], (channels, 32, 32),
+                     {"layout": "paper", "shortcut_bias": shortcut_bias}, {"width": width} if width != 64 else {})
+    return spec, plain
+
+
+def _member_spec(states, source):
+    """(arch, input shape, classes, arch options, renamed member states) for plain members, or None."""
+    renamed = []
+    for state in states:
+        state = {key.removeprefix("body."): value for key, value in state.items()}
+        if "layers.0.weight" in state or "final_layer.weight" in state:
+            state = _renamed(state, TU_MLP_RULES)
+        elif "linear.weight" in state and "fc.weight" not in state:
+            state = _renamed(state, TU_RESNET_RULES)
+        renamed.append(state)
+    first = renamed[0]
+    if "head.weight" in first and (shape := _mlp_shape(first)) is not None:
+        return "mlp", shape, first["head.weight"].shape[0], {}, renamed
+    layout = _resnet18_layout(first)
+    if layout is not None and "fc.weight" in first:
+        channels, width = layout
+        return "resnet18", (channels, 32, 32), first["fc.weight"].shape[0], {"width": width} if width != 64 else {}, renamed
+    return None
+
+
+def _deep_ensemble(states, source):
+    from ..nn.model import ModelSpec
+    found = _member_spec(states, source)
+    if found is None:
+        return None
+    arch, shape, classes, arch_options, renamed = found
+    return ModelSpec(arch, "deep-ensemble", len(renamed), classes, shape, {}, arch_options), renamed
+
+
+def _fill_members(model, members, source):
+    """Write each member's plain state into the ensemble's stacked tensors; name the first misfit."""
+    with torch.no_grad():
+        for i, state in enumerate(members):
+            expected = model.member_state_dict(i)
+            for key, target in expected.items():
+                if key.endswith("num_batches_tracked"):
+                    continue
+                if key not in state:
+                    raise EnsdiagError(f"{source}: member {i} lacks {key!r} (shape {list(target.shape)}) that "
+                                       f"{model.spec.arch} needs")
+                if tuple(state[key].shape) != tuple(target.shape):
+                    raise EnsdiagError(f"{source}: member {i} {key!r} has shape {list(state[key].shape)}, "
+                                       f"{model.spec.arch} expects {list(target.shape)}")
+            extra = sorted(key for key in state if key not in expected)
+            if extra:
+                raise EnsdiagError(f"{source}: member {i} has {len(extra)} tensor(s) that {model.spec.arch} lacks "
+                                   f"(e.g. {extra[0]!r}); is it another architecture?")
+            for name, module in model.body.named_modules():
+                if hasattr(module, "stacked_state"):
+                    for key, view in module.stacked_state().items():
+                        if key != "num_batches_tracked":
+                            view[i].copy_(state[f"{name}.{key}"])
+                elif next(module.children(), None) is None:
+                    for key, tensor in module.state_dict().items():
+                        tensor.copy_(state[f"{name}.{key}"])
+
+
+def _load_into(spec, state, source):
+    from ..nn.model import build_from_spec
+    model = build_from_spec(_resolved(spec))
+    expected = model.body.state_dict()
+    missing = sorted(set(expected) - set(state))
+    extra = sorted(set(state) - set(expected))
+    if missing or extra:
+        what = f"lacks {missing[0]!r}" if missing else f"has {extra[0]!r}, which {spec.arch} lacks"
+        raise EnsdiagError(f"{source}: the {spec.method} {spec.arch} it looks like {what} "
+                           f"({len(missing)} missing, {len(extra)} unexpected)")
+    for key, tensor in expected.items():
+        if tuple(state[key].shape) != tuple(tensor.shape):
+            raise EnsdiagError(f"{source}: {key!r} has shape {list(state[key].shape)}, {spec.arch} expects "
+                               f"{list(tensor.shape)}")
+    model.body.load_state_dict(state)
+    return model.eval()
+
+
+def _resolved(spec):
+    """The spec with every method option written out, as a model built by ensdiag records it."""
+    from dataclasses import replace
+
+    from ..nn import ARCHITECTURES
+    from ..nn.methods import resolve_options
+    builder = ARCHITECTURES[spec.arch]
+    return replace(spec, options=resolve_options(spec.method, spec.options, builder.default_options,
+                                                 builder.convolutional, spec.arch))
+
+
+def _raw(states, source):
+    """Matching float tensors of every member (BatchNorm statistics aside); BatchEnsemble layers as
+    their effective member weights W ∘ s_group r_groupᵀ."""
+    if len(states) == 1 and any(key.endswith(".r_group") for key in states[0]):
+        state, layers = states[0], [key[: -len(".r_group")] for key in states[0] if key.endswith(".r_group")]
+        k = state[f"{layers[0]}.r_group"].shape[0]
+        members = [{} for _ in range(k)]
+        for layer in layers:
+            weight = state.get(f"{layer}.linear.weight", state.get(f"{layer}.conv.weight"))
+            r, s = state[f"{layer}.r_group"], state[f"{layer}.s_group"]
+            if weight is None or r.dim() != 2:
+                continue
+            for i in range(k):
+                scale = s[i].reshape(-1, *[1] * (weight.dim() - 1)) * r[i].reshape(1, -1, *[1] * (weight.dim() - 2))
+                members[i][f"{layer}.weight"] = weight * scale
+        return RawEnsemble(members, source)
+    shared = set.intersection(*(set(state) for state in states))
+    keys = [key for key in states[0] if key in shared and states[0][key].is_floating_point()
+            and not key.endswith(STATS) and all(state[key].shape == states[0][key].shape for state in states)]
+    if not keys:
+        raise EnsdiagError(f"{source}: the members share no tensor of one shape; nothing to compare")
+    return RawEnsemble([{key: state[key].float() for key in keys} for state in states], source)
+
+
+def open_ensemble(paths, family="auto", raw_ok=True):
+    """An ensdiag model file as saved, or foreign checkpoints through `import_ensemble`."""
+    paths = [Path(p) for p in paths]
+    if family == "auto" and len(paths) == 1 and paths[0].suffix == ".safetensors" and _has_ensdiag_metadata(paths[0]):
+        from ..checkpoint import load_model
+        return load_model(paths[0])
+    return import_ensemble(paths, family, raw_ok)
+
+
+def _has_ensdiag_metadata(path) -> bool:
+    from safetensors import safe_open
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return "ensdiag.format" in (handle.metadata() or {})
+    except Exception:  # unreadable: load_model says why
+        return True
+
+
+def import_ensemble(paths, family="auto", raw_ok=True):
+    """An `EnsembleModel` from foreign checkpoint files, or a `RawEnsemble` when no ensdiag
+    architecture matches (`raw_ok`; else an error saying so)."""
+    if family not in FAMILIES:
+        raise EnsdiagError(f"--from must be one of {', '.join(FAMILIES)}, got {family!r}")
+    paths = [Path(p) for p in paths]
+    source = ", ".join(str(p) for p in paths[:3]) + (f" … ({len(paths)} files)" if len(paths) > 3 else "")
+    states = [read_state_dict(p) for p in paths]
+    if len(states) == 1 and any(key.startswith("core_models.") for key in states[0]):  # one deep_ensembles file
+        members = {}
+        for key, value in states[0].items():
+            index, _, rest = key.removeprefix("core_models.").partition(".")
+            members.setdefault(int(index) if index.isdigit() else -1, {})[rest] = value
+        states = [members[i] for i in sorted(members)]
+    batch_ensemble = len(states) == 1 and any(key.endswith(".r_group") for key in states[0])
+    found = None
+    if batch_ensemble and family in ("auto", "torch-uncertainty"):
+        found = _tu_batch_ensemble(states[0], source)
+        if found is not None:
+            return _load_into(*found, source)
+    elif not batch_ensemble and len(states) > 1:
+        found = _deep_ensemble(states, source)
+        if found is not None:
+            from ..nn.model import build_from_spec
+            spec, members = found
+            model = build_from_spec(_resolved(spec))
+            _fill_members(model, members, source)
+            return model.eval()
+    if len(states) == 1 and not batch_ensemble:
+        raise EnsdiagError(f"{source} is no ensdiag model file and holds one network, not an ensemble: "
+                           "pass one file per member")
+    if not raw_ok:
+        raise EnsdiagError(f"{source}: no ensdiag architecture (mlp 64-32-16, CIFAR-style resnet18) matches these "
+                           "weights; weight similarity can still compare them (ensdiag diversity)")
+    return _raw(states, source)

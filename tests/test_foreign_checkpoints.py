@@ -1,0 +1,148 @@
+"""Ensembles trained elsewhere: real torch-uncertainty 0.13 files (tests/fixtures/torch_uncertainty,
+written by make_fixtures.py there) give torch-uncertainty's own logits member by member, member
+weights are W ∘ (s_group r_groupᵀ), plain state_dicts form Deep Ensembles, and nothing pickled runs."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import ensdiag
+from ensdiag.foreign.checkpoints import RawEnsemble, import_ensemble
+
+from .cli import assert_one_line_error, run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures" / "torch_uncertainty"
+REFERENCE = load_file(FIXTURES / "logits.safetensors")
+CASES = {  # reference logits -> (files, inputs, method, members)
+    "be_mlp": (["be_mlp.pt"], "mlp_inputs", "batch-ensemble", 3),
+    "be_mlp_ckpt": (["be_mlp.ckpt"], "mlp_inputs", "batch-ensemble", 3),
+    "de_mlp": ([f"de_mlp_member{i}.pt" for i in range(3)], "mlp_inputs", "deep-ensemble", 3),
+    "be_resnet18_w8": (["be_resnet18_w8.pt"], "resnet_inputs", "batch-ensemble", 2),
+    "de_resnet18_w8": ([f"de_resnet18_w8_member{i}.pt" for i in range(2)], "resnet_inputs", "deep-ensemble", 2),
+}
+
+
+def inputs_for(name):
+    x = REFERENCE[CASES[name][1]]
+    return x.view(-1, 1, 8, 8) if CASES[name][1] == "mlp_inputs" else x
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_imported_model_gives_torch_uncertaintys_logits_member_by_member(name):
+    files, _, method, k = CASES[name]
+    model = import_ensemble([FIXTURES / f for f in files])
+    assert model.method == method and model.num_members == k
+    with torch.no_grad():
+        logits = model(inputs_for(name))
+    torch.testing.assert_close(logits, REFERENCE[name], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("file", ["be_mlp.pt", "be_resnet18_w8.pt"])
+def test_member_weights_are_the_shared_weight_times_the_fast_weights_outer_product(file):
+    raw = torch.load(FIXTURES / file, weights_only=True)
+    weights = import_ensemble([FIXTURES / file]).member_weights()
+    layers = [key[: -len(".r_group")] for key in raw if key.endswith(".r_group")]
+    renames = {"final_layer": "head", "linear": "fc"}
+    checked = 0
+    for layer in layers:
+        shared = raw.get(f"{layer}.linear.weight", raw.get(f"{layer}.conv.weight"))
+        ours = renames.get(layer, layer).replace("layers.", "hidden.")
+        for i, member in enumerate(weights):
+            # torch-uncertainty: y = (x ∘ r_group) Wᵀ ∘ s_group, so member i's W is W ∘ s_group[i] r_group[i]ᵀ
+            outer = torch.outer(raw[f"{layer}.s_group"][i], raw[f"{layer}.r_group"][i])
+            expected = shared * outer.reshape(*outer.shape, *[1] * (shared.dim() - 2))
+            torch.testing.assert_close(member[f"{ours}.weight"], expected)
+            checked += 1
+    assert checked == len(layers) * len(weights) > 0
+
+
+def test_import_writes_an_ensdiag_model_that_remembers_its_source(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "import", FIXTURES / "be_mlp.ckpt", "--out", tmp_path / "model.safetensors")
+    assert code == 0, err
+    model = ensdiag.load_model(out.strip())
+    with torch.no_grad():
+        torch.testing.assert_close(model(inputs_for("be_mlp_ckpt")), REFERENCE["be_mlp_ckpt"], rtol=1e-5, atol=1e-5)
+    from ensdiag.io import read_safetensors
+    _, metadata = read_safetensors(tmp_path / "model.safetensors")
+    assert json.loads(metadata["ensdiag.source"]) == {"files": ["be_mlp.ckpt"], "from": "auto"}
+
+
+def test_diversity_and_evaluate_take_foreign_files_directly(capsys):
+    members = [FIXTURES / f"de_mlp_member{i}.pt" for i in range(3)]
+    code, out, err = run_cli(capsys, "diversity", *members, "--format", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["method"] == "deep-ensemble" and report["num_members"] == 3
+    assert report["disagreement"]["status"] == "ok" and report["weight_similarity"]["status"] == "ok"
+    code, out, err = run_cli(capsys, "evaluate", FIXTURES / "be_mlp.pt", "--format", "json")
+    assert code == 0, err and json.loads(out)["num_members"] == 3
+
+
+def test_members_of_ensdiags_own_architecture_form_a_deep_ensemble(tmp_path):
+    singles = [ensdiag.build_model("mlp", "single", 1, 10, (1, 8, 8)).eval() for _ in range(3)]
+    for i, single in enumerate(singles):
+        torch.save(single.body.state_dict(), tmp_path / f"m{i}.pt")
+    model = import_ensemble([tmp_path / f"m{i}.pt" for i in range(3)])
+    x = torch.randn(4, 1, 8, 8)
+    with torch.no_grad():
+        expected = torch.stack([single(x)[0] for single in singles])
+        torch.testing.assert_close(model(x), expected)
+
+
+def test_unknown_architectures_still_get_weight_similarity(tmp_path, capsys):
+    for i in range(3):
+        torch.manual_seed(i)
+        net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4, 2))
+        torch.save(net.state_dict(), tmp_path / f"m{i}.pt")
+    files = [tmp_path / f"m{i}.pt" for i in range(3)]
+    assert isinstance(import_ensemble(files), RawEnsemble)
+    code, out, err = run_cli(capsys, "diversity", *files, "--format", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["weight_similarity"]["status"] == "ok" and set(report["weight_similarity"]["layers"]) == {"0", "2"}
+    assert "no ensdiag architecture matches" in report["disagreement"]["reason"]
+    assert_one_line_error(capsys, "import", *files, "--out", tmp_path / "x.safetensors", match="no ensdiag architecture")
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_malicious_pickle_is_refused_without_running_it(tmp_path, capsys):
+    marker = tmp_path / "ran"
+    torch.save({"layer.weight": torch.zeros(2), "x": _Payload(marker)}, tmp_path / "evil.pt")
+    assert_one_line_error(capsys, "diversity", tmp_path / "evil.pt", tmp_path / "evil.pt",
+                          match=r"needs more than tensors.*weights_only=True.*never runs pickled code")
+    assert_one_line_error(capsys, "import", tmp_path / "evil.pt", "--out", tmp_path / "m.safetensors", match="pickled")
+    assert not marker.exists()
+    torch.load(tmp_path / "evil.pt", weights_only=False)  # the payload is live: a full unpickle runs it
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda d: [(d / "a.pt").write_bytes(b"PK\x03\x04 not a zip")], "not a readable PyTorch checkpoint"),
+    (lambda d: [torch.save({"a": 1}, d / "a.pt")], "'a' is not a named tensor"),
+    (lambda d: [torch.save(ensdiag.build_model("mlp", "single", 1, 10, (1, 8, 8)).body.state_dict(), d / "a.pt")],
+     "holds one network, not an ensemble"),
+])
+def test_bad_checkpoints_are_one_line_errors(make, message, tmp_path, capsys):
+    make(tmp_path)
+    assert_one_line_error(capsys, "import", tmp_path / "a.pt", "--out", tmp_path / "m.safetensors", match=message)
+
+
+def test_a_member_that_does_not_fit_names_the_key_and_the_shape(tmp_path, capsys):
+    good = torch.load(FIXTURES / "de_mlp_member0.pt", weights_only=True)
+    bad = {**good, "layers.1.weight": torch.zeros(32, 60)}
+    torch.save(good, tmp_path / "m0.pt")
+    torch.save(bad, tmp_path / "m1.pt")
+    assert_one_line_error(capsys, "import", tmp_path / "m0.pt", tmp_path / "m1.pt", "--out", tmp_path / "m.safetensors",
+                          match=r"member 1 'hidden\.1\.weight' has shape \[32, 60\], mlp expects \[32, 64\]")
