@@ -196,6 +196,8 @@ def import_(
     sources: list[Path] = typer.Argument(..., metavar="SRC...", help=SOURCES_HELP),
     out: Path = typer.Option(..., help="The ensdiag model file to write (.safetensors)."),
     family: str = typer.Option("auto", "--from", help="auto, torch-uncertainty or state-dicts."),
+    arch: str = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18)."),
+    num_classes: int = typer.Option(None, "--num-classes", help="Classes of torchvision members (default: the classifier's rows)."),
 ):
     """Convert an ensemble trained elsewhere into ensdiag's model format once (its source recorded)."""
     import json
@@ -203,9 +205,9 @@ def import_(
     from .checkpoint import save_model
     from .foreign.checkpoints import import_ensemble
 
-    model = import_ensemble(sources, family, raw_ok=False)
+    model = import_ensemble(sources, family, raw_ok=False, arch=arch, num_classes=num_classes)
     target = output_file(out, "model.safetensors")
-    source = json.dumps({"files": [path.name for path in sources], "from": family}, sort_keys=True)
+    source = json.dumps({"files": [path.name for path in sources], "from": family, "arch": arch}, sort_keys=True)
     save_model(model, target, {"ensdiag.source": source})
     note(f"{', '.join(map(str, sources))}: {model.spec.arch}, {model.method}, k = {model.num_members}")
     print(target)
@@ -215,6 +217,8 @@ def import_(
 def evaluate(
     model_path: list[Path] = typer.Argument(..., metavar="MODEL...", help=SOURCES_HELP),
     family: str = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts."),
+    arch: str = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18)."),
+    num_classes: int = typer.Option(None, "--num-classes", help="Classes of torchvision members (default: the classifier's rows)."),
     preset: str = typer.Option(None, help="Whose data to evaluate on (default: the preset matching the model)."),
     data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
     download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
@@ -232,7 +236,7 @@ def evaluate(
 
     check_format(fmt)
     out = None if out is None else output_folder(out)
-    model = open_ensemble(model_path, family, raw_ok=False)
+    model = open_ensemble(model_path, family, raw_ok=False, arch=arch, num_classes=num_classes)
     model_path = ", ".join(map(str, model_path))
     predictions, titles, skipped = evaluate_model(model, preset, data_dir, download, device, seed=seed)
     metrics = analyze_predictions(predictions, weights=model.member_weights())
@@ -297,6 +301,8 @@ def analyze(
 def diversity(
     model_path: list[Path] = typer.Argument(..., metavar="MODEL...", help=SOURCES_HELP),
     family: str = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts."),
+    arch: str = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18)."),
+    num_classes: int = typer.Option(None, "--num-classes", help="Classes of torchvision members (default: the classifier's rows)."),
     preset: str = typer.Option(None, help="Whose data to measure disagreement on (default: matches the model)."),
     data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
@@ -310,7 +316,7 @@ def diversity(
     from .foreign.checkpoints import RawEnsemble, open_ensemble
 
     check_format(fmt)
-    model = open_ensemble(model_path, family)
+    model = open_ensemble(model_path, family, arch=arch, num_classes=num_classes)
     name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"
     model_path = Path(", ".join(map(str, model_path)))
     weights = model.member_weights()
@@ -319,11 +325,17 @@ def diversity(
                   "(ensdiag runs its mlp and CIFAR-style resnet18)")
         predictions, titles, skipped = None, {}, {}
     else:
+        from .evaluate import guess_preset
         try:
+            preset = preset or guess_preset(model.spec)
             predictions, titles, skipped = evaluate_model(model, preset, data_dir, False, device, seed=seed)
         except DataNotFound as error:  # no data at all: the weights still tell a story
             predictions, titles, skipped = None, {}, {"id": str(error), "shift": str(error), "ood": str(error)}
             reason = "no data to predict on"
+        except EnsdiagError as error:
+            if preset is not None:
+                raise
+            predictions, titles, skipped, reason = None, {}, {}, f"no data to predict on: {error}"
     if predictions is not None:
         metrics = analyze_predictions(predictions, weights, only=["disagreement", "weight-similarity"])
     else:

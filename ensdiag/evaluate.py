@@ -21,8 +21,10 @@ def guess_preset(spec) -> str:
 
 def evaluate_model(model, preset=None, data_dir="data", download=False, device="auto", seed=0):
     """(predictions with pooled shift, split titles, skipped splits {name: reason}) for a model."""
+    from .nn import ARCHITECTURES
     config = preset_config(preset or guess_preset(model.spec))
-    if tuple(config.input_shape) != tuple(model.spec.input_shape):
+    flexible = ARCHITECTURES[model.spec.arch].any_input_size and config.input_shape[0] == model.spec.input_shape[0]
+    if tuple(config.input_shape) != tuple(model.spec.input_shape) and not flexible:
         raise EnsdiagError(f"the {config.preset} preset has inputs {tuple(config.input_shape)}, the model "
                            f"{tuple(model.spec.input_shape)}")
     device = resolve_device(device)

@@ -68,7 +68,7 @@ def test_import_writes_an_ensdiag_model_that_remembers_its_source(tmp_path, caps
         torch.testing.assert_close(model(inputs_for("be_mlp_ckpt")), REFERENCE["be_mlp_ckpt"], rtol=1e-5, atol=1e-5)
     from ensdiag.io import read_safetensors
     _, metadata = read_safetensors(tmp_path / "model.safetensors")
-    assert json.loads(metadata["ensdiag.source"]) == {"files": ["be_mlp.ckpt"], "from": "auto"}
+    assert json.loads(metadata["ensdiag.source"]) == {"files": ["be_mlp.ckpt"], "from": "auto", "arch": "auto"}
 
 
 def test_diversity_and_evaluate_take_foreign_files_directly(capsys):
@@ -146,3 +146,36 @@ def test_a_member_that_does_not_fit_names_the_key_and_the_shape(tmp_path, capsys
     torch.save(bad, tmp_path / "m1.pt")
     assert_one_line_error(capsys, "import", tmp_path / "m0.pt", tmp_path / "m1.pt", "--out", tmp_path / "m.safetensors",
                           match=r"member 1 'hidden\.1\.weight' has shape \[32, 60\], mlp expects \[32, 64\]")
+
+
+def test_a_deep_ensemble_of_torchvision_resnet18s_runs_like_torchvision(tmp_path, capsys):
+    import torchvision
+
+    from .formats import write_cifar10_layout
+    networks = []
+    for i in range(2):
+        torch.manual_seed(i)
+        network = torchvision.models.resnet18(num_classes=10)
+        for module in network.modules():  # non-trivial BatchNorm statistics, so eval mode uses them
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.normal_(0, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+        torch.save(network.state_dict(), tmp_path / f"tv{i}.pt")
+        networks.append(network.eval())
+    files = [tmp_path / "tv0.pt", tmp_path / "tv1.pt"]
+    model = import_ensemble(files, arch="torchvision:resnet18")
+    x = torch.randn(3, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), torch.stack([network(x) for network in networks]))
+    torch.testing.assert_close(model.member_network(1).eval()(x)[0], networks[1](x).detach())
+    write_cifar10_layout(tmp_path / "data")
+    code, out, err = run_cli(capsys, "diversity", *files, "--arch", "torchvision:resnet18", "--preset", "cifar10",
+                             "--data-dir", tmp_path / "data", "--format", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["disagreement"]["status"] == "ok" and report["num_members"] == 2
+    torch.save(torchvision.models.resnet34(num_classes=10).state_dict(), tmp_path / "tv34.pt")
+    assert_one_line_error(capsys, "import", tmp_path / "tv0.pt", tmp_path / "tv34.pt", "--arch", "torchvision:resnet18",
+                          "--out", tmp_path / "m.safetensors", match="member 1 has 'layer1.2.conv1.weight'")
+    assert_one_line_error(capsys, "import", *files, "--arch", "torchvision:resnet999", "--out", tmp_path / "m.safetensors",
+                          match="torchvision has no classification model 'resnet999'")

@@ -250,13 +250,14 @@ def _raw(states, source):
     return RawEnsemble([{key: state[key].float() for key in keys} for state in states], source)
 
 
-def open_ensemble(paths, family="auto", raw_ok=True):
+def open_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=None):
     """An ensdiag model file as saved, or foreign checkpoints through `import_ensemble`."""
     paths = [Path(p) for p in paths]
-    if family == "auto" and len(paths) == 1 and paths[0].suffix == ".safetensors" and _has_ensdiag_metadata(paths[0]):
+    if family == "auto" and arch == "auto" and len(paths) == 1 and paths[0].suffix == ".safetensors" \
+            and _has_ensdiag_metadata(paths[0]):
         from ..checkpoint import load_model
         return load_model(paths[0])
-    return import_ensemble(paths, family, raw_ok)
+    return import_ensemble(paths, family, raw_ok, arch, num_classes)
 
 
 def _has_ensdiag_metadata(path) -> bool:
@@ -268,14 +269,44 @@ def _has_ensdiag_metadata(path) -> bool:
         return True
 
 
-def import_ensemble(paths, family="auto", raw_ok=True):
+def _torchvision(states, name, num_classes, source):
+    """A Deep Ensemble of torchvision `name` networks holding the members' state_dicts."""
+    from ..nn.model import ModelSpec, build_from_spec
+    if num_classes is None:  # the classifier: the last 2-D weight of the state_dict
+        heads = [value for key, value in states[0].items() if key.endswith("weight") and value.dim() == 2]
+        if not heads:
+            raise EnsdiagError(f"{source}: no linear classifier found; pass --num-classes")
+        num_classes = heads[-1].shape[0]
+    spec = ModelSpec("torchvision", "deep-ensemble", len(states), num_classes, (3, 224, 224), {}, {"name": name})
+    model = build_from_spec(spec)
+    for i, state in enumerate(states):
+        network = model.body.member_module(i)
+        expected = network.state_dict()
+        missing = [key for key in expected if key not in state]
+        extra = [key for key in state if key not in expected]
+        wrong = [key for key in expected if key in state and tuple(state[key].shape) != tuple(expected[key].shape)]
+        if missing or extra or wrong:
+            first = (f"lacks {missing[0]!r}" if missing else f"has {extra[0]!r}, which torchvision's {name} lacks"
+                     if extra else f"{wrong[0]!r} has shape {list(state[wrong[0]].shape)}, torchvision's {name} "
+                     f"expects {list(expected[wrong[0]].shape)}")
+            raise EnsdiagError(f"{source}: member {i} {first}")
+        network.load_state_dict(state)
+    return model.eval()
+
+
+def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=None):
     """An `EnsembleModel` from foreign checkpoint files, or a `RawEnsemble` when no ensdiag
-    architecture matches (`raw_ok`; else an error saying so)."""
+    architecture matches (`raw_ok`; else an error saying so). `arch`: auto (from the keys) or
+    `torchvision:NAME` (k state_dicts of a torchvision classification model)."""
     if family not in FAMILIES:
         raise EnsdiagError(f"--from must be one of {', '.join(FAMILIES)}, got {family!r}")
+    if arch != "auto" and not arch.startswith("torchvision:"):
+        raise EnsdiagError(f"--arch must be auto or torchvision:NAME (e.g. torchvision:resnet18), got {arch!r}")
     paths = [Path(p) for p in paths]
     source = ", ".join(str(p) for p in paths[:3]) + (f" … ({len(paths)} files)" if len(paths) > 3 else "")
     states = [read_state_dict(p) for p in paths]
+    if arch.startswith("torchvision:"):
+        return _torchvision(states, arch.partition(":")[2], num_classes, source)
     if len(states) == 1 and any(key.startswith("core_models.") for key in states[0]):  # one deep_ensembles file
         members = {}
         for key, value in states[0].items():

@@ -19,20 +19,24 @@ method defaults (the paper's dropout rates), `convolutional=False` marks one wit
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import EnsdiagError
 from .kit import Option
 
 ARCHITECTURES: dict[str, callable] = {}
 
 
-def register_arch(name, convolutional=True, options=(), **default_options):
+def register_arch(name, convolutional=True, options=(), any_input_size=False, **default_options):
     """`options`: the architecture's own options (`Option`s, e.g. resnet18's base width), kept in a
-    model's spec when set; `default_options`: per-architecture defaults of method options."""
+    model's spec when set; `any_input_size`: any preset's images of the right channels fit (global
+    pooling), not only the spec's shape; `default_options`: per-architecture defaults of method options."""
     def register(builder):
         builder.default_options = default_options
         builder.options = tuple(options)
+        builder.any_input_size = any_input_size
         builder.convolutional = convolutional  # kernel-wise BatchEnsemble needs convolutions
         ARCHITECTURES[name] = builder
         return builder
@@ -96,6 +100,42 @@ class ResNet18(nn.Module):
         h = F.relu(self.bn1(self.conv1(self.kit.enter_images(xs))))
         h = self.layer4(self.layer3(self.layer2(self.layer1(h))))
         return self.fc(self.kit.pooled_features(h))
+
+
+class MemberNetworks(nn.Module):
+    """k whole networks built elsewhere (torchvision's), run one after another: independent members.
+
+    Only kits whose members are independent networks can use it (`Kit.independent_members`)."""
+
+    def __init__(self, networks):
+        super().__init__()
+        self.members = nn.ModuleList(networks)
+
+    def forward(self, xs):
+        return torch.cat([network(x) for network, x in zip(self.members, xs)])  # member-major [k*B, C]
+
+    def member_module(self, i):
+        return self.members[i]
+
+
+def torchvision_names() -> list[str]:
+    """torchvision's classification models (not its detection, segmentation or video ones)."""
+    from torchvision import models
+    return sorted(models.list_models(module=models))
+
+
+@register_arch("torchvision", any_input_size=True, options=(
+        Option("name", "resnet18", "a torchvision classification model (torchvision.models.list_models())"),))
+def build_torchvision(kit, num_classes, input_shape, name="resnet18"):
+    """Any torchvision classification model, untrained (weights come from the files imported)."""
+    from torchvision.models import get_model
+    if name not in torchvision_names():
+        raise EnsdiagError(f"torchvision has no classification model {name!r} (e.g. resnet18, resnet50, vgg11, "
+                           "densenet121, convnext_tiny)")
+    if not getattr(kit, "independent_members", False):
+        raise EnsdiagError(f"torchvision:{name} members are whole networks: import them as a Deep Ensemble "
+                           f"(independent members), not as {kit.name}")
+    return MemberNetworks([get_model(name, weights=None, num_classes=num_classes) for _ in range(kit.num_members)])
 
 
 @register_arch("mlp", convolutional=False, dropout=0.05)

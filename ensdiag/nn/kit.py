@@ -148,6 +148,7 @@ class Kit:
         self.options = options
 
     weight_scope: str | None = None  # what member weights are compared on, when not the whole network
+    independent_members = False  # members are whole separate networks (may run foreign architectures)
 
     def linear(self, in_features, out_features, bias=True, role="hidden"):
         """A linear layer; `role` (input | hidden | head) says where it sits."""
@@ -230,7 +231,7 @@ class MemberKit(Kit):
     """Plain layers at one member's widths: builds the network that `member_network(i)` fills."""
 
     name, label = "single", "Single"
-    one_weight_set, fixed_members = True, 1
+    one_weight_set, fixed_members, independent_members = True, 1, True
 
     def __init__(self, width=lambda width: width):
         super().__init__(1)

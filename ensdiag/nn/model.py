@@ -128,6 +128,8 @@ class EnsembleModel(nn.Module):
 
     def member_state_dict(self, i: int) -> dict[str, torch.Tensor]:
         """Member i as the state dict of the same architecture built as `single`."""
+        if hasattr(self.body, "member_module"):  # a body of whole member networks (torchvision)
+            return {f"members.0.{key}": value for key, value in self.body.member_module(i).state_dict().items()}
         state = {}
         for name, module in self.body.named_modules():
             if hasattr(module, "member_state"):
@@ -175,6 +177,9 @@ class EnsembleModel(nn.Module):
         with torch.no_grad():
             for i in range(sets):
                 member = {}
+                if hasattr(self.body, "member_module"):  # whole member networks: each one's own layers
+                    layers = {name: module for name, module in self.body.member_module(i).named_modules()
+                              if is_weight_layer(module)}
                 for name, module in layers.items():
                     if hasattr(module, "distinct_state"):
                         tensors = module.distinct_state(i)

@@ -7,6 +7,7 @@ from ..kit import Kit, register_method
 class SingleKit(Kit):
     label = "Single"
     order = 0
+    independent_members = True
     one_weight_set = True
     fixed_members = 1
 
