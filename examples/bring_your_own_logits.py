@@ -1,14 +1,17 @@
 """Analyse an ensemble trained anywhere: write member logits to a file, run `ensdiag analyze`.
 
     python examples/bring_your_own_logits.py && ensdiag analyze byo-predictions.safetensors
+    ensdiag analyze byo-logits.npy --labels byo-labels.npy --ood byo-ood.npy      # the same, as NumPy arrays
 
 Three plain PyTorch MLPs (no ensdiag code) are trained on scikit-learn's digits with
 different seeds; their logits on the test split (labelled) and on random noise (OOD) go
 into one safetensors file in ensdiag's predictions layout:
     "<split>/logits"  float32 [k, N, C]   members first
     "<split>/labels"  int64   [N]         (omit for OOD)
+and, for frameworks that speak NumPy, into .npy arrays of the same shapes.
 """
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 from sklearn.datasets import load_digits
@@ -37,4 +40,7 @@ with torch.no_grad():
     logits = {split: torch.stack([net(x) for net in members]) for split, x in (("id", x_test), ("ood", noise))}
 save_file({"id/logits": logits["id"], "id/labels": y_test.long(), "ood/logits": logits["ood"]},
           "byo-predictions.safetensors")
-print("wrote byo-predictions.safetensors: now run  ensdiag analyze byo-predictions.safetensors")
+for name, array in (("logits", logits["id"]), ("labels", y_test.long()), ("ood", logits["ood"])):
+    np.save(f"byo-{name}.npy", array.numpy())
+print("wrote byo-predictions.safetensors and byo-{logits,labels,ood}.npy: now run  "
+      "ensdiag analyze byo-predictions.safetensors")
