@@ -65,7 +65,8 @@ def models(
         table.add_column(column, justify="right" if column in ("members", "parameters") else "left")
     if arch is not None and arch not in ARCHITECTURES:
         raise EnsdiagError(f"unknown architecture {arch!r}; choose from {', '.join(ARCHITECTURES)}")
-    for name in [arch] if arch else list(ARCHITECTURES):
+    whole = [name for name, builder in ARCHITECTURES.items() if builder.whole_networks]
+    for name in [name for name in ([arch] if arch else list(ARCHITECTURES)) if name not in whole]:
         shape = shapes.get(name, (1, 28, 28))
         for method, kit in METHODS.items():
             for options in kit.model_variants(ARCHITECTURES[name].convolutional):
@@ -76,6 +77,9 @@ def models(
                 count = sum(p.numel() for p in model.parameters())
                 table.add_row(name, "×".join(map(str, shape)), label, str(model.num_members), f"{count:,}")
     show(Console(), table)
+    for name in whole:
+        note(f"{name}:NAME — any torchvision classification model, imported as a Deep Ensemble (ensdiag import --arch "
+             f"{name}:resnet18 …); its size is the model's")
 
 
 @app.command()

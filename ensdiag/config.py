@@ -224,6 +224,8 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
     if config.arch not in ARCHITECTURES:
         raise EnsdiagError(f"unknown architecture {config.arch!r}; choose from {', '.join(ARCHITECTURES)}")
     builder = ARCHITECTURES[config.arch]
+    if builder.whole_networks:
+        raise EnsdiagError(f"{config.arch} networks are imported (ensdiag import), not trained by ensdiag")
     for method, options in config.method_options.items():
         if method not in METHODS:
             raise EnsdiagError(f"--option: unknown method {method!r}; choose from {', '.join(METHODS)}"[:300])

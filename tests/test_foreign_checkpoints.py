@@ -17,12 +17,16 @@ from .cli import assert_one_line_error, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch_uncertainty"
 REFERENCE = load_file(FIXTURES / "logits.safetensors")
-CASES = {  # reference logits -> (files, inputs, method, members)
-    "be_mlp": (["be_mlp.pt"], "mlp_inputs", "batch-ensemble", 3),
-    "be_mlp_ckpt": (["be_mlp.ckpt"], "mlp_inputs", "batch-ensemble", 3),
-    "de_mlp": ([f"de_mlp_member{i}.pt" for i in range(3)], "mlp_inputs", "deep-ensemble", 3),
-    "be_resnet18_w8": (["be_resnet18_w8.pt"], "resnet_inputs", "batch-ensemble", 2),
-    "de_resnet18_w8": ([f"de_resnet18_w8_member{i}.pt" for i in range(2)], "resnet_inputs", "deep-ensemble", 2),
+CASES = {  # reference logits -> (files, inputs, method, members, --num-classes where the shapes cannot tell)
+    "be_mlp": (["be_mlp.pt"], "mlp_inputs", "batch-ensemble", 3, None),
+    "be_mlp_ckpt": (["be_mlp.ckpt"], "mlp_inputs", "batch-ensemble", 3, None),
+    "de_mlp": ([f"de_mlp_member{i}.pt" for i in range(3)], "mlp_inputs", "deep-ensemble", 3, None),
+    "be_resnet18_w8": (["be_resnet18_w8.pt"], "resnet_inputs", "batch-ensemble", 2, None),
+    "de_resnet18_w8": ([f"de_resnet18_w8_member{i}.pt" for i in range(2)], "resnet_inputs", "deep-ensemble", 2, None),
+    "packed_mlp": (["packed_mlp.pt"], "mlp_inputs", "packed-ensemble", 2, 10),
+    "packed_resnet18_w8": (["packed_resnet18_w8.pt"], "resnet_inputs", "packed-ensemble", 2, None),
+    "mimo_mlp": (["mimo_mlp.pt"], "mlp_inputs", "mimo", 3, 10),
+    "mimo_resnet18_w8": (["mimo_resnet18_w8.pt"], "resnet_inputs", "mimo", 2, 10),
 }
 
 
@@ -33,8 +37,8 @@ def inputs_for(name):
 
 @pytest.mark.parametrize("name", CASES)
 def test_imported_model_gives_torch_uncertaintys_logits_member_by_member(name):
-    files, _, method, k = CASES[name]
-    model = import_ensemble([FIXTURES / f for f in files])
+    files, _, method, k, num_classes = CASES[name]
+    model = import_ensemble([FIXTURES / f for f in files], num_classes=num_classes)
     assert model.method == method and model.num_members == k
     with torch.no_grad():
         logits = model(inputs_for(name))
@@ -179,3 +183,13 @@ def test_a_deep_ensemble_of_torchvision_resnet18s_runs_like_torchvision(tmp_path
                           "--out", tmp_path / "m.safetensors", match="member 1 has 'layer1.2.conv1.weight'")
     assert_one_line_error(capsys, "import", *files, "--arch", "torchvision:resnet999", "--out", tmp_path / "m.safetensors",
                           match="torchvision has no classification model 'resnet999'")
+
+
+def test_packed_mlp_without_num_classes_asks_for_it(capsys, tmp_path):
+    assert_one_line_error(capsys, "import", FIXTURES / "packed_mlp.pt", "--out", tmp_path / "m.safetensors",
+                          match="members and subgroups cannot be told apart.*pass --num-classes")
+    assert_one_line_error(capsys, "import", FIXTURES / "mimo_mlp.pt", "--out", tmp_path / "m.safetensors",
+                          match="k input and output heads, --num-classes C")
+    code, _, err = run_cli(capsys, "import", FIXTURES / "mimo_mlp.pt", "--num-classes", "10",
+                           "--out", tmp_path / "m.safetensors")
+    assert code == 0, err

@@ -10,6 +10,9 @@ import ensdiag
 from ensdiag.errors import EnsdiagError
 from ensdiag.nn import ARCHITECTURES, METHODS
 
+# architectures written against the kits (not torchvision's whole networks, which are imported)
+KIT_ARCHITECTURES = [name for name, builder in ARCHITECTURES.items() if not builder.whole_networks]
+
 SHAPES = {"mlp": (1, 8, 8), "resnet18": (3, 16, 16)}  # small inputs keep the suite fast
 K = 3
 
@@ -34,12 +37,13 @@ def randomise_batchnorm(model):
                 module.bias.normal_(0, 0.1)
 
 
-@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("arch", KIT_ARCHITECTURES)
 @pytest.mark.parametrize("method,options", [("deep-ensemble", {}), ("batch-ensemble", {"variant": "channel"}),
                                             ("batch-ensemble", {"variant": "kernel"}), ("single", {}),
                                             ("batch-ensemble", {"variant": "channel", "layout": "paper"}),
                                             ("batch-ensemble", {"variant": "kernel", "layout": "paper"}),
                                             ("packed-ensemble", {}), ("packed-ensemble", {"alpha": 3.0, "gamma": 2}),
+                                            ("packed-ensemble", {"alpha": 2.0, "gamma": 5, "head_subgroups": True}),
                                             ("mimo", {})])
 def test_member_rebuilt_as_plain_network_gives_its_logits(arch, method, options):
     if options.get("variant") == "kernel" and not ARCHITECTURES[arch].convolutional:
@@ -57,7 +61,7 @@ def test_member_rebuilt_as_plain_network_gives_its_logits(arch, method, options)
         torch.testing.assert_close(logits[i], plain_member(model, i).eval()(x)[0], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("arch", KIT_ARCHITECTURES)
 def test_deep_ensemble_vectorised_equals_members_run_separately_in_training(arch):
     """Own inputs per member and per-member BatchNorm batch statistics, in train mode."""
     model = build(arch, "deep-ensemble").train()
@@ -79,7 +83,7 @@ def test_deep_ensemble_members_have_their_own_initialisation():
     assert weights[0]["hidden.0.weight"].abs().max() <= bound
 
 
-@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("arch", KIT_ARCHITECTURES)
 def test_mc_dropout_draws_independent_masks_per_pass_even_in_eval(arch):
     model = build(arch, "mc-dropout", dropout=0.3).eval()
     x = torch.randn(2, *SHAPES[arch])

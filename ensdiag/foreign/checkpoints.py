@@ -20,14 +20,13 @@ than tensors is loaded: such a file is refused with the reason. When no ensdiag 
 matches, `import_ensemble` returns `RawEnsemble`: weight similarity still runs on the tensors.
 """
 
-import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..errors import EnsdiagError
+from . import torch_uncertainty
 
 FAMILIES = ("auto", "torch-uncertainty", "state-dicts")
 STATS = ("running_mean", "running_var", "num_batches_tracked")
@@ -77,83 +76,20 @@ class RawEnsemble:
         return MemberWeights(self.member_tensors)
 
 
-def _renamed(state, rules):
-    out = {}
-    for key, value in state.items():
-        for pattern, replacement in rules:
-            key = re.sub(pattern, replacement, key)
-        out[key] = value
-    return out
-
-
-TU_MLP_RULES = [(r"^layers\.(\d+)\.", r"hidden.\1."), (r"^final_layer\.", "head.")]
-TU_RESNET_RULES = [(r"^linear\.", "fc.")]
-
-
-def _mlp_shape(state, prefix="hidden.0"):
-    weight = state.get(f"{prefix}.weight")
-    if weight is None or weight.dim() != 2:
-        return None
-    features = weight.shape[1]
-    side = math.isqrt(features)
-    return (1, side, side) if side * side == features else (features,)
-
-
-def _resnet18_layout(state):
-    """(input channels, base width) when `state` has ResNet-18's layer names (plain names)."""
-    names = {key.rsplit(".", 1)[0] for key in state}
-    blocks = {f"layer{s}.{b}" for s in range(1, 5) for b in range(2)}
-    if "conv1" not in names or not all(f"{block}.conv1" in names for block in blocks) or "layer1.2.conv1" in names:
-        return None
-    stem = state["conv1.weight"]
-    return stem.shape[1], stem.shape[0]
-
-
-def _tu_batch_ensemble(state, source):
-    """(spec, ensdiag state) for a torch-uncertainty BatchEnsemble state_dict, or None."""
-    from ..nn.model import ModelSpec
-    plain = {}
-    for key, value in state.items():  # BatchLinear/BatchConv2d wrap W as .linear / .conv; r, s swap roles
-        key = re.sub(r"\.(linear|conv)\.weight$", ".weight", key)
-        key = re.sub(r"\.r_group$", ".s", key) if key.endswith(".r_group") else re.sub(r"\.s_group$", ".r", key)
-        plain[key] = value
-    fast = [key for key in state if key.endswith(".r_group")]
-    k = state[fast[0]].shape[0]
-    if "layers.0.weight" in plain or "final_layer.weight" in plain:
-        plain = _renamed(plain, TU_MLP_RULES)
-        shape = _mlp_shape(plain)
-        if shape is None or "head.weight" not in plain:
-            return None
-        spec = ModelSpec("mlp", "batch-ensemble", k, plain["head.weight"].shape[0], shape,
-                         {"layout": "paper"})
-        return spec, plain
-    plain = _renamed(plain, TU_RESNET_RULES)
-    layout = _resnet18_layout(plain)
-    if layout is None or "fc.weight" not in plain:
-        return None
-    channels, width = layout
-    for name in [f"layer{s}.{b}.conv{c}" for s in range(1, 5) for b in range(2) for c in (1, 2)]:
-        plain.setdefault(f"{name}.bias", torch.zeros(k, plain[f"{name}.weight"].shape[0]))  # conv_bias=False: zero
-    shortcut_bias = any(re.match(r"layer\d\.\d\.shortcut\.0\.bias$", key) for key in plain)
-    spec = ModelSpec("resnet18", "batch-ensemble", k, plain["fc.weight"].shape[0], (channels, 32, 32),
-                     {"layout": "paper", "shortcut_bias": shortcut_bias}, {"width": width} if width != 64 else {})
-    return spec, plain
-
-
 def _member_spec(states, source):
     """(arch, input shape, classes, arch options, renamed member states) for plain members, or None."""
     renamed = []
     for state in states:
         state = {key.removeprefix("body."): value for key, value in state.items()}
         if "layers.0.weight" in state or "final_layer.weight" in state:
-            state = _renamed(state, TU_MLP_RULES)
+            state = torch_uncertainty.renamed(state, torch_uncertainty.TU_MLP_RULES)
         elif "linear.weight" in state and "fc.weight" not in state:
-            state = _renamed(state, TU_RESNET_RULES)
+            state = torch_uncertainty.renamed(state, torch_uncertainty.TU_RESNET_RULES)
         renamed.append(state)
     first = renamed[0]
-    if "head.weight" in first and (shape := _mlp_shape(first)) is not None:
+    if "head.weight" in first and (shape := torch_uncertainty.mlp_shape(first)) is not None:
         return "mlp", shape, first["head.weight"].shape[0], {}, renamed
-    layout = _resnet18_layout(first)
+    layout = torch_uncertainty.resnet18_layout(first)
     if layout is not None and "fc.weight" in first:
         channels, width = layout
         return "resnet18", (channels, 32, 32), first["fc.weight"].shape[0], {"width": width} if width != 64 else {}, renamed
@@ -316,7 +252,7 @@ def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=
     batch_ensemble = len(states) == 1 and any(key.endswith(".r_group") for key in states[0])
     found = None
     if batch_ensemble and family in ("auto", "torch-uncertainty"):
-        found = _tu_batch_ensemble(states[0], source)
+        found = torch_uncertainty.batch_ensemble(states[0], source)
         if found is not None:
             return _load_into(*found, source)
     elif not batch_ensemble and len(states) > 1:
@@ -327,9 +263,14 @@ def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=
             model = build_from_spec(_resolved(spec))
             _fill_members(model, members, source)
             return model.eval()
+    if len(states) == 1 and not batch_ensemble and family in ("auto", "torch-uncertainty"):
+        found = (torch_uncertainty.grouped(states[0], source, num_classes)
+                 or torch_uncertainty.multi_input(states[0], source, num_classes))
+        if found is not None:
+            return _load_into(*found, source)
     if len(states) == 1 and not batch_ensemble:
-        raise EnsdiagError(f"{source} is no ensdiag model file and holds one network, not an ensemble: "
-                           "pass one file per member")
+        raise EnsdiagError(f"{source} is no ensdiag model file and holds one network, not an ensemble: pass one "
+                           "file per member (or, for one network with k input and output heads, --num-classes C)")
     if not raw_ok:
         raise EnsdiagError(f"{source}: no ensdiag architecture (mlp 64-32-16, CIFAR-style resnet18) matches these "
                            "weights; weight similarity can still compare them (ensdiag diversity)")

@@ -29,11 +29,14 @@ from .kit import Option
 ARCHITECTURES: dict[str, callable] = {}
 
 
-def register_arch(name, convolutional=True, options=(), any_input_size=False, **default_options):
+def register_arch(name, convolutional=True, options=(), any_input_size=False, whole_networks=False, **default_options):
     """`options`: the architecture's own options (`Option`s, e.g. resnet18's base width), kept in a
     model's spec when set; `any_input_size`: any preset's images of the right channels fit (global
-    pooling), not only the spec's shape; `default_options`: per-architecture defaults of method options."""
+    pooling), not only the spec's shape; `whole_networks`: built from networks defined elsewhere, so
+    only kits with independent members run it (torchvision's); `default_options`: per-architecture
+    defaults of method options."""
     def register(builder):
+        builder.whole_networks = whole_networks
         builder.default_options = default_options
         builder.options = tuple(options)
         builder.any_input_size = any_input_size
@@ -124,7 +127,7 @@ def torchvision_names() -> list[str]:
     return sorted(models.list_models(module=models))
 
 
-@register_arch("torchvision", any_input_size=True, options=(
+@register_arch("torchvision", any_input_size=True, whole_networks=True, options=(
         Option("name", "resnet18", "a torchvision classification model (torchvision.models.list_models())"),))
 def build_torchvision(kit, num_classes, input_shape, name="resnet18"):
     """Any torchvision classification model, untrained (weights come from the files imported)."""

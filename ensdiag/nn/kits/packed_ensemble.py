@@ -16,7 +16,8 @@ torch-uncertainty (the authors' library):
 - a convolution falls back to fewer subgroups while a group would read fewer than 64 channels
   (with α = 2, γ = 2, M = 4 on ResNet-18 only the last stages keep γ = 2);
 - the classifier head has no subgroups (torch-uncertainty's MLP gives its head γ as well;
-  here every architecture follows the ResNet's rule, so that γ means one thing).
+  here every architecture follows the ResNet's rule, so that γ means one thing; option
+  `head_subgroups` gives the head γ subgroups, which imported packed_mlp checkpoints need).
 Training: every member sees the same batch, and the loss is the mean cross-entropy over the
 M·B rows (torch-uncertainty's; option `loss`: `sum` over members gives every member a single
 model's gradient, as for Deep Ensembles). Member i is the dense network `member_network(i)`: its
@@ -29,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...errors import EnsdiagError
 from ..kit import Kit, Option, register_method
 from ..layers import _default_linear_init_, _members_first
 
@@ -126,7 +128,9 @@ class PackedEnsembleKit(Kit):
                        low=0.01, high=65.0),
                 Option("gamma", 1, "subgroups γ inside each member (the paper's ResNet-18: 2)", int, low=1, high=64),
                 Option("loss", "mean", "cross-entropy averaged over all M·B rows (torch-uncertainty) or summed over members",
-                       choices=("mean", "sum")))
+                       choices=("mean", "sum")),
+                Option("head_subgroups", False, "γ subgroups on the classifier head too (torch-uncertainty's packed_mlp)",
+                       bool))
 
     @property
     def loss_over_members(self):
@@ -152,7 +156,11 @@ class PackedEnsembleKit(Kit):
         if role == "input":
             return PackedLinear(in_features * m, self.width(out_features), m, m, bias)
         if role == "head":
-            return PackedLinear(self.width(in_features), out_features * m, m, m, bias, head=True)
+            subgroups = self.options["gamma"] if self.options["head_subgroups"] else 1
+            if out_features % subgroups:
+                raise EnsdiagError(f"packed-ensemble option head_subgroups: {out_features} classes do not split into "
+                                   f"γ = {subgroups} subgroups")
+            return PackedLinear(self.width(in_features), out_features * m, m, m * subgroups, bias, head=True)
         wide_in, wide_out = self.width(in_features), self.width(out_features)
         return PackedLinear(wide_in, wide_out, m, m * self._subgroups(wide_in, wide_out, False), bias)
 
