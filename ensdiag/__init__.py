@@ -5,6 +5,7 @@
                                 input_shape=(1, 28, 28))
     ensdiag.save_model(model, "model.safetensors")
     model = ensdiag.load_model("model.safetensors")
+    model = ensdiag.import_ensemble(["be_mlp.ckpt"])      # trained elsewhere (torch-uncertainty, PyTorch)
 """
 
 __version__ = "0.3.0"
@@ -13,12 +14,13 @@ from .errors import EnsdiagError  # noqa: E402
 
 # The public names below import torch; they are resolved on first use so that `ensdiag --help`
 # and `ensdiag --version` start without it.
-_LAZY = {"load_model": "checkpoint", "save_model": "checkpoint", "EnsembleModel": "nn", "ModelSpec": "nn",
+_LAZY = {"load_model": "checkpoint", "save_model": "checkpoint", "import_ensemble": "foreign.checkpoints",
+         "open_ensemble": "foreign.checkpoints", "EnsembleModel": "nn", "ModelSpec": "nn",
          "build_model": "nn"}
 
 
-_SUBMODULES = {"analysis", "bench", "checkpoint", "config", "data", "evaluate", "experiment", "io", "nn", "predict",
-               "report", "train"}
+_SUBMODULES = {"analysis", "bench", "checkpoint", "config", "data", "evaluate", "experiment", "foreign", "io", "nn",
+               "predict", "report", "train"}
 
 
 def __getattr__(name):
@@ -31,4 +33,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'ensdiag' has no attribute {name!r}")
 
 
-__all__ = ["EnsdiagError", "EnsembleModel", "ModelSpec", "build_model", "load_model", "save_model"]
+__all__ = ["EnsdiagError", "EnsembleModel", "ModelSpec", "build_model", "import_ensemble", "load_model",
+           "open_ensemble", "save_model"]

@@ -21,6 +21,7 @@ CASES = {  # reference logits -> (files, inputs, method, members, --num-classes 
     "be_mlp": (["be_mlp.pt"], "mlp_inputs", "batch-ensemble", 3, None),
     "be_mlp_ckpt": (["be_mlp.ckpt"], "mlp_inputs", "batch-ensemble", 3, None),
     "de_mlp": ([f"de_mlp_member{i}.pt" for i in range(3)], "mlp_inputs", "deep-ensemble", 3, None),
+    "de_mlp_wrapped": (["de_mlp_wrapped.pt"], "mlp_inputs", "deep-ensemble", 3, None),
     "be_resnet18_w8": (["be_resnet18_w8.pt"], "resnet_inputs", "batch-ensemble", 2, None),
     "de_resnet18_w8": ([f"de_resnet18_w8_member{i}.pt" for i in range(2)], "resnet_inputs", "deep-ensemble", 2, None),
     "packed_mlp": (["packed_mlp.pt"], "mlp_inputs", "packed-ensemble", 2, 10),
@@ -88,9 +89,10 @@ def test_diversity_and_evaluate_take_foreign_files_directly(capsys):
 
 def test_members_of_ensdiags_own_architecture_form_a_deep_ensemble(tmp_path):
     singles = [ensdiag.build_model("mlp", "single", 1, 10, (1, 8, 8)).eval() for _ in range(3)]
+    (tmp_path / "members").mkdir()
     for i, single in enumerate(singles):
-        torch.save(single.body.state_dict(), tmp_path / f"m{i}.pt")
-    model = import_ensemble([tmp_path / f"m{i}.pt" for i in range(3)])
+        torch.save(single.body.state_dict(), tmp_path / "members" / f"m{i}.pt")
+    model = ensdiag.import_ensemble([tmp_path / "members"])  # a folder of member files, in name order
     x = torch.randn(4, 1, 8, 8)
     with torch.no_grad():
         expected = torch.stack([single(x)[0] for single in singles])

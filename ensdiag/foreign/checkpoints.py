@@ -186,6 +186,19 @@ def _raw(states, source):
     return RawEnsemble([{key: state[key].float() for key in keys} for state in states], source)
 
 
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors")
+
+
+def _member_files(paths):
+    """Paths as given; a folder stands for its checkpoint files, in name order."""
+    if len(paths) == 1 and paths[0].is_dir():
+        files = sorted(p for p in paths[0].iterdir() if p.is_file() and p.suffix in CHECKPOINT_SUFFIXES)
+        if not files:
+            raise EnsdiagError(f"{paths[0]} holds no checkpoint files ({', '.join(CHECKPOINT_SUFFIXES)})")
+        return files
+    return paths
+
+
 def open_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=None):
     """An ensdiag model file as saved, or foreign checkpoints through `import_ensemble`."""
     paths = [Path(p) for p in paths]
@@ -238,7 +251,7 @@ def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=
         raise EnsdiagError(f"--from must be one of {', '.join(FAMILIES)}, got {family!r}")
     if arch != "auto" and not arch.startswith("torchvision:"):
         raise EnsdiagError(f"--arch must be auto or torchvision:NAME (e.g. torchvision:resnet18), got {arch!r}")
-    paths = [Path(p) for p in paths]
+    paths = _member_files([Path(p) for p in paths])
     source = ", ".join(str(p) for p in paths[:3]) + (f" … ({len(paths)} files)" if len(paths) > 3 else "")
     states = [read_state_dict(p) for p in paths]
     if arch.startswith("torchvision:"):
