@@ -1,0 +1,230 @@
+"""`ensdiag import`, `evaluate`, `analyze` and `diversity`: the commands that look at one trained
+ensemble, ensdiag's own or one trained elsewhere (registered on cli.py's app, in help order).
+Like cli.py, nothing here imports torch before a command runs.
+"""
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from .cli import app
+from .console import check_format, literal, note, output_file, output_folder, print_json, show
+from .errors import DataNotFound, EnsdiagError
+
+
+def _show_metrics(metrics, title):
+    from .report.terminal import metrics_table, ood_table, skipped_lines
+    console = Console()
+    show(console, metrics_table(metrics, title))
+    table = ood_table(metrics)
+    if table is not None:
+        show(console, table)
+    for line in skipped_lines(metrics):
+        note(line)
+
+
+SOURCES_HELP = ("An ensdiag model file, or an ensemble trained elsewhere: a torch-uncertainty checkpoint "
+                "(.ckpt/.pt/.safetensors) or one state_dict per member (format detected from the keys).")
+
+
+@app.command("import")
+def import_(
+    sources: list[Path] = typer.Argument(..., metavar="SRC...", help=SOURCES_HELP),
+    out: Path = typer.Option(..., help="The ensdiag model file to write (.safetensors)."),
+    family: str = typer.Option("auto", "--from", help="auto, torch-uncertainty or state-dicts."),
+    arch: str = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18)."),
+    num_classes: int = typer.Option(None, "--num-classes", help="Classes of torchvision members (default: the classifier's rows)."),
+):
+    """Convert an ensemble trained elsewhere into ensdiag's model format once (its source recorded)."""
+    import json
+
+    from .checkpoint import save_model
+    from .foreign.checkpoints import import_ensemble
+
+    model = import_ensemble(sources, family, raw_ok=False, arch=arch, num_classes=num_classes)
+    target = output_file(out, "model.safetensors")
+    source = json.dumps({"files": [path.name for path in sources], "from": family, "arch": arch}, sort_keys=True)
+    save_model(model, target, {"ensdiag.source": source})
+    note(f"{', '.join(map(str, sources))}: {model.spec.arch}, {model.method}, k = {model.num_members}")
+    print(target)
+
+
+@app.command()
+def evaluate(
+    model_path: list[Path] = typer.Argument(..., metavar="MODEL...", help=SOURCES_HELP),
+    family: str = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts."),
+    arch: str = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18)."),
+    num_classes: int = typer.Option(None, "--num-classes", help="Classes of torchvision members (default: the classifier's rows)."),
+    preset: str = typer.Option(None, help="Whose data to evaluate on (default: the preset matching the model)."),
+    data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
+    download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    out: Path = typer.Option(None, help="Folder to write predictions.safetensors and metrics.json into (created if missing)."),
+    seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+):
+    """Predictions and every metric for one model file on a preset's test, shift and OOD data."""
+    from .analysis import analyze_predictions
+    from .evaluate import evaluate_model
+    from .foreign.checkpoints import open_ensemble
+    from .io import atomic_write_json
+    from .predictions import save_predictions
+
+    check_format(fmt)
+    out = None if out is None else output_folder(out)
+    model = open_ensemble(model_path, family, raw_ok=False, arch=arch, num_classes=num_classes)
+    model_path = ", ".join(map(str, model_path))
+    predictions, titles, skipped = evaluate_model(model, preset, data_dir, download, device, seed=seed)
+    metrics = analyze_predictions(predictions, weights=model.member_weights())
+    metrics["split_titles"], metrics["skipped_splits"] = titles, skipped
+    if out is not None:
+        save_predictions({k: v for k, v in predictions.items() if k != "shift"}, Path(out) / "predictions.safetensors",
+                         {"ensdiag.spec": model.spec.to_json(), "ensdiag.splits": titles})
+        atomic_write_json(Path(out) / "metrics.json", metrics)
+    if fmt == "json":
+        print_json(metrics)
+    else:
+        _show_metrics(metrics, f"{model_path} ({model.spec.arch}, {model.method}, k={model.num_members})")
+        for split, title in titles.items():
+            note(f"{split}: {title}")
+        for split, reason in skipped.items():
+            note(f"{split}: not evaluated — {reason}")
+
+
+@app.command()
+def analyze(
+    sources: list[Path] = typer.Argument(..., metavar="PREDICTIONS...",
+                                         help="A .safetensors predictions file ('<split>/logits' [k,N,C], '<split>/labels' [N]), "
+                                              "an .npz with the same keys (or logits/probs + labels), one .npy [k,N,C], "
+                                              "or one .npy [N,C] per member."),
+    labels: Path = typer.Option(None, help="Integer labels [N] (.npy) for .npy predictions."),
+    ood: list[Path] = typer.Option(None, help="OOD predictions (.npy, like PREDICTIONS; repeat for one file per member)."),
+    inputs: str = typer.Option("logits", help="What .npy/.npz arrays hold: logits (or log-probabilities) or probs."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    out: Path = typer.Option(None, help="Also write the metrics to this JSON file (or to metrics.json in this folder)."),
+):
+    """Every metric from member predictions produced anywhere (file layouts in the README)."""
+    from .analysis import analyze_predictions
+    from .io import atomic_write_json
+
+    check_format(fmt)
+    if inputs not in ("logits", "probs"):
+        raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
+    warnings = []
+    if len(sources) == 1 and sources[0].suffix == ".safetensors":
+        from .predictions import load_predictions
+        if labels is not None or ood or inputs != "logits":
+            raise EnsdiagError("a .safetensors predictions file holds logits, labels and splits itself; "
+                               "drop --labels, --ood and --inputs")
+        predictions, _ = load_predictions(sources[0])
+    else:
+        from .foreign.predictions import load_array_predictions
+        predictions, warnings = load_array_predictions(sources, labels, ood or (), inputs)
+    for warning in warnings:
+        note(f"warning: {warning}")
+    metrics = analyze_predictions(predictions)
+    if warnings:
+        metrics["input_warnings"] = warnings
+    if out is not None:
+        atomic_write_json(output_file(out, "metrics.json"), metrics)
+    if fmt == "json":
+        print_json(metrics)
+    else:
+        _show_metrics(metrics, ", ".join(map(str, sources)))
+
+
+@app.command()
+def diversity(
+    model_path: list[Path] = typer.Argument(..., metavar="MODEL...", help=SOURCES_HELP),
+    family: str = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts."),
+    arch: str = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18)."),
+    num_classes: int = typer.Option(None, "--num-classes", help="Classes of torchvision members (default: the classifier's rows)."),
+    preset: str = typer.Option(None, help="Whose data to measure disagreement on (default: matches the model)."),
+    data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    plot: Path = typer.Option(None, help="Also draw the heatmaps into this image file (.png, .svg, .pdf or .jpg, from its suffix)."),
+    seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),
+):
+    """How different the members really are: disagreement per split and weight-space cosine."""
+    from .analysis import analyze_predictions
+    from .evaluate import evaluate_model
+    from .foreign.checkpoints import RawEnsemble, open_ensemble
+
+    check_format(fmt)
+    model = open_ensemble(model_path, family, arch=arch, num_classes=num_classes)
+    name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"
+    model_path = Path(", ".join(map(str, model_path)))
+    weights = model.member_weights()
+    if isinstance(model, RawEnsemble):  # no runnable architecture: the weights alone
+        reason = ("no ensdiag architecture matches these weights: disagreement needs a model that runs "
+                  "(ensdiag runs its mlp and CIFAR-style resnet18)")
+        predictions, titles, skipped = None, {}, {}
+    else:
+        from .evaluate import guess_preset
+        try:
+            preset = preset or guess_preset(model.spec)
+            predictions, titles, skipped = evaluate_model(model, preset, data_dir, False, device, seed=seed)
+        except DataNotFound as error:  # no data at all: the weights still tell a story
+            predictions, titles, skipped = None, {}, {"id": str(error), "shift": str(error), "ood": str(error)}
+            reason = "no data to predict on"
+        except EnsdiagError as error:
+            if preset is not None:
+                raise
+            predictions, titles, skipped, reason = None, {}, {}, f"no data to predict on: {error}"
+    if predictions is not None:
+        metrics = analyze_predictions(predictions, weights, only=["disagreement", "weight-similarity"])
+    else:
+        from .analysis.diversity import weight_similarity
+        from .analysis.registry import Skip
+        try:
+            result = {"status": "ok", **weight_similarity(None, weights)}
+        except Skip as reason:
+            result = {"status": "skipped", "reason": str(reason)}
+        metrics = {"analyzers": {"disagreement": {"status": "skipped", "reason": reason},
+                                 "weight-similarity": result}}
+    method, arch = getattr(model, "method", "unknown"), getattr(getattr(model, "spec", None), "arch", "unknown")
+    report = {"model": str(model_path), "method": method, "num_members": len(weights) if method == "unknown" else model.num_members,
+              "splits": titles, "not_evaluated": skipped,
+              "disagreement": metrics["analyzers"]["disagreement"], "weight_similarity": metrics["analyzers"]["weight-similarity"]}
+    if plot is not None:
+        from .report.figures import heatmap_grid, plottable, save_figure
+        rows = []
+        if report["disagreement"]["status"] == "ok":
+            splits = report["disagreement"]["splits"]
+            panels = [(name, matrix) for name in ("id", "shift", "ood")
+                      if name in splits and (matrix := plottable(splits[name]["matrix"]["value"])) is not None]
+            rows += [("disagreement", panels)] if panels else []
+        cosine = plottable(report["weight_similarity"].get("matrix", {}).get("value"))
+        if report["weight_similarity"]["status"] == "ok" and cosine is not None:
+            rows.append(("weight cosine", [("all layers", cosine)]))
+        if not rows:
+            raise EnsdiagError(f"nothing to plot for {method} with k={report['num_members']}: one weight set, no data "
+                               "found, or matrices too large to store (k > 256)")
+        plot = save_figure(heatmap_grid(rows, title=f"{name}: {method}, k={report['num_members']}"), plot)[0]
+    if fmt == "json":
+        print_json(report)
+        return
+    from .report.terminal import _fmt as cell, heatmap_table
+    console = Console()
+    console.print(literal(f"{model_path}: {arch}, {method}, k = {report['num_members']}"), soft_wrap=True)
+    if report["disagreement"]["status"] == "ok":
+        for name, entry in report["disagreement"]["splits"].items():
+            if "/" in name:
+                continue
+            extra = f", normalised {cell(entry['normalized'])}" if "normalized" in entry else ""
+            console.print(literal(f"disagreement on {name} ({titles.get(name, name)}): mean {cell(entry['mean'])}{extra}"), soft_wrap=True)
+            show(console, heatmap_table(entry["matrix"]["value"], ""))
+    else:
+        note(f"disagreement: {report['disagreement']['reason']}")
+    similarity = report["weight_similarity"]
+    if similarity["status"] == "ok":
+        console.print(literal(f"weight cosine, all layers: mean {cell(similarity['mean'])}"), soft_wrap=True)
+        show(console, heatmap_table(similarity["matrix"]["value"], ""))
+    else:
+        note(f"weight cosine: {similarity['reason']}")
+    for split, reason in skipped.items():
+        note(f"{split}: not evaluated — {reason}")
+    if plot is not None:
+        note(f"heatmaps written to {plot}")
