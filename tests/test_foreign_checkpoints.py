@@ -195,3 +195,11 @@ def test_packed_mlp_without_num_classes_asks_for_it(capsys, tmp_path):
     code, _, err = run_cli(capsys, "import", FIXTURES / "mimo_mlp.pt", "--num-classes", "10",
                            "--out", tmp_path / "m.safetensors")
     assert code == 0, err
+
+
+def test_a_plain_safetensors_state_dict_imports_like_the_pt_file(tmp_path):
+    from safetensors.torch import save_file
+    save_file(torch.load(FIXTURES / "be_mlp.pt", weights_only=True), tmp_path / "be_mlp.safetensors")
+    model = import_ensemble([tmp_path / "be_mlp.safetensors"])
+    with torch.no_grad():
+        torch.testing.assert_close(model(inputs_for("be_mlp")), REFERENCE["be_mlp"], rtol=1e-5, atol=1e-5)
