@@ -75,7 +75,8 @@ def evaluate(
     out = None if out is None else output_folder(out)
     model = open_ensemble(model_path, family, raw_ok=False, arch=arch, num_classes=num_classes)
     model_path = ", ".join(map(str, model_path))
-    predictions, titles, skipped = evaluate_model(model, preset, data_dir, download, device, seed=seed)
+    predictions, titles, skipped = evaluate_model(model, preset or _guessed_preset(model), data_dir, download, device,
+                                                  seed=seed)
     metrics = analyze_predictions(predictions, weights=model.member_weights())
     metrics["split_titles"], metrics["skipped_splits"] = titles, skipped
     if out is not None:
@@ -90,6 +91,16 @@ def evaluate(
             note(f"{split}: {title}")
         for split, reason in skipped.items():
             note(f"{split}: not evaluated — {reason}")
+
+
+def _guessed_preset(model) -> str:
+    """The preset whose architecture, inputs and classes fit; said aloud for imported models, whose
+    shapes need not say which data they were trained on."""
+    from .evaluate import guess_preset
+    preset = guess_preset(model.spec)
+    if getattr(model, "imported_from", None):
+        note(f"no --preset given: measuring on the {preset} preset's data, whose inputs and classes fit this model")
+    return preset
 
 
 @app.command()
@@ -158,19 +169,19 @@ def diversity(
     model_path = Path(", ".join(map(str, model_path)))
     weights = model.member_weights()
     if isinstance(model, RawEnsemble):  # no runnable architecture: the weights alone
-        reason = ("no ensdiag architecture matches these weights: disagreement needs a model that runs "
-                  "(ensdiag runs its mlp and CIFAR-style resnet18)")
+        reason = (f"{model.reason}: disagreement needs a model that runs (ensdiag runs its mlp and CIFAR-style "
+                  "resnet18, and torchvision members with --arch torchvision:NAME)")
         predictions, titles, skipped = None, {}, {}
     else:
-        from .evaluate import guess_preset
+        guessed = preset is None
         try:
-            preset = preset or guess_preset(model.spec)
+            preset = preset or _guessed_preset(model)
             predictions, titles, skipped = evaluate_model(model, preset, data_dir, False, device, seed=seed)
         except DataNotFound as error:  # no data at all: the weights still tell a story
             predictions, titles, skipped = None, {}, {"id": str(error), "shift": str(error), "ood": str(error)}
             reason = "no data to predict on"
         except EnsdiagError as error:
-            if preset is not None:
+            if not guessed:
                 raise
             predictions, titles, skipped, reason = None, {}, {}, f"no data to predict on: {error}"
     if predictions is not None:
@@ -180,8 +191,8 @@ def diversity(
         from .analysis.registry import Skip
         try:
             result = {"status": "ok", **weight_similarity(None, weights)}
-        except Skip as reason:
-            result = {"status": "skipped", "reason": str(reason)}
+        except Skip as skip:
+            result = {"status": "skipped", "reason": str(skip)}
         metrics = {"analyzers": {"disagreement": {"status": "skipped", "reason": reason},
                                  "weight-similarity": result}}
     method, arch = getattr(model, "method", "unknown"), getattr(getattr(model, "spec", None), "arch", "unknown")

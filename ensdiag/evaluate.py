@@ -30,6 +30,13 @@ def evaluate_model(model, preset=None, data_dir="data", download=False, device="
     device = resolve_device(device)
     data = load_preset_data(config, data_dir, download, with_train=False)
     model = model.to(device)
-    predictions = predict(model, data.eval_splits(), Normalize(config.mean, config.std, device), device, seed=seed,
-                          autocast=device.type == "cuda")
+    try:
+        predictions = predict(model, data.eval_splits(), Normalize(config.mean, config.std, device), device, seed=seed,
+                              autocast=device.type == "cuda")
+    except (AssertionError, RuntimeError, ValueError) as error:
+        if not flexible or tuple(config.input_shape) == tuple(model.spec.input_shape):
+            raise
+        reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
+        raise EnsdiagError(f"the model does not run on the {config.preset} preset's {tuple(config.input_shape)} inputs "
+                           f"({reason}); pass a preset whose images fit it") from None
     return with_pooled_shift(predictions), data.titles, data.skipped

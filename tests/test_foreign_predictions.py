@@ -114,6 +114,21 @@ def test_a_pickled_object_array_is_refused_without_running_it(tmp_path, capsys):
     assert marker.exists()
 
 
+def _huge_header(path):
+    """A tiny file whose header claims a [1000, 1000000, 1000] float32 array."""
+    with open(path, "wb") as handle:
+        np.lib.format.write_array_header_1_0(handle, {"descr": "<f4", "fortran_order": False,
+                                                      "shape": (1000, 1000000, 1000)})
+        handle.write(b"\0" * 64)
+
+
+def test_big_endian_arrays_read_like_native_ones(arrays, tmp_path, capsys):
+    logits, labels, _ = arrays
+    np.save(tmp_path / "native.npy", logits.numpy())
+    np.save(tmp_path / "big.npy", logits.numpy().astype(">f4"))
+    np.save(tmp_path / "labels.npy", labels.numpy().astype(">i8"))
+    expected, _ = metrics_of(capsys, tmp_path / "native.npy", "--labels", tmp_path / "labels.npy")
+    assert metrics_of(capsys, tmp_path / "big.npy", "--labels", tmp_path / "labels.npy")[0] == expected
 @pytest.mark.parametrize("write,args,message", [
     (lambda d: np.save(d / "x.npy", np.zeros((N, C), np.float32)), (), r"\[k, N, C\].*one \[N, C\] file per member"),
     (lambda d: np.save(d / "x.npy", np.zeros((K, N, 1), np.float32)), (), "two classes"),
@@ -127,7 +142,13 @@ def test_a_pickled_object_array_is_refused_without_running_it(tmp_path, capsys):
     (lambda d: (np.save(d / "x.npy", np.zeros((K, N, C), np.float32)), np.save(d / "o.npy", np.zeros((2, 5, C), np.float32))),
      ("--ood", "o.npy"), "disagree on members"),
     (lambda d: np.savez(d / "x.npz", weights=np.zeros(3)), (), "unexpected array 'weights'"),
+    (lambda d: np.save(d / "x.npy", np.zeros((K, 0, C), np.float32)), (), "no examples"),
+    (lambda d: (np.savez(d / "z.npz", logits=np.zeros((K, N, C))), (d / "z.npz").rename(d / "x.npy")), (),
+     "is an .npz archive"),
+    (lambda d: _huge_header(d / "x.npy"), (), "claims 4,000,000,000,000 bytes"),
 ])
+
+
 def test_bad_arrays_are_one_line_errors(write, args, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write(tmp_path)

@@ -20,6 +20,7 @@ than tensors is loaded: such a file is refused with the reason. When no ensdiag 
 matches, `import_ensemble` returns `RawEnsemble`: weight similarity still runs on the tensors.
 """
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,21 @@ FAMILIES = ("auto", "torch-uncertainty", "state-dicts")
 STATS = ("running_mean", "running_var", "num_batches_tracked")
 
 
+def _check_zip_sizes(path, inflation=8):
+    """torch.save writes an uncompressed zip; one whose records inflate far beyond the file is refused
+    before torch.load decompresses it (a zip bomb)."""
+    import zipfile
+    if not zipfile.is_zipfile(path):
+        return  # a legacy (non-zip) torch.save file: torch.load checks its record sizes itself
+    try:
+        with zipfile.ZipFile(path) as archive:
+            total = sum(entry.file_size for entry in archive.infolist())
+    except (zipfile.BadZipFile, OSError) as error:
+        raise EnsdiagError(f"{path} is not a readable PyTorch checkpoint ({type(error).__name__})") from None
+    if total > inflation * path.stat().st_size + 2**20:
+        raise EnsdiagError(f"{path} decompresses to {total:,} bytes from {path.stat().st_size:,} (refused: a zip bomb?)")
+
+
 def read_state_dict(path) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint file, read without running pickled code."""
     path = Path(path)
@@ -40,7 +56,8 @@ def read_state_dict(path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         from ..io import read_safetensors
         state, _ = read_safetensors(path, "checkpoint")
-        return state
+        return _network_keys(state)
+    _check_zip_sizes(path)
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # pickle.UnpicklingError and whatever a damaged zip raises
@@ -59,8 +76,14 @@ def read_state_dict(path) -> dict[str, torch.Tensor]:
         if not isinstance(key, str) or not isinstance(value, torch.Tensor):
             raise EnsdiagError(f"{path}: entry {str(key)[:60]!r} is not a named tensor; expected a state_dict")
         state[key] = value
-    if all(key.startswith("model.") for key in state):  # a Lightning module holding the network as `model`
-        state = {key[len("model."):]: value for key, value in state.items()}
+    return _network_keys(state)
+
+
+def _network_keys(state):
+    """A Lightning module holds the network as `model` beside other modules (its loss's weight, a
+    calibration scaler): keep the network's keys, without the prefix."""
+    if any(key.startswith("model.") for key in state):
+        state = {key[len("model."):]: value for key, value in state.items() if key.startswith("model.")}
     return state
 
 
@@ -70,6 +93,7 @@ class RawEnsemble:
 
     member_tensors: list[dict[str, torch.Tensor]]
     source: str
+    reason: str = "no ensdiag architecture matches these weights"
 
     def member_weights(self):
         from ..nn.model import MemberWeights
@@ -162,7 +186,7 @@ def _resolved(spec):
                                                  builder.convolutional, spec.arch))
 
 
-def _raw(states, source):
+def _raw(states, source, reason=RawEnsemble.reason):
     """Matching float tensors of every member (BatchNorm statistics aside); BatchEnsemble layers as
     their effective member weights W ∘ s_group r_groupᵀ."""
     if len(states) == 1 and any(key.endswith(".r_group") for key in states[0]):
@@ -177,13 +201,13 @@ def _raw(states, source):
             for i in range(k):
                 scale = s[i].reshape(-1, *[1] * (weight.dim() - 1)) * r[i].reshape(1, -1, *[1] * (weight.dim() - 2))
                 members[i][f"{layer}.weight"] = weight * scale
-        return RawEnsemble(members, source)
+        return RawEnsemble(members, source, reason)
     shared = set.intersection(*(set(state) for state in states))
     keys = [key for key in states[0] if key in shared and states[0][key].is_floating_point()
             and not key.endswith(STATS) and all(state[key].shape == states[0][key].shape for state in states)]
     if not keys:
         raise EnsdiagError(f"{source}: the members share no tensor of one shape; nothing to compare")
-    return RawEnsemble([{key: state[key].float() for key in keys} for state in states], source)
+    return RawEnsemble([{key: state[key].float() for key in keys} for state in states], source, reason)
 
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors")
@@ -218,14 +242,29 @@ def _has_ensdiag_metadata(path) -> bool:
         return True
 
 
+def _torchvision_classes(state, name, source) -> int:
+    """The class count of a torchvision state_dict: the rows of the tensors whose shape follows
+    num_classes (found by building the model for 2 and 3 classes on the meta device)."""
+    from torchvision.models import get_model
+
+    from ..nn.architectures import torchvision_names
+    if name not in torchvision_names():
+        raise EnsdiagError(f"torchvision has no classification model {name!r} (e.g. resnet18, resnet50, vgg11, "
+                           "densenet121, convnext_tiny)")
+    with torch.device("meta"):
+        two, three = (get_model(name, weights=None, num_classes=n).state_dict() for n in (2, 3))
+    heads = [key for key in two if two[key].shape != three[key].shape and two[key].shape[:1] == (2,)]
+    if not heads or heads[0] not in state or state[heads[0]].dim() < 1:
+        raise EnsdiagError(f"{source}: no classifier of torchvision's {name} found ({heads[0] if heads else 'none'}); "
+                           "pass --num-classes")
+    return int(state[heads[0]].shape[0])
+
+
 def _torchvision(states, name, num_classes, source):
     """A Deep Ensemble of torchvision `name` networks holding the members' state_dicts."""
     from ..nn.model import ModelSpec, build_from_spec
-    if num_classes is None:  # the classifier: the last 2-D weight of the state_dict
-        heads = [value for key, value in states[0].items() if key.endswith("weight") and value.dim() == 2]
-        if not heads:
-            raise EnsdiagError(f"{source}: no linear classifier found; pass --num-classes")
-        num_classes = heads[-1].shape[0]
+    if num_classes is None:
+        num_classes = _torchvision_classes(states[0], name, source)
     spec = ModelSpec("torchvision", "deep-ensemble", len(states), num_classes, (3, 224, 224), {}, {"name": name})
     model = build_from_spec(spec)
     for i, state in enumerate(states):
@@ -243,48 +282,87 @@ def _torchvision(states, name, num_classes, source):
     return model.eval()
 
 
-def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=None):
-    """An `EnsembleModel` from foreign checkpoint files, or a `RawEnsemble` when no ensdiag
-    architecture matches (`raw_ok`; else an error saying so). `arch`: auto (from the keys) or
-    `torchvision:NAME` (k state_dicts of a torchvision classification model)."""
-    if family not in FAMILIES:
-        raise EnsdiagError(f"--from must be one of {', '.join(FAMILIES)}, got {family!r}")
-    if arch != "auto" and not arch.startswith("torchvision:"):
-        raise EnsdiagError(f"--arch must be auto or torchvision:NAME (e.g. torchvision:resnet18), got {arch!r}")
-    paths = _member_files([Path(p) for p in paths])
-    source = ", ".join(str(p) for p in paths[:3]) + (f" … ({len(paths)} files)" if len(paths) > 3 else "")
-    states = [read_state_dict(p) for p in paths]
-    if arch.startswith("torchvision:"):
-        return _torchvision(states, arch.partition(":")[2], num_classes, source)
-    if len(states) == 1 and any(key.startswith("core_models.") for key in states[0]):  # one deep_ensembles file
-        members = {}
-        for key, value in states[0].items():
-            index, _, rest = key.removeprefix("core_models.").partition(".")
-            members.setdefault(int(index) if index.isdigit() else -1, {})[rest] = value
-        states = [members[i] for i in sorted(members)]
+def _split_members(state, source):
+    """One `deep_ensembles` state_dict (`core_models.<i>.` keys) -> member state_dicts, in index order."""
+    members = {}
+    for key, value in state.items():
+        index, _, rest = key.removeprefix("core_models.").partition(".")
+        if not key.startswith("core_models.") or not re.fullmatch(r"[0-9]+", index) or not rest:
+            raise EnsdiagError(f"{source}: {key[:80]!r} is not a core_models.<i>.<name> key of a deep_ensembles file")
+        members.setdefault(index, {})[rest] = value
+    if len({int(index) for index in members}) != len(members) or sorted(map(int, members)) != list(range(len(members))):
+        raise EnsdiagError(f"{source}: core_models indices {sorted(members)[:8]} are not 0..k-1 once each")
+    return [members[index] for index in sorted(members, key=int)]
+
+
+def _checked_finite(model, source):
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise EnsdiagError(f"{source}: {name} holds NaN or infinite values (did its training diverge?); "
+                               "there is no model to diagnose")
+    return model
+
+
+def _build(states, family, num_classes, source):
+    """The EnsembleModel the states describe, or None when no ensdiag architecture matches their keys."""
     batch_ensemble = len(states) == 1 and any(key.endswith(".r_group") for key in states[0])
-    found = None
-    if batch_ensemble and family in ("auto", "torch-uncertainty"):
-        found = torch_uncertainty.batch_ensemble(states[0], source)
-        if found is not None:
-            return _load_into(*found, source)
-    elif not batch_ensemble and len(states) > 1:
+    if batch_ensemble:
+        found = torch_uncertainty.batch_ensemble(states[0], source) if family != "state-dicts" else None
+        return None if found is None else _load_into(*found, source)
+    if len(states) > 1:
         found = _deep_ensemble(states, source)
-        if found is not None:
-            from ..nn.model import build_from_spec
-            spec, members = found
-            model = build_from_spec(_resolved(spec))
-            _fill_members(model, members, source)
-            return model.eval()
-    if len(states) == 1 and not batch_ensemble and family in ("auto", "torch-uncertainty"):
+        if found is None:
+            return None
+        from ..nn.model import build_from_spec
+        spec, members = found
+        model = build_from_spec(_resolved(spec))
+        _fill_members(model, members, source)
+        return model.eval()
+    if family != "state-dicts":
         found = (torch_uncertainty.grouped(states[0], source, num_classes)
                  or torch_uncertainty.multi_input(states[0], source, num_classes))
         if found is not None:
             return _load_into(*found, source)
-    if len(states) == 1 and not batch_ensemble:
-        raise EnsdiagError(f"{source} is no ensdiag model file and holds one network, not an ensemble: pass one "
-                           "file per member (or, for one network with k input and output heads, --num-classes C)")
+    raise EnsdiagError(f"{source} is no ensdiag model file and holds one network, not an ensemble: pass one "
+                       "file per member (or, for one network with k input and output heads, --num-classes C)")
+
+
+def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=None):
+    """An `EnsembleModel` from foreign checkpoint files, or, where no ensdiag architecture holds
+    them, a `RawEnsemble` saying why (`raw_ok`; else that reason as an error). `arch`: auto (from
+    the keys) or `torchvision:NAME` (k state_dicts of a torchvision classification model)."""
+    if family not in FAMILIES:
+        raise EnsdiagError(f"--from must be one of {', '.join(FAMILIES)}, got {family!r}")
+    if arch != "auto" and not arch.startswith("torchvision:"):
+        raise EnsdiagError(f"--arch must be auto or torchvision:NAME (e.g. torchvision:resnet18), got {arch!r}")
+    if num_classes is not None and not 2 <= num_classes <= 1_000_000:
+        raise EnsdiagError(f"--num-classes must lie in 2..1000000, got {num_classes}")
+    paths = _member_files([Path(p) for p in paths])
+    source = ", ".join(str(p) for p in paths[:3]) + (f" … ({len(paths)} files)" if len(paths) > 3 else "")
+    states = [read_state_dict(p) for p in paths]
+    if arch.startswith("torchvision:"):
+        model = _torchvision(states, arch.partition(":")[2], num_classes, source)
+        model.imported_from = source
+        return _checked_finite(model, source)
+    if len(states) == 1 and any(key.startswith("core_models.") for key in states[0]):
+        states = _split_members(states[0], source)
+    try:
+        model = _build(states, family, num_classes, source)
+        reason = "no ensdiag architecture (mlp 64-32-16, CIFAR-style resnet18) matches these weights"
+    except EnsdiagError as error:
+        if not raw_ok or len(states) == 1 and "holds one network" in str(error):
+            raise
+        model, reason = None, f"the weights do not fit ensdiag's architectures ({error})"
+    except (KeyError, IndexError, ValueError, RuntimeError, TypeError) as error:  # keys that half-match a layout
+        model, reason = None, f"the keys look like a known layout but do not fit it ({type(error).__name__}: {error})"
+        if not raw_ok:
+            raise EnsdiagError(f"{source}: {reason}"[:400]) from None
+    if model is not None:
+        model.imported_from = source
+        return _checked_finite(model, source)
     if not raw_ok:
-        raise EnsdiagError(f"{source}: no ensdiag architecture (mlp 64-32-16, CIFAR-style resnet18) matches these "
-                           "weights; weight similarity can still compare them (ensdiag diversity)")
-    return _raw(states, source)
+        raise EnsdiagError(f"{source}: {reason}; weight similarity can still compare them (ensdiag diversity)")
+    try:
+        return _raw(states, source, reason)
+    except (KeyError, IndexError, ValueError, RuntimeError, TypeError) as error:
+        raise EnsdiagError(f"{source}: the tensors cannot be compared ({type(error).__name__}: {error})"[:400]) from None

@@ -25,36 +25,82 @@ ROW_SUM_TOLERANCE = 1e-3  # |Σ_c p_c − 1| allowed per row (float32 softmax ou
 INPUTS = ("logits", "probs")
 
 
-def read_array(path) -> np.ndarray:
-    """One array from a .npy file, without pickles; a damaged file is one clear error."""
-    path = Path(path)
-    if not path.is_file():
-        raise EnsdiagError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")
+MAX_ARRAYS = 1024  # arrays in one .npz (a few per split): far above any real file
+MAX_INFLATION = 50  # an .npz may decompress to at most this many times its size on disk
+
+PICKLE = "holds Python objects (a pickle), which ensdiag never loads; save plain numeric arrays"
+
+
+def _declared_bytes(handle, where) -> int:
+    """The bytes an .npy header says follow it; object arrays (pickles) are refused here."""
     try:
-        return np.load(path, allow_pickle=False)
-    except ValueError as error:
-        if "pickle" in str(error):
-            raise EnsdiagError(f"{path} holds Python objects (a pickle), which ensdiag never loads; "
-                               "save plain numeric arrays") from None
+        version = np.lib.format.read_magic(handle)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+    except (ValueError, OSError, EOFError) as error:
+        raise EnsdiagError(f"{where} is not a readable .npy array ({str(error).splitlines()[0][:120]})") from None
+    if dtype.hasobject:
+        raise EnsdiagError(f"{where} {PICKLE}")
+    return int(np.prod(shape, dtype=object)) * dtype.itemsize
+
+
+def _refuse_unless(ok, where, what):
+    if not ok:
+        raise EnsdiagError(f"{where} {what}")
+
+
+def read_array(path) -> np.ndarray:
+    """One array from a .npy file, without pickles, its header checked against the file's size
+    before anything is allocated; a damaged file is one clear error."""
+    path = Path(path)
+    _refuse_unless(path.is_file(), path, "does not exist" if not path.exists() else "is not a file")
+    if zipfile.is_zipfile(path):
+        raise EnsdiagError(f"{path} is an .npz archive, not one .npy array: pass it alone (splits by key)")
+    with open(path, "rb") as handle:
+        claimed = _declared_bytes(handle, path)
+        _refuse_unless(claimed <= path.stat().st_size, path,
+                       f"claims {claimed:,} bytes of data in a {path.stat().st_size:,}-byte file (damaged or hostile)")
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as error:
         raise EnsdiagError(f"{path} is not a readable .npy file ({str(error).splitlines()[0]})"[:300]) from None
-    except (OSError, EOFError, zipfile.BadZipFile) as error:
-        raise EnsdiagError(f"{path} is not a readable .npy file ({type(error).__name__})") from None
+    _refuse_unless(isinstance(array, np.ndarray), path, "is not a .npy array")
+    return array
 
 
 def read_npz(path) -> dict[str, np.ndarray]:
+    """Every array of an .npz archive, each entry's header and the archive's total size checked first."""
     path = Path(path)
-    if not path.is_file():
-        raise EnsdiagError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")
+    _refuse_unless(path.is_file(), path, "does not exist" if not path.exists() else "is not a file")
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-    except ValueError as error:
-        if "pickle" in str(error):
-            raise EnsdiagError(f"{path} holds Python objects (a pickle), which ensdiag never loads; "
-                               "save plain numeric arrays") from None
-        raise EnsdiagError(f"{path} is not a readable .npz file ({str(error).splitlines()[0]})"[:300]) from None
-    except (OSError, EOFError, zipfile.BadZipFile, KeyError) as error:
+        with zipfile.ZipFile(path) as archive:
+            entries = archive.infolist()
+            _refuse_unless(len(entries) <= MAX_ARRAYS, path, f"holds {len(entries)} arrays (at most {MAX_ARRAYS})")
+            total = sum(entry.file_size for entry in entries)
+            _refuse_unless(total <= MAX_INFLATION * max(path.stat().st_size, 1), path,
+                           f"decompresses to {total:,} bytes from {path.stat().st_size:,} (refused: a zip bomb?)")
+            for entry in entries:
+                where = f"{path}: {entry.filename}"
+                _refuse_unless(entry.filename.endswith(".npy"), where, "is not an .npy array")
+                with archive.open(entry) as handle:
+                    claimed = _declared_bytes(handle, where)
+                _refuse_unless(claimed <= entry.file_size, where, f"claims {claimed:,} bytes in a {entry.file_size:,}-byte entry")
+        with np.load(path, allow_pickle=False) as loaded:
+            _refuse_unless(isinstance(loaded, np.lib.npyio.NpzFile), path, "is not an .npz archive")
+            return {name: loaded[name] for name in loaded.files}
+    except zipfile.BadZipFile:
+        raise EnsdiagError(f"{path} is not a readable .npz file (not a zip archive; a single array is a .npy)") from None
+    except (ValueError, OSError, EOFError, KeyError) as error:
         raise EnsdiagError(f"{path} is not a readable .npz file ({type(error).__name__})") from None
+
+
+def _native(array: np.ndarray) -> np.ndarray:
+    """Native byte order, and float64 for the floats torch has no type for (long double)."""
+    if array.dtype.kind == "f" and array.dtype.itemsize > 8:
+        return array.astype(np.float64)
+    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
 
 def _scores(array: np.ndarray, where: str) -> torch.Tensor:
@@ -65,7 +111,9 @@ def _scores(array: np.ndarray, where: str) -> torch.Tensor:
         raise EnsdiagError(f"{where} must be [k, N, C] (members first), got shape {list(array.shape)}{hint}")
     if array.shape[0] < 1 or array.shape[2] < 2:
         raise EnsdiagError(f"{where} needs at least one member and two classes, got shape {list(array.shape)}")
-    scores = torch.from_numpy(np.ascontiguousarray(array)).float()
+    if array.shape[1] == 0:
+        raise EnsdiagError(f"{where} holds no examples (shape {list(array.shape)})")
+    scores = torch.from_numpy(np.ascontiguousarray(_native(array))).float()
     if not torch.isfinite(scores).all():
         raise EnsdiagError(f"{where} contains NaN or infinite values")
     return scores
@@ -76,7 +124,9 @@ def _labels(array: np.ndarray, n: int, num_classes: int, where: str) -> torch.Te
         raise EnsdiagError(f"{where} must be integer class indices, got dtype {array.dtype}")
     if array.shape != (n,):
         raise EnsdiagError(f"{where} must be [N={n}], got shape {list(array.shape)}")
-    labels = torch.from_numpy(np.ascontiguousarray(array)).long()
+    if array.dtype.kind == "u" and array.dtype.itemsize == 8 and n and int(array.max()) >= 2**63:
+        raise EnsdiagError(f"{where} out of range 0..{num_classes - 1} (found {int(array.max())})")
+    labels = torch.from_numpy(np.ascontiguousarray(_native(array).astype(np.int64))).long()
     if n and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
         raise EnsdiagError(f"{where} out of range 0..{num_classes - 1} (found {int(labels.min())}..{int(labels.max())})")
     return labels

@@ -108,6 +108,8 @@ def grouped(state, source, num_classes=None):
         return None
     plain = renamed(_flat_linear(plain), TU_RESNET_RULES)
     members, classes = state["linear.weight"].shape[:2]
+    if num_classes is not None and num_classes != classes:
+        raise EnsdiagError(f"{source}: its head has {classes} classes per member, not --num-classes {num_classes}")
     layout = resnet18_layout(plain)
     if layout is None:
         return None

@@ -146,7 +146,7 @@ def build_mlp(kit, num_classes, input_shape):
     return MLP(kit, num_classes, input_shape)
 
 
-@register_arch("resnet18", dropout=0.1, options=(
+@register_arch("resnet18", dropout=0.1, any_input_size=True, options=(
         Option("width", 64, "channels of the first stage (the stages have width, 2·, 4·, 8·width)", int,
                low=1, high=1024),))
 def build_resnet18(kit, num_classes, input_shape, width=64):
