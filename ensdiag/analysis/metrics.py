@@ -244,3 +244,50 @@ def weight_cosine(member_weights: list[dict[str, torch.Tensor]]) -> tuple[torch.
     per_layer = {layer: cosine_matrix(torch.stack([torch.cat([w[k].flatten() for k in names]) for w in member_weights]))
                  for layer, names in layers.items()}
     return cosine_matrix(overall), per_layer
+
+
+def ensemble_gain(logits, labels) -> dict[str, float]:
+    """The ensemble's losses against its members' mean loss (the Gibbs loss), per loss.
+
+    NLL with the arithmetic mean p̄: gibbs − ensemble = mean_n [log p̄(y) − mean_i log p_i(y)] ≥ 0
+    (Jensen's gap). With the normalised geometric mean q̄ ∝ exp(mean_i log p_i) the gap is exactly
+    mean_n mean_i KL(q̄ ‖ p_i) (Wood et al.). Brier with p̄: the gap is exactly the members' spread
+    mean_i ‖p_i − p̄‖². 0-1 loss: mean member error minus the error of argmax p̄ (no identity
+    holds; it can be negative)."""
+    log_p = F.log_softmax(logits.double(), dim=-1)  # [k, N, C]
+    k, n = logits.shape[:2]
+    member_log_y = log_p.gather(2, labels.expand(k, -1)[..., None]).squeeze(-1)  # [k, N]
+    log_mean = mean_log_probs(logits)  # log p̄
+    mean_log = log_p.mean(0)  # mean_i log p_i, the unnormalised log q̄
+    log_z = torch.logsumexp(mean_log, dim=-1)  # q̄ = exp(mean_log − log Z)
+    probs, mean = log_p.exp(), log_mean.exp()
+    onehot = F.one_hot(labels, logits.shape[2]).double()
+    member_errors = (log_p.argmax(-1) != labels).double().mean(1)
+    return {
+        "nll_gibbs": -member_log_y.mean().item(),
+        "nll_ensemble": -log_mean.gather(1, labels[:, None]).mean().item(),
+        "nll_geometric": -(mean_log.gather(1, labels[:, None]).squeeze(1) - log_z).mean().item(),
+        "kl_diversity": -log_z.mean().item(),  # mean_i KL(q̄ ‖ p_i), averaged over samples
+        "brier_gibbs": (probs - onehot).pow(2).sum(-1).mean().item(),
+        "brier_ensemble": (mean - onehot).pow(2).sum(-1).mean().item(),
+        "brier_spread": (probs - mean).pow(2).sum(-1).mean().item(),
+        "error_gibbs": member_errors.mean().item(),
+        "error_ensemble": (log_mean.argmax(-1) != labels).double().mean().item(),
+        "member_error": member_errors.tolist(),
+    }
+
+
+def risk_coverage(confidence: torch.Tensor, errors: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """(risk at coverage j/N for j = 1..N, AURC = the mean of those risks).
+
+    Samples are accepted in decreasing confidence; within a group of tied confidences the order
+    is arbitrary, so each of them counts the group's mean error (the expectation over tie orders)."""
+    n = len(errors)
+    if n == 0:
+        return torch.zeros(0, dtype=torch.float64), math.nan
+    order = torch.argsort(sortable_key(confidence), descending=True, stable=True)
+    keys, errs = sortable_key(confidence)[order], errors.double()[order]
+    _, inverse, counts = torch.unique_consecutive(keys, return_inverse=True, return_counts=True)
+    group_mean = torch.zeros(len(counts), dtype=torch.float64).index_add_(0, inverse, errs) / counts
+    risk = torch.cumsum(group_mean[inverse], 0) / torch.arange(1, n + 1, dtype=torch.float64)
+    return risk, risk.mean().item()

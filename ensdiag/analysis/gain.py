@@ -1,0 +1,92 @@
+"""`ensemble-gain` and `selective`: what the ensemble buys over its members, and how well its
+confidence ranks its own mistakes.
+
+- ensemble-gain: for NLL, Brier and 0-1 loss on every labelled split, the members' mean loss
+  (Gibbs), the ensemble's loss and their difference, with each identity stated (metrics.py,
+  `ensemble_gain`); and each member's accuracy, NLL and ECE.
+- selective: risk–coverage of the ensemble (confidence max p̄) and of each member (its own max
+  softmax), and the area under it (AURC; lower is better).
+"""
+
+import torch
+
+from . import metrics as M
+from .registry import Column, Skip, metric, register_analyzer
+
+GAIN_DEFINITIONS = {
+    "nll_gibbs": "mean over members of each member's NLL, mean_i −log p_i(y) (the Gibbs loss)",
+    "nll_ensemble": "NLL of the arithmetic mean p̄, −log p̄(y)",
+    "nll_gap": "Gibbs NLL − ensemble NLL = mean [log p̄(y) − mean_i log p_i(y)] ≥ 0: Jensen's gap of the "
+               "arithmetic mean (not a KL)",
+    "nll_geometric": "NLL of the normalised geometric mean q̄ ∝ exp(mean_i log p_i)",
+    "kl_diversity": "Gibbs NLL − geometric-mean NLL = mean_i KL(q̄ ‖ p_i) ≥ 0 (Wood et al.'s diversity for "
+                    "cross-entropy with the geometric combiner)",
+    "brier_gibbs": "mean over members of Σ_c (p_i,c − 1[y=c])²",
+    "brier_ensemble": "Σ_c (p̄_c − 1[y=c])² of the arithmetic mean p̄",
+    "brier_spread": "Gibbs Brier − ensemble Brier = mean_i ‖p_i − p̄‖² exactly (the members' spread)",
+    "error_gibbs": "mean over members of each member's error rate",
+    "error_ensemble": "error rate of argmax p̄",
+    "error_gap": "mean member error − ensemble error: a difference of error rates, not a diversity "
+                 "decomposition (none holds for 0-1 loss; it can be negative)",
+    "member_error": "each member's error rate",
+    "member_ece": "each member's 15-bin ECE of its own top-label confidence",
+}
+
+
+@register_analyzer("ensemble-gain", description="Gibbs vs ensemble loss for NLL, Brier and 0-1 loss: what the "
+                   "members' diversity buys", columns=[
+                       Column("NLL gap", ("splits", "id", "nll_gap", "value"), "up", GAIN_DEFINITIONS["nll_gap"],
+                              ("gain",), 10, split="id"),
+                       Column("KL diversity", ("splits", "id", "kl_diversity", "value"), "up",
+                              GAIN_DEFINITIONS["kl_diversity"], ("gain",), 20, split="id"),
+                       Column("Brier spread", ("splits", "id", "brier_spread", "value"), "up",
+                              GAIN_DEFINITIONS["brier_spread"], ("gain",), 30, split="id"),
+                       Column("member err", ("splits", "id", "error_gibbs", "value"), "down",
+                              GAIN_DEFINITIONS["error_gibbs"], ("gain",), 40, split="id"),
+                       Column("ensemble err", ("splits", "id", "error_ensemble", "value"), "down",
+                              GAIN_DEFINITIONS["error_ensemble"], ("gain",), 50, split="id")])
+def ensemble_gain(predictions, weights=None):
+    splits = {}
+    for name, split in predictions.items():
+        logits, labels = split["logits"], split["labels"]
+        if labels is None or len(labels) == 0:
+            continue
+        if logits.shape[0] < 2:
+            raise Skip("one member: the ensemble is its member, there is no gain to decompose")
+        gain = M.ensemble_gain(logits, labels)
+        gain["nll_gap"] = gain["nll_gibbs"] - gain["nll_ensemble"]
+        gain["error_gap"] = gain["error_gibbs"] - gain["error_ensemble"]
+        gain["member_ece"] = [M.ece(member[None], labels)[0] for member in logits]
+        splits[name] = {key: metric(value, GAIN_DEFINITIONS[key]) for key, value in gain.items()}
+    if not splits:
+        raise Skip("no split has labels")
+    return {"splits": splits}
+
+
+@register_analyzer("selective", description="Risk–coverage of the ensemble and of each member; AURC",
+                   columns=[Column("AURC", ("splits", "{split}", "aurc", "value"), "down",
+                                   "area under the risk–coverage curve of p̄ (samples accepted by decreasing max p̄)",
+                                   ("id", "shift"), 35)])
+def selective(predictions, weights=None, points=101):
+    splits = {}
+    for name, split in predictions.items():
+        logits, labels = split["logits"], split["labels"]
+        if labels is None or len(labels) == 0:
+            continue
+        probs = M.mean_probs(logits)
+        confidence, predicted = probs.max(dim=1)
+        risk, aurc = M.risk_coverage(confidence, predicted != labels)
+        member_aurc = []
+        for member in logits:
+            member_confidence, member_predicted = member.double().softmax(-1).max(dim=1)
+            member_aurc.append(M.risk_coverage(member_confidence, member_predicted != labels)[1])
+        at = torch.linspace(1, len(labels), min(points, len(labels))).round().long() - 1  # the curve, thinned
+        splits[name] = {
+            "aurc": metric(aurc, "mean over coverages j/N of the error rate among the j most confident samples "
+                                 "(ties share their mean error)"),
+            "member_aurc": metric(member_aurc, "each member's AURC with its own max softmax as confidence"),
+            "curve": {"coverage": ((at + 1) / len(labels)).tolist(), "risk": risk[at].tolist()},
+        }
+    if not splits:
+        raise Skip("no split has labels")
+    return {"splits": splits}

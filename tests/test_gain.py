@@ -1,0 +1,107 @@
+"""ensemble-gain and selective: the decompositions sum exactly, against dense float64 loops and
+hand-worked cases; AURC against a brute force over every order of tied samples."""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from ensdiag.analysis import analyze_predictions
+from ensdiag.analysis import metrics as M
+
+from .cli import run_cli
+
+
+def random_case(seed, k=4, n=30, c=5):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(k, n, c, generator=generator, dtype=torch.float64) * 2, torch.randint(0, c, (n,), generator=generator)
+
+
+def dense_gain(logits, labels):
+    """The same quantities by explicit loops over samples and members, in float64."""
+    k, n, c = logits.shape
+    out = {key: 0.0 for key in ("nll_gibbs", "nll_ensemble", "nll_geometric", "kl", "brier_gibbs", "brier_ensemble",
+                                "spread")}
+    for s in range(n):
+        p = [torch.softmax(logits[i, s], 0) for i in range(k)]
+        mean = sum(p) / k
+        y = int(labels[s])
+        geometric = torch.exp(sum(torch.log(q) for q in p) / k)
+        geometric = geometric / geometric.sum()
+        onehot = torch.nn.functional.one_hot(torch.tensor(y), c).double()
+        out["nll_gibbs"] += sum(-math.log(q[y]) for q in p) / k / n
+        out["nll_ensemble"] += -math.log(mean[y]) / n
+        out["nll_geometric"] += -math.log(geometric[y]) / n
+        out["kl"] += sum(float((geometric * (geometric / q).log()).sum()) for q in p) / k / n
+        out["brier_gibbs"] += sum(float(((q - onehot) ** 2).sum()) for q in p) / k / n
+        out["brier_ensemble"] += float(((mean - onehot) ** 2).sum()) / n
+        out["spread"] += sum(float(((q - mean) ** 2).sum()) for q in p) / k / n
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_gain_matches_a_dense_reimplementation_and_its_identities_hold(seed):
+    logits, labels = random_case(seed)
+    gain, dense = M.ensemble_gain(logits, labels), dense_gain(logits, labels)
+    for key, dense_key in [("nll_gibbs", "nll_gibbs"), ("nll_ensemble", "nll_ensemble"), ("nll_geometric", "nll_geometric"),
+                           ("kl_diversity", "kl"), ("brier_gibbs", "brier_gibbs"), ("brier_ensemble", "brier_ensemble"),
+                           ("brier_spread", "spread")]:
+        assert gain[key] == pytest.approx(dense[dense_key], rel=1e-9, abs=1e-12), key
+    # the decompositions sum exactly (to float tolerance)
+    assert gain["brier_gibbs"] - gain["brier_ensemble"] == pytest.approx(gain["brier_spread"], abs=1e-12)
+    assert gain["nll_gibbs"] - gain["nll_geometric"] == pytest.approx(gain["kl_diversity"], abs=1e-12)
+    assert gain["nll_gibbs"] >= gain["nll_ensemble"] and gain["kl_diversity"] >= 0
+    assert gain["nll_ensemble"] == pytest.approx(M.nll(logits, labels))
+
+
+def test_gain_on_a_hand_worked_case():
+    """Two members, two classes, one sample of class 0: p_1 = (0.8, 0.2), p_2 = (0.4, 0.6)."""
+    logits = torch.tensor([[[math.log(0.8), math.log(0.2)]], [[math.log(0.4), math.log(0.6)]]], dtype=torch.float64)
+    gain = M.ensemble_gain(logits, torch.tensor([0]))
+    assert gain["nll_gibbs"] == pytest.approx(-(math.log(0.8) + math.log(0.4)) / 2)
+    assert gain["nll_ensemble"] == pytest.approx(-math.log(0.6))
+    assert gain["brier_spread"] == pytest.approx(((0.2 ** 2) * 2 + (0.2 ** 2) * 2) / 2)  # p̄ = (0.6, 0.4)
+    assert gain["error_gibbs"] == 0.5 and gain["error_ensemble"] == 0.0 and gain["member_error"] == [0.0, 1.0]
+    z = math.sqrt(0.8 * 0.4) + math.sqrt(0.2 * 0.6)
+    assert gain["kl_diversity"] == pytest.approx(-math.log(z))
+
+
+def brute_force_aurc(confidence, errors):
+    """The mean over every order of tied samples of the plain AURC."""
+    groups = {}
+    for c, e in zip(confidence.tolist(), errors.tolist()):
+        groups.setdefault(c, []).append(e)
+    ordered = [groups[c] for c in sorted(groups, reverse=True)]
+    values = []
+    for orders in itertools.product(*(itertools.permutations(g) for g in ordered)):
+        sequence = [e for group in orders for e in group]
+        values.append(sum(sum(sequence[:j]) / j for j in range(1, len(sequence) + 1)) / len(sequence))
+    return sum(values) / len(values)
+
+
+def test_aurc_by_hand_and_against_a_brute_force_over_tie_orders():
+    risk, aurc = M.risk_coverage(torch.tensor([0.9, 0.8, 0.7]), torch.tensor([False, True, False]))
+    assert risk.tolist() == pytest.approx([0.0, 0.5, 1 / 3]) and aurc == pytest.approx((0 + 0.5 + 1 / 3) / 3)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        confidence = torch.randint(0, 3, (7,), generator=generator).double() / 2  # many ties
+        errors = torch.rand(7, generator=generator) < 0.4
+        assert M.risk_coverage(confidence, errors)[1] == pytest.approx(brute_force_aurc(confidence, errors))
+
+
+def test_analyzers_report_gain_and_aurc_and_skip_a_single_member():
+    logits, labels = random_case(7)
+    result = analyze_predictions({"id": {"logits": logits.float(), "labels": labels}}, only=["ensemble-gain", "selective"])
+    gain = result["analyzers"]["ensemble-gain"]["splits"]["id"]
+    assert gain["brier_spread"]["value"] > 0 and len(gain["member_ece"]["value"]) == 4
+    selective = result["analyzers"]["selective"]["splits"]["id"]
+    assert 0 <= selective["aurc"]["value"] <= 1 and len(selective["member_aurc"]["value"]) == 4
+    single = analyze_predictions({"id": {"logits": logits[:1].float(), "labels": labels}}, only=["ensemble-gain"])
+    assert single["analyzers"]["ensemble-gain"]["status"] == "skipped"
+
+
+def test_report_shows_the_gain_table_and_aurc(finished_run, capsys):
+    code, text, err = run_cli(capsys, "report", finished_run, "--format", "markdown", "--no-figures")
+    assert code == 0, err
+    assert "Brier spread" in text and "KL diversity" in text and "AURC ↓" in text
