@@ -11,7 +11,7 @@ confidence ranks its own mistakes.
 import torch
 
 from . import metrics as M
-from .registry import Column, Skip, metric, register_analyzer
+from .registry import Column, Skip, finite, metric, register_analyzer
 
 GAIN_DEFINITIONS = {
     "nll_gibbs": "mean over members of each member's NLL, mean_i −log p_i(y) (the Gibbs loss)",
@@ -85,7 +85,7 @@ def selective(predictions, weights=None, points=101):
             "aurc": metric(aurc, "mean over coverages j/N of the error rate among the j most confident samples "
                                  "(ties share their mean error)"),
             "member_aurc": metric(member_aurc, "each member's AURC with its own max softmax as confidence"),
-            "curve": {"coverage": ((at + 1) / len(labels)).tolist(), "risk": risk[at].tolist()},
+            "curve": finite({"coverage": ((at + 1) / len(labels)).tolist(), "risk": risk[at].tolist()}),
         }
     if not splits:
         raise Skip("no split has labels")

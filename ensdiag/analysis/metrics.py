@@ -283,8 +283,8 @@ def risk_coverage(confidence: torch.Tensor, errors: torch.Tensor) -> tuple[torch
     Samples are accepted in decreasing confidence; within a group of tied confidences the order
     is arbitrary, so each of them counts the group's mean error (the expectation over tie orders)."""
     n = len(errors)
-    if n == 0:
-        return torch.zeros(0, dtype=torch.float64), math.nan
+    if n == 0 or confidence.isnan().any():  # no samples, or undefined predictions: no ranking
+        return torch.full((n,), math.nan, dtype=torch.float64), math.nan
     order = torch.argsort(sortable_key(confidence), descending=True, stable=True)
     keys, errs = sortable_key(confidence)[order], errors.double()[order]
     _, inverse, counts = torch.unique_consecutive(keys, return_inverse=True, return_counts=True)
