@@ -257,3 +257,51 @@ def test_disagreement_matrix_of_a_thousand_members_needs_no_k_by_k_by_n_tensor()
     members = torch.tensor([0, 1, 2, 500, 998, 999])
     torch.testing.assert_close(d[members][:, members], dense_disagreement(logits[members]), rtol=0, atol=0)
     assert torch.equal(d, d.T) and (d.diagonal() == 0).all()
+
+
+def _dense_bins(confidence, edges):
+    """Equal-width bin of each confidence, by a loop: [0, e1], then (lo, hi]."""
+    return [next(b for b in range(len(edges) - 1) if c <= edges[b + 1] or b == len(edges) - 2) for c in confidence]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ece_variants_match_dense_loops(seed):
+    from ensdiag.analysis import metrics as M
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(3, 50, 4, generator=generator, dtype=torch.float64) * 3
+    labels = torch.randint(0, 4, (50,), generator=generator)
+    p = M.mean_probs(logits)
+    confidence, predicted = p.max(1)
+    correct = (predicted == labels).double()
+    n, bins = 50, 15
+    # equal-mass: sorted by confidence, bin b holds samples floor(bN/B)..floor((b+1)N/B)-1
+    order = sorted(range(n), key=lambda i: (float(confidence[i]), i))
+    adaptive = 0.0
+    for b in range(bins):
+        members = order[b * n // bins:(b + 1) * n // bins]
+        if members:
+            adaptive += len(members) / n * abs(sum(float(correct[i]) for i in members) / len(members)
+                                               - sum(float(confidence[i]) for i in members) / len(members))
+    assert M.adaptive_ece(logits, labels, bins) == pytest.approx(adaptive, abs=1e-12)
+    edges = [b / bins for b in range(bins + 1)]
+    classwise = 0.0
+    for c in range(4):
+        which = _dense_bins(p[:, c].tolist(), edges)
+        for b in range(bins):
+            members = [i for i in range(n) if which[i] == b]
+            if members:
+                classwise += len(members) / n * abs(sum(float(labels[i] == c) for i in members) / len(members)
+                                                    - sum(float(p[i, c]) for i in members) / len(members)) / 4
+    assert M.classwise_ece(logits, labels, bins) == pytest.approx(classwise, abs=1e-12)
+    which = _dense_bins(confidence.tolist(), edges)
+    signed = sum(sum(float(confidence[i] - correct[i]) for i in range(n) if which[i] == b) / n for b in range(bins))
+    assert M.overconfidence(logits, labels, bins) == pytest.approx(signed, abs=1e-12)
+
+
+def test_overconfidence_has_the_sign_of_the_miscalibration():
+    from ensdiag.analysis import metrics as M
+    wrong = torch.log(torch.tensor([[[0.9, 0.1], [0.9, 0.1]]], dtype=torch.float64))  # confident, both wrong
+    assert M.overconfidence(wrong, torch.tensor([1, 1])) == pytest.approx(0.9)
+    assert M.ece(wrong, torch.tensor([1, 1]))[0] == pytest.approx(0.9)
+    timid = torch.log(torch.tensor([[[0.6, 0.4], [0.6, 0.4]]], dtype=torch.float64))  # right both times at 0.6
+    assert M.overconfidence(timid, torch.tensor([0, 0])) == pytest.approx(-0.4)

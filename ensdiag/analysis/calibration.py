@@ -11,6 +11,9 @@ DEFINITIONS = {
     "brier": "mean over samples of Σ_c (p̄_c − 1[y=c])²",
     "member_accuracy": "accuracy of each member's own argmax",
     "member_nll": "mean −log p_i(y|x) of each member",
+    "ece_adaptive": f"ECE over {ECE_BINS} equal-mass bins of max p̄ (N/{ECE_BINS} samples each)",
+    "ece_classwise": f"mean over classes c of Σ_b |B_b|/N·|freq(y=c) − mean p̄_c| over {ECE_BINS} equal-width bins of p̄_c",
+    "overconfidence": f"Σ_b |B_b|/N·(conf_b − acc_b) over the ECE's bins: > 0 over-confident, < 0 under-confident",
 }
 
 
@@ -18,7 +21,13 @@ DEFINITIONS = {
                    columns=[Column("Acc", ("splits", "{split}", "accuracy", "value"), "up", "accuracy of p̄", ("id", "shift"), 10),
                             Column("NLL", ("splits", "{split}", "nll", "value"), "down", "−log p̄(y|x)", ("id", "shift"), 20),
                             Column("ECE", ("splits", "{split}", "ece", "value"), "down", "15-bin expected calibration error",
-                                   ("id", "shift"), 30)])
+                                   ("id", "shift"), 30),
+                            Column("adaptive ECE", ("splits", "id", "ece_adaptive", "value"), "down",
+                                   DEFINITIONS["ece_adaptive"], ("calibration",), 10, split="id"),
+                            Column("classwise ECE", ("splits", "id", "ece_classwise", "value"), "down",
+                                   DEFINITIONS["ece_classwise"], ("calibration",), 20, split="id"),
+                            Column("over-confidence", ("splits", "id", "overconfidence", "value"), None,
+                                   DEFINITIONS["overconfidence"], ("calibration",), 30, split="id")])
 def calibration(predictions, weights=None):
     splits = {}
     for name, split in predictions.items():
@@ -38,6 +47,9 @@ def calibration(predictions, weights=None):
             "brier": metric(M.brier(logits, labels), DEFINITIONS["brier"]),
             "member_accuracy": metric(M.member_accuracy(logits, labels), DEFINITIONS["member_accuracy"]),
             "member_nll": metric(M.member_nll(logits, labels), DEFINITIONS["member_nll"]),
+            "ece_adaptive": metric(M.adaptive_ece(logits, labels, ECE_BINS), DEFINITIONS["ece_adaptive"]),
+            "ece_classwise": metric(M.classwise_ece(logits, labels, ECE_BINS), DEFINITIONS["ece_classwise"]),
+            "overconfidence": metric(M.overconfidence(logits, labels, ECE_BINS), DEFINITIONS["overconfidence"]),
             "n": len(labels),
         }
     if not splits:

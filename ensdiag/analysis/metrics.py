@@ -46,24 +46,63 @@ def brier(logits, labels) -> float:
     return (p - F.one_hot(labels, p.shape[1]).double()).pow(2).sum(1).mean().item()
 
 
+def bin_statistics(confidence, target, num_bins: int = 15, equal_mass: bool = False) -> dict:
+    """The one binning routine of ECE, its variants and the reliability diagrams.
+
+    Equal-width bins on [0, 1]: the first is [0, 1/B], then (lo, hi]; 1.0 falls in the last.
+    Equal-mass bins: the samples sorted by confidence (stable), bin b holding samples
+    ⌊bN/B⌋..⌊(b+1)N/B⌋−1. Returns counts and the sums of confidence and target per bin."""
+    confidence, target = confidence.double(), target.double()
+    if equal_mass:
+        order = torch.argsort(confidence, stable=True)
+        index = torch.empty_like(order)
+        starts = torch.arange(num_bins) * len(confidence) // num_bins  # bin b starts at sorted position ⌊bN/B⌋
+        index[order] = torch.searchsorted(starts, torch.arange(len(confidence)), right=True) - 1
+        lower = upper = None
+    else:
+        edges = torch.linspace(0, 1, num_bins + 1, dtype=torch.float64)
+        index = torch.searchsorted(edges[1:-1], confidence, right=False)  # x == edge -> lower bin
+        lower, upper = edges[:-1].tolist(), edges[1:].tolist()
+    return {"count": torch.bincount(index, minlength=num_bins).double(), "lower": lower, "upper": upper,
+            "confidence": torch.bincount(index, weights=confidence, minlength=num_bins),
+            "target": torch.bincount(index, weights=target, minlength=num_bins)}
+
+
+def _calibration_error(stats, n, signed=False) -> float:
+    gap = stats["confidence"] - stats["target"]
+    return ((gap if signed else gap.abs()).sum() / n).item()
+
+
 def ece(logits, labels, num_bins: int = 15) -> tuple[float, dict]:
     """Expected calibration error of the top-label confidence max p̄, and its reliability bins.
 
     Bins are equal-width on [0, 1]: the first is [0, 1/B], then (lo, hi]; a confidence of
     exactly 1.0 falls in the last bin. ECE = Σ_b |B_b|/N · |acc_b − conf_b|."""
+    confidence, predicted = mean_probs(logits).max(dim=1)
+    stats = bin_statistics(confidence, predicted == labels, num_bins)
+    safe = stats["count"].clamp(min=1)
+    bins = {"lower": stats["lower"], "upper": stats["upper"], "count": stats["count"].long().tolist(),
+            "accuracy": (stats["target"] / safe).tolist(), "confidence": (stats["confidence"] / safe).tolist()}
+    return _calibration_error(stats, len(labels)), bins
+
+
+def adaptive_ece(logits, labels, num_bins: int = 15) -> float:
+    """ECE over equal-mass bins of max p̄ (each bin holds N/B samples, ±1)."""
+    confidence, predicted = mean_probs(logits).max(dim=1)
+    return _calibration_error(bin_statistics(confidence, predicted == labels, num_bins, equal_mass=True), len(labels))
+
+
+def overconfidence(logits, labels, num_bins: int = 15) -> float:
+    """Σ_b |B_b|/N · (conf_b − acc_b) over equal-width bins: > 0 over-confident, < 0 under-confident."""
+    confidence, predicted = mean_probs(logits).max(dim=1)
+    return _calibration_error(bin_statistics(confidence, predicted == labels, num_bins), len(labels), signed=True)
+
+
+def classwise_ece(logits, labels, num_bins: int = 15) -> float:
+    """Mean over classes c of Σ_b |B_b|/N · |mean 1[y = c] − mean p̄_c| over equal-width bins of p̄_c."""
     p = mean_probs(logits)
-    confidence, predicted = p.max(dim=1)
-    correct = (predicted == labels).double()
-    edges = torch.linspace(0, 1, num_bins + 1, dtype=torch.float64)
-    index = torch.searchsorted(edges[1:-1], confidence, right=False)  # x == edge -> lower bin
-    count = torch.bincount(index, minlength=num_bins).double()
-    conf_sum = torch.bincount(index, weights=confidence, minlength=num_bins)
-    acc_sum = torch.bincount(index, weights=correct, minlength=num_bins)
-    value = ((acc_sum - conf_sum).abs().sum() / len(labels)).item()
-    safe = count.clamp(min=1)
-    bins = {"lower": edges[:-1].tolist(), "upper": edges[1:].tolist(), "count": count.long().tolist(),
-            "accuracy": (acc_sum / safe).tolist(), "confidence": (conf_sum / safe).tolist()}
-    return value, bins
+    per_class = [_calibration_error(bin_statistics(p[:, c], labels == c, num_bins), len(labels)) for c in range(p.shape[1])]
+    return sum(per_class) / len(per_class)
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:
