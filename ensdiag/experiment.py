@@ -19,6 +19,7 @@ from .checkpoint import save_model
 from .config import TrainConfig
 from .data.batching import Normalize
 from .data.preset import PresetData, holdout, load_preset_data
+from .data.registry import Split
 from .device import resolve_device
 from .errors import EnsdiagError
 from .io import atomic_write_json, atomic_write_text, locked_folder, remove_stale_temporaries
@@ -93,7 +94,10 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     except Diverged as error:
         raise Diverged(f"{run} seed {seed}: {error}") from None
     began = time.perf_counter()
-    predictions = predict(model, data.eval_splits(), normalize, device, seed=seed, autocast=cuda)
+    splits = data.eval_splits()
+    if len(val_index):  # last, so MC Dropout's masks on the other splits are what they always were
+        splits["val"] = Split(data.train.images[val_index], data.train.labels[val_index], "validation split")
+    predictions = predict(model, splits, normalize, device, seed=seed, autocast=cuda)
     weights = model.member_weights()
     metrics = analyze_predictions(with_pooled_shift(predictions), weights=weights)
     eval_seconds = time.perf_counter() - began

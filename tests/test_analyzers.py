@@ -22,6 +22,7 @@ def predictions(k=3, with_ood=True, seed=0):
               "shift/blur": {"logits": torch.randn(k, 30, 4, generator=g), "labels": torch.randint(0, 4, (30,), generator=g)}}
     if with_ood:
         splits["ood"] = {"logits": torch.randn(k, 25, 4, generator=g), "labels": None}
+        splits["val"] = {"logits": torch.randn(k, 20, 4, generator=g), "labels": torch.randint(0, 4, (20,), generator=g)}
     return splits
 
 

@@ -105,3 +105,42 @@ def test_report_shows_the_gain_table_and_aurc(finished_run, capsys):
     code, text, err = run_cli(capsys, "report", finished_run, "--format", "markdown", "--no-figures")
     assert code == 0, err
     assert "Brier spread" in text and "KL diversity" in text and "AURC ↓" in text
+
+
+def calibration_case(margin, correct_of_four=3, members=2):
+    """Binary logits (margin, 0) on every sample, `correct_of_four` of each 4 labelled 0: the
+    NLL-optimal temperature is margin / logit(p), p = correct_of_four / 4."""
+    z = torch.tensor([[margin, 0.0]] * 8, dtype=torch.float64)
+    labels = torch.tensor(([0] * correct_of_four + [1] * (4 - correct_of_four)) * 2)
+    return z.expand(members, -1, -1).float(), labels
+
+
+def test_temperature_is_the_known_optimum_of_a_constructed_case():
+    logits, labels = calibration_case(2.0)
+    optimum = 2.0 / math.log(3)  # σ(2/T) = 3/4
+    assert M.fit_temperature(M.mean_log_probs(logits), labels) == pytest.approx(optimum, rel=1e-6)
+    result = analyze_predictions({"val": {"logits": logits, "labels": labels}, "id": {"logits": logits, "labels": labels}},
+                                 only=["temperature"])["analyzers"]["temperature"]
+    assert result["temperature_pooled"]["value"] == pytest.approx(optimum, rel=1e-6)
+    assert result["temperature_members"]["value"] == pytest.approx([optimum, optimum], rel=1e-6)
+    after = result["splits"]["id"]
+    assert after["pool_then_calibrate"]["nll"]["value"] < after["before"]["nll"]["value"]
+    assert after["pool_then_calibrate"]["ece"]["value"] == pytest.approx(0.0, abs=1e-6)  # σ(2/T*) = 3/4 = accuracy
+    assert after["calibrate_then_pool"]["ece"]["value"] == pytest.approx(0.0, abs=1e-6)
+    assert "note" not in result
+
+
+def test_temperature_says_when_scaling_changes_nothing_and_skips_without_validation():
+    logits, labels = calibration_case(math.log(3))  # already calibrated: T* = 1
+    result = analyze_predictions({"val": {"logits": logits, "labels": labels}}, only=["temperature"])
+    assert "changes almost nothing" in result["analyzers"]["temperature"]["note"]
+    skipped = analyze_predictions({"id": {"logits": logits, "labels": labels}}, only=["temperature"])
+    assert "no validation split" in skipped["analyzers"]["temperature"]["reason"]
+
+
+def test_runs_store_validation_predictions_and_report_temperatures(finished_run, capsys):
+    import json
+    metrics = json.loads(next(finished_run.glob("*/seed-*/metrics.json")).read_text())
+    assert metrics["analyzers"]["temperature"]["status"] == "ok"
+    code, text, err = run_cli(capsys, "report", finished_run, "--format", "markdown", "--no-figures")
+    assert code == 0 and "T pooled" in text and "ECE pool→T" in text

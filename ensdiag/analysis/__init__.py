@@ -5,7 +5,7 @@
 """
 
 from .. import __version__
-from . import calibration, diversity, gain, ood, uncertainty  # noqa: F401  (register the built-ins)
+from . import calibration, diversity, gain, ood, temperature, uncertainty  # noqa: F401  (register the built-ins)
 from .registry import (ANALYZERS, PLUGIN_ERRORS, SPLIT_TABLES, Column, Skip, all_analyzers, is_ood_split, load_plugins, metric,
                        register_analyzer, without_ood_labels)
 
