@@ -166,7 +166,7 @@ def train(
     if not quiet:
         from .report import build_report, to_rich
         summary = build_report(run_dir)
-        for table in to_rich(summary, only={"id", "ood", "diversity"}, width=err_console.width):
+        for table in to_rich(summary, only={"verdict", "id", "ood", "diversity"}, width=err_console.width):
             show(err_console, table)
         note(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})")
     print(run_dir)

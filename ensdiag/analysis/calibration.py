@@ -18,16 +18,17 @@ DEFINITIONS = {
 
 
 @register_analyzer("calibration", description="Accuracy, NLL, ECE, Brier and per-member scores on every labelled split",
+                   version=2,  # 2: adaptive and classwise ECE, over-confidence
                    columns=[Column("Acc", ("splits", "{split}", "accuracy", "value"), "up", "accuracy of p̄", ("id", "shift"), 10),
                             Column("NLL", ("splits", "{split}", "nll", "value"), "down", "−log p̄(y|x)", ("id", "shift"), 20),
                             Column("ECE", ("splits", "{split}", "ece", "value"), "down", "15-bin expected calibration error",
                                    ("id", "shift"), 30),
                             Column("adaptive ECE", ("splits", "id", "ece_adaptive", "value"), "down",
-                                   DEFINITIONS["ece_adaptive"], ("calibration",), 10, split="id"),
+                                   DEFINITIONS["ece_adaptive"], ("calibration",), 10, split="id", since=2),
                             Column("classwise ECE", ("splits", "id", "ece_classwise", "value"), "down",
-                                   DEFINITIONS["ece_classwise"], ("calibration",), 20, split="id"),
+                                   DEFINITIONS["ece_classwise"], ("calibration",), 20, split="id", since=2),
                             Column("over-confidence", ("splits", "id", "overconfidence", "value"), None,
-                                   DEFINITIONS["overconfidence"], ("calibration",), 30, split="id")])
+                                   DEFINITIONS["overconfidence"], ("calibration",), 30, split="id", since=2)])
 def calibration(predictions, weights=None):
     splits = {}
     for name, split in predictions.items():

@@ -60,6 +60,7 @@ class Column:
     tables: tuple[str, ...]
     order: int = 100
     split: str | None = None
+    since: int = 1  # the analyzer version that added the column: results of older versions show N/A
 
     def key_path(self, split: str | None = None) -> tuple[str, ...]:
         return tuple(part.replace("{split}", split or "") for part in self.path)

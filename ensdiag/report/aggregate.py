@@ -44,16 +44,20 @@ def declared_columns(table_id: str, split: str | None = None, skipped=()) -> lis
              for index, column in enumerate(analyzer.columns) if table_id in column.tables
              and column.split not in skipped]
     return [(column.label, analyzer.name, column.key_path(split), column.direction, column.definition,
-             split if "{split}" in "".join(column.path) else column.split)
+             split if "{split}" in "".join(column.path) else column.split, column.since)
             for _, _, column, analyzer in sorted(found, key=lambda item: (item[0], item[1]))]
 
 
-def _analyzer_value(run, analyzer, path, label, split=None):
-    """The declared number of one run; None when the analyzer did not run (skipped, failed) or
-    the run has no such split (a seed trained before a shift set was on disk); an error when an
-    analyzer that ran lacks a column it declares."""
+def _analyzer_value(run, analyzer, path, label, split=None, since=1):
+    """The declared number of one run; None when the analyzer did not run (skipped, failed), ran
+    in a version older than the column (`Column.since`), or the run has no such split (a seed
+    trained before a shift set was on disk); an error when an analyzer that ran lacks a column
+    its version declares."""
     result = run["metrics"]["analyzers"].get(analyzer)
     if not isinstance(result, dict) or result.get("status") != "ok":
+        return None
+    version = result.get("version", 1)
+    if isinstance(version, int) and not isinstance(version, bool) and version < since:
         return None
     if split is not None and split not in run["metrics"]["splits"]:
         return None
@@ -210,12 +214,34 @@ def _label(run: str) -> str:
 
 
 def _analyzer_columns(declared) -> list[tuple]:
-    return [(label, lambda run, a=analyzer, p=path, lb=label, sp=split: _analyzer_value(run, a, p, lb, sp), direction)
-            for label, analyzer, path, direction, _, split in declared]
+    return [(label, lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _analyzer_value(run, a, p, lb, sp, si),
+             direction) for label, analyzer, path, direction, _, split, since in declared]
 
 
 def _meta_column(label, key, direction):
     return label, lambda run: dig(run["meta"], (key,)), direction
+
+
+def _verdict_table(run_dir, runs, expected):
+    """The verdict (verdict.py) as a table of shares, its sentences as the table's note."""
+    from .verdict import verdict, sentence
+    found = verdict(run_dir, runs)
+    if not found:
+        return None, {}
+    columns = [("NLL share", "nll", "up"), ("ECE share", "ece", "up"), ("OOD AUROC share", "auroc", "up"),
+               ("diversity ×", "diversity", "up")]
+    rows = []
+    for method, entry in found.items():
+        entry["sentence"] = sentence(_label(method), entry)
+        rows.append({"method": method, "label": _label(method), "cells": [
+            {"mean": entry.get(key, {}).get("value"), "ci": None, "n": entry["seeds"], "values": [],
+             "interval": entry.get(key, {}).get("interval"), "expected": expected} for _, key, _ in columns]})
+    _marks(rows, [(label, None, direction) for label, _, direction in columns])
+    note = " ".join(entry["sentence"] for entry in found.values())
+    table = {"id": "verdict", "title": "Verdict: share of the Deep Ensemble's gain over the single model",
+             "note": note, "columns": [{"name": label, "direction": direction} for label, _, direction in columns],
+             "rows": rows}
+    return table, found
 
 
 def _plugin_tables() -> list[tuple[str, object]]:
@@ -242,7 +268,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
 
     def analyzer_table(table_id, title, split=None, subset=None, note="", declared_in=None):
         declared = declared_columns(declared_in or table_id, split, skipped)
-        definitions.update({label: definition for label, _, _, _, definition, _ in declared})
+        definitions.update({label: definition for label, _, _, _, definition, _, _ in declared})
         return _table(table_id, title, _analyzer_columns(declared), subset or runs, expected, note)
 
     tables = [analyzer_table("id", f"In-distribution ({titles.get('id', 'test')})", "id")]
@@ -280,6 +306,9 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     if len(variants) == 2:
         tables.append(analyzer_table("be-variants", "BatchEnsemble channel- vs kernel-wise (in-distribution)", "id",
                                      {m: runs[m] for m in variants}, declared_in="id"))
+    verdict_table, verdicts = _verdict_table(run_dir, runs, expected)
+    if verdict_table is not None:
+        tables.insert(0, verdict_table)
     for table_id, analyzer in _plugin_tables():  # plug-in analyzers' own tables, from their declarations
         tables.append(analyzer_table(table_id, f"{table_id}: {analyzer.description}" if analyzer.description else table_id))
     if reference == "paper":
@@ -291,6 +320,6 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     missing = {method: [seed for seed, run in seeds.items() if run is None] for method, seeds in runs.items()}
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
-            "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION,
+            "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION, "verdict": verdicts,
             "definitions": definitions,
             "tables": tables, "figures": []}

@@ -112,7 +112,10 @@ def to_latex(report) -> str:
                   rf"\begin{{tabular}}{{l{'c' * (len(header) - 1)}}}", r"\toprule", " & ".join(header) + r" \\", r"\midrule"]
         for row, texts in _cells(table, decorate):
             parts.append(" & ".join([_latex_escape(row["label"])] + texts) + r" \\")
-        parts += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+        parts += [r"\bottomrule", r"\end{tabular}"]
+        if table.get("note"):  # the table's note (the verdict's sentences, definitions of a column) below it
+            parts += [r"\par\smallskip", r"\parbox{\linewidth}{\footnotesize " + _latex_escape(table["note"]) + "}"]
+        parts += [r"\end{table}", ""]
     return "\n".join(parts)
 
 
