@@ -144,3 +144,31 @@ def test_runs_store_validation_predictions_and_report_temperatures(finished_run,
     assert metrics["analyzers"]["temperature"]["status"] == "ok"
     code, text, err = run_cli(capsys, "report", finished_run, "--format", "markdown", "--no-figures")
     assert code == 0 and "T pooled" in text and "ECE pool→T" in text
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bias_variance_diversity_sum_to_the_expected_loss_and_match_dense_loops(seed):
+    from ensdiag.report.bvd import decompose
+    generator = torch.Generator().manual_seed(seed)
+    s, k, n, c = 3, 4, 12, 5
+    log_q = torch.log_softmax(torch.randn(s, k, n, c, generator=generator, dtype=torch.float64) * 2, -1)
+    labels = torch.randint(0, c, (n,), generator=generator)
+    result = decompose(log_q, labels)
+    for part in result.values():
+        assert part["bias"] + part["variance"] - part["diversity"] == pytest.approx(part["loss"], abs=1e-12)
+    # the cross-entropy terms by explicit loops
+    q = log_q.exp()
+    variance = diversity = 0.0
+    for x in range(n):
+        central = torch.exp(sum(log_q[a, i, x] for a in range(s) for i in range(k)) / (s * k))
+        central = central / central.sum()
+        for a in range(s):
+            ensemble = torch.exp(sum(log_q[a, i, x] for i in range(k)) / k)
+            ensemble = ensemble / ensemble.sum()
+            for i in range(k):
+                variance += float((central * (central.log() - log_q[a, i, x])).sum()) / (s * k * n)
+                diversity += float((ensemble * (ensemble.log() - log_q[a, i, x])).sum()) / (s * k * n)
+    assert result["cross_entropy"]["variance"] == pytest.approx(variance, rel=1e-9)
+    assert result["cross_entropy"]["diversity"] == pytest.approx(diversity, rel=1e-9)
+    assert result["squared"]["diversity"] == pytest.approx(
+        float(((q - q.mean(1, keepdim=True)) ** 2).sum(-1).mean()), rel=1e-12)

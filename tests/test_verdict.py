@@ -75,3 +75,9 @@ def test_the_sentences_appear_in_every_report_format_and_the_train_summary(trio_
     code, _, err = run_cli(capsys, "train", "--method", "single,deep-ensemble,batch-ensemble", "--seeds", "1,2",
                            "--epochs", "2", "--members", "2", "--out", trio_run)  # finished: only the summary
     assert code == 0 and "paired bootstrap" in err
+
+
+def test_bias_variance_diversity_table_for_methods_with_two_seeds(trio_run, capsys):
+    code, text, err = run_cli(capsys, "report", trio_run, "--format", "markdown", "--no-figures")
+    assert code == 0, err
+    assert "Bias, variance and diversity over seeds" in text and "CE diversity" in text and "Brier variance" in text

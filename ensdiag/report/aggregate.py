@@ -244,6 +244,24 @@ def _verdict_table(run_dir, runs, expected):
     return table, found
 
 
+def _bvd_table(runs):
+    """Bias, variance and diversity over seeds (bvd.py), one row per method with ≥ 2 seeds."""
+    from .bvd import run_decompositions
+    found = run_decompositions(runs)
+    if not found:
+        return None
+    columns = [(f"{name} {part}", loss, part) for loss, name in (("cross_entropy", "CE"), ("squared", "Brier"))
+               for part in ("bias", "variance", "diversity")]
+    rows = [{"method": method, "label": _label(method), "cells": [
+        {"mean": entry[loss][part], "ci": None, "n": entry["seeds"], "values": []} for _, loss, part in columns]}
+        for method, entry in found.items()]
+    return {"id": "bvd", "title": "Bias, variance and diversity over seeds (in-distribution test set)",
+            "note": "Expected loss over seeds = bias + variance − diversity, exactly (Wood et al. 2023): CE with the "
+                    "normalised geometric mean of the members, Brier with their arithmetic mean; the bias includes "
+                    "label noise. Variance is what more seeds would average away; diversity what the members do.",
+            "columns": [{"name": label, "direction": None} for label, _, _ in columns], "rows": rows}
+
+
 def _plugin_tables() -> list[tuple[str, object]]:
     """(table id, analyzer) of every table named by a column that no built-in table shows."""
     from ..analysis import all_analyzers
@@ -309,6 +327,9 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     verdict_table, verdicts = _verdict_table(run_dir, runs, expected)
     if verdict_table is not None:
         tables.insert(0, verdict_table)
+    bvd = _bvd_table(runs)
+    if bvd is not None:
+        tables.append(bvd)
     for table_id, analyzer in _plugin_tables():  # plug-in analyzers' own tables, from their declarations
         tables.append(analyzer_table(table_id, f"{table_id}: {analyzer.description}" if analyzer.description else table_id))
     if reference == "paper":

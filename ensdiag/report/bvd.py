@@ -1,0 +1,72 @@
+"""Bias, variance and diversity over seeds (Wood et al., JMLR 2023, "A unified theory of diversity
+in ensemble learning"), for every ensemble method of a run with at least two seeds.
+
+With members q_{s,i} (seed s of S, member i of k) on the in-distribution test set, averaged over
+test examples:
+- squared loss (Brier), arithmetic-mean ensemble q̄_s = mean_i q_{s,i}, central model
+  q° = mean_{s,i} q_{s,i}:
+      mean_s ‖y − q̄_s‖² = ‖y − q°‖²  +  mean_{s,i} ‖q_{s,i} − q°‖²  −  mean_{s,i} ‖q_{s,i} − q̄_s‖²
+                          (bias)        (variance)                     (diversity)
+- cross-entropy, normalised-geometric-mean ensemble q̄_s ∝ exp(mean_i log q_{s,i}), central
+  model q° ∝ exp(mean_{s,i} log q_{s,i}):
+      mean_s −log q̄_s(y) = −log q°(y)  +  mean_{s,i} KL(q° ‖ q_{s,i})  −  mean_{s,i} KL(q̄_s ‖ q_{s,i})
+Both hold exactly with the expectations over seeds taken as means over the run's seeds; the
+bias includes the label noise, which labels alone cannot separate. Variance is what more
+seeds of the same method would average away; diversity is what the members already do.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from ..io import read_safetensors
+
+
+def decompose(log_probs: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """log_probs [S, k, N, C] (member log-softmax per seed), labels [N] -> the two decompositions."""
+    log_q = log_probs.double()
+    q = log_q.exp()
+    onehot = F.one_hot(labels, q.shape[-1]).double()
+    central = q.mean(dim=(0, 1))  # [N, C]
+    ensemble = q.mean(dim=1)  # [S, N, C]
+    squared = {"loss": (onehot - ensemble).pow(2).sum(-1).mean().item(),
+               "bias": (onehot - central).pow(2).sum(-1).mean().item(),
+               "variance": (q - central).pow(2).sum(-1).mean().item(),
+               "diversity": (q - ensemble[:, None]).pow(2).sum(-1).mean().item()}
+    log_central = log_q.mean(dim=(0, 1))
+    log_central = log_central - torch.logsumexp(log_central, -1, keepdim=True)
+    log_ensemble = log_q.mean(dim=1)
+    log_ensemble = log_ensemble - torch.logsumexp(log_ensemble, -1, keepdim=True)  # [S, N, C]
+    central_q = log_central.exp()
+
+    def kl(log_p, p, log_r):  # KL(p ‖ r) over the last axis
+        return (p * (log_p - log_r)).sum(-1)
+
+    cross_entropy = {"loss": -log_ensemble.gather(-1, labels.expand(log_ensemble.shape[0], -1)[..., None]).mean().item(),
+                     "bias": -log_central.gather(-1, labels[:, None]).mean().item(),
+                     "variance": kl(log_central, central_q, log_q).mean().item(),
+                     "diversity": kl(log_ensemble[:, None], log_ensemble.exp()[:, None], log_q).mean().item()}
+    return {"squared": squared, "cross_entropy": cross_entropy}
+
+
+def run_decompositions(runs: dict) -> dict:
+    """{method: decomposition} for every method with ≥ 2 seeds and ≥ 2 members on one test set."""
+    found = {}
+    for method, seeds in runs.items():
+        stacks, labels = [], None
+        for run in seeds.values():
+            if run is None:
+                continue
+            try:
+                tensors, _ = read_safetensors(run["folder"] / "predictions.safetensors", "predictions file")
+            except Exception:
+                continue
+            if "id/logits" not in tensors or "id/labels" not in tensors:
+                continue
+            if labels is not None and not torch.equal(labels, tensors["id/labels"].long()):
+                stacks = []  # seeds measured on different test sets: nothing to pair
+                break
+            labels = tensors["id/labels"].long()
+            stacks.append(torch.log_softmax(tensors["id/logits"].double(), -1))
+        if len(stacks) >= 2 and stacks[0].shape[0] >= 2 and len({s.shape for s in stacks}) == 1:
+            found[method] = {**decompose(torch.stack(stacks), labels), "seeds": len(stacks)}
+    return found
