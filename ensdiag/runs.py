@@ -21,7 +21,8 @@ EXPERIMENT_FORMAT = "ensdiag.experiment/1"
 STATE_FILE = "training-state.pt"
 RUN_FILES = ("experiment.json", "report.md", "report.html", "model.safetensors", "predictions.safetensors",
              "metrics.json", "history.jsonl", "meta.json", STATE_FILE, "diversity.png", "diversity.svg",
-             "reliability.png", "reliability.svg", "ood-scores.png", "ood-scores.svg", "training.png", "training.svg")
+             "reliability.png", "reliability.svg", "ood-scores.png", "ood-scores.svg", "training.png", "training.svg",
+             "risk-coverage.png", "risk-coverage.svg")
 
 
 def default_run_dir(preset: str, root="runs") -> Path:

@@ -158,12 +158,12 @@ def test_html_is_self_contained_with_every_table_and_figure(run_dir):
 def test_figures_exist_and_are_images(run_dir):
     report = make_report(run_dir)
     names = {f["name"] for f in report["figures"]}
-    assert names == {"diversity", "reliability", "ood-scores", "training"}
+    assert names == {"diversity", "reliability", "ood-scores", "training", "risk-coverage"}
     for figure in report["figures"]:
         png, svg = run_dir / figure["png"], run_dir / figure["svg"]
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
         assert b"<svg" in svg.read_bytes()[:1000]
-    assert (run_dir / "report.md").read_text().count("](figures/") == 4
+    assert (run_dir / "report.md").read_text().count("](figures/") == len(names)
 
 
 def test_missing_seeds_are_reported_not_averaged(run_dir):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..io import atomic_write_text
 from .aggregate import dig, build_report, load_runs, newest_run
-from .figures import (heatmap_grid, ood_histogram_figure, plottable, reliability_figure, save_figure,
+from .figures import (heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure, save_figure,
                       training_curves_figure)
 from .render import to_html, to_json, to_latex, to_markdown, to_rich
 
@@ -71,6 +71,15 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
         if panels:
             add("ood-scores", "Histograms of the OOD score 1 − MSP on ID and OOD data (first seed)",
                 ood_histogram_figure([(m, a.numpy(), b.numpy()) for m, a, b in panels]))
+    selective = []  # risk–coverage on the in-distribution test set, first complete seed of each method
+    for method, seeds in runs.items():
+        _, run = _first_complete(seeds)
+        curve = dig(run["metrics"], ("analyzers", "selective", "splits", "id", "curve")) if run else None
+        if isinstance(curve, dict) and curve.get("coverage") and curve.get("risk"):
+            selective.append((method, curve))
+    if selective:
+        add("risk-coverage", "Risk–coverage on the in-distribution test set (first seed; AURC is the area)",
+            risk_coverage_figure(selective))
     histories = {method: [run["history"] for run in seeds.values() if run and run["history"]] for method, seeds in runs.items()}
     if any(histories.values()):
         add("training", "Training loss and validation accuracy per epoch (every seed)",

@@ -139,3 +139,17 @@ def training_curves_figure(curves) -> Figure:
     acc_ax.set_ylabel("validation accuracy" + ("\n(dashed: training, no validation split)" if no_validation else ""))
     loss_ax.legend(fontsize=7)
     return figure
+
+
+def risk_coverage_figure(curves) -> Figure:
+    """curves: [(method, {"coverage": [...], "risk": [...]})] — all methods on one axis (first seed)."""
+    figure = Figure(figsize=(4.2, 3.2), layout="constrained")
+    ax = figure.subplots()
+    for name, curve in curves:
+        ax.plot(curve["coverage"], curve["risk"], linewidth=1.2, label=name)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("coverage (fraction accepted, most confident first)", fontsize=8)
+    ax.set_ylabel("risk (error rate among the accepted)", fontsize=8)
+    ax.legend(fontsize=7)
+    return figure
