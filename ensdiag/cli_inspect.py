@@ -28,13 +28,21 @@ SOURCES_HELP = ("An ensdiag model file, or an ensemble trained elsewhere: a torc
                 "(.ckpt/.pt/.safetensors) or one state_dict per member (format detected from the keys).")
 
 
+# the options every command that opens an ensemble shares
+MODELS = typer.Argument(..., metavar="MODEL...", help=SOURCES_HELP)
+FAMILY = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts.")
+ARCH = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18).")
+NUM_CLASSES = typer.Option(None, "--num-classes", help="Classes per member where the shapes cannot tell (MIMO, packed "
+                           "MLPs with γ > 1) or torchvision's classifier is not standard.")
+
+
 @app.command("import")
 def import_(
     sources: list[Path] = typer.Argument(..., metavar="SRC...", help=SOURCES_HELP),
     out: Path = typer.Option(..., help="The ensdiag model file to write (.safetensors)."),
-    family: str = typer.Option("auto", "--from", help="auto, torch-uncertainty or state-dicts."),
-    arch: str = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18)."),
-    num_classes: int = typer.Option(None, "--num-classes", help="Classes of torchvision members (default: the classifier's rows)."),
+    family: str = FAMILY,
+    arch: str = ARCH,
+    num_classes: int = NUM_CLASSES,
 ):
     """Convert an ensemble trained elsewhere into ensdiag's model format once (its source recorded)."""
     import json
@@ -52,10 +60,10 @@ def import_(
 
 @app.command()
 def evaluate(
-    model_path: list[Path] = typer.Argument(..., metavar="MODEL...", help=SOURCES_HELP),
-    family: str = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts."),
-    arch: str = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18)."),
-    num_classes: int = typer.Option(None, "--num-classes", help="Classes of torchvision members (default: the classifier's rows)."),
+    model_path: list[Path] = MODELS,
+    family: str = FAMILY,
+    arch: str = ARCH,
+    num_classes: int = NUM_CLASSES,
     preset: str = typer.Option(None, help="Whose data to evaluate on (default: the preset matching the model)."),
     data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
     download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
@@ -147,10 +155,10 @@ def analyze(
 
 @app.command()
 def diversity(
-    model_path: list[Path] = typer.Argument(..., metavar="MODEL...", help=SOURCES_HELP),
-    family: str = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts."),
-    arch: str = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18)."),
-    num_classes: int = typer.Option(None, "--num-classes", help="Classes of torchvision members (default: the classifier's rows)."),
+    model_path: list[Path] = MODELS,
+    family: str = FAMILY,
+    arch: str = ARCH,
+    num_classes: int = NUM_CLASSES,
     preset: str = typer.Option(None, help="Whose data to measure disagreement on (default: matches the model)."),
     data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
