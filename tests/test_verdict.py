@@ -81,3 +81,22 @@ def test_bias_variance_diversity_table_for_methods_with_two_seeds(trio_run, caps
     code, text, err = run_cli(capsys, "report", trio_run, "--format", "markdown", "--no-figures")
     assert code == 0, err
     assert "Bias, variance and diversity over seeds" in text and "CE diversity" in text and "Brier variance" in text
+
+
+def test_members_table_and_analyzer_notes_in_the_report(trio_run, tmp_path, capsys):
+    import shutil
+
+    from ensdiag.report import make_report
+    run = tmp_path / "run"
+    shutil.copytree(trio_run, run)
+    metrics_path = run / "deep-ensemble" / "seed-1" / "metrics.json"
+    metrics = json.loads(metrics_path.read_text())
+    metrics["analyzers"]["temperature"]["note"] = "every fitted temperature is within 0.01 of 1"
+    metrics_path.write_text(json.dumps(metrics))
+    report = make_report(run, write=False)
+    members = next(t for t in report["tables"] if t["id"] == "members")
+    for row in members["rows"]:
+        worst, best = row["cells"][0]["mean"], row["cells"][1]["mean"]
+        assert worst <= best
+    temperature = next(t for t in report["tables"] if t["id"] == "temperature")
+    assert "Deep Ensemble (seed 1): every fitted temperature is within 0.01 of 1." in temperature["note"]

@@ -244,6 +244,39 @@ def _verdict_table(run_dir, runs, expected):
     return table, found
 
 
+def _notes(runs, analyzer) -> str:
+    """The notes an analyzer left in its results (e.g. temperature scaling that changes nothing), per method."""
+    notes = {}
+    for method, seeds in runs.items():
+        for seed, run in seeds.items():
+            note = dig(run["metrics"], ("analyzers", analyzer, "note")) if run else None
+            if isinstance(note, str):
+                notes.setdefault(_label(method), []).append(f"seed {seed}")
+                last = note
+    return " ".join(f"{label} ({', '.join(seeds)}): {last}." for label, seeds in notes.items()) if notes else ""
+
+
+def _members_table(runs, expected):
+    """Each member on its own (in-distribution test set): the worst and best member's accuracy, and
+    the members' mean NLL and ECE, beside the ensemble's accuracy."""
+    def member(analyzer, key, reduce):
+        def value_of(run):
+            values = dig(run["metrics"], ("analyzers", analyzer, "splits", "id", key, "value"))
+            values = [v for v in values if _number(v)] if isinstance(values, list) else []
+            return reduce(values) if values else None
+        return value_of
+
+    columns = [("worst member Acc", member("calibration", "member_accuracy", min), "up"),
+               ("best member Acc", member("calibration", "member_accuracy", max), "up"),
+               ("ensemble Acc", lambda run: dig(run["metrics"], ("analyzers", "calibration", "splits", "id", "accuracy",
+                                                                 "value")), "up"),
+               ("member NLL", member("calibration", "member_nll", lambda v: sum(v) / len(v)), "down"),
+               ("member ECE", member("ensemble-gain", "member_ece", lambda v: sum(v) / len(v)), "down")]
+    return _table("members", "Members on their own (in-distribution test set)", columns, runs, expected,
+                  note="Worst and best member accuracy, the members' mean NLL and ECE (each member's own top-label "
+                       "confidence), and the ensemble's accuracy, per seed, then averaged over seeds.")
+
+
 def _bvd_table(runs):
     """Bias, variance and diversity over seeds (bvd.py), one row per method with ≥ 2 seeds."""
     from .bvd import run_decompositions
@@ -330,8 +363,10 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     bvd = _bvd_table(runs)
     if bvd is not None:
         tables.append(bvd)
+    tables.append(_members_table(runs, expected))
     for table_id, analyzer in _plugin_tables():  # plug-in analyzers' own tables, from their declarations
-        tables.append(analyzer_table(table_id, f"{table_id}: {analyzer.description}" if analyzer.description else table_id))
+        tables.append(analyzer_table(table_id, f"{table_id}: {analyzer.description}" if analyzer.description else table_id,
+                                     note=_notes(runs, analyzer.name)))
     if reference == "paper":
         if config["preset"] != "cifar10":
             raise EnsdiagError(f"--reference paper compares with the paper's CIFAR-10 numbers; this run is the {config['preset']} preset")
