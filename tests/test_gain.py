@@ -97,6 +97,11 @@ def test_analyzers_report_gain_and_aurc_and_skip_a_single_member():
     assert gain["brier_spread"]["value"] > 0 and len(gain["member_ece"]["value"]) == 4
     selective = result["analyzers"]["selective"]["splits"]["id"]
     assert 0 <= selective["aurc"]["value"] <= 1 and len(selective["member_aurc"]["value"]) == 4
+    curve = selective["curve"]
+    assert len(curve["member_risk"]) == 4 and all(len(r) == len(curve["coverage"]) == 30 for r in curve["member_risk"])
+    # the last point of each member's curve is its error rate over all samples
+    errors = (logits.float().argmax(-1) != labels).double().mean(1)
+    assert [r[-1] for r in curve["member_risk"]] == pytest.approx(errors.tolist())
     single = analyze_predictions({"id": {"logits": logits[:1].float(), "labels": labels}}, only=["ensemble-gain"])
     assert single["analyzers"]["ensemble-gain"]["status"] == "skipped"
 

@@ -13,6 +13,8 @@ import torch
 from . import metrics as M
 from .registry import Column, Skip, finite, metric, register_analyzer
 
+MAX_MEMBER_CURVES = 64  # members' risk–coverage curves are stored up to this k (their AURCs always)
+
 GAIN_DEFINITIONS = {
     "nll_gibbs": "mean over members of each member's NLL, mean_i −log p_i(y) (the Gibbs loss)",
     "nll_ensemble": "NLL of the arithmetic mean p̄, −log p̄(y)",
@@ -76,16 +78,20 @@ def selective(predictions, weights=None, points=101):
         probs = M.mean_probs(logits)
         confidence, predicted = probs.max(dim=1)
         risk, aurc = M.risk_coverage(confidence, predicted != labels)
-        member_aurc = []
+        at = torch.linspace(1, len(labels), min(points, len(labels))).round().long() - 1  # the curves, thinned
+        member_aurc, member_curves = [], []
         for member in logits:
             member_confidence, member_predicted = member.double().softmax(-1).max(dim=1)
-            member_aurc.append(M.risk_coverage(member_confidence, member_predicted != labels)[1])
-        at = torch.linspace(1, len(labels), min(points, len(labels))).round().long() - 1  # the curve, thinned
+            member_risk, value = M.risk_coverage(member_confidence, member_predicted != labels)
+            member_aurc.append(value)
+            if len(logits) <= MAX_MEMBER_CURVES:
+                member_curves.append(member_risk[at].tolist())
         splits[name] = {
             "aurc": metric(aurc, "mean over coverages j/N of the error rate among the j most confident samples "
                                  "(ties share their mean error)"),
             "member_aurc": metric(member_aurc, "each member's AURC with its own max softmax as confidence"),
-            "curve": finite({"coverage": ((at + 1) / len(labels)).tolist(), "risk": risk[at].tolist()}),
+            "curve": finite({"coverage": ((at + 1) / len(labels)).tolist(), "risk": risk[at].tolist(),
+                             "member_risk": member_curves}),
         }
     if not splits:
         raise Skip("no split has labels")

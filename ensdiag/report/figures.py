@@ -142,11 +142,14 @@ def training_curves_figure(curves) -> Figure:
 
 
 def risk_coverage_figure(curves) -> Figure:
-    """curves: [(method, {"coverage": [...], "risk": [...]})] — all methods on one axis (first seed)."""
+    """curves: [(method, {"coverage", "risk", "member_risk"})] — every method on one axis (first seed), its
+    members as thin lines of the same colour."""
     figure = Figure(figsize=(4.2, 3.2), layout="constrained")
     ax = figure.subplots()
     for name, curve in curves:
-        ax.plot(curve["coverage"], curve["risk"], linewidth=1.2, label=name)
+        line, = ax.plot(curve["coverage"], curve["risk"], linewidth=1.4, label=name)
+        for risk in curve.get("member_risk") or []:  # each member on its own: thin, in the method's colour
+            ax.plot(curve["coverage"], risk, linewidth=0.5, alpha=0.35, color=line.get_color())
     ax.set_xlim(0, 1)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("coverage (fraction accepted, most confident first)", fontsize=8)
