@@ -32,8 +32,8 @@ SOURCES_HELP = ("An ensdiag model file, or an ensemble trained elsewhere: a torc
 MODELS = typer.Argument(..., metavar="MODEL...", help=SOURCES_HELP)
 FAMILY = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts.")
 ARCH = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18).")
-NUM_CLASSES = typer.Option(None, "--num-classes", help="Classes per member where the shapes cannot tell (MIMO, packed "
-                           "MLPs with γ > 1) or torchvision's classifier is not standard.")
+NUM_CLASSES = typer.Option(None, "--num-classes", help="Classes per member where the shapes cannot tell (one network "
+                           "with k heads, grouped MLPs with subgroups) or torchvision's classifier is not standard.")
 
 
 @app.command("import")
