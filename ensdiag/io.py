@@ -118,8 +118,10 @@ def safetensors_bytes_deterministic(tensors: dict, metadata: dict[str, str] | No
     return struct.pack("<Q", len(text)) + text + raw[8 + length:]
 
 
-def read_safetensors(path, what="file") -> tuple[dict, dict[str, str]]:
-    """All tensors and the metadata of a safetensors file, or one clear EnsdiagError."""
+def read_safetensors(path, what="file", only=None) -> tuple[dict, dict[str, str]]:
+    """The tensors (all, or those of `only` that the file has) and the metadata of a safetensors
+    file, or one clear EnsdiagError. `only` spares reading what a caller does not need (a CIFAR-10-C
+    predictions file is mostly shift logits)."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
@@ -130,7 +132,7 @@ def read_safetensors(path, what="file") -> tuple[dict, dict[str, str]]:
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             metadata = handle.metadata() or {}
-            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+            tensors = {name: handle.get_tensor(name) for name in handle.keys() if only is None or name in only}
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise EnsdiagError(f"{path} is not a readable safetensors file ({reason})") from None

@@ -47,6 +47,11 @@ def register_method(name):
     return register
 
 
+def shared_batch(xs) -> bool:
+    """Whether member inputs [k, B, ...] are one batch shown to every member (expanded, not copied)."""
+    return xs.shape[0] > 1 and xs.stride(0) == 0
+
+
 def _short(value) -> str:
     """A value as errors echo it: repr, cut to 40 characters (stored files may hold anything)."""
     text = repr(value)
@@ -174,7 +179,7 @@ class Kit:
 
     def enter_features(self, layer, xs):
         """Member inputs [k, B, ...] through the `input` linear layer -> member-major [k*B, out]."""
-        if xs.shape[0] > 1 and xs.stride(0) == 0:  # one batch shown to every member (expanded)
+        if shared_batch(xs):
             return shared_input_linear(layer, xs[0].flatten(1), xs.shape[0])
         return layer(xs.flatten(2).flatten(0, 1))
 

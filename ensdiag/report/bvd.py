@@ -57,7 +57,8 @@ def run_decompositions(runs: dict) -> dict:
             if run is None:
                 continue
             try:
-                tensors, _ = read_safetensors(run["folder"] / "predictions.safetensors", "predictions file")
+                tensors, _ = read_safetensors(run["folder"] / "predictions.safetensors", "predictions file",
+                                              only=("id/logits", "id/labels"))
             except Exception:
                 continue
             if "id/logits" not in tensors or "id/labels" not in tensors:

@@ -30,7 +30,7 @@ ECE_BINS = 15
 def _per_example(path) -> dict | None:
     """What the verdict needs of one run's predictions, per example (id and ood only are read)."""
     try:
-        tensors, _ = read_safetensors(path, "predictions file")
+        tensors, _ = read_safetensors(path, "predictions file", only=("id/logits", "id/labels", "ood/logits"))
     except Exception:
         return None
     if "id/logits" not in tensors or "id/labels" not in tensors:

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...errors import EnsdiagError
-from ..kit import Kit, Option, register_method
+from ..kit import Kit, Option, register_method, shared_batch
 from ..layers import _default_linear_init_, _members_first
 
 MIN_CHANNELS_PER_GROUP = 64  # torch-uncertainty's PackedConv2d: fewer subgroups below this
@@ -176,12 +176,12 @@ class PackedEnsembleKit(Kit):
         return PackedBatchNorm2d(self.width(num_features), self.num_members)
 
     def enter_images(self, xs):
-        if xs.shape[0] > 1 and xs.stride(0) == 0:  # one batch every member sees: the stem runs it once
+        if shared_batch(xs):  # the stem runs one batch every member sees once
             return xs[0]
         return xs.transpose(0, 1).flatten(1, 2)  # [B, M*C, H, W]
 
     def enter_features(self, layer, xs):
-        if xs.shape[0] > 1 and xs.stride(0) == 0:
+        if shared_batch(xs):
             return layer(xs[0].flatten(1))
         return layer(xs.flatten(2).transpose(0, 1).flatten(1))  # [B, M*features]
 
