@@ -135,6 +135,9 @@ def train(
                                         help="Stop when validation accuracy stops improving and keep the best epoch's weights (digits, mnist: on; cifar10: off)."),
     patience: int = typer.Option(None, help="Early stopping: epochs without an improvement of min_delta before stopping (preset: 10)."),
     val_fraction: float = typer.Option(None, help="Fraction of the training set held out for validation, seeded (digits, mnist: 0.1; cifar10: 0, the full training set)."),
+    track_diversity: bool = typer.Option(None, "--track-diversity/--no-track-diversity",
+                                         help="Record members' disagreement, JSD and weight cosine (raw and aligned) on the "
+                                         "validation split at initialisation and after every epoch (diversity.jsonl)."),
     method_option: list[str] = typer.Option(None, "--option", "-O", metavar="METHOD.NAME=VALUE",
                                             help="A method's option (repeatable); `ensdiag models --options` lists them all."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
@@ -153,7 +156,7 @@ def train(
                    batch_size=batch_size, members=members, dropout=dropout, mc_dropout_train=mc_dropout_train, be_variant=be_variant,
                    be_init=be_init, be_layout=be_layout, be_loss=be_loss, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
                    early_stopping=early_stopping, patience=patience, val_fraction=val_fraction,
-                   method_options=_method_options(method_option))
+                   track_diversity=track_diversity, method_options=_method_options(method_option))
     if resume is not None:
         given = sorted(key for key, value in options.items() if value is not None)
         if given or out is not None:
@@ -237,6 +240,7 @@ def bench(
     compile_mode: str = typer.Option("default", help="torch.compile mode (implies --compile): default, reduce-overhead (CUDA graphs on CUDA), max-autotune."),
     reference: bool = typer.Option(True, "--reference/--no-reference", help="Also time the reference pipeline."),
     strategies: bool = typer.Option(False, "--strategies", help="Also time Deep-Ensemble members stacked vs vmap vs loop."),
+    tracking: bool = typer.Option(False, "--tracking", help="Also time train --track-diversity's per-epoch row, as a share of the epoch."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
     results_dir: Path = typer.Option(Path("benchmarks/results"), help="Where the JSON record is written."),
 ):
@@ -254,7 +258,8 @@ def bench(
                              device=resolved.type, epochs=epochs, batches=batches, train_size=train_size,
                              test_size=10_000 if test_size is None else test_size, precision=precision,
                              compile=compile or compile_mode != "default", compile_mode=compile_mode,
-                             reference=reference, strategies=strategies, members=members)
+                             reference=reference, strategies=strategies, members=members,
+                             tracking=tracking)
 
     def log(message):
         if fmt == "table":

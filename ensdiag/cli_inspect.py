@@ -165,10 +165,13 @@ def diversity(
     fmt: str = typer.Option("table", "--format", help="table or json."),
     plot: Path = typer.Option(None, help="Also draw the heatmaps into this image file (.png, .svg, .pdf or .jpg, from its suffix)."),
     seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),
+    geometry: bool = typer.Option(True, "--geometry/--no-geometry", help="Also member geometry: CKA per layer, "
+                                  "aligned weight cosine, paths between members, rank of W_i ⊘ W_j."),
+    max_examples: int = typer.Option(None, min=4, help="Geometry: at most this many images per split (default: all)."),
 ):
-    """How different the members really are: disagreement per split and weight-space cosine."""
-    from .analysis import analyze_predictions
-    from .evaluate import evaluate_model
+    """How different the members really are: disagreement per split, weight-space cosine and member geometry."""
+    from .analysis import analyze_model, analyze_predictions
+    from .evaluate import evaluate_model, load_data, model_probe
     from .foreign.checkpoints import RawEnsemble, open_ensemble
 
     check_format(fmt)
@@ -184,7 +187,8 @@ def diversity(
         guessed = preset is None
         try:
             preset = preset or _guessed_preset(model)
-            predictions, titles, skipped = evaluate_model(model, preset, data_dir, False, device, seed=seed)
+            data = load_data(model, preset, data_dir, with_train=geometry)
+            predictions, titles, skipped = evaluate_model(model, preset, data_dir, False, device, seed=seed, data=data)
         except DataNotFound as error:  # no data at all: the weights still tell a story
             predictions, titles, skipped = None, {}, {"id": str(error), "shift": str(error), "ood": str(error)}
             reason = "no data to predict on"
@@ -207,6 +211,9 @@ def diversity(
     report = {"model": str(model_path), "method": method, "num_members": len(weights) if method == "unknown" else model.num_members,
               "splits": titles, "not_evaluated": skipped,
               "disagreement": metrics["analyzers"]["disagreement"], "weight_similarity": metrics["analyzers"]["weight-similarity"]}
+    if geometry:
+        report["geometry"] = _geometry(model, predictions is not None and data, preset, device, seed, max_examples, reason
+                                       if predictions is None else "")
     if plot is not None:
         from .report.figures import heatmap_grid, plottable, save_figure
         rows = []
@@ -218,10 +225,18 @@ def diversity(
         cosine = plottable(report["weight_similarity"].get("matrix", {}).get("value"))
         if report["weight_similarity"]["status"] == "ok" and cosine is not None:
             rows.append(("weight cosine", [("all layers", cosine)]))
+        aligned = report.get("geometry", {}).get("alignment", {})
+        if aligned.get("status") == "ok" and (matrix := plottable(aligned["aligned"]["matrix"]["value"])) is not None:
+            rows[-1][1].append(("aligned to member 0", matrix))
+        cka = report.get("geometry", {}).get("cka", {})
+        if cka.get("status") == "ok":
+            rows += [(f"CKA ({split})", [(layer, plottable(entry["linear"]["value"])) for layer, entry in found["layers"].items()])
+                     for split, found in cka["splits"].items() if found["layers"]]
         if not rows:
             raise EnsdiagError(f"nothing to plot for {method} with k={report['num_members']}: one weight set, no data "
                                "found, or matrices too large to store (k > 256)")
         plot = save_figure(heatmap_grid(rows, title=f"{name}: {method}, k={report['num_members']}"), plot)[0]
+        plot = [plot, *_geometry_plots(report.get("geometry", {}), plot, method)]
     if fmt == "json":
         print_json(report)
         return
@@ -243,7 +258,40 @@ def diversity(
         show(console, heatmap_table(similarity["matrix"]["value"], ""))
     else:
         note(f"weight cosine: {similarity['reason']}")
+    if geometry:
+        from .report.terminal import geometry_tables
+        for item in geometry_tables(report["geometry"]):
+            show(console, item) if not isinstance(item, str) else console.print(literal(item), soft_wrap=True)
     for split, reason in skipped.items():
         note(f"{split}: not evaluated — {reason}")
     if plot is not None:
-        note(f"heatmaps written to {plot}")
+        note(f"figures written to {', '.join(map(str, plot))}")
+
+
+def _geometry(model, data, preset, device, seed, max_examples, reason) -> dict:
+    """The model analyzers' results; without data (or for raw tensors) only what the weights tell."""
+    from .analysis import analyze_model
+    from .analysis.registry import ANALYZERS
+    from .evaluate import model_probe
+    from .foreign.checkpoints import RawEnsemble
+    names = [name for name, analyzer in ANALYZERS.items() if analyzer.needs == "model"]
+    weights_only = ["rank-structure"]
+    if isinstance(model, RawEnsemble) or not data:
+        from .analysis.geometry import ModelProbe
+        results = analyze_model(ModelProbe(model, {}, None, seed=seed), only=weights_only)
+        why = reason or "no data to read the members on"
+        return {**{name: {"status": "skipped", "reason": why} for name in names if name not in weights_only}, **results}
+    return analyze_model(model_probe(model, data, preset, device, seed, max_examples))
+
+
+def _geometry_plots(results: dict, plot, method: str) -> list:
+    """Line figures of member geometry beside the heatmaps: <plot>-cka-layers, -alignment, -paths."""
+    from .report.figures import save_figure
+    from .report.geometry_figures import alignment_figure, cka_layers_figure, paths_figure
+    drawn = []
+    for name, suffix, figure in (("cka", "cka-layers", cka_layers_figure), ("alignment", "alignment", alignment_figure),
+                                 ("paths", "paths", paths_figure)):
+        if results.get(name, {}).get("status") == "ok":
+            target = plot.with_name(f"{plot.stem}-{suffix}{plot.suffix}")
+            drawn += save_figure(figure({method: results[name]}), target)
+    return drawn

@@ -52,6 +52,7 @@ class TrainConfig:
     be_split_batch: bool = False  # original split mode: each member gets B/k disjoint examples
     be_fast_weight_decay: bool = True  # weight decay on r, s as the paper's stack did
     method_options: dict = field(default_factory=dict)  # method -> {option: value}, from --option METHOD.NAME=VALUE
+    track_diversity: bool = False  # disagreement, JSD, weight cosine on the validation split per epoch
     shift_severity: int = 5  # CIFAR-10-C
     ood_split: str = "test"
     overrides: dict = field(default_factory=dict)
@@ -217,6 +218,8 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
             raise EnsdiagError(message)
     if config.early_stopping and config.val_fraction == 0:
         raise EnsdiagError("early stopping needs a validation split: pass --val-fraction (e.g. 0.1) or --no-early-stopping")
+    if config.track_diversity and config.val_fraction == 0:
+        raise EnsdiagError("--track-diversity measures on the validation split: pass --val-fraction (e.g. 0.1)")
     if config.be_split_batch and config.batch_size % config.members:
         raise EnsdiagError(f"--be-split-batch needs --batch-size divisible by --members ({config.members})")
     from .nn import ARCHITECTURES, METHODS

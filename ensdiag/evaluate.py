@@ -3,7 +3,7 @@
 from .config import PRESETS, preset_config
 from .data.batching import Normalize
 from .data.preset import load_preset_data
-from .errors import EnsdiagError
+from .errors import DataNotFound, EnsdiagError
 from .device import resolve_device
 from .predict import predict
 from .predictions import with_pooled_shift
@@ -19,16 +19,44 @@ def guess_preset(spec) -> str:
                        f"classes; pass --preset ({', '.join(PRESETS)})")
 
 
-def evaluate_model(model, preset=None, data_dir="data", download=False, device="auto", seed=0):
-    """(predictions with pooled shift, split titles, skipped splits {name: reason}) for a model."""
+def _checked_config(model, preset):
+    """(the preset's config, whether the model runs on other image sizes) for a model."""
     from .nn import ARCHITECTURES
     config = preset_config(preset or guess_preset(model.spec))
     flexible = ARCHITECTURES[model.spec.arch].any_input_size and config.input_shape[0] == model.spec.input_shape[0]
     if tuple(config.input_shape) != tuple(model.spec.input_shape) and not flexible:
         raise EnsdiagError(f"the {config.preset} preset has inputs {tuple(config.input_shape)}, the model "
                            f"{tuple(model.spec.input_shape)}")
+    return config, flexible
+
+
+def load_data(model, preset=None, data_dir="data", download=False, with_train=False):
+    """A preset's data for a model; `with_train`: the training split too, where it is on disk
+    (member geometry recomputes BatchNorm statistics on it), else None in its place."""
+    config, _ = _checked_config(model, preset)
+    if with_train:
+        try:
+            return load_preset_data(config, data_dir, download, with_train=True)
+        except DataNotFound:
+            pass
+    return load_preset_data(config, data_dir, download, with_train=False)
+
+
+def model_probe(model, data, preset=None, device="auto", seed=0, max_examples=None):
+    """A `ModelProbe` of the model on a preset's data (analysis.geometry)."""
+    from .analysis.geometry import ModelProbe
+    config, _ = _checked_config(model, preset)
     device = resolve_device(device)
-    data = load_preset_data(config, data_dir, download, with_train=False)
+    return ModelProbe(model.to(device), {"id": data.test, "ood": data.ood}, Normalize(config.mean, config.std, device),
+                      data.train.images if data.train is not None else None, max_examples, seed)
+
+
+def evaluate_model(model, preset=None, data_dir="data", download=False, device="auto", seed=0, data=None):
+    """(predictions with pooled shift, split titles, skipped splits {name: reason}) for a model;
+    `data`: the preset's data when the caller has loaded it."""
+    config, flexible = _checked_config(model, preset)
+    device = resolve_device(device)
+    data = data if data is not None else load_preset_data(config, data_dir, download, with_train=False)
     model = model.to(device)
     try:
         predictions = predict(model, data.eval_splits(), Normalize(config.mean, config.std, device), device, seed=seed,

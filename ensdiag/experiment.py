@@ -31,6 +31,7 @@ from .predictions import save_predictions, with_pooled_shift
 from .progress import TrainProgress
 from .provenance import environment
 from .runs import EXPERIMENT_FORMAT, RUN_FILES, STATE_FILE, read_experiment
+from .geometry.tracking import DiversityTracker
 from .train import Diverged, FitData, fit
 
 def stored_config(out: Path, config: TrainConfig) -> TrainConfig | None:
@@ -69,7 +70,8 @@ def prepare_run_dir(out: Path, config: TrainConfig, argv) -> TrainConfig:
 def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device, run_dir: Path,
               progress: TrainProgress, argv) -> dict:
     """Train, predict and analyse one (method, seed); write its files, meta.json last."""
-    from .analysis import analyze_predictions  # analysis imports nothing from training
+    from .analysis import analyze_model, analyze_predictions  # analysis imports nothing from training
+    from .analysis.geometry import ModelProbe
 
     run_dir.mkdir(parents=True, exist_ok=True)
     method, options = config.model_options(run)
@@ -87,10 +89,12 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
                        data.train.images[val_index].to(device), data.train.labels[val_index].to(device),
                        normalize, augment=config.augment)
     state_path = run_dir / STATE_FILE
+    tracker = DiversityTracker(model, seed) if config.track_diversity else None
     try:
         result = fit(model, config, fit_data, seed, state_path, device,
                      on_start=lambda done: progress.start_run(run, seed, config.epochs, done),
-                     on_epoch=lambda row: progress.epoch(row, config.epochs), autocast=cuda, channels_last=channels_last)
+                     on_epoch=lambda row: progress.epoch(row, config.epochs), autocast=cuda, channels_last=channels_last,
+                     tracker=tracker)
     except Diverged as error:
         raise Diverged(f"{run} seed {seed}: {error}") from None
     began = time.perf_counter()
@@ -100,11 +104,15 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     predictions = predict(model, splits, normalize, device, seed=seed, autocast=cuda)
     weights = model.member_weights()
     metrics = analyze_predictions(with_pooled_shift(predictions), weights=weights)
+    probe = ModelProbe(model, {"id": data.test, "ood": data.ood}, normalize, data.train.images[train_index], seed=seed)
+    metrics["analyzers"].update(analyze_model(probe))
     eval_seconds = time.perf_counter() - began
     save_predictions(predictions, run_dir / "predictions.safetensors",
                      {"ensdiag.spec": model.spec.to_json(), "ensdiag.splits": data.titles})
     save_model(model, run_dir / "model.safetensors")
     atomic_write_text(run_dir / "history.jsonl", "".join(json.dumps(row) + "\n" for row in result["history"]))
+    if result["tracking"]:
+        atomic_write_text(run_dir / "diversity.jsonl", "".join(json.dumps(row) + "\n" for row in result["tracking"]))
     atomic_write_json(run_dir / "metrics.json", metrics)
     parameters = sum(p.numel() for p in model.parameters())
     meta = {"run": run, "method": method, "seed": seed, "spec": json.loads(model.spec.to_json()),

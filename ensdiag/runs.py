@@ -4,6 +4,7 @@
       experiment.json                 preset, methods, seeds, overrides, skipped splits
       <method>/seed-<seed>/
         model.safetensors  predictions.safetensors  metrics.json  history.jsonl  meta.json
+        diversity.jsonl               (with --track-diversity: per-epoch diversity, epoch 0 = initialisation)
         training-state.pt             (only while the run is unfinished: the resume point)
 
 Training (experiment.py) writes these; reports read them through this module alone, so a
@@ -20,9 +21,10 @@ from .io import read_json
 EXPERIMENT_FORMAT = "ensdiag.experiment/1"
 STATE_FILE = "training-state.pt"
 RUN_FILES = ("experiment.json", "report.md", "report.html", "model.safetensors", "predictions.safetensors",
-             "metrics.json", "history.jsonl", "meta.json", STATE_FILE, "diversity.png", "diversity.svg",
+             "metrics.json", "history.jsonl", "diversity.jsonl", "meta.json", STATE_FILE, "diversity.png", "diversity.svg",
              "reliability.png", "reliability.svg", "ood-scores.png", "ood-scores.svg", "training.png", "training.svg",
-             "risk-coverage.png", "risk-coverage.svg")
+             "risk-coverage.png", "risk-coverage.svg", *(f"{name}.{ext}" for name in (
+                 "cka-layers", "cka-heatmaps", "alignment", "paths", "tracking") for ext in ("png", "svg")))
 
 
 def default_run_dir(preset: str, root="runs") -> Path:

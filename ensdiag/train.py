@@ -114,12 +114,14 @@ def train_epoch(model, optimizer, data: FitData, orders, config, generator, auto
 
 
 @torch.no_grad()
-def evaluate(model, images, labels, normalize, batch_size=1000, autocast=False):
-    """(accuracy, NLL) of the ensemble mean p̄ = mean of member softmaxes; (None, None) for no images."""
+def evaluate(model, images, labels, normalize, batch_size=1000, autocast=False, keep_logits=False):
+    """(accuracy, NLL) of the ensemble mean p̄ = mean of member softmaxes; (None, None) for no images.
+    With `keep_logits`, also the member logits [k, N, C] (on the model's device)."""
     if len(images) == 0:
-        return None, None
+        return (None, None, None) if keep_logits else (None, None)
     model.eval()
     correct = nll = 0.0
+    kept = []
     for start in range(0, len(images), batch_size):
         x = normalize(images[start:start + batch_size])
         y = labels[start:start + batch_size]
@@ -128,6 +130,10 @@ def evaluate(model, images, labels, normalize, batch_size=1000, autocast=False):
         log_mean = mean_log_probs(logits)
         correct += (log_mean.argmax(-1) == y).sum().item()
         nll -= log_mean.gather(1, y[:, None]).sum().item()
+        if keep_logits:
+            kept.append(logits)
+    if keep_logits:
+        return correct / len(images), nll / len(images), torch.cat(kept, dim=1)
     return correct / len(images), nll / len(images)
 
 
@@ -162,22 +168,26 @@ def _resume(state_path: Path, model, optimizer, scheduler, generator):
         _restore_rng(saved["rng"], generator)
         best, history, seconds, stopped = saved["best"], saved["history"], saved["seconds"], saved["stopped"]
         start = int(saved["epoch"]) + 1
-        if not (isinstance(history, list) and len(history) == start and isinstance(best, dict)):
+        tracking = saved.get("tracking", [])
+        if not (isinstance(history, list) and len(history) == start and isinstance(best, dict)
+                and isinstance(tracking, list)):
             raise ValueError("inconsistent epoch count")
     except Exception as error:  # truncated, foreign or tampered: never retried with weights_only=False
         raise EnsdiagError(f"{state_path} is damaged or not an ensdiag training state ({type(error).__name__}); "
                            "delete it to restart this method and seed from epoch 0") from None
-    return best, history, seconds, stopped, start
+    return best, history, seconds, stopped, start, tracking
 
 
 def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_epoch=None,
-        autocast=False, channels_last=False, on_start=None) -> dict:
+        autocast=False, channels_last=False, on_start=None, tracker=None) -> dict:
     """Train until the epochs run out or early stopping fires; resume from `state_path` if present.
 
-    Returns {"history", "weights_epoch", "best_val_epoch", "stopped_early", "train_seconds"}
-    (epochs counted from 1). The model ends with the weights of `weights_epoch`: with early
-    stopping the best validation epoch, else the last one. Without a validation split
-    (`data.val_images` empty) validation is skipped and `best_val_epoch` is None."""
+    Returns {"history", "weights_epoch", "best_val_epoch", "stopped_early", "train_seconds",
+    "tracking"} (epochs counted from 1). The model ends with the weights of `weights_epoch`: with
+    early stopping the best validation epoch, else the last one. Without a validation split
+    (`data.val_images` empty) validation is skipped and `best_val_epoch` is None. A `tracker`
+    (geometry/tracking.py) measures the members on the validation split at initialisation and
+    after every epoch, without changing what is trained; its rows are "tracking"."""
     flush_denormals()
     optimizer, scheduler = make_optimizer(model, config)
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -185,11 +195,17 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         raise ValueError("early stopping needs a validation split")
     # The best weights are kept only when early stopping will restore them (a state-sized copy).
     best = {"accuracy": -math.inf, "epoch": -1, "bad_epochs": 0, "state": None}
-    history, start, seconds, stopped = [], 0, 0.0, False
+    history, start, seconds, stopped, tracking = [], 0, 0.0, False, []
+    if tracker is not None and len(data.val_images) == 0:
+        raise ValueError("tracking diversity needs a validation split")
     if state_path.exists():
-        best, history, seconds, stopped, start = _resume(state_path, model, optimizer, scheduler, generator)
+        best, history, seconds, stopped, start, tracking = _resume(state_path, model, optimizer, scheduler, generator)
     if on_start is not None:
         on_start(start)  # the number of epochs already done (0 unless resuming)
+    if tracker is not None and not tracking:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # MC Dropout draws masks
+            logits = evaluate(model, data.val_images, data.val_labels, data.normalize, autocast=autocast, keep_logits=True)[2]
+        tracking.append(tracker.measure(0, logits))
     n = len(data.train_images)
     for epoch in range(start, config.epochs):
         if stopped:
@@ -203,7 +219,8 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
             raise Diverged(f"training diverged in epoch {epoch + 1} (training loss {loss}); {kept}. Lower --lr "
                            "(in a new --out: a run folder keeps its settings), or check --be-init")
         scheduler.step()
-        val_accuracy, val_nll = evaluate(model, data.val_images, data.val_labels, data.normalize, autocast=autocast)
+        val_accuracy, val_nll, *logits = evaluate(model, data.val_images, data.val_labels, data.normalize,
+                                                  autocast=autocast, keep_logits=tracker is not None)
         if val_accuracy is None:
             pass
         elif val_accuracy > best["accuracy"] + config.min_delta or best["epoch"] < 0:
@@ -216,10 +233,13 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         seconds += time.perf_counter() - began
         history.append({"epoch": epoch + 1, "loss": loss, "accuracy": accuracy, "val_accuracy": val_accuracy,
                         "val_nll": val_nll, "lr": lr, "seconds": time.perf_counter() - began})
+        if tracker is not None:
+            tracking.append(tracker.measure(epoch + 1, logits[0]))
         buffer = io.BytesIO()
         torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(), "rng": _rng_state(generator), "best": best,
-                    "history": history, "seconds": seconds, "stopped": stopped, "device": str(device)}, buffer)
+                    "history": history, "seconds": seconds, "stopped": stopped, "device": str(device),
+                    "tracking": tracking}, buffer)
         atomic_write_bytes(state_path, buffer.getvalue())
         if on_epoch is not None:
             on_epoch(history[-1])
@@ -228,4 +248,4 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         model.load_state_dict(best["state"])
     return {"history": history, "weights_epoch": best["epoch"] + 1 if restore else len(history),
             "best_val_epoch": best["epoch"] + 1 if best["epoch"] >= 0 else None,
-            "stopped_early": stopped, "train_seconds": seconds}
+            "stopped_early": stopped, "train_seconds": seconds, "tracking": tracking}

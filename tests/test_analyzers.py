@@ -43,18 +43,32 @@ def values_have_definitions(node):
             values_have_definitions(child)
 
 
+def model_probe(method, k):
+    """A model analyzer's input: a model with labelled test images, OOD images and training images."""
+    from ensdiag.analysis.geometry import ModelProbe
+    from ensdiag.data.registry import Split
+    model = ensdiag.build_model("mlp", method, k, 4, (1, 8, 8))
+    test = Split(torch.rand(30, 1, 8, 8), torch.randint(0, 4, (30,)))
+    return ModelProbe(model, {"id": test, "ood": Split(torch.rand(20, 1, 8, 8), None)}, lambda x: x, torch.rand(40, 1, 8, 8))
+
+
 @pytest.mark.parametrize("name", sorted(all_analyzers()))
 def test_analyzer_contract(name):
     analyzer = all_analyzers()[name]
-    weights = ensdiag.build_model("mlp", "deep-ensemble", 3, 4, (1, 8, 8)).member_weights()
-    result = analyzer(predictions(), weights)
+    if analyzer.needs == "model":
+        run = analyzer.function
+        full, minimal_inputs = (model_probe("deep-ensemble", 3),), (model_probe("single", 1),)
+    else:
+        weights = ensdiag.build_model("mlp", "deep-ensemble", 3, 4, (1, 8, 8)).member_weights()
+        run, full, minimal_inputs = analyzer, (predictions(), weights), (predictions(k=1, with_ood=False), None)
+    result = run(*full)
     assert isinstance(result, dict) and result
     json.dumps(result, allow_nan=False)  # plain numbers only, no NaN
     values_have_definitions(result)
     assert analyzer.description
     # minimal inputs: one member, no ood split, no weights -> a result or a Skip with a reason
     try:
-        minimal = analyzer(predictions(k=1, with_ood=False), None)
+        minimal = run(*minimal_inputs)
         json.dumps(minimal, allow_nan=False)
         values_have_definitions(minimal)
     except Skip as reason:
@@ -252,7 +266,10 @@ def test_every_declared_report_column_exists_in_the_analyzers_result(name):
     k = 1 if name == "weight-similarity" else 3
     model = ensdiag.build_model("mlp", "deep-ensemble", 3, 4, (1, 2, 2))
     from ensdiag.predictions import with_pooled_shift
-    result = analyzer(with_pooled_shift(predictions(k=k)), model.member_weights())
+    if analyzer.needs == "model":
+        result = analyzer.function(model_probe("deep-ensemble", 3))
+    else:
+        result = analyzer(with_pooled_shift(predictions(k=k)), model.member_weights())
     for column in analyzer.columns:
         for split in [s for s in SPLIT_TABLES if s in column.tables] or [None]:
             node = result

@@ -48,8 +48,10 @@ def test_plot_writes_the_format_its_name_says(run, capsys, tmp_path, name, magic
     model = run / "batch-ensemble" / "seed-1" / "model.safetensors"
     code, _, err = run_cli(capsys, "diversity", model, "--plot", tmp_path / name)
     written = tmp_path / (name if "." in name else name + ".png")
-    assert code == 0 and written.read_bytes().startswith(magic) and f"heatmaps written to {written}" in err
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("heat")) == [written.name]
+    assert code == 0 and written.read_bytes().startswith(magic) and f"figures written to {written}" in err
+    # beside the heatmaps, member geometry's line figures (a BatchEnsemble: no alignment), same format
+    lines = [written.with_name(f"heat-{figure}{written.suffix}").name for figure in ("cka-layers", "paths")]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("heat")) == sorted([written.name, *lines])
 
 
 def test_plot_to_an_unknown_format_or_a_folder_is_refused(run, capsys, tmp_path):

@@ -5,7 +5,7 @@
 """
 
 from .. import __version__
-from . import calibration, diversity, gain, ood, temperature, uncertainty  # noqa: F401  (register the built-ins)
+from . import calibration, diversity, gain, geometry, ood, temperature, uncertainty  # noqa: F401  (register the built-ins)
 from .registry import (ANALYZERS, PLUGIN_ERRORS, SPLIT_TABLES, Column, Skip, all_analyzers, is_ood_split, load_plugins, metric,
                        register_analyzer, without_ood_labels)
 
@@ -15,7 +15,7 @@ METRICS_SCHEMA = "ensdiag.metrics/1"
 def analyze_predictions(predictions, weights=None, only=None) -> dict:
     """Every registered analyzer (or those named in `only`) on the predictions; metrics.json's content."""
     analyzers = all_analyzers()
-    names = list(analyzers) if only is None else list(only)
+    names = [name for name, analyzer in analyzers.items() if analyzer.needs == "predictions"] if only is None else list(only)
     predictions = without_ood_labels(predictions)  # OOD is unlabelled for every analyzer
     results = {}
     if only is None:  # a plug-in that failed to import is a failed analyzer, in every result
@@ -39,5 +39,21 @@ def analyze_predictions(predictions, weights=None, only=None) -> dict:
             "analyzers": results}
 
 
-__all__ = ["ANALYZERS", "Column", "METRICS_SCHEMA", "SPLIT_TABLES", "Skip", "all_analyzers", "analyze_predictions", "is_ood_split",
+def analyze_model(probe, only=None) -> dict:
+    """{name: result} of every model analyzer (or those in `only`) on a `ModelProbe`: entries to
+    merge into metrics.json's "analyzers"."""
+    analyzers = all_analyzers()
+    names = [name for name, analyzer in analyzers.items() if analyzer.needs == "model"] if only is None else list(only)
+    results = {}
+    for name in names:
+        analyzer = analyzers[name]
+        try:
+            results[name] = {"status": "ok", "description": analyzer.description, "version": analyzer.version,
+                             **analyzer.function(probe)}
+        except Skip as reason:
+            results[name] = {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
+    return results
+
+
+__all__ = ["analyze_model", "ANALYZERS", "Column", "METRICS_SCHEMA", "SPLIT_TABLES", "Skip", "all_analyzers", "analyze_predictions", "is_ood_split",
            "load_plugins", "metric", "register_analyzer", "without_ood_labels"]

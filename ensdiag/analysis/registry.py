@@ -9,6 +9,11 @@ Analyzers never print and never read files. Every reported number goes through `
 NaN and ±inf become null with a status saying which, so metrics.json is always valid JSON;
 a split without samples gives null metrics with status "empty".
 
+A model analyzer (`needs="model"`) is a function `(probe) -> result dict` instead: it reads the
+model itself and data through a `ModelProbe` (analysis/geometry.py: member networks,
+evaluation images, training images for BatchNorm); `analyze_model` runs those, where a model
+is at hand (training, `ensdiag diversity`), and their results sit beside the others.
+
 Third-party analyzers: in your package's pyproject.toml
     [project.entry-points."ensdiag.analyzers"]
     my-analyzer = "my_package.module:my_function"
@@ -74,13 +79,19 @@ class Analyzer:
     version: int = 1
     source: str = "built-in"
     columns: tuple[Column, ...] = ()
+    needs: str = "predictions"  # or "model": called with a ModelProbe
 
     def __call__(self, predictions, weights=None):
         return self.function(predictions, weights)
 
 
-def register_analyzer(name: str, description: str = "", version: int = 1, source: str = "built-in", columns=()):
-    """Register `function(predictions, weights) -> result`; `columns` declare what reports show of it."""
+def register_analyzer(name: str, description: str = "", version: int = 1, source: str = "built-in", columns=(),
+                      needs: str = "predictions"):
+    """Register `function(predictions, weights) -> result` (or `function(probe)` with `needs="model"`);
+    `columns` declare what reports show of it."""
+    if needs not in ("predictions", "model"):
+        raise ValueError(f"analyzer {name!r}: needs must be 'predictions' or 'model', not {needs!r}")
+
     def register(function):
         for column in columns:
             if not isinstance(column, Column) or column.direction not in ("up", "down", None) \
@@ -88,7 +99,7 @@ def register_analyzer(name: str, description: str = "", version: int = 1, source
                 raise ValueError(f"analyzer {name!r}: column {getattr(column, 'label', column)!r} must be a Column "
                                  "with a path, a tuple of tables and a direction")
         ANALYZERS[name] = Analyzer(name, function, description or (function.__doc__ or "").strip().split("\n")[0],
-                                   version, source, tuple(columns))
+                                   version, source, tuple(columns), needs)
         return function
     return register
 

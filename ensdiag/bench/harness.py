@@ -80,6 +80,7 @@ class BenchSettings:
     reference_workers: int | None = None  # DataLoader workers; default 0 on CPU, min(8, cores) on CUDA
     strategies: bool = False  # also time the Deep Ensemble member strategies (nn/members.py)
     members: int = 4
+    tracking: bool = False  # also time `train --track-diversity`'s per-epoch measurement
 
     def to_dict(self):
         return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
@@ -151,6 +152,17 @@ class FastPathTimer:
 
     def epoch(self) -> float:
         return _timed(lambda: self._epoch(self.timed_batches), self.device)[0]
+
+    def tracking_seconds(self, val, rounds=3) -> float:
+        """The median time of one `--track-diversity` row on the validation split `val` (images,
+        labels); the validation logits it reads come from the epoch's validation pass."""
+        from ..geometry.tracking import DiversityTracker
+        from ..train import evaluate
+        logits = evaluate(self.model, val[0].to(self.device), val[1].to(self.device), self.data.normalize,
+                          autocast=self.autocast, keep_logits=True)[2]
+        tracker = DiversityTracker(self.model)
+        tracker.measure(0, logits)  # warm-up
+        return statistics.median(_timed(lambda: tracker.measure(1, logits), self.device)[0] for _ in range(rounds))
 
     def summary(self, seconds, test_images) -> dict:
         per_epoch = epoch_seconds(seconds, self.batches_per_epoch, self.timed_batches)
@@ -254,9 +266,13 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
                 f"{_label(name, kind)} {seconds[name, kind][-1]:.3g} s" for name, kind in timers))
 
     results, strategies = {}, {}
+    val = synthetic_split(round(config.val_fraction * len(train[1])) or len(test[1]), config.input_shape, config.num_classes, seed=2)
     for (name, kind), timer in timers.items():
         if kind == "fast":
             results[name] = {**timer.summary(seconds[name, kind], test[0]), "prepare_seconds": prepare_seconds}
+            if settings.tracking:
+                results[name]["tracking_seconds"] = timer.tracking_seconds(val)
+                results[name]["tracking_val_size"] = len(val[1])
         elif kind == "reference":
             results[name].update(timer.summary(seconds[name, kind], test))
             results[name]["speedup"] = results[name]["reference_seconds_per_epoch"] / results[name]["seconds_per_epoch"]
@@ -281,6 +297,9 @@ def ratios(results: dict) -> dict:
     for run in seconds:  # every efficient ensemble against the ensemble it stands in for
         if run not in ("single", "mc-dropout", "deep-ensemble") and "deep-ensemble" in seconds:
             out[f"{run} / deep-ensemble"] = seconds[run] / seconds["deep-ensemble"]
+    for run, row in results.items():
+        if "tracking_seconds" in row:
+            out[f"{run} tracking / epoch"] = row["tracking_seconds"] / row["seconds_per_epoch"]
     speedups = [row["speedup"] for row in results.values() if "speedup" in row]
     if speedups:
         out["smallest speed-up over reference"] = min(speedups)

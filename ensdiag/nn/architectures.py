@@ -62,6 +62,16 @@ class MLP(nn.Module):
             h = F.relu(drop(linear(h)))
         return self.head(h)
 
+    def representation_points(self) -> dict[str, nn.Module]:
+        """Where member geometry reads representations: each linear layer's output (before the activation)."""
+        return {**{f"hidden.{i}": layer for i, layer in enumerate(self.hidden)}, "head": self.head}
+
+    def permutation_groups(self) -> dict[str, list[tuple[str, str]]]:
+        """Hidden units that may be permuted without changing the function: each hidden layer's
+        outputs, with the next layer's inputs ([(module, "out" | "in")])."""
+        names = [f"hidden.{i}" for i in range(len(self.hidden))] + ["head"]
+        return {name: [(name, "out"), (after, "in")] for name, after in zip(names, names[1:])}
+
 
 class BasicBlock(nn.Module):
     def __init__(self, kit, in_channels, out_channels, stride):
@@ -104,6 +114,31 @@ class ResNet18(nn.Module):
         h = self.layer4(self.layer3(self.layer2(self.layer1(h))))
         return self.fc(self.kit.pooled_features(h))
 
+    def _blocks(self):
+        return [(f"{stage}.{i}", block) for stage in ("layer1", "layer2", "layer3", "layer4")
+                for i, block in enumerate(getattr(self, stage))]
+
+    def representation_points(self) -> dict[str, nn.Module]:
+        """The stem (after its BatchNorm), every residual block's output, and the head."""
+        return {"stem": self.bn1, **dict(self._blocks()), "fc": self.fc}
+
+    def permutation_groups(self) -> dict[str, list[tuple[str, str]]]:
+        """Channels that may be permuted without changing the function ([(module, "out" | "in")]):
+        inside each block, conv1's outputs (with bn1 and conv2's inputs); and each stage's residual
+        stream, which every block adds to, so one permutation spans the stem or the projecting
+        shortcut that opens it, every block's conv2 and bn2 in it, the inputs of the blocks that
+        read it, and the head."""
+        groups, stream, opened = {}, [("conv1", "out"), ("bn1", "out")], "stem"
+        for name, block in self._blocks():
+            groups[f"{name}.inner"] = [(f"{name}.conv1", "out"), (f"{name}.bn1", "out"), (f"{name}.conv2", "in")]
+            stream.append((f"{name}.conv1", "in"))
+            if len(block.shortcut):  # a projecting shortcut: the block opens a new stream
+                groups[f"{opened} stream"] = stream + [(f"{name}.shortcut.0", "in")]
+                stream, opened = [(f"{name}.shortcut.0", "out"), (f"{name}.shortcut.1", "out")], name
+            stream += [(f"{name}.conv2", "out"), (f"{name}.bn2", "out")]
+        groups[f"{opened} stream"] = stream + [("fc", "in")]
+        return groups
+
 
 class MemberNetworks(nn.Module):
     """k whole networks built elsewhere (torchvision's), run one after another: independent members.
@@ -119,6 +154,10 @@ class MemberNetworks(nn.Module):
 
     def member_module(self, i):
         return self.members[i]
+
+    def representation_points(self) -> dict[str, nn.Module]:
+        """The first member's top-level modules that hold weights (a foreign network's stages)."""
+        return {name: module for name, module in self.members[0].named_children() if any(True for _ in module.parameters())}
 
 
 def torchvision_names() -> list[str]:

@@ -154,6 +154,9 @@ class Kit:
 
     weight_scope: str | None = None  # what member weights are compared on, when not the whole network
     independent_members = False  # members are whole separate networks (may run foreign architectures)
+    # Members share no weight, so each may list its hidden units in its own order: member
+    # geometry aligns them by permutation before comparing weights (geometry/align.py).
+    own_weights = False
 
     def linear(self, in_features, out_features, bias=True, role="hidden"):
         """A linear layer; `role` (input | hidden | head) says where it sits."""

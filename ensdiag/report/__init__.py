@@ -12,6 +12,7 @@ from ..io import atomic_write_text
 from .aggregate import dig, build_report, load_runs, newest_run
 from .figures import (heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure, save_figure,
                       training_curves_figure)
+from .geometry_figures import add_report_figures
 from .render import to_html, to_json, to_latex, to_markdown, to_rich
 
 FORMATS = ("table", "markdown", "json", "latex", "html")
@@ -80,6 +81,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
     if selective:
         add("risk-coverage", "Risk–coverage on the in-distribution test set (first seed; AURC is the area)",
             risk_coverage_figure(selective))
+    add_report_figures(runs, add)
     histories = {method: [run["history"] for run in seeds.values() if run and run["history"]] for method, seeds in runs.items()}
     if any(histories.values()):
         add("training", "Training loss and validation accuracy per epoch (every seed)",

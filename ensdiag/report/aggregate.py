@@ -91,7 +91,8 @@ def load_runs(run_dir) -> dict:
                 runs[method][seed] = None
                 continue
             runs[method][seed] = {"metrics": _read_metrics(metrics_path), "meta": _read_object(folder / "meta.json"),
-                                  "history": _read_history(folder / "history.jsonl"), "folder": folder}
+                                  "history": _read_history(folder / "history.jsonl"), "folder": folder,
+                                  "tracking": _read_tracking(folder / "diversity.jsonl")}
     return {"experiment": experiment, "runs": runs}
 
 
@@ -144,6 +145,32 @@ def _read_history(path) -> list[dict]:
             raise _damaged(path, f"line {number} is not an epoch record")
         history.append(row)
     return history
+
+
+TRACKED_KEYS = ("disagreement", "jsd", "weight_cosine", "aligned_weight_cosine")
+
+
+def _read_tracking(path) -> list[dict]:
+    """`train --track-diversity`'s rows (epoch 0 = initialisation); a missing file: none tracked."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as error:
+        raise _damaged(path, type(error).__name__) from None
+    rows = []
+    for number, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line) if line.strip() else None
+        except ValueError:
+            raise _damaged(path, f"line {number} is not JSON") from None
+        if row is None:
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("epoch"), int) or isinstance(row.get("epoch"), bool) \
+                or not all(row.get(key) is None or _number(row[key]) for key in TRACKED_KEYS):
+            raise _damaged(path, f"line {number} is not a diversity record")
+        rows.append(row)
+    return rows
 
 
 def mean_ci(values: list[float]) -> dict:
@@ -298,7 +325,7 @@ def _bvd_table(runs):
 def _plugin_tables() -> list[tuple[str, object]]:
     """(table id, analyzer) of every table named by a column that no built-in table shows."""
     from ..analysis import all_analyzers
-    built_in = {*SPLIT_TABLES, "diversity"}
+    built_in = {*SPLIT_TABLES, "diversity", "geometry"}
     seen = {}
     for analyzer in all_analyzers().values():
         for column in analyzer.columns:
@@ -350,6 +377,14 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
               if run and dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))}
     scoped = " ".join(f"{label}: weight cosine on the {scope}." for label, scope in scopes.items() if scope)
     tables.append(analyzer_table("diversity", "Member diversity (mean off-diagonal)", note=scoped))
+    geometry = analyzer_table("geometry", "Member geometry: representations, paths between members, weight structure",
+                              note="CKA: linear CKA of members' representations, averaged over layers (per-layer curves and "
+                                   "k×k heatmaps in the figures). Barriers: the "
+                                   "largest rise of test loss (drop of accuracy) above the straight line between two "
+                                   "members' weights, BatchNorm statistics recomputed along the path. Rank-1 layers: "
+                                   "the fraction of layers where W_i ⊘ W_0 has rank 1 (BatchEnsemble: all).")
+    if any(cell["mean"] is not None for row in geometry["rows"] for cell in row["cells"]):
+        tables.append(geometry)
     tables.append(_table("cost", "Computational cost", [_meta_column("parameters", "parameters", "down"),
                                                         _meta_column("training s", "train_seconds", "down")], runs, expected,
                          note="Training seconds include the per-epoch validation, as in the paper's Table 4."))

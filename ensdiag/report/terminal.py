@@ -87,3 +87,57 @@ def skipped_lines(metrics: dict) -> list[str]:
     """One line per analyzer that did not run: skipped (inputs missing) or failed (a broken plug-in)."""
     return [f"{name}: {result['status']} — {result['reason']}" for name, result in metrics["analyzers"].items()
             if result.get("status") in ("skipped", "failed")]
+
+
+def _table(title, columns, rows) -> list:
+    """[the title as a line (long titles wrap as text, not to the table's width), the table]."""
+    table = Table(header_style="bold", box=None, padding=(0, 1))
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if index == 0 else "right")
+    for row in rows:
+        table.add_row(*[Text(str(cell)) for cell in row])
+    return [title, table]
+
+
+def geometry_tables(results: dict) -> list:
+    """Member geometry (analyzers cka, alignment, paths, rank-structure) as lines (str) and tables;
+    a skipped analyzer as one line saying why."""
+    shown = []
+    for name in ("cka", "alignment", "paths", "rank-structure"):
+        result = results.get(name)
+        if result is None:
+            continue
+        if result.get("status") != "ok":
+            shown.append(f"{name}: {result.get('reason', result.get('status'))}")
+            continue
+        if name == "cka":
+            splits = result["splits"]
+            layers = list(next(iter(splits.values()))["layers"])
+            columns = ["layer"] + [f"{kind} ({split}, n={found['n']})" for split, found in splits.items()
+                                   for kind in ("linear", "debiased")]
+            rows = [[layer] + [_fmt(found["layers"].get(layer, {}).get(key)) for found in splits.values()
+                               for key in ("mean_linear", "mean_debiased")] for layer in layers]
+            shown += _table("CKA between members per layer (mean off-diagonal)", columns, rows)
+            shown += [f"cka: layer {layer} skipped on {split} ({why})" for split, found in splits.items()
+                      for layer, why in found["skipped_layers"].items()]
+        elif name == "alignment":
+            rows = [[layer, _fmt(entry["raw"]), _fmt(entry["aligned"])] for layer, entry in result["layers"].items()]
+            shown += _table(f"weight cosine per layer: as trained {_fmt(result['raw']['mean'])}, aligned "
+                                f"{_fmt(result['aligned']['mean'])} ({result['groups']} permutation groups; aligned "
+                                f"outputs moved by at most {_fmt(result['max_output_change'], 7)})",
+                                ["layer", "as trained", "aligned"], rows)
+        elif name == "paths":
+            pairs = result["pairs"]
+            columns = ["t"] + [f"{kind} 0→{pair['members'][1]}" for pair in pairs for kind in ("loss", "acc")]
+            rows = [[f"{t:.1f}"] + [_fmt(pair[key][i]) for pair in pairs for key in ("loss", "accuracy")]
+                    for i, t in enumerate(pairs[0]["t"])]
+            shown += _table(f"paths between members (test, n={result['n']}; ends {result['ends']}; "
+                                f"{result['batchnorm']}): loss barrier {_fmt(result['loss_barrier'])}, accuracy barrier "
+                                f"{_fmt(result['accuracy_barrier'])}", columns, rows)
+        else:
+            rows = [[layer, f"{entry['rank']} of {entry['max_rank']}",
+                     f"{entry['singular_values'][1]:.1e}" if len(entry["singular_values"]) > 1 else "N/A",
+                     entry.get("kernel_rank", ""), f"{entry['entries_used']:.0%}"] for layer, entry in result["layers"].items()]
+            shown += _table(f"rank of W_i ⊘ W_0 per layer: {result['summary']}",
+                                ["layer", "rank", "σ2/σ1", "rank per kernel", "entries used"], rows)
+    return shown

@@ -122,7 +122,7 @@ class DeepEnsembleKit(Kit):
 
     label = "Deep Ensemble"
     order = 20
-    independent_members = True
+    independent_members = own_weights = True
     reference_separate_members = True
     strategies = ("stacked", "vmap", "loop")
 

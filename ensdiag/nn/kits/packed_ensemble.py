@@ -124,6 +124,7 @@ class PackedBatchNorm2d(nn.BatchNorm2d):
 class PackedEnsembleKit(Kit):
     label = "Packed-Ensembles"
     order = 40
+    own_weights = True  # members are disjoint groups of channels
     declared = (Option("alpha", 2.0, "width multiplier α of the whole ensemble (the paper: 2)", float,
                        low=0.01, high=65.0),
                 Option("gamma", 1, "subgroups γ inside each member (the paper's ResNet-18: 2)", int, low=1, high=64),

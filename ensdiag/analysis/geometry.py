@@ -1,0 +1,219 @@
+"""Member geometry: where members agree and differ (model analyzers, `needs="model"`).
+
+- `cka`: linear and debiased CKA between every pair of members, per layer, on ID and OOD data;
+- `alignment`: weight cosine before and after permutation alignment (members that own their weights);
+- `paths`: loss and accuracy on the straight line between members, and its barrier;
+- `rank-structure`: the rank of W_i ⊘ W_j per layer (1 for BatchEnsemble).
+
+They read the model through a `ModelProbe`:
+
+    probe = ModelProbe(model, {"id": test_split, "ood": ood_split}, normalize, train_images=images)
+    analyze_model(probe)["cka"]["splits"]["id"]["layers"]["hidden.0"]["linear"]["value"]   # k×k
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from . import metrics as M
+from .registry import Column, Skip, metric, register_analyzer
+
+PATH_POINTS = 11  # t = 0, 0.1, …, 1
+PATH_PAIRS = 3  # member 0 with members 1..3
+PATH_EXAMPLES = 5000  # test images each point of a path is evaluated on (at most)
+BATCHNORM_EXAMPLES = 2000  # training images BatchNorm statistics are recomputed on, at every point
+MAX_MEMBERS = 64  # every pair is compared (k×k matrices per layer, k − 1 alignments): beyond this, skipped
+CKA_REPRESENTATION = ("each representation point's output (linear layers before their activation; convolutional "
+                      "feature maps averaged over positions), features centred over the examples")
+
+
+@dataclass
+class ModelProbe:
+    """A model with the data model analyzers read: `splits` maps "id" (labelled test images) and
+    "ood" to `Split`s; `train_images` (or None) are for BatchNorm statistics; `max_examples`
+    caps the images per split."""
+
+    model: object
+    splits: dict
+    normalize: object
+    train_images: torch.Tensor | None = None
+    max_examples: int | None = None
+    seed: int = 0
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def split(self, name, limit=None):
+        split = self.splits.get(name)
+        if split is None or len(split) == 0:
+            return None
+        limit = min(x for x in (limit, self.max_examples, len(split)) if x is not None)
+        return split.subset(slice(0, limit)) if limit < len(split) else split
+
+    def batchnorm_images(self):
+        """A seeded sample of `BATCHNORM_EXAMPLES` training images (the split may be sorted by class), or None."""
+        if self.train_images is None or len(self.train_images) == 0:
+            return None
+        pick = torch.randperm(len(self.train_images), generator=torch.Generator().manual_seed(self.seed))
+        return self.train_images[pick[:BATCHNORM_EXAMPLES].sort().values]
+
+    def members(self) -> list:
+        """Every member as a plain network (one set of weights per member), or Skip."""
+        model = self.model
+        if model.kit.one_weight_set or model.num_members < 2:
+            raise Skip("one set of weights shared by all members (single model / MC Dropout)")
+        if model.num_members > MAX_MEMBERS:
+            raise Skip(f"k = {model.num_members} members: member geometry compares every pair, up to {MAX_MEMBERS} members")
+        if "members" not in self._cache:
+            self._cache["members"] = [model.member_network(i).eval() for i in range(model.num_members)]
+        return self._cache["members"]
+
+    def aligned(self):
+        """(groups, member states aligned to member 0) for members that own their weights, or Skip."""
+        if not self.model.kit.own_weights:
+            raise Skip(f"{self.model.method} members share weights, so their units are already in one order")
+        if "aligned" not in self._cache:
+            from ..geometry.align import permutation_groups, permute_state, weight_matching
+            from ..errors import EnsdiagError
+            networks = self.members()
+            try:
+                groups = permutation_groups(networks[0])
+            except EnsdiagError as error:
+                raise Skip(str(error)) from None
+            states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
+            aligned = [states[0]] + [permute_state(state, groups, weight_matching(states[0], state, groups, seed=self.seed))
+                                     for state in states[1:]]
+            self._cache["aligned"] = (groups, states, aligned)
+        return self._cache["aligned"]
+
+
+def _off_diagonal_mean(matrix) -> float:
+    return M.mean_off_diagonal(torch.as_tensor(matrix, dtype=torch.float64))
+
+
+@register_analyzer("cka", needs="model", description="linear and debiased CKA between members' representations, per layer",
+                   columns=[Column(f"CKA ({split})", ("splits", split, "mean", "value"), None,
+                                   f"linear CKA between members on {split}, mean off-diagonal, averaged over layers",
+                                   ("geometry",), 30 + index, split) for index, split in enumerate(("id", "ood"))])
+def cka(probe):
+    from ..geometry.representations import layer_cka
+    networks = probe.members()
+    splits = {}
+    for name in ("id", "ood"):
+        split = probe.split(name)
+        if split is None:
+            continue
+        found = layer_cka(networks, split.images, probe.normalize)
+        layers = {}
+        for layer, entry in found["layers"].items():
+            layers[layer] = {"linear": metric(entry["linear"].tolist(), "linear CKA, k×k"),
+                             "debiased": metric(entry["debiased"].tolist(), "debiased CKA (unbiased HSIC), k×k"),
+                             "mean_linear": metric(_off_diagonal_mean(entry["linear"]), "mean off-diagonal linear CKA"),
+                             "mean_debiased": metric(_off_diagonal_mean(entry["debiased"]), "mean off-diagonal debiased CKA"),
+                             "features": entry["features"]}
+        means = [entry["mean_linear"]["value"] for entry in layers.values() if entry["mean_linear"]["value"] is not None]
+        splits[name] = {"n": len(split), "layers": layers, "skipped_layers": found["skipped"],
+                        "mean": metric(sum(means) / len(means) if means else None, "mean over layers of the mean off-diagonal linear CKA")}
+    if not splits:
+        raise Skip("no in-distribution or OOD images to read representations on")
+    return {"splits": splits, "representation": CKA_REPRESENTATION}
+
+
+def _weight_keys(network) -> list[str]:
+    from ..nn.layers import is_weight_layer
+    return [f"body.{name}.{key}" for name, module in network.body.named_modules() if is_weight_layer(module)
+            for key, _ in module.named_parameters(recurse=False)]
+
+
+def _cosines(states, keys):
+    overall, per_layer = M.weight_cosine([{key.removeprefix("body."): state[key] for key in keys} for state in states])
+    return overall, per_layer
+
+
+@register_analyzer("alignment", needs="model",
+                   description="weight cosine of members before and after permutation alignment (weight matching)",
+                   columns=[Column("weight cosine (aligned)", ("aligned", "mean", "value"), None,
+                                   "mean off-diagonal cosine of members' weights after aligning each to member 0",
+                                   ("diversity",), 21)])
+def alignment(probe):
+    groups, states, aligned = probe.aligned()
+    networks = probe.members()
+    keys = _weight_keys(networks[0])
+    raw, raw_layers = _cosines(states, keys)
+    after, after_layers = _cosines(aligned, keys)
+    split = probe.split("id", limit=256)
+    change = None
+    if split is not None:  # the functions must not move: the aligned members' outputs, measured
+        scratch = probe.model.member_network(0).eval()
+        x = probe.normalize(split.images.to(next(scratch.parameters()).device))
+        with torch.no_grad():
+            change = 0.0
+            for network, state in zip(networks[1:], aligned[1:]):
+                scratch.load_state_dict(state)
+                change = max(change, (scratch(x) - network(x)).abs().max().item())
+    return {"raw": {"matrix": metric(raw.tolist(), "cosine of members' weights as trained"),
+                    "mean": metric(M.mean_off_diagonal(raw), "mean off-diagonal cosine, as trained")},
+            "aligned": {"matrix": metric(after.tolist(), "cosine after aligning every member to member 0"),
+                        "mean": metric(M.mean_off_diagonal(after), "mean off-diagonal cosine, aligned")},
+            "layers": {layer.removeprefix("body."): {"raw": M.mean_off_diagonal(raw_layers[layer]),
+                                                      "aligned": M.mean_off_diagonal(after_layers[layer])}
+                       for layer in raw_layers},
+            "groups": len(groups),
+            "max_output_change": metric(change, "largest |logit change| of an aligned member on up to 256 test images "
+                                                "(0 up to float rounding: alignment keeps every function)")}
+
+
+@register_analyzer("paths", needs="model", description="loss and accuracy on the straight line between members' weights",
+                   columns=[Column("loss barrier", ("loss_barrier", "value"), "down",
+                                   "largest rise of the test loss above the line between two members (mean over pairs)",
+                                   ("geometry",), 40, "id"),
+                            Column("accuracy barrier", ("accuracy_barrier", "value"), "down",
+                                   "largest drop of test accuracy below the line between two members (mean over pairs)",
+                                   ("geometry",), 41, "id")])
+def paths(probe):
+    from ..geometry.paths import barrier, path
+    networks = probe.members()
+    test = probe.split("id", limit=PATH_EXAMPLES)
+    if test is None or test.labels is None:
+        raise Skip("needs labelled in-distribution test images")
+    has_norm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in networks[0].modules())
+    train = probe.batchnorm_images()
+    if has_norm and train is None:
+        raise Skip("the network has BatchNorm, whose statistics along a path need training images (none loaded)")
+    try:
+        _, states, aligned = probe.aligned()
+        ends, how = aligned, "aligned to member 0 by weight matching"
+    except Skip:
+        ends = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
+        how = "as trained (members share weights or have no permutation rule)"
+    scratch = probe.model.member_network(0)
+    pairs = []
+    for j in range(1, min(len(networks), PATH_PAIRS + 1)):
+        found = path(scratch, ends[0], ends[j], test, probe.normalize, train if has_norm else None, PATH_POINTS)
+        pairs.append({"members": [0, j], **found, "loss_barrier": barrier(found["t"], found["loss"]),
+                      "accuracy_barrier": barrier(found["t"], found["accuracy"], higher_is_worse=False)})
+    mean = lambda key: sum(pair[key] for pair in pairs) / len(pairs)  # noqa: E731
+    batchnorm = (f"BatchNorm statistics recomputed on {len(train)} training images at every point" if has_norm
+                 else "no BatchNorm in the network")
+    return {"pairs": pairs, "ends": how, "batchnorm": batchnorm, "n": len(test),
+            "loss_barrier": metric(mean("loss_barrier"), "max_t L(θ(t)) − ((1−t)L(θ_0) + tL(θ_1)), mean over pairs"),
+            "accuracy_barrier": metric(mean("accuracy_barrier"), "max_t of accuracy below the line between the ends, mean over pairs")}
+
+
+@register_analyzer("rank-structure", needs="model", description="rank of W_i ⊘ W_j per layer (1 for BatchEnsemble members)",
+                   columns=[Column("rank-1 layers", ("rank_one", "value"), None,
+                                   "fraction of weight layers whose member-weight ratio W_i ⊘ W_0 has rank 1",
+                                   ("geometry",), 50)])
+def rank_structure(probe):
+    from ..geometry.rank import RELATIVE_TOLERANCE, rank_structure as structure
+    weights = probe.model.member_weights()
+    if len(weights) < 2:
+        raise Skip("one set of weights shared by all members (single model / MC Dropout)")
+    found = structure(weights)
+    layers = found["layers"]
+    rank_one = sum(entry["rank"] == 1 for entry in layers.values()) / len(layers) if layers else None
+    kernels = [entry for entry in layers.values() if "kernel_rank" in entry]
+    summary = ("rank 1 in every layer: members are one weight set rescaled by rank-1 factors" if rank_one == 1 else
+               "rank 1 per kernel in every convolution: kernel-wise rank-1 factors"
+               if kernels and all(e["kernel_rank"] == 1 for e in kernels) and all(e["rank"] == 1 or "kernel_rank" in e for e in layers.values())
+               else "higher rank: members are not rank-1 rescalings of one weight set")
+    return {**found, "tolerance": RELATIVE_TOLERANCE, "summary": summary,
+            "rank_one": metric(rank_one, "fraction of weight layers whose ratio W_i ⊘ W_0 has rank 1 (σ_r/σ_1 > tolerance counted)")}

@@ -1,0 +1,104 @@
+"""Permutation alignment of independent members by weight matching (Ainsworth et al. 2023).
+
+Two networks that compute the same function can list their hidden units in different orders,
+so the cosine of their flattened weights can be near 0 while they are one solution. Weight
+matching finds, for every group of permutable units (`permutation_groups()` of the
+architecture: hidden layers of the MLP; ResNet-18's block-internal channels and each stage's
+residual stream, BatchNorm included), the permutation of member b's units that maximises
+Σ ⟨W_a, P W_b⟩ over every tensor the group touches, one group at a time with the others
+fixed (a linear assignment problem, solved by SciPy), until no group improves.
+
+    groups = permutation_groups(network)                 # from the architecture
+    perms = weight_matching(state_a, state_b, groups)    # {group: index tensor}
+    aligned = permute_state(state_b, groups, perms)      # member b, same function, a's unit order
+"""
+
+import torch
+from scipy.optimize import linear_sum_assignment
+
+from ..errors import EnsdiagError
+
+
+def permutation_groups(network) -> dict[str, list[tuple[str, int]]]:
+    """{group: [(state-dict key, axis)]} for a plain network (`member_network(i)`), from the
+    architecture's `permutation_groups()`; every float tensor of an "out" module is permuted
+    along its first axis (weights, biases, BatchNorm's affine and running statistics), a
+    weight of an "in" module along its second."""
+    body = network.body
+    if not hasattr(body, "permutation_groups"):
+        raise EnsdiagError(f"no permutation rule for the {network.spec.arch} architecture: alignment needs one")
+    modules = dict(body.named_modules())
+    groups = {}
+    for group, entries in body.permutation_groups().items():
+        keys = []
+        for module_name, side in entries:
+            module = modules[module_name]
+            for key, tensor in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+                if not tensor.is_floating_point() or tensor.dim() == 0:
+                    continue  # BatchNorm's step count
+                if side == "out":
+                    keys.append((f"body.{module_name}.{key}", 0))
+                elif key == "weight":
+                    keys.append((f"body.{module_name}.{key}", 1))
+        groups[group] = keys
+    return groups
+
+
+def _size(state, keys) -> int:
+    key, axis = keys[0]
+    return state[key].shape[axis]
+
+
+def permute_state(state: dict, groups: dict, perms: dict) -> dict:
+    """The state with every group's permutation applied (new tensors; untouched keys shared)."""
+    permuted = dict(state)
+    for group, keys in groups.items():
+        for key, axis in keys:
+            permuted[key] = permuted[key].index_select(axis, perms[group].to(permuted[key].device))
+    return permuted
+
+
+def weight_matching(reference: dict, other: dict, groups: dict, max_rounds: int = 100, seed: int = 0) -> dict:
+    """{group: perm} such that `permute_state(other, groups, perms)` best matches `reference`.
+
+    Groups are visited in a seeded random order each round (as the authors do); the loop ends
+    when a round improves no group's objective (each step can only increase it)."""
+    axes_of = {}  # key -> {axis: group}
+    for group, keys in groups.items():
+        for key, axis in keys:
+            axes_of.setdefault(key, {})[axis] = group
+    perms = {group: torch.arange(_size(reference, keys)) for group, keys in groups.items()}
+    generator = torch.Generator().manual_seed(seed)
+    names = list(groups)
+    ref = {key: reference[key].detach().double().cpu() for key in axes_of}
+    oth = {key: other[key].detach().double().cpu() for key in axes_of}
+    for _ in range(max_rounds):
+        improved = False
+        for index in torch.randperm(len(names), generator=generator).tolist():
+            group = names[index]
+            size = len(perms[group])
+            score = torch.zeros(size, size, dtype=torch.float64)
+            for key, axis in groups[group]:
+                theirs = oth[key]
+                for other_axis, other_group in axes_of[key].items():
+                    if other_group != group:
+                        theirs = theirs.index_select(other_axis, perms[other_group])
+                score += ref[key].movedim(axis, 0).reshape(size, -1) @ theirs.movedim(axis, 0).reshape(size, -1).T
+            _, columns = linear_sum_assignment(score.numpy(), maximize=True)
+            new = torch.as_tensor(columns, dtype=torch.long)
+            old_value, new_value = score[torch.arange(size), perms[group]].sum(), score[torch.arange(size), new].sum()
+            if new_value > old_value + 1e-12 * max(1.0, abs(float(old_value))):
+                perms[group], improved = new, True
+        if not improved:
+            break
+    return perms
+
+
+def aligned_members(model, seed: int = 0) -> tuple[list, dict, list[dict]]:
+    """(member networks, groups, state dicts with every member aligned to member 0)."""
+    networks = [model.member_network(i) for i in range(model.num_members)]
+    groups = permutation_groups(networks[0])
+    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
+    aligned = [states[0]] + [permute_state(state, groups, weight_matching(states[0], state, groups, seed=seed))
+                             for state in states[1:]]
+    return networks, groups, aligned

@@ -1,0 +1,65 @@
+"""The structure of members' weights: is W_i ⊘ W_j rank 1, as BatchEnsemble's construction says?
+
+A BatchEnsemble member's weight is W ∘ r_i s_iᵀ, so the elementwise ratio of two members'
+weights is (r_i/r_j)(s_i/s_j)ᵀ: rank 1 whatever W is. For a convolution, the ratio as a
+matrix [out, in·kh·kw] is rank 1 for channel-wise fast weights; kernel-wise ones make each
+kernel's kh×kw ratio rank 1 instead. Independently trained members give a full-rank ratio.
+So the singular values of the ratio check the reconstruction and tell rank-1 members from
+richer variants in any checkpoint.
+
+Entries where either weight is 0 have no ratio: the largest set of whole rows (or whole
+columns) without such entries is used, and `entries_used` says how much that kept.
+"""
+
+import torch
+
+RELATIVE_TOLERANCE = 1e-4  # a singular value counts when σ / σ_1 exceeds it (float32 weights: ~1e-7 noise)
+SHOWN = 4  # singular values stored per layer (divided by the largest)
+
+
+def numerical_rank(singular_values: torch.Tensor, tolerance: float = RELATIVE_TOLERANCE) -> int:
+    if singular_values.numel() == 0 or singular_values[0] <= 0:
+        return 0
+    return int((singular_values > tolerance * singular_values[0]).sum())
+
+
+def ratio_matrix(w_i: torch.Tensor, w_j: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """(W_i ⊘ W_j as [out, rest] over the rows or columns with no zero, fraction of entries kept)."""
+    a, b = w_i.detach().double().flatten(1).cpu(), w_j.detach().double().flatten(1).cpu()
+    defined = (a != 0) & (b != 0)
+    rows, cols = defined.all(1), defined.all(0)
+    if rows.sum() * a.shape[1] >= cols.sum() * a.shape[0]:
+        a, b = a[rows], b[rows]
+    else:
+        a, b = a[:, cols], b[:, cols]
+    return a / b, a.numel() / max(defined.numel(), 1)
+
+
+def layer_structure(w_i: torch.Tensor, w_j: torch.Tensor) -> dict:
+    """Rank and leading singular values of the ratio of one layer's weights (2-D and up)."""
+    ratio, used = ratio_matrix(w_i, w_j)
+    values = torch.linalg.svdvals(ratio) if ratio.numel() else torch.zeros(0, dtype=torch.float64)
+    result = {"rank": numerical_rank(values), "max_rank": min(ratio.shape) if ratio.numel() else 0,
+              "singular_values": (values[:SHOWN] / values[0]).tolist() if values.numel() and values[0] > 0 else [],
+              "entries_used": used}
+    if w_i.dim() == 4 and used == 1.0:  # kernel by kernel (a 1×1 kernel is rank 1 whatever it holds)
+        kernels = (w_i.detach().double().cpu() / w_j.detach().double().cpu()).flatten(0, 1)  # [out·in, kh, kw]
+        per_kernel = torch.linalg.svdvals(kernels)
+        result["kernel_rank"] = int((per_kernel > RELATIVE_TOLERANCE * per_kernel[:, :1]).sum(1).max())
+    return result
+
+
+def rank_structure(member_weights: list[dict], max_pairs: int = 8) -> dict:
+    """Per layer (weights of 2 and more dimensions), the ratio's rank for the pairs (0, j)."""
+    pairs = list(range(1, min(len(member_weights), max_pairs + 1)))
+    layers = {}
+    for key, tensor in member_weights[0].items():
+        if tensor.dim() < 2 or not key.endswith("weight"):
+            continue
+        found = [layer_structure(member_weights[j][key], tensor) for j in pairs]
+        entry = {"rank": max(f["rank"] for f in found), "max_rank": found[0]["max_rank"],
+                 "singular_values": found[0]["singular_values"], "entries_used": min(f["entries_used"] for f in found)}
+        if all("kernel_rank" in f for f in found):
+            entry["kernel_rank"] = max(f["kernel_rank"] for f in found)
+        layers[key.rpartition(".")[0]] = entry
+    return {"pairs": [[j, 0] for j in pairs], "layers": layers}

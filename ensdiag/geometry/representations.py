@@ -1,0 +1,70 @@
+"""Members' representations, collected by forward hooks in batches and reduced to CKA moments.
+
+Each member runs as its own plain network (`member_network(i)`), so every method's members
+are read the same way. The architecture names its representation points
+(`representation_points()`: the MLP's linear layers, ResNet-18's stem, residual blocks and
+head). A convolutional feature map [C, H, W] is averaged over its positions to C features:
+it keeps the moments at (k·C)² numbers per layer (Kornblith et al. flatten instead, which
+costs (C·H·W)² or n² memory); the choice is stated in every result.
+"""
+
+import torch
+
+from .cka import Moments
+
+MAX_MOMENT_BYTES = 2**30  # float64 moments of all layers together; layers beyond it are skipped
+
+
+def representation_points(network) -> dict:
+    body = network.body
+    return body.representation_points() if hasattr(body, "representation_points") else {}
+
+
+@torch.no_grad()
+def layer_cka(networks, images, normalize, batch_size: int = 500) -> dict:
+    """{layer: {"linear": [k, k], "debiased": [k, k], "features": d}} over `images` for the member
+    networks; layers whose moments would pass `MAX_MOMENT_BYTES` are listed under "skipped"."""
+    points = [representation_points(network) for network in networks]
+    names = list(points[0])
+    device = next(networks[0].parameters()).device
+    moments = {name: Moments() for name in names}
+    captured: dict[str, torch.Tensor] = {}
+
+    def keep(name):
+        def hook(module, inputs, output):
+            captured[name] = output.float().mean(dim=tuple(range(2, output.dim()))) if output.dim() > 2 else output.float()
+        return hook
+
+    handles = [module.register_forward_hook(keep(name)) for network_points in points for name, module in network_points.items()]
+    skipped, budget = {}, MAX_MOMENT_BYTES
+    try:
+        for network in networks:
+            network.eval()
+        for start in range(0, len(images), batch_size):
+            x = normalize(images[start:start + batch_size].to(device))
+            per_member = []
+            for network in networks:
+                captured.clear()
+                network(x)
+                per_member.append(dict(captured))
+            for name in names:
+                if name in skipped:
+                    continue
+                if moments[name].n == 0:  # the first batch decides whether a layer fits
+                    width = sum(features[name].shape[1] for features in per_member)
+                    size = 8 * width * (width + len(networks) + 1)
+                    if size > budget:
+                        skipped[name] = f"{width} features over {len(networks)} members need {size / 2**30:.1f} GiB of moments"
+                        continue
+                    budget -= size
+                moments[name].add([features[name].cpu() for features in per_member])
+    finally:
+        for handle in handles:
+            handle.remove()
+    layers = {}
+    for name in names:
+        if name in skipped or moments[name].n == 0:
+            continue
+        linear, debiased = moments[name].cka()
+        layers[name] = {"linear": linear, "debiased": debiased, "features": moments[name].widths[0]}
+    return {"layers": layers, "skipped": skipped}

@@ -1,0 +1,58 @@
+"""Diversity over training (`ensdiag train --track-diversity`): one row per epoch, 0 = initialisation.
+
+Each row holds, on the validation split, the members' mean pairwise disagreement and mean JSD,
+and the mean off-diagonal cosine of their weights, raw and (for members that own their
+weights, on an architecture with a permutation rule) after weight matching to member 0.
+The per-epoch rows reuse the logits the epoch's validation already computed, and the
+initial one runs with the random state forked, so a tracked run trains to exactly the
+weights of an untracked one. `seconds` is what the row cost to measure; the report and the
+train summary state it as a share of the epoch time.
+"""
+
+import time
+
+import torch
+
+from ..analysis import metrics as M
+
+
+class DiversityTracker:
+    def __init__(self, model, seed: int = 0):
+        self.model, self.seed = model, seed
+        self.groups = None
+        if model.kit.own_weights and model.num_members > 1:
+            from .align import permutation_groups
+            try:
+                self.groups = permutation_groups(model.member_network(0))
+            except Exception:  # an architecture without a permutation rule: raw cosine only
+                self.groups = None
+
+    def _aligned_cosine(self):
+        from .align import permute_state, weight_matching
+        states = [{key: value.detach() for key, value in self.model.member_network(i).state_dict().items()}
+                  for i in range(self.model.num_members)]
+        aligned = [states[0]] + [permute_state(s, self.groups, weight_matching(states[0], s, self.groups, seed=self.seed))
+                                 for s in states[1:]]
+        keys = [key for key in states[0] if key.endswith((".weight", ".bias")) and key.removeprefix("body.")
+                in self._weight_names]
+        overall, _ = M.weight_cosine([{key: state[key] for key in keys} for state in aligned])
+        return M.mean_off_diagonal(overall)
+
+    @torch.no_grad()
+    def measure(self, epoch: int, logits: torch.Tensor) -> dict:
+        """The row for `epoch` from the validation logits [k, N, C] of the model as it is now."""
+        began = time.perf_counter()
+        logits = logits.float()
+        row = {"epoch": epoch, "disagreement": None, "jsd": None, "weight_cosine": None, "aligned_weight_cosine": None}
+        if logits.shape[0] > 1 and logits.shape[1] > 0:
+            row["disagreement"] = M.mean_off_diagonal(M.disagreement_matrix(logits))
+            row["jsd"] = float(M.jsd(logits).mean())
+        weights = self.model.member_weights()
+        if len(weights) > 1:
+            self._weight_names = set(weights[0])
+            row["weight_cosine"] = M.mean_off_diagonal(M.weight_cosine(weights)[0])
+            if self.groups is not None:
+                row["aligned_weight_cosine"] = self._aligned_cosine()
+        row = {key: (None if isinstance(value, float) and value != value else value) for key, value in row.items()}
+        row["seconds"] = time.perf_counter() - began
+        return row

@@ -1,0 +1,149 @@
+"""Figures of member geometry (analysis/geometry.py), for `ensdiag diversity --plot` and reports.
+
+Each takes {name: result} — a method's (report) or a split's (diversity) analyzer result —
+and draws one line per name:
+- `cka_layers_figure`: mean off-diagonal CKA per layer, ID solid and OOD dashed;
+- `alignment_figure`: weight cosine per layer as trained (dotted) and aligned (solid);
+- `paths_figure`: test loss and accuracy along the line between members;
+- `tracking_figure`: disagreement, JSD and weight cosine per epoch (`train --track-diversity`).
+"""
+
+from matplotlib.figure import Figure
+
+from .figures import heatmap_grid, plottable
+
+NAN = float("nan")
+
+
+def _value(entry):
+    value = entry.get("value") if isinstance(entry, dict) else entry
+    return NAN if value is None else value
+
+
+def cka_layers_figure(results: dict) -> Figure:
+    """results: {name: cka result}; one panel, layers on the x axis."""
+    figure = Figure(figsize=(6.0, 3.0), layout="constrained")
+    ax = figure.subplots()
+    layers = []
+    for index, (name, result) in enumerate(results.items()):
+        for split, style in (("id", "-"), ("ood", "--")):
+            found = result.get("splits", {}).get(split)
+            if not found:
+                continue
+            names = list(found["layers"])
+            layers = names if len(names) > len(layers) else layers
+            ax.plot(range(len(names)), [_value(found["layers"][n]["mean_linear"]) for n in names], style, marker="o",
+                    markersize=3, color=f"C{index}", label=f"{name} ({split})")
+    ax.set_xticks(range(len(layers)), layers, rotation=45, ha="right", fontsize=7)
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("linear CKA between members\n(mean off-diagonal)", fontsize=8)
+    ax.legend(fontsize=7)
+    return figure
+
+
+def cka_heatmaps(result: dict, title=None) -> Figure | None:
+    """One row per split, one k×k linear-CKA panel per layer."""
+    rows = [(split, [(layer, plottable(entry["linear"]["value"])) for layer, entry in found["layers"].items()])
+            for split, found in result.get("splits", {}).items() if found["layers"]]
+    return heatmap_grid(rows, title=title, colorbar_label="linear CKA") if rows else None
+
+
+def alignment_figure(results: dict) -> Figure:
+    figure = Figure(figsize=(6.0, 3.0), layout="constrained")
+    ax = figure.subplots()
+    layers = []
+    for index, (name, result) in enumerate(results.items()):
+        names = list(result["layers"])
+        layers = names if len(names) > len(layers) else layers
+        ax.plot(range(len(names)), [_value(result["layers"][n]["raw"]) for n in names], ":", marker="o", markersize=3,
+                color=f"C{index}", label=f"{name}: as trained")
+        ax.plot(range(len(names)), [_value(result["layers"][n]["aligned"]) for n in names], "-", marker="o", markersize=3,
+                color=f"C{index}", label=f"{name}: aligned")
+    ax.set_xticks(range(len(layers)), layers, rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("weight cosine between members\n(mean off-diagonal)", fontsize=8)
+    ax.legend(fontsize=7)
+    return figure
+
+
+def paths_figure(results: dict) -> Figure:
+    """Test loss and accuracy along each pair's path; a method's pairs share its colour."""
+    figure = Figure(figsize=(7.5, 2.8), layout="constrained")
+    loss_ax, accuracy_ax = figure.subplots(1, 2)
+    for index, (name, result) in enumerate(results.items()):
+        for number, pair in enumerate(result["pairs"]):
+            label = name if number == 0 else None
+            loss_ax.plot(pair["t"], pair["loss"], color=f"C{index}", linewidth=1, alpha=0.8, label=label)
+            accuracy_ax.plot(pair["t"], pair["accuracy"], color=f"C{index}", linewidth=1, alpha=0.8)
+    for ax, label in ((loss_ax, "test loss (NLL)"), (accuracy_ax, "test accuracy")):
+        ax.set_xlabel("t: member 0 → member j", fontsize=8)
+        ax.set_ylabel(label, fontsize=8)
+    loss_ax.legend(fontsize=7)
+    return figure
+
+
+TRACKED = (("disagreement", "mean pairwise disagreement"), ("jsd", "JSD"), ("weight_cosine", "weight cosine"))
+
+
+def tracking_figure(curves: dict) -> Figure:
+    """curves: {method: [rows of one seed each]}, rows {"epoch", "disagreement", "jsd", "weight_cosine",
+    "aligned_weight_cosine"}; aligned cosine dashed."""
+    figure = Figure(figsize=(9.0, 2.8), layout="constrained")
+    axes = figure.subplots(1, 3)
+    for index, (name, runs) in enumerate(curves.items()):
+        for number, rows in enumerate(runs):
+            epochs = [row["epoch"] for row in rows]
+            for ax, (key, _) in zip(axes, TRACKED):
+                ax.plot(epochs, [NAN if row.get(key) is None else row[key] for row in rows], color=f"C{index}",
+                        linewidth=1, alpha=0.8, label=name if number == 0 else None)
+            if any(row.get("aligned_weight_cosine") is not None for row in rows):
+                axes[2].plot(epochs, [NAN if row.get("aligned_weight_cosine") is None else row["aligned_weight_cosine"]
+                                      for row in rows], "--", color=f"C{index}", linewidth=1, alpha=0.8)
+    for ax, (_, label) in zip(axes, TRACKED):
+        ax.set_xlabel("epoch (0: initialisation)", fontsize=8)
+        ax.set_ylabel(label + (" (dashed: aligned)" if label == "weight cosine" else ""), fontsize=8)
+    axes[0].legend(fontsize=7)
+    return figure
+
+
+def add_report_figures(runs: dict, add) -> None:
+    """The report's member-geometry figures from each method's first complete seed (tracking: every
+    seed); `add(name, title, figure)` saves one. A result of the wrong layout is a damaged file."""
+    from .aggregate import _damaged, dig
+
+    def first(name):
+        found = {}
+        for method, seeds in runs.items():
+            seed, run = next(((s, r) for s, r in seeds.items() if r is not None), (None, None))
+            if run is not None and dig(run["metrics"], ("analyzers", name, "status")) == "ok":
+                found[method] = (seed, run)
+        return found
+
+    def draw(name, file, title, make, results):
+        if not results:
+            return
+        try:
+            add(file, title, make({method: result for method, (result, _) in results.items()}))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            method, (_, folder) = next(iter(results.items()))
+            raise _damaged(folder / "metrics.json", f"its {name} result is not of the expected layout") from None
+
+    for name, file, title, make in (
+            ("cka", "cka-layers", "Linear CKA between members per layer, in-distribution (solid) and OOD (dashed); first seed",
+             cka_layers_figure),
+            ("alignment", "alignment", "Weight cosine per layer as trained (dotted) and after permutation alignment (solid); "
+                                       "first seed", alignment_figure),
+            ("paths", "paths", "Test loss and accuracy on the straight line between member 0 and members 1–3; first seed",
+             paths_figure)):
+        draw(name, file, title, make, {method: (run["metrics"]["analyzers"][name], run["folder"])
+                                       for method, (_, run) in first(name).items()})
+    heatmaps = {method: (run["metrics"]["analyzers"]["cka"], run["folder"]) for method, (_, run) in first("cka").items()}
+    if heatmaps:
+        def grid(results):
+            rows = [(f"{method} ({split})", [(layer, plottable(entry["linear"]["value"])) for layer, entry in found["layers"].items()])
+                    for method, result in results.items() for split, found in result["splits"].items() if found["layers"]]
+            return heatmap_grid(rows, colorbar_label="linear CKA")
+        draw("cka", "cka-heatmaps", "k×k linear CKA between members, per layer (rows: method and split; first seed)", grid, heatmaps)
+    tracked = {method: [run["tracking"] for run in seeds.values() if run and run.get("tracking")] for method, seeds in runs.items()}
+    if any(tracked.values()):
+        add("tracking", "Diversity over training on the validation split (epoch 0: initialisation; every seed)",
+            tracking_figure({method: rows for method, rows in tracked.items() if rows}))

@@ -1,0 +1,234 @@
+"""Member geometry end to end: the model analyzers on every method, `--track-diversity`,
+`ensdiag diversity` and the report's figures."""
+
+import json
+
+import pytest
+import torch
+
+from ensdiag.analysis import ANALYZERS, analyze_model, analyze_predictions
+from ensdiag.analysis.geometry import ModelProbe
+from ensdiag.data.registry import Split
+from ensdiag.nn import METHODS, build_model
+from tests.cli import assert_one_line_error, run_cli
+
+MODEL_ANALYZERS = sorted(name for name, analyzer in ANALYZERS.items() if analyzer.needs == "model")
+
+
+def _probe(method, arch="mlp", k=3, **options):
+    shape, arch_options = ((1, 6, 6), {}) if arch == "mlp" else ((3, 8, 8), {"width": 4})
+    fixed = METHODS[method].fixed_members
+    model = build_model(arch, method, fixed or k, 4, shape, arch_options=arch_options, **options)
+    generator = torch.Generator().manual_seed(0)
+    test = Split(torch.rand(40, *shape, generator=generator), torch.randint(0, 4, (40,), generator=generator))
+    ood = Split(torch.rand(30, *shape, generator=generator), None)
+    return ModelProbe(model, {"id": test, "ood": ood}, lambda x: x, torch.rand(50, *shape, generator=generator))
+
+
+def test_the_geometry_analyzers_are_registered_as_model_analyzers():
+    assert MODEL_ANALYZERS == ["alignment", "cka", "paths", "rank-structure"]
+    logits = torch.randn(2, 5, 3)
+    ran = analyze_predictions({"id": {"logits": logits, "labels": torch.tensor([0, 1, 2, 0, 1])}})["analyzers"]
+    assert not set(MODEL_ANALYZERS) & set(ran)  # predictions alone cannot feed them
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_gets_a_result_or_a_reason(method):
+    results = analyze_model(_probe(method))
+    assert set(results) == set(MODEL_ANALYZERS)
+    for name, result in results.items():
+        assert result["status"] in ("ok", "skipped"), (name, result)
+        if result["status"] == "skipped":
+            assert result["reason"]
+    shared = METHODS[method].one_weight_set
+    assert (results["cka"]["status"] == "ok") != shared
+    assert (results["alignment"]["status"] == "ok") == METHODS[method].own_weights
+
+
+@pytest.mark.parametrize("arch", ["mlp", "resnet18"])
+def test_deep_ensemble_results_on_both_architectures(arch):
+    results = analyze_model(_probe("deep-ensemble", arch))
+    cka = results["cka"]["splits"]
+    assert set(cka) == {"id", "ood"} and cka["id"]["n"] == 40 and cka["ood"]["n"] == 30
+    for entry in cka["id"]["layers"].values():
+        matrix = torch.tensor(entry["linear"]["value"])
+        assert matrix.shape == (3, 3) and torch.allclose(matrix.diagonal(), torch.ones(3, dtype=matrix.dtype))
+        assert torch.allclose(matrix, matrix.T)
+    expected_layers = 4 if arch == "mlp" else 10  # mlp: 3 hidden + head; resnet: stem, 8 blocks, fc
+    assert len(cka["id"]["layers"]) == expected_layers
+    alignment = results["alignment"]
+    assert alignment["max_output_change"]["value"] < 1e-4  # aligned members compute what they did
+    assert alignment["aligned"]["mean"]["value"] >= alignment["raw"]["mean"]["value"] - 1e-9
+    paths = results["paths"]
+    assert len(paths["pairs"]) == 2 and all(len(pair["loss"]) == 11 for pair in paths["pairs"])
+    assert ("recomputed" in paths["batchnorm"]) == (arch == "resnet18")
+    assert paths["loss_barrier"]["value"] >= 0
+
+
+def test_identical_members_up_to_a_permutation_are_one_solution():
+    """Member 1 is member 0 with its hidden units shuffled: raw cosine is low, aligned cosine 1,
+    CKA 1 (the representations are permuted, an orthogonal transform), no barrier."""
+    from ensdiag.geometry.align import permutation_groups, permute_state
+    probe = _probe("deep-ensemble", k=2)
+    model = probe.model
+    first = model.member_network(0)
+    groups = permutation_groups(first)
+    state = first.state_dict()
+    shuffled = permute_state(state, groups, {name: torch.randperm(state[keys[0][0]].shape[keys[0][1]])
+                                             for name, keys in groups.items()})
+    stacked = {name: value.clone() for name, value in model.state_dict().items()}
+    for key, value in shuffled.items():  # write the shuffled member into slot 1 of the stacked model
+        name = key.removeprefix("body.")
+        layer, _, param = name.rpartition(".")
+        stacked[f"body.{layer}.{param}"][1] = value
+        stacked[f"body.{layer}.{param}"][0] = state[key]
+    model.load_state_dict(stacked)
+    results = analyze_model(probe)
+    assert results["alignment"]["raw"]["mean"]["value"] < 0.9
+    assert results["alignment"]["aligned"]["mean"]["value"] == pytest.approx(1.0, abs=1e-6)
+    for entry in results["cka"]["splits"]["id"]["layers"].values():
+        assert entry["mean_linear"]["value"] == pytest.approx(1.0, abs=1e-9)
+    assert results["paths"]["loss_barrier"]["value"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_batch_ensemble_members_are_rank_one_and_kernel_wise_ones_per_kernel():
+    channel = analyze_model(_probe("batch-ensemble", "resnet18"), only=["rank-structure"])["rank-structure"]
+    assert channel["rank_one"]["value"] == 1.0 and channel["summary"].startswith("rank 1 in every layer")
+    kernel = analyze_model(_probe("batch-ensemble", "resnet18", variant="kernel"), only=["rank-structure"])["rank-structure"]
+    assert kernel["rank_one"]["value"] < 1.0 and kernel["summary"].startswith("rank 1 per kernel")
+    deep = analyze_model(_probe("deep-ensemble"), only=["rank-structure"])["rank-structure"]
+    assert deep["rank_one"]["value"] == 0.0 and deep["summary"].startswith("higher rank")
+
+
+def test_cka_memory_is_bounded_by_skipping_layers_that_do_not_fit(monkeypatch):
+    from ensdiag.geometry import representations
+    monkeypatch.setattr(representations, "MAX_MOMENT_BYTES", 8 * 40 * 50)  # room for the narrow layers only
+    result = analyze_model(_probe("deep-ensemble"), only=["cka"])["cka"]
+    layers, skipped = result["splits"]["id"]["layers"], result["splits"]["id"]["skipped_layers"]
+    assert skipped and layers and not set(layers) & set(skipped)
+    assert "GiB of moments" in next(iter(skipped.values()))
+
+
+# ---------------------------------------------------------------- train --track-diversity
+
+
+@pytest.fixture(scope="module")
+def tracked_runs(tmp_path_factory):
+    from ensdiag.config import preset_config
+    from ensdiag.experiment import run_experiment
+    root = tmp_path_factory.mktemp("tracked")
+    common = dict(methods=["mc-dropout", "deep-ensemble", "batch-ensemble"], seeds=[3], epochs=2, members=2)
+    run_experiment(preset_config("digits", track_diversity=True, **common), root / "tracked", "data", quiet=True)
+    run_experiment(preset_config("digits", **common), root / "plain", "data", quiet=True)
+    return root
+
+
+def test_tracking_records_every_epoch_from_initialisation(tracked_runs):
+    for method in ("mc-dropout", "deep-ensemble", "batch-ensemble"):
+        rows = [json.loads(line) for line in (tracked_runs / "tracked" / method / "seed-3" / "diversity.jsonl").read_text().splitlines()]
+        assert [row["epoch"] for row in rows] == [0, 1, 2]
+        assert all(0 <= row["disagreement"] <= 1 and row["jsd"] >= 0 and row["seconds"] > 0 for row in rows)
+        assert (rows[0]["weight_cosine"] is None) == (method == "mc-dropout")
+        assert (rows[0]["aligned_weight_cosine"] is not None) == (method == "deep-ensemble")
+    assert not (tracked_runs / "plain" / "deep-ensemble" / "seed-3" / "diversity.jsonl").exists()
+
+
+def test_tracking_changes_nothing_that_is_trained(tracked_runs):
+    from safetensors.torch import load_file
+    for method in ("mc-dropout", "deep-ensemble", "batch-ensemble"):
+        tracked = load_file(tracked_runs / "tracked" / method / "seed-3" / "model.safetensors")
+        plain = load_file(tracked_runs / "plain" / method / "seed-3" / "model.safetensors")
+        assert tracked.keys() == plain.keys() and all(torch.equal(tracked[k], plain[k]) for k in tracked)
+
+
+def test_tracking_matches_a_direct_measurement_at_the_end(tracked_runs):
+    """The last row's weight cosine equals the weight-similarity analyzer's on the saved model."""
+    metrics = json.loads((tracked_runs / "tracked" / "deep-ensemble" / "seed-3" / "metrics.json").read_text())
+    last = json.loads((tracked_runs / "tracked" / "deep-ensemble" / "seed-3" / "diversity.jsonl").read_text().splitlines()[-1])
+    assert last["weight_cosine"] == pytest.approx(metrics["analyzers"]["weight-similarity"]["mean"]["value"], abs=1e-9)
+    assert last["aligned_weight_cosine"] == pytest.approx(metrics["analyzers"]["alignment"]["aligned"]["mean"]["value"], abs=1e-9)
+
+
+def test_an_interrupted_tracked_run_resumes_its_rows(tmp_path):
+    from ensdiag.config import preset_config
+    from ensdiag.data.batching import Normalize
+    from ensdiag.data.digits import Digits
+    from ensdiag.geometry.tracking import DiversityTracker
+    from ensdiag.train import FitData, fit
+    config = preset_config("digits", epochs=3, members=2)
+    train, test = Digits().load(split="train"), Digits().load(split="test")
+    data = FitData(train.images[:300], train.labels[:300], test.images[:80], test.labels[:80],
+                   Normalize(config.mean, config.std, torch.device("cpu")))
+
+    def trained(state, stop_after=None):
+        torch.manual_seed(0)
+        model = build_model("mlp", "deep-ensemble", 2, 10, config.input_shape)
+
+        def on_epoch(row):
+            if row["epoch"] == stop_after:
+                raise KeyboardInterrupt
+        try:
+            return fit(model, config, data, 0, state, torch.device("cpu"), on_epoch=on_epoch, tracker=DiversityTracker(model))
+        except KeyboardInterrupt:
+            return None
+
+    whole = trained(tmp_path / "a.pt")
+    assert trained(tmp_path / "b.pt", stop_after=2) is None
+    resumed = trained(tmp_path / "b.pt")
+    strip = lambda rows: [{k: v for k, v in row.items() if k != "seconds"} for row in rows]  # noqa: E731
+    assert strip(resumed["tracking"]) == strip(whole["tracking"]) and len(whole["tracking"]) == 4
+
+
+def test_track_diversity_needs_a_validation_split(capsys):
+    assert_one_line_error(capsys, "train", "--preset", "digits", "--track-diversity", "--val-fraction", "0",
+                          "--no-early-stopping", "--out", "unused", match="validation split")
+
+
+# ---------------------------------------------------------------- diversity and report
+
+
+@pytest.mark.slow
+def test_diversity_shows_member_geometry_for_deep_and_batch_ensembles(tracked_runs, capsys, tmp_path):
+    for method, expected in (("deep-ensemble", ["CKA between members per layer", "weight cosine per layer",
+                                                "paths between members", "rank of W_i ⊘ W_0", "higher rank"]),
+                             ("batch-ensemble", ["CKA between members per layer", "alignment: batch-ensemble members share",
+                                                 "paths between members", "rank 1 in every layer"])):
+        model = tracked_runs / "tracked" / method / "seed-3" / "model.safetensors"
+        code, out, err = run_cli(capsys, "diversity", model, "--plot", tmp_path / f"{method}.png")
+        assert code == 0, err
+        for text in expected:
+            assert text in out, text
+        assert (tmp_path / f"{method}-cka-layers.png").is_file() and (tmp_path / f"{method}-paths.png").is_file()
+        code, out, _ = run_cli(capsys, "diversity", model, "--format", "json", "--max-examples", "50")
+        geometry = json.loads(out)["geometry"]
+        assert set(geometry) == set(MODEL_ANALYZERS)
+        assert geometry["cka"]["splits"]["id"]["n"] == 50
+    code, out, _ = run_cli(capsys, "diversity", model, "--no-geometry", "--format", "json")
+    assert code == 0 and "geometry" not in json.loads(out)
+
+
+@pytest.mark.slow
+def test_the_report_draws_geometry_in_markdown_and_html(tracked_runs, capsys):
+    from ensdiag.report import make_report, render
+    report = make_report(tracked_runs / "tracked")
+    names = {figure["name"] for figure in report["figures"]}
+    assert {"cka-layers", "cka-heatmaps", "alignment", "paths", "tracking"} <= names
+    markdown = render(report, "markdown")
+    assert "figures/tracking.png" in markdown and "figures/cka-layers.png" in markdown
+    assert "## Member geometry" in markdown and "loss barrier" in markdown
+    html = render(report, "html")
+    assert html.count("<img") == len(report["figures"]) and "Member geometry" in html
+
+
+def test_a_damaged_geometry_result_or_tracking_file_is_a_clear_error(tracked_runs, tmp_path, capsys):
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(tracked_runs / "tracked", run)
+    seed = run / "deep-ensemble" / "seed-3"
+    (seed / "diversity.jsonl").write_text('{"epoch": 0, "jsd": "lots"}\n')
+    assert_one_line_error(capsys, "report", run, "--format", "markdown", match="diversity.jsonl is damaged")
+    (seed / "diversity.jsonl").unlink()
+    metrics = json.loads((seed / "metrics.json").read_text())
+    metrics["analyzers"]["paths"]["pairs"] = "not a list"
+    (seed / "metrics.json").write_text(json.dumps(metrics))
+    assert_one_line_error(capsys, "report", run, "--format", "markdown", match="paths result is not of the expected layout")

@@ -1,0 +1,214 @@
+"""Member geometry's mathematics against independent references: CKA against a dense float64
+implementation of the formulas on Gram matrices, weight matching against permutations made on
+purpose, the rank check against constructed members, paths and BatchNorm recomputation by hand."""
+
+import math
+
+import pytest
+import torch
+
+from ensdiag.geometry.align import permutation_groups, permute_state, weight_matching
+from ensdiag.geometry.cka import Moments, debiased_cka, linear_cka
+from ensdiag.geometry.paths import barrier, interpolate, recompute_batchnorm
+from ensdiag.geometry.rank import layer_structure, rank_structure
+from ensdiag.nn import build_model
+
+
+# ---------------------------------------------------------------- CKA
+
+
+def dense_linear_cka(x, y):
+    """Kornblith et al.'s definition on n×n Gram matrices: HSIC(K, L) = tr(KHLH) / (n − 1)²."""
+    n = x.shape[0]
+    h = torch.eye(n, dtype=torch.float64) - 1.0 / n
+    k, l = x @ x.T, y @ y.T
+    hsic = lambda a, b: torch.trace(a @ h @ b @ h)  # noqa: E731
+    return float(hsic(k, l) / torch.sqrt(hsic(k, k) * hsic(l, l)))
+
+
+def dense_unbiased_hsic(k, l):
+    """Song et al. (2012), eq. (5), written out on the Gram matrices."""
+    n = k.shape[0]
+    k, l = k.clone(), l.clone()
+    k.fill_diagonal_(0)
+    l.fill_diagonal_(0)
+    ones = torch.ones(n, dtype=torch.float64)
+    return (torch.trace(k @ l) + (ones @ k @ ones) * (ones @ l @ ones) / ((n - 1) * (n - 2))
+            - 2.0 / (n - 2) * (ones @ k @ l @ ones)) / (n * (n - 3))
+
+
+def dense_debiased_cka(x, y):
+    k, l = x @ x.T, y @ y.T
+    return float(dense_unbiased_hsic(k, l) / torch.sqrt(dense_unbiased_hsic(k, k) * dense_unbiased_hsic(l, l)))
+
+
+def _related(n=60, d=7, d2=5, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, dtype=torch.float64, generator=generator) + 3.0  # non-centred on purpose
+    y = torch.tanh(x @ torch.randn(d, d2, dtype=torch.float64, generator=generator)) \
+        + 0.5 * torch.randn(n, d2, dtype=torch.float64, generator=generator)
+    return x, y
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cka_matches_the_dense_formulas(seed):
+    x, y = _related(seed=seed)
+    assert linear_cka(x, y) == pytest.approx(dense_linear_cka(x, y), abs=1e-12)
+    assert debiased_cka(x, y) == pytest.approx(dense_debiased_cka(x, y), abs=1e-12)
+
+
+@pytest.mark.parametrize("batch", [1, 4, 7, 60])
+def test_streamed_moments_give_the_same_cka_for_any_batching(batch):
+    x, y = _related()
+    z = x[:, :3] * 2 - 1
+    moments = Moments()
+    for start in range(0, len(x), batch):
+        moments.add([x[start:start + batch], y[start:start + batch], z[start:start + batch]])
+    linear, debiased = moments.cka()
+    for (a, b), (u, v) in {(0, 1): (x, y), (0, 2): (x, z), (1, 2): (y, z)}.items():
+        assert linear[a, b] == linear[b, a] == pytest.approx(dense_linear_cka(u, v), abs=1e-12)
+        assert debiased[a, b] == pytest.approx(dense_debiased_cka(u, v), abs=1e-12)
+
+
+def test_cka_of_a_representation_with_itself_is_one():
+    x, _ = _related()
+    assert linear_cka(x, x) == pytest.approx(1.0, abs=1e-12)
+    assert debiased_cka(x, x) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_cka_is_invariant_to_orthogonal_transforms_and_isotropic_scaling():
+    x, y = _related(d=6)
+    q, _ = torch.linalg.qr(torch.randn(6, 6, dtype=torch.float64))
+    for transformed in (x @ q, 7.5 * x, 0.01 * (x @ q)):
+        assert linear_cka(transformed, y) == pytest.approx(linear_cka(x, y), abs=1e-10)
+        assert debiased_cka(transformed, y) == pytest.approx(debiased_cka(x, y), abs=1e-10)
+    stretched = x * torch.tensor([1.0, 5.0, 1.0, 1.0, 1.0, 1.0], dtype=torch.float64)  # not isotropic: it may change
+    assert linear_cka(stretched, y) != pytest.approx(linear_cka(x, y), abs=1e-6)
+
+
+def test_cka_needs_four_examples_for_the_debiased_estimator():
+    x, y = _related(n=3)
+    assert math.isnan(debiased_cka(x, y)) and not math.isnan(linear_cka(x, y))
+
+
+# ---------------------------------------------------------------- alignment
+
+
+def _plain(arch):
+    shape, options = ((1, 6, 6), {}) if arch == "mlp" else ((3, 8, 8), {"width": 4})
+    model = build_model(arch, "deep-ensemble", 2, 5, shape, arch_options=options)
+    network = model.member_network(0).eval()
+    for module in network.modules():  # BatchNorm statistics that are not the identity
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.normal_()
+            module.running_var.uniform_(0.5, 2.0)
+            module.weight.data.uniform_(0.5, 1.5)
+            module.bias.data.normal_()
+    return model, network, shape
+
+
+@pytest.mark.parametrize("arch", ["mlp", "resnet18"])
+def test_weight_matching_recovers_a_permutation_made_on_purpose(arch):
+    model, network, shape = _plain(arch)
+    groups = permutation_groups(network)
+    state = network.state_dict()
+    truth = {name: torch.randperm(state[keys[0][0]].shape[keys[0][1]]) for name, keys in groups.items()}
+    shuffled = permute_state(state, groups, truth)
+    assert any(not torch.equal(shuffled[key], state[key]) for key in state)
+    other = model.member_network(0).eval()
+    other.load_state_dict(shuffled)
+    x = torch.randn(4, *shape)
+    torch.testing.assert_close(other(x), network(x), rtol=0, atol=1e-5)  # the permutation kept the function
+
+    perms = weight_matching(state, shuffled, groups)
+    for name in groups:  # found: the inverse of the shuffle
+        assert torch.equal(truth[name][perms[name]], torch.arange(len(perms[name])))
+    aligned = permute_state(shuffled, groups, perms)
+    assert all(torch.equal(aligned[key], state[key]) for key in state)
+
+
+def test_resnet_groups_cover_every_channel_tensor_once_per_axis():
+    _, network, _ = _plain("resnet18")
+    seen = [entry for keys in permutation_groups(network).values() for entry in keys]
+    assert len(seen) == len(set(seen))
+    seen = set(seen)
+    for key, tensor in network.state_dict().items():
+        if not tensor.is_floating_point() or not tensor.dim():
+            continue
+        assert ((key, 0) in seen) == (not key.startswith("body.fc.")), key  # every channel; not the classes
+        if tensor.dim() > 1:
+            assert ((key, 1) in seen) == (key != "body.conv1.weight"), key  # every input but the image's
+
+
+# ---------------------------------------------------------------- rank of W_i ⊘ W_j
+
+
+@pytest.mark.parametrize("arch,variant,layout", [("mlp", "channel", "paper"), ("mlp", "channel", "original"),
+                                                 ("resnet18", "channel", "paper"), ("resnet18", "channel", "original"),
+                                                 ("resnet18", "kernel", "paper"), ("resnet18", "kernel", "original")])
+def test_every_batch_ensemble_layer_ensdiag_builds_has_rank_one_ratios(arch, variant, layout):
+    shape, options = ((1, 6, 6), {}) if arch == "mlp" else ((3, 8, 8), {"width": 4})
+    model = build_model(arch, "batch-ensemble", 3, 5, shape, arch_options=options, variant=variant, layout=layout)
+    found = rank_structure(model.member_weights())
+    assert found["pairs"] == [[1, 0], [2, 0]] and found["layers"]
+    for layer, entry in found["layers"].items():
+        if variant == "channel" or "kernel_rank" not in entry:
+            assert entry["rank"] == 1, layer
+        else:  # kernel-wise fast weights: rank 1 inside each kernel, not across the layer
+            assert entry["kernel_rank"] == 1, layer
+    if variant == "kernel":
+        assert any(entry["rank"] > 1 for entry in found["layers"].values())
+
+
+def test_a_rank_two_perturbation_is_seen():
+    torch.manual_seed(1)
+    w = torch.randn(20, 12)
+    r, s, u, v = torch.rand(20) + 0.5, torch.rand(12) + 0.5, torch.randn(20), torch.randn(12)
+    rank_one = layer_structure(w * torch.outer(r, s), w)
+    rank_two = layer_structure(w * (torch.outer(r, s) + 0.05 * torch.outer(u, v)), w)
+    assert rank_one["rank"] == 1 and rank_one["singular_values"][1] < 1e-6
+    assert rank_two["rank"] == 2 and rank_two["singular_values"][1] > 1e-3
+
+
+def test_independent_members_have_full_rank_ratios():
+    model = build_model("mlp", "deep-ensemble", 2, 5, (1, 6, 6))
+    for entry in rank_structure(model.member_weights())["layers"].values():
+        assert entry["rank"] == entry["max_rank"] > 1
+
+
+def test_zeros_are_left_out_of_the_ratio():
+    w = torch.randn(6, 5)
+    w[2, 3] = 0.0
+    found = layer_structure(w * torch.outer(torch.rand(6) + 1, torch.rand(5) + 1), w)
+    assert found["rank"] == 1 and found["entries_used"] == pytest.approx(25 / 30)
+
+
+# ---------------------------------------------------------------- paths
+
+
+def test_barrier_by_hand():
+    ts = [0.0, 0.5, 1.0]
+    assert barrier(ts, [1.0, 3.0, 2.0]) == pytest.approx(1.5)  # 3 − (1 + 2)/2
+    assert barrier(ts, [1.0, 1.2, 2.0]) == pytest.approx(0.0)  # below the line: the ends count
+    assert barrier(ts, [0.9, 0.6, 0.8], higher_is_worse=False) == pytest.approx(0.25)
+
+
+def test_interpolation_ends_are_the_members():
+    a, b = {"w": torch.zeros(3), "n": torch.tensor(5)}, {"w": torch.ones(3), "n": torch.tensor(9)}
+    assert torch.equal(interpolate(a, b, 0.0)["w"], a["w"]) and torch.equal(interpolate(a, b, 1.0)["w"], b["w"])
+    assert torch.equal(interpolate(a, b, 0.25)["w"], torch.full((3,), 0.25)) and interpolate(a, b, 0.5)["n"] == 5
+
+
+def test_batchnorm_recomputation_is_the_training_images_statistics():
+    _, network, shape = _plain("resnet18")
+    images = torch.rand(37, *shape)
+    assert recompute_batchnorm(network, images, lambda x: x, batch_size=10)
+    with torch.no_grad():
+        stem = network.body.conv1(images)
+    # momentum=None: the plain average over batches of each batch's mean and unbiased variance
+    batches = [stem[i:i + 10] for i in range(0, 37, 10)]
+    means = torch.stack([batch.mean(dim=(0, 2, 3)) for batch in batches]).mean(0)
+    variances = torch.stack([batch.var(dim=(0, 2, 3)) for batch in batches]).mean(0)
+    torch.testing.assert_close(network.body.bn1.running_mean, means, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(network.body.bn1.running_var, variances, rtol=1e-4, atol=1e-6)
+    assert not network.training and network.body.bn1.momentum == 0.1
