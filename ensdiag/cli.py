@@ -135,6 +135,8 @@ def train(
                                         help="Stop when validation accuracy stops improving and keep the best epoch's weights (digits, mnist: on; cifar10: off)."),
     patience: int = typer.Option(None, help="Early stopping: epochs without an improvement of min_delta before stopping (preset: 10)."),
     val_fraction: float = typer.Option(None, help="Fraction of the training set held out for validation, seeded (digits, mnist: 0.1; cifar10: 0, the full training set)."),
+    geometry: bool = typer.Option(None, "--geometry/--no-geometry", help="Member geometry after training: CKA per "
+                                  "layer, aligned weight cosine, paths between members, rank of W_i ⊘ W_j (default on)."),
     track_diversity: bool = typer.Option(None, "--track-diversity/--no-track-diversity",
                                          help="Record members' disagreement, JSD and weight cosine (raw and aligned) on the "
                                          "validation split at initialisation and after every epoch (diversity.jsonl)."),
@@ -156,7 +158,7 @@ def train(
                    batch_size=batch_size, members=members, dropout=dropout, mc_dropout_train=mc_dropout_train, be_variant=be_variant,
                    be_init=be_init, be_layout=be_layout, be_loss=be_loss, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
                    early_stopping=early_stopping, patience=patience, val_fraction=val_fraction,
-                   track_diversity=track_diversity, method_options=_method_options(method_option))
+                   track_diversity=track_diversity, geometry=geometry, method_options=_method_options(method_option))
     if resume is not None:
         given = sorted(key for key, value in options.items() if value is not None)
         if given or out is not None:

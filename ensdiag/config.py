@@ -53,6 +53,7 @@ class TrainConfig:
     be_fast_weight_decay: bool = True  # weight decay on r, s as the paper's stack did
     method_options: dict = field(default_factory=dict)  # method -> {option: value}, from --option METHOD.NAME=VALUE
     track_diversity: bool = False  # disagreement, JSD, weight cosine on the validation split per epoch
+    geometry: bool = True  # member geometry (CKA, alignment, paths, rank) after training
     shift_severity: int = 5  # CIFAR-10-C
     ood_split: str = "test"
     overrides: dict = field(default_factory=dict)

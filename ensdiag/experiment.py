@@ -104,8 +104,9 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     predictions = predict(model, splits, normalize, device, seed=seed, autocast=cuda)
     weights = model.member_weights()
     metrics = analyze_predictions(with_pooled_shift(predictions), weights=weights)
-    probe = ModelProbe(model, {"id": data.test, "ood": data.ood}, normalize, data.train.images[train_index], seed=seed)
-    metrics["analyzers"].update(analyze_model(probe))
+    if config.geometry:
+        probe = ModelProbe(model, {"id": data.test, "ood": data.ood}, normalize, data.train.images[train_index], seed=seed)
+        metrics["analyzers"].update(analyze_model(probe))
     eval_seconds = time.perf_counter() - began
     save_predictions(predictions, run_dir / "predictions.safetensors",
                      {"ensdiag.spec": model.spec.to_json(), "ensdiag.splits": data.titles})

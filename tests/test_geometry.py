@@ -100,6 +100,19 @@ def test_batch_ensemble_members_are_rank_one_and_kernel_wise_ones_per_kernel():
     assert deep["rank_one"]["value"] == 0.0 and deep["summary"].startswith("higher rank")
 
 
+def test_an_analyzer_that_breaks_is_a_failed_result_not_a_lost_run(monkeypatch):
+    from ensdiag.analysis import geometry
+
+    def broken(*args, **kwargs):
+        raise ValueError("matrix contains invalid numeric entries")
+    monkeypatch.setattr(geometry.ModelProbe, "members", broken)
+    results = analyze_model(_probe("deep-ensemble"))
+    assert results["cka"] == {"status": "failed", "description": ANALYZERS["cka"].description,
+                              "reason": "ValueError: matrix contains invalid numeric entries"}
+    assert results["rank-structure"]["status"] == "ok"  # the others still ran
+    json.dumps(results, allow_nan=False)
+
+
 def test_cka_memory_is_bounded_by_skipping_layers_that_do_not_fit(monkeypatch):
     from ensdiag.geometry import representations
     monkeypatch.setattr(representations, "MAX_MOMENT_BYTES", 8 * 40 * 50)  # room for the narrow layers only
@@ -119,8 +132,14 @@ def tracked_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("tracked")
     common = dict(methods=["mc-dropout", "deep-ensemble", "batch-ensemble"], seeds=[3], epochs=2, members=2)
     run_experiment(preset_config("digits", track_diversity=True, **common), root / "tracked", "data", quiet=True)
-    run_experiment(preset_config("digits", **common), root / "plain", "data", quiet=True)
+    run_experiment(preset_config("digits", geometry=False, **common), root / "plain", "data", quiet=True)
     return root
+
+
+def test_geometry_after_training_can_be_turned_off(tracked_runs):
+    for name, expected in (("tracked", True), ("plain", False)):
+        analyzers = json.loads((tracked_runs / name / "deep-ensemble" / "seed-3" / "metrics.json").read_text())["analyzers"]
+        assert (set(MODEL_ANALYZERS) <= set(analyzers)) == expected and "disagreement" in analyzers
 
 
 def test_tracking_records_every_epoch_from_initialisation(tracked_runs):

@@ -86,6 +86,15 @@ def test_cka_is_invariant_to_orthogonal_transforms_and_isotropic_scaling():
     assert linear_cka(stretched, y) != pytest.approx(linear_cka(x, y), abs=1e-6)
 
 
+def test_cka_is_exact_far_from_the_origin_and_undefined_for_constant_features():
+    x, y = _related(n=300, d=8, d2=6)
+    far_x, far_y = x + 1e4, y - 3e4  # sums of raw values would cancel catastrophically
+    assert linear_cka(far_x, far_y) == pytest.approx(dense_linear_cka(x, y), abs=1e-9)
+    assert debiased_cka(far_x, far_y) == pytest.approx(dense_debiased_cka(x, y), abs=1e-9)
+    constant = torch.full((50, 3), 0.3, dtype=torch.float64)
+    assert math.isnan(linear_cka(constant, x[:50])) and math.isnan(debiased_cka(constant, x[:50]))
+
+
 def test_cka_needs_four_examples_for_the_debiased_estimator():
     x, y = _related(n=3)
     assert math.isnan(debiased_cka(x, y)) and not math.isnan(linear_cka(x, y))
@@ -176,6 +185,32 @@ def test_independent_members_have_full_rank_ratios():
         assert entry["rank"] == entry["max_rank"] > 1
 
 
+def test_a_zero_fast_weight_on_each_side_leaves_the_rest_of_the_layer():
+    w, r, s = torch.randn(6, 5), torch.rand(6) + 1, torch.rand(5) + 1
+    r[1], s[3] = 0.0, 0.0  # a dead output row and a dead input column in member i
+    found = layer_structure(w * torch.outer(r, s), w)
+    assert found["rank"] == 1 and found["max_rank"] == 4 and found["entries_used"] == pytest.approx(20 / 30)
+
+
+def test_layers_whose_ratio_has_one_row_tell_nothing():
+    from ensdiag.analysis import analyze_model
+    from ensdiag.analysis.geometry import ModelProbe
+
+    class TwoMembers:
+        def __init__(self, weights):
+            self.weights = weights
+
+        def member_weights(self):
+            return self.weights
+
+    one_row = [{"a.weight": torch.randn(1, 5)}, {"a.weight": torch.randn(1, 5)}]  # independent, yet "rank 1 of 1"
+    result = analyze_model(ModelProbe(TwoMembers(one_row), {}, None), only=["rank-structure"])["rank-structure"]
+    assert result["rank_one"]["value"] is None and result["summary"].startswith("no layer")
+    nan = [{"a.weight": torch.randn(4, 5)}, {"a.weight": torch.full((4, 5), float("nan"))}]
+    result = analyze_model(ModelProbe(TwoMembers(nan), {}, None), only=["rank-structure"])["rank-structure"]
+    assert result["status"] == "ok" and result["layers"]["a"]["rank"] is None and "non-finite" in result["layers"]["a"]["note"]
+
+
 def test_zeros_are_left_out_of_the_ratio():
     w = torch.randn(6, 5)
     w[2, 3] = 0.0
@@ -205,10 +240,12 @@ def test_batchnorm_recomputation_is_the_training_images_statistics():
     assert recompute_batchnorm(network, images, lambda x: x, batch_size=10)
     with torch.no_grad():
         stem = network.body.conv1(images)
-    # momentum=None: the plain average over batches of each batch's mean and unbiased variance
-    batches = [stem[i:i + 10] for i in range(0, 37, 10)]
+    # momentum=None: the plain average over near-equal batches (10, 9, 9, 9) of each one's mean and unbiased variance
+    batches = torch.tensor_split(stem, 4)
     means = torch.stack([batch.mean(dim=(0, 2, 3)) for batch in batches]).mean(0)
     variances = torch.stack([batch.var(dim=(0, 2, 3)) for batch in batches]).mean(0)
     torch.testing.assert_close(network.body.bn1.running_mean, means, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(network.body.bn1.running_var, variances, rtol=1e-4, atol=1e-6)
     assert not network.training and network.body.bn1.momentum == 0.1
+    for count in (2, 501):  # no batch of a single image, whatever the count (an 8-pixel ResNet ends in 1×1 maps)
+        assert recompute_batchnorm(network, torch.rand(count, *shape), lambda x: x)

@@ -6,8 +6,8 @@
 
 from .. import __version__
 from . import calibration, diversity, gain, geometry, ood, temperature, uncertainty  # noqa: F401  (register the built-ins)
-from .registry import (ANALYZERS, PLUGIN_ERRORS, SPLIT_TABLES, Column, Skip, all_analyzers, is_ood_split, load_plugins, metric,
-                       register_analyzer, without_ood_labels)
+from .registry import (ANALYZERS, PLUGIN_ERRORS, SPLIT_TABLES, Column, Skip, all_analyzers, finite, is_ood_split, load_plugins,
+                       metric, register_analyzer, without_ood_labels)
 
 METRICS_SCHEMA = "ensdiag.metrics/1"
 
@@ -48,10 +48,14 @@ def analyze_model(probe, only=None) -> dict:
     for name in names:
         analyzer = analyzers[name]
         try:
-            results[name] = {"status": "ok", "description": analyzer.description, "version": analyzer.version,
-                             **analyzer.function(probe)}
+            results[name] = finite({"status": "ok", "description": analyzer.description, "version": analyzer.version,
+                                    **analyzer.function(probe)})
         except Skip as reason:
             results[name] = {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
+        except Exception as error:  # e.g. extreme weights: the trained model must still be saved
+            message = " ".join(str(error).split())[:200]
+            results[name] = {"status": "failed", "description": analyzer.description,
+                             "reason": f"{type(error).__name__}: {message}" if message else type(error).__name__}
     return results
 
 

@@ -79,6 +79,8 @@ class ModelProbe:
             except EnsdiagError as error:
                 raise Skip(str(error)) from None
             states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
+            if not all(torch.isfinite(value).all() for state in states for value in state.values() if value.is_floating_point()):
+                raise Skip("non-finite weights: no permutation matches them")
             aligned = [states[0]] + [permute_state(state, groups, weight_matching(states[0], state, groups, seed=self.seed))
                                      for state in states[1:]]
             self._cache["aligned"] = (groups, states, aligned)
@@ -176,8 +178,8 @@ def paths(probe):
         raise Skip("needs labelled in-distribution test images")
     has_norm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in networks[0].modules())
     train = probe.batchnorm_images()
-    if has_norm and train is None:
-        raise Skip("the network has BatchNorm, whose statistics along a path need training images (none loaded)")
+    if has_norm and (train is None or len(train) < 2):
+        raise Skip("the network has BatchNorm, whose statistics along a path need training images (two or more; none loaded)")
     try:
         _, states, aligned = probe.aligned()
         ends, how = aligned, "aligned to member 0 by weight matching"
@@ -208,12 +210,17 @@ def rank_structure(probe):
     if len(weights) < 2:
         raise Skip("one set of weights shared by all members (single model / MC Dropout)")
     found = structure(weights)
-    layers = found["layers"]
-    rank_one = sum(entry["rank"] == 1 for entry in layers.values()) / len(layers) if layers else None
-    kernels = [entry for entry in layers.values() if "kernel_rank" in entry]
-    summary = ("rank 1 in every layer: members are one weight set rescaled by rank-1 factors" if rank_one == 1 else
-               "rank 1 per kernel in every convolution: kernel-wise rank-1 factors"
-               if kernels and all(e["kernel_rank"] == 1 for e in kernels) and all(e["rank"] == 1 or "kernel_rank" in e for e in layers.values())
-               else "higher rank: members are not rank-1 rescalings of one weight set")
+    telling = [entry for entry in found["layers"].values() if entry["rank"] is not None and entry["max_rank"] >= 2]
+    rank_one = sum(entry["rank"] == 1 for entry in telling) / len(telling) if telling else None
+    kernels = [entry for entry in telling if "kernel_rank" in entry]
+    if rank_one is None:
+        summary = "no layer whose ratio could have rank 2 or more: nothing to tell"
+    elif rank_one == 1:
+        summary = "rank 1 in every layer: members are one weight set rescaled by rank-1 factors"
+    elif kernels and all(e["kernel_rank"] == 1 for e in kernels) and all(e["rank"] == 1 or "kernel_rank" in e for e in telling):
+        summary = "rank 1 per kernel in every convolution: kernel-wise rank-1 factors"
+    else:
+        summary = "higher rank: members are not rank-1 rescalings of one weight set"
     return {**found, "tolerance": RELATIVE_TOLERANCE, "summary": summary,
-            "rank_one": metric(rank_one, "fraction of weight layers whose ratio W_i ⊘ W_0 has rank 1 (σ_r/σ_1 > tolerance counted)")}
+            "rank_one": metric(rank_one, "fraction of weight layers whose ratio W_i ⊘ W_0 has rank 1 (σ_r/σ_1 > tolerance "
+                                         "counted; layers whose ratio has one row or column tell nothing and are left out)")}

@@ -79,6 +79,8 @@ def weight_matching(reference: dict, other: dict, groups: dict, max_rounds: int 
             size = len(perms[group])
             score = torch.zeros(size, size, dtype=torch.float64)
             for key, axis in groups[group]:
+                if key.endswith(("running_mean", "running_var")):
+                    continue  # permuted with their channels, but only weights are matched (as the authors do)
                 theirs = oth[key]
                 for other_axis, other_group in axes_of[key].items():
                     if other_group != group:

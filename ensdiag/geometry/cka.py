@@ -14,8 +14,9 @@ matrices K = XXᵀ and L = YYᵀ with their diagonals zeroed (K̃, L̃):
 Neither needs the n×n Gram matrices: every term is a sum over examples of feature products,
 so `Moments` accumulates, batch by batch and for all k members at once, ZᵀZ, Zᵀq, qᵀq and Zᵀ1
 (Z = the members' features side by side, q = each member's squared feature norms per
-example). Memory is O((k·d)²) whatever the number of examples. HSIC_u is invariant to
-shifting the features, so the uncentred moments give it exactly.
+example). Memory is O((k·d)²) whatever the number of examples. Both estimators are invariant
+to shifting the features, so the first batch's mean is taken off every batch before the sums
+(features far from 0 would otherwise cancel in them), and a constant feature adds exactly 0.
 
     moments = Moments(); moments.add([features_member_0, features_member_1, ...])   # per batch
     linear, debiased = moments.cka()                                               # [k, k] each
@@ -29,13 +30,17 @@ class Moments:
 
     def __init__(self):
         self.n, self.widths = 0, None
-        self.gram = self.norms_cross = self.norms_gram = self.total = None
+        self.gram = self.norms_cross = self.norms_gram = self.total = self.shift = None
 
     def add(self, features: list[torch.Tensor]) -> None:
         z = torch.cat([f.flatten(1).double() for f in features], dim=1)  # [b, D]
-        q = torch.stack([f.flatten(1).double().square().sum(1) for f in features], dim=1)  # [b, k]
+        if self.shift is None:  # the first batch's mean, taken off every batch: both estimators are
+            self.shift = z.mean(0)  # shift-invariant, and sums of centred-ish values do not cancel
+        z = z - self.shift
+        widths = [f.flatten(1).shape[1] for f in features]
+        q = torch.stack([block.square().sum(1) for block in z.split(widths, dim=1)], dim=1)  # [b, k]
         if self.widths is None:
-            self.widths = [f.flatten(1).shape[1] for f in features]
+            self.widths = widths
             width = z.shape[1]
             self.gram = z.new_zeros(width, width)
             self.norms_cross, self.norms_gram, self.total = z.new_zeros(width, len(features)), z.new_zeros(len(features), len(features)), z.new_zeros(width)
@@ -55,14 +60,12 @@ class Moments:
         """(linear CKA [k, k], debiased CKA [k, k]); the debiased one is NaN for n < 4."""
         blocks, n = self._blocks(), self.n
         k = len(blocks)
-        centred = [[None] * k for _ in range(k)]
         hsic, unbiased = torch.zeros(k, k, dtype=torch.float64), torch.zeros(k, k, dtype=torch.float64)
         for a, rows in enumerate(blocks):
             for b, cols in enumerate(blocks):
                 if b < a:
                     continue
                 cross = self.gram[rows, cols] - torch.outer(self.total[rows], self.total[cols]) / n
-                centred[a][b] = cross
                 hsic[a, b] = hsic[b, a] = cross.square().sum()
                 unbiased[a, b] = unbiased[b, a] = self._hsic_unbiased(a, b, rows, cols)
         linear = hsic / torch.sqrt(torch.outer(hsic.diagonal(), hsic.diagonal()))

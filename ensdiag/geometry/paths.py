@@ -2,14 +2,16 @@
 
 θ(t) = (1 − t)·θ_a + t·θ_b for t on an even grid from 0 to 1 (θ_b aligned to θ_a first where
 members are independent networks). Interpolated BatchNorm statistics describe no network, so
-at every point, the ends included, they are recomputed on training images (a cumulative
-average over them in train mode, no gradient) before the network is evaluated; a network
+at every point, the ends included, they are recomputed on training images (the average of
+near-equal batches' statistics in train mode, no gradient) before the network is evaluated; a network
 without BatchNorm is evaluated as interpolated.
 
 The barrier (Frankle et al. 2020) is the largest rise above the straight line between the
 ends: max_t [L(θ(t)) − ((1 − t)·L(θ_a) + t·L(θ_b))] for the loss, and the same with accuracy
 falling below its line. 0 means the members are linearly connected.
 """
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -33,11 +35,13 @@ def recompute_batchnorm(network, images: torch.Tensor, normalize, batch_size: in
         m.momentum = None  # a cumulative average over the batches, not an exponential one
     network.train()
     device = next(network.parameters()).device
-    for start in range(0, len(images), batch_size):
-        network(normalize(images[start:start + batch_size].to(device)))
-    for m, momentum in zip(norms, momenta):
-        m.momentum = momentum
-    network.eval()
+    try:  # near-equal batches: none of a single image (BatchNorm needs two), none weighted more than the rest
+        for batch in torch.tensor_split(images, math.ceil(len(images) / batch_size)):
+            network(normalize(batch.to(device)))
+    finally:
+        for m, momentum in zip(norms, momenta):
+            m.momentum = momentum
+        network.eval()
     return True
 
 

@@ -7,8 +7,10 @@ kernel's kh×kw ratio rank 1 instead. Independently trained members give a full-
 So the singular values of the ratio check the reconstruction and tell rank-1 members from
 richer variants in any checkpoint.
 
-Entries where either weight is 0 have no ratio: the largest set of whole rows (or whole
-columns) without such entries is used, and `entries_used` says how much that kept.
+Entries where either weight is 0 have no ratio: rows and columns without any ratio go first,
+then the larger set of whole rows (or whole columns) without such entries is used, and
+`entries_used` says how much that kept. A ratio with one row or column is rank 1 whatever
+it holds, so such layers (`max_rank` < 2) tell nothing and are not counted.
 """
 
 import torch
@@ -26,17 +28,23 @@ def numerical_rank(singular_values: torch.Tensor, tolerance: float = RELATIVE_TO
 def ratio_matrix(w_i: torch.Tensor, w_j: torch.Tensor) -> tuple[torch.Tensor, float]:
     """(W_i ⊘ W_j as [out, rest] over the rows or columns with no zero, fraction of entries kept)."""
     a, b = w_i.detach().double().flatten(1).cpu(), w_j.detach().double().flatten(1).cpu()
+    total = max(a.numel(), 1)
     defined = (a != 0) & (b != 0)
+    rows, cols = defined.any(1), defined.any(0)  # units with no ratio at all (dead, or a zero fast weight) go
+    a, b, defined = a[rows][:, cols], b[rows][:, cols], defined[rows][:, cols]
     rows, cols = defined.all(1), defined.all(0)
     if rows.sum() * a.shape[1] >= cols.sum() * a.shape[0]:
         a, b = a[rows], b[rows]
     else:
         a, b = a[:, cols], b[:, cols]
-    return a / b, a.numel() / max(defined.numel(), 1)
+    return a / b, a.numel() / total
 
 
 def layer_structure(w_i: torch.Tensor, w_j: torch.Tensor) -> dict:
     """Rank and leading singular values of the ratio of one layer's weights (2-D and up)."""
+    if not (torch.isfinite(w_i).all() and torch.isfinite(w_j).all()):
+        return {"rank": None, "max_rank": None, "singular_values": [], "entries_used": 0.0,
+                "note": "non-finite weights: no ratio"}
     ratio, used = ratio_matrix(w_i, w_j)
     values = torch.linalg.svdvals(ratio) if ratio.numel() else torch.zeros(0, dtype=torch.float64)
     result = {"rank": numerical_rank(values), "max_rank": min(ratio.shape) if ratio.numel() else 0,
@@ -57,7 +65,10 @@ def rank_structure(member_weights: list[dict], max_pairs: int = 8) -> dict:
         if tensor.dim() < 2 or not key.endswith("weight"):
             continue
         found = [layer_structure(member_weights[j][key], tensor) for j in pairs]
-        entry = {"rank": max(f["rank"] for f in found), "max_rank": found[0]["max_rank"],
+        if any(f["rank"] is None for f in found):
+            layers[key.rpartition(".")[0]] = next(f for f in found if f["rank"] is None)
+            continue
+        entry = {"rank": max(f["rank"] for f in found), "max_rank": min(f["max_rank"] for f in found),
                  "singular_values": found[0]["singular_values"], "entries_used": min(f["entries_used"] for f in found)}
         if all("kernel_rank" in f for f in found):
             entry["kernel_rank"] = max(f["kernel_rank"] for f in found)

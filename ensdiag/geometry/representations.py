@@ -5,7 +5,9 @@ are read the same way. The architecture names its representation points
 (`representation_points()`: the MLP's linear layers, ResNet-18's stem, residual blocks and
 head). A convolutional feature map [C, H, W] is averaged over its positions to C features:
 it keeps the moments at (k·C)² numbers per layer (Kornblith et al. flatten instead, which
-costs (C·H·W)² or n² memory); the choice is stated in every result.
+costs (C·H·W)² or n² memory); the choice is stated in every result. Outputs are read as
+[B, C, H, W] (ensdiag's and torchvision's convolutional networks); a channels-last or token
+layout (Swin, ViT) would be averaged over the wrong axes.
 """
 
 import torch
@@ -48,7 +50,7 @@ def layer_cka(networks, images, normalize, batch_size: int = 500) -> dict:
                 network(x)
                 per_member.append(dict(captured))
             for name in names:
-                if name in skipped:
+                if name in skipped or any(name not in features for features in per_member):
                     continue
                 if moments[name].n == 0:  # the first batch decides whether a layer fits
                     width = sum(features[name].shape[1] for features in per_member)
@@ -63,7 +65,9 @@ def layer_cka(networks, images, normalize, batch_size: int = 500) -> dict:
             handle.remove()
     layers = {}
     for name in names:
-        if name in skipped or moments[name].n == 0:
+        if moments[name].n == 0 and name not in skipped:
+            skipped[name] = "did not run in evaluation mode (an auxiliary head)"
+        if name in skipped:
             continue
         linear, debiased = moments[name].cka()
         layers[name] = {"linear": linear, "debiased": debiased, "features": moments[name].widths[0]}

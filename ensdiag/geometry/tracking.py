@@ -5,8 +5,8 @@ and the mean off-diagonal cosine of their weights, raw and (for members that own
 weights, on an architecture with a permutation rule) after weight matching to member 0.
 The per-epoch rows reuse the logits the epoch's validation already computed, and the
 initial one runs with the random state forked, so a tracked run trains to exactly the
-weights of an untracked one. `seconds` is what the row cost to measure; the report and the
-train summary state it as a share of the epoch time.
+weights of an untracked one. `seconds` is what the row cost to measure; the report's figure
+states it as a share of the epochs' time, and `ensdiag bench --tracking` measures it.
 """
 
 import time
@@ -16,21 +16,29 @@ import torch
 from ..analysis import metrics as M
 
 
+MAX_ALIGNED_MEMBERS = 64  # as member geometry: beyond it, no aligned cosine
+
+
 class DiversityTracker:
     def __init__(self, model, seed: int = 0):
         self.model, self.seed = model, seed
         self.groups = None
-        if model.kit.own_weights and model.num_members > 1:
+        if model.kit.own_weights and 1 < model.num_members <= MAX_ALIGNED_MEMBERS:
+            from ..errors import EnsdiagError
             from .align import permutation_groups
             try:
-                self.groups = permutation_groups(model.member_network(0))
-            except Exception:  # an architecture without a permutation rule: raw cosine only
+                with torch.random.fork_rng(devices=[]):  # building a plain network initialises layers
+                    self.groups = permutation_groups(model.member_network(0))
+            except EnsdiagError:  # an architecture without a permutation rule: raw cosine only
                 self.groups = None
 
     def _aligned_cosine(self):
         from .align import permute_state, weight_matching
-        states = [{key: value.detach() for key, value in self.model.member_network(i).state_dict().items()}
-                  for i in range(self.model.num_members)]
+        with torch.random.fork_rng(devices=[]):  # member_network initialises layers before loading weights
+            states = [{key: value.detach() for key, value in self.model.member_network(i).state_dict().items()}
+                      for i in range(self.model.num_members)]
+        if not all(torch.isfinite(value).all() for state in states for value in state.values() if value.is_floating_point()):
+            return None
         aligned = [states[0]] + [permute_state(s, self.groups, weight_matching(states[0], s, self.groups, seed=self.seed))
                                  for s in states[1:]]
         keys = [key for key in states[0] if key.endswith((".weight", ".bias")) and key.removeprefix("body.")

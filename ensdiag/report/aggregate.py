@@ -199,7 +199,10 @@ def dig(node, path):
 
 
 def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    try:  # a 400-digit integer from a damaged file does not fit a float
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _cell(seeds: dict, value_of) -> dict:

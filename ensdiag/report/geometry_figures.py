@@ -123,7 +123,7 @@ def add_report_figures(runs: dict, add) -> None:
             return
         try:
             add(file, title, make({method: result for method, (result, _) in results.items()}))
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
             method, (_, folder) = next(iter(results.items()))
             raise _damaged(folder / "metrics.json", f"its {name} result is not of the expected layout") from None
 
@@ -145,5 +145,10 @@ def add_report_figures(runs: dict, add) -> None:
         draw("cka", "cka-heatmaps", "k×k linear CKA between members, per layer (rows: method and split; first seed)", grid, heatmaps)
     tracked = {method: [run["tracking"] for run in seeds.values() if run and run.get("tracking")] for method, seeds in runs.items()}
     if any(tracked.values()):
-        add("tracking", "Diversity over training on the validation split (epoch 0: initialisation; every seed)",
+        spent = sum(row.get("seconds") or 0 for seeds in runs.values() for run in seeds.values() if run and run.get("tracking")
+                    for row in run["tracking"] if isinstance(row.get("seconds"), (int, float)))
+        epochs = sum(row.get("seconds") or 0 for seeds in runs.values() for run in seeds.values() if run and run.get("tracking")
+                     for row in run["history"] if isinstance(row.get("seconds"), (int, float)))
+        cost = f"; measuring took {spent / epochs:.1%} of the epochs' time" if epochs > 0 else ""
+        add("tracking", f"Diversity over training on the validation split (epoch 0: initialisation; every seed{cost})",
             tracking_figure({method: rows for method, rows in tracked.items() if rows}))

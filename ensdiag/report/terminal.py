@@ -135,7 +135,7 @@ def geometry_tables(results: dict) -> list:
                                 f"{result['batchnorm']}): loss barrier {_fmt(result['loss_barrier'])}, accuracy barrier "
                                 f"{_fmt(result['accuracy_barrier'])}", columns, rows)
         else:
-            rows = [[layer, f"{entry['rank']} of {entry['max_rank']}",
+            rows = [[layer, f"{entry['rank']} of {entry['max_rank']}" if entry["rank"] is not None else entry.get("note", "N/A"),
                      f"{entry['singular_values'][1]:.1e}" if len(entry["singular_values"]) > 1 else "N/A",
                      entry.get("kernel_rank", ""), f"{entry['entries_used']:.0%}"] for layer, entry in result["layers"].items()]
             shown += _table(f"rank of W_i ⊘ W_0 per layer: {result['summary']}",
