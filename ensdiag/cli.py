@@ -135,6 +135,8 @@ def train(
                                         help="Stop when validation accuracy stops improving and keep the best epoch's weights (digits, mnist: on; cifar10: off)."),
     patience: int = typer.Option(None, help="Early stopping: epochs without an improvement of min_delta before stopping (preset: 10)."),
     val_fraction: float = typer.Option(None, help="Fraction of the training set held out for validation, seeded (digits, mnist: 0.1; cifar10: 0, the full training set)."),
+    ddp: bool = typer.Option(False, "--ddp", help="Under torchrun: train each run on all ranks together "
+                             "(DistributedDataParallel) instead of spreading the runs over the ranks."),
     geometry: bool = typer.Option(None, "--geometry/--no-geometry", help="Member geometry after training: CKA per "
                                   "layer, aligned weight cosine, paths between members, rank of W_i ⊘ W_j (default on)."),
     track_diversity: bool = typer.Option(None, "--track-diversity/--no-track-diversity",
@@ -166,8 +168,21 @@ def train(
         config, out = TrainConfig.from_dict(read_experiment(resume)["config"], source=str(resume / "experiment.json")), resume
     else:
         config = preset_config(preset, **options)
+        from .distributed import from_environment
+        if out is None and from_environment().distributed:
+            raise EnsdiagError("under torchrun, name the run folder with --out: every rank must write the same one")
         out = out or default_run_dir(config.preset)
-    run_dir = run_experiment(config, out, data_dir, download, device, quiet, sys.argv)
+    from . import distributed
+    try:
+        run_dir = run_experiment(config, out, data_dir, download, device, quiet, sys.argv, ddp=ddp)
+    finally:
+        distributed.finish()
+    ranks = distributed.ranks()
+    if not ranks.main:
+        return  # rank 0 reports for the whole job
+    if ranks.distributed:  # the job's report, written once every rank has finished
+        from .report import make_report
+        make_report(run_dir)
     if not quiet:
         from .report import build_report, to_rich
         summary = build_report(run_dir)

@@ -83,8 +83,14 @@ def evaluate(
     out = None if out is None else output_folder(out)
     model = open_ensemble(model_path, family, raw_ok=False, arch=arch, num_classes=num_classes)
     model_path = ", ".join(map(str, model_path))
-    predictions, titles, skipped = evaluate_model(model, preset or _guessed_preset(model), data_dir, download, device,
-                                                  seed=seed)
+    from . import distributed
+    try:
+        predictions, titles, skipped = evaluate_model(model, preset or _guessed_preset(model), data_dir, download, device,
+                                                      seed=seed)
+    finally:
+        distributed.finish()
+    if not distributed.ranks().main:
+        return  # under torchrun every rank predicted its share; rank 0 analyses and writes
     metrics = analyze_predictions(predictions, weights=model.member_weights())
     metrics["split_titles"], metrics["skipped_splits"] = titles, skipped
     if out is not None:

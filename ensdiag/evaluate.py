@@ -53,14 +53,21 @@ def model_probe(model, data, preset=None, device="auto", seed=0, max_examples=No
 
 def evaluate_model(model, preset=None, data_dir="data", download=False, device="auto", seed=0, data=None):
     """(predictions with pooled shift, split titles, skipped splits {name: reason}) for a model;
-    `data`: the preset's data when the caller has loaded it."""
+    `data`: the preset's data when the caller has loaded it. Under torchrun every rank predicts
+    its share of each split and all get the whole (predict.py)."""
+    from . import distributed
     config, flexible = _checked_config(model, preset)
-    device = resolve_device(device)
-    data = data if data is not None else load_preset_data(config, data_dir, download, with_train=False)
+    ranks, device = distributed.start(device)
+    if data is None:
+        if download and not ranks.main:
+            distributed.barrier()  # rank 0 downloads first
+        data = load_preset_data(config, data_dir, download and ranks.main, with_train=False)
+        if download and ranks.main:
+            distributed.barrier()
     model = model.to(device)
     try:
         predictions = predict(model, data.eval_splits(), Normalize(config.mean, config.std, device), device, seed=seed,
-                              autocast=device.type == "cuda")
+                              autocast=device.type == "cuda", spread=ranks.distributed)
     except (AssertionError, RuntimeError, ValueError) as error:
         if not flexible or tuple(config.input_shape) == tuple(model.spec.input_shape):
             raise

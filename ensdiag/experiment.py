@@ -12,15 +12,16 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from contextlib import ExitStack
+
 import torch
 
-from . import __version__
+from . import __version__, distributed
 from .checkpoint import save_model
 from .config import TrainConfig
 from .data.batching import Normalize
 from .data.preset import PresetData, holdout, load_preset_data
 from .data.registry import Split
-from .device import resolve_device
 from .errors import EnsdiagError
 from .io import atomic_write_json, atomic_write_text, locked_folder, remove_stale_temporaries
 from .nn import build_model
@@ -68,8 +69,9 @@ def prepare_run_dir(out: Path, config: TrainConfig, argv) -> TrainConfig:
 
 
 def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device, run_dir: Path,
-              progress: TrainProgress, argv) -> dict:
-    """Train, predict and analyse one (method, seed); write its files, meta.json last."""
+              progress: TrainProgress, argv, ranks=distributed.Ranks(), ddp=False) -> dict | None:
+    """Train, predict and analyse one (method, seed); write its files, meta.json last. With `ddp`
+    every rank trains it together and rank 0 writes (the others return None)."""
     from .analysis import analyze_model, analyze_predictions  # analysis imports nothing from training
     from .analysis.geometry import ModelProbe
 
@@ -78,7 +80,8 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     torch.manual_seed(seed)
     model = build_model(config.arch, method, members_for(method, config.members),
                         config.num_classes, config.input_shape, **options).to(device)
-    model.member_strategy = fastest(device.type, config.arch)
+    # --ddp synchronises BatchNorm layers, which the stacked layout uses (not vmap's or the loop's plain copies)
+    model.member_strategy = "stacked" if ddp else fastest(device.type, config.arch)
     cuda = device.type == "cuda"
     channels_last = cuda and config.arch != "mlp"
     if channels_last:
@@ -90,18 +93,23 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
                        normalize, augment=config.augment)
     state_path = run_dir / STATE_FILE
     tracker = DiversityTracker(model, seed) if config.track_diversity else None
+    parallel = distributed.DataParallel(model, device) if ddp else None
     try:
-        result = fit(model, config, fit_data, seed, state_path, device,
-                     on_start=lambda done: progress.start_run(run, seed, config.epochs, done),
-                     on_epoch=lambda row: progress.epoch(row, config.epochs), autocast=cuda, channels_last=channels_last,
-                     tracker=tracker)
+        with parallel or ExitStack():
+            result = fit(model, config, fit_data, seed, state_path, device,
+                         on_start=lambda done: progress.start_run(run, seed, config.epochs, done),
+                         on_epoch=lambda row: progress.epoch(row, config.epochs), autocast=cuda,
+                         channels_last=channels_last, tracker=tracker, parallel=parallel)
     except Diverged as error:
         raise Diverged(f"{run} seed {seed}: {error}") from None
     began = time.perf_counter()
     splits = data.eval_splits()
     if len(val_index):  # last, so MC Dropout's masks on the other splits are what they always were
         splits["val"] = Split(data.train.images[val_index], data.train.labels[val_index], "validation split")
-    predictions = predict(model, splits, normalize, device, seed=seed, autocast=cuda)
+    predictions = predict(model, splits, normalize, device, seed=seed, autocast=cuda, spread=ddp)
+    if ddp and not ranks.main:
+        distributed.barrier()  # rank 0 writes the run's files
+        return None
     weights = model.member_weights()
     metrics = analyze_predictions(with_pooled_shift(predictions), weights=weights)
     if config.geometry:
@@ -122,18 +130,50 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
             "stopped_early": result["stopped_early"], "train_seconds": result["train_seconds"],
             "eval_seconds": eval_seconds, "splits": data.titles, "skipped_splits": data.skipped,
             "argv": list(argv), "environment": environment(device),
+            **({"world_size": ranks.world_size, "ddp": True} if ddp else
+               {"rank": ranks.rank, "world_size": ranks.world_size} if ranks.distributed else {}),
             "finished": datetime.now().isoformat(timespec="seconds")}
     atomic_write_json(run_dir / "meta.json", meta)
     state_path.unlink(missing_ok=True)
     accuracy = metrics["analyzers"].get("calibration", {}).get("splits", {}).get("id", {}).get("accuracy", {}).get("value")
     progress.end_run(f"test accuracy {accuracy:.3f}" if accuracy is not None else "done")
+    if ddp:
+        distributed.barrier()
     return meta
 
 
 def run_experiment(config: TrainConfig, out: Path, data_dir, download=False, device="auto", quiet=False,
-                   argv=None) -> Path:
+                   argv=None, ddp=False) -> Path:
+    """Train the grid into `out`. Under torchrun (distributed.py) the ranks share the grid:
+    rank 0 prepares the folder, each rank trains the runs assigned to it (`assign_runs`); with
+    `ddp` every run is trained by all ranks together, data-parallel."""
     argv, out = list(sys.argv if argv is None else argv), Path(out)
-    device = resolve_device(device)
+    ranks, device = distributed.start(device)
+    with ExitStack() as held:
+        problem, data = None, None
+        if ranks.main:
+            try:
+                config, data = _prepare(config, out, data_dir, download, argv, held)
+            except EnsdiagError as error:
+                problem = error
+            if not ranks.distributed and problem is not None:
+                raise problem
+        if ranks.distributed:  # the others wait until rank 0 has the folder ready (or could not)
+            failed = distributed.broadcast(None if problem is None else str(problem))
+            if failed is not None:
+                raise problem if ranks.main else EnsdiagError(f"rank 0 could not start the run: {failed}")
+            if not ranks.main:
+                config = TrainConfig.from_dict(read_experiment(out)["config"], source=str(out / "experiment.json"))
+                data = load_preset_data(config, data_dir, False)
+        if ddp and not ranks.distributed:
+            raise EnsdiagError("--ddp trains one run over several processes: start it with torchrun "
+                               "(e.g. torchrun --nproc-per-node 8 -m ensdiag train --ddp …)")
+        _train_grid(config, out, data, device, quiet or not ranks.main, argv, ranks, ddp)
+    return out
+
+
+def _prepare(config, out, data_dir, download, argv, held: ExitStack):
+    """Check, create and lock the run folder (held until training ends) and load the data."""
     stored_config(out, config)  # a wrong --out fails before anything is created
     check_fits(config)
     new_folders = [folder for folder in (out, *out.parents) if not folder.exists()]
@@ -141,21 +181,43 @@ def run_experiment(config: TrainConfig, out: Path, data_dir, download=False, dev
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise EnsdiagError(f"cannot write to --out {out}: {error.strerror or error}") from None
-    # One process per run folder: two trainings into one folder would mix their configurations.
-    with locked_folder(out, "run folder"):
-        if (out / "experiment.json").is_file():  # an ensdiag run: what a process killed while saving left
-            remove_stale_temporaries(out, RUN_FILES, ["*/seed-*", "figures"])
-        try:
-            stored = stored_config(out, config)  # again, under the lock
-            data = load_preset_data(stored or config, data_dir, download)
-        except BaseException:
-            for folder in new_folders:  # no empty run folder left behind by a failed start
-                if folder.exists() and not any(folder.iterdir()):
-                    folder.rmdir()
-            raise
-        config = stored or prepare_run_dir(out, config, argv)
-        _train_grid(config, out, data, device, quiet, argv)
-    return out
+    # One job per run folder: two trainings into one folder would mix their configurations.
+    held.enter_context(locked_folder(out, "run folder"))
+    if (out / "experiment.json").is_file():  # an ensdiag run: what a process killed while saving left
+        remove_stale_temporaries(out, RUN_FILES, ["*/seed-*", "figures"])
+    try:
+        stored = stored_config(out, config)  # again, under the lock
+        data = load_preset_data(stored or config, data_dir, download)
+    except BaseException:
+        for folder in new_folders:  # no empty run folder left behind by a failed start
+            if folder.exists() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+    return stored or prepare_run_dir(out, config, argv), data
+
+
+def run_cost(config: TrainConfig, run: str) -> int:
+    """The estimated training cost of one run, for spreading runs over ranks: the member forward
+    passes a training example costs × the parameters of one member (counted on the meta device)."""
+    method, options = config.model_options(run)
+    with torch.device("meta"):
+        model = build_model(config.arch, method, members_for(method, config.members),
+                            config.num_classes, config.input_shape, **options)
+        member = sum(p.numel() for p in model.member_network(0).parameters())
+    return model.kit.passes_per_example(config.be_split_batch) * member
+
+
+def assign_runs(runs: list[tuple[str, int]], costs: dict[str, int], world_size: int) -> dict[tuple[str, int], int]:
+    """{(run, seed): rank}: longest first — runs sorted by cost (descending; ties in grid order),
+    each to the rank with the least cost assigned so far (the lowest rank on ties). The
+    expensive methods' seeds thus land on different ranks, and every run on exactly one."""
+    load = [0] * world_size
+    assigned = {}
+    for run, seed in sorted(runs, key=lambda item: -costs[item[0]]):  # sorted() is stable: grid order on ties
+        rank = min(range(world_size), key=lambda r: (load[r], r))
+        assigned[run, seed] = rank
+        load[rank] += costs[run]
+    return assigned
 
 
 def physical_memory() -> int | None:
@@ -184,32 +246,55 @@ def check_fits(config: TrainConfig, available: int | None = None) -> None:
                                "allow; lower --members (or the method's width options)")
 
 
-def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet: bool, argv):
-    """Every (method, seed) not finished yet, in order; finished ones (meta.json) are kept."""
-    progress = TrainProgress(len(config.methods) * len(config.seeds), quiet)
+def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet: bool, argv, ranks=distributed.Ranks(),
+                ddp=False):
+    """Every (method, seed) not finished yet, in order; finished ones (meta.json) are kept.
+    Over several ranks each trains the runs `assign_runs` gives it, under a lock on the run's
+    folder; with `ddp` all ranks train every run together."""
+    grid = [(run, seed) for run in config.methods for seed in config.seeds]
+    mine = set(grid)
+    if ranks.distributed and not ddp:
+        unfinished = [(run, seed) for run, seed in grid if not (Path(out) / run / f"seed-{seed}" / "meta.json").exists()]
+        owner = distributed.broadcast(assign_runs(unfinished, {run: run_cost(config, run) for run in config.methods},
+                                                  ranks.world_size) if ranks.main else None)
+        mine = {key for key, rank in owner.items() if rank == ranks.rank} | (set(grid) - set(owner))
+    progress = TrainProgress(len(mine), quiet)
+    if ddp:
+        progress.message(f"every run trained by {ranks.world_size} ranks together (DistributedDataParallel)")
+    elif ranks.distributed:
+        counts = [sum(rank == r for rank in owner.values()) for r in range(ranks.world_size)]
+        progress.message(f"{len(owner)} runs to train over {ranks.world_size} ranks ({', '.join(map(str, counts))}); "
+                         "this display shows rank 0's")
     for split, reason in data.skipped.items():
         progress.message(f"note: {split} split skipped: {reason}")
     from .analysis import load_plugins
     for name, error in load_plugins().items():
         progress.message(f"warning: plug-in analyzer {name} failed to import ({error}); its results are missing")
-    experiment = read_experiment(out)
-    if experiment.get("skipped") != data.skipped or experiment.get("splits") != data.titles:
-        atomic_write_json(Path(out) / "experiment.json", {**experiment, "splits": data.titles, "skipped": data.skipped})
+    if ranks.main:
+        experiment = read_experiment(out)
+        if experiment.get("skipped") != data.skipped or experiment.get("splits") != data.titles:
+            atomic_write_json(Path(out) / "experiment.json", {**experiment, "splits": data.titles, "skipped": data.skipped})
     diverged = []
     try:
-        for run in config.methods:
-            for seed in config.seeds:
-                run_dir = Path(out) / run / f"seed-{seed}"
-                if (run_dir / "meta.json").exists():
-                    progress.skip_run(run, seed)
-                    continue
-                try:
-                    train_run(config, run, seed, data, device, run_dir, progress, argv)
-                except Diverged as error:  # the other runs of the grid still train
-                    progress.message(f"error: {error}")
-                    diverged.append(str(error))
+        for run, seed in grid:
+            if (run, seed) not in mine:
+                continue
+            run_dir = Path(out) / run / f"seed-{seed}"
+            if (run_dir / "meta.json").exists():
+                progress.skip_run(run, seed)
+                continue
+            try:
+                with ExitStack() as held:
+                    if ranks.distributed and not ddp:  # a run is trained by one process only, whatever else runs
+                        run_dir.mkdir(parents=True, exist_ok=True)
+                        held.enter_context(locked_folder(run_dir, "run folder"))
+                    train_run(config, run, seed, data, device, run_dir, progress, argv, ranks, ddp)
+            except Diverged as error:  # the other runs of the grid still train
+                progress.message(f"error: {error}")
+                diverged.append(str(error))
     finally:
         progress.close()
+    diverged = [message for found in distributed.all_gather(diverged) for message in found]
     if diverged:
         raise Diverged(diverged[0] if len(diverged) == 1 else
                        f"{len(diverged)} runs diverged (the others finished): {'; '.join(diverged)}")

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from . import distributed
 from .analysis.metrics import mean_log_probs
 from .data.batching import Normalize, TrainingImages, batch_indices, epoch_permutations
 from .errors import EnsdiagError
@@ -82,34 +83,48 @@ def member_loss(logits, labels, over_members="sum"):
     return per_member.sum() if over_members == "sum" else per_member.mean()
 
 
-def train_epoch(model, optimizer, data: FitData, orders, config, generator, autocast=False, channels_last=False):
+def train_epoch(model, optimizer, data: FitData, orders, config, generator, autocast=False, channels_last=False,
+                parallel=None):
     """One pass over `orders` [m, n]; returns (mean member loss, mean member accuracy).
 
-    Running totals stay on the device: one synchronisation per epoch, not one per batch."""
+    Running totals stay on the device: one synchronisation per epoch, not one per batch. With
+    `parallel` (distributed.DataParallel, `--ddp`) every rank draws the whole batch from the
+    same generator, as one process would, and trains on its share of the examples; its loss is
+    weighted by its share, so the gradients DDP averages are the whole batch's."""
     model.train()
     kit = model.kit
     images = data.training_images(torch.bfloat16 if autocast else torch.float32)
     device = images.images.device
-    total_loss, total_correct, total_seen = torch.zeros((), device=device), torch.zeros((), device=device), 0
+    total_loss, total_correct, total_seen = (torch.zeros((), device=device) for _ in range(3))
+    forward = model.forward_members if parallel is None else parallel
     for index in batch_indices(orders, kit.examples_per_batch(config.batch_size)):
         x, y = kit.member_batch(*images.batch(index, generator), split_batch=config.be_split_batch, generator=generator)
         if y.shape[1] == 0:
             continue
+        weight = 1.0
+        if parallel is not None:
+            part, rows = distributed.shard(y.shape[1]), y.shape[1]
+            x, y = x[:, part], y[:, part]
+            weight = distributed.ranks().world_size * y.shape[1] / rows
         if channels_last:
             x = x.flatten(0, 1).contiguous(memory_format=torch.channels_last).unflatten(0, x.shape[:2])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            logits = model.forward_members(x)
-        loss = member_loss(logits.float(), y, kit.loss_over_members)
+            logits = forward(x)
+        # a rank whose share of a last, tiny batch is empty still takes part in the step
+        loss = member_loss(logits.float(), y, kit.loss_over_members) if y.shape[1] else logits.sum() * 0.0
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss * weight if weight != 1.0 else loss).backward()
         optimizer.step()
         with torch.no_grad():
             members, seen = y.shape
             mean_member_loss = loss.detach() / members if kit.loss_over_members == "sum" else loss.detach()
             total_loss += mean_member_loss * seen
             total_correct += (logits.argmax(-1) == y).sum() / members
-        total_seen += seen
-    total_seen = max(total_seen, 1)
+        total_seen += y.shape[1]
+    if parallel is not None:  # the epoch's totals over every rank's share
+        total_loss, total_correct, total_seen = distributed.all_reduce_sum(torch.stack([total_loss, total_correct,
+                                                                                          total_seen.float()]))
+    total_seen = max(total_seen.item(), 1)
     return total_loss.item() / total_seen, total_correct.item() / total_seen
 
 
@@ -179,7 +194,7 @@ def _resume(state_path: Path, model, optimizer, scheduler, generator):
 
 
 def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_epoch=None,
-        autocast=False, channels_last=False, on_start=None, tracker=None) -> dict:
+        autocast=False, channels_last=False, on_start=None, tracker=None, parallel=None) -> dict:
     """Train until the epochs run out or early stopping fires; resume from `state_path` if present.
 
     Returns {"history", "weights_epoch", "best_val_epoch", "stopped_early", "train_seconds",
@@ -187,7 +202,9 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
     early stopping the best validation epoch, else the last one. Without a validation split
     (`data.val_images` empty) validation is skipped and `best_val_epoch` is None. A `tracker`
     (geometry/tracking.py) measures the members on the validation split at initialisation and
-    after every epoch, without changing what is trained; its rows are "tracking"."""
+    after every epoch, without changing what is trained; its rows are "tracking". With
+    `parallel` (`--ddp`) every rank trains the model on its share of each batch, validation
+    is rank 0's, and rank 0 alone writes the training state."""
     flush_denormals()
     optimizer, scheduler = make_optimizer(model, config)
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -213,7 +230,7 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         began = time.perf_counter()
         orders = epoch_permutations(n, model.kit.data_orders(), generator, device)
         lr = optimizer.param_groups[0]["lr"]
-        loss, accuracy = train_epoch(model, optimizer, data, orders, config, generator, autocast, channels_last)
+        loss, accuracy = train_epoch(model, optimizer, data, orders, config, generator, autocast, channels_last, parallel)
         if not math.isfinite(loss):  # stop before this epoch's state overwrites the last finite one
             kept = f"the state after epoch {epoch} is kept, so the run resumes from there" if epoch else "nothing was saved"
             raise Diverged(f"training diverged in epoch {epoch + 1} (training loss {loss}); {kept}. Lower --lr "
@@ -221,6 +238,8 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         scheduler.step()
         val_accuracy, val_nll, *logits = evaluate(model, data.val_images, data.val_labels, data.normalize,
                                                   autocast=autocast, keep_logits=tracker is not None)
+        if parallel is not None:  # one decision for every rank (early stopping), whatever rounding did
+            val_accuracy, val_nll = distributed.broadcast((val_accuracy, val_nll))
         if val_accuracy is None:
             pass
         elif val_accuracy > best["accuracy"] + config.min_delta or best["epoch"] < 0:
@@ -240,7 +259,8 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
                     "scheduler": scheduler.state_dict(), "rng": _rng_state(generator), "best": best,
                     "history": history, "seconds": seconds, "stopped": stopped, "device": str(device),
                     "tracking": tracking}, buffer)
-        atomic_write_bytes(state_path, buffer.getvalue())
+        if parallel is None or distributed.ranks().main:
+            atomic_write_bytes(state_path, buffer.getvalue())
         if on_epoch is not None:
             on_epoch(history[-1])
     restore = config.early_stopping and best["state"] is not None

@@ -1,0 +1,195 @@
+"""Running under `torchrun`: which rank this process is, and the few collectives ensdiag needs.
+
+    torchrun --nproc-per-node 8 -m ensdiag train --preset cifar10 --out runs/c10     # the grid over 8 GPUs
+    torchrun --nproc-per-node 8 -m ensdiag train --preset cifar10 --ddp --out runs/c10-ddp
+
+torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; without them ensdiag is one process (rank 0 of
+1) and nothing here does anything. The process group uses NCCL on CUDA and gloo on the CPU;
+its timeout is long, because a rank that finished its runs waits at the final barrier for
+the others (CIFAR-10 runs take hours).
+"""
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+
+from .errors import EnsdiagError
+
+TIMEOUT = timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class Ranks:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def from_environment() -> Ranks:
+    """The ranks torchrun set, checked (a hand-set environment may be wrong)."""
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    if not any(name in os.environ for name in names):
+        return Ranks()
+    try:
+        rank, world, local = (int(os.environ.get(name, "0")) for name in names)
+    except ValueError:
+        raise EnsdiagError("RANK, WORLD_SIZE and LOCAL_RANK must be whole numbers (torchrun sets them)") from None
+    if not (world >= 1 and 0 <= rank < world and local >= 0):
+        raise EnsdiagError(f"inconsistent torchrun environment: RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local}")
+    return Ranks(rank, world, local)
+
+
+_RANKS = Ranks()
+
+
+def start(device_name: str = "auto") -> tuple[Ranks, torch.device]:
+    """Join the process group (when launched by torchrun) and pick this rank's device: CUDA
+    device LOCAL_RANK on a GPU machine, else the CPU."""
+    global _RANKS
+    ranks = from_environment()
+    from .device import resolve_device
+    device = resolve_device(device_name)
+    if device.type == "cuda":
+        if ranks.local_rank >= torch.cuda.device_count():
+            raise EnsdiagError(f"LOCAL_RANK {ranks.local_rank} but this node has {torch.cuda.device_count()} CUDA "
+                               "devices: start at most one process per GPU (--nproc-per-node)")
+        device = torch.device("cuda", ranks.local_rank)
+        torch.cuda.set_device(device)
+    if ranks.distributed and not torch.distributed.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        torch.distributed.init_process_group(backend, timeout=TIMEOUT,
+                                             **({"device_id": device} if device.type == "cuda" else {}))
+    _RANKS = ranks
+    return ranks, device
+
+
+def ranks() -> Ranks:
+    return _RANKS
+
+
+def barrier() -> None:
+    if _RANKS.distributed:
+        torch.distributed.barrier()
+
+
+def broadcast(value, source: int = 0):
+    """A picklable value from rank `source` to every rank."""
+    if not _RANKS.distributed:
+        return value
+    box = [value]
+    torch.distributed.broadcast_object_list(box, src=source)
+    return box[0]
+
+
+def all_gather(value) -> list:
+    """Every rank's picklable value, in rank order."""
+    if not _RANKS.distributed:
+        return [value]
+    gathered = [None] * _RANKS.world_size
+    torch.distributed.all_gather_object(gathered, value)
+    return gathered
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    if _RANKS.distributed:
+        torch.distributed.all_reduce(tensor)
+    return tensor
+
+
+def shard(n: int, ranks_: Ranks | None = None) -> slice:
+    """This rank's contiguous share of n items (the first n mod world ranks get one more)."""
+    ranks_ = ranks_ or _RANKS
+    base, extra = divmod(n, ranks_.world_size)
+    start = ranks_.rank * base + min(ranks_.rank, extra)
+    return slice(start, start + base + (ranks_.rank < extra))
+
+
+def gather_rows(local: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Every rank's `local` concatenated along `dim` in rank order (shapes may differ along `dim`)."""
+    if not _RANKS.distributed:
+        return local
+    sizes = all_gather(local.shape[dim])
+    padded = torch.nn.functional.pad(local.movedim(dim, -1), (0, max(sizes) - local.shape[dim])).movedim(-1, dim).contiguous()
+    pieces = [torch.empty_like(padded) for _ in sizes]
+    torch.distributed.all_gather(pieces, padded)
+    return torch.cat([piece.narrow(dim, 0, size) for piece, size in zip(pieces, sizes)], dim=dim)
+
+
+def finish() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+# ------------------------------------------------------------------ one run over all ranks (--ddp)
+
+def _synced_batchnorm_forward(self, x):
+    """BatchNorm whose training statistics are those of the global batch over all ranks: the
+    per-channel sums and sums of squares are all-reduced with autograd (gradients flow back to
+    every rank's examples), so the update equals one process's on the whole batch. Works on
+    the CPU (gloo) too, which torch's SyncBatchNorm does not."""
+    import torch.nn.functional as F
+    from torch.distributed.nn.functional import all_reduce
+    if not self.training:
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+    dims = [0, *range(2, x.dim())]
+    count = torch.tensor([x.numel() / max(x.shape[1], 1)], dtype=x.dtype, device=x.device)
+    stats = all_reduce(torch.cat([x.sum(dims), x.square().sum(dims), count]))
+    channels = x.shape[1]
+    n = stats[-1]
+    mean = stats[:channels] / n
+    var = (stats[channels:2 * channels] / n - mean.square()).clamp(min=0)
+    shape = (1, channels, *([1] * (x.dim() - 2)))
+    out = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
+    if self.affine:
+        out = out * self.weight.view(shape) + self.bias.view(shape)
+    if self.track_running_stats:
+        with torch.no_grad():
+            self.num_batches_tracked.add_(1)
+            momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+            self.running_mean.mul_(1 - momentum).add_(mean.detach(), alpha=momentum)
+            self.running_var.mul_(1 - momentum).add_(var.detach() * (n / (n - 1)).clamp(min=0), alpha=momentum)
+    return out
+
+
+class DataParallel:
+    """A model trained by every rank at once: DistributedDataParallel around its member forward,
+    BatchNorm synchronised over the global batch while it is in use (`with parallel:`)."""
+
+    def __init__(self, model, device):
+        from torch.nn.parallel import DistributedDataParallel
+        self.model = model
+        self.norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        self.forward = DistributedDataParallel(_MemberForward(model), device_ids=[device] if device.type == "cuda" else None)
+
+    def __enter__(self):
+        import types
+        for module in self.norms:
+            module.forward = types.MethodType(_synced_batchnorm_forward, module)
+        return self
+
+    def __exit__(self, *exc):
+        for module in self.norms:
+            del module.forward  # back to the class's own forward
+        return False
+
+    def __call__(self, xs):
+        return self.forward(xs)
+
+
+class _MemberForward(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, xs):
+        return self.model.forward_members(xs)
