@@ -124,34 +124,8 @@ def _read_metrics(path) -> dict:
     return metrics
 
 
-def _read_history(path) -> list[dict]:
-    """One JSON object per line; a missing file is an empty history (it is only drawn)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError) as error:
-        raise _damaged(path, type(error).__name__) from None
-    history = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise _damaged(path, f"line {number} is not JSON") from None
-        loss = row.get("loss") if isinstance(row, dict) else None
-        if not isinstance(row, dict) or not isinstance(row.get("epoch"), int) or not isinstance(loss, (int, float)):
-            raise _damaged(path, f"line {number} is not an epoch record")
-        history.append(row)
-    return history
-
-
-TRACKED_KEYS = ("disagreement", "jsd", "weight_cosine", "aligned_weight_cosine")
-
-
-def _read_tracking(path) -> list[dict]:
-    """`train --track-diversity`'s rows (epoch 0 = initialisation); a missing file: none tracked."""
+def _read_rows(path, is_row, what) -> list[dict]:
+    """One JSON object per line, each checked by `is_row`; a missing file has no rows (they are only drawn)."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -160,17 +134,30 @@ def _read_tracking(path) -> list[dict]:
         raise _damaged(path, type(error).__name__) from None
     rows = []
     for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
-            row = json.loads(line) if line.strip() else None
+            row = json.loads(line)
         except ValueError:
             raise _damaged(path, f"line {number} is not JSON") from None
-        if row is None:
-            continue
-        if not isinstance(row, dict) or not isinstance(row.get("epoch"), int) or isinstance(row.get("epoch"), bool) \
-                or not all(row.get(key) is None or _number(row[key]) for key in TRACKED_KEYS):
-            raise _damaged(path, f"line {number} is not a diversity record")
+        if not isinstance(row, dict) or not isinstance(row.get("epoch"), int) or isinstance(row["epoch"], bool) \
+                or not is_row(row):
+            raise _damaged(path, f"line {number} is not {what}")
         rows.append(row)
     return rows
+
+
+def _read_history(path) -> list[dict]:
+    return _read_rows(path, lambda row: isinstance(row.get("loss"), (int, float)), "an epoch record")
+
+
+TRACKED_KEYS = ("disagreement", "jsd", "weight_cosine", "aligned_weight_cosine")
+
+
+def _read_tracking(path) -> list[dict]:
+    """`train --track-diversity`'s rows (epoch 0 = initialisation)."""
+    return _read_rows(path, lambda row: all(row.get(key) is None or _number(row[key]) for key in TRACKED_KEYS),
+                      "a diversity record")
 
 
 def mean_ci(values: list[float]) -> dict:
