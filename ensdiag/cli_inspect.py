@@ -176,8 +176,8 @@ def diversity(
     max_examples: int = typer.Option(None, min=4, help="Geometry: at most this many images per split (default: all)."),
 ):
     """How different the members really are: disagreement per split, weight-space cosine and member geometry."""
-    from .analysis import analyze_model, analyze_predictions
-    from .evaluate import evaluate_model, load_data, model_probe
+    from .analysis import analyze_predictions
+    from .evaluate import evaluate_model, load_data
     from .foreign.checkpoints import RawEnsemble, open_ensemble
 
     check_format(fmt)

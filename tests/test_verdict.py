@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ensdiag.predictions import save_predictions
-from ensdiag.report.aggregate import load_runs
+from ensdiag.report.load import load_runs
 from ensdiag.report.verdict import verdict
 
 from .cli import run_cli

@@ -9,7 +9,8 @@ from pathlib import Path
 
 
 from ..io import atomic_write_text
-from .aggregate import dig, build_report, load_runs, newest_run
+from .aggregate import build_report
+from .load import dig, load_runs, newest_run
 from .figures import (heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure, save_figure,
                       training_curves_figure)
 from .geometry_figures import add_report_figures

@@ -108,7 +108,7 @@ def tracking_figure(curves: dict) -> Figure:
 def add_report_figures(runs: dict, add) -> None:
     """The report's member-geometry figures from each method's first complete seed (tracking: every
     seed); `add(name, title, figure)` saves one. A result of the wrong layout is a damaged file."""
-    from .aggregate import _damaged, dig
+    from .load import _damaged, dig
 
     def first(name):
         found = {}
