@@ -84,12 +84,12 @@ def models(
 @app.command()
 def datasets(data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where your datasets live (torchvision's layout).")):
     """Every dataset ensdiag reads: found or missing, where it looked, what it expects, how to get it."""
-    from .data import DATASETS
+    from .data import all_datasets
 
     table = Table(title=literal(f"Datasets (--data-dir {data_dir})"), show_lines=True)
     for column in ("name", "role", "status", "looked in / expects", "how to get it"):
         table.add_column(column, overflow="fold", no_wrap=column in ("name", "status"))
-    for name, dataset in DATASETS.items():
+    for name, dataset in all_datasets().items():
         where = dataset.locate(data_dir)
         files = dataset.expected_files(data_dir)
         partial = dataset.coverage(dataset.present_parts(data_dir)) if where is not None else ""

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from ensdiag.data import DATASETS, get_dataset
+from ensdiag.data import all_datasets, get_dataset
 from ensdiag.data import torchvision_sets
 from ensdiag.errors import EnsdiagError
 
@@ -216,7 +216,7 @@ def test_mnist_c_reads_each_corruption(tmp_path):
 
 def test_every_dataset_reports_missing_files_with_a_hint(tmp_path, monkeypatch):
     monkeypatch.setattr(torchvision_sets, "DEBIAN_FASHION_MNIST", tmp_path / "nowhere")
-    for name, dataset in DATASETS.items():
+    for name, dataset in all_datasets().items():
         if dataset.expected_files(tmp_path):
             assert dataset.locate(tmp_path) is None
             with pytest.raises(EnsdiagError, match="not found: missing"):

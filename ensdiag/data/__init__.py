@@ -1,6 +1,9 @@
-"""Datasets in their distributed formats, the embedded default, and device-resident batching."""
+"""Datasets in their distributed formats, the embedded default, and device-resident batching.
 
-from . import torchvision_sets, corrupted, digits  # noqa: F401,I001  (registers the datasets, in this order)
-from .registry import DATASETS, Dataset, Split, get_dataset, register_dataset
+The built-in datasets register themselves when first asked for (`get_dataset`,
+`all_datasets`): reading a preset's constants (config.py) does not import torchvision.
+"""
 
-__all__ = ["DATASETS", "Dataset", "Split", "get_dataset", "register_dataset"]
+from .registry import DATASETS, Dataset, Split, all_datasets, get_dataset, register_dataset
+
+__all__ = ["DATASETS", "Dataset", "Split", "all_datasets", "get_dataset", "register_dataset"]

@@ -20,8 +20,6 @@ from .registry import Dataset, Split, register_dataset
 
 TEST_FRACTION, SPLIT_SEED = 0.2, 0
 NUM_PATCHES, PATCH_SIZE, PATCH_SEED = 500, 32, 0
-# Pixel statistics of all 1,797 digits scaled to [0, 1] (computed once, fixed like MNIST's).
-DIGITS_MEAN, DIGITS_STD = (0.3053,), (0.3761,)
 
 
 @lru_cache(maxsize=1)

@@ -17,6 +17,8 @@ DATASETS: dict[str, "Dataset"] = {}
 # Normalisation constants of docs/conventions.md (per channel, on pixels scaled to [0, 1]).
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
 MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
+# Pixel statistics of all 1,797 scikit-learn digits scaled to [0, 1] (computed once, fixed like MNIST's).
+DIGITS_MEAN, DIGITS_STD = (0.3053,), (0.3761,)
 
 
 @dataclass
@@ -84,7 +86,17 @@ def register_dataset(cls):
     return cls
 
 
+def _register_builtins():
+    from . import torchvision_sets, corrupted, digits  # noqa: F401,I001  (registers the datasets, in this order)
+
+
+def all_datasets() -> dict[str, Dataset]:
+    _register_builtins()
+    return dict(DATASETS)
+
+
 def get_dataset(name: str) -> Dataset:
+    _register_builtins()
     if name not in DATASETS:
         raise EnsdiagError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
     return DATASETS[name]
