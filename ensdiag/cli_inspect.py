@@ -86,7 +86,7 @@ def evaluate(
     from . import distributed
     try:
         predictions, titles, skipped = evaluate_model(model, preset or _guessed_preset(model), data_dir, download, device,
-                                                      seed=seed)
+                                                      seed=seed, spread=True)
     finally:
         distributed.finish()
     if not distributed.ranks().main:

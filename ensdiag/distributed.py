@@ -59,7 +59,7 @@ def start(device_name: str = "auto") -> tuple[Ranks, torch.device]:
     ranks = from_environment()
     from .device import resolve_device
     device = resolve_device(device_name)
-    if device.type == "cuda":
+    if device.type == "cuda" and ranks.distributed:
         if ranks.local_rank >= torch.cuda.device_count():
             raise EnsdiagError(f"LOCAL_RANK {ranks.local_rank} but this node has {torch.cuda.device_count()} CUDA "
                                "devices: start at most one process per GPU (--nproc-per-node)")
@@ -132,24 +132,40 @@ def finish() -> None:
 
 # ------------------------------------------------------------------ one run over all ranks (--ddp)
 
+class _AllReduceSum(torch.autograd.Function):
+    """Σ over ranks, with the gradient summed over ranks too (every rank's loss reaches every input)."""
+
+    @staticmethod
+    def forward(ctx, tensor):
+        tensor = tensor.clone()
+        torch.distributed.all_reduce(tensor)
+        return tensor
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        torch.distributed.all_reduce(grad)
+        return grad
+
+
 def _synced_batchnorm_forward(self, x):
     """BatchNorm whose training statistics are those of the global batch over all ranks: the
-    per-channel sums and sums of squares are all-reduced with autograd (gradients flow back to
-    every rank's examples), so the update equals one process's on the whole batch. Works on
-    the CPU (gloo) too, which torch's SyncBatchNorm does not."""
+    per-channel sums and sums of squares (in float32, whatever autocast does) are all-reduced
+    with autograd, so gradients flow back to every rank's examples and the update equals one
+    process's on the whole batch. Works on the CPU (gloo) too, which torch's SyncBatchNorm does not."""
     import torch.nn.functional as F
-    from torch.distributed.nn.functional import all_reduce
     if not self.training:
         return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
     dims = [0, *range(2, x.dim())]
-    count = torch.tensor([x.numel() / max(x.shape[1], 1)], dtype=x.dtype, device=x.device)
-    stats = all_reduce(torch.cat([x.sum(dims), x.square().sum(dims), count]))
+    wide = x.float()
+    count = torch.tensor([wide.numel() / max(wide.shape[1], 1)], device=x.device)
+    stats = _AllReduceSum.apply(torch.cat([wide.sum(dims), wide.square().sum(dims), count]))
     channels = x.shape[1]
-    n = stats[-1]
+    n = stats[-1]  # (no .item(): a device synchronisation per layer and step)
     mean = stats[:channels] / n
     var = (stats[channels:2 * channels] / n - mean.square()).clamp(min=0)
     shape = (1, channels, *([1] * (x.dim() - 2)))
-    out = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
+    out = (wide - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
     if self.affine:
         out = out * self.weight.view(shape) + self.bias.view(shape)
     if self.track_running_stats:
@@ -157,8 +173,8 @@ def _synced_batchnorm_forward(self, x):
             self.num_batches_tracked.add_(1)
             momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
             self.running_mean.mul_(1 - momentum).add_(mean.detach(), alpha=momentum)
-            self.running_var.mul_(1 - momentum).add_(var.detach() * (n / (n - 1)).clamp(min=0), alpha=momentum)
-    return out
+            self.running_var.mul_(1 - momentum).add_(var.detach() * (n / (n - 1).clamp(min=1)), alpha=momentum)
+    return out.to(x.dtype)
 
 
 class DataParallel:

@@ -51,13 +51,13 @@ def model_probe(model, data, preset=None, device="auto", seed=0, max_examples=No
                       data.train.images if data.train is not None else None, max_examples, seed)
 
 
-def evaluate_model(model, preset=None, data_dir="data", download=False, device="auto", seed=0, data=None):
+def evaluate_model(model, preset=None, data_dir="data", download=False, device="auto", seed=0, data=None, spread=False):
     """(predictions with pooled shift, split titles, skipped splits {name: reason}) for a model;
-    `data`: the preset's data when the caller has loaded it. Under torchrun every rank predicts
-    its share of each split and all get the whole (predict.py)."""
+    `data`: the preset's data when the caller has loaded it. With `spread`, under torchrun,
+    every rank predicts its share of each split and all get the whole (predict.py)."""
     from . import distributed
     config, flexible = _checked_config(model, preset)
-    ranks, device = distributed.start(device)
+    ranks, device = distributed.start(device) if spread else (distributed.Ranks(), resolve_device(device))
     if data is None:
         if download and not ranks.main:
             distributed.barrier()  # rank 0 downloads first

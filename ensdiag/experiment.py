@@ -93,7 +93,10 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
                        normalize, augment=config.augment)
     state_path = run_dir / STATE_FILE
     tracker = DiversityTracker(model, seed) if config.track_diversity else None
-    parallel = distributed.DataParallel(model, device) if ddp else None
+    parallel = None
+    if ddp:
+        parallel = distributed.DataParallel(model, device)
+        torch.manual_seed(seed + 1_000_003 * ranks.rank)  # the same weights on every rank, its own dropout masks
     try:
         with parallel or ExitStack():
             result = fit(model, config, fit_data, seed, state_path, device,
@@ -148,26 +151,31 @@ def run_experiment(config: TrainConfig, out: Path, data_dir, download=False, dev
     rank 0 prepares the folder, each rank trains the runs assigned to it (`assign_runs`); with
     `ddp` every run is trained by all ranks together, data-parallel."""
     argv, out = list(sys.argv if argv is None else argv), Path(out)
+    if ddp and not distributed.from_environment().distributed:
+        raise EnsdiagError("--ddp trains one run over several processes: start it with torchrun "
+                           "(e.g. torchrun --nproc-per-node 8 -m ensdiag train --ddp …)")
     ranks, device = distributed.start(device)
     with ExitStack() as held:
         problem, data = None, None
         if ranks.main:
             try:
                 config, data = _prepare(config, out, data_dir, download, argv, held)
-            except EnsdiagError as error:
+            except Exception as error:  # reported to the other ranks, which would otherwise wait for ever
                 problem = error
             if not ranks.distributed and problem is not None:
                 raise problem
         if ranks.distributed:  # the others wait until rank 0 has the folder ready (or could not)
-            failed = distributed.broadcast(None if problem is None else str(problem))
+            failed = distributed.broadcast(None if problem is None else str(problem) or type(problem).__name__)
             if failed is not None:
                 raise problem if ranks.main else EnsdiagError(f"rank 0 could not start the run: {failed}")
             if not ranks.main:
                 config = TrainConfig.from_dict(read_experiment(out)["config"], source=str(out / "experiment.json"))
                 data = load_preset_data(config, data_dir, False)
-        if ddp and not ranks.distributed:
-            raise EnsdiagError("--ddp trains one run over several processes: start it with torchrun "
-                               "(e.g. torchrun --nproc-per-node 8 -m ensdiag train --ddp …)")
+            seen = distributed.all_gather((data.titles, data.skipped))  # every rank must measure the same splits
+            if any(found != seen[0] for found in seen):
+                differ = next(rank for rank, found in enumerate(seen) if found != seen[0])
+                raise EnsdiagError(f"rank {differ} found other data than rank 0 (splits {seen[differ][0]} there, "
+                                   f"{seen[0][0]} on rank 0): every node needs the same --data-dir contents"[:400])
         _train_grid(config, out, data, device, quiet or not ranks.main, argv, ranks, ddp)
     return out
 
@@ -294,7 +302,8 @@ def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet:
                 diverged.append(str(error))
     finally:
         progress.close()
-    diverged = [message for found in distributed.all_gather(diverged) for message in found]
+    gathered = distributed.all_gather(diverged)  # under --ddp every rank saw the same runs diverge
+    diverged = gathered[0] if ddp else [message for found in gathered for message in found]
     if diverged:
         raise Diverged(diverged[0] if len(diverged) == 1 else
                        f"{len(diverged)} runs diverged (the others finished): {'; '.join(diverged)}")

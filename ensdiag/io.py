@@ -92,6 +92,9 @@ def locked_folder(folder, what="folder"):
         except BlockingIOError:
             raise EnsdiagError(f"another ensdiag process is writing to {what} {folder}; wait for it to finish "
                                "or choose another folder") from None
+        except OSError as error:  # a network file system without flock
+            raise EnsdiagError(f"cannot lock {what} {folder} ({error.strerror or error}): its file system "
+                               "does not support file locks; use a local or lock-capable one") from None
         yield Path(folder)
     finally:
         os.close(fd)  # closing the descriptor releases the lock

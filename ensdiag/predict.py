@@ -25,9 +25,10 @@ def predict(model, splits, normalize, device, seed=0, autocast=False, spread=Fal
     With `spread` (under torchrun) every rank predicts its contiguous share of each split and
     every rank gets all the logits back, in order: large shift sets (CIFAR-10-C's 950,000
     images) take 1/world of the time. MC Dropout's masks then differ from one process's
-    (each rank draws its own), the other methods' logits do not."""
+    (each rank draws its own from the seed and its rank), the other methods' logits do not."""
     flush_denormals()
-    torch.manual_seed(seed)
+    # spread over ranks, each draws its own MC Dropout masks (the same seed would repeat rows' masks)
+    torch.manual_seed(seed + 1_000_003 * distributed.ranks().rank if spread else seed)
     result = {}
     for name, split in splits.items():
         if spread:

@@ -152,17 +152,19 @@ def evaluate(model, images, labels, normalize, batch_size=1000, autocast=False, 
     return correct / len(images), nll / len(images)
 
 
-def _rng_state(generator):
+def _rng_state(generator, device):
     state = {"cpu": torch.get_rng_state(), "generator": generator.get_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":  # the run's own device: a resumed run may land on another GPU (torchrun)
+        state["cuda_device"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def _restore_rng(state, generator):
+def _restore_rng(state, generator, device):
     torch.set_rng_state(state["cpu"])
     generator.set_state(state["generator"])
-    if "cuda" in state and torch.cuda.is_available():
+    if device.type == "cuda" and "cuda_device" in state:
+        torch.cuda.set_rng_state(state["cuda_device"], device)
+    elif "cuda" in state and torch.cuda.is_available():  # a state saved before 0.4: every device's
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
@@ -170,7 +172,7 @@ class Diverged(EnsdiagError):
     """The training loss became NaN or infinite; the last finite epoch's state stays on disk."""
 
 
-def _resume(state_path: Path, model, optimizer, scheduler, generator):
+def _resume(state_path: Path, model, optimizer, scheduler, generator, device):
     """Load a training state (tensors only: weights_only) saved by `fit`; a damaged one is a clear error.
 
     Everything is read to the CPU first: RNG states must stay CPU tensors, and the weights and
@@ -180,7 +182,7 @@ def _resume(state_path: Path, model, optimizer, scheduler, generator):
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
-        _restore_rng(saved["rng"], generator)
+        _restore_rng(saved["rng"], generator, torch.device(device))
         best, history, seconds, stopped = saved["best"], saved["history"], saved["seconds"], saved["stopped"]
         start = int(saved["epoch"]) + 1
         tracking = saved.get("tracking", [])
@@ -216,7 +218,7 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
     if tracker is not None and len(data.val_images) == 0:
         raise ValueError("tracking diversity needs a validation split")
     if state_path.exists():
-        best, history, seconds, stopped, start, tracking = _resume(state_path, model, optimizer, scheduler, generator)
+        best, history, seconds, stopped, start, tracking = _resume(state_path, model, optimizer, scheduler, generator, device)
     if on_start is not None:
         on_start(start)  # the number of epochs already done (0 unless resuming)
     if tracker is not None and not tracking:
@@ -256,7 +258,7 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
             tracking.append(tracker.measure(epoch + 1, logits[0]))
         buffer = io.BytesIO()
         torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(), "rng": _rng_state(generator), "best": best,
+                    "scheduler": scheduler.state_dict(), "rng": _rng_state(generator, torch.device(device)), "best": best,
                     "history": history, "seconds": seconds, "stopped": stopped, "device": str(device),
                     "tracking": tracking}, buffer)
         if parallel is None or distributed.ranks().main:

@@ -110,6 +110,78 @@ def test_batchnorm_synchronised_over_ranks_is_batchnorm_on_the_whole_batch(tmp_p
         torch.testing.assert_close(r["var"], norm.running_var, rtol=1e-5, atol=1e-6)
 
 
+def _one_epoch(arch, parallel_ranks=None, store=None, out=None):
+    """One epoch of a Deep Ensemble on 14 images in batches of 9 (9 + 5: shares 5/4 and 3/2 over
+    two ranks): the weights, and the batch sizes this process's forward saw."""
+    from ensdiag import distributed
+    from ensdiag.config import preset_config
+    from ensdiag.data.batching import Normalize
+    from ensdiag.nn import build_model
+    from ensdiag.train import FitData, make_optimizer, train_epoch
+    if parallel_ranks is not None:
+        torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=parallel_ranks, world_size=2)
+        distributed._RANKS = distributed.Ranks(parallel_ranks, 2, parallel_ranks)
+    shape, options = ((1, 8, 8), {}) if arch == "mlp" else ((3, 8, 8), {"width": 2})
+    config = preset_config("digits", batch_size=9, members=2)
+    generator = torch.Generator().manual_seed(0)
+    images, labels = torch.rand(14, *shape, generator=generator), torch.randint(0, 10, (14,), generator=generator)
+    torch.manual_seed(0)
+    model = build_model(arch, "deep-ensemble", 2, 10, shape, arch_options=options)
+    data = FitData(images, labels, images[:0], labels[:0], Normalize((0.5,) * shape[0], (0.25,) * shape[0], torch.device("cpu")))
+    optimizer, _ = make_optimizer(model, config)
+    seen = []
+    parallel = distributed.DataParallel(model, torch.device("cpu")) if parallel_ranks is not None else None
+    forward = model.forward_members
+    model.forward_members = lambda xs: (seen.append(xs.shape[1]), forward(xs))[1]
+    orders = torch.stack([torch.randperm(14, generator=torch.Generator().manual_seed(m)) for m in range(2)])
+    with parallel or _Nothing():
+        loss, _ = train_epoch(model, optimizer, data, orders, config, torch.Generator().manual_seed(1), parallel=parallel)
+    from ensdiag.data.registry import Split
+    from ensdiag.predict import predict
+    seen_then, seen[:] = list(seen), []
+    logits = predict(model, {"id": Split(images, labels)}, data.normalize, torch.device("cpu"),
+                     spread=parallel_ranks is not None)["id"]["logits"]
+    result = {"state": {k: v.clone() for k, v in model.state_dict().items()}, "seen": seen_then, "loss": loss,
+              "predicted": list(seen), "logits": logits}
+    if parallel_ranks is None:
+        return result
+    torch.save(result, out.format(parallel_ranks))
+    torch.distributed.destroy_process_group()
+    distributed._RANKS = distributed.Ranks()
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _one_epoch_worker(rank, arch, store, out):
+    _one_epoch(arch, rank, store, out)
+
+
+@pytest.mark.parametrize("arch", ["mlp", "resnet18"])
+def test_ddp_steps_train_each_ranks_share_to_one_process_weights(arch, tmp_path):
+    """Each rank's forward sees only its share (uneven: 5/4, then 3/2), and the weights after the
+    epoch — BatchNorm statistics synchronised inside DDP for the ResNet — are one process's."""
+    out = str(tmp_path / "rank{}.pt")
+    torch.multiprocessing.spawn(_one_epoch_worker, args=(arch, str(tmp_path / "store"), out), nprocs=2)
+    alone = _one_epoch(arch)
+    ranks = [torch.load(out.format(r)) for r in range(2)]
+    assert alone["seen"] == [9, 5] and ranks[0]["seen"] == [5, 3] and ranks[1]["seen"] == [4, 2]
+    # evaluation spread over the ranks: each predicts its half, and both get every logit, in order
+    assert alone["predicted"] == [14] and ranks[0]["predicted"] == [7] and ranks[1]["predicted"] == [7]
+    for rank in ranks:
+        torch.testing.assert_close(rank["logits"], ranks[0]["logits"], rtol=0, atol=0)
+    for rank in ranks:
+        assert rank["loss"] == pytest.approx(alone["loss"], rel=1e-5)
+        torch.testing.assert_close(rank["logits"], alone["logits"], rtol=1e-4, atol=1e-5)
+        for key, value in alone["state"].items():
+            torch.testing.assert_close(rank["state"][key], value, rtol=1e-4, atol=1e-6)
+
+
 # ---------------------------------------------------------------- torchrun end to end
 
 
