@@ -216,11 +216,11 @@ def test_the_grid_over_two_ranks_gives_the_single_process_numbers(single_grid, t
 @pytest.mark.slow
 def test_ddp_over_two_ranks_gives_the_single_process_weights(single_grid, tmp_path):
     from safetensors.torch import load_file
-    done = torchrun("train", "--out", tmp_path / "run", *GRID[:1], "single,deep-ensemble,batch-ensemble", *GRID[2:],
-                    "--ddp", cwd=tmp_path)
+    done = torchrun("train", "--out", tmp_path / "run", "--method", "single,deep-ensemble,batch-ensemble", "--seeds", "1",
+                    *GRID[4:], "--ddp", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     for method in ("single", "deep-ensemble", "batch-ensemble"):
-        for seed in (1, 2):
+        for seed in (1,):
             ours = load_file(tmp_path / "run" / method / f"seed-{seed}" / "model.safetensors")
             theirs = load_file(single_grid / method / f"seed-{seed}" / "model.safetensors")
             for key in theirs:
@@ -253,7 +253,7 @@ def _worker_pids(parent: int) -> list[int]:
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds torchrun's workers through /proc")
 def test_a_killed_rank_is_resumed_with_nothing_lost_and_nothing_trained_twice(single_grid, tmp_path):
     run = tmp_path / "run"
-    grid = [*GRID[:4], "--epochs", "30", "--no-early-stopping", "--quiet"]
+    grid = ["--method", "single,deep-ensemble", "--seeds", "1,2", "--epochs", "30", "--no-early-stopping", "--quiet"]
     command = [TORCHRUN, "--nproc-per-node", "2", "--standalone", "-m", "ensdiag", "train", "--out", str(run), *grid]
     job = subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -280,7 +280,7 @@ def test_a_killed_rank_is_resumed_with_nothing_lost_and_nothing_trained_twice(si
     assert all(meta.read_bytes() == content for meta, content in kept.items())  # finished runs untouched
     for history in run.glob("*/seed-*/history.jsonl"):  # every run's epochs once each, in order
         assert [json.loads(line)["epoch"] for line in history.read_text().splitlines()] == list(range(1, 31))
-    assert len(list(run.glob("*/seed-*/meta.json"))) == 8 and not list(run.glob("*/seed-*/training-state.pt"))
+    assert len(list(run.glob("*/seed-*/meta.json"))) == 4 and not list(run.glob("*/seed-*/training-state.pt"))
 
 
 @needs_torchrun
