@@ -211,6 +211,13 @@ def test_layers_whose_ratio_has_one_row_tell_nothing():
     assert result["status"] == "ok" and result["layers"]["a"]["rank"] is None and "non-finite" in result["layers"]["a"]["note"]
 
 
+def test_weights_decayed_to_nothing_do_not_make_independent_members_look_rank_one():
+    w_i, w_j = torch.randn(16, 12), torch.randn(16, 12)
+    w_j[3, 5], w_j[7, 1] = 1e-31, -2e-35  # a ratio of 1e31 would be the only singular value that counts
+    found = layer_structure(w_i, w_j)
+    assert found["rank"] > 1 and found["entries_used"] < 1
+
+
 def test_zeros_are_left_out_of_the_ratio():
     w = torch.randn(6, 5)
     w[2, 3] = 0.0

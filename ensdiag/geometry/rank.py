@@ -7,7 +7,9 @@ kernel's kh×kw ratio rank 1 instead. Independently trained members give a full-
 So the singular values of the ratio check the reconstruction and tell rank-1 members from
 richer variants in any checkpoint.
 
-Entries where either weight is 0 have no ratio: rows and columns without any ratio go first,
+Entries where either weight is 0, or below 0.1 % of its layer's median magnitude (weights
+decayed to nothing, whose ratios of 10³⁰ would swamp the singular values), have no ratio:
+rows and columns without any ratio go first,
 then the larger set of whole rows (or whole columns) without such entries is used, and
 `entries_used` says how much that kept. A ratio with one row or column is rank 1 whatever
 it holds, so such layers (`max_rank` < 2) tell nothing and are not counted.
@@ -25,11 +27,23 @@ def numerical_rank(singular_values: torch.Tensor, tolerance: float = RELATIVE_TO
     return int((singular_values > tolerance * singular_values[0]).sum())
 
 
+NEGLIGIBLE = 1e-3  # below this fraction of the layer's median |weight|, an entry counts as 0
+
+
+def _not_negligible(w: torch.Tensor) -> torch.Tensor:
+    """Entries that carry a ratio: weights decayed to ~0 (1e-30 after weight decay) would give
+    ratios of 1e30 that swamp the singular values and make any matrix look rank 1."""
+    magnitude = w.abs()
+    nonzero = magnitude[magnitude > 0]
+    floor = NEGLIGIBLE * nonzero.median() if nonzero.numel() else 0.0
+    return magnitude > floor
+
+
 def ratio_matrix(w_i: torch.Tensor, w_j: torch.Tensor) -> tuple[torch.Tensor, float]:
     """(W_i ⊘ W_j as [out, rest] over the rows or columns with no zero, fraction of entries kept)."""
     a, b = w_i.detach().double().flatten(1).cpu(), w_j.detach().double().flatten(1).cpu()
     total = max(a.numel(), 1)
-    defined = (a != 0) & (b != 0)
+    defined = _not_negligible(a) & _not_negligible(b)
     rows, cols = defined.any(1), defined.any(0)  # units with no ratio at all (dead, or a zero fast weight) go
     a, b, defined = a[rows][:, cols], b[rows][:, cols], defined[rows][:, cols]
     rows, cols = defined.all(1), defined.all(0)
@@ -50,10 +64,12 @@ def layer_structure(w_i: torch.Tensor, w_j: torch.Tensor) -> dict:
     result = {"rank": numerical_rank(values), "max_rank": min(ratio.shape) if ratio.numel() else 0,
               "singular_values": (values[:SHOWN] / values[0]).tolist() if values.numel() and values[0] > 0 else [],
               "entries_used": used}
-    if w_i.dim() == 4 and used == 1.0:  # kernel by kernel (a 1×1 kernel is rank 1 whatever it holds)
-        kernels = (w_i.detach().double().cpu() / w_j.detach().double().cpu()).flatten(0, 1)  # [out·in, kh, kw]
-        per_kernel = torch.linalg.svdvals(kernels)
-        result["kernel_rank"] = int((per_kernel > RELATIVE_TOLERANCE * per_kernel[:, :1]).sum(1).max())
+    if w_i.dim() == 4:  # kernel by kernel (a 1×1 kernel is rank 1 whatever it holds), those with every ratio defined
+        a, b = w_i.detach().double().cpu().flatten(0, 1), w_j.detach().double().cpu().flatten(0, 1)  # [out·in, kh, kw]
+        whole = (_not_negligible(a) & _not_negligible(b)).flatten(1).all(1)
+        if whole.any():
+            per_kernel = torch.linalg.svdvals(a[whole] / b[whole])
+            result["kernel_rank"] = int((per_kernel > RELATIVE_TOLERANCE * per_kernel[:, :1]).sum(1).max())
     return result
 
 
