@@ -71,7 +71,7 @@ class ModelProbe:
         if not self.model.kit.own_weights:
             raise Skip(f"{self.model.method} members share weights, so their units are already in one order")
         if "aligned" not in self._cache:
-            from ..geometry.align import permutation_groups, permute_state, weight_matching
+            from ..geometry.align import align_to_first, all_finite, permutation_groups
             from ..errors import EnsdiagError
             networks = self.members()
             try:
@@ -79,10 +79,9 @@ class ModelProbe:
             except EnsdiagError as error:
                 raise Skip(str(error)) from None
             states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
-            if not all(torch.isfinite(value).all() for state in states for value in state.values() if value.is_floating_point()):
+            if not all_finite(states):
                 raise Skip("non-finite weights: no permutation matches them")
-            aligned = [states[0]] + [permute_state(state, groups, weight_matching(states[0], state, groups, seed=self.seed))
-                                     for state in states[1:]]
+            aligned = align_to_first(states, groups, self.seed)
             self._cache["aligned"] = (groups, states, aligned)
         return self._cache["aligned"]
 

@@ -11,6 +11,7 @@ fixed (a linear assignment problem, solved by SciPy), until no group improves.
     groups = permutation_groups(network)                 # from the architecture
     perms = weight_matching(state_a, state_b, groups)    # {group: index tensor}
     aligned = permute_state(state_b, groups, perms)      # member b, same function, a's unit order
+    states = align_to_first(member_states, groups)       # every member in member 0's order
 """
 
 import torch
@@ -96,11 +97,12 @@ def weight_matching(reference: dict, other: dict, groups: dict, max_rounds: int 
     return perms
 
 
-def aligned_members(model, seed: int = 0) -> tuple[list, dict, list[dict]]:
-    """(member networks, groups, state dicts with every member aligned to member 0)."""
-    networks = [model.member_network(i) for i in range(model.num_members)]
-    groups = permutation_groups(networks[0])
-    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
-    aligned = [states[0]] + [permute_state(state, groups, weight_matching(states[0], state, groups, seed=seed))
-                             for state in states[1:]]
-    return networks, groups, aligned
+def all_finite(states: list[dict]) -> bool:
+    """Whether every float tensor of the states is finite (no permutation matches NaN)."""
+    return all(torch.isfinite(value).all() for state in states for value in state.values() if value.is_floating_point())
+
+
+def align_to_first(states: list[dict], groups: dict, seed: int = 0) -> list[dict]:
+    """Every state permuted to match the first (which is returned as it is)."""
+    return [states[0]] + [permute_state(state, groups, weight_matching(states[0], state, groups, seed=seed))
+                          for state in states[1:]]

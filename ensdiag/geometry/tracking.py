@@ -33,14 +33,13 @@ class DiversityTracker:
                 self.groups = None
 
     def _aligned_cosine(self):
-        from .align import permute_state, weight_matching
+        from .align import align_to_first, all_finite
         with torch.random.fork_rng(devices=[]):  # member_network initialises layers before loading weights
             states = [{key: value.detach() for key, value in self.model.member_network(i).state_dict().items()}
                       for i in range(self.model.num_members)]
-        if not all(torch.isfinite(value).all() for state in states for value in state.values() if value.is_floating_point()):
+        if not all_finite(states):
             return None
-        aligned = [states[0]] + [permute_state(s, self.groups, weight_matching(states[0], s, self.groups, seed=self.seed))
-                                 for s in states[1:]]
+        aligned = align_to_first(states, self.groups, self.seed)
         keys = [key for key in states[0] if key.endswith((".weight", ".bias")) and key.removeprefix("body.")
                 in self._weight_names]
         overall, _ = M.weight_cosine([{key: state[key] for key in keys} for state in aligned])
