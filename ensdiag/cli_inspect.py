@@ -32,6 +32,8 @@ SOURCES_HELP = ("An ensdiag model file, or an ensemble trained elsewhere: a torc
 MODELS = typer.Argument(..., metavar="MODEL...", help=SOURCES_HELP)
 FAMILY = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts.")
 ARCH = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18).")
+DATA_DIR = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout).")
+DEVICE = typer.Option("auto", help="auto, cpu or cuda.")
 NUM_CLASSES = typer.Option(None, "--num-classes", help="Classes per member where the shapes cannot tell (one network "
                            "with k heads, grouped MLPs with subgroups) or torchvision's classifier is not standard.")
 
@@ -65,9 +67,9 @@ def evaluate(
     arch: str = ARCH,
     num_classes: int = NUM_CLASSES,
     preset: str = typer.Option(None, help="Whose data to evaluate on (default: the preset matching the model)."),
-    data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
+    data_dir: Path = DATA_DIR,
     download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    device: str = DEVICE,
     out: Path = typer.Option(None, help="Folder to write predictions.safetensors and metrics.json into (created if missing)."),
     seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
@@ -166,8 +168,8 @@ def diversity(
     arch: str = ARCH,
     num_classes: int = NUM_CLASSES,
     preset: str = typer.Option(None, help="Whose data to measure disagreement on (default: matches the model)."),
-    data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    data_dir: Path = DATA_DIR,
+    device: str = DEVICE,
     fmt: str = typer.Option("table", "--format", help="table or json."),
     plot: Path = typer.Option(None, help="Also draw the heatmaps into this image file (.png, .svg, .pdf or .jpg, from its suffix)."),
     seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),

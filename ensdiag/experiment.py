@@ -9,10 +9,9 @@ import json
 import os
 import sys
 import time
+from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
-
-from contextlib import ExitStack
 
 import torch
 
@@ -23,6 +22,7 @@ from .data.batching import Normalize
 from .data.preset import PresetData, holdout, load_preset_data
 from .data.registry import Split
 from .errors import EnsdiagError
+from .geometry.tracking import DiversityTracker
 from .io import atomic_write_json, atomic_write_text, locked_folder, remove_stale_temporaries
 from .nn import build_model
 from .nn.methods import members_for
@@ -32,7 +32,6 @@ from .predictions import save_predictions, with_pooled_shift
 from .progress import TrainProgress
 from .provenance import environment
 from .runs import EXPERIMENT_FORMAT, RUN_FILES, STATE_FILE, read_experiment
-from .geometry.tracking import DiversityTracker
 from .train import Diverged, FitData, fit
 
 def stored_config(out: Path, config: TrainConfig) -> TrainConfig | None:

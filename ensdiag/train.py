@@ -95,7 +95,7 @@ def train_epoch(model, optimizer, data: FitData, orders, config, generator, auto
     kit = model.kit
     images = data.training_images(torch.bfloat16 if autocast else torch.float32)
     device = images.images.device
-    total_loss, total_correct, total_seen = (torch.zeros((), device=device) for _ in range(3))
+    total_loss, total_correct, total_seen = torch.zeros((), device=device), torch.zeros((), device=device), 0
     forward = model.forward_members if parallel is None else parallel
     for index in batch_indices(orders, kit.examples_per_batch(config.batch_size)):
         x, y = kit.member_batch(*images.batch(index, generator), split_batch=config.be_split_batch, generator=generator)
@@ -122,9 +122,10 @@ def train_epoch(model, optimizer, data: FitData, orders, config, generator, auto
             total_correct += (logits.argmax(-1) == y).sum() / members
         total_seen += y.shape[1]
     if parallel is not None:  # the epoch's totals over every rank's share
-        total_loss, total_correct, total_seen = distributed.all_reduce_sum(torch.stack([total_loss, total_correct,
-                                                                                          total_seen.float()]))
-    total_seen = max(total_seen.item(), 1)
+        seen = torch.tensor(float(total_seen), device=device)
+        total_loss, total_correct, seen = distributed.all_reduce_sum(torch.stack([total_loss, total_correct, seen]))
+        total_seen = seen.item()
+    total_seen = max(total_seen, 1)
     return total_loss.item() / total_seen, total_correct.item() / total_seen
 
 
