@@ -12,7 +12,6 @@ import signal
 import sys
 from pathlib import Path
 
-import click
 import typer
 from rich.console import Console
 
@@ -73,21 +72,11 @@ def check_format(fmt, allowed=("table", "json")):
         raise EnsdiagError(f"unknown --format {fmt!r}; choose from {', '.join(allowed)}")
 
 
-def _click_exceptions(name: str) -> tuple[type, ...]:
-    """click's exception class `name`, and typer's vendored copy of it where typer has one."""
-    found = [getattr(click.exceptions, name, None)]
-    try:
-        from typer._click import exceptions as vendored
-        found.append(getattr(vendored, name, None))
-    except ImportError:
-        pass
-    return tuple(cls for cls in found if cls is not None)
-
-
-_EXIT = (typer.Exit, *_click_exceptions("Exit"))
-_ABORT = (KeyboardInterrupt, typer.Abort, *_click_exceptions("Abort"))
-_NO_ARGS = _click_exceptions("NoArgsIsHelpError")
-_USAGE = _click_exceptions("UsageError")
+def _is_a(error: BaseException, class_name: str) -> bool:
+    """Whether the command-line parser raised its `class_name` error. typer's public API names
+    no parser errors beyond BadParameter, and they live in click up to typer 0.2x and in typer's
+    own copy of click after it, so they are recognised by class name, as typer itself does."""
+    return any(cls.__name__ == class_name for cls in type(error).__mro__)
 
 
 def _fail(message: str, code: int):
@@ -111,22 +100,28 @@ def run(app: typer.Typer, argv=None):
             sys.exit(code)
     except EnsdiagError as error:
         _fail(str(error), error.exit_code)
-    except _EXIT as done:  # --help, --version
+    except typer.Exit as done:  # --help, --version
         sys.exit(done.exit_code)
-    except _NO_ARGS as error:  # `ensdiag` or a group without a command: show the help
-        sys.stdout.write(error.ctx.get_help() + "\n")
-        sys.exit(EXIT_BAD_INPUT)
-    except _USAGE as error:  # unknown option, missing argument, bad value
-        hint = f" (see `{error.ctx.command_path} --help`)" if getattr(error, "ctx", None) is not None else ""
-        _fail(f"{error.format_message()}{hint}", EXIT_BAD_INPUT)
-    except _ABORT:
+    except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("\ninterrupted — rerun the same command to resume\n")
         sys.exit(EXIT_INTERRUPTED)
-    except OSError as error:  # a file or folder the user named cannot be read or written
+    except Exception as error:
+        if _is_a(error, "NoArgsIsHelpError"):  # `ensdiag` or a group without a command: show the help
+            text = error.format_message()  # the help, made when the error was; rich printed it already
+            if text.strip():
+                sys.stdout.write(text + "\n")
+            sys.exit(EXIT_BAD_INPUT)
+        if _is_a(error, "UsageError"):  # unknown option, missing argument, bad value
+            hint = f" (see `{error.ctx.command_path} --help`)" if getattr(error, "ctx", None) is not None else ""
+            _fail(f"{error.format_message()}{hint}", EXIT_BAD_INPUT)
+        _unexpected(error)
+
+
+def _unexpected(error: Exception):
+    if isinstance(error, OSError):  # a file or folder the user named cannot be read or written
         where = f"{error.filename}: " if error.filename else ""
         _fail(f"{where}{error.strerror or error}", EXIT_BAD_INPUT)
-    except Exception as error:  # a bug: still one line, unless asked for the traceback
-        if os.environ.get("ENSDIAG_DEBUG"):
-            raise
-        _fail(f"internal error ({type(error).__name__}: {error}); set ENSDIAG_DEBUG=1 for the traceback "
-              "and please report it", EXIT_INTERNAL)
+    if os.environ.get("ENSDIAG_DEBUG"):  # a bug: still one line, unless asked for the traceback
+        raise error
+    _fail(f"internal error ({type(error).__name__}: {error}); set ENSDIAG_DEBUG=1 for the traceback "
+          "and please report it", EXIT_INTERNAL)
