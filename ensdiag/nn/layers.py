@@ -22,6 +22,17 @@ def _members_first(h, num_members):
     return h.unflatten(1, (num_members, -1)).transpose(0, 1).flatten(0, 1)
 
 
+def stack_channels(xs):
+    """Member images [k, B, C, H, W] -> [B, k*C, H, W], members side by side along the channels
+    (grouped convolutions). Channels-last members give a channels-last result: stacking
+    interleaves them, so it copies once, straight into the layout the convolutions want (a plain
+    flatten would copy into NCHW and the first convolution would convert it back)."""
+    if xs.shape[2] > 1 and xs.flatten(0, 1).is_contiguous(memory_format=torch.channels_last):
+        k, b, c, h, w = xs.shape
+        return xs.permute(1, 3, 4, 0, 2).reshape(b, h, w, k * c).permute(0, 3, 1, 2)
+    return xs.transpose(0, 1).flatten(1, 2)
+
+
 def shared_input_linear(layer, x, num_members):
     """Member-major [k*B, out] for input x [B, in] that every member sees.
 

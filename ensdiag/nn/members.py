@@ -15,6 +15,7 @@ device and architecture is `FASTEST` (docs/performance.md has the measurements).
     model.member_strategy = "vmap"      # any Deep-Ensemble EnsembleModel
 """
 
+from contextlib import contextmanager
 from functools import lru_cache
 
 import torch
@@ -54,15 +55,40 @@ def _meta_single(arch, num_classes, input_shape):
         return ARCHITECTURES[arch](Kit(1), num_classes, input_shape)  # the base kit: plain layers
 
 
+@contextmanager
+def _under_autocast(plain, state, xs):
+    """(state, inputs) to run `plain` with under autocast inside vmap, which autocast does not
+    reach: inputs and convolution and linear weights cast to the autocast dtype (what autocast
+    would do outside vmap), BatchNorm run in float32 and its output cast back (vmap's batch_norm wants one dtype
+    for input, parameters and statistics, and the running statistics stay fp32 buffers that are
+    updated in place)."""
+    if not torch.is_autocast_enabled(xs.device.type):
+        yield state, xs
+        return
+    dtype = torch.get_autocast_dtype(xs.device.type)
+    cast = {f"{name}.{key}" for name, module in plain.named_modules()
+            if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)) for key, _ in module.named_parameters(recurse=False)}
+    norms = [module for module in plain.modules() if isinstance(module, torch.nn.modules.batchnorm._BatchNorm)]
+    handles = [hook for module in norms for hook in (
+        module.register_forward_pre_hook(lambda module, args: (args[0].float(), *args[1:])),
+        module.register_forward_hook(lambda module, args, output: output.to(dtype)))]
+    try:
+        yield {name: tensor.to(dtype) if name in cast else tensor for name, tensor in state.items()}, xs.to(dtype)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def forward_vmap(model, xs):
     """xs [k, B, ...] -> logits [k, B, C], members batched by vmap."""
-    plain, state = _plain_network(model), stacked_state(model)
-    dims = {name: 0 if tensor.dim() else None for name, tensor in state.items()}  # scalars are shared
+    plain = _plain_network(model)
+    with _under_autocast(plain, stacked_state(model), xs) as (state, xs):
+        dims = {name: 0 if tensor.dim() else None for name, tensor in state.items()}  # scalars are shared
 
-    def member(tensors, x):
-        return functional_call(plain, tensors, (x[None],))
+        def member(tensors, x):
+            return functional_call(plain, tensors, (x[None],))
 
-    return vmap(member, in_dims=(dims, 0))(state, xs)
+        return vmap(member, in_dims=(dims, 0))(state, xs)
 
 
 def forward_loop(model, xs):

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..kit import Kit, register_method
-from ..layers import _default_linear_init_, _members_first
+from ..layers import _default_linear_init_, _members_first, stack_channels
 from ..members import FORWARDS
 
 
@@ -25,7 +25,11 @@ class _MemberLinear(torch.autograd.Function):
     Autograd through `baddbmm(b, x, W.transpose(1, 2))` returns W's gradient as the transpose
     of a [k, in, out] product, which the gradient accumulator then copies into W's layout
     (a full pass over the largest weight, every step). Here it is computed as gᵀx, already in
-    W's layout; the input gradient is skipped when the input needs none (the first layer)."""
+    W's layout; the input gradient is skipped when the input needs none (the first layer).
+
+    Under autocast the forward's products run in the autocast dtype (bf16) but the saved
+    weight is the fp32 parameter; backward runs outside autocast, so it computes in the
+    incoming gradient's dtype (autograd casts the weight's gradient back to fp32)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):
@@ -38,8 +42,8 @@ class _MemberLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.bmm(grad.transpose(1, 2), x) if ctx.needs_input_grad[1] else None
+        grad_x = torch.bmm(grad, weight.to(grad.dtype)) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.bmm(grad.transpose(1, 2), x.to(grad.dtype)) if ctx.needs_input_grad[1] else None
         grad_bias = grad.sum(1) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return grad_x, grad_weight, grad_bias
 
@@ -147,7 +151,7 @@ class DeepEnsembleKit(Kit):
         return EnsembleBatchNorm2d(num_features, self.num_members)
 
     def enter_images(self, xs):
-        return xs.transpose(0, 1).flatten(1, 2)  # [B, k*C, H, W]
+        return stack_channels(xs)  # [B, k*C, H, W]
 
     def pooled_features(self, h):
         pooled = h.mean(dim=(2, 3))  # [B, k*F]

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..kit import Kit, Option, register_method
-from ..layers import _members_first
+from ..layers import _members_first, stack_channels
 
 
 class MIMOInputLinear(nn.Linear):
@@ -105,7 +105,7 @@ class MIMOKit(Kit):
         return super().conv(in_channels, out_channels, kernel_size, stride, padding, role)
 
     def enter_images(self, xs):
-        return xs.transpose(0, 1).flatten(1, 2)  # [B, M*C, H, W]
+        return stack_channels(xs)  # [B, M*C, H, W]
 
     def enter_features(self, layer, xs):
         return layer(xs.flatten(2).transpose(0, 1).flatten(1))  # [B, M*features]

@@ -32,7 +32,7 @@ from torch import nn
 
 from ...errors import EnsdiagError
 from ..kit import Kit, Option, register_method, shared_batch
-from ..layers import _default_linear_init_, _members_first
+from ..layers import _default_linear_init_, _members_first, stack_channels
 
 MIN_CHANNELS_PER_GROUP = 64  # torch-uncertainty's PackedConv2d: fewer subgroups below this
 
@@ -179,7 +179,7 @@ class PackedEnsembleKit(Kit):
     def enter_images(self, xs):
         if shared_batch(xs):  # the stem runs one batch every member sees once
             return xs[0]
-        return xs.transpose(0, 1).flatten(1, 2)  # [B, M*C, H, W]
+        return stack_channels(xs)  # [B, M*C, H, W]
 
     def enter_features(self, layer, xs):
         if shared_batch(xs):
