@@ -8,7 +8,7 @@
     model = ensdiag.import_ensemble(["be_mlp.ckpt"])      # trained elsewhere (torch-uncertainty, PyTorch)
 """
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 from .errors import EnsdiagError  # noqa: E402
 

@@ -144,6 +144,8 @@ def train(
                                          "validation split at initialisation and after every epoch (diversity.jsonl)."),
     method_option: list[str] = typer.Option(None, "--option", "-O", metavar="METHOD.NAME=VALUE",
                                             help="A method's option (repeatable); `ensdiag models --options` lists them all."),
+    precision: str = typer.Option(None, help="Training arithmetic: auto (bf16 autocast on CUDA, fp32 on the CPU), fp32 "
+                                  "or bf16. Predictions and every metric are computed in fp32 whatever this says."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
     download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
@@ -160,7 +162,7 @@ def train(
                    batch_size=batch_size, members=members, dropout=dropout, mc_dropout_train=mc_dropout_train, be_variant=be_variant,
                    be_init=be_init, be_layout=be_layout, be_loss=be_loss, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
                    early_stopping=early_stopping, patience=patience, val_fraction=val_fraction,
-                   track_diversity=track_diversity, geometry=geometry, method_options=_method_options(method_option))
+                   track_diversity=track_diversity, geometry=geometry, precision=precision, method_options=_method_options(method_option))
     if resume is not None:
         given = sorted(key for key, value in options.items() if value is not None)
         if given or out is not None:

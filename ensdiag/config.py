@@ -53,6 +53,7 @@ class TrainConfig:
     method_options: dict = field(default_factory=dict)  # method -> {option: value}, from --option METHOD.NAME=VALUE
     track_diversity: bool = False  # disagreement, JSD, weight cosine on the validation split per epoch
     geometry: bool = True  # member geometry (CKA, alignment, paths, rank) after training
+    precision: str = "auto"  # training arithmetic: auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 (precision.py)
     shift_severity: int = 5  # CIFAR-10-C
     ood_split: str = "test"
     overrides: dict = field(default_factory=dict)
@@ -199,6 +200,7 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
               (config.members >= 1, "--members must be at least 1"),
               (config.members <= 4096, "--members must be at most 4096 (the largest ensemble a model file may hold)"),
               (config.mc_dropout_train in ("on", "off"), "--mc-dropout-train must be on or off"),
+              (config.precision in ("auto", "fp32", "bf16"), "--precision must be auto, fp32 or bf16"),
               (config.optimizer in ("adam", "sgd"), "optimizer must be adam or sgd"),
               (config.patience >= 1, "--patience must be at least 1"),
               (config.weight_decay >= 0, "weight_decay must be >= 0"),

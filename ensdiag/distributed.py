@@ -4,9 +4,14 @@
     torchrun --nproc-per-node 8 -m ensdiag train --preset cifar10 --ddp --out runs/c10-ddp
 
 torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; without them ensdiag is one process (rank 0 of
-1) and nothing here does anything. The process group uses NCCL on CUDA and gloo on the CPU;
-its timeout is long, because a rank that finished its runs waits at the final barrier for
-the others (CIFAR-10 runs take hours).
+1) and nothing here does anything. Two process groups:
+- the default one (NCCL on CUDA, gloo on the CPU) carries tensors: gradients, BatchNorm
+  statistics, logits. Its timeout is `TIMEOUT` (30 minutes): a rank that stops answering
+  mid-training ends the job within that, instead of holding every GPU;
+- a gloo group carries small Python values (who trains what, validation results, failures).
+  These are the places where a rank waits for the others' work: at the end of the grid for
+  the slowest rank's runs (CIFAR-10 runs take hours), for rank 0's data download or its
+  writing. Its timeout is `WAIT_TIMEOUT` (7 days).
 """
 
 import os
@@ -17,7 +22,8 @@ import torch
 
 from .errors import EnsdiagError
 
-TIMEOUT = timedelta(days=7)
+TIMEOUT = timedelta(minutes=30)
+WAIT_TIMEOUT = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ def from_environment() -> Ranks:
 
 
 _RANKS = Ranks()
+_WAITS = {"group": None}  # the gloo group for Python values (module docstring)
 
 
 def start(device_name: str = "auto") -> tuple[Ranks, torch.device]:
@@ -69,6 +76,8 @@ def start(device_name: str = "auto") -> tuple[Ranks, torch.device]:
         backend = "nccl" if device.type == "cuda" else "gloo"
         torch.distributed.init_process_group(backend, timeout=TIMEOUT,
                                              **({"device_id": device} if device.type == "cuda" else {}))
+    if ranks.distributed and _WAITS["group"] is None:
+        _WAITS["group"] = torch.distributed.new_group(backend="gloo", timeout=WAIT_TIMEOUT)
     _RANKS = ranks
     return ranks, device
 
@@ -78,25 +87,26 @@ def ranks() -> Ranks:
 
 
 def barrier() -> None:
+    """Wait until every rank gets here (over the waiting group: WAIT_TIMEOUT)."""
     if _RANKS.distributed:
-        torch.distributed.barrier()
+        torch.distributed.barrier(group=_WAITS["group"])
 
 
 def broadcast(value, source: int = 0):
-    """A picklable value from rank `source` to every rank."""
+    """A picklable value from rank `source` to every rank (over the waiting group)."""
     if not _RANKS.distributed:
         return value
     box = [value]
-    torch.distributed.broadcast_object_list(box, src=source)
+    torch.distributed.broadcast_object_list(box, src=source, group=_WAITS["group"])
     return box[0]
 
 
 def all_gather(value) -> list:
-    """Every rank's picklable value, in rank order."""
+    """Every rank's picklable value, in rank order (over the waiting group)."""
     if not _RANKS.distributed:
         return [value]
     gathered = [None] * _RANKS.world_size
-    torch.distributed.all_gather_object(gathered, value)
+    torch.distributed.all_gather_object(gathered, value, group=_WAITS["group"])
     return gathered
 
 
@@ -127,7 +137,8 @@ def gather_rows(local: torch.Tensor, dim: int = 0) -> torch.Tensor:
 
 def finish() -> None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+        torch.distributed.destroy_process_group()  # every group, the waiting one included
+    _WAITS["group"] = None
 
 
 # ------------------------------------------------------------------ one run over all ranks (--ddp)
@@ -148,17 +159,24 @@ class _AllReduceSum(torch.autograd.Function):
         return grad
 
 
+def _momentum(norm) -> float:
+    """The running statistics' update factor for this step, counting the step (as BatchNorm does)."""
+    norm.num_batches_tracked.add_(1)
+    return norm.momentum if norm.momentum is not None else 1.0 / float(norm.num_batches_tracked)
+
+
 def _synced_batchnorm_forward(self, x):
     """BatchNorm whose training statistics are those of the global batch over all ranks: the
     per-channel sums and sums of squares (in float32, whatever autocast does) are all-reduced
     with autograd, so gradients flow back to every rank's examples and the update equals one
-    process's on the whole batch. Works on the CPU (gloo) too, which torch's SyncBatchNorm does not."""
+    process's on the whole batch. The portable path: it runs on the CPU (gloo), where torch's
+    SyncBatchNorm does not; CUDA uses `_cuda_synced_batchnorm_forward`."""
     import torch.nn.functional as F
     if not self.training:
         return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
     dims = [0, *range(2, x.dim())]
     wide = x.float()
-    count = torch.tensor([wide.numel() / max(wide.shape[1], 1)], device=x.device)
+    count = wide.new_full((1,), wide.numel() / max(wide.shape[1], 1))  # a fill, not a host-to-device copy
     stats = _AllReduceSum.apply(torch.cat([wide.sum(dims), wide.square().sum(dims), count]))
     channels = x.shape[1]
     n = stats[-1]  # (no .item(): a device synchronisation per layer and step)
@@ -170,27 +188,59 @@ def _synced_batchnorm_forward(self, x):
         out = out * self.weight.view(shape) + self.bias.view(shape)
     if self.track_running_stats:
         with torch.no_grad():
-            self.num_batches_tracked.add_(1)
-            momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+            momentum = _momentum(self)
             self.running_mean.mul_(1 - momentum).add_(mean.detach(), alpha=momentum)
             self.running_var.mul_(1 - momentum).add_(var.detach() * (n / (n - 1).clamp(min=1)), alpha=momentum)
     return out.to(x.dtype)
 
 
+def _cuda_synced_batchnorm_forward(self, x):
+    """The same BatchNorm over the global batch on CUDA, through torch's SyncBatchNorm kernels
+    (fused statistics in fp32 for bf16 input, channels-last kept, one all-gather per layer and
+    no host synchronisation); it computes what `_synced_batchnorm_forward` does."""
+    import torch.nn.functional as F
+    from torch.nn.modules._functions import SyncBatchNorm
+    if not self.training:
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+    momentum = _momentum(self)
+    return SyncBatchNorm.apply(x, self.weight, self.bias, self.running_mean, self.running_var, self.eps, momentum,
+                               torch.distributed.group.WORLD, torch.distributed.get_world_size())
+
+
+def synced_batchnorm_forward(device):
+    return _cuda_synced_batchnorm_forward if torch.device(device).type == "cuda" else _synced_batchnorm_forward
+
+
+def no_buffer_sync() -> dict:
+    """DDP's argument for "no buffer broadcast before each forward": `forward_sync_buffers` where
+    torch has it (it deprecated `broadcast_buffers`), else `broadcast_buffers`."""
+    import inspect
+    from torch.nn.parallel.distributed import DistributedDataParallel
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}
+
+
 class DataParallel:
     """A model trained by every rank at once: DistributedDataParallel around its member forward,
-    BatchNorm synchronised over the global batch while it is in use (`with parallel:`)."""
+    BatchNorm synchronised over the global batch while it is in use (`with parallel:`).
+
+    DDP does not broadcast buffers before each forward (`no_buffer_sync`): the only buffers are
+    BatchNorm's running statistics, which every rank updates from the same global statistics, so
+    they stay identical without it."""
 
     def __init__(self, model, device):
         from torch.nn.parallel import DistributedDataParallel
         self.model = model
         self.norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-        self.forward = DistributedDataParallel(_MemberForward(model), device_ids=[device] if device.type == "cuda" else None)
+        self.norm_forward = synced_batchnorm_forward(device)
+        self.forward = DistributedDataParallel(_MemberForward(model), device_ids=[device] if device.type == "cuda" else None,
+                                               **no_buffer_sync())
 
     def __enter__(self):
         import types
         for module in self.norms:
-            module.forward = types.MethodType(_synced_batchnorm_forward, module)
+            module.forward = types.MethodType(self.norm_forward, module)
         return self
 
     def __exit__(self, *exc):

@@ -67,7 +67,7 @@ def evaluate_model(model, preset=None, data_dir="data", download=False, device="
     model = model.to(device)
     try:
         predictions = predict(model, data.eval_splits(), Normalize(config.mean, config.std, device), device, seed=seed,
-                              autocast=device.type == "cuda", spread=ranks.distributed)
+                              spread=ranks.distributed)
     except (AssertionError, RuntimeError, ValueError) as error:
         if not flexible or tuple(config.input_shape) == tuple(model.spec.input_shape):
             raise

@@ -27,6 +27,7 @@ from .io import atomic_write_json, atomic_write_text, locked_folder, remove_stal
 from .nn import build_model
 from .nn.methods import members_for
 from .nn.members import fastest
+from .precision import policy as precision_policy, uses_bf16
 from .predict import predict
 from .predictions import save_predictions, with_pooled_shift
 from .progress import TrainProgress
@@ -81,8 +82,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
                         config.num_classes, config.input_shape, **options).to(device)
     # --ddp synchronises BatchNorm layers, which the stacked layout uses (not vmap's or the loop's plain copies)
     model.member_strategy = "stacked" if ddp else fastest(device.type, config.arch)
-    cuda = device.type == "cuda"
-    channels_last = cuda and config.arch != "mlp"
+    channels_last = device.type == "cuda" and config.arch != "mlp"
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     train_index, val_index = holdout(len(data.train), config.val_fraction, seed)
@@ -100,15 +100,16 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
         with parallel or ExitStack():
             result = fit(model, config, fit_data, seed, state_path, device,
                          on_start=lambda done: progress.start_run(run, seed, config.epochs, done),
-                         on_epoch=lambda row: progress.epoch(row, config.epochs), autocast=cuda,
-                         channels_last=channels_last, tracker=tracker, parallel=parallel)
+                         on_epoch=lambda row: progress.epoch(row, config.epochs),
+                         autocast=uses_bf16(config.precision, device), channels_last=channels_last, tracker=tracker,
+                         parallel=parallel, on_note=lambda text: progress.message(f"note: {run} seed {seed}: {text}"))
     except Diverged as error:
         raise Diverged(f"{run} seed {seed}: {error}") from None
     began = time.perf_counter()
     splits = data.eval_splits()
     if len(val_index):  # last, so MC Dropout's masks on the other splits are what they always were
         splits["val"] = Split(data.train.images[val_index], data.train.labels[val_index], "validation split")
-    predictions = predict(model, splits, normalize, device, seed=seed, autocast=cuda, spread=ddp)
+    predictions = predict(model, splits, normalize, device, seed=seed, spread=ddp)
     if ddp and not ranks.main:
         distributed.barrier()  # rank 0 writes the run's files
         return None
@@ -131,7 +132,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
             "best_val_epoch": result["best_val_epoch"], "early_stopping": config.early_stopping,
             "stopped_early": result["stopped_early"], "train_seconds": result["train_seconds"],
             "eval_seconds": eval_seconds, "splits": data.titles, "skipped_splits": data.skipped,
-            "argv": list(argv), "environment": environment(device),
+            "argv": list(argv), "environment": environment(device), "precision": precision_policy(config.precision, device),
             **({"world_size": ranks.world_size, "ddp": True} if ddp else
                {"rank": ranks.rank, "world_size": ranks.world_size} if ranks.distributed else {}),
             "finished": datetime.now().isoformat(timespec="seconds")}

@@ -28,6 +28,7 @@ from .data.batching import Normalize, TrainingImages, batch_indices, epoch_permu
 from .errors import EnsdiagError
 from .io import atomic_write_bytes
 from .nn.model import EnsembleModel, flush_denormals
+from .precision import exact_math, training_math
 
 
 @dataclass
@@ -132,7 +133,8 @@ def train_epoch(model, optimizer, data: FitData, orders, config, generator, auto
 @torch.no_grad()
 def evaluate(model, images, labels, normalize, batch_size=1000, autocast=False, keep_logits=False):
     """(accuracy, NLL) of the ensemble mean p̄ = mean of member softmaxes; (None, None) for no images.
-    With `keep_logits`, also the member logits [k, N, C] (on the model's device)."""
+    With `keep_logits`, also the member logits [k, N, C] (on the model's device). In exact fp32
+    (precision.py) unless `autocast` (the bench times bf16 inference with it)."""
     if len(images) == 0:
         return (None, None, None) if keep_logits else (None, None)
     model.eval()
@@ -141,7 +143,7 @@ def evaluate(model, images, labels, normalize, batch_size=1000, autocast=False, 
     for start in range(0, len(images), batch_size):
         x = normalize(images[start:start + batch_size])
         y = labels[start:start + batch_size]
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+        with exact_math(), torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model(x).float()
         log_mean = mean_log_probs(logits)
         correct += (log_mean.argmax(-1) == y).sum().item()
@@ -160,44 +162,69 @@ def _rng_state(generator, device):
     return state
 
 
-def _restore_rng(state, generator, device):
+def _restore_rng(state, generator, device, reseed: int) -> list[str]:
+    """Restore the saved random streams; what cannot be carried over to this device is seeded
+    with `reseed` instead and named in the list returned (empty when everything carried over).
+
+    A CUDA generator's state (seed and offset, 16 bytes) means nothing to the CPU's Mersenne
+    Twister (5,056 bytes) and back, so the data-order generator of a run that changes device
+    starts a new seeded stream; CUDA's own stream (dropout masks) exists only on CUDA."""
     torch.set_rng_state(state["cpu"])
-    generator.set_state(state["generator"])
-    if device.type == "cuda" and "cuda_device" in state:
-        torch.cuda.set_rng_state(state["cuda_device"], device)
-    elif "cuda" in state and torch.cuda.is_available():  # a state saved before 0.4: every device's
-        torch.cuda.set_rng_state_all(state["cuda"])
+    lost = []
+    if state["generator"].numel() == generator.get_state().numel():
+        generator.set_state(state["generator"])
+    else:
+        generator.manual_seed(reseed)
+        lost.append("the data order")
+    if device.type == "cuda":
+        if "cuda_device" in state:
+            torch.cuda.set_rng_state(state["cuda_device"], device)
+        elif "cuda" in state:  # a state saved before 0.4: every device's
+            torch.cuda.set_rng_state_all(state["cuda"])
+        else:
+            torch.cuda.manual_seed(reseed)
+            lost.append("the dropout masks")
+    return lost
 
 
 class Diverged(EnsdiagError):
     """The training loss became NaN or infinite; the last finite epoch's state stays on disk."""
 
 
-def _resume(state_path: Path, model, optimizer, scheduler, generator, device):
+def _resume(state_path: Path, model, optimizer, scheduler, generator, device, seed: int):
     """Load a training state (tensors only: weights_only) saved by `fit`; a damaged one is a clear error.
 
     Everything is read to the CPU first: RNG states must stay CPU tensors, and the weights and
-    optimiser state move to the model's device as they are loaded."""
+    optimiser state move to the model's device as they are loaded. A state saved on another
+    kind of device resumes here; the last value returned says what it could not carry over."""
+    device = torch.device(device)
     try:
         saved = torch.load(state_path, map_location="cpu", weights_only=True)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
-        _restore_rng(saved["rng"], generator, torch.device(device))
         best, history, seconds, stopped = saved["best"], saved["history"], saved["seconds"], saved["stopped"]
         start = int(saved["epoch"]) + 1
         tracking = saved.get("tracking", [])
         if not (isinstance(history, list) and len(history) == start and isinstance(best, dict)
                 and isinstance(tracking, list)):
             raise ValueError("inconsistent epoch count")
+        lost = _restore_rng(saved["rng"], generator, device, reseed=(seed + 7919 * start) % 2**63)
     except Exception as error:  # truncated, foreign or tampered: never retried with weights_only=False
         raise EnsdiagError(f"{state_path} is damaged or not an ensdiag training state ({type(error).__name__}); "
                            "delete it to restart this method and seed from epoch 0") from None
-    return best, history, seconds, stopped, start, tracking
+    note = None
+    if lost:
+        saved_on = saved.get("device")
+        saved_on = "".join(filter(str.isprintable, saved_on))[:40] if isinstance(saved_on, str) else "another device"
+        note = (f"the training state was saved on {saved_on} and resumes on {device}: {' and '.join(lost)} from "
+                f"epoch {start + 1} on cannot be carried over and are seeded afresh, so this run will not repeat "
+                "an uninterrupted one exactly")
+    return best, history, seconds, stopped, start, tracking, note
 
 
 def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_epoch=None,
-        autocast=False, channels_last=False, on_start=None, tracker=None, parallel=None) -> dict:
+        autocast=False, channels_last=False, on_start=None, tracker=None, parallel=None, on_note=None) -> dict:
     """Train until the epochs run out or early stopping fires; resume from `state_path` if present.
 
     Returns {"history", "weights_epoch", "best_val_epoch", "stopped_early", "train_seconds",
@@ -207,7 +234,9 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
     (geometry/tracking.py) measures the members on the validation split at initialisation and
     after every epoch, without changing what is trained; its rows are "tracking". With
     `parallel` (`--ddp`) every rank trains the model on its share of each batch, validation
-    is rank 0's, and rank 0 alone writes the training state."""
+    is rank 0's, and rank 0 alone writes the training state. `autocast` (bf16) applies to the
+    training steps only: validation is exact fp32 (precision.py). `on_note` gets a line to show
+    the person at the terminal (a resume that could not carry everything over)."""
     flush_denormals()
     optimizer, scheduler = make_optimizer(model, config)
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -219,12 +248,15 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
     if tracker is not None and len(data.val_images) == 0:
         raise ValueError("tracking diversity needs a validation split")
     if state_path.exists():
-        best, history, seconds, stopped, start, tracking = _resume(state_path, model, optimizer, scheduler, generator, device)
+        best, history, seconds, stopped, start, tracking, note = _resume(state_path, model, optimizer, scheduler,
+                                                                         generator, device, seed)
+        if note is not None and on_note is not None:
+            on_note(note)
     if on_start is not None:
         on_start(start)  # the number of epochs already done (0 unless resuming)
     if tracker is not None and not tracking:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # MC Dropout draws masks
-            logits = evaluate(model, data.val_images, data.val_labels, data.normalize, autocast=autocast, keep_logits=True)[2]
+            logits = evaluate(model, data.val_images, data.val_labels, data.normalize, keep_logits=True)[2]
         tracking.append(tracker.measure(0, logits))
     n = len(data.train_images)
     for epoch in range(start, config.epochs):
@@ -233,14 +265,15 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         began = time.perf_counter()
         orders = epoch_permutations(n, model.kit.data_orders(), generator, device)
         lr = optimizer.param_groups[0]["lr"]
-        loss, accuracy = train_epoch(model, optimizer, data, orders, config, generator, autocast, channels_last, parallel)
+        with training_math(device):
+            loss, accuracy = train_epoch(model, optimizer, data, orders, config, generator, autocast, channels_last, parallel)
         if not math.isfinite(loss):  # stop before this epoch's state overwrites the last finite one
             kept = f"the state after epoch {epoch} is kept, so the run resumes from there" if epoch else "nothing was saved"
             raise Diverged(f"training diverged in epoch {epoch + 1} (training loss {loss}); {kept}. Lower --lr "
                            "(in a new --out: a run folder keeps its settings), or check --be-init")
         scheduler.step()
         val_accuracy, val_nll, *logits = evaluate(model, data.val_images, data.val_labels, data.normalize,
-                                                  autocast=autocast, keep_logits=tracker is not None)
+                                                  keep_logits=tracker is not None)
         if parallel is not None:  # one decision for every rank (early stopping), whatever rounding did
             val_accuracy, val_nll = distributed.broadcast((val_accuracy, val_nll))
         if val_accuracy is None:

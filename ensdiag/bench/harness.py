@@ -26,6 +26,7 @@ from ..errors import EnsdiagError
 from ..nn import METHODS, build_model, flush_denormals
 from ..nn.methods import members_for
 from ..nn.members import fastest
+from ..precision import training_math, uses_bf16
 from ..train import FitData, make_optimizer, train_epoch
 from .reference import ReferenceModel, make_loader
 
@@ -106,11 +107,6 @@ def _timed(fn, device):
     return time.perf_counter() - began, result
 
 
-def uses_bf16(settings, device) -> bool:
-    """bf16 autocast: asked for, or by default on CUDA (on CPU it was measured slower)."""
-    return settings.precision == "bf16" or (settings.precision == "auto" and device.type == "cuda")
-
-
 def epoch_seconds(seconds, batches_per_epoch, timed_batches) -> float:
     """The median timed epoch, scaled up to a full epoch when only some batches were timed."""
     return statistics.median(seconds) * batches_per_epoch / timed_batches
@@ -125,7 +121,7 @@ class FastPathTimer:
         model = build_model(config.arch, method, members_for(method, config.members),
                             config.num_classes, config.input_shape, **options).to(device)
         model.member_strategy = strategy or fastest(device.type, config.arch)
-        self.autocast = uses_bf16(settings, device)
+        self.autocast = uses_bf16(settings.precision, device)
         self.channels_last = device.type == "cuda" and config.arch != "mlp"
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
@@ -142,24 +138,27 @@ class FastPathTimer:
     def _epoch(self, batches):
         orders = epoch_permutations(self.n, self.model.kit.data_orders(), self.generator,
                                     self.device)[:, :batches * self.batch_examples]
-        train_epoch(self.model, self.optimizer, self.data, orders, self.config, self.generator, self.autocast,
-                    self.channels_last)
+        with training_math(self.device):  # what `train` runs under (cudnn.benchmark, TF32 on CUDA)
+            train_epoch(self.model, self.optimizer, self.data, orders, self.config, self.generator, self.autocast,
+                        self.channels_last)
 
     def warm_up(self):
         # a compiled model recompiles for the epoch's last, smaller batch: warm up on every shape
+        before = compile_counters()
         self._epoch(self.timed_batches if self.settings.compile else min(self.settings.warmup_batches,
                                                                            self.timed_batches))
+        self.compiled = compile_report(self.settings.compile_mode, before, compile_counters()) if self.settings.compile else None
 
     def epoch(self) -> float:
         return _timed(lambda: self._epoch(self.timed_batches), self.device)[0]
 
     def tracking_seconds(self, val, rounds=3) -> float:
         """The median time of one `--track-diversity` row on the validation split `val` (images,
-        labels); the validation logits it reads come from the epoch's validation pass."""
+        labels); the validation logits it reads come from the epoch's validation pass (exact fp32, as in `train`)."""
         from ..geometry.tracking import DiversityTracker
         from ..train import evaluate
         logits = evaluate(self.model, val[0].to(self.device), val[1].to(self.device), self.data.normalize,
-                          autocast=self.autocast, keep_logits=True)[2]
+                          keep_logits=True)[2]
         tracker = DiversityTracker(self.model)
         tracker.measure(0, logits)  # warm-up
         return statistics.median(_timed(lambda: tracker.measure(1, logits), self.device)[0] for _ in range(rounds))
@@ -172,7 +171,31 @@ class FastPathTimer:
         return {"members": self.model.num_members, "seconds_per_epoch": per_epoch, "epoch_seconds_measured": seconds,
                 "timed_batches": self.timed_batches, "batches_per_epoch": self.batches_per_epoch,
                 "images_per_second": self.n / per_epoch, "member_images_per_second": self.n * k_train / per_epoch,
-                **inference}
+                **inference, **({"compiled": self.compiled} if self.compiled else {})}
+
+
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the torch.compile modes that ask for CUDA graphs
+
+
+def compile_counters() -> dict:
+    from torch._dynamo.utils import counters
+    return {"graphs": counters["stats"]["unique_graphs"], "graph_breaks": sum(counters["graph_break"].values()),
+            "cuda_graph_skips": counters["inductor"]["cudagraph_skips"]}
+
+
+def compile_report(mode: str, before: dict, after: dict) -> dict:
+    """What torch.compile really did for one model between two `compile_counters()`: the graphs
+    it made, its graph breaks, and whether the CUDA graphs the mode asks for were used. Inductor
+    skips them quietly (a log line) on the CPU and for graphs that mutate their inputs, such as
+    BatchNorm's running statistics, so the mode's name alone does not say what was timed."""
+    made = {key: after[key] - before[key] for key in after}
+    if mode not in CUDA_GRAPH_MODES:
+        cuda_graphs = "not asked"
+    elif made["cuda_graph_skips"]:
+        cuda_graphs = f"skipped in {made['cuda_graph_skips']} compiled graph(s): timed as plain compiled code"
+    else:
+        cuda_graphs = "used"
+    return {"mode": mode, "graphs": made["graphs"], "graph_breaks": made["graph_breaks"], "cuda_graphs": cuda_graphs}
 
 
 @torch.no_grad()
@@ -241,7 +264,7 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
         workers = 0 if device.type == "cpu" else min(8, torch.get_num_threads())
     data = FitData(train[0].to(device), train[1].to(device), test[0][:0].to(device), test[1][:0].to(device),
                    Normalize(config.mean, config.std, device), augment=config.augment)
-    dtype = torch.bfloat16 if uses_bf16(settings, device) else torch.float32
+    dtype = torch.bfloat16 if uses_bf16(settings.precision, device) else torch.float32
     prepare_seconds, _ = _timed(lambda: data.training_images(dtype), device)
 
     if settings.compile:  # every model shares the architectures' forward code: one cache entry per model and shape

@@ -47,7 +47,8 @@ def make_loader(images, labels, config, batch_size, shuffle, workers, device, se
 class ReferenceModel:
     """One model, or k separate `single` networks for a Deep Ensemble, with its optimiser and schedule."""
 
-    def __init__(self, config, run, device, seed=0):
+    def __init__(self, config, run, device, seed=0, amp=None):
+        """`amp`: fp16 autocast with a GradScaler (default: on CUDA only; tests turn it on on the CPU)."""
         method, options = config.model_options(run)
         torch.manual_seed(seed)
         k = config.members
@@ -62,8 +63,8 @@ class ReferenceModel:
         self.split_batch = config.be_split_batch
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.optimizer, self.scheduler = make_optimizer(torch.nn.ModuleList(self.networks), config, fused=False)
-        self.cuda = device.type == "cuda"
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.cuda)
+        self.amp = device.type == "cuda" if amp is None else amp
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp)
 
     def member_logits(self, x, train: bool):
         """[m, B, C]: each network's logits (m = k for Deep Ensembles and BatchEnsemble)."""
@@ -89,7 +90,7 @@ class ReferenceModel:
             if max_batches is not None and step >= max_batches:
                 break
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            with torch.autocast(self.device.type, dtype=torch.float16, enabled=self.cuda):
+            with torch.autocast(self.device.type, dtype=torch.float16, enabled=self.amp):
                 logits, labels = self.training_logits(x, y)
             members = logits.shape[0]
             over_members = self.networks[0].kit.loss_over_members
@@ -110,6 +111,6 @@ class ReferenceModel:
         for step, (x, _) in enumerate(loader):
             if max_batches is not None and step >= max_batches:
                 break
-            with torch.autocast(self.device.type, dtype=torch.float16, enabled=self.cuda):
+            with torch.autocast(self.device.type, dtype=torch.float16, enabled=self.amp):
                 chunks.append(self.member_logits(x.to(self.device, non_blocking=True), train=False).float())
         return torch.cat(chunks, dim=1)

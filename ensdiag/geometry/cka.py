@@ -26,7 +26,8 @@ import torch
 
 
 class Moments:
-    """Streaming sums of k members' features [b, d_i] over examples, in float64."""
+    """Streaming sums of k members' features [b, d_i] over examples, in float64, on the features'
+    device (a GPU's float64 matmuls beat a copy of every batch to the host)."""
 
     def __init__(self):
         self.n, self.widths = 0, None
@@ -60,7 +61,7 @@ class Moments:
         """(linear CKA [k, k], debiased CKA [k, k]); the debiased one is NaN for n < 4."""
         blocks, n = self._blocks(), self.n
         k = len(blocks)
-        hsic, unbiased = torch.zeros(k, k, dtype=torch.float64), torch.zeros(k, k, dtype=torch.float64)
+        hsic, unbiased = torch.zeros(k, k, dtype=torch.float64), torch.zeros(k, k, dtype=torch.float64)  # on the CPU
         for a, rows in enumerate(blocks):
             for b, cols in enumerate(blocks):
                 if b < a:

@@ -59,7 +59,7 @@ def layer_cka(networks, images, normalize, batch_size: int = 500) -> dict:
                         skipped[name] = f"{width} features over {len(networks)} members need {size / 2**30:.1f} GiB of moments"
                         continue
                     budget -= size
-                moments[name].add([features[name].cpu() for features in per_member])
+                moments[name].add([features[name] for features in per_member])  # on the model's device
     finally:
         for handle in handles:
             handle.remove()
