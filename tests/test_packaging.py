@@ -142,3 +142,15 @@ print("wheel ok")
     done = subprocess.run([sys.executable, "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "wheel ok" in done.stdout
+
+
+def test_the_gpu_review_table_is_the_committed_cost_model_json():
+    """docs/gpu.md's estimates are the JSON's numbers: regenerating the JSON without the docs fails here."""
+    import importlib.util
+    import json
+    spec = importlib.util.spec_from_file_location("cost_model", ROOT / "benchmarks" / "cost_model.py")
+    cost_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cost_model)
+    result = json.loads((ROOT / "benchmarks" / "results" / "cost-model-resnet18-cifar10.json").read_text())
+    assert result["kind"] == "estimate"
+    assert cost_model.markdown(result) in (ROOT / "docs" / "gpu.md").read_text()
