@@ -9,7 +9,7 @@ import torch
 
 from ensdiag.predictions import save_predictions
 from ensdiag.report.load import load_runs
-from ensdiag.report.verdict import verdict
+from ensdiag.report.verdict import sentence, verdict
 
 from .cli import run_cli
 
@@ -22,18 +22,20 @@ def constant_logits(k, p_label, classes=2):
     return row.expand(k, N, classes).clone()
 
 
-def write_run(root, methods):
-    """A run folder whose methods' predictions are given: {run name: (k, p_label)}."""
+def write_run(root, methods, seeds=(1, 2)):
+    """A run folder whose methods' predictions are given: {run name: (k, p_label)}, p_label one
+    number for every seed or one per seed."""
     from ensdiag.config import preset_config
-    config = preset_config("digits", methods=list(methods), seeds=[1, 2])
+    config = preset_config("digits", methods=list(methods), seeds=list(seeds))
     root.mkdir()
     (root / "experiment.json").write_text(json.dumps({"format": "ensdiag.experiment/1", "config": config.to_dict()}))
     for run, (k, p) in methods.items():
-        for seed in (1, 2):
+        for index, seed in enumerate(seeds):
             folder = root / run / f"seed-{seed}"
             folder.mkdir(parents=True)
             labels = torch.zeros(N, dtype=torch.long)
-            save_predictions({"id": {"logits": constant_logits(k, p), "labels": labels}}, folder / "predictions.safetensors")
+            p_seed = p[index] if isinstance(p, (list, tuple)) else p
+            save_predictions({"id": {"logits": constant_logits(k, p_seed), "labels": labels}}, folder / "predictions.safetensors")
             (folder / "metrics.json").write_text(json.dumps({"analyzers": {}, "splits": {"id": {"n": N}}}))
             (folder / "meta.json").write_text(json.dumps({"run": run, "seed": seed}))
     return root
@@ -54,6 +56,72 @@ def test_no_share_is_given_when_the_deep_ensemble_gains_nothing(tmp_path):
     root = write_run(tmp_path / "run", {"single": (1, 0.7), "deep-ensemble": (3, 0.7), "batch-ensemble": (3, 0.8)})
     entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]
     assert entry["nll"]["value"] is None and entry["nll"]["reference_gain"] == pytest.approx(0.0)
+    assert entry["nll"]["undetermined"] == "no gain"
+    assert "not determined by these seeds (the Deep Ensemble gains nothing" in sentence("BatchEnsemble", entry)
+
+
+def _t_interval(values):
+    from scipy import stats
+    mean, sd = sum(values) / len(values), torch.tensor(values, dtype=torch.float64).std().item()
+    half = stats.t.ppf(0.975, len(values) - 1) * sd / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
+def test_with_three_seeds_no_interval_is_narrower_than_the_t_interval_of_its_per_seed_shares(tmp_path):
+    """Per-seed shares 4 %, 83 %, 83 % (the case a reviewer found): the bootstrap alone gave
+    [4 %, 98 %]; the interval must hold Student-t's [−57 %, 169 %]-like spread, and then it is
+    wider than 0–100 %, so the share is not determined."""
+    single, deep = 0.6, 0.9
+    shares = [0.04, 0.83, 0.83, 0.5, 0.6, 0.55]
+    method = [math.exp(math.log(single) + share * (math.log(deep) - math.log(single))) for share in shares]
+    for seeds, picked in (((1, 2, 3), method[:3]), ((1, 2, 3), method[3:])):
+        root = write_run(tmp_path / f"run-{picked[0]:.4f}", {"single": (1, single), "deep-ensemble": (3, deep),
+                                                           "batch-ensemble": (3, picked)}, seeds=seeds)
+        entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]["nll"]
+        per_seed = [(math.log(single) - math.log(p)) / (math.log(single) - math.log(deep)) for p in picked]
+        low, high = _t_interval(per_seed)
+        assert entry["interval"][0] <= low + 1e-6 and entry["interval"][1] >= high - 1e-6  # float32 logits
+        if high - low > 1:
+            assert entry["value"] is None and entry["undetermined"] == "wide"
+        else:
+            assert entry["value"] == pytest.approx(sum(per_seed) / 3, abs=0.02) and entry["undetermined"] is None
+
+
+def test_shares_outside_0_to_100_percent_say_what_they_mean(tmp_path):
+    root = write_run(tmp_path / "run", {"single": (1, 0.6), "deep-ensemble": (3, 0.8), "batch-ensemble": (3, 0.5),
+                                        "packed-ensemble": (3, 0.9)})
+    found = verdict(root, load_runs(root)["runs"])
+    worse, beyond = sentence("BatchEnsemble", found["batch-ensemble"]), sentence("Packed", found["packed-ensemble"])
+    assert found["batch-ensemble"]["nll"]["value"] < 0 and "below 0 % is worse than the single model" in worse
+    assert found["packed-ensemble"]["nll"]["value"] > 1 and "above 100 % is more than the Deep Ensemble gains" in beyond
+    assert "the Deep Ensemble's gain: 0.288" in worse  # the Deep Ensemble's own NLL gain, log(0.8/0.6), printed with its share
+
+
+def test_a_deep_ensemble_worse_than_the_single_model_gets_no_share(tmp_path):
+    """Each seed's "Deep Ensemble" is worse than its single model: shares of a negative gain would
+    print as nonsense (−1225 % in a reviewer's run), so none is given, and the reason is said."""
+    root = write_run(tmp_path / "run", {"single": (1, [0.80, 0.82, 0.81]), "deep-ensemble": (3, [0.70, 0.72, 0.71]),
+                                        "batch-ensemble": (3, 0.85)}, seeds=(1, 2, 3))
+    entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]
+    assert entry["nll"]["value"] is None and entry["nll"]["undetermined"] == "worse"
+    assert entry["nll"]["reference_gain_interval"][1] < 0
+    assert "the Deep Ensemble is worse than the single model" in sentence("BatchEnsemble", entry)
+
+
+def test_a_deep_ensemble_gain_within_noise_gets_no_share(tmp_path):
+    root = write_run(tmp_path / "run", {"single": (1, 0.8), "deep-ensemble": (3, [0.9, 0.7, 0.81]),
+                                        "batch-ensemble": (3, 0.85)}, seeds=(1, 2, 3))
+    entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]
+    assert entry["nll"]["undetermined"] == "noise" and entry["nll"]["reference_gain_interval"][0] <= 0
+    assert "the Deep Ensemble's own gain is within noise" in sentence("BatchEnsemble", entry)
+
+
+def test_a_diversity_ratio_over_a_deep_ensemble_diversity_at_rounding_level_is_not_given(tmp_path):
+    """Identical Deep Ensemble members: a KL diversity of float rounding would make any ratio huge."""
+    root = write_run(tmp_path / "run", {"single": (1, 0.6), "deep-ensemble": (3, 0.9), "batch-ensemble": (3, 0.7)})
+    entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]
+    assert entry["diversity"]["value"] is None and entry["diversity"]["undetermined"] == "rounding"
+    assert "the Deep Ensemble's own diversity is at rounding level" in sentence("BatchEnsemble", entry)
 
 
 @pytest.fixture(scope="module")

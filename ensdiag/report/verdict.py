@@ -5,13 +5,23 @@ For every other ensemble method in a run that also holds `single` and `deep-ense
   for OOD AUROC with the score 1 − max p̄ (higher is better):
       share = (single − method) / (single − deep ensemble)   [AUROC: (method − single) / (deep − single)]
   1 means the method buys what the Deep Ensemble buys, 0 that it buys nothing, < 0 that it is
-  worse than the single model;
+  worse than the single model, > 1 that it gains more than the Deep Ensemble;
 - the diversity term: the method's KL diversity (mean_i KL(q̄ ‖ p_i), analysis/gain.py) over
   the Deep Ensemble's, on the in-distribution test set.
-Point estimates average every seed the three methods share. The 95 % intervals are paired
-bootstrap percentiles over seeds and test examples: each of `RESAMPLES` resamples draws seeds
-with replacement (the same seeds for every method) and test examples with replacement (the
-same examples for every method and seed), from a fixed generator, so reports are reproducible.
+Point estimates average every seed the three methods share. Each 95 % interval is the wider
+envelope of two: the Student-t interval over the per-seed values (mean ± t_{0.975,n−1}·s/√n,
+the report's own convention for seeds), and a paired bootstrap over seeds and test examples
+(`RESAMPLES` resamples drawing seeds with replacement, the same for every method, and test
+examples with replacement, the same for every method and seed, from a fixed generator, so
+reports are reproducible). The bootstrap alone cannot leave the range of the observed seeds,
+which with 3 seeds is far too narrow (Efron & Tibshirani, *An Introduction to the Bootstrap*,
+1993, §13: percentile intervals undercover for small samples); the t interval carries the
+seed-to-seed variance, the bootstrap the test-set sampling with one seed or agreeing seeds.
+
+A share is "not determined by these seeds" instead of a number when the Deep Ensemble's own
+gain is not positive beyond noise (its interval reaches 0, or it is worse than the single
+model), or when the share's interval is wider than the whole 0–100 % range it is about. The
+diversity ratio is not given when the Deep Ensemble's own diversity is at rounding level.
 """
 
 import math
@@ -24,6 +34,7 @@ from ..io import read_safetensors
 BASELINE, REFERENCE = "single", "deep-ensemble"
 RESAMPLES = 500
 NO_GAIN = 1e-12  # a Deep Ensemble gain this small is none (float rounding of equal numbers)
+NO_DIVERSITY = 1e-9  # nats: a Deep Ensemble KL diversity this small is rounding (float32 logits), not diversity
 ECE_BINS = 15
 
 
@@ -87,6 +98,7 @@ def _shares(baseline, reference, method):
             out[key] = mine / gain if abs(gain) > NO_GAIN else math.nan
             out[f"gain_{key}"] = gain
     out["diversity"] = method["kl"] / reference["kl"] if reference["kl"] > 0 else math.nan
+    out["reference_kl"] = reference["kl"]
     return out
 
 
@@ -121,20 +133,59 @@ def verdict(run_dir, runs: dict) -> dict:
             for key, value in shares.items():
                 if math.isfinite(value):
                     draws[key].append(value)
-        entry = {"seeds": len(seeds)}
-        intervals = {key: _percentiles(draws[key]) for key in point}
-        for key, value in point.items():
-            if key.startswith("gain_"):
-                continue
-            gain = intervals.get(f"gain_{key}")
-            if f"gain_{key}" in point and (abs(point[f"gain_{key}"]) <= NO_GAIN or gain is not None and gain[0] <= 0 <= gain[1]):
-                # the Deep Ensemble's own gain is within noise: a share of it would mean nothing
-                entry[key] = {"value": None, "interval": None, "reference_gain": point[f"gain_{key}"],
-                              "reference_gain_interval": gain}
-                continue
-            entry[key] = {"value": value if math.isfinite(value) else None, "interval": intervals[key]}
-        result[method] = entry
+        per_seed = [_shares(*(_metrics(group[seed], everything, all_ood) for group in trio)) for seed in seeds]
+        intervals = {key: _envelope(_percentiles(draws[key]), _t_interval([shares[key] for shares in per_seed]))
+                     for key in point}
+        result[method] = _entry(point, intervals, len(seeds))
     return result
+
+
+def _entry(point, intervals, seeds) -> dict:
+    """What the report shows of one method: each share or why it is not determined."""
+    entry = {"seeds": seeds}
+    for key in ("nll", "ece", "auroc"):
+        if key not in point:
+            continue
+        gain, gain_interval = point[f"gain_{key}"], intervals[f"gain_{key}"]
+        value, interval = point[key], intervals[key]
+        found = {"value": value if math.isfinite(value) else None, "interval": interval,
+                 "reference_gain": gain, "reference_gain_interval": gain_interval, "undetermined": None}
+        if abs(gain) <= NO_GAIN:
+            found["undetermined"] = "no gain"
+        elif gain_interval is not None and gain_interval[1] < 0:
+            found["undetermined"] = "worse"
+        elif gain_interval is None or gain_interval[0] <= 0:
+            found["undetermined"] = "noise"
+        elif interval is None or interval[1] - interval[0] > 1:
+            found["undetermined"] = "wide"
+        if found["undetermined"]:
+            found["value"] = None
+        entry[key] = found
+    reference_kl = intervals["reference_kl"]
+    rounding = point["reference_kl"] <= NO_DIVERSITY
+    entry["diversity"] = {"value": None if rounding or not math.isfinite(point["diversity"]) else point["diversity"],
+                          "interval": None if rounding else intervals["diversity"],
+                          "reference_diversity": point["reference_kl"], "reference_diversity_interval": reference_kl,
+                          "undetermined": "rounding" if rounding else None}
+    return entry
+
+
+def _t_interval(values):
+    """mean ± t_{0.975,n−1}·s/√n over the finite per-seed values; None for fewer than two."""
+    from scipy import stats
+    values = [value for value in values if math.isfinite(value)]
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((value - mean) ** 2 for value in values) / (len(values) - 1))
+    half = float(stats.t.ppf(0.975, len(values) - 1)) * sd / math.sqrt(len(values))
+    return [mean - half, mean + half]
+
+
+def _envelope(*intervals):
+    """The smallest interval holding every given one (None where none is given)."""
+    given = [interval for interval in intervals if interval is not None]
+    return [min(low for low, _ in given), max(high for _, high in given)] if given else None
 
 
 def _percentiles(values):
@@ -145,30 +196,60 @@ def _percentiles(values):
     return [values[int(0.025 * (len(values) - 1))], values[int(math.ceil(0.975 * (len(values) - 1)))]]
 
 
-def _percent(entry):
-    if entry["value"] is None:
-        return None
-    low, high = entry["interval"] or (None, None)
-    bounds = f" [{low * 100:.0f} %, {high * 100:.0f} %]" if low is not None else ""
-    return f"{entry['value'] * 100:.0f} %{bounds}"
+def _bounds(interval) -> str:
+    return f"[{interval[0] * 100:.0f} %, {interval[1] * 100:.0f} %]"
+
+
+def _percent(entry) -> str:
+    return f"{entry['value'] * 100:.0f} %" + (f" {_bounds(entry['interval'])}" if entry["interval"] else "")
+
+
+def _gain(entry) -> str:
+    low, high = entry["reference_gain_interval"] or (None, None)
+    bounds = f" [{low:.3g}, {high:.3g}]" if low is not None else ""
+    return f"{entry['reference_gain']:.3g}{bounds}"
 
 
 def _join(items):
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+WHY = {"no gain": "the Deep Ensemble gains nothing over the single model",
+       "worse": "the Deep Ensemble is worse than the single model",
+       "noise": "the Deep Ensemble's own gain is within noise"}
+
+
 def sentence(label: str, entry: dict) -> str:
-    """One sentence per method, generated from the numbers."""
-    shares = [(name, _percent(entry[key])) for key, name in (("nll", "NLL"), ("ece", "ECE"), ("auroc", "OOD AUROC"))
-              if key in entry]
-    given = [f"{share} of the Deep Ensemble's {name} gain" for name, share in shares if share is not None]
-    noise = [name for name, share in shares if share is None]
-    text = f"{label} delivers {_join(given)}" if given else f"{label}: no share of the Deep Ensemble's gains can be given"
-    if noise:
-        text += f"{'; ' if given else ' — '}the Deep Ensemble's own {_join(noise)} gain over the single model is within noise here"
+    """One sentence per method, generated from the numbers: each share with the Deep Ensemble's
+    own gain it is a share of, what a share outside 0–100 % means, and why a share is not given."""
+    given, open_ = [], []
+    for key, name in (("nll", "NLL"), ("ece", "ECE"), ("auroc", "OOD AUROC")):
+        if key not in entry:
+            continue
+        share = entry[key]
+        why = share["undetermined"]
+        if why == "wide":
+            open_.append(f"its share of the {name} gain is not determined by these seeds (its interval "
+                         f"{_bounds(share['interval'])} is wider than the whole 0–100 % range)")
+        elif why:
+            open_.append(f"its share of the {name} gain is not determined by these seeds ({WHY[why]}: "
+                         f"that gain is {_gain(share)})")
+        else:
+            printed = [share["value"], *(share["interval"] or [])]
+            notes = [*(["below 0 % is worse than the single model"] if min(printed) < 0 else []),
+                     *(["above 100 % is more than the Deep Ensemble gains"] if max(printed) > 1 else []),
+                     f"the Deep Ensemble's gain: {_gain(share)}"]
+            given.append(f"{_percent(share)} of the Deep Ensemble's {name} gain ({'; '.join(notes)})")
+    text = f"{label} delivers {_join(given)}" if given else f"{label}:"
+    if open_:
+        text += f"{'; ' if given else ' '}{_join(open_)}"
     diversity = entry["diversity"]
     if diversity["value"] is not None:
         low, high = diversity["interval"] or (None, None)
         bounds = f" [{low:.2f}, {high:.2f}]" if low is not None else ""
         text += f"; its diversity term is {diversity['value']:.2f}×{bounds} the Deep Ensemble's"
-    return text + f" ({entry['seeds']} seed{'s' if entry['seeds'] != 1 else ''}, 95 % paired bootstrap)."
+    elif diversity["undetermined"] == "rounding":
+        text += "; its diversity cannot be compared: the Deep Ensemble's own diversity is at rounding level"
+    seeds = entry["seeds"]
+    how = "Student-t over seeds widened by a paired bootstrap" if seeds > 1 else "paired bootstrap over test examples only"
+    return text + f" ({seeds} seed{'s' if seeds != 1 else ''}; 95 % intervals: {how})."
