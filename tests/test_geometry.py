@@ -94,10 +94,12 @@ def test_identical_members_up_to_a_permutation_are_one_solution():
 def test_batch_ensemble_members_are_rank_one_and_kernel_wise_ones_per_kernel():
     channel = analyze_model(_probe("batch-ensemble", "resnet18"), only=["rank-structure"])["rank-structure"]
     assert channel["rank_one"]["value"] == 1.0 and channel["summary"].startswith("rank 1 in every layer")
+    assert channel["construction_check"] and "not evidence about their diversity" in channel["summary"]
     kernel = analyze_model(_probe("batch-ensemble", "resnet18", variant="kernel"), only=["rank-structure"])["rank-structure"]
     assert kernel["rank_one"]["value"] < 1.0 and kernel["summary"].startswith("rank 1 per kernel")
     deep = analyze_model(_probe("deep-ensemble"), only=["rank-structure"])["rank-structure"]
     assert deep["rank_one"]["value"] == 0.0 and deep["summary"].startswith("higher rank")
+    assert not deep["construction_check"] and "construction" not in deep["summary"]
 
 
 def test_an_analyzer_that_breaks_is_a_failed_result_not_a_lost_run(monkeypatch):

@@ -5,6 +5,8 @@ purpose, the rank check against constructed members, paths and BatchNorm recompu
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 from ensdiag.geometry.align import permutation_groups, permute_state, weight_matching
@@ -256,3 +258,39 @@ def test_batchnorm_recomputation_is_the_training_images_statistics():
     assert not network.training and network.body.bn1.momentum == 0.1
     for count in (2, 501):  # no batch of a single image, whatever the count (an 8-pixel ResNet ends in 1×1 maps)
         assert recompute_batchnorm(network, torch.rand(count, *shape), lambda x: x)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(2, 4), st.sampled_from(["random", "zeros", "one_zero_row",
+                                                                                   "tiny", "rank_one", "constant"]),
+       st.integers(0, 2**16))
+def test_per_layer_rank_fields_never_contradict_each_other(rows, cols, members, kind, seed):
+    """Over random and degenerate layers: a rank is null exactly where no entry carries a ratio,
+    never above max_rank, and the pairs' min ≤ median ≤ max = rank."""
+    generator = torch.Generator().manual_seed(seed)
+    base = torch.randn(rows, cols, generator=generator)
+    weights = []
+    for _ in range(members):
+        w = torch.randn(rows, cols, generator=generator)
+        if kind == "zeros":
+            w = torch.zeros(rows, cols)
+        elif kind == "one_zero_row":
+            w[0] = 0.0
+        elif kind == "tiny":
+            w = w * torch.where(torch.rand(rows, cols, generator=generator) < 0.3, 1e-30, 1.0)
+        elif kind == "rank_one":
+            w = base * torch.outer(torch.rand(rows, generator=generator) + 0.5, torch.rand(cols, generator=generator) + 0.5)
+        elif kind == "constant":
+            w = torch.ones(rows, cols)
+        weights.append({"layer.weight": w})
+    entry = rank_structure(weights)["layers"]["layer"]
+    assert 0.0 <= entry["entries_used"] <= 1.0
+    if entry["rank"] is None:
+        assert entry["max_rank"] is None and entry["note"]
+        return
+    assert 0 <= entry["rank"] <= entry["max_rank"] <= min(rows, cols)
+    assert entry["entries_used"] > 0
+    pair = entry["pair_ranks"]
+    assert pair["min"] <= pair["median"] <= pair["max"] == entry["rank"]
+    if kind in ("rank_one", "constant"):
+        assert entry["rank"] == 1

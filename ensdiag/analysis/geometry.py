@@ -220,6 +220,10 @@ def rank_structure(probe):
         summary = "rank 1 per kernel in every convolution: kernel-wise rank-1 factors"
     else:
         summary = "higher rank: members are not rank-1 rescalings of one weight set"
-    return {**found, "tolerance": RELATIVE_TOLERANCE, "summary": summary,
+    by_construction = bool(getattr(getattr(probe.model, "kit", None), "rank_one_by_construction", False))
+    if by_construction and rank_one is not None:
+        summary += (" (true by construction for this method: a check of the rebuilt members, "
+                    "not evidence about their diversity)")
+    return {**found, "tolerance": RELATIVE_TOLERANCE, "summary": summary, "construction_check": by_construction,
             "rank_one": metric(rank_one, "fraction of weight layers whose ratio W_i ⊘ W_0 has rank 1 (σ_r/σ_1 > tolerance "
                                          "counted; layers whose ratio has one row or column tell nothing and are left out)")}

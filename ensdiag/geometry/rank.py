@@ -11,8 +11,13 @@ Entries where either weight is 0, or below 0.1 % of its layer's median magnitude
 decayed to nothing, whose ratios of 10³⁰ would swamp the singular values), have no ratio:
 rows and columns without any ratio go first,
 then the larger set of whole rows (or whole columns) without such entries is used, and
-`entries_used` says how much that kept. A ratio with one row or column is rank 1 whatever
+`entries_used` says how much that kept. A layer where no entry keeps a ratio has no rank
+(`rank` and `max_rank` null, with a note). A ratio with one row or column is rank 1 whatever
 it holds, so such layers (`max_rank` < 2) tell nothing and are not counted.
+
+Over the pairs (0, j), a layer reports `rank` and `max_rank` as maxima over pairs (so rank ≤
+max_rank always), `pair_ranks` as the min, median and max of the pairs' ranks, and
+`entries_used` as the least over pairs.
 """
 
 import torch
@@ -60,6 +65,9 @@ def layer_structure(w_i: torch.Tensor, w_j: torch.Tensor) -> dict:
         return {"rank": None, "max_rank": None, "singular_values": [], "entries_used": 0.0,
                 "note": "non-finite weights: no ratio"}
     ratio, used = ratio_matrix(w_i, w_j)
+    if ratio.numel() == 0:
+        return {"rank": None, "max_rank": None, "singular_values": [], "entries_used": 0.0,
+                "note": "no entry carries a ratio (zero or negligible weights)"}
     values = torch.linalg.svdvals(ratio) if ratio.numel() else torch.zeros(0, dtype=torch.float64)
     result = {"rank": numerical_rank(values), "max_rank": min(ratio.shape) if ratio.numel() else 0,
               "singular_values": (values[:SHOWN] / values[0]).tolist() if values.numel() and values[0] > 0 else [],
@@ -84,7 +92,9 @@ def rank_structure(member_weights: list[dict], max_pairs: int = 8) -> dict:
         if any(f["rank"] is None for f in found):
             layers[key.rpartition(".")[0]] = next(f for f in found if f["rank"] is None)
             continue
-        entry = {"rank": max(f["rank"] for f in found), "max_rank": min(f["max_rank"] for f in found),
+        ranks = sorted(f["rank"] for f in found)
+        entry = {"rank": ranks[-1], "max_rank": max(f["max_rank"] for f in found),
+                 "pair_ranks": {"min": ranks[0], "median": ranks[(len(ranks) - 1) // 2], "max": ranks[-1]},
                  "singular_values": found[0]["singular_values"], "entries_used": min(f["entries_used"] for f in found)}
         if all("kernel_rank" in f for f in found):
             entry["kernel_rank"] = max(f["kernel_rank"] for f in found)

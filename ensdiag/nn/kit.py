@@ -193,6 +193,7 @@ class Kit:
     # --- what training and prediction ask of a method
 
     fixed_members: int | None = None  # a method with a fixed k (single: 1)
+    rank_one_by_construction = False  # members' weight ratios W_i ⊘ W_j are rank 1 whatever training does
     strategies: tuple[str, ...] = ()  # ways to run the members, when there is a choice (members.py)
 
     def passes_per_example(self, split_batch=False) -> int:

@@ -182,6 +182,7 @@ class BatchEnsembleKit(Kit):
 
     label = "BatchEnsemble"
     order = 30
+    rank_one_by_construction = True  # W ∘ r_i s_iᵀ
     declared = (Option("variant", "channel", "convolutions perturbed channel-wise or kernel-wise",
                        choices=("channel", "kernel"), flag="--be-variant"),
                 Option("init", DEFAULT_FAST_WEIGHT_INIT, "fast-weight initialisation: normal[:std], ones, random-sign[:p]",
