@@ -222,7 +222,7 @@ WHY = {"no gain": "the Deep Ensemble gains nothing over the single model",
 def sentence(label: str, entry: dict) -> str:
     """One sentence per method, generated from the numbers: each share with the Deep Ensemble's
     own gain it is a share of, what a share outside 0–100 % means, and why a share is not given."""
-    given, open_ = [], []
+    given, open_, unmeasured = [], [], {}
     for key, name in (("nll", "NLL"), ("ece", "ECE"), ("auroc", "OOD AUROC")):
         if key not in entry:
             continue
@@ -232,14 +232,18 @@ def sentence(label: str, entry: dict) -> str:
             open_.append(f"its share of the {name} gain is not determined by these seeds (its interval "
                          f"{_bounds(share['interval'])} is wider than the whole 0–100 % range)")
         elif why:
-            open_.append(f"its share of the {name} gain is not determined by these seeds ({WHY[why]}: "
-                         f"that gain is {_gain(share)})")
+            unmeasured.setdefault(why, []).append((name, _gain(share)))
         else:
             printed = [share["value"], *(share["interval"] or [])]
             notes = [*(["below 0 % is worse than the single model"] if min(printed) < 0 else []),
                      *(["above 100 % is more than the Deep Ensemble gains"] if max(printed) > 1 else []),
                      f"the Deep Ensemble's gain: {_gain(share)}"]
             given.append(f"{_percent(share)} of the Deep Ensemble's {name} gain ({'; '.join(notes)})")
+    for why, gains in unmeasured.items():  # one clause per reason, every gain it concerns
+        plural = len(gains) > 1
+        open_.append(f"its share{'s' if plural else ''} of the {_join([name for name, _ in gains])} gain"
+                     f"{'s are' if plural else ' is'} not determined by these seeds ({WHY[why]}: "
+                     f"{', '.join(f'{name} {gain}' for name, gain in gains)})")
     text = f"{label} delivers {_join(given)}" if given else f"{label}:"
     if open_:
         text += f"{'; ' if given else ' '}{_join(open_)}"
