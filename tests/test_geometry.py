@@ -253,3 +253,18 @@ def test_a_damaged_geometry_result_or_tracking_file_is_a_clear_error(tracked_run
     metrics["analyzers"]["paths"]["pairs"] = "not a list"
     (seed / "metrics.json").write_text(json.dumps(metrics))
     assert_one_line_error(capsys, "report", run, "--format", "markdown", match="paths result is not of the expected layout")
+
+
+def test_path_and_tracking_figures_name_the_seed_and_member_pair_of_every_line():
+    from ensdiag.report.geometry_figures import paths_figure, tracking_figure
+    pair = lambda j: {"members": [0, j], "t": [0.0, 0.5, 1.0], "loss": [0.2, 0.5, 0.3], "accuracy": [0.9, 0.7, 0.9]}  # noqa: E731
+    figure = paths_figure({"deep-ensemble, seed 7": {"pairs": [pair(1), pair(2)]}})
+    loss_ax = figure.axes[0]
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == [
+        "deep-ensemble, seed 7: members 0–1", "deep-ensemble, seed 7: members 0–2"]
+    assert len({line.get_linestyle() for line in loss_ax.get_lines()}) == 2
+    rows = [{"epoch": e, "disagreement": 0.1, "jsd": 0.01, "weight_cosine": 0.5, "aligned_weight_cosine": 0.6} for e in (0, 1)]
+    figure = tracking_figure({"batch-ensemble": {42: rows, 69: rows}})
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == [
+        "batch-ensemble, seed 42", "batch-ensemble, seed 69"]
+    assert len({line.get_marker() for line in figure.axes[0].get_lines()}) == 2

@@ -65,19 +65,24 @@ def alignment_figure(results: dict) -> Figure:
     return figure
 
 
+PAIR_STYLES = ("-", "--", ":", "-.")  # the pairs of one method (and the seeds of one method) told apart
+
+
 def paths_figure(results: dict) -> Figure:
-    """Test loss and accuracy along each pair's path; a method's pairs share its colour."""
-    figure = Figure(figsize=(7.5, 2.8), layout="constrained")
+    """Test loss and accuracy along each pair's path: a method's colour, a line style per member
+    pair, every line named in the legend (method, seed, pair)."""
+    figure = Figure(figsize=(9.5, 2.8), layout="constrained")
     loss_ax, accuracy_ax = figure.subplots(1, 2)
     for index, (name, result) in enumerate(results.items()):
         for number, pair in enumerate(result["pairs"]):
-            label = name if number == 0 else None
-            loss_ax.plot(pair["t"], pair["loss"], color=f"C{index}", linewidth=1, alpha=0.8, label=label)
-            accuracy_ax.plot(pair["t"], pair["accuracy"], color=f"C{index}", linewidth=1, alpha=0.8)
+            i, j = pair.get("members", (0, number + 1))
+            style = dict(color=f"C{index}", linestyle=PAIR_STYLES[number % len(PAIR_STYLES)], linewidth=1, alpha=0.8)
+            loss_ax.plot(pair["t"], pair["loss"], label=f"{name}: members {i}–{j}", **style)
+            accuracy_ax.plot(pair["t"], pair["accuracy"], **style)
     for ax, label in ((loss_ax, "test loss (NLL)"), (accuracy_ax, "test accuracy")):
         ax.set_xlabel("t: member 0 → member j", fontsize=8)
         ax.set_ylabel(label, fontsize=8)
-    loss_ax.legend(fontsize=7)
+    figure.legend(loc="outside right upper", fontsize=6)  # beside the axes: a legend inside hid the curves
     return figure
 
 
@@ -85,23 +90,28 @@ TRACKED = (("disagreement", "mean pairwise disagreement"), ("jsd", "JSD"), ("wei
 
 
 def tracking_figure(curves: dict) -> Figure:
-    """curves: {method: [rows of one seed each]}, rows {"epoch", "disagreement", "jsd", "weight_cosine",
-    "aligned_weight_cosine"}; aligned cosine dashed."""
-    figure = Figure(figsize=(9.0, 2.8), layout="constrained")
+    """curves: {method: {seed: rows}}, rows {"epoch", "disagreement", "jsd", "weight_cosine",
+    "aligned_weight_cosine"}: a method's colour, a marker per seed (named in the legend); aligned
+    cosine dashed."""
+    figure = Figure(figsize=(11.0, 2.8), layout="constrained")
     axes = figure.subplots(1, 3)
-    for index, (name, runs) in enumerate(curves.items()):
-        for number, rows in enumerate(runs):
+    markers = ("o", "s", "^", "v", "D", "x")
+    for index, (name, seeds) in enumerate(curves.items()):
+        for number, (seed, rows) in enumerate(seeds.items()):
+            if all(row.get(key) is None for row in rows for key, _ in TRACKED):
+                continue  # one member (single model): nothing to draw, so no legend entry either
             epochs = [row["epoch"] for row in rows]
+            style = dict(color=f"C{index}", linewidth=1, alpha=0.8, marker=markers[number % len(markers)], markersize=2)
             for ax, (key, _) in zip(axes, TRACKED):
-                ax.plot(epochs, [NAN if row.get(key) is None else row[key] for row in rows], color=f"C{index}",
-                        linewidth=1, alpha=0.8, label=name if number == 0 else None)
+                ax.plot(epochs, [NAN if row.get(key) is None else row[key] for row in rows],
+                        label=f"{name}, seed {seed}" if ax is axes[0] else None, **style)
             if any(row.get("aligned_weight_cosine") is not None for row in rows):
                 axes[2].plot(epochs, [NAN if row.get("aligned_weight_cosine") is None else row["aligned_weight_cosine"]
-                                      for row in rows], "--", color=f"C{index}", linewidth=1, alpha=0.8)
+                                      for row in rows], linestyle="--", **style)
     for ax, (_, label) in zip(axes, TRACKED):
         ax.set_xlabel("epoch (0: initialisation)", fontsize=8)
         ax.set_ylabel(label + (" (dashed: aligned)" if label == "weight cosine" else ""), fontsize=8)
-    axes[0].legend(fontsize=7)
+    figure.legend(loc="outside right upper", fontsize=6)
     return figure
 
 
@@ -134,8 +144,8 @@ def add_report_figures(runs: dict, add) -> None:
                                        "first seed", alignment_figure),
             ("paths", "paths", "Test loss and accuracy on the straight line between member 0 and members 1–3; first seed",
              paths_figure)):
-        draw(name, file, title, make, {method: (run["metrics"]["analyzers"][name], run["folder"])
-                                       for method, (_, run) in first(name).items()})
+        draw(name, file, title, make, {f"{method}, seed {seed}": (run["metrics"]["analyzers"][name], run["folder"])
+                                       for method, (seed, run) in first(name).items()})
     heatmaps = {method: (run["metrics"]["analyzers"]["cka"], run["folder"]) for method, (_, run) in first("cka").items()}
     if heatmaps:
         def grid(results):
@@ -143,7 +153,8 @@ def add_report_figures(runs: dict, add) -> None:
                     for method, result in results.items() for split, found in result["splits"].items() if found["layers"]]
             return heatmap_grid(rows, colorbar_label="linear CKA")
         draw("cka", "cka-heatmaps", "k×k linear CKA between members, per layer (rows: method and split; first seed)", grid, heatmaps)
-    tracked = {method: [run["tracking"] for run in seeds.values() if run and run.get("tracking")] for method, seeds in runs.items()}
+    tracked = {method: {seed: run["tracking"] for seed, run in seeds.items() if run and run.get("tracking")}
+               for method, seeds in runs.items()}
     if any(tracked.values()):
         spent = sum(row.get("seconds") or 0 for seeds in runs.values() for run in seeds.values() if run and run.get("tracking")
                     for row in run["tracking"] if isinstance(row.get("seconds"), (int, float)))
