@@ -48,7 +48,8 @@ def model_probe(model, data, preset=None, device="auto", seed=0, max_examples=No
     config, _ = _checked_config(model, preset)
     device = resolve_device(device)
     return ModelProbe(model.to(device), {"id": data.test, "ood": data.ood}, Normalize(config.mean, config.std, device),
-                      data.train.images if data.train is not None else None, max_examples, seed)
+                      data.train.images if data.train is not None else None, max_examples, seed,
+                      train_labels=data.train.labels if data.train is not None else None)
 
 
 def evaluate_model(model, preset=None, data_dir="data", download=False, device="auto", seed=0, data=None, spread=False):

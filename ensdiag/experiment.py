@@ -116,7 +116,8 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     weights = model.member_weights()
     metrics = analyze_predictions(with_pooled_shift(predictions), weights=weights)
     if config.geometry:
-        probe = ModelProbe(model, {"id": data.test, "ood": data.ood}, normalize, data.train.images[train_index], seed=seed)
+        probe = ModelProbe(model, {"id": data.test, "ood": data.ood}, normalize, data.train.images[train_index], seed=seed,
+                           train_labels=data.train.labels[train_index])
         metrics["analyzers"].update(analyze_model(probe))
     eval_seconds = time.perf_counter() - began
     save_predictions(predictions, run_dir / "predictions.safetensors",

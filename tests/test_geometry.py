@@ -22,7 +22,8 @@ def _probe(method, arch="mlp", k=3, **options):
     generator = torch.Generator().manual_seed(0)
     test = Split(torch.rand(40, *shape, generator=generator), torch.randint(0, 4, (40,), generator=generator))
     ood = Split(torch.rand(30, *shape, generator=generator), None)
-    return ModelProbe(model, {"id": test, "ood": ood}, lambda x: x, torch.rand(50, *shape, generator=generator))
+    return ModelProbe(model, {"id": test, "ood": ood}, lambda x: x, torch.rand(50, *shape, generator=generator),
+                      train_labels=torch.randint(0, 4, (50,), generator=generator))
 
 
 def test_the_geometry_analyzers_are_registered_as_model_analyzers():
@@ -62,7 +63,8 @@ def test_deep_ensemble_results_on_both_architectures(arch):
     paths = results["paths"]
     assert len(paths["pairs"]) == 2 and all(len(pair["loss"]) == 11 for pair in paths["pairs"])
     assert ("recomputed" in paths["batchnorm"]) == (arch == "resnet18")
-    assert paths["loss_barrier"]["value"] >= 0
+    assert paths["loss_barrier"]["value"] >= 0 and paths["train_loss_barrier"]["value"] >= 0 and paths["train_n"] == 50
+    assert all(len(pair["train_loss"]) == 11 for pair in paths["pairs"])
 
 
 def test_identical_members_up_to_a_permutation_are_one_solution():
@@ -89,6 +91,7 @@ def test_identical_members_up_to_a_permutation_are_one_solution():
     for entry in results["cka"]["splits"]["id"]["layers"].values():
         assert entry["mean_linear"]["value"] == pytest.approx(1.0, abs=1e-9)
     assert results["paths"]["loss_barrier"]["value"] == pytest.approx(0.0, abs=1e-6)
+    assert results["paths"]["train_loss_barrier"]["value"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_batch_ensemble_members_are_rank_one_and_kernel_wise_ones_per_kernel():
@@ -236,7 +239,7 @@ def test_the_report_draws_geometry_in_markdown_and_html(tracked_runs, capsys):
     assert {"cka-layers", "cka-heatmaps", "alignment", "paths", "tracking"} <= names
     markdown = render(report, "markdown")
     assert "figures/tracking.png" in markdown and "figures/cka-layers.png" in markdown
-    assert "## Member geometry" in markdown and "loss barrier" in markdown
+    assert "## Member geometry" in markdown and "test-loss barrier" in markdown and "train-loss barrier" in markdown
     html = render(report, "html")
     assert html.count("<img") == len(report["figures"]) and "Member geometry" in html
 

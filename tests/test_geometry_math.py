@@ -294,3 +294,23 @@ def test_per_layer_rank_fields_never_contradict_each_other(rows, cols, members, 
     assert pair["min"] <= pair["median"] <= pair["max"] == entry["rank"]
     if kind in ("rank_one", "constant"):
         assert entry["rank"] == 1
+
+
+def test_the_training_loss_is_read_along_the_path_on_the_training_sample():
+    """Ainsworth et al.'s barrier: the same path evaluated on a fixed labelled training sample;
+    each end's training loss is that network's own cross-entropy on it."""
+    from ensdiag.data.registry import Split
+    from ensdiag.geometry.paths import loss_and_accuracy, path
+    a, b = build_model("mlp", "single", 1, 3, (1, 4, 4)), build_model("mlp", "single", 1, 3, (1, 4, 4))
+    generator = torch.Generator().manual_seed(0)
+    test = Split(torch.rand(20, 1, 4, 4, generator=generator), torch.randint(0, 3, (20,), generator=generator))
+    train = Split(torch.rand(30, 1, 4, 4, generator=generator), torch.randint(0, 3, (30,), generator=generator))
+    scratch = build_model("mlp", "single", 1, 3, (1, 4, 4)).member_network(0)
+    ends = [model.member_network(0).state_dict() for model in (a, b)]
+    found = path(scratch, ends[0], ends[1], test, lambda x: x, None, 5, train)
+    assert len(found["train_loss"]) == 5 and len(found["loss"]) == 5
+    for state, at in ((ends[0], 0), (ends[1], -1)):
+        scratch.load_state_dict(state)
+        assert found["train_loss"][at] == pytest.approx(loss_and_accuracy(scratch, train.images, train.labels, lambda x: x)[0])
+        assert found["loss"][at] == pytest.approx(loss_and_accuracy(scratch, test.images, test.labels, lambda x: x)[0])
+    assert "train_loss" not in path(scratch, ends[0], ends[1], test, lambda x: x, None, 3)

@@ -30,8 +30,8 @@ CKA_REPRESENTATION = ("each representation point's output (linear layers before 
 @dataclass
 class ModelProbe:
     """A model with the data model analyzers read: `splits` maps "id" (labelled test images) and
-    "ood" to `Split`s; `train_images` (or None) are for BatchNorm statistics; `max_examples`
-    caps the images per split."""
+    "ood" to `Split`s; `train_images` (or None) are for BatchNorm statistics and, with
+    `train_labels`, for the training loss along paths; `max_examples` caps the images per split."""
 
     model: object
     splits: dict
@@ -39,6 +39,7 @@ class ModelProbe:
     train_images: torch.Tensor | None = None
     max_examples: int | None = None
     seed: int = 0
+    train_labels: torch.Tensor | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
     def split(self, name, limit=None):
@@ -48,12 +49,23 @@ class ModelProbe:
         limit = min(x for x in (limit, self.max_examples, len(split)) if x is not None)
         return split.subset(slice(0, limit)) if limit < len(split) else split
 
+    def _training_pick(self):
+        pick = torch.randperm(len(self.train_images), generator=torch.Generator().manual_seed(self.seed))
+        return pick[:BATCHNORM_EXAMPLES].sort().values
+
     def batchnorm_images(self):
         """A seeded sample of `BATCHNORM_EXAMPLES` training images (the split may be sorted by class), or None."""
         if self.train_images is None or len(self.train_images) == 0:
             return None
-        pick = torch.randperm(len(self.train_images), generator=torch.Generator().manual_seed(self.seed))
-        return self.train_images[pick[:BATCHNORM_EXAMPLES].sort().values]
+        return self.train_images[self._training_pick()]
+
+    def training_sample(self):
+        """The same fixed sample with its labels, as a `Split` (for the training loss along paths), or None."""
+        from ..data.registry import Split
+        if self.train_images is None or self.train_labels is None or len(self.train_images) == 0:
+            return None
+        pick = self._training_pick()
+        return Split(self.train_images[pick], self.train_labels[pick], "training sample")
 
     def members(self) -> list:
         """Every member as a plain network (one set of weights per member), or Skip."""
@@ -163,12 +175,16 @@ def alignment(probe):
 
 
 @register_analyzer("paths", needs="model", description="loss and accuracy on the straight line between members' weights",
-                   columns=[Column("loss barrier", ("loss_barrier", "value"), "down",
-                                   "largest rise of the test loss above the line between two members (mean over pairs)",
+                   columns=[Column("test-loss barrier", ("loss_barrier", "value"), "down",
+                                   "largest rise of the test loss above the line between two members (mean over pairs); "
+                                   "0 can mean averaged weights temper over-confident logits, not connectivity",
                                    ("geometry",), 40, "id"),
-                            Column("accuracy barrier", ("accuracy_barrier", "value"), "down",
-                                   "largest drop of test accuracy below the line between two members (mean over pairs)",
-                                   ("geometry",), 41, "id")])
+                            Column("error barrier", ("accuracy_barrier", "value"), "down",
+                                   "largest rise of the test error above the line between two members (mean over pairs; "
+                                   "Frankle et al.)", ("geometry",), 41, "id"),
+                            Column("train-loss barrier", ("train_loss_barrier", "value"), "down",
+                                   "largest rise of the training loss, on a fixed training sample, above the line between "
+                                   "two members (mean over pairs; Ainsworth et al.)", ("geometry",), 42, "id")])
 def paths(probe):
     from ..geometry.paths import barrier, path
     networks = probe.members()
@@ -186,17 +202,24 @@ def paths(probe):
         ends = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
         how = "as trained (members share weights or have no permutation rule)"
     scratch = probe.model.member_network(0)
+    sample = probe.training_sample()
     pairs = []
     for j in range(1, min(len(networks), PATH_PAIRS + 1)):
-        found = path(scratch, ends[0], ends[j], test, probe.normalize, train if has_norm else None, PATH_POINTS)
+        found = path(scratch, ends[0], ends[j], test, probe.normalize, train if has_norm else None, PATH_POINTS, sample)
         pairs.append({"members": [0, j], **found, "loss_barrier": barrier(found["t"], found["loss"]),
-                      "accuracy_barrier": barrier(found["t"], found["accuracy"], higher_is_worse=False)})
-    mean = lambda key: sum(pair[key] for pair in pairs) / len(pairs)  # noqa: E731
+                      "accuracy_barrier": barrier(found["t"], found["accuracy"], higher_is_worse=False),
+                      **({"train_loss_barrier": barrier(found["t"], found["train_loss"])} if sample is not None else {})})
+    mean = lambda key: sum(pair[key] for pair in pairs) / len(pairs) if key in pairs[0] else None  # noqa: E731
     batchnorm = (f"BatchNorm statistics recomputed on {len(train)} training images at every point" if has_norm
                  else "no BatchNorm in the network")
     return {"pairs": pairs, "ends": how, "batchnorm": batchnorm, "n": len(test),
-            "loss_barrier": metric(mean("loss_barrier"), "max_t L(θ(t)) − ((1−t)L(θ_0) + tL(θ_1)), mean over pairs"),
-            "accuracy_barrier": metric(mean("accuracy_barrier"), "max_t of accuracy below the line between the ends, mean over pairs")}
+            "train_n": len(sample) if sample is not None else 0,
+            "loss_barrier": metric(mean("loss_barrier"), "max_t L(θ(t)) − ((1−t)L(θ_0) + tL(θ_1)) on the test set, mean "
+                                   "over pairs; can be 0 without connectivity (averaging tempers over-confident logits)"),
+            "accuracy_barrier": metric(mean("accuracy_barrier"), "error barrier: max_t of test accuracy below the line "
+                                       "between the ends (= test error above it), mean over pairs"),
+            "train_loss_barrier": metric(mean("train_loss_barrier"), "max_t of the training loss above the line between "
+                                         "the ends, on a fixed training sample, mean over pairs (null without training labels)")}
 
 
 @register_analyzer("rank-structure", needs="model", description="rank of W_i ⊘ W_j per layer (1 for BatchEnsemble members)",

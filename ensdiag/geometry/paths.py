@@ -6,9 +6,13 @@ at every point, the ends included, they are recomputed on training images (the a
 near-equal batches' statistics in train mode, no gradient) before the network is evaluated; a network
 without BatchNorm is evaluated as interpolated.
 
-The barrier (Frankle et al. 2020) is the largest rise above the straight line between the
-ends: max_t [L(θ(t)) − ((1 − t)·L(θ_a) + t·L(θ_b))] for the loss, and the same with accuracy
-falling below its line. 0 means the members are linearly connected.
+The barrier is the largest rise above the straight line between the ends:
+max_t [L(θ(t)) − ((1 − t)·L(θ_a) + t·L(θ_b))], and the same with accuracy falling below its
+line (the error barrier of Frankle et al. 2020). On the training loss (Ainsworth et al. 2023),
+0 says the members lie in one linearly connected basin. On the *test* loss it says less:
+averaging over-fitted members' weights tempers their over-confident logits, so the test loss
+can dip below its line while the error rises, and a test-loss barrier of 0 is no evidence of
+connectivity.
 """
 
 import math
@@ -59,19 +63,23 @@ def loss_and_accuracy(network, images, labels, normalize, batch_size: int = 1000
     return loss / len(images), correct / len(images)
 
 
-def path(network, state_a, state_b, test, normalize, train_images=None, points: int = 11) -> dict:
-    """{"t", "loss", "accuracy", "batchnorm_recomputed"} along θ(t); `network` is a plain network
-    of the members' shape whose weights are overwritten."""
+def path(network, state_a, state_b, test, normalize, train_images=None, points: int = 11, train=None) -> dict:
+    """{"t", "loss", "accuracy", "batchnorm_recomputed"} along θ(t) on the labelled `test` split,
+    and "train_loss", "train_accuracy" on the labelled `train` sample when one is given;
+    `network` is a plain network of the members' shape whose weights are overwritten."""
     ts = torch.linspace(0, 1, points).tolist()
-    losses, accuracies, recomputed = [], [], False
+    found = {"t": ts, "loss": [], "accuracy": [], **({"train_loss": [], "train_accuracy": []} if train is not None else {})}
+    recomputed = False
     for t in ts:
         network.load_state_dict(interpolate(state_a, state_b, t))
         if train_images is not None:
             recomputed = recompute_batchnorm(network, train_images, normalize)
-        loss, accuracy = loss_and_accuracy(network, test.images, test.labels, normalize)
-        losses.append(loss)
-        accuracies.append(accuracy)
-    return {"t": ts, "loss": losses, "accuracy": accuracies, "batchnorm_recomputed": recomputed}
+        for prefix, split in (("", test), ("train_", train)):
+            if split is not None:
+                loss, accuracy = loss_and_accuracy(network, split.images, split.labels, normalize)
+                found[f"{prefix}loss"].append(loss)
+                found[f"{prefix}accuracy"].append(accuracy)
+    return {**found, "batchnorm_recomputed": recomputed}
 
 
 def barrier(ts, values, higher_is_worse: bool = True) -> float:

@@ -132,8 +132,9 @@ def geometry_tables(results: dict) -> list:
             rows = [[f"{t:.1f}"] + [_fmt(pair[key][i]) for pair in pairs for key in ("loss", "accuracy")]
                     for i, t in enumerate(pairs[0]["t"])]
             shown += _table(f"paths between members (test, n={result['n']}; ends {result['ends']}; "
-                                f"{result['batchnorm']}): loss barrier {_fmt(result['loss_barrier'])}, accuracy barrier "
-                                f"{_fmt(result['accuracy_barrier'])}", columns, rows)
+                                f"{result['batchnorm']}): test-loss barrier {_fmt(result['loss_barrier'])}, error barrier "
+                                f"{_fmt(result['accuracy_barrier'])}, train-loss barrier "
+                                f"{_fmt(result.get('train_loss_barrier', {'value': None}))}", columns, rows)
         else:
             rows = [[layer, f"{entry['rank']} of {entry['max_rank']}" if entry["rank"] is not None else entry.get("note", "N/A"),
                      f"{entry['singular_values'][1]:.1e}" if len(entry["singular_values"]) > 1 else "N/A",
