@@ -10,7 +10,7 @@ a reader acts on.
   a GPU run reports the numbers a CPU run would, up to float rounding. Rounding logits to bf16
   would move the smallest diversity numbers (BatchEnsemble's JSD is about 0.002) most.
 
-meta.json records what a run used (`environment.precision`).
+meta.json records what a run used (`precision`).
 
     with training_math(device):
         train_epoch(..., autocast=uses_bf16(config.precision, device))

@@ -171,15 +171,10 @@ def _entry(point, intervals, seeds) -> dict:
 
 
 def _t_interval(values):
-    """mean ± t_{0.975,n−1}·s/√n over the finite per-seed values; None for fewer than two."""
-    from scipy import stats
-    values = [value for value in values if math.isfinite(value)]
-    if len(values) < 2:
-        return None
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((value - mean) ** 2 for value in values) / (len(values) - 1))
-    half = float(stats.t.ppf(0.975, len(values) - 1)) * sd / math.sqrt(len(values))
-    return [mean - half, mean + half]
+    """mean ± t_{0.975,n−1}·s/√n over the finite per-seed values (the report's `mean_ci`); None for fewer than two."""
+    from .aggregate import mean_ci
+    found = mean_ci([value for value in values if math.isfinite(value)])
+    return None if found["ci"] is None else [found["mean"] - found["ci"], found["mean"] + found["ci"]]
 
 
 def _envelope(*intervals):
