@@ -3,10 +3,13 @@
 The file's metadata (strings only) makes it self-describing:
     ensdiag.format  "ensdiag.model/1"
     ensdiag.spec    the model's `ModelSpec` as a JSON string
+    ensdiag.initial_cosine  (optional) {"mean", "seed"}: the members' weight cosine at initialisation
 so `load_model(path)` rebuilds the architecture and loads the weights with no other input.
 Files are written byte-for-byte reproducibly (`safetensors_bytes_deterministic`): the same
 tensors and metadata give the same sha256 in any process.
 """
+
+import json
 
 import torch
 
@@ -22,6 +25,8 @@ def save_model(model: EnsembleModel, path, extra_metadata: dict[str, str] | None
     tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in model.state_dict().items()}
     metadata = {"ensdiag.format": MODEL_FORMAT, "ensdiag.spec": model.spec.to_json(),
                 "ensdiag.version": __version__, **(extra_metadata or {})}
+    if model.initial_cosine is not None:
+        metadata["ensdiag.initial_cosine"] = json.dumps(model.initial_cosine)
     return atomic_write_bytes(path, safetensors_bytes_deterministic(tensors, metadata))
 
 
@@ -53,7 +58,22 @@ def load_model(path, device="cpu") -> EnsembleModel:
     _check_tensors(path, spec, skeleton.state_dict(), tensors)
     model = build_from_spec(spec)
     model.load_state_dict(tensors)
+    model.initial_cosine = _initial_cosine(metadata.get("ensdiag.initial_cosine"))
     return model.to(device).eval()
+
+
+def _initial_cosine(text) -> dict | None:
+    """The recorded {"mean", "seed"}, checked like user input; anything else counts as not recorded
+    (the cosine is then rebuilt from the spec, and says so)."""
+    try:
+        found = json.loads(text)
+        mean, seed = found["mean"], found["seed"]
+    except (TypeError, ValueError, KeyError):
+        return None
+    if not (isinstance(mean, float) and -1.000001 <= mean <= 1.000001 and isinstance(seed, int)
+            and not isinstance(seed, bool) and abs(seed) < 2**63):
+        return None
+    return {"mean": mean, "seed": seed}
 
 
 def _check_tensors(path, spec, expected: dict, tensors: dict):

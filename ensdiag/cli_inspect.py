@@ -93,7 +93,7 @@ def evaluate(
         distributed.finish()
     if not distributed.ranks().main:
         return  # under torchrun every rank predicted its share; rank 0 analyses and writes
-    metrics = analyze_predictions(predictions, weights=model.member_weights())
+    metrics = analyze_predictions(predictions, weights=_weights_with_initial(model, seed))
     metrics["split_titles"], metrics["skipped_splits"] = titles, skipped
     if out is not None:
         save_predictions({k: v for k, v in predictions.items() if k != "shift"}, Path(out) / "predictions.safetensors",
@@ -186,7 +186,7 @@ def diversity(
     model = open_ensemble(model_path, family, arch=arch, num_classes=num_classes)
     name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"
     model_path = Path(", ".join(map(str, model_path)))
-    weights = model.member_weights()
+    weights = _weights_with_initial(model, seed)
     if isinstance(model, RawEnsemble):  # no runnable architecture: the weights alone
         reason = (f"{model.reason}: disagreement needs a model that runs (ensdiag runs its mlp and CIFAR-style "
                   "resnet18, and torchvision members with --arch torchvision:NAME)")
@@ -262,7 +262,10 @@ def diversity(
         note(f"disagreement: {report['disagreement']['reason']}")
     similarity = report["weight_similarity"]
     if similarity["status"] == "ok":
-        console.print(literal(f"weight cosine, all layers: mean {cell(similarity['mean'])}"), soft_wrap=True)
+        initial = similarity.get("initial", {})
+        at_init = (f" (at initialisation {cell(initial)}, {initial['source']})"
+                   if initial.get("value") is not None else "")
+        console.print(literal(f"weight cosine, all layers: mean {cell(similarity['mean'])}{at_init}"), soft_wrap=True)
         show(console, heatmap_table(similarity["matrix"]["value"], ""))
     else:
         note(f"weight cosine: {similarity['reason']}")
@@ -274,6 +277,15 @@ def diversity(
         note(f"{split}: not evaluated — {reason}")
     if plot is not None:
         note(f"figures written to {', '.join(map(str, plot))}")
+
+
+def _weights_with_initial(model, seed: int):
+    """The member weights, with their cosine at initialisation (recorded, or rebuilt from the spec)."""
+    from .geometry.baselines import recorded_or_rebuilt
+    weights = model.member_weights()
+    if len(weights) > 1:
+        weights.initial = recorded_or_rebuilt(model, seed)
+    return weights
 
 
 def _geometry(model, data, preset, device, seed, max_examples, reason) -> dict:

@@ -74,12 +74,15 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     every rank trains it together and rank 0 writes (the others return None)."""
     from .analysis import analyze_model, analyze_predictions  # analysis imports nothing from training
     from .analysis.geometry import ModelProbe
+    from .geometry.baselines import initial_cosine, recorded_or_rebuilt
 
     run_dir.mkdir(parents=True, exist_ok=True)
     method, options = config.model_options(run)
     torch.manual_seed(seed)
     model = build_model(config.arch, method, members_for(method, config.members),
                         config.num_classes, config.input_shape, **options).to(device)
+    initial = initial_cosine(model)  # before any step (and before a resume loads trained weights)
+    model.initial_cosine = None if initial is None else {"mean": initial["mean"], "seed": seed}
     # --ddp synchronises BatchNorm layers, which the stacked layout uses (not vmap's or the loop's plain copies)
     model.member_strategy = "stacked" if ddp else fastest(device.type, config.arch)
     channels_last = device.type == "cuda" and config.arch != "mlp"
@@ -114,6 +117,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
         distributed.barrier()  # rank 0 writes the run's files
         return None
     weights = model.member_weights()
+    weights.initial = recorded_or_rebuilt(model, seed)
     metrics = analyze_predictions(with_pooled_shift(predictions), weights=weights)
     if config.geometry:
         probe = ModelProbe(model, {"id": data.test, "ood": data.ood}, normalize, data.train.images[train_index], seed=seed,

@@ -12,7 +12,7 @@ import torch
 from ensdiag.geometry.align import permutation_groups, permute_state, weight_matching
 from ensdiag.geometry.cka import Moments, debiased_cka, linear_cka
 from ensdiag.geometry.paths import barrier, interpolate, recompute_batchnorm
-from ensdiag.geometry.rank import layer_structure, rank_structure
+from ensdiag.geometry.rank import defined_block, layer_structure, rank_structure
 from ensdiag.nn import build_model
 
 
@@ -225,6 +225,38 @@ def test_zeros_are_left_out_of_the_ratio():
     w[2, 3] = 0.0
     found = layer_structure(w * torch.outer(torch.rand(6) + 1, torch.rand(5) + 1), w)
     assert found["rank"] == 1 and found["entries_used"] == pytest.approx(25 / 30)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 9), st.floats(0.0, 0.6), st.integers(0, 2**16))
+def test_the_defined_block_is_full_and_maximal(rows, cols, missing, seed):
+    defined = torch.rand(rows, cols, generator=torch.Generator().manual_seed(seed)) >= missing
+    kept_rows, kept_cols = defined_block(defined)
+    block = defined[kept_rows][:, kept_cols]
+    assert block.all()  # every kept entry carries a ratio
+    assert (block.numel() > 0) == (kept_rows.any() and kept_cols.any())
+    if block.numel():  # no dropped row or column could be added back
+        assert not any(defined[i, kept_cols].all() for i in torch.nonzero(~kept_rows).flatten())
+        assert not any(defined[kept_rows, j].all() for j in torch.nonzero(~kept_cols).flatten())
+    if defined.all():
+        assert kept_rows.all() and kept_cols.all()
+
+
+def test_scattered_dead_inputs_cost_their_columns_not_every_row():
+    """An MNIST-like input layer: 150 of 784 inputs have decayed weights in some of the 64 units,
+    and 3 units are half dead. Whole rows or whole columns would keep about 1/8 of the layer
+    (every column meets a dead entry of a half-dead unit); the block drops those 3 units and the
+    dead inputs' columns, and still finds the rank-1 ratio."""
+    generator = torch.Generator().manual_seed(0)
+    w, r, s = torch.randn(64, 784, generator=generator), torch.rand(64, generator=generator) + 1, torch.rand(784, generator=generator) + 1
+    dead = torch.randperm(784, generator=generator)[:150]
+    w[:, dead] *= torch.where(torch.rand(64, 150, generator=generator) < 0.3, 1e-30, 1.0)
+    w[:3] *= torch.where(torch.rand(3, 784, generator=generator) < 0.5, 1e-30, 1.0)
+    found = layer_structure(w * torch.outer(r, s), w)
+    assert found["rank"] == 1 and found["max_rank"] == 61
+    defined = w.abs() > 1e-3 * w.abs().median()
+    whole_lines = max(defined.all(1).sum() * 784, defined.all(0).sum() * 64) / w.numel()
+    assert whole_lines < 0.15 and found["entries_used"] > 0.7
 
 
 # ---------------------------------------------------------------- paths

@@ -80,7 +80,8 @@ def test_diversity_table_shows_disagreement_on_id_shift_and_ood(run_dir):
     report = make_report(run_dir, write=False)
     table = next(t for t in report["tables"] if t["id"] == "diversity")
     assert [c["name"] for c in table["columns"]] == ["disagreement (id)", "disagreement (shift)",
-                                                    "disagreement (ood)", "weight cosine", "weight cosine (aligned)"]
+                                                    "disagreement (ood)", "weight cosine", "weight cosine at init",
+                                                    "weight cosine (aligned)", "aligned cosine, null"]
     shift = cell(report, "diversity", "deep-ensemble", "disagreement (shift)")
     expected = [json.loads((run_dir / "deep-ensemble" / f"seed-{s}" / "metrics.json").read_text())
                 ["analyzers"]["disagreement"]["splits"]["shift"]["mean"]["value"] for s in SEEDS]

@@ -39,9 +39,17 @@ def disagreement(predictions, weights=None):
     return {"splits": splits, **({"note": note} if note else {})}
 
 
+INITIAL = ("mean off-diagonal cosine of the members' weights at initialisation, before any training step: what the "
+           "trained cosine is read against (BatchEnsemble's members share one W and start far above 0, "
+           "independent members near 0)")
+
+
 @register_analyzer("weight-similarity", description="k×k cosine similarity of members' effective weights, overall and per layer",
+                   version=2,  # 2: the cosine at initialisation
                    columns=[Column("weight cosine", ("mean", "value"), None, "mean off-diagonal cosine of members' weights",
-                                   ("diversity",), 20)])
+                                   ("diversity",), 20),
+                            Column("weight cosine at init", ("initial", "value"), None, INITIAL, ("diversity",), 20,
+                                   since=2)])
 def weight_similarity(predictions, weights=None):
     if weights is None:
         raise Skip("needs the model's member weights (a model file, not only predictions)")
@@ -60,6 +68,9 @@ def weight_similarity(predictions, weights=None):
               "mean": metric(M.mean_off_diagonal(overall), "mean off-diagonal cosine"),
               "layers": {layer: finite({"matrix": matrix.tolist() if store else None, "mean": M.mean_off_diagonal(matrix)})
                          for layer, matrix in per_layer.items()}}  # NaN weights: null
+    initial = getattr(weights, "initial", None)
+    result["initial"] = (metric(initial["mean"], INITIAL, source=initial["source"]) if initial is not None else
+                         metric(None, INITIAL, note="no spec to rebuild the members from"))
     if scope:
         result["scope"] = scope
     return result if store else {**result, "note": note}

@@ -141,11 +141,18 @@ def _cosines(states, keys):
     return overall, per_layer
 
 
-@register_analyzer("alignment", needs="model",
+NULL_ALIGNED = ("the same k, architecture and weight matching applied to independently initialised, untrained "
+                "members: matching maximises the inner product, so random members already reach this aligned cosine")
+
+
+@register_analyzer("alignment", needs="model", version=2,  # 2: the null baseline
                    description="weight cosine of members before and after permutation alignment (weight matching)",
                    columns=[Column("weight cosine (aligned)", ("aligned", "mean", "value"), None,
                                    "mean off-diagonal cosine of members' weights after aligning each to member 0",
-                                   ("diversity",), 21)])
+                                   ("diversity",), 21),
+                            Column("aligned cosine, null", ("null", "aligned", "value"), None,
+                                   f"aligned weight cosine of the null baseline: {NULL_ALIGNED}", ("diversity",), 21,
+                                   since=2)])
 def alignment(probe):
     groups, states, aligned = probe.aligned()
     networks = probe.members()
@@ -162,13 +169,19 @@ def alignment(probe):
             for network, state in zip(networks[1:], aligned[1:]):
                 scratch.load_state_dict(state)
                 change = max(change, (scratch(x) - network(x)).abs().max().item())
+    from ..geometry.baselines import aligned_null
+    null = aligned_null(probe.model, probe.seed)
     return {"raw": {"matrix": metric(raw.tolist(), "cosine of members' weights as trained"),
                     "mean": metric(M.mean_off_diagonal(raw), "mean off-diagonal cosine, as trained")},
             "aligned": {"matrix": metric(after.tolist(), "cosine after aligning every member to member 0"),
                         "mean": metric(M.mean_off_diagonal(after), "mean off-diagonal cosine, aligned")},
             "layers": {layer.removeprefix("body."): {"raw": M.mean_off_diagonal(raw_layers[layer]),
-                                                      "aligned": M.mean_off_diagonal(after_layers[layer])}
+                                                      "aligned": M.mean_off_diagonal(after_layers[layer]),
+                                                      "null_aligned": null["layers"][layer.removeprefix("body.")]["aligned"]}
                        for layer in raw_layers},
+            "null": {"raw": metric(null["raw"], "mean off-diagonal cosine of independently initialised, untrained "
+                                               "members as built"),
+                     "aligned": metric(null["aligned"], NULL_ALIGNED), "members": null["members"]},
             "groups": len(groups),
             "max_output_change": metric(change, "largest |logit change| of an aligned member on up to 256 test images "
                                                 "(0 up to float rounding: alignment keeps every function)")}

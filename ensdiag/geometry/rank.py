@@ -8,10 +8,12 @@ So the singular values of the ratio check the reconstruction and tell rank-1 mem
 richer variants in any checkpoint.
 
 Entries where either weight is 0, or below 0.1 % of its layer's median magnitude (weights
-decayed to nothing, whose ratios of 10³⁰ would swamp the singular values), have no ratio:
-rows and columns without any ratio go first,
-then the larger set of whole rows (or whole columns) without such entries is used, and
-`entries_used` says how much that kept. A layer where no entry keeps a ratio has no rank
+decayed to nothing, whose ratios of 10³⁰ would swamp the singular values), have no ratio. The
+singular values need a full matrix, so rows and columns are dropped until every kept entry has a
+ratio: greedily, always the row or column with the largest share of entries without one, then
+any dropped line that fits the kept block is taken back (`defined_block`). Scattered dead inputs
+of an MNIST input layer cost their own columns, not every row. `entries_used` says how much of
+the layer the block kept. A layer where no entry keeps a ratio has no rank
 (`rank` and `max_rank` null, with a note). A ratio with one row or column is rank 1 whatever
 it holds, so such layers (`max_rank` < 2) tell nothing and are not counted.
 
@@ -20,6 +22,7 @@ max_rank always), `pair_ranks` as the min, median and max of the pairs' ranks, a
 `entries_used` as the least over pairs.
 """
 
+import numpy as np
 import torch
 
 RELATIVE_TOLERANCE = 1e-4  # a singular value counts when σ / σ_1 exceeds it (float32 weights: ~1e-7 noise)
@@ -44,18 +47,50 @@ def _not_negligible(w: torch.Tensor) -> torch.Tensor:
     return magnitude > floor
 
 
+def defined_block(defined: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, cols) boolean masks of a block of `defined` (2-D, bool) that is True everywhere.
+
+    Greedy: drop the row or column whose share of False entries among the kept lines is largest,
+    until none is left; each step updates the other side's counts in O(m + n) and there are at
+    most as many steps as False entries. Then a dropped line all True on the kept block is taken
+    back, so the block is maximal: no dropped row or column could be added to it."""
+    missing = ~defined.numpy()
+    m, n = missing.shape
+    rows, cols = np.ones(m, bool), np.ones(n, bool)
+    row_missing, col_missing = missing.sum(1).astype(np.int64), missing.sum(0).astype(np.int64)
+    while True:
+        kept_rows, kept_cols = rows.sum(), cols.sum()
+        if kept_rows == 0 or kept_cols == 0:
+            break
+        row_share = np.where(rows, row_missing / kept_cols, -1.0)
+        col_share = np.where(cols, col_missing / kept_rows, -1.0)
+        i, j = int(row_share.argmax()), int(col_share.argmax())
+        if max(row_share[i], col_share[j]) <= 0:
+            break
+        if row_share[i] >= col_share[j]:
+            rows[i] = False
+            col_missing -= missing[i]
+        else:
+            cols[j] = False
+            row_missing -= missing[:, j]
+    if rows.any() and cols.any():
+        for i in np.flatnonzero(~rows):
+            if not missing[i, cols].any():
+                rows[i] = True
+        for j in np.flatnonzero(~cols):
+            if not missing[rows, j].any():
+                cols[j] = True
+    else:
+        rows[:], cols[:] = False, False
+    return torch.from_numpy(rows), torch.from_numpy(cols)
+
+
 def ratio_matrix(w_i: torch.Tensor, w_j: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """(W_i ⊘ W_j as [out, rest] over the rows or columns with no zero, fraction of entries kept)."""
+    """(W_i ⊘ W_j as [out, rest] over the `defined_block` of entries with a ratio, fraction kept)."""
     a, b = w_i.detach().double().flatten(1).cpu(), w_j.detach().double().flatten(1).cpu()
     total = max(a.numel(), 1)
-    defined = _not_negligible(a) & _not_negligible(b)
-    rows, cols = defined.any(1), defined.any(0)  # units with no ratio at all (dead, or a zero fast weight) go
-    a, b, defined = a[rows][:, cols], b[rows][:, cols], defined[rows][:, cols]
-    rows, cols = defined.all(1), defined.all(0)
-    if rows.sum() * a.shape[1] >= cols.sum() * a.shape[0]:
-        a, b = a[rows], b[rows]
-    else:
-        a, b = a[:, cols], b[:, cols]
+    rows, cols = defined_block(_not_negligible(a) & _not_negligible(b))
+    a, b = a[rows][:, cols], b[rows][:, cols]
     return a / b, a.numel() / total
 
 

@@ -95,17 +95,20 @@ def flush_denormals() -> bool:
 
 class MemberWeights(list):
     """One {layer.weight: tensor} dict per member, and `scope`: None when the dicts hold the whole
-    network, else what they hold (members that share the rest)."""
+    network, else what they hold (members that share the rest). `initial` ({"mean", "source"} or
+    None) is the members' cosine before training, when the caller knows it (geometry/baselines.py)."""
 
     def __init__(self, members=(), scope: str | None = None):
         super().__init__(members)
         self.scope = scope
+        self.initial = None
 
 
 class EnsembleModel(nn.Module):
     def __init__(self, spec: ModelSpec, kit, body: nn.Module):
         super().__init__()
         self.spec, self.kit, self.body = spec, kit, body
+        self.initial_cosine = None  # {"mean", "seed"} recorded at training (model files carry it)
         self.member_strategy = "stacked"  # members stacked | vmap | loop, where the kit offers them (members.py)
 
     method = property(lambda self: self.spec.method)
@@ -149,16 +152,23 @@ class EnsembleModel(nn.Module):
         architecture lacks (the paper's BatchEnsemble layout gives block convolutions
         per-member biases), the plain layer gets one. At other widths than the architecture's
         the result lives in memory only: its spec describes the unscaled network."""
+        state = self.member_state_dict(i)
+        plain = self.plain_network(biases_of=state)
+        plain.load_state_dict({f"body.{key}": value for key, value in state.items()})
+        return plain
+
+    def plain_network(self, biases_of: dict | None = None) -> "EnsembleModel":
+        """A freshly initialised plain network of the members' architecture and widths, on the
+        model's device; with a zero bias wherever `biases_of` (a member state dict) has one the
+        plain architecture lacks."""
         kit = MemberKit(self.kit.member_width)
         spec = ModelSpec(self.spec.arch, "single", 1, self.num_classes, self.spec.input_shape,
                          resolve_options("single", {}, {}), self.spec.arch_options)
         plain = EnsembleModel(spec, kit, ARCHITECTURES[spec.arch](kit, spec.num_classes, spec.input_shape,
                                                                   **resolve_arch_options(spec.arch, spec.arch_options)))
-        state = self.member_state_dict(i)
         for name, module in plain.body.named_modules():
-            if isinstance(module, (nn.Conv2d, nn.Linear)) and module.bias is None and f"{name}.bias" in state:
-                module.bias = nn.Parameter(torch.empty_like(state[f"{name}.bias"]))
-        plain.load_state_dict({f"body.{key}": value for key, value in state.items()})
+            if isinstance(module, (nn.Conv2d, nn.Linear)) and module.bias is None and f"{name}.bias" in (biases_of or {}):
+                module.bias = nn.Parameter(torch.zeros_like(biases_of[f"{name}.bias"], device="cpu"))
         return plain.to(next(self.parameters()).device)
 
     def member_weights(self) -> "MemberWeights":

@@ -43,7 +43,9 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
         cosine = plottable(dig(analyzers, ("weight-similarity", "matrix", "value")))
         if dig(analyzers, ("weight-similarity", "status")) == "ok" and cosine is not None:
             scoped = isinstance(dig(analyzers, ("weight-similarity", "scope")), str)  # members share the rest
-            panels.append(("weight cosine (own layers)" if scoped else "weight cosine", cosine))
+            initial = dig(analyzers, ("weight-similarity", "initial", "value"))
+            at_init = f" (init {initial:.2f})" if isinstance(initial, float) else ""
+            panels.append((("weight cosine (own layers)" if scoped else "weight cosine") + at_init, cosine))
         rows.append((f"{method} (seed {seed})", panels))
     if rows:
         add("diversity", "Member disagreement per split and weight-space cosine (one colour scale)", heatmap_grid(rows))

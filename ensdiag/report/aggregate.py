@@ -249,7 +249,9 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
               for method, seeds in runs.items() for run in seeds.values()
               if run and dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))}
     scoped = " ".join(f"{label}: weight cosine on the {scope}." for label, scope in scopes.items() if scope)
-    tables.append(analyzer_table("diversity", "Member diversity (mean off-diagonal)", note=scoped))
+    baselines = ("Read each cosine against its baseline: the members' cosine at initialisation, and for the aligned "
+                 "cosine the null of untrained, independently initialised members aligned the same way.")
+    tables.append(analyzer_table("diversity", "Member diversity (mean off-diagonal)", note=f"{baselines} {scoped}".strip()))
     geometry = analyzer_table("geometry", "Member geometry: representations, paths between members, weight structure",
                               note="CKA: linear CKA of members' representations, averaged over layers (per-layer curves and "
                                    "k×k heatmaps in the figures). Barriers: the largest rise above the straight line "

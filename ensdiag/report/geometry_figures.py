@@ -3,7 +3,8 @@
 Each takes {name: result} — a method's (report) or a split's (diversity) analyzer result —
 and draws one line per name:
 - `cka_layers_figure`: mean off-diagonal CKA per layer, ID solid and OOD dashed;
-- `alignment_figure`: weight cosine per layer as trained (dotted) and aligned (solid);
+- `alignment_figure`: weight cosine per layer as trained (dotted), aligned (solid) and the aligned
+  null baseline of untrained members (dashed);
 - `paths_figure`: test loss and accuracy along the line between members;
 - `tracking_figure`: disagreement, JSD and weight cosine per epoch (`train --track-diversity`).
 """
@@ -49,7 +50,7 @@ def cka_heatmaps(result: dict, title=None) -> Figure | None:
 
 
 def alignment_figure(results: dict) -> Figure:
-    figure = Figure(figsize=(6.0, 3.0), layout="constrained")
+    figure = Figure(figsize=(8.0, 3.0), layout="constrained")
     ax = figure.subplots()
     layers = []
     for index, (name, result) in enumerate(results.items()):
@@ -59,9 +60,12 @@ def alignment_figure(results: dict) -> Figure:
                 color=f"C{index}", label=f"{name}: as trained")
         ax.plot(range(len(names)), [_value(result["layers"][n]["aligned"]) for n in names], "-", marker="o", markersize=3,
                 color=f"C{index}", label=f"{name}: aligned")
+        if any("null_aligned" in result["layers"][n] for n in names):
+            ax.plot(range(len(names)), [_value(result["layers"][n].get("null_aligned")) for n in names], "--",
+                    linewidth=1, color=f"C{index}", alpha=0.6, label=f"{name}: null (untrained members, aligned)")
     ax.set_xticks(range(len(layers)), layers, rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("weight cosine between members\n(mean off-diagonal)", fontsize=8)
-    ax.legend(fontsize=7)
+    figure.legend(loc="outside right upper", fontsize=6)  # beside the axes, off the lines
     return figure
 
 
@@ -140,7 +144,8 @@ def add_report_figures(runs: dict, add) -> None:
     for name, file, title, make in (
             ("cka", "cka-layers", "Linear CKA between members per layer, in-distribution (solid) and OOD (dashed); first seed",
              cka_layers_figure),
-            ("alignment", "alignment", "Weight cosine per layer as trained (dotted) and after permutation alignment (solid); "
+            ("alignment", "alignment", "Weight cosine per layer as trained (dotted), after permutation alignment (solid) "
+                                       "and aligned untrained members, the null baseline (dashed); "
                                        "first seed", alignment_figure),
             ("paths", "paths", "Test loss and accuracy on the straight line between member 0 and members 1–3; first seed",
              paths_figure)):

@@ -121,11 +121,16 @@ def geometry_tables(results: dict) -> list:
             shown += [f"cka: layer {layer} skipped on {split} ({why})" for split, found in splits.items()
                       for layer, why in found["skipped_layers"].items()]
         elif name == "alignment":
-            rows = [[layer, _fmt(entry["raw"]), _fmt(entry["aligned"])] for layer, entry in result["layers"].items()]
+            null = result.get("null", {})
+            rows = [[layer, _fmt(entry["raw"]), _fmt(entry["aligned"]), _fmt(entry.get("null_aligned"))]
+                    for layer, entry in result["layers"].items()]
             shown += _table(f"weight cosine per layer: as trained {_fmt(result['raw']['mean'])}, aligned "
-                                f"{_fmt(result['aligned']['mean'])} ({result['groups']} permutation groups; aligned "
+                                f"{_fmt(result['aligned']['mean'])}, aligned null baseline "
+                                f"{_fmt(null.get('aligned'))} ({result['groups']} permutation groups; aligned "
                                 f"outputs moved by at most {_fmt(result['max_output_change'], 7)})",
-                                ["layer", "as trained", "aligned"], rows)
+                                ["layer", "as trained", "aligned", "aligned, null"], rows)
+            shown.append("aligned, null: the same alignment applied to independently initialised, untrained members "
+                         "of this architecture; an aligned cosine means shared structure only above it")
         elif name == "paths":
             pairs = result["pairs"]
             columns = ["t"] + [f"{kind} 0→{pair['members'][1]}" for pair in pairs for kind in ("loss", "acc")]
