@@ -212,6 +212,8 @@ def report(
     out: Path = typer.Option(None, help="Write the report in --format to this file (or to report.<ext> in this folder) instead of stdout."),
     reference: str = typer.Option(None, help="'paper': add the paper's published numbers (cifar10 preset)."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Rebuild RUN_DIR's figures/, report.md and report.html (--no-figures: leave the run folder untouched)."),
+    conventions: str = typer.Option("ensdiag", help="Whose definitions of adaptive ECE and AURC the tables show: ensdiag or "
+                                    "torch-uncertainty (to compare with papers that used it; docs/conventions.md)."),
 ):
     """The paper's tables (mean ± 95 % CI over seeds) and figures; also rebuilds report.md and report.html in the run."""
     import io
@@ -223,9 +225,11 @@ def report(
     check_format(fmt, FORMATS)
     if reference not in (None, "paper"):
         raise EnsdiagError(f"unknown --reference {reference!r}; the only reference is 'paper'")
+    if conventions not in ("ensdiag", "torch-uncertainty"):
+        raise EnsdiagError(f"unknown --conventions {conventions!r}; choose from ensdiag, torch-uncertainty")
     extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html"}[fmt]
     target = None if out is None else output_file(out, f"report.{extension}")
-    result = make_report(run_dir, reference, write=figures)
+    result = make_report(run_dir, reference, write=figures, conventions=conventions)
     written = result.pop("written")  # a note for the terminal, not part of the report
     if fmt == "table":
         buffer = io.StringIO() if target is not None else None

@@ -298,6 +298,37 @@ def test_ece_variants_match_dense_loops(seed):
     assert M.overconfidence(logits, labels, bins) == pytest.approx(signed, abs=1e-12)
 
 
+@pytest.mark.parametrize("n", [7, 15, 50, 61, 300])
+def test_torch_uncertainty_adaptive_bins_are_numpy_array_split(n):
+    """The peer's equal-mass bins put the N mod B extra samples in the first bins, as
+    `np.array_split` does over the confidences sorted ascending."""
+    generator = torch.Generator().manual_seed(n)
+    logits = torch.randn(2, n, 5, generator=generator, dtype=torch.float64) * 2
+    labels = torch.randint(0, 5, (n,), generator=generator)
+    confidence, predicted = M.mean_probs(logits).max(1)
+    order = np.argsort(confidence.numpy(), kind="stable")
+    correct = (predicted == labels).double().numpy()[order]
+    expected = sum(len(part) / n * abs(correct[part].mean() - confidence.numpy()[order][part].mean())
+                   for part in np.array_split(np.arange(n), 15) if len(part))
+    assert M.adaptive_ece(logits, labels, 15, extra_first=True) == pytest.approx(expected, abs=1e-12)
+    if n % 15 == 0:  # the two conventions differ only in where the remainder goes
+        assert M.adaptive_ece(logits, labels, 15, extra_first=True) == pytest.approx(M.adaptive_ece(logits, labels, 15))
+
+
+@pytest.mark.parametrize("n", [1, 2, 9, 200])
+def test_trapezoid_aurc_is_sklearn_auc_over_coverages_divided_by_the_span(n):
+    from sklearn.metrics import auc
+    generator = torch.Generator().manual_seed(n)
+    confidence, errors = torch.rand(n, generator=generator), torch.rand(n, generator=generator) < 0.3
+    risk, mean = M.risk_coverage(confidence, errors)
+    assert mean == pytest.approx(risk.mean().item())
+    if n == 1:
+        assert M.aurc_trapezoid(risk) == pytest.approx(risk[0].item())
+        return
+    coverage = np.arange(1, n + 1) / n
+    assert M.aurc_trapezoid(risk) == pytest.approx(auc(coverage, risk.numpy()) / (1 - 1 / n), abs=1e-12)
+
+
 def test_overconfidence_has_the_sign_of_the_miscalibration():
     from ensdiag.analysis import metrics as M
     wrong = torch.log(torch.tensor([[[0.9, 0.1], [0.9, 0.1]]], dtype=torch.float64))  # confident, both wrong

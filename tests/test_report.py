@@ -339,3 +339,19 @@ def test_a_seed_without_a_split_is_left_out_of_that_cell(run_dir):
     report = make_report(run_dir, write=False)
     assert cell(report, "shift", "deep-ensemble", "Acc")["n"] == 2
     assert cell(report, "id", "deep-ensemble", "Acc")["n"] == 3
+
+
+def test_the_report_can_show_torch_uncertainty_conventions(run_dir, capsys):
+    from tests.cli import assert_one_line_error
+    ours = make_report(run_dir, write=False)
+    theirs = make_report(run_dir, write=False, conventions="torch-uncertainty")
+    assert theirs["conventions"] == "torch-uncertainty" and ours["conventions"] == "ensdiag"
+    labels = {column["name"] for table in theirs["tables"] for column in table["columns"]}
+    assert {"AURC (torch-uncertainty)"} <= labels and "AURC" not in labels
+    assert [t["id"] for t in ours["tables"]] == [t["id"] for t in theirs["tables"]]
+    metrics = json.loads((run_dir / "deep-ensemble" / f"seed-{SEEDS[0]}" / "metrics.json").read_text())["analyzers"]
+    got = cell(theirs, "id", "deep-ensemble", "AURC (torch-uncertainty)")
+    values = [json.loads((run_dir / "deep-ensemble" / f"seed-{seed}" / "metrics.json").read_text())["analyzers"]
+              ["selective"]["splits"]["id"]["aurc_trapezoid"]["value"] for seed in SEEDS]
+    assert got["mean"] == pytest.approx(sum(values) / len(values)) and "aurc_trapezoid" in metrics["selective"]["splits"]["id"]
+    assert_one_line_error(capsys, "report", run_dir, "--conventions", "sklearn", "--no-figures", match="unknown --conventions")

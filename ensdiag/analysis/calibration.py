@@ -12,19 +12,22 @@ DEFINITIONS = {
     "member_accuracy": "accuracy of each member's own argmax",
     "member_nll": "mean −log p_i(y|x) of each member",
     "ece_adaptive": f"ECE over {ECE_BINS} equal-mass bins of max p̄ (N/{ECE_BINS} samples each)",
+    "ece_adaptive_tu": f"adaptive ECE with torch-uncertainty's bins: ⌊N/{ECE_BINS}⌋ samples each, the N mod {ECE_BINS} "
+                       "extra ones in the first bins",
     "ece_classwise": f"mean over classes c of Σ_b |B_b|/N·|freq(y=c) − mean p̄_c| over {ECE_BINS} equal-width bins of p̄_c",
     "overconfidence": f"Σ_b |B_b|/N·(conf_b − acc_b) over the ECE's bins: > 0 over-confident, < 0 under-confident",
 }
 
 
 @register_analyzer("calibration", description="Accuracy, NLL, ECE, Brier and per-member scores on every labelled split",
-                   version=2,  # 2: adaptive and classwise ECE, over-confidence
+                   version=3,  # 2: adaptive and classwise ECE, over-confidence; 3: torch-uncertainty's adaptive bins
                    columns=[Column("Acc", ("splits", "{split}", "accuracy", "value"), "up", "accuracy of p̄", ("id", "shift"), 10),
                             Column("NLL", ("splits", "{split}", "nll", "value"), "down", "−log p̄(y|x)", ("id", "shift"), 20),
                             Column("ECE", ("splits", "{split}", "ece", "value"), "down", "15-bin expected calibration error",
                                    ("id", "shift"), 30),
                             Column("adaptive ECE", ("splits", "id", "ece_adaptive", "value"), "down",
-                                   DEFINITIONS["ece_adaptive"], ("calibration",), 10, split="id", since=2),
+                                   DEFINITIONS["ece_adaptive"], ("calibration",), 10, split="id", since=2,
+                                   peer=("splits", "id", "ece_adaptive_tu", "value"), peer_since=3),
                             Column("classwise ECE", ("splits", "id", "ece_classwise", "value"), "down",
                                    DEFINITIONS["ece_classwise"], ("calibration",), 20, split="id", since=2),
                             Column("over-confidence", ("splits", "id", "overconfidence", "value"), None,
@@ -49,6 +52,8 @@ def calibration(predictions, weights=None):
             "member_accuracy": metric(M.member_accuracy(logits, labels), DEFINITIONS["member_accuracy"]),
             "member_nll": metric(M.member_nll(logits, labels), DEFINITIONS["member_nll"]),
             "ece_adaptive": metric(M.adaptive_ece(logits, labels, ECE_BINS), DEFINITIONS["ece_adaptive"]),
+            "ece_adaptive_tu": metric(M.adaptive_ece(logits, labels, ECE_BINS, extra_first=True),
+                                      DEFINITIONS["ece_adaptive_tu"]),
             "ece_classwise": metric(M.classwise_ece(logits, labels, ECE_BINS), DEFINITIONS["ece_classwise"]),
             "overconfidence": metric(M.overconfidence(logits, labels, ECE_BINS), DEFINITIONS["overconfidence"]),
             "n": len(labels),

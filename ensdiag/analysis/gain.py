@@ -66,9 +66,11 @@ def ensemble_gain(predictions, weights=None):
 
 
 @register_analyzer("selective", description="Risk–coverage of the ensemble and of each member; AURC",
+                   version=2,  # 2: torch-uncertainty's trapezoid AURC beside ensdiag's
                    columns=[Column("AURC", ("splits", "{split}", "aurc", "value"), "down",
                                    "area under the risk–coverage curve of p̄ (samples accepted by decreasing max p̄)",
-                                   ("id", "shift"), 35)])
+                                   ("id", "shift"), 35, peer=("splits", "{split}", "aurc_trapezoid", "value"),
+                                   peer_since=2)])
 def selective(predictions, weights=None, points=101):
     splits = {}
     for name, split in predictions.items():
@@ -89,6 +91,8 @@ def selective(predictions, weights=None, points=101):
         splits[name] = {
             "aurc": metric(aurc, "mean over coverages j/N of the error rate among the j most confident samples "
                                  "(ties share their mean error)"),
+            "aurc_trapezoid": metric(M.aurc_trapezoid(risk), "torch-uncertainty's AURC: the trapezoid rule over the "
+                                     "same risks at coverages 1/N..1, divided by 1 − 1/N"),
             "member_aurc": metric(member_aurc, "each member's AURC with its own max softmax as confidence"),
             "curve": finite({"coverage": ((at + 1) / len(labels)).tolist(), "risk": risk[at].tolist(),
                              "member_risk": member_curves}),

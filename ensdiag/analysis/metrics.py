@@ -46,17 +46,21 @@ def brier(logits, labels) -> float:
     return (p - F.one_hot(labels, p.shape[1]).double()).pow(2).sum(1).mean().item()
 
 
-def bin_statistics(confidence, target, num_bins: int = 15, equal_mass: bool = False) -> dict:
+def bin_statistics(confidence, target, num_bins: int = 15, equal_mass: bool = False, extra_first: bool = False) -> dict:
     """The one binning routine of ECE, its variants and the reliability diagrams.
 
     Equal-width bins on [0, 1]: the first is [0, 1/B], then (lo, hi]; 1.0 falls in the last.
     Equal-mass bins: the samples sorted by confidence (stable), bin b holding samples
-    ⌊bN/B⌋..⌊(b+1)N/B⌋−1. Returns counts and the sums of confidence and target per bin."""
+    ⌊bN/B⌋..⌊(b+1)N/B⌋−1; with `extra_first` (torch-uncertainty's split, `torch.tensor_split`)
+    every bin holds ⌊N/B⌋ and the first N mod B bins one more. Returns counts and the sums of
+    confidence and target per bin."""
     confidence, target = confidence.double().contiguous(), target.double()
     if equal_mass:
         order = torch.argsort(confidence, stable=True)
         index = torch.empty_like(order)
-        starts = torch.arange(num_bins) * len(confidence) // num_bins  # bin b starts at sorted position ⌊bN/B⌋
+        bins, n = torch.arange(num_bins), len(confidence)
+        # bin b starts at sorted position ⌊bN/B⌋, or at b⌊N/B⌋ + min(b, N mod B) with the extras first
+        starts = bins * (n // num_bins) + bins.clamp(max=n % num_bins) if extra_first else bins * n // num_bins
         index[order] = torch.searchsorted(starts, torch.arange(len(confidence)), right=True) - 1
         lower = upper = None
     else:
@@ -86,10 +90,12 @@ def ece(logits, labels, num_bins: int = 15) -> tuple[float, dict]:
     return _calibration_error(stats, len(labels)), bins
 
 
-def adaptive_ece(logits, labels, num_bins: int = 15) -> float:
-    """ECE over equal-mass bins of max p̄ (each bin holds N/B samples, ±1)."""
+def adaptive_ece(logits, labels, num_bins: int = 15, extra_first: bool = False) -> float:
+    """ECE over equal-mass bins of max p̄ (each bin holds N/B samples, ±1); `extra_first`: the
+    bins of torch-uncertainty (the N mod B extra samples in the first bins)."""
     confidence, predicted = mean_probs(logits).max(dim=1)
-    return _calibration_error(bin_statistics(confidence, predicted == labels, num_bins, equal_mass=True), len(labels))
+    stats = bin_statistics(confidence, predicted == labels, num_bins, equal_mass=True, extra_first=extra_first)
+    return _calibration_error(stats, len(labels))
 
 
 def overconfidence(logits, labels, num_bins: int = 15) -> float:
@@ -330,6 +336,15 @@ def risk_coverage(confidence: torch.Tensor, errors: torch.Tensor) -> tuple[torch
     group_mean = torch.zeros(len(counts), dtype=torch.float64).index_add_(0, inverse, errs) / counts
     risk = torch.cumsum(group_mean[inverse], 0) / torch.arange(1, n + 1, dtype=torch.float64)
     return risk, risk.mean().item()
+
+
+def aurc_trapezoid(risk: torch.Tensor) -> float:
+    """torch-uncertainty's AURC from the same risks: the trapezoid rule over coverages 1/N..1,
+    divided by the span 1 − 1/N, i.e. (Σ_j risk_j − (risk_1 + risk_N)/2) / (N − 1)."""
+    n = len(risk)
+    if n < 2:
+        return risk.mean().item() if n else math.nan
+    return ((risk.sum() - (risk[0] + risk[-1]) / 2) / (n - 1)).item()
 
 
 def fit_temperature(log_probs: torch.Tensor, labels: torch.Tensor, low: float = 0.02, high: float = 50.0,

@@ -22,7 +22,7 @@ where `my_function` is decorated with `@ensdiag.analysis.register_analyzer("my-a
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from numbers import Integral, Real
 
@@ -55,7 +55,8 @@ class Column:
 
     `path` may contain "{split}", replaced by the split of a per-split table (`SPLIT_TABLES`);
     `split` names the split a column of another table depends on (dropped when that split was
-    skipped). `tables` are table ids: "id", "shift", "ood", "diversity", or any other name (a
+    skipped). `peer` is the path of the same quantity computed as a peer library does, which a
+    report shows instead when asked (`--conventions torch-uncertainty`). `tables` are table ids: "id", "shift", "ood", "diversity", or any other name (a
     table of its own, e.g. a plug-in's). Within a table, columns are ordered by `order`."""
 
     label: str
@@ -66,6 +67,15 @@ class Column:
     order: int = 100
     split: str | None = None
     since: int = 1  # the analyzer version that added the column: results of older versions show N/A
+    peer: tuple[str, ...] | None = None  # where the peer convention's value is (`report --conventions torch-uncertainty`)
+    peer_since: int = 1  # the analyzer version that added it
+
+    def as_peer(self) -> "Column":
+        """The column reading the peer convention's value (the same column without one)."""
+        if self.peer is None:
+            return self
+        return replace(self, label=f"{self.label} (torch-uncertainty)", path=self.peer, since=self.peer_since,
+                       definition=f"{self.definition}; computed as torch-uncertainty does (docs/conventions.md)")
 
     def key_path(self, split: str | None = None) -> tuple[str, ...]:
         return tuple(part.replace("{split}", split or "") for part in self.path)

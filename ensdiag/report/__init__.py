@@ -92,7 +92,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
     return figures
 
 
-def make_report(run_dir=None, reference=None, write=True) -> dict:
+def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag") -> dict:
     """Build the report; with `write`, rebuild the run folder's figures/, report.md and report.html.
 
     Without `write` nothing in the run folder changes (its existing report stays as it was). A
@@ -100,7 +100,7 @@ def make_report(run_dir=None, reference=None, write=True) -> dict:
     says why nothing was written there."""
     run_dir = Path(run_dir) if run_dir is not None else newest_run()
     data = load_runs(run_dir)
-    report = build_report(run_dir, reference, data)
+    report = build_report(run_dir, reference, data, conventions)
     report["written"] = None
     if write and not os.access(run_dir, os.W_OK):
         report["written"] = f"{run_dir} is not writable: its report.md, report.html and figures/ were left as they were"

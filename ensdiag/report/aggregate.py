@@ -31,11 +31,16 @@ PAPER = {
         "single": [.938, .893, .318, .480, None], "mc-dropout": [.932, .884, .324, .608, .122],
         "deep-ensemble": [.953, .924, .199, .829, .277], "batch-ensemble": [.932, .888, .297, .495, .010]}.items()},
 }
-def declared_columns(table_id: str, split: str | None = None, skipped=()) -> list[tuple]:
+CONVENTIONS = ("ensdiag", "torch-uncertainty")
+
+
+def declared_columns(table_id: str, split: str | None = None, skipped=(), conventions: str = "ensdiag") -> list[tuple]:
     """[(label, analyzer, key path, direction, definition, split)] of every registered analyzer's
-    columns in this table, in their declared order; columns of a skipped split are left out."""
+    columns in this table, in their declared order; columns of a skipped split are left out.
+    With `conventions="torch-uncertainty"`, a column with a peer value reads that instead."""
     from ..analysis import all_analyzers
-    found = [(column.order, index, column, analyzer) for analyzer in all_analyzers().values()
+    found = [(column.order, index, column.as_peer() if conventions == "torch-uncertainty" else column, analyzer)
+             for analyzer in all_analyzers().values()
              for index, column in enumerate(analyzer.columns) if table_id in column.tables
              and column.split not in skipped]
     return [(column.label, analyzer.name, column.key_path(split), column.direction, column.definition,
@@ -208,8 +213,11 @@ def _plugin_tables() -> list[tuple[str, object]]:
     return list(seen.items())
 
 
-def build_report(run_dir, reference: str | None = None, data: dict | None = None) -> dict:
-    """The report dict; `data` is `load_runs(run_dir)` when the caller already has it."""
+def build_report(run_dir, reference: str | None = None, data: dict | None = None, conventions: str = "ensdiag") -> dict:
+    """The report dict; `data` is `load_runs(run_dir)` when the caller already has it; `conventions`
+    picks whose definition of adaptive ECE and AURC the tables show (`CONVENTIONS`)."""
+    if conventions not in CONVENTIONS:
+        raise EnsdiagError(f"unknown --conventions {conventions!r}; choose from {', '.join(CONVENTIONS)}")
     data = data if data is not None else load_runs(run_dir)
     experiment, runs = data["experiment"], data["runs"]
     config = experiment["config"]
@@ -218,7 +226,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     definitions = {}
 
     def analyzer_table(table_id, title, split=None, subset=None, note="", declared_in=None):
-        declared = declared_columns(declared_in or table_id, split, skipped)
+        declared = declared_columns(declared_in or table_id, split, skipped, conventions)
         definitions.update({label: definition for label, _, _, _, definition, _, _ in declared})
         return _table(table_id, title, _analyzer_columns(declared), subset or runs, expected, note)
 
@@ -290,5 +298,6 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
             "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION, "verdict": verdicts,
+            "conventions": conventions,
             "definitions": definitions,
             "tables": tables, "figures": []}
