@@ -6,6 +6,8 @@
     ensdiag.save_model(model, "model.safetensors")
     model = ensdiag.load_model("model.safetensors")
     model = ensdiag.import_ensemble(["be_mlp.ckpt"])      # trained elsewhere (torch-uncertainty, PyTorch)
+    diagnosis = ensdiag.diagnose([net_a, net_b], id=(x, y))  # any nn.Module members, any data
+    diagnosis.save("runs/mine", method="deep-ensemble")     # then: ensdiag report runs/mine
 """
 
 __version__ = "0.5.0"
@@ -16,10 +18,10 @@ from .errors import EnsdiagError  # noqa: E402
 # and `ensdiag --version` start without it.
 _LAZY = {"load_model": "checkpoint", "save_model": "checkpoint", "import_ensemble": "foreign.checkpoints",
          "open_ensemble": "foreign.checkpoints", "EnsembleModel": "nn", "ModelSpec": "nn",
-         "build_model": "nn"}
+         "build_model": "nn", "diagnose": "diagnosis", "Diagnosis": "diagnosis"}
 
 
-_SUBMODULES = {"analysis", "bench", "checkpoint", "config", "data", "evaluate", "experiment", "foreign", "io", "nn",
+_SUBMODULES = {"analysis", "bench", "checkpoint", "config", "data", "diagnosis", "evaluate", "experiment", "foreign", "io", "nn",
                "predict", "report", "train"}
 
 
@@ -33,5 +35,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'ensdiag' has no attribute {name!r}")
 
 
-__all__ = ["EnsdiagError", "EnsembleModel", "ModelSpec", "build_model", "import_ensemble", "load_model",
-           "open_ensemble", "save_model"]
+__all__ = ["Diagnosis", "EnsdiagError", "EnsembleModel", "ModelSpec", "build_model", "diagnose", "import_ensemble",
+           "load_model", "open_ensemble", "save_model"]

@@ -11,12 +11,14 @@ Training (experiment.py) writes these; reports read them through this module alo
 report is rebuilt without importing any training code.
 """
 
+import re
 from datetime import datetime
 from pathlib import Path
 
+from . import __version__
 from .config import TrainConfig
 from .errors import EnsdiagError
-from .io import read_json
+from .io import atomic_write_json, read_json
 
 EXPERIMENT_FORMAT = "ensdiag.experiment/1"
 STATE_FILE = "training-state.pt"
@@ -32,7 +34,9 @@ def default_run_dir(preset: str, root="runs") -> Path:
 
 
 def read_experiment(run_dir) -> dict:
-    """The run folder's experiment.json, checked like user input (its config validated)."""
+    """The run folder's experiment.json, checked like user input (its config validated). A
+    folder of `ensdiag.diagnose` results (`"kind": "diagnosis"`) has no training config, only
+    the names of its methods and seeds."""
     path = Path(run_dir) / "experiment.json"
     if not path.is_file():
         raise EnsdiagError(f"{run_dir} is not an ensdiag run (no experiment.json)")
@@ -44,5 +48,47 @@ def read_experiment(run_dir) -> dict:
         if not isinstance(data.get(key, {}), dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in data.get(key, {}).items()):
             raise EnsdiagError(f"{path}: '{key}' must map split names to strings")
-    TrainConfig.from_dict(data.get("config"), source=str(path))
+    if data.get("kind") == DIAGNOSIS:
+        _check_diagnosis_config(path, data.get("config"))
+    else:
+        TrainConfig.from_dict(data.get("config"), source=str(path))
+    return data
+
+
+DIAGNOSIS = "diagnosis"
+METHOD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # it names a folder
+
+
+def _check_diagnosis_config(path, config):
+    if not isinstance(config, dict) or config.get("preset") != "custom" or not isinstance(config.get("methods"), list) \
+            or not isinstance(config.get("seeds"), list):
+        raise EnsdiagError(f"{path}: a diagnosis folder's config must hold preset 'custom', methods and seeds")
+    if not all(isinstance(m, str) and METHOD_NAME.match(m) for m in config["methods"]) \
+            or len(set(config["methods"])) != len(config["methods"]):
+        raise EnsdiagError(f"{path}: methods must be distinct names of letters, digits, '.', '_' or '-'")
+    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**31 for s in config["seeds"]) \
+            or len(set(config["seeds"])) != len(config["seeds"]):
+        raise EnsdiagError(f"{path}: seeds must be distinct integers in 0..2³¹−1")
+
+
+def add_diagnosis(folder, method: str, seed: int, titles: dict) -> dict:
+    """Create or extend a diagnosis folder's experiment.json with (method, seed); a folder that
+    holds a training run is refused (its config names what was trained)."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise EnsdiagError(f"{folder} exists and is not a directory")
+    folder.mkdir(parents=True, exist_ok=True)
+    if (folder / "experiment.json").exists():
+        data = read_experiment(folder)
+        if data.get("kind") != DIAGNOSIS:
+            raise EnsdiagError(f"{folder} holds a training run; save diagnoses into a folder of their own")
+    else:
+        data = {"format": EXPERIMENT_FORMAT, "kind": DIAGNOSIS, "ensdiag_version": __version__,
+                "created": datetime.now().isoformat(timespec="seconds"),
+                "config": {"preset": "custom", "methods": [], "seeds": []}, "splits": {}, "skipped": {}}
+    config = data["config"]
+    config["methods"] += [method] if method not in config["methods"] else []
+    config["seeds"] += [seed] if seed not in config["seeds"] else []
+    data["splits"].update(titles)
+    atomic_write_json(folder / "experiment.json", data)
     return data

@@ -6,8 +6,9 @@ are read the same way. The architecture names its representation points
 head). A convolutional feature map [C, H, W] is averaged over its positions to C features:
 it keeps the moments at (k·C)² numbers per layer (Kornblith et al. flatten instead, which
 costs (C·H·W)² or n² memory); the choice is stated in every result. Outputs are read as
-[B, C, H, W] (ensdiag's and torchvision's convolutional networks); a channels-last or token
-layout (Swin, ViT) would be averaged over the wrong axes.
+[B, C, H, W] (ensdiag's and torchvision's convolutional networks) and [B, T, D] as tokens
+(averaged over T); a point may name its layout instead (`pooled`: channels-last maps of
+Swin-style networks), as `ensdiag.diagnose(layers={name: layout})` does.
 """
 
 import torch
@@ -18,8 +19,31 @@ MAX_MOMENT_BYTES = 2**30  # float64 moments of all layers together; layers beyon
 
 
 def representation_points(network) -> dict:
-    body = network.body
-    return body.representation_points() if hasattr(body, "representation_points") else {}
+    """{name: (module, layout)}: the network's own points (a user's, `diagnose(layers=...)`), else
+    the architecture's; layout None reads [B, C, ...] as channels-first and [B, T, D] as tokens."""
+    if hasattr(network, "representation_points"):
+        points = network.representation_points()
+    elif hasattr(network.body, "representation_points"):
+        points = network.body.representation_points()
+    else:
+        return {}
+    return {name: point if isinstance(point, tuple) else (point, None) for name, point in points.items()}
+
+
+def pooled(output, layout=None) -> torch.Tensor:
+    """[B, features] from a module's output: a convolutional map averaged over its positions
+    (channels-first [B, C, H, W] or channels-last [B, H, W, C]), a token sequence [B, T, D] over
+    its tokens; the first tensor of a tuple output (attention modules return several)."""
+    if isinstance(output, (tuple, list)):
+        output = next(item for item in output if isinstance(item, torch.Tensor))
+    output = output.float()
+    if output.dim() <= 2:
+        return output.reshape(len(output), -1)
+    if layout is None:
+        layout = "tokens" if output.dim() == 3 else "channels-first"
+    if layout == "channels-first":
+        return output.mean(dim=tuple(range(2, output.dim())))
+    return output.mean(dim=tuple(range(1, output.dim() - 1)))  # channels-last maps and token sequences
 
 
 @torch.no_grad()
@@ -32,12 +56,13 @@ def layer_cka(networks, images, normalize, batch_size: int = 500) -> dict:
     moments = {name: Moments() for name in names}
     captured: dict[str, torch.Tensor] = {}
 
-    def keep(name):
+    def keep(name, layout):
         def hook(module, inputs, output):
-            captured[name] = output.float().mean(dim=tuple(range(2, output.dim()))) if output.dim() > 2 else output.float()
+            captured[name] = pooled(output, layout)
         return hook
 
-    handles = [module.register_forward_hook(keep(name)) for network_points in points for name, module in network_points.items()]
+    handles = [module.register_forward_hook(keep(name, layout)) for network_points in points
+               for name, (module, layout) in network_points.items()]
     skipped, budget = {}, MAX_MOMENT_BYTES
     try:
         for network in networks:

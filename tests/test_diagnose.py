@@ -1,0 +1,171 @@
+"""`ensdiag.diagnose` on members and data from anywhere: plain torchvision networks, a custom
+module, a callable, tensors, Datasets and DataLoaders; saved folders that `ensdiag report` reads."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import ensdiag
+from ensdiag.errors import EnsdiagError
+from tests.cli import assert_one_line_error, run_cli
+
+
+class TwoLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.hidden = nn.Linear(12, 16)
+        self.act = nn.ReLU()
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(self.act(self.hidden(x)))
+
+
+def _data(n=60, d=12, classes=3, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(n, d, generator=generator), torch.randint(0, classes, (n,), generator=generator)
+
+
+def _dense_linear_cka(x, y):
+    """Kornblith et al.'s linear CKA in float64 on features held in memory."""
+    x, y = x.double() - x.double().mean(0), y.double() - y.double().mean(0)
+    return float((y.T @ x).norm() ** 2 / ((x.T @ x).norm() * (y.T @ y).norm()))
+
+
+def test_custom_modules_on_tensors_match_dense_references():
+    torch.manual_seed(0)
+    members = [TwoLayer() for _ in range(3)]
+    x, y = _data()
+    ood = torch.randn(40, 12) * 3
+    diagnosis = ensdiag.diagnose(members, id=(x, y), ood=ood, layers=["hidden", "head"], train=(x, y))
+    analyzers = diagnosis.metrics["analyzers"]
+    with torch.no_grad():
+        logits = torch.stack([member(x) for member in members])
+    torch.testing.assert_close(diagnosis.predictions["id"]["logits"], logits)
+    predicted = logits.argmax(-1)
+    disagreement = (predicted[0] != predicted[1]).double().mean().item()
+    assert analyzers["disagreement"]["splits"]["id"]["matrix"]["value"][0][1] == pytest.approx(disagreement)
+    with torch.no_grad():
+        hidden = [member.hidden(x) for member in members]
+    cka = analyzers["cka"]["splits"]["id"]["layers"]["hidden"]["linear"]["value"]
+    assert cka[0][1] == pytest.approx(_dense_linear_cka(hidden[0], hidden[1]), abs=1e-9)
+    assert cka[1][2] == pytest.approx(_dense_linear_cka(hidden[1], hidden[2]), abs=1e-9)
+    flat = [torch.cat([p.detach().flatten() for p in member.parameters()]).double() for member in members]
+    cosine = float(flat[0] @ flat[1] / (flat[0].norm() * flat[1].norm()))
+    assert analyzers["weight-similarity"]["matrix"]["value"][0][1] == pytest.approx(cosine, abs=1e-6)
+    assert analyzers["paths"]["status"] == "ok" and analyzers["paths"]["train_n"] == 60
+    assert analyzers["alignment"]["status"] == "skipped" and "permutation" in analyzers["alignment"]["reason"]
+    assert analyzers["ood"]["status"] == "ok"
+    # the user's modules are left as they were (paths work on copies)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.stack([member(x) for member in members]), logits)
+
+
+def test_three_torchvision_resnets_with_cka_at_named_modules():
+    from torchvision.models import resnet18
+    torch.manual_seed(0)
+    members = [resnet18(num_classes=4) for _ in range(3)]
+    x = torch.rand(24, 3, 32, 32)
+    y = torch.randint(0, 4, (24,))
+    loader = DataLoader(TensorDataset(x, y), batch_size=10)
+    diagnosis = ensdiag.diagnose(members, id=loader, layers=["layer1", "avgpool", "fc"], geometry_examples=16)
+    cka = diagnosis.metrics["analyzers"]["cka"]["splits"]["id"]
+    assert cka["n"] == 16 and set(cka["layers"]) == {"layer1", "avgpool", "fc"}
+    with torch.no_grad():
+        features = [member.layer1(member.maxpool(member.relu(member.bn1(member.conv1(x[:16]))))).mean(dim=(2, 3))
+                    for member in members]
+    for member in members:
+        member.eval()
+    assert cka["layers"]["layer1"]["linear"]["value"][0][2] == pytest.approx(
+        _dense_linear_cka(features[0], features[2]), abs=1e-6)
+    assert diagnosis.predictions["id"]["logits"].shape == (3, 24, 4)
+
+
+def test_token_outputs_are_averaged_over_tokens_not_features():
+    from ensdiag.geometry.representations import pooled
+    tokens = torch.randn(5, 7, 4)  # [B, T, D]
+    torch.testing.assert_close(pooled(tokens), tokens.mean(1))
+    maps = torch.randn(5, 3, 2, 2)
+    torch.testing.assert_close(pooled(maps), maps.mean(dim=(2, 3)))
+    torch.testing.assert_close(pooled(maps, "channels-last"), maps.mean(dim=(1, 2)))
+    torch.testing.assert_close(pooled((tokens, None)), tokens.mean(1))
+
+
+def test_a_callable_gives_predictions_only_and_a_dataset_works_as_data():
+    x, y = _data()
+    weights = torch.randn(2, 12, 3)
+    diagnosis = ensdiag.diagnose(lambda batch: torch.einsum("bd,kdc->kbc", batch, weights), id=TensorDataset(x, y))
+    analyzers = diagnosis.metrics["analyzers"]
+    assert analyzers["calibration"]["status"] == "ok" and "cka" not in analyzers
+    assert analyzers["weight-similarity"]["status"] == "skipped"
+
+
+def test_an_ensdiag_model_is_diagnosed_like_training_does():
+    model = ensdiag.build_model("mlp", "deep-ensemble", 3, 4, (1, 4, 4))
+    x, y = torch.rand(30, 1, 4, 4), torch.randint(0, 4, (30,))
+    diagnosis = ensdiag.diagnose(model, id=(x, y), train=(x, y))
+    assert diagnosis.metrics["analyzers"]["alignment"]["status"] == "ok"
+    assert diagnosis.metrics["num_members"] == 3
+
+
+def test_saved_diagnoses_make_a_report(tmp_path, capsys):
+    x, y = _data()
+    torch.manual_seed(1)
+    for method, k in (("single", 1), ("deep-ensemble", 3)):
+        for seed in (0, 1):
+            members = [TwoLayer() for _ in range(k)]
+            ensdiag.diagnose(members, id=(x, y), ood=torch.randn(20, 12), geometry=False).save(tmp_path / "mine", method, seed)
+    experiment = json.loads((tmp_path / "mine" / "experiment.json").read_text())
+    assert experiment["config"]["methods"] == ["single", "deep-ensemble"] and experiment["config"]["seeds"] == [0, 1]
+    code, out, err = run_cli(capsys, "report", tmp_path / "mine", "--format", "markdown")
+    assert code == 0, err
+    assert "Deep Ensemble" in out or "deep-ensemble" in out
+    markdown = ensdiag.diagnose([TwoLayer(), TwoLayer()], id=(x, y), geometry=False).to_markdown()
+    assert "In-distribution" in markdown
+
+
+@pytest.mark.parametrize("method", ["../up", "", "a" * 65, "with space"])
+def test_a_method_name_must_be_a_plain_folder_name(tmp_path, method):
+    diagnosis = ensdiag.diagnose([TwoLayer()], id=_data(), geometry=False)
+    with pytest.raises(EnsdiagError, match="method name"):
+        diagnosis.save(tmp_path, method)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_training_run_is_not_extended_with_diagnoses(finished_run, tmp_path):
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    with pytest.raises(EnsdiagError, match="holds a training run"):
+        ensdiag.diagnose([TwoLayer()], id=_data(), geometry=False).save(run, "mine")
+
+
+def test_a_hostile_diagnosis_folder_is_a_one_line_error(tmp_path, capsys):
+    ensdiag.diagnose([TwoLayer()], id=_data(), geometry=False).save(tmp_path / "mine", "single", 0)
+    path = tmp_path / "mine" / "experiment.json"
+    data = json.loads(path.read_text())
+    data["config"]["methods"] = ["../../etc"]
+    path.write_text(json.dumps(data))
+    assert_one_line_error(capsys, "report", tmp_path / "mine", "--no-figures", match="methods must be distinct names")
+
+
+@pytest.mark.parametrize("members,data,match", [
+    ([], None, "members must be"),
+    ("not a model", None, "members must be"),
+    ([TwoLayer()], "text", "give \\(x, y\\) tensors"),
+    ([TwoLayer()], (torch.randn(5, 12), torch.zeros(4, dtype=torch.long)), "5 inputs but 4 labels"),
+    (lambda x: x, None, "logits \\[k, B, C\\]"),
+])
+def test_bad_inputs_are_clear_errors(members, data, match):
+    with pytest.raises(EnsdiagError, match=match):
+        ensdiag.diagnose(members, id=data if data is not None else _data(), geometry=False)
+
+
+def test_unknown_layers_are_named():
+    with pytest.raises(EnsdiagError, match="layer 'nope'"):
+        ensdiag.diagnose([TwoLayer(), TwoLayer()], id=_data(), layers=["nope"])
+    with pytest.raises(EnsdiagError, match="layout must be one of"):
+        ensdiag.diagnose([TwoLayer(), TwoLayer()], id=_data(), layers={"hidden": "sideways"})
