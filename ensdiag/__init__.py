@@ -18,7 +18,8 @@ from .errors import EnsdiagError  # noqa: E402
 # and `ensdiag --version` start without it.
 _LAZY = {"load_model": "checkpoint", "save_model": "checkpoint", "import_ensemble": "foreign.checkpoints",
          "open_ensemble": "foreign.checkpoints", "EnsembleModel": "nn", "ModelSpec": "nn",
-         "build_model": "nn", "diagnose": "diagnosis", "Diagnosis": "diagnosis"}
+         "build_model": "nn", "diagnose": "diagnosis", "Diagnosis": "diagnosis",
+         "list_methods": "registries", "list_analyzers": "registries", "list_datasets": "registries"}
 
 
 _SUBMODULES = {"analysis", "bench", "checkpoint", "config", "data", "diagnosis", "evaluate", "experiment", "foreign", "io", "nn",
@@ -36,4 +37,4 @@ def __getattr__(name):
 
 
 __all__ = ["Diagnosis", "EnsdiagError", "EnsembleModel", "ModelSpec", "build_model", "diagnose", "import_ensemble",
-           "load_model", "open_ensemble", "save_model"]
+           "list_analyzers", "list_datasets", "list_methods", "load_model", "open_ensemble", "save_model"]

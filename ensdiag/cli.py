@@ -117,7 +117,7 @@ def _csv(text, kind=str, what="value"):
 @app.command()
 def train(
     preset: str = typer.Option("digits", help="digits (embedded, offline), mnist or cifar10."),
-    method: str = typer.Option(None, help="Comma list of methods (`ensdiag models` lists them; presets: single, mc-dropout, deep-ensemble, batch-ensemble)."),
+    method: str = typer.Option(None, help="Comma list of methods (`ensdiag models` lists every registered one; default: the preset's)."),
     seeds: str = typer.Option(None, help="Comma list of seeds (preset: 42,69,123,…)."),
     epochs: int = typer.Option(None, help="Maximum epochs."),
     lr: float = typer.Option(None, help="Initial learning rate."),

@@ -50,7 +50,7 @@ def test_the_peer_shortcut_bias_is_the_stated_parameter_difference():
 
 
 def test_a_partial_shift_set_names_what_is_missing_wherever_the_pooled_number_appears(tmp_path, capsys, monkeypatch):
-    from ensdiag.data.corrupted import MNIST_C_CORRUPTIONS
+    from ensdiag.data.sets.corrupted import MNIST_C_CORRUPTIONS
 
     from .formats import write_mnist_c, write_mnist_layout
     write_mnist_layout(tmp_path, "MNIST", n_train=40, n_test=10)

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from ensdiag.data import get_dataset
 from ensdiag.data.batching import batch_indices, epoch_permutations, random_crop_flip
 from ensdiag.data.corruptions import CORRUPTIONS, corrupt
-from ensdiag.data.digits import natural_patches
+from ensdiag.data.sets.digits import natural_patches
 
 
 def test_digits_split_is_fixed_and_disjoint():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ensdiag.data import all_datasets, get_dataset
-from ensdiag.data import torchvision_sets
+from ensdiag.data.sets import torchvision_sets
 from ensdiag.errors import EnsdiagError
 
 from .cli import assert_one_line_error

@@ -176,7 +176,7 @@ def test_tracking_matches_a_direct_measurement_at_the_end(tracked_runs):
 def test_an_interrupted_tracked_run_resumes_its_rows(tmp_path):
     from ensdiag.config import preset_config
     from ensdiag.data.batching import Normalize
-    from ensdiag.data.digits import Digits
+    from ensdiag.data.sets.digits import Digits
     from ensdiag.geometry.tracking import DiversityTracker
     from ensdiag.train import FitData, fit
     config = preset_config("digits", epochs=3, members=2)

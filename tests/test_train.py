@@ -251,7 +251,7 @@ def test_finished_runs_are_not_retrained(tmp_path, capsys):
 
 
 def test_missing_shift_and_ood_are_skipped_and_recorded(tmp_path, monkeypatch):
-    from ensdiag.data import torchvision_sets
+    from ensdiag.data.sets import torchvision_sets
     from tests.formats import write_mnist_layout
     monkeypatch.setattr(torchvision_sets, "DEBIAN_FASHION_MNIST", tmp_path / "nowhere")
     write_mnist_layout(tmp_path / "data", n_train=40, n_test=10)

@@ -1,10 +1,13 @@
 """The dataset registry: every dataset ensdiag knows, where it looks, and what it expects.
 
-A dataset is a class registered with `@register_dataset`; it says which files it expects
+A dataset is a class registered with `@register_dataset` in a module of its own under
+`ensdiag/data/sets/` (every module there is imported), or in a user's module; it says which files it expects
 under a data directory (`expected_files`), whether they are there (`locate`) and reads
 them (`load`). `ensdiag datasets` renders this registry as a table.
 """
 
+import importlib
+import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +55,7 @@ class Dataset:
     title = ""  # the name reports print
     how_to_get = ""
     parts: tuple[str, ...] = ()  # sets made of parts (corruptions) that may be present one by one
+    order = 100  # where `ensdiag datasets` lists it (built-ins first)
 
     def present_parts(self, data_dir: Path) -> list[str]:
         """The parts whose files are on disk (for sets made of parts)."""
@@ -87,7 +91,20 @@ def register_dataset(cls):
 
 
 def _register_builtins():
-    from . import torchvision_sets, corrupted, digits  # noqa: F401,I001  (registers the datasets, in this order)
+    """Import every module of `ensdiag.data.sets` (each registers its datasets), then list the
+    datasets in their `order`: adding a dataset is adding a module there, nothing keeps a list."""
+    if _LOADED:
+        return
+    from . import sets
+    for module in pkgutil.iter_modules(sets.__path__):
+        importlib.import_module(f"{sets.__name__}.{module.name}")
+    ordered = sorted(DATASETS.items(), key=lambda item: item[1].order)
+    DATASETS.clear()
+    DATASETS.update(ordered)
+    _LOADED.append(True)
+
+
+_LOADED: list = []
 
 
 def all_datasets() -> dict[str, Dataset]:

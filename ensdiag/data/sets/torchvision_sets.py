@@ -24,10 +24,10 @@ import numpy as np
 import torch
 import torchvision.datasets as tvd
 
-from ..errors import DataNotFound, EnsdiagError
-from ..io import atomic_write_bytes
-from . import safe_pickle
-from .registry import Dataset, Split, register_dataset
+from ...errors import DataNotFound, EnsdiagError
+from ...io import atomic_write_bytes
+from .. import safe_pickle
+from ..registry import Dataset, Split, register_dataset
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC = 2051, 2049
@@ -142,12 +142,14 @@ class _IdxDataset(Dataset):
 
 @register_dataset
 class MNIST(_IdxDataset):
+    order = 10  # where `ensdiag datasets` lists it
     name, role, title = "mnist", "ID", "MNIST"
     how_to_get = "Put the four IDX files (plain or .gz) in DATA_DIR/MNIST/raw/, or pass --download where a network exists."
 
 
 @register_dataset
 class FashionMNIST(_IdxDataset):
+    order = 11  # where `ensdiag datasets` lists it
     name, role, title = "fashion-mnist", "OOD for MNIST", "FashionMNIST"
     folder, torchvision_class = "FashionMNIST", tvd.FashionMNIST
     how_to_get = ("Put the four IDX files in DATA_DIR/FashionMNIST/raw/, install Debian's package "
@@ -167,6 +169,7 @@ CIFAR10_REFUSED = "CIFAR-10 batches hold only arrays, lists and strings"
 class CIFAR10(Dataset):
     """Read by ensdiag itself through a restricted unpickler, never torchvision's class:
     that one unpickles the folder's files with the standard unpickler (code execution)."""
+    order = 12  # where `ensdiag datasets` lists it
 
     name, role, title = "cifar10", "ID", "CIFAR-10"
     how_to_get = "Unpack cifar-10-python.tar.gz into DATA_DIR (giving DATA_DIR/cifar-10-batches-py/), or pass --download."
@@ -229,6 +232,7 @@ class _SVHNByStructure(tvd.SVHN):
 
 @register_dataset
 class SVHN(Dataset):
+    order = 13  # where `ensdiag datasets` lists it
     name, role, title = "svhn", "OOD for CIFAR-10", "SVHN"
     how_to_get = "Put test_32x32.mat (SVHN format 2) in DATA_DIR, or pass --download."
 

@@ -15,8 +15,8 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from .corruptions import CORRUPTIONS, corrupt
-from .registry import Dataset, Split, register_dataset
+from ..corruptions import CORRUPTIONS, corrupt
+from ..registry import Dataset, Split, register_dataset
 
 TEST_FRACTION, SPLIT_SEED = 0.2, 0
 NUM_PATCHES, PATCH_SIZE, PATCH_SEED = 500, 32, 0
@@ -48,6 +48,7 @@ class EmbeddedDataset(Dataset):
 
 @register_dataset
 class Digits(EmbeddedDataset):
+    order = 30  # where `ensdiag datasets` lists it
     name, role, title = "digits", "ID (embedded default)", "digits (scikit-learn)"
     how_to_get = "Ships with scikit-learn; nothing to download."
 
@@ -60,6 +61,7 @@ class Digits(EmbeddedDataset):
 
 @register_dataset
 class DigitsC(EmbeddedDataset):
+    order = 31  # where `ensdiag datasets` lists it
     name, role, title = "digits-c", "shift for digits", "digits-C (procedural)"
     how_to_get = "Made on the fly from the digits test split; nothing to download."
 
@@ -92,6 +94,7 @@ def natural_patches(n=NUM_PATCHES, seed=PATCH_SEED, size=PATCH_SIZE):
 
 @register_dataset
 class NaturalPatches(EmbeddedDataset):
+    order = 32  # where `ensdiag datasets` lists it
     name, role, title = "natural-patches", "OOD for digits", "natural-image patches"
     how_to_get = "Cut from the photographs that ship with scikit-learn; nothing to download."
 

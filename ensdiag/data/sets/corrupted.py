@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import EnsdiagError
-from .registry import Dataset, Split, register_dataset
+from ...errors import EnsdiagError
+from ..registry import Dataset, Split, register_dataset
 
 CIFAR10_C_CORRUPTIONS = (
     "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur",
@@ -63,6 +63,7 @@ def _choose(corruptions, known, title):
 
 @register_dataset
 class CIFAR10C(Dataset):
+    order = 20  # where `ensdiag datasets` lists it
     name, role, title = "cifar10-c", "shift for CIFAR-10", "CIFAR-10-C"
     how_to_get = "Unpack CIFAR-10-C.tar into DATA_DIR (giving DATA_DIR/CIFAR-10-C/*.npy); it has no torchvision class and no --download."
     parts = CIFAR10_C_CORRUPTIONS
@@ -106,6 +107,7 @@ class CIFAR10C(Dataset):
 
 @register_dataset
 class MNISTC(Dataset):
+    order = 21  # where `ensdiag datasets` lists it
     name, role, title = "mnist-c", "shift for MNIST", "MNIST-C"
     how_to_get = "Unzip mnist_c.zip into DATA_DIR (giving DATA_DIR/mnist_c/<corruption>/test_images.npy); no --download."
     parts = MNIST_C_CORRUPTIONS
