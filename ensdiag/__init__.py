@@ -18,7 +18,7 @@ from .errors import EnsdiagError  # noqa: E402
 # and `ensdiag --version` start without it.
 _LAZY = {"load_model": "checkpoint", "save_model": "checkpoint", "import_ensemble": "foreign.checkpoints",
          "open_ensemble": "foreign.checkpoints", "EnsembleModel": "nn", "ModelSpec": "nn",
-         "build_model": "nn", "diagnose": "diagnosis", "Diagnosis": "diagnosis",
+         "build_model": "nn", "diagnose": "diagnosis", "Diagnosis": "diagnosis", "Tracker": "tracker",
          "list_methods": "registries", "list_analyzers": "registries", "list_datasets": "registries"}
 
 
@@ -36,5 +36,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'ensdiag' has no attribute {name!r}")
 
 
-__all__ = ["Diagnosis", "EnsdiagError", "EnsembleModel", "ModelSpec", "build_model", "diagnose", "import_ensemble",
+__all__ = ["Diagnosis", "EnsdiagError", "Tracker", "EnsembleModel", "ModelSpec", "build_model", "diagnose", "import_ensemble",
            "list_analyzers", "list_datasets", "list_methods", "load_model", "open_ensemble", "save_model"]

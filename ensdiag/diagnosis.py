@@ -23,6 +23,7 @@ groups, which plain modules do not, and says so.
 
 import copy
 import json
+from contextlib import contextmanager
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,28 +46,14 @@ def diagnose(members, id, ood=None, shift=None, val=None, *, train=None, normali
     paths). `layers`: the modules CKA reads, as names or {name: layout} with layout one of
     `LAYOUTS` (default: [B, C, ...] outputs are channels-first, [B, T, D] tokens)."""
     from .analysis import analyze_model, analyze_predictions
-    from .nn.model import EnsembleModel
     device = torch.device(device)
     normalize = normalize or (lambda x: x)
-    if isinstance(members, EnsembleModel):
-        model, forward = members.to(device).eval(), None
-    elif isinstance(members, (list, tuple)) and members and all(isinstance(m, nn.Module) for m in members):
-        model, forward = ModuleEnsemble(members, layers).to(device), None
-    elif callable(members) and not isinstance(members, nn.Module):
-        model, forward = None, members
-    else:
-        raise EnsdiagError("members must be an EnsembleModel, a non-empty list of nn.Modules, or a callable "
-                           "returning logits [k, B, C]")
-    run = forward if forward is not None else model
-    splits, kept = {}, {}
-    for name, data in (("id", id), ("shift", shift), ("ood", ood), ("val", val)):
-        if data is None:
-            continue
-        logits, labels, sample = _predict(run, _batches(data, name), normalize, device, geometry_examples, progress, name)
-        if labels is not None and name == "ood":
-            labels = None  # OOD splits are unlabelled for every analyzer
-        splits[name] = {"logits": logits, "labels": labels}
-        kept[name] = sample
+    model, run = as_ensemble(members, layers)
+    if model is not None:
+        model.to(device)
+    with evaluating(model):
+        splits, kept = _predict_splits(run, (("id", id), ("shift", shift), ("ood", ood), ("val", val)), normalize,
+                                       device, geometry_examples, progress)
     if "id" not in splits:
         raise EnsdiagError("diagnose needs in-distribution data (id=)")
     weights = model.member_weights() if model is not None else None
@@ -81,6 +68,48 @@ def diagnose(members, id, ood=None, shift=None, val=None, *, train=None, normali
         metrics["analyzers"].update(analyze_model(probe))
     titles = {name: f"{name} (given to diagnose)" for name in splits}
     return Diagnosis(metrics, splits, titles)
+
+
+def as_ensemble(members, layers=None):
+    """(model with member weights or None, forward: batch -> logits [k, B, C]) for any accepted members."""
+    from .nn.model import EnsembleModel
+    if isinstance(members, EnsembleModel):
+        return members, members
+    if isinstance(members, (list, tuple)) and members and all(isinstance(m, nn.Module) for m in members):
+        model = ModuleEnsemble(members, layers)
+        return model, model
+    if callable(members) and not isinstance(members, nn.Module):
+        return None, members
+    raise EnsdiagError("members must be an EnsembleModel, a non-empty list of nn.Modules, or a callable "
+                       "returning logits [k, B, C]")
+
+
+@contextmanager
+def evaluating(module):
+    """The module (and its children) in eval mode inside, each back in its own mode after."""
+    if module is None:
+        yield
+        return
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+def _predict_splits(run, named, normalize, device, keep, progress):
+    splits, kept = {}, {}
+    for name, data in named:
+        if data is None:
+            continue
+        logits, labels, sample = _predict(run, _batches(data, name), normalize, device, keep, progress, name)
+        if labels is not None and name == "ood":
+            labels = None  # OOD splits are unlabelled for every analyzer
+        splits[name] = {"logits": logits, "labels": labels}
+        kept[name] = sample
+    return splits, kept
 
 
 @dataclass
@@ -182,7 +211,7 @@ def _first(batches, _, limit):
 
 @torch.no_grad()
 def _predict(run, batches, normalize, device, keep: int, progress: bool, name: str):
-    """(logits [k, N, C] float32 on the CPU, labels | None, (kept inputs, kept labels))."""
+    """(logits [k, N, C] float32 on the CPU, labels | None, (kept inputs, kept labels) | None)."""
     from .precision import exact_math
     if progress:
         from rich.progress import track
@@ -204,8 +233,10 @@ def _predict(run, batches, normalize, device, keep: int, progress: bool, name: s
     if not chunks:
         raise EnsdiagError(f"{name}: no data")
     labels = None if unlabelled else torch.cat(labels).long().cpu()
-    kept_labels = None if unlabelled else torch.cat(kept_y).long()
-    return torch.cat(chunks, dim=1), labels, (torch.cat(kept_x), kept_labels)
+    kept = None
+    if kept_x:
+        kept = (torch.cat(kept_x), None if unlabelled else torch.cat(kept_y).long())
+    return torch.cat(chunks, dim=1), labels, kept
 
 
 # ---------------------------------------------------------------- plain modules as an ensemble
@@ -233,9 +264,7 @@ class ModuleEnsemble(nn.Module):
 
     def __init__(self, members, layers=None):
         super().__init__()
-        self.members = nn.ModuleList(members)
-        for member in self.members:
-            member.eval()
+        self.members = nn.ModuleList(members)  # the user's modules themselves: their mode is theirs (`evaluating`)
         self.layers = _layers(self.members[0], layers)
         for member in self.members[1:]:
             missing = [name for name in self.layers if not _has(member, name)]

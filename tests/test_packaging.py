@@ -40,12 +40,13 @@ def _closure(requirements) -> set[str]:
     return found
 
 
-def _imports(folder: Path) -> dict[str, set[str]]:
-    """{top-level third-party module: files importing it} for absolute imports under `folder`;
-    fixtures/ holds scripts that make the committed fixture files in environments of their own."""
+def _imports(folder: Path, skip=("fixtures",)) -> dict[str, set[str]]:
+    """{top-level third-party module: files importing it} for absolute imports under `folder`
+    (a folder or one file); fixtures/ holds scripts that make the committed fixture files in
+    environments of their own, and each of ensdiag's integrations/ may use its own extra."""
     users: dict[str, set[str]] = {}
-    for path in folder.rglob("*.py"):
-        if "fixtures" in path.relative_to(folder).parts:
+    for path in ([folder] if folder.is_file() else folder.rglob("*.py")):
+        if folder.is_dir() and set(skip) & set(path.relative_to(folder).parts):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
@@ -61,12 +62,12 @@ def _imports(folder: Path) -> dict[str, set[str]]:
     return users
 
 
-def undeclared(folder: Path, requirements) -> list[str]:
+def undeclared(folder: Path, requirements, skip=("fixtures",)) -> list[str]:
     """One line per module imported under `folder` that no requirement brings in."""
     declared = _closure(requirements)
     providers = metadata.packages_distributions()
     missing = []
-    for module, files in sorted(_imports(folder).items()):
+    for module, files in sorted(_imports(folder, skip).items()):
         dists = {d.lower().replace("_", "-") for d in providers.get(module, [])}
         if not dists:
             missing.append(f"{module}: not installed here ({', '.join(sorted(files))})")
@@ -80,7 +81,16 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
 def test_every_import_of_the_package_comes_from_a_declared_dependency():
-    assert undeclared(ROOT / "ensdiag", PROJECT["dependencies"]) == []
+    assert undeclared(ROOT / "ensdiag", PROJECT["dependencies"], skip=("integrations",)) == []
+
+
+@pytest.mark.parametrize("integration", sorted(p.stem for p in (ROOT / "ensdiag" / "integrations").glob("[!_]*.py")))
+def test_each_integration_imports_only_the_dependencies_and_its_own_extra(integration):
+    extras = PROJECT["optional-dependencies"]
+    assert integration in extras, f"ensdiag/integrations/{integration}.py needs an extra of the same name"
+    path = ROOT / "ensdiag" / "integrations" / f"{integration}.py"
+    assert undeclared(path, [*PROJECT["dependencies"], *extras[integration]]) == []
+    assert set(extras[integration]) <= set(extras["test"])  # so CI tests it
 
 
 def test_every_import_of_the_tests_comes_from_a_dependency_or_the_test_extra():

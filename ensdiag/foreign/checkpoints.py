@@ -327,6 +327,20 @@ def _build(states, family, num_classes, source):
                        "file per member (or, for one network with k input and output heads, --num-classes C)")
 
 
+def ensemble_from_states(states: list[dict], source: str, num_classes=None):
+    """The `EnsembleModel` of in-memory state dicts (one per member, or one of a whole
+    torch-uncertainty ensemble), as `import_ensemble` reads them from files; an error when no
+    ensdiag architecture holds them."""
+    try:
+        model = _build([{key: value.detach().cpu() for key, value in state.items()} for state in states],
+                       "auto", num_classes, source)
+    except (KeyError, IndexError, ValueError, RuntimeError, TypeError) as error:
+        raise EnsdiagError(f"{source}: the keys look like a known layout but do not fit it ({type(error).__name__})") from None
+    if model is None:
+        raise EnsdiagError(f"{source}: no ensdiag architecture matches these weights")
+    return model
+
+
 def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=None):
     """An `EnsembleModel` from foreign checkpoint files, or, where no ensdiag architecture holds
     them, a `RawEnsemble` saying why (`raw_ok`; else that reason as an error). `arch`: auto (from

@@ -21,9 +21,9 @@ MAX_ALIGNED_MEMBERS = 64  # as member geometry: beyond it, no aligned cosine
 
 class DiversityTracker:
     def __init__(self, model, seed: int = 0):
-        self.model, self.seed = model, seed
+        self.model, self.seed = model, seed  # model None: predictions only (no weight cosine)
         self.groups = None
-        if model.kit.own_weights and 1 < model.num_members <= MAX_ALIGNED_MEMBERS:
+        if model is not None and model.kit.own_weights and 1 < model.num_members <= MAX_ALIGNED_MEMBERS:
             from ..errors import EnsdiagError
             from .align import permutation_groups
             try:
@@ -54,7 +54,7 @@ class DiversityTracker:
         if logits.shape[0] > 1 and logits.shape[1] > 0:
             row["disagreement"] = M.mean_off_diagonal(M.disagreement_matrix(logits))
             row["jsd"] = float(M.jsd(logits).mean())
-        weights = self.model.member_weights()
+        weights = self.model.member_weights() if self.model is not None else []
         if len(weights) > 1:
             self._weight_names = set(weights[0])
             row["weight_cosine"] = M.mean_off_diagonal(M.weight_cosine(weights)[0])

@@ -1,0 +1,2 @@
+"""Optional integrations with other libraries' training loops (each needs its extra:
+`pip install 'ensdiag[lightning]'`)."""

@@ -1,0 +1,87 @@
+"""Diversity over training in a Lightning `Trainer` (torch-uncertainty's routines included).
+
+    from ensdiag.integrations.lightning import DiversityCallback
+    trainer = lightning.Trainer(callbacks=[DiversityCallback(val_loader, num_members=4)])
+
+Before the first epoch (epoch 0, initialisation) and after every training epoch the callback
+measures the members on `val` and writes a row of `ensdiag.Tracker`'s schema to
+`path` (default: `<trainer.log_dir>/diversity.jsonl`), and logs `ensdiag/disagreement`,
+`ensdiag/jsd` and `ensdiag/weight_cosine` to the trainer's loggers. Only global rank 0
+measures.
+
+The members are read from the LightningModule: `members(module)` when given (anything
+`ensdiag.diagnose` takes: a list of `nn.Module`s, an `EnsembleModel`, a callable), else the
+module itself as a callable whose outputs are `[k, B, C]`, or `[k·B, C]` member-major (as
+torch-uncertainty's models return them) when `num_members` is given. Weight cosine needs
+member weights: given by `members`, or read from a torch-uncertainty routine's `.model`
+(BatchEnsemble, Packed-Ensembles, MIMO and Deep Ensembles of ensdiag's architectures).
+"""
+
+from pathlib import Path
+
+import lightning
+
+from ..errors import EnsdiagError
+from ..tracker import Tracker
+
+
+class DiversityCallback(lightning.Callback):
+    def __init__(self, val, num_members: int | None = None, members=None, path=None, every_n_epochs: int = 1):
+        super().__init__()
+        if num_members is not None and (not isinstance(num_members, int) or num_members < 1):
+            raise EnsdiagError(f"num_members must be a positive integer, got {num_members!r}")
+        self.val, self.num_members, self.members_of, self.every = val, num_members, members, every_n_epochs
+        self.path = Path(path) if path is not None else None
+        self.rows: list[dict] = []
+
+    def _members(self, module):
+        if self.members_of is not None:
+            return self.members_of(module)
+        model = _torch_uncertainty_model(module)
+        if model is not None:
+            return model
+        k = self.num_members
+
+        def forward(x):
+            logits = module(x)
+            if logits.dim() == 3:
+                return logits
+            if k is None:
+                raise EnsdiagError("the module returns [N, C] logits: pass num_members (torch-uncertainty stacks "
+                                   "members as [k·B, C]) or members=")
+            return logits.reshape(k, -1, logits.shape[-1])
+        return forward
+
+    def _measure(self, trainer, module, epoch: int):
+        if not trainer.is_global_zero:
+            return
+        path = self.path or Path(trainer.log_dir or ".") / "diversity.jsonl"
+        tracker = Tracker(self._members(module), self.val, path=path, device=module.device)
+        row = tracker.measure(epoch)
+        self.rows = tracker.rows
+        logged = {f"ensdiag/{key}": value for key, value in row.items()
+                  if key in ("disagreement", "jsd", "weight_cosine", "aligned_weight_cosine") and value is not None}
+        for logger in trainer.loggers:
+            logger.log_metrics(logged, step=trainer.global_step)
+
+    def on_fit_start(self, trainer, module):
+        if trainer.current_epoch == 0:
+            self._measure(trainer, module, 0)
+
+    def on_train_epoch_end(self, trainer, module):
+        epoch = trainer.current_epoch + 1
+        if epoch % self.every == 0 or epoch == trainer.max_epochs:
+            self._measure(trainer, module, epoch)
+
+
+def _torch_uncertainty_model(module):
+    """An `EnsembleModel` holding the weights of a torch-uncertainty routine's `.model`, or None."""
+    inner = getattr(module, "model", None)
+    if inner is None or not hasattr(inner, "state_dict"):
+        return None
+    from ..foreign.checkpoints import ensemble_from_states
+    try:
+        model = ensemble_from_states([inner.state_dict()], "the LightningModule's model")
+    except EnsdiagError:
+        return None
+    return model.to(module.device)

@@ -1,0 +1,67 @@
+"""`ensdiag.Tracker`: diversity over training, from any training loop.
+
+    tracker = ensdiag.Tracker(members, val=(x_val, y_val),
+                              path="runs/mine/deep-ensemble/seed-0/diversity.jsonl")
+    tracker.measure(0)                  # at initialisation
+    for epoch in range(1, epochs + 1):
+        train_one_epoch(...)
+        tracker.measure(epoch)          # one row, also appended to `path`
+
+Rows have the schema of `ensdiag train --track-diversity`'s diversity.jsonl (epoch,
+disagreement, jsd, weight_cosine, aligned_weight_cosine, seconds), so `ensdiag report` draws
+them beside a saved diagnosis. Measuring leaves training as it was: the members' train/eval
+modes are restored and the random state is forked, so a tracked loop trains to the same
+weights as an untracked one. Members are any that `ensdiag.diagnose` takes.
+"""
+
+import json
+from pathlib import Path
+
+import torch
+
+from .diagnosis import _batches, _predict, as_ensemble, evaluating
+from .errors import EnsdiagError
+
+
+class Tracker:
+    def __init__(self, members, val, path=None, normalize=None, device=None, seed: int = 0):
+        from .geometry.tracking import DiversityTracker
+        self.model, self.forward = as_ensemble(members)
+        self.val, self.normalize, self.seed = val, normalize or (lambda x: x), seed
+        self.device = torch.device(device) if device is not None else self._device()
+        self.path = Path(path) if path is not None else None
+        self.rows = self._read() if self.path is not None and self.path.exists() else []
+        with torch.random.fork_rng(devices=self._forked()):
+            self._rows = DiversityTracker(self.model, seed)
+
+    def _device(self):
+        parameter = next(self.model.parameters(), None) if self.model is not None else None
+        return parameter.device if parameter is not None else torch.device("cpu")
+
+    def _forked(self):
+        return [self.device.index or 0] if self.device.type == "cuda" else []
+
+    def _read(self) -> list[dict]:
+        try:
+            rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        except (OSError, ValueError) as error:
+            raise EnsdiagError(f"{self.path} is not a diversity record ({type(error).__name__}); "
+                               "move it away or pass another path") from None
+        if not all(isinstance(row, dict) and isinstance(row.get("epoch"), int) for row in rows):
+            raise EnsdiagError(f"{self.path} is not a diversity record (rows without an epoch)")
+        return rows
+
+    def measure(self, epoch: int) -> dict:
+        """The row for `epoch` on the validation data, kept in `rows` and written to `path` (a row
+        of the same or a later epoch, left by an interrupted loop, is replaced)."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise EnsdiagError(f"epoch must be a non-negative integer, got {epoch!r}")
+        with torch.random.fork_rng(devices=self._forked()), evaluating(self.model):
+            logits, _, _ = _predict(self.forward, _batches(self.val, "val"), self.normalize, self.device, 0, False, "val")
+            row = self._rows.measure(epoch, logits)
+        self.rows = [r for r in self.rows if r["epoch"] < epoch] + [row]
+        if self.path is not None:
+            from .io import atomic_write_text
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
+        return row
