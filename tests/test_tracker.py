@@ -2,6 +2,7 @@
 Lightning callback in a real `lightning.Trainer`, both writing rows `ensdiag report` draws."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,3 +142,24 @@ def test_stacked_outputs_need_the_member_count(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "d.jsonl").read_text().splitlines()]
     assert [row["epoch"] for row in rows] == [0, 1] and rows[0]["disagreement"] is not None
     assert rows[0]["weight_cosine"] is None  # no member weights known: predictions only
+
+
+def test_a_torch_uncertainty_routine_gives_its_member_weights(tmp_path):
+    """A routine's `.model` holding torch-uncertainty's BatchEnsemble weights (the committed fixture,
+    saved by torch-uncertainty itself) is read as ensdiag's model, so rows get a weight cosine."""
+    from ensdiag.foreign.checkpoints import read_state_dict
+    from ensdiag.integrations.lightning import _torch_uncertainty_model
+    state = read_state_dict(Path(__file__).parent / "fixtures" / "torch_uncertainty" / "be_mlp.pt")
+
+    class Stored(nn.Module):
+        def state_dict(self, *args, **kwargs):
+            return state
+
+    class Routine(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = Stored()
+
+    model = _torch_uncertainty_model(Routine())
+    assert model is not None and model.method == "batch-ensemble" and len(model.member_weights()) == model.num_members
+    assert _torch_uncertainty_model(Members()) is None  # no `.model`: predictions only
