@@ -149,6 +149,9 @@ def train(
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout)."),
     download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
+    shift: str = typer.Option(None, help="Replace the preset's shift set: a registered dataset (`ensdiag datasets`) or "
+                              "your files (an image folder, .npz or .npy)."),
+    ood: str = typer.Option(None, help="Replace the preset's OOD set: a registered dataset or your files, like --shift."),
     out: Path = typer.Option(None, help="Run folder (default runs/<preset>-<timestamp>); rerun into it to resume."),
     resume: Path = typer.Option(None, help="Continue the run in this folder with its stored settings."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
@@ -162,7 +165,8 @@ def train(
                    batch_size=batch_size, members=members, dropout=dropout, mc_dropout_train=mc_dropout_train, be_variant=be_variant,
                    be_init=be_init, be_layout=be_layout, be_loss=be_loss, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
                    early_stopping=early_stopping, patience=patience, val_fraction=val_fraction,
-                   track_diversity=track_diversity, geometry=geometry, precision=precision, method_options=_method_options(method_option))
+                   track_diversity=track_diversity, geometry=geometry, precision=precision, method_options=_method_options(method_option),
+                   shift=_set(shift), ood=_set(ood))
     if resume is not None:
         given = sorted(key for key, value in options.items() if value is not None)
         if given or out is not None:
@@ -192,6 +196,14 @@ def train(
             show(err_console, table)
         note(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})")
     print(run_dir)
+
+
+def _set(value):
+    """A --shift/--ood value as stored in the run: a dataset name as given, files as an absolute path."""
+    if value is None:
+        return None
+    from .data.files import is_path
+    return str(Path(value).resolve()) if is_path(value) else value
 
 
 def _method_options(pairs):

@@ -34,6 +34,12 @@ FAMILY = typer.Option("auto", "--from", help="For foreign checkpoints: auto, tor
 ARCH = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18).")
 DATA_DIR = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout).")
 DEVICE = typer.Option("auto", help="auto, cpu or cuda.")
+DATA = typer.Option(None, "--data", help="Your test images instead of the preset's: an image folder (one folder per class), "
+                    "an .npz (images, labels) or an .npy (docs/conventions.md, 'Your data').")
+SHIFT = typer.Option(None, "--shift", help="The shift set: a registered dataset (`ensdiag datasets`) or a path like --data.")
+OOD = typer.Option(None, "--ood", help="The OOD set: a registered dataset (`ensdiag datasets`) or a path like --data.")
+NORMALIZE = typer.Option(None, "--normalize", help="Input normalisation MEAN,…:STD,… per channel (images in [0, 1]), or "
+                         "none (default: the preset's).")
 NUM_CLASSES = typer.Option(None, "--num-classes", help="Classes per member where the shapes cannot tell (one network "
                            "with k heads, grouped MLPs with subgroups) or torchvision's classifier is not standard.")
 
@@ -69,6 +75,10 @@ def evaluate(
     preset: str = typer.Option(None, help="Whose data to evaluate on (default: the preset matching the model)."),
     data_dir: Path = DATA_DIR,
     download: bool = typer.Option(False, "--download", help="Let torchvision download MNIST/FashionMNIST/CIFAR-10/SVHN."),
+    data: Path = DATA,
+    shift: str = SHIFT,
+    ood: str = OOD,
+    normalize: str = NORMALIZE,
     device: str = DEVICE,
     out: Path = typer.Option(None, help="Folder to write predictions.safetensors and metrics.json into (created if missing)."),
     seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),
@@ -87,8 +97,8 @@ def evaluate(
     model_path = ", ".join(map(str, model_path))
     from . import distributed
     try:
-        predictions, titles, skipped = evaluate_model(model, preset or _guessed_preset(model), data_dir, download, device,
-                                                      seed=seed, spread=True)
+        choice = _data_choice(model, preset, data, shift, ood, normalize)
+        predictions, titles, skipped = evaluate_model(model, choice, data_dir, download, device, seed=seed, spread=True)
     finally:
         distributed.finish()
     if not distributed.ranks().main:
@@ -107,6 +117,16 @@ def evaluate(
             note(f"{split}: {title}")
         for split, reason in skipped.items():
             note(f"{split}: not evaluated — {reason}")
+
+
+def _data_choice(model, preset, data, shift, ood, normalize):
+    """The `DataChoice` of the command line, paths checked before anything is read."""
+    from .evaluate import DataChoice
+    for option, value in (("--data", data), ("--shift", shift), ("--ood", ood)):
+        if value is not None and ("/" in str(value) or str(value).endswith((".npz", ".npy"))) and not Path(value).exists():
+            raise EnsdiagError(f"{option} {value} does not exist")
+    return DataChoice(preset=preset or (None if data is not None else _guessed_preset(model)),
+                      data=None if data is None else str(data), shift=shift, ood=ood, normalize=normalize)
 
 
 def _guessed_preset(model) -> str:
@@ -169,6 +189,10 @@ def diversity(
     num_classes: int = NUM_CLASSES,
     preset: str = typer.Option(None, help="Whose data to measure disagreement on (default: matches the model)."),
     data_dir: Path = DATA_DIR,
+    data: Path = DATA,
+    shift: str = SHIFT,
+    ood: str = OOD,
+    normalize: str = NORMALIZE,
     device: str = DEVICE,
     fmt: str = typer.Option("table", "--format", help="table or json."),
     plot: Path = typer.Option(None, help="Also draw the heatmaps into this image file (.png, .svg, .pdf or .jpg, from its suffix)."),
@@ -192,11 +216,11 @@ def diversity(
                   "resnet18, and torchvision members with --arch torchvision:NAME)")
         predictions, titles, skipped = None, {}, {}
     else:
-        guessed = preset is None
+        guessed = preset is None and data is None
         try:
-            preset = preset or _guessed_preset(model)
-            data = load_data(model, preset, data_dir, with_train=geometry)
-            predictions, titles, skipped = evaluate_model(model, preset, data_dir, False, device, seed=seed, data=data)
+            choice = _data_choice(model, preset, data, shift, ood, normalize)
+            data = load_data(model, choice, data_dir, with_train=geometry)
+            predictions, titles, skipped = evaluate_model(model, choice, data_dir, False, device, seed=seed, data=data)
         except DataNotFound as error:  # no data at all: the weights still tell a story
             predictions, titles, skipped = None, {}, {"id": str(error), "shift": str(error), "ood": str(error)}
             reason = "no data to predict on"
@@ -220,8 +244,8 @@ def diversity(
               "splits": titles, "not_evaluated": skipped,
               "disagreement": metrics["analyzers"]["disagreement"], "weight_similarity": metrics["analyzers"]["weight-similarity"]}
     if geometry:
-        report["geometry"] = _geometry(model, predictions is not None and data, preset, device, seed, max_examples, reason
-                                       if predictions is None else "")
+        report["geometry"] = _geometry(model, predictions is not None and data, predictions is not None and choice, device,
+                                       seed, max_examples, reason if predictions is None else "")
     if plot is not None:
         from .report.figures import heatmap_grid, plottable, save_figure
         rows = []
@@ -288,7 +312,7 @@ def _weights_with_initial(model, seed: int):
     return weights
 
 
-def _geometry(model, data, preset, device, seed, max_examples, reason) -> dict:
+def _geometry(model, data, choice, device, seed, max_examples, reason) -> dict:
     """The model analyzers' results; without data (or for raw tensors) only what the weights tell."""
     from .analysis import analyze_model
     from .analysis.registry import ANALYZERS
@@ -301,7 +325,7 @@ def _geometry(model, data, preset, device, seed, max_examples, reason) -> dict:
         results = analyze_model(ModelProbe(model, {}, None, seed=seed), only=weights_only)
         why = reason or "no data to read the members on"
         return {**{name: {"status": "skipped", "reason": why} for name in names if name not in weights_only}, **results}
-    return analyze_model(model_probe(model, data, preset, device, seed, max_examples))
+    return analyze_model(model_probe(model, data, choice, device, seed, max_examples))
 
 
 def _geometry_plots(results: dict, plot, method: str) -> list:

@@ -174,6 +174,21 @@ FLOAT_OPTIONS = {"lr": "--lr", "dropout": "--dropout", "val_fraction": "--val-fr
                  "eps": "eps", "weight_decay": "weight_decay", "gamma": "gamma", "min_delta": "min_delta"}
 
 
+def _check_set(option: str, value: str, stored: bool) -> None:
+    """A shift or OOD set: a registered dataset's name or files that exist (a stored run's files
+    are checked when its data is loaded, where a missing one says so)."""
+    from .data.files import is_path
+    if is_path(value):
+        from pathlib import Path
+        if not stored and not Path(value).exists():
+            raise EnsdiagError(f"{option} {value} does not exist")
+        return
+    from .data.registry import all_datasets
+    if value not in all_datasets():
+        raise EnsdiagError(f"{option}: unknown dataset {value!r}; give a registered one (`ensdiag datasets`) or a path "
+                           "(an image folder, .npz or .npy)")
+
+
 def validate(config: TrainConfig, stored: bool = False) -> None:
     """Every field checked as user input (also for configs read back from a run folder, which
     may hold kernel-wise BatchEnsemble on the mlp: older ensdiag accepted it)."""
@@ -218,6 +233,8 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
     for ok, message in checks:
         if not ok:
             raise EnsdiagError(message)
+    for option, value in (("--shift", config.shift), ("--ood", config.ood)):
+        _check_set(option, value, stored)
     if config.early_stopping and config.val_fraction == 0:
         raise EnsdiagError("early stopping needs a validation split: pass --val-fraction (e.g. 0.1) or --no-early-stopping")
     if config.track_diversity and config.val_fraction == 0:

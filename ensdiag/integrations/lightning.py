@@ -14,7 +14,7 @@ The members are read from the LightningModule: `members(module)` when given (any
 module itself as a callable whose outputs are `[k, B, C]`, or `[k·B, C]` member-major (as
 torch-uncertainty's models return them) when `num_members` is given. Weight cosine needs
 member weights: given by `members`, or read from a torch-uncertainty routine's `.model`
-(BatchEnsemble, Packed-Ensembles, MIMO and Deep Ensembles of ensdiag's architectures).
+(any ensemble `ensdiag import` reads from torch-uncertainty's checkpoints).
 """
 
 from pathlib import Path
