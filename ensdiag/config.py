@@ -254,6 +254,8 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
         if not isinstance(options, dict):
             raise EnsdiagError(f"method_options of {method} must map option names to values, got {options!r}"[:300])
         resolve_options(method, options, builder.default_options, builder.convolutional or stored, config.arch)
+    from .nn.methods import members_for
     for run in config.methods:  # the method options, each checked against its kit's declaration
         method, options = config.model_options(run)
         resolve_options(method, options, builder.default_options, builder.convolutional or stored, config.arch)
+        METHODS[method].check_training(config, members_for(method, config.members))

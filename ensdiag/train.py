@@ -71,7 +71,10 @@ def make_optimizer(model, config, fused=True):
     else:
         optimizer = torch.optim.Adam(groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps,
                                      weight_decay=config.weight_decay, fused=fused)
-    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(config.milestones), config.gamma)
+    kit = getattr(model, "kit", None)  # a kit with a schedule of its own (a snapshot ensemble's cycles)
+    scheduler = kit.make_scheduler(optimizer, config) if kit is not None else None
+    if scheduler is None:
+        scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(config.milestones), config.gamma)
     return optimizer, scheduler
 
 
@@ -240,7 +243,8 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
     flush_denormals()
     optimizer, scheduler = make_optimizer(model, config)
     generator = torch.Generator(device=device).manual_seed(seed)
-    if config.early_stopping and len(data.val_images) == 0:
+    early_stopping = config.early_stopping and model.kit.early_stopping  # a kit's own schedule runs to the end
+    if early_stopping and len(data.val_images) == 0:
         raise ValueError("early stopping needs a validation split")
     # The best weights are kept only when early stopping will restore them (a state-sized copy).
     best = {"accuracy": -math.inf, "epoch": -1, "bad_epochs": 0, "state": None}
@@ -272,6 +276,7 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
             raise Diverged(f"training diverged in epoch {epoch + 1} (training loss {loss}); {kept}. Lower --lr "
                            "(in a new --out: a run folder keeps its settings), or check --be-init")
         scheduler.step()
+        model.kit.end_epoch(model, epoch + 1, config.epochs)  # a procedural ensemble stores its members here
         val_accuracy, val_nll, *logits = evaluate(model, data.val_images, data.val_labels, data.normalize,
                                                   keep_logits=tracker is not None)
         if parallel is not None:  # one decision for every rank (early stopping), whatever rounding did
@@ -281,10 +286,10 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         elif val_accuracy > best["accuracy"] + config.min_delta or best["epoch"] < 0:
             best = {"accuracy": val_accuracy, "epoch": epoch, "bad_epochs": 0,
                     "state": {k: v.detach().clone() for k, v in model.state_dict().items()}
-                    if config.early_stopping else None}
+                    if early_stopping else None}
         else:
             best["bad_epochs"] += 1
-        stopped = config.early_stopping and best["bad_epochs"] >= config.patience
+        stopped = early_stopping and best["bad_epochs"] >= config.patience
         seconds += time.perf_counter() - began
         history.append({"epoch": epoch + 1, "loss": loss, "accuracy": accuracy, "val_accuracy": val_accuracy,
                         "val_nll": val_nll, "lr": lr, "seconds": time.perf_counter() - began})
@@ -299,7 +304,7 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
             atomic_write_bytes(state_path, buffer.getvalue())
         if on_epoch is not None:
             on_epoch(history[-1])
-    restore = config.early_stopping and best["state"] is not None
+    restore = early_stopping and best["state"] is not None
     if restore:
         model.load_state_dict(best["state"])
     return {"history": history, "weights_epoch": best["epoch"] + 1 if restore else len(history),

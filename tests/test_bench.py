@@ -17,7 +17,7 @@ def test_bench_json_has_every_method_against_the_reference_and_is_written_down(t
     result = json.loads(out)
     assert result["format"] == "ensdiag.bench/1"
     assert set(result["methods"]) == {"single", "mc-dropout", "deep-ensemble", "batch-ensemble-channel", "packed-ensemble",
-                                      "mimo"}  # no kernel-wise on the mlp
+                                      "mimo", "snapshot-ensemble", "checkpoint-ensemble"}  # no kernel-wise on the mlp
     for run, row in result["methods"].items():
         assert row["seconds_per_epoch"] > 0 and row["reference_seconds_per_epoch"] > 0, run
         assert row["speedup"] == pytest.approx(row["reference_seconds_per_epoch"] / row["seconds_per_epoch"])
@@ -26,7 +26,8 @@ def test_bench_json_has_every_method_against_the_reference_and_is_written_down(t
             assert len(measured) == 3
             assert row[f"{prefix}seconds_per_epoch"] == pytest.approx(statistics.median(measured))
         assert row["images_per_second"] == pytest.approx(300 / row["seconds_per_epoch"])
-        k_train = {"single": 1, "mc-dropout": 1, "mimo": 4 * 4}.get(run, 4)  # MIMO: 4 members × batch repetition 4
+        # MIMO: 4 members × batch repetition 4; snapshot and checkpoint ensembles train one network
+        k_train = {"single": 1, "mc-dropout": 1, "mimo": 4 * 4, "snapshot-ensemble": 1, "checkpoint-ensemble": 1}.get(run, 4)
         assert row["member_images_per_second"] == pytest.approx(k_train * row["images_per_second"])
         assert row["inference_member_images_per_second"] == pytest.approx(
             row["members"] * row["inference_images_per_second"])

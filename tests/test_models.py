@@ -186,4 +186,5 @@ def test_bad_build_arguments_are_clear_errors(call, message):
 
 
 def test_every_method_is_registered():
-    assert set(METHODS) == {"single", "mc-dropout", "deep-ensemble", "batch-ensemble", "packed-ensemble", "mimo"}
+    assert set(METHODS) == {"single", "mc-dropout", "deep-ensemble", "batch-ensemble", "packed-ensemble", "mimo",
+                            "snapshot-ensemble", "checkpoint-ensemble"}

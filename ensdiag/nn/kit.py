@@ -13,6 +13,8 @@ need to know of its method, so that none of them names a method:
 - `check_members(m)` and `forward_members(model, xs)`: how members run;
 - `label`, `run_variants`, `options_from(config)`: names in reports, extra run names
   (a method with fixed options), and the method's options taken from a run's config;
+- `make_scheduler(optimizer, config)`, `end_epoch(model, epoch, epochs)`, `early_stopping`:
+  a procedural ensemble's own schedule and the hook that captures members along the run;
 - `member_width(width)`: a member's width where the architecture says `width` (a kit packing
   narrow members scales it), so that `MemberKit` rebuilds any member as a plain network;
 - `weight_scope`: None, or what member weights are compared on when members share part of
@@ -227,6 +229,24 @@ class Kit:
     @classmethod
     def check_options(cls, options: dict, convolutional: bool, arch: str):
         """Checks that span options or the architecture (each option alone: `Option.check`)."""
+
+    # --- procedural ensembles: members made along one training run (nn/kits/snapshot_ensemble.py)
+
+    early_stopping = True  # whether the run's early stopping applies (a kit with its own schedule says no)
+
+    @classmethod
+    def check_training(cls, config, members: int):
+        """Checks of a run's settings this method needs (a procedural ensemble: enough epochs)."""
+
+    def make_scheduler(self, optimizer, config):
+        """The learning-rate schedule, stepped once per epoch; None: the run's (milestones, gamma).
+        Its state is saved with the training state, so it must resume from `state_dict` alone."""
+        return None
+
+    def end_epoch(self, model, epoch: int, epochs: int) -> None:
+        """Called after epoch `epoch` (1-based) of `epochs`, before validation: a kit may store
+        members here. What it stores must live in the model's state (buffers), so that a resumed
+        run has it."""
 
     def check_members(self, m: int):
         if m != self.num_members and not self.one_weight_set:
