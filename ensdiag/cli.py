@@ -15,6 +15,7 @@ from rich.table import Table
 
 from . import __version__
 from .console import check_format, err_console, literal, note, output_file, print_json, run, show
+from .config import PRESETS  # torch-free: the presets' names for the help
 from .errors import EnsdiagError
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -116,7 +117,7 @@ def _csv(text, kind=str, what="value"):
 
 @app.command()
 def train(
-    preset: str = typer.Option("digits", help="digits (embedded, offline), mnist or cifar10."),
+    preset: str = typer.Option("digits", help=f"The protocol: {', '.join(PRESETS)} (digits is embedded and runs offline)."),
     method: str = typer.Option(None, help="Comma list of methods (`ensdiag models` lists every registered one; default: the preset's)."),
     seeds: str = typer.Option(None, help="Comma list of seeds (preset: 42,69,123,…)."),
     epochs: int = typer.Option(None, help="Maximum epochs."),

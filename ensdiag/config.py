@@ -7,7 +7,7 @@
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 
-from .data.registry import CIFAR10_MEAN, CIFAR10_STD, DIGITS_MEAN, DIGITS_STD, MNIST_MEAN, MNIST_STD
+from .data.constants import CIFAR10_MEAN, CIFAR10_STD, DIGITS_MEAN, DIGITS_STD, MNIST_MEAN, MNIST_STD
 from .errors import EnsdiagError
 
 

@@ -17,11 +17,7 @@ from ..errors import DataNotFound, EnsdiagError
 
 DATASETS: dict[str, "Dataset"] = {}
 
-# Normalisation constants of docs/conventions.md (per channel, on pixels scaled to [0, 1]).
-CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
-MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
-# Pixel statistics of all 1,797 scikit-learn digits scaled to [0, 1] (computed once, fixed like MNIST's).
-DIGITS_MEAN, DIGITS_STD = (0.3053,), (0.3761,)
+from .constants import CIFAR10_MEAN, CIFAR10_STD, DIGITS_MEAN, DIGITS_STD, MNIST_MEAN, MNIST_STD  # noqa: F401
 
 
 @dataclass
