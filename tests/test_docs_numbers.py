@@ -1,0 +1,34 @@
+"""Numbers in the README and docs come from committed result files and follow them."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_peer_convention_gap_in_the_docs_is_the_committed_measurement():
+    result = json.loads((ROOT / "benchmarks" / "results" / "peer-conventions-digits.json").read_text())
+    assert result["sentence"].rstrip(".") in (ROOT / "docs" / "conventions.md").read_text()
+    assert result["runs"] > 0 and all(entry["values"] > 0 for entry in result["summary"].values())
+
+
+def test_the_peer_convention_script_measures_run_folders(finished_run, tmp_path):
+    out = tmp_path / "gap.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peer_conventions.py"), str(finished_run), "--out", str(out)],
+                   check=True, capture_output=True, timeout=120)
+    result = json.loads(out.read_text())
+    metrics = json.loads((finished_run / "single" / "seed-1" / "metrics.json").read_text())["analyzers"]
+    gaps = [abs(entry["aurc"]["value"] - entry["aurc_trapezoid"]["value"]) for entry in metrics["selective"]["splits"].values()]
+    assert result["runs"] == 2 and result["summary"]["AURC"]["max_abs_difference"] >= max(gaps)
+
+
+def test_the_readme_run_time_range_is_the_example_cost_table():
+    report = (ROOT / "examples" / "digits-report" / "report.md").read_text()
+    table = report.split("## Computational cost", 1)[1].split("\n## ", 1)[0]
+    means = [float(cells[3].strip(" *<>/ins").split(" ±")[0]) for line in table.splitlines()
+             if line.startswith("| ") and not line.startswith("| Method") and (cells := line.split("|"))]
+    expected = f"{min(means):.1f}–{max(means):.1f} s of training per run"
+    assert expected in (ROOT / "README.md").read_text(), expected
