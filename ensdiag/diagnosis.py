@@ -40,12 +40,16 @@ LAYOUTS = ("channels-first", "channels-last", "tokens")
 
 def diagnose(members, id, ood=None, shift=None, val=None, *, train=None, normalize=None, layers=None,
              geometry: bool = True, geometry_examples: int = GEOMETRY_EXAMPLES, device="cpu", seed: int = 0,
-             progress: bool = False) -> "Diagnosis":
+             progress: bool | None = None) -> "Diagnosis":
     """Every predictions analyzer on the splits given, and member geometry where the members are
     networks. `train`: labelled training inputs (BatchNorm statistics and the training loss along
     paths). `layers`: the modules CKA reads, as names or {name: layout} with layout one of
-    `LAYOUTS` (default: [B, C, ...] outputs are channels-first, [B, T, D] tokens)."""
+    `LAYOUTS` (default: [B, C, ...] outputs are channels-first, [B, T, D] tokens). `progress`: a
+    bar per split while predicting (default: when stderr is a terminal)."""
+    import sys
+
     from .analysis import analyze_model, analyze_predictions
+    progress = sys.stderr.isatty() if progress is None else progress
     device = torch.device(device)
     normalize = normalize or (lambda x: x)
     model, run = as_ensemble(members, layers)
@@ -214,8 +218,9 @@ def _predict(run, batches, normalize, device, keep: int, progress: bool, name: s
     """(logits [k, N, C] float32 on the CPU, labels | None, (kept inputs, kept labels) | None)."""
     from .precision import exact_math
     if progress:
+        from rich.console import Console
         from rich.progress import track
-        batches = track(batches, description=f"diagnose: {name}", transient=True)
+        batches = track(batches, description=f"diagnose: {name}", transient=True, console=Console(stderr=True))
     chunks, labels, kept_x, kept_y, unlabelled = [], [], [], [], False
     with exact_math():
         for x, y in batches:
