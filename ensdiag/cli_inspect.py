@@ -56,9 +56,9 @@ def import_(
     import json
 
     from .checkpoint import save_model
-    from .foreign.checkpoints import import_ensemble
+    from .foreign.checkpoints import open_ensemble
 
-    model = import_ensemble(sources, family, raw_ok=False, arch=arch, num_classes=num_classes)
+    model = open_ensemble(sources, family, raw_ok=False, arch=arch, num_classes=num_classes)  # ensdiag's own files too
     target = output_file(out, "model.safetensors")
     source = json.dumps({"files": [path.name for path in sources], "from": family, "arch": arch}, sort_keys=True)
     save_model(model, target, {"ensdiag.source": source})

@@ -255,6 +255,10 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
             raise EnsdiagError(f"method_options of {method} must map option names to values, got {options!r}"[:300])
         resolve_options(method, options, builder.default_options, builder.convolutional or stored, config.arch)
     from .nn.methods import members_for
+    if config.track_diversity and all(members_for(config.model_options(run)[0], config.members) == 1
+                                      for run in config.methods):
+        raise EnsdiagError("--track-diversity follows how members differ; every method here has one member "
+                           "(add an ensemble method, or raise --members)")
     for run in config.methods:  # the method options, each checked against its kit's declaration
         method, options = config.model_options(run)
         resolve_options(method, options, builder.default_options, builder.convolutional or stored, config.arch)

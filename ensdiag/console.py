@@ -118,6 +118,10 @@ def run(app: typer.Typer, argv=None):
 
 
 def _unexpected(error: Exception):
+    if isinstance(error, MemoryError) or "can't allocate memory" in str(error) or "out of memory" in str(error).lower():
+        _fail("out of memory: the input asks for more than this machine has (ensdiag checks files against "
+              "ENSDIAG_MEMORY_BUDGET before reading them; this allocation was not foreseen, please report it)",
+              EXIT_BAD_INPUT)
     if isinstance(error, OSError):  # a file or folder the user named cannot be read or written
         where = f"{error.filename}: " if error.filename else ""
         _fail(f"{where}{error.strerror or error}", EXIT_BAD_INPUT)

@@ -94,7 +94,8 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
                        data.train.images[val_index].to(device), data.train.labels[val_index].to(device),
                        normalize, augment=config.augment)
     state_path = run_dir / STATE_FILE
-    tracker = DiversityTracker(model, seed) if config.track_diversity else None
+    # one member has no diversity to track (a single model among ensembles: no diversity.jsonl)
+    tracker = DiversityTracker(model, seed) if config.track_diversity and model.num_members > 1 else None
     parallel = None
     if ddp:
         parallel = distributed.DataParallel(model, device)

@@ -38,6 +38,10 @@ def read_experiment(run_dir) -> dict:
     folder of `ensdiag.diagnose` results (`"kind": "diagnosis"`) has no training config, only
     the names of its methods and seeds."""
     path = Path(run_dir) / "experiment.json"
+    if Path(run_dir).is_file():
+        hint = ("; for a model file use `ensdiag evaluate` or `ensdiag diversity`, for predictions `ensdiag analyze`"
+                if Path(run_dir).suffix in (".safetensors", ".pt", ".ckpt", ".npz", ".npy") else "")
+        raise EnsdiagError(f"{run_dir} is a file, not a run folder{hint}")
     if not path.is_file():
         raise EnsdiagError(f"{run_dir} is not an ensdiag run (no experiment.json)")
     data = read_json(path, "experiment file")

@@ -74,11 +74,12 @@ def test_three_torchvision_resnets_with_cka_at_named_modules():
     diagnosis = ensdiag.diagnose(members, id=loader, layers=["layer1", "avgpool", "fc"], geometry_examples=16)
     cka = diagnosis.metrics["analyzers"]["cka"]["splits"]["id"]
     assert cka["n"] == 16 and set(cka["layers"]) == {"layer1", "avgpool", "fc"}
+    assert all(member.training for member in members)  # diagnose left the members in their own mode
+    for member in members:
+        member.eval()  # the reference reads them as diagnose does: in evaluation mode
     with torch.no_grad():
         features = [member.layer1(member.maxpool(member.relu(member.bn1(member.conv1(x[:16]))))).mean(dim=(2, 3))
                     for member in members]
-    for member in members:
-        member.eval()
     assert cka["layers"]["layer1"]["linear"]["value"][0][2] == pytest.approx(
         _dense_linear_cka(features[0], features[2]), abs=1e-6)
     assert diagnosis.predictions["id"]["logits"].shape == (3, 24, 4)

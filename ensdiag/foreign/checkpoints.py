@@ -266,20 +266,26 @@ def _torchvision(states, name, num_classes, source):
     if num_classes is None:
         num_classes = _torchvision_classes(states[0], name, source)
     spec = ModelSpec("torchvision", "deep-ensemble", len(states), num_classes, (3, 224, 224), {}, {"name": name})
+    with torch.device("meta"):  # every key and shape checked before anything real is allocated
+        skeleton = build_from_spec(spec)
+    for i, state in enumerate(states):
+        _check_member(state, skeleton.body.member_module(i).state_dict(), name, source, i)
     model = build_from_spec(spec)
     for i, state in enumerate(states):
-        network = model.body.member_module(i)
-        expected = network.state_dict()
-        missing = [key for key in expected if key not in state]
-        extra = [key for key in state if key not in expected]
-        wrong = [key for key in expected if key in state and tuple(state[key].shape) != tuple(expected[key].shape)]
-        if missing or extra or wrong:
-            first = (f"lacks {missing[0]!r}" if missing else f"has {extra[0]!r}, which torchvision's {name} lacks"
-                     if extra else f"{wrong[0]!r} has shape {list(state[wrong[0]].shape)}, torchvision's {name} "
-                     f"expects {list(expected[wrong[0]].shape)}")
-            raise EnsdiagError(f"{source}: member {i} {first}")
-        network.load_state_dict(state)
+        model.body.member_module(i).load_state_dict(state)
     return model.eval()
+
+
+def _check_member(state, expected, name, source, i):
+    """One torchvision member's keys and shapes against the network's (built on the meta device)."""
+    missing = [key for key in expected if key not in state]
+    extra = [key for key in state if key not in expected]
+    wrong = [key for key in expected if key in state and tuple(state[key].shape) != tuple(expected[key].shape)]
+    if missing or extra or wrong:
+        first = (f"lacks {missing[0]!r}" if missing else f"has {extra[0]!r}, which torchvision's {name} lacks"
+                 if extra else f"{wrong[0]!r} has shape {list(state[wrong[0]].shape)}, torchvision's {name} "
+                 f"expects {list(expected[wrong[0]].shape)}")
+        raise EnsdiagError(f"{source}: member {i} {first}")
 
 
 def _split_members(state, source):
@@ -303,8 +309,26 @@ def _checked_finite(model, source):
     return model
 
 
+FLOAT_KEYS = (".weight", ".bias", "r_group", "s_group", "running_mean", "running_var")
+
+
+def _check_tensors(states, source):
+    """Member weights that no architecture could hold are refused by name before any shape is
+    divided or any layer built: an empty dimension, or integer weights (quantised or damaged
+    checkpoints are not silently read as floats)."""
+    for i, state in enumerate(states):
+        for key, value in state.items():
+            where = f"{source}: {'member ' + str(i) + ' ' if len(states) > 1 else ''}{key[:80]!r}"
+            if value.dim() and 0 in value.shape:
+                raise EnsdiagError(f"{where} has an empty dimension {list(value.shape)}: no network has such a layer")
+            if key.endswith(FLOAT_KEYS) and not value.is_floating_point():
+                raise EnsdiagError(f"{where} is {str(value.dtype).removeprefix('torch.')}, not floating point: ensdiag "
+                                   "reads trained float weights only (convert them yourself if they really are weights)")
+
+
 def _build(states, family, num_classes, source):
     """The EnsembleModel the states describe, or None when no ensdiag architecture matches their keys."""
+    _check_tensors(states, source)
     batch_ensemble = len(states) == 1 and any(key.endswith(".r_group") for key in states[0])
     if batch_ensemble:
         found = torch_uncertainty.batch_ensemble(states[0], source) if family != "state-dicts" else None
@@ -354,6 +378,7 @@ def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=
     paths = _member_files([Path(p) for p in paths])
     source = ", ".join(str(p) for p in paths[:3]) + (f" … ({len(paths)} files)" if len(paths) > 3 else "")
     states = [read_state_dict(p) for p in paths]
+    _check_tensors(states, source)
     if arch.startswith("torchvision:"):
         model = _torchvision(states, arch.partition(":")[2], num_classes, source)
         model.imported_from = source

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..budget import require
 from ..errors import EnsdiagError
 
 ROW_SUM_TOLERANCE = 1e-3  # |Σ_c p_c − 1| allowed per row (float32 softmax outputs, rounding in files)
@@ -26,7 +27,10 @@ INPUTS = ("logits", "probs")
 
 
 MAX_ARRAYS = 1024  # arrays in one .npz (a few per split): far above any real file
-MAX_INFLATION = 50  # an .npz may decompress to at most this many times its size on disk
+MAX_MEMBERS = 4096  # as model files: the k×k matrices of every pair stay small
+# What the predictions analyzers hold at once, in bytes per logit of a [k, N, C] split: the
+# float32 logits, float64 probabilities and log-probabilities, and a float64 working copy.
+ANALYSIS_BYTES_PER_LOGIT = 4 + 3 * 8
 
 PICKLE = "holds Python objects (a pickle), which ensdiag never loads; save plain numeric arrays"
 
@@ -46,6 +50,23 @@ def _declared_bytes(handle, where) -> int:
     return int(np.prod(shape, dtype=object)) * dtype.itemsize
 
 
+def _refuse_sparse(path, claimed: int):
+    """A sparse file (holes instead of data) can match an 8 GB header with a few blocks on disk:
+    the data it claims must really be stored."""
+    blocks = getattr(path.stat(), "st_blocks", None)
+    if blocks is not None and claimed > 2**20 and blocks * 512 < claimed // 2:
+        raise EnsdiagError(f"{path} claims {claimed:,} bytes but stores {blocks * 512:,} on disk (a sparse file): "
+                           "refused; copy it without holes if it is real")
+
+
+def check_analysis_size(k: int, n: int, c: int, where: str):
+    """Refuse, before any analyzer runs, predictions whose analysis would not fit: more members
+    than model files allow, or more memory than the budget."""
+    if k > MAX_MEMBERS:
+        raise EnsdiagError(f"{where}: {k:,} members; ensdiag compares every pair and takes at most {MAX_MEMBERS:,}")
+    require(k * n * c * ANALYSIS_BYTES_PER_LOGIT, f"{where}: analysing [k={k:,}, N={n:,}, C={c:,}] predictions")
+
+
 def _refuse_unless(ok, where, what):
     if not ok:
         raise EnsdiagError(f"{where} {what}")
@@ -62,6 +83,8 @@ def read_array(path) -> np.ndarray:
         claimed = _declared_bytes(handle, path)
         _refuse_unless(claimed <= path.stat().st_size, path,
                        f"claims {claimed:,} bytes of data in a {path.stat().st_size:,}-byte file (damaged or hostile)")
+    _refuse_sparse(path, claimed)
+    require(claimed, f"{path} ({claimed:,} bytes of array data)")
     try:
         array = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as error:
@@ -78,9 +101,8 @@ def read_npz(path) -> dict[str, np.ndarray]:
         with zipfile.ZipFile(path) as archive:
             entries = archive.infolist()
             _refuse_unless(len(entries) <= MAX_ARRAYS, path, f"holds {len(entries)} arrays (at most {MAX_ARRAYS})")
-            total = sum(entry.file_size for entry in entries)
-            _refuse_unless(total <= MAX_INFLATION * max(path.stat().st_size, 1), path,
-                           f"decompresses to {total:,} bytes from {path.stat().st_size:,} (refused: a zip bomb?)")
+            total = sum(entry.file_size for entry in entries)  # what the archive says it decompresses to
+            require(total, f"{path} (decompressing to {total:,} bytes from {path.stat().st_size:,})")
             for entry in entries:
                 where = f"{path}: {entry.filename}"
                 _refuse_unless(entry.filename.endswith(".npy"), where, "is not an .npy array")
@@ -113,6 +135,7 @@ def _scores(array: np.ndarray, where: str) -> torch.Tensor:
         raise EnsdiagError(f"{where} needs at least one member and two classes, got shape {list(array.shape)}")
     if array.shape[1] == 0:
         raise EnsdiagError(f"{where} holds no examples (shape {list(array.shape)})")
+    check_analysis_size(*array.shape, where)
     scores = torch.from_numpy(np.ascontiguousarray(_native(array))).float()
     if not torch.isfinite(scores).all():
         raise EnsdiagError(f"{where} contains NaN or infinite values")

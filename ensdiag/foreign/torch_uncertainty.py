@@ -59,8 +59,13 @@ def batch_ensemble(state, source):
         key = re.sub(r"\.(linear|conv)\.weight$", ".weight", key)
         key = re.sub(r"\.r_group$", ".s", key) if key.endswith(".r_group") else re.sub(r"\.s_group$", ".r", key)
         plain[key] = value
-    fast = [key for key in state if key.endswith(".r_group")]
-    k = state[fast[0]].shape[0]
+    fast = [key for key in state if key.endswith((".r_group", ".s_group"))]
+    counts = {key: state[key].shape[0] if state[key].dim() else 0 for key in fast}
+    k = counts[fast[0]]
+    odd = next((key for key, count in counts.items() if count != k), None)
+    if odd is not None or k < 1:
+        raise EnsdiagError(f"{source}: BatchEnsemble layers disagree on the number of members ({fast[0]} has {k}, "
+                           f"{odd} has {counts.get(odd)}): a damaged or mixed checkpoint")
     if "layers.0.weight" in plain or "final_layer.weight" in plain:
         plain = renamed(plain, TU_MLP_RULES)
         shape = mlp_shape(plain)

@@ -7,6 +7,8 @@
 import os
 from pathlib import Path
 
+from ..errors import EnsdiagError
+
 
 from ..io import atomic_write_text
 from .aggregate import build_report
@@ -26,6 +28,10 @@ def _first_complete(seeds: dict):
 def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
     """Write figures/*.png|svg into the run folder; return their entries (paths relative to it)."""
     folder = Path(run_dir) / "figures"
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):  # never write through a link out of the run
+        raise EnsdiagError(f"{folder} is a link or a file, not a folder of the run: ensdiag writes figures only inside "
+                           "the run folder; remove it (or pass --no-figures)")
+    folder.mkdir(exist_ok=True)
     figures = []
 
     def add(name, title, figure):

@@ -1,0 +1,49 @@
+"""The memory budget: how much a file from anywhere may make ensdiag allocate.
+
+Every surface that reads arrays (predictions, data files, archives) checks what it is about to
+allocate against one absolute budget before allocating, and refuses with the number: half the
+machine's memory by default, or `ENSDIAG_MEMORY_BUDGET` (bytes, or with a K/M/G/T suffix) for
+a larger legitimate file. Torch-free.
+"""
+
+import os
+import re
+
+from .errors import EnsdiagError
+
+VARIABLE = "ENSDIAG_MEMORY_BUDGET"
+
+
+def physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): a conservative 8 GiB
+        return 8 * 2**30
+
+
+def memory_budget() -> int:
+    """Bytes a file may make ensdiag allocate: `ENSDIAG_MEMORY_BUDGET`, else half the memory."""
+    given = os.environ.get(VARIABLE, "").strip()
+    if not given:
+        return physical_memory() // 2
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?", given, flags=re.IGNORECASE)
+    if not match:
+        raise EnsdiagError(f"{VARIABLE}={given!r} is not a size (e.g. 16G, 500M or a number of bytes)")
+    power = "KMGT".find(match.group(2).upper()) + 1 if match.group(2) else 0
+    return int(float(match.group(1)) * 1024 ** power)
+
+
+def human(size: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:,.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def require(size: int, what: str) -> None:
+    """Refuse (one line, with the numbers) when `what` would need more than the budget."""
+    budget = memory_budget()
+    if size > budget:
+        raise EnsdiagError(f"{what} needs about {human(size)}, more than the memory budget of {human(budget)} "
+                           f"(half this machine's memory; set {VARIABLE}=SIZE to allow more)")
