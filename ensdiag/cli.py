@@ -16,11 +16,32 @@ from rich.table import Table
 from . import __version__
 from .console import check_format, err_console, literal, note, output_file, print_json, run, show
 from .config import PRESETS  # torch-free: the presets' names for the help
-from .errors import EnsdiagError
+from .errors import EnsdiagError, unknown
 
-app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
-                  context_settings={"help_option_names": ["-h", "--help"]},
-                  help="Is your ensemble really an ensemble? Diagnostics for trained ensembles.")
+class _Command(typer.core.TyperCommand):
+    """Usage lines as Unix tools write them: `MODEL...`, `[RUN_DIR]` (typer writes `{MODEL}...`)."""
+
+    def collect_usage_pieces(self, ctx):
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name != "argument":
+                continue
+            name = (param.metavar or param.name).upper()
+            name = name if param.required else f"[{name}]"
+            pieces.append(name + ("..." if param.nargs != 1 else ""))
+        return pieces
+
+
+class _App(typer.Typer):
+    def command(self, *args, **kwargs):
+        kwargs.setdefault("cls", _Command)
+        return super().command(*args, **kwargs)
+
+
+# Plain help (no boxes): at 80 columns rich's panels cut option names and fold every line
+app = _App(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+           context_settings={"help_option_names": ["-h", "--help"]},
+           help="Is your ensemble really an ensemble? Diagnostics for trained ensembles.")
 
 
 def _version(value: bool):
@@ -44,7 +65,9 @@ def models(
     num_classes: int = typer.Option(10, help="Output classes."),
     options: bool = typer.Option(False, "--options", help="List every method's options (train --option METHOD.NAME=VALUE) instead."),
 ):
-    """Every architecture x method ensdiag builds, with its parameter count (paper Table 4)."""
+    """Architectures × methods ensdiag builds, with parameter counts.
+
+    The paper's Table 4 counts, for every architecture and registered method."""
     from .nn import ARCHITECTURES, METHODS, build_model
     from .nn.methods import members_for
 
@@ -64,7 +87,7 @@ def models(
     for column in ("architecture", "input", "method", "members", "parameters"):
         table.add_column(column, justify="right" if column in ("members", "parameters") else "left")
     if arch is not None and arch not in ARCHITECTURES:
-        raise EnsdiagError(f"unknown architecture {arch!r}; choose from {', '.join(ARCHITECTURES)}")
+        raise unknown("architecture", arch, ARCHITECTURES)
     whole = [name for name, builder in ARCHITECTURES.items() if builder.whole_networks]
     for name in [name for name in ([arch] if arch else list(ARCHITECTURES)) if name not in whole]:
         shape = shapes.get(name, (1, 28, 28))
@@ -83,8 +106,35 @@ def models(
 
 
 @app.command()
+def presets(fmt: str = typer.Option("table", "--format", help="table or json.")):
+    """Every preset's protocol: data, model and training defaults.
+
+    What `ensdiag train --preset P` runs when no option overrides it."""
+    import dataclasses
+
+    from .config import PRESETS
+    check_format(fmt)
+    fields = ("dataset", "shift", "ood", "arch", "methods", "members", "seeds", "epochs", "optimizer", "lr", "batch_size",
+              "weight_decay", "milestones", "early_stopping", "patience", "val_fraction", "augment")
+    rows = {name: {key: dataclasses.asdict(config)[key] for key in fields} for name, config in PRESETS.items()}
+    if fmt == "json":
+        print_json(rows)
+        return
+    table = Table(title="Presets (ensdiag train --preset P; every option overrides its default)")
+    table.add_column("", no_wrap=True)
+    for name in rows:
+        table.add_column(name, overflow="fold")
+    for key in fields:
+        table.add_row(key.replace("_", " "), *[", ".join(map(str, value)) if isinstance(value, (list, tuple))
+                                               else str(value) for value in (row[key] for row in rows.values())])
+    Console().print(table)  # names and short numbers: folding long cells at the terminal's width loses nothing
+
+
+@app.command()
 def datasets(data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Where your datasets live (torchvision's layout).")):
-    """Every dataset ensdiag reads: found or missing, where it looked, what it expects, how to get it."""
+    """Every dataset ensdiag reads: found or missing, and where.
+
+    Where it looked, what it expects, and how to get it."""
     from .data import all_datasets
 
     table = Table(title=literal(f"Datasets (--data-dir {data_dir})"), show_lines=True)
@@ -117,9 +167,10 @@ def _csv(text, kind=str, what="value"):
 
 @app.command()
 def train(
-    preset: str = typer.Option("digits", help=f"The protocol: {', '.join(PRESETS)} (digits is embedded and runs offline)."),
+    preset: str = typer.Option("digits", help=f"The protocol: {', '.join(PRESETS)} (digits is embedded and runs offline; "
+                                "`ensdiag presets` shows each one's defaults)."),
     method: str = typer.Option(None, help="Comma list of methods (`ensdiag models` lists every registered one; default: the preset's)."),
-    seeds: str = typer.Option(None, help="Comma list of seeds (preset: 42,69,123,…)."),
+    seeds: str = typer.Option(None, help="Comma list of seeds (default: the preset's, `ensdiag presets`)."),
     epochs: int = typer.Option(None, help="Maximum epochs."),
     lr: float = typer.Option(None, help="Initial learning rate."),
     batch_size: int = typer.Option(None, help="Examples per batch (per member for Deep Ensembles)."),
@@ -157,21 +208,28 @@ def train(
     resume: Path = typer.Option(None, help="Continue the run in this folder with its stored settings."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
-    """Train every method x seed of a preset; write models, predictions and metrics to a run folder."""
-    from .config import TrainConfig, preset_config
-    from .experiment import run_experiment
-    from .runs import default_run_dir, read_experiment
+    """Train every method × seed of a preset into a run folder.
 
+    Writes models, predictions and metrics per run; rerun into the folder to resume."""
+    from .quickcheck import check_train
     options = dict(methods=_csv(method, what="--method"), seeds=_csv(seeds, int, "--seeds"), epochs=epochs, lr=lr,
                    batch_size=batch_size, members=members, dropout=dropout, mc_dropout_train=mc_dropout_train, be_variant=be_variant,
                    be_init=be_init, be_layout=be_layout, be_loss=be_loss, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
                    early_stopping=early_stopping, patience=patience, val_fraction=val_fraction,
-                   track_diversity=track_diversity, geometry=geometry, precision=precision, method_options=_method_options(method_option),
-                   shift=_set(shift), ood=_set(ood))
+                   track_diversity=track_diversity, geometry=geometry, precision=precision, method_options=method_option or None,
+                   shift=shift, ood=ood)
     if resume is not None:
         given = sorted(key for key, value in options.items() if value is not None)
         if given or out is not None:
             raise EnsdiagError(f"--resume continues a run with its stored settings; drop {', '.join(given) or '--out'}")
+    check_train(preset, options["methods"], out, resume, shift, ood)  # before torch: a typo costs well under a second
+    progress_note("loading torch and the data …", quiet)
+    from .config import TrainConfig, preset_config
+    from .experiment import run_experiment
+    from .runs import default_run_dir, read_experiment
+
+    options.update(method_options=_method_options(method_option), shift=_set(shift), ood=_set(ood))
+    if resume is not None:
         config, out = TrainConfig.from_dict(read_experiment(resume)["config"], source=str(resume / "experiment.json")), resume
     else:
         config = preset_config(preset, **options)
@@ -199,6 +257,12 @@ def train(
     print(run_dir)
 
 
+def progress_note(text: str, quiet: bool = False):
+    """One line on stderr saying what is happening, before a slow step that prints nothing."""
+    if not quiet:
+        err_console.print(text, style="dim", highlight=False, markup=False)
+
+
 def _set(value):
     """A --shift/--ood value as stored in the run: a dataset name as given, files as an absolute path."""
     if value is None:
@@ -218,9 +282,12 @@ def _method_options(pairs):
 from . import cli_inspect  # noqa: E402,F401
 
 
+REPORT_FORMATS = ("table", "markdown", "json", "latex", "html")  # report/__init__.py's FORMATS (a test keeps them equal)
+
+
 @app.command()
 def report(
-    run_dir: Path = typer.Argument(None, metavar="[RUN_DIR]", help="A run folder (default: the newest under ./runs)."),
+    run_dir: Path = typer.Argument(None, metavar="RUN_DIR", help="A run folder (default: the newest under ./runs)."),
     fmt: str = typer.Option(None, "--format", help="table (default in a terminal), markdown, json, latex or html."),
     out: Path = typer.Option(None, help="Write the report in --format to this file (or to report.<ext> in this folder) instead of stdout."),
     reference: str = typer.Option(None, help="'paper': add the paper's published numbers (cifar10 preset)."),
@@ -228,18 +295,23 @@ def report(
     conventions: str = typer.Option("ensdiag", help="Whose definitions of adaptive ECE and AURC the tables show: ensdiag or "
                                     "torch-uncertainty (to compare with papers that used it; docs/conventions.md)."),
 ):
-    """The paper's tables (mean ± 95 % CI over seeds) and figures; also rebuilds report.md and report.html in the run."""
+    """The paper's tables (mean ± 95 % CI) and figures of a run.
+
+    Also rebuilds report.md, report.html and figures/ in the run folder."""
     import io
 
-    from .io import atomic_write_text
-    from .report import FORMATS, make_report, render, to_rich
-
     fmt = fmt or ("table" if sys.stdout.isatty() and out is None else "markdown")
-    check_format(fmt, FORMATS)
+    check_format(fmt, REPORT_FORMATS)  # every check that needs no tensor before matplotlib and torch
     if reference not in (None, "paper"):
-        raise EnsdiagError(f"unknown --reference {reference!r}; the only reference is 'paper'")
+        raise unknown("--reference", reference, ("paper",))
     if conventions not in ("ensdiag", "torch-uncertainty"):
-        raise EnsdiagError(f"unknown --conventions {conventions!r}; choose from ensdiag, torch-uncertainty")
+        raise unknown("--conventions", conventions, ("ensdiag", "torch-uncertainty"))
+    if run_dir is not None:
+        from .runs import check_run_folder
+        check_run_folder(run_dir)
+    from .io import atomic_write_text
+    from .report import make_report, render, to_rich
+
     extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html"}[fmt]
     target = None if out is None else output_file(out, f"report.{extension}")
     result = make_report(run_dir, reference, write=figures, conventions=conventions)
@@ -280,7 +352,9 @@ def bench(
     fmt: str = typer.Option("table", "--format", help="table or json."),
     results_dir: Path = typer.Option(Path("benchmarks/results"), help="Where the JSON record is written."),
 ):
-    """Training and inference throughput of every method: ensdiag's fast path against the reference pipeline."""
+    """Throughput of every method against a plain PyTorch reference.
+
+    Training and inference, ensdiag's fast path against the reference pipeline."""
     from .bench import BenchSettings, bench_table, default_methods, write_result
     from .bench import bench as run
     from .device import resolve_device

@@ -29,7 +29,7 @@ SOURCES_HELP = ("An ensdiag model file, or an ensemble trained elsewhere: a torc
 
 
 # the options every command that opens an ensemble shares
-MODELS = typer.Argument(..., metavar="MODEL...", help=SOURCES_HELP)
+MODELS = typer.Argument(..., metavar="MODEL", help=SOURCES_HELP)
 FAMILY = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts.")
 ARCH = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18).")
 DATA_DIR = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout).")
@@ -46,15 +46,19 @@ NUM_CLASSES = typer.Option(None, "--num-classes", help="Classes per member where
 
 @app.command("import")
 def import_(
-    sources: list[Path] = typer.Argument(..., metavar="SRC...", help=SOURCES_HELP),
+    sources: list[Path] = typer.Argument(..., metavar="SRC", help=SOURCES_HELP),
     out: Path = typer.Option(..., help="The ensdiag model file to write (.safetensors)."),
     family: str = FAMILY,
     arch: str = ARCH,
     num_classes: int = NUM_CLASSES,
 ):
-    """Convert an ensemble trained elsewhere into ensdiag's model format once (its source recorded)."""
+    """Convert an ensemble trained elsewhere to an ensdiag model file.
+
+    Once, with its source recorded; ensdiag model files are copied as they are."""
     import json
 
+    from .quickcheck import check_inputs
+    check_inputs("SRC", sources, folders=True)
     from .checkpoint import save_model
     from .foreign.checkpoints import open_ensemble
 
@@ -84,14 +88,17 @@ def evaluate(
     seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic)."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
 ):
-    """Predictions and every metric for one model file on a preset's test, shift and OOD data."""
+    """Predictions and every metric of one model on its data.
+
+    The matching preset's test, shift and OOD data, or your own (--data, --shift, --ood)."""
+    check_format(fmt)
+    _quick_checks(model_path, data, shift, ood)
     from .analysis import analyze_predictions
     from .evaluate import evaluate_model
     from .foreign.checkpoints import open_ensemble
     from .io import atomic_write_json
     from .predictions import save_predictions
 
-    check_format(fmt)
     out = None if out is None else output_folder(out)
     model = open_ensemble(model_path, family, raw_ok=False, arch=arch, num_classes=num_classes)
     model_path = ", ".join(map(str, model_path))
@@ -119,6 +126,15 @@ def evaluate(
             note(f"{split}: not evaluated — {reason}")
 
 
+def _quick_checks(model_path, data, shift, ood):
+    """What needs no tensor, before torch is imported: the inputs exist, the sets are known."""
+    from .quickcheck import check_inputs, check_set
+    check_inputs("MODEL", model_path, folders=True)
+    check_inputs("--data", [data] if data is not None else [], folders=True)
+    check_set("--shift", shift)
+    check_set("--ood", ood)
+
+
 def _data_choice(model, preset, data, shift, ood, normalize):
     """The `DataChoice` of the command line, paths checked before anything is read."""
     from .evaluate import DataChoice
@@ -141,7 +157,7 @@ def _guessed_preset(model) -> str:
 
 @app.command()
 def analyze(
-    sources: list[Path] = typer.Argument(..., metavar="PREDICTIONS...",
+    sources: list[Path] = typer.Argument(..., metavar="PREDICTIONS",
                                          help="A .safetensors predictions file ('<split>/logits' [k,N,C], '<split>/labels' [N]), "
                                               "an .npz with the same keys (or logits/probs + labels), one .npy [k,N,C], "
                                               "or one .npy [N,C] per member."),
@@ -151,11 +167,17 @@ def analyze(
     fmt: str = typer.Option("table", "--format", help="table or json."),
     out: Path = typer.Option(None, help="Also write the metrics to this JSON file (or to metrics.json in this folder)."),
 ):
-    """Every metric from member predictions produced anywhere (file layouts in the README)."""
+    """Every metric from member predictions made anywhere.
+
+    File layouts are in the README ("Bring your own ensemble")."""
+    check_format(fmt)
+    from .quickcheck import check_inputs
+    check_inputs("PREDICTIONS", sources)
+    check_inputs("--labels", [labels] if labels is not None else [])
+    check_inputs("--ood", ood)
     from .analysis import analyze_predictions
     from .io import atomic_write_json
 
-    check_format(fmt)
     if inputs not in ("logits", "probs"):
         raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
     warnings = []
@@ -201,12 +223,15 @@ def diversity(
                                   "aligned weight cosine, paths between members, rank of W_i ⊘ W_j."),
     max_examples: int = typer.Option(None, min=4, help="Geometry: at most this many images per split (default: all)."),
 ):
-    """How different the members really are: disagreement per split, weight-space cosine and member geometry."""
+    """How different the members really are, in outputs and weights.
+
+    Disagreement per split, weight-space cosine and member geometry."""
+    check_format(fmt)
+    _quick_checks(model_path, data, shift, ood)
     from .analysis import analyze_predictions
     from .evaluate import evaluate_model, load_data
     from .foreign.checkpoints import RawEnsemble, open_ensemble
 
-    check_format(fmt)
     model = open_ensemble(model_path, family, arch=arch, num_classes=num_classes)
     name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"
     model_path = Path(", ".join(map(str, model_path)))

@@ -9,6 +9,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 
 from .data.constants import CIFAR10_MEAN, CIFAR10_STD, DIGITS_MEAN, DIGITS_STD, MNIST_MEAN, MNIST_STD
 from .errors import EnsdiagError
+from .errors import unknown as unknown_name
 
 
 
@@ -119,7 +120,7 @@ PRESETS = {
 def preset_config(preset: str, **overrides) -> TrainConfig:
     """The preset with the given options (None = not given) replaced, and the change recorded."""
     if preset not in PRESETS:
-        raise EnsdiagError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+        raise unknown_name("preset", preset, PRESETS)
     given = {key: value for key, value in overrides.items() if value is not None}
     known = {f.name for f in fields(TrainConfig)} - {"overrides", "preset"}
     unknown = sorted(set(given) - known)
@@ -193,7 +194,7 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
     """Every field checked as user input (also for configs read back from a run folder, which
     may hold kernel-wise BatchEnsemble on the mlp: older ensdiag accepted it)."""
     if config.preset not in PRESETS:
-        raise EnsdiagError(f"unknown preset {config.preset!r}; choose from {', '.join(PRESETS)}")
+        raise unknown_name("preset", config.preset, PRESETS)
     for name, option in FLOAT_OPTIONS.items():
         if not math.isfinite(getattr(config, name)):
             raise EnsdiagError(f"{option} must be a finite number, got {getattr(config, name)}")
@@ -201,9 +202,9 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
         if not all(math.isfinite(v) for v in getattr(config, name)):
             raise EnsdiagError(f"{name} must be finite numbers, got {getattr(config, name)}")
     from .nn.methods import run_methods
-    unknown = [m for m in config.methods if m not in run_methods()]
-    if unknown:
-        raise EnsdiagError(f"unknown method {', '.join(map(repr, unknown))}; choose from {', '.join(run_methods())}")
+    unknown_runs = [m for m in config.methods if m not in run_methods()]
+    if unknown_runs:
+        raise unknown_name("method", unknown_runs[0], run_methods())
     if not config.methods or not config.seeds:
         raise EnsdiagError("give at least one method and one seed")
     if not all(-2**63 <= seed < 2**64 for seed in config.seeds):  # what torch.manual_seed accepts
@@ -244,7 +245,7 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
     from .nn import ARCHITECTURES, METHODS
     from .nn.methods import resolve_options
     if config.arch not in ARCHITECTURES:
-        raise EnsdiagError(f"unknown architecture {config.arch!r}; choose from {', '.join(ARCHITECTURES)}")
+        raise unknown_name("architecture", config.arch, ARCHITECTURES)
     builder = ARCHITECTURES[config.arch]
     if builder.whole_networks:
         raise EnsdiagError(f"{config.arch} networks are imported (ensdiag import), not trained by ensdiag")

@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from .errors import EnsdiagError
+from .errors import EnsdiagError, unknown
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 err_console = Console(stderr=True)
@@ -69,7 +69,7 @@ def print_json(data):
 
 def check_format(fmt, allowed=("table", "json")):
     if fmt not in allowed:
-        raise EnsdiagError(f"unknown --format {fmt!r}; choose from {', '.join(allowed)}")
+        raise unknown("--format", fmt, allowed)
 
 
 def _is_a(error: BaseException, class_name: str) -> bool:

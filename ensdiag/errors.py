@@ -18,3 +18,14 @@ class EnsdiagError(Exception):
 
 class DataNotFound(EnsdiagError):
     """A dataset's files are not where ensdiag looked (as opposed to being there but wrong)."""
+
+
+def unknown(kind: str, value, choices) -> EnsdiagError:
+    """The error for a name that is not one of `choices`, with the nearest one when a typo is likely:
+    "unknown method 'deep-ensembel'; did you mean 'deep-ensemble'? (choose from …)"."""
+    import difflib
+    choices = [str(choice) for choice in choices]
+    close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    text = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    return EnsdiagError(f"unknown {kind} {text}{hint} (choose from {', '.join(choices)})"[:400])

@@ -33,10 +33,9 @@ def default_run_dir(preset: str, root="runs") -> Path:
     return Path(root) / f"{preset}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def read_experiment(run_dir) -> dict:
-    """The run folder's experiment.json, checked like user input (its config validated). A
-    folder of `ensdiag.diagnose` results (`"kind": "diagnosis"`) has no training config, only
-    the names of its methods and seeds."""
+def check_run_folder(run_dir) -> Path:
+    """The run folder's experiment.json path, or a one-line error saying what `run_dir` is instead
+    (torch-free: the report command checks its argument with it before importing anything heavy)."""
     path = Path(run_dir) / "experiment.json"
     if Path(run_dir).is_file():
         hint = ("; for a model file use `ensdiag evaluate` or `ensdiag diversity`, for predictions `ensdiag analyze`"
@@ -44,6 +43,14 @@ def read_experiment(run_dir) -> dict:
         raise EnsdiagError(f"{run_dir} is a file, not a run folder{hint}")
     if not path.is_file():
         raise EnsdiagError(f"{run_dir} is not an ensdiag run (no experiment.json)")
+    return path
+
+
+def read_experiment(run_dir) -> dict:
+    """The run folder's experiment.json, checked like user input (its config validated). A
+    folder of `ensdiag.diagnose` results (`"kind": "diagnosis"`) has no training config, only
+    the names of its methods and seeds."""
+    path = check_run_folder(run_dir)
     data = read_json(path, "experiment file")
     if not isinstance(data, dict) or data.get("format") != EXPERIMENT_FORMAT:
         raise EnsdiagError(f"{path} is not an {EXPERIMENT_FORMAT} file (damaged or not ensdiag's); "

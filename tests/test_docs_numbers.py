@@ -32,3 +32,13 @@ def test_the_readme_run_time_range_is_the_example_cost_table():
              if line.startswith("| ") and not line.startswith("| Method") and (cells := line.split("|"))]
     expected = f"{min(means):.1f}–{max(means):.1f} s of training per run"
     assert expected in (ROOT / "README.md").read_text(), expected
+
+
+def test_the_typo_to_error_times_in_the_docs_are_the_committed_measurement():
+    result = json.loads((ROOT / "benchmarks" / "results" / "startup-cpu.json").read_text())
+    seconds, ratio = result["seconds"], result["ratio_to_version"]
+    typos = [name for name in seconds if not name.startswith(("ensdiag --version", "import torch"))]
+    sentence = (f"A mistyped command answers in {min(seconds[k] for k in typos):.2f}–{max(seconds[k] for k in typos):.2f} s, "
+                f"{min(ratio[k] for k in typos):.1f}–{max(ratio[k] for k in typos):.1f}× `ensdiag --version`")
+    assert sentence in (ROOT / "docs" / "performance.md").read_text()
+    assert max(seconds[k] for k in typos) < seconds["import torch (for scale)"]  # the point of the checks

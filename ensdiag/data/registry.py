@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import DataNotFound, EnsdiagError
+from ..errors import DataNotFound, EnsdiagError, unknown
 
 DATASETS: dict[str, "Dataset"] = {}
 
@@ -111,5 +111,5 @@ def all_datasets() -> dict[str, Dataset]:
 def get_dataset(name: str) -> Dataset:
     _register_builtins()
     if name not in DATASETS:
-        raise EnsdiagError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+        raise unknown("dataset", name, DATASETS)
     return DATASETS[name]

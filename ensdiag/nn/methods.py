@@ -9,7 +9,7 @@ batch reaches the members, the loss reduction over members, which parameters tak
 decay, how members are run, its report label, run variants and options.
 """
 
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, unknown
 from .kit import METHODS, register_method
 
 __all__ = ["METHODS", "register_method", "members_for", "run_methods", "run_label", "resolve_options",
@@ -60,12 +60,12 @@ def resolve_options(method: str, given: dict, arch_defaults: dict, convolutional
                     arch: str = "this architecture") -> dict:
     """The method's full option dict: given values over architecture and method defaults."""
     if method not in METHODS:
-        raise EnsdiagError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+        raise unknown("method", method, METHODS)
     allowed = METHODS[method].options
-    unknown = sorted(set(given) - set(allowed))
-    if unknown:
+    extra = sorted(set(given) - set(allowed))
+    if extra:
         accepted = ", ".join(allowed) or "none"
-        raise EnsdiagError(f"method {method!r} takes no option {', '.join(unknown)} (accepted: {accepted})")
+        raise EnsdiagError(f"method {method!r} takes no option {', '.join(extra)} (accepted: {accepted})")
     options = {name: given.get(name, arch_defaults.get(name, default)) for name, default in allowed.items()}
     for option in METHODS[method].declared:  # each value against its one declaration
         options[option.name] = option.check(options[option.name], method)

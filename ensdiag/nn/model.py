@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, unknown
 from .architectures import ARCHITECTURES
 from .kit import MemberKit
 from .layers import is_weight_layer
@@ -67,9 +67,9 @@ class ModelSpec:
 
     def validate(self) -> None:
         if self.arch not in ARCHITECTURES:
-            raise EnsdiagError(f"unknown architecture {self.arch!r}; choose from {', '.join(ARCHITECTURES)}")
+            raise unknown("architecture", self.arch, ARCHITECTURES)
         if self.method not in METHODS:
-            raise EnsdiagError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
+            raise unknown("method", self.method, METHODS)
         fixed = METHODS[self.method].fixed_members
         if not 1 <= self.num_members <= MAX_MEMBERS or (fixed and self.num_members != fixed):
             raise EnsdiagError(f"a {self.method} model cannot have {self.num_members} members (1..{MAX_MEMBERS})")
@@ -217,7 +217,7 @@ def build_model(arch: str, method: str, num_members: int | None = None, num_clas
     """Build an `EnsembleModel`; options (dropout, variant, init) and architecture options (resnet18's
     `width`) are recorded in its spec."""
     if arch not in ARCHITECTURES:
-        raise EnsdiagError(f"unknown architecture {arch!r}; choose from {', '.join(ARCHITECTURES)}")
+        raise unknown("architecture", arch, ARCHITECTURES)
     builder = ARCHITECTURES[arch]
     options = resolve_options(method, options, builder.default_options, builder.convolutional, arch)
     fixed = METHODS[method].fixed_members

@@ -10,7 +10,7 @@ import math
 from scipy import stats
 
 from ..analysis.registry import SPLIT_TABLES
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, unknown
 from .load import MISSING, _lookup, _number, dig, load_runs
 
 REPORT_SCHEMA = "ensdiag.report/1"
@@ -217,7 +217,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     """The report dict; `data` is `load_runs(run_dir)` when the caller already has it; `conventions`
     picks whose definition of adaptive ECE and AURC the tables show (`CONVENTIONS`)."""
     if conventions not in CONVENTIONS:
-        raise EnsdiagError(f"unknown --conventions {conventions!r}; choose from {', '.join(CONVENTIONS)}")
+        raise unknown("--conventions", conventions, CONVENTIONS)
     data = data if data is not None else load_runs(run_dir)
     experiment, runs = data["experiment"], data["runs"]
     config = experiment["config"]

@@ -1,0 +1,95 @@
+"""Argument checks that need no tensor, run before torch is imported, so a typo costs well
+under a second instead of a torch start-up: names (presets, methods, datasets), paths that must
+exist, output paths that must not be files. The registries' names are read from the source of
+the modules that register them (without importing them); a test keeps the two in step.
+
+    check_train(preset="digits", methods=["deep-ensemble"], out=Path("runs/x"), ...)
+    check_inputs("MODEL", [Path("model.safetensors")])
+"""
+
+import ast
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import EnsdiagError, unknown
+
+PACKAGE = Path(__file__).parent
+
+
+def _decorated(tree, decorator: str):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for call in node.decorator_list:
+                name = getattr(getattr(call, "func", call), "id", None) or getattr(getattr(call, "func", call), "attr", None)
+                if name == decorator:
+                    yield node, call
+
+
+@lru_cache(maxsize=1)
+def method_names() -> tuple[str, ...]:
+    """Every run name training accepts: the kits' `register_method` names and their `run_variants`."""
+    names = []
+    for path in sorted((PACKAGE / "nn" / "kits").glob("*.py")):
+        for node, call in _decorated(ast.parse(path.read_text()), "register_method"):
+            names += [arg.value for arg in call.args if isinstance(arg, ast.Constant)]
+            for statement in node.body:
+                if isinstance(statement, ast.Assign) and any(getattr(t, "id", None) == "run_variants"
+                                                             for t in statement.targets):
+                    names += [key.value for key in getattr(statement.value, "keys", []) if isinstance(key, ast.Constant)]
+    return tuple(names)
+
+
+@lru_cache(maxsize=1)
+def dataset_names() -> tuple[str, ...]:
+    """The built-in datasets' names (`name = "..."` or `name, role, title = "...", ...` in a class
+    decorated with `register_dataset`)."""
+    names = []
+    for path in sorted((PACKAGE / "data" / "sets").glob("*.py")):
+        for node, _ in _decorated(ast.parse(path.read_text()), "register_dataset"):
+            for statement in node.body:
+                if not isinstance(statement, ast.Assign):
+                    continue
+                target, value = statement.targets[0], statement.value
+                if isinstance(target, ast.Name) and target.id == "name" and isinstance(value, ast.Constant):
+                    names.append(value.value)
+                elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
+                    names += [v.value for t, v in zip(target.elts, value.elts)
+                              if getattr(t, "id", None) == "name" and isinstance(v, ast.Constant)]
+    return tuple(names)
+
+
+def check_set(option: str, value: str | None):
+    """--shift/--ood: a registered dataset's name, or files that exist."""
+    if value is None:
+        return
+    if value.endswith((".npz", ".npy")) or "/" in value or "\\" in value or Path(value).is_dir():
+        if not Path(value).exists():
+            raise EnsdiagError(f"{option} {value} does not exist")
+    elif value not in dataset_names():
+        raise unknown(f"{option} dataset", value, dataset_names())
+
+
+def check_train(preset: str, methods: list[str] | None, out: Path | None, resume: Path | None,
+                shift: str | None = None, ood: str | None = None):
+    from .config import PRESETS
+    if resume is None and preset not in PRESETS:
+        raise unknown("preset", preset, PRESETS)
+    for method in methods or ():
+        if method not in method_names():
+            raise unknown("method", method, method_names())
+    if out is not None and out.exists() and not out.is_dir():
+        raise EnsdiagError(f"--out {out} exists and is not a directory")
+    if resume is not None and not (resume / "experiment.json").is_file():
+        raise EnsdiagError(f"--resume {resume} is not an ensdiag run (no experiment.json)")
+    check_set("--shift", shift)
+    check_set("--ood", ood)
+
+
+def check_inputs(what: str, paths, folders: bool = False):
+    """Every named input exists (and is a file, unless `folders`)."""
+    for path in paths or ():
+        path = Path(path)
+        if not path.exists():
+            raise EnsdiagError(f"{what} {path} does not exist")
+        if not folders and path.is_dir():
+            raise EnsdiagError(f"{what} {path} is a folder, not a file")

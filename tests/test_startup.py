@@ -1,0 +1,91 @@
+"""The first minute: typos answered before torch is imported (with the nearest name), help that
+reads at 80 columns, the presets' defaults in one table."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.cli import assert_one_line_error, run_cli
+
+TYPOS = [
+    (["train", "--preset", "digts"], "did you mean 'digits'"),
+    (["train", "--method", "deep-ensembel"], "did you mean 'deep-ensemble'"),
+    (["train", "--ood", "fashion-mnst"], "did you mean 'fashion-mnist'"),
+    (["train", "--out", "README.md"], "exists and is not a directory"),
+    (["train", "--resume", "nowhere"], "is not an ensdiag run"),
+    (["diversity", "nope.safetensors"], "MODEL nope.safetensors does not exist"),
+    (["evaluate", "nope.pt"], "MODEL nope.pt does not exist"),
+    (["evaluate", "README.md", "--data", "nowhere/x.npz"], "--data nowhere/x.npz does not exist"),
+    (["analyze", "nope.npy"], "PREDICTIONS nope.npy does not exist"),
+    (["import", "nope.pt", "--out", "x.safetensors"], "SRC nope.pt does not exist"),
+    (["report", "nope"], "not an ensdiag run"),
+    (["report", "README.md"], "is a file, not a run folder"),
+    (["report", "--format", "markdwn"], "did you mean 'markdown'"),
+    (["report", "--conventions", "torch-uncertainy"], "did you mean 'torch-uncertainty'"),
+]
+
+
+@pytest.mark.parametrize("args,match", TYPOS)
+def test_a_typo_is_answered_before_torch_is_imported(args, match):
+    script = ("import sys\nfrom ensdiag.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as done:\n"
+              "    print('exit', done.code, 'torch' in sys.modules)\n")
+    root = os.path.dirname(os.path.dirname(__file__))
+    done = subprocess.run([sys.executable, "-c", script, *args], cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().endswith("exit 2 False"), (done.stdout, done.stderr)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and match in lines[0], lines
+
+
+def test_the_names_read_without_importing_match_the_registries():
+    from ensdiag.cli import REPORT_FORMATS
+    from ensdiag.data import all_datasets
+    from ensdiag.nn.methods import run_methods
+    from ensdiag.quickcheck import dataset_names, method_names
+    from ensdiag.report import FORMATS
+    assert set(method_names()) == set(run_methods())
+    assert set(dataset_names()) == set(all_datasets())
+    assert REPORT_FORMATS == FORMATS
+
+
+def test_did_you_mean_only_when_a_name_is_close():
+    from ensdiag.errors import unknown
+    assert "did you mean 'mimo'" in str(unknown("method", "mimmo", ["mimo", "single"]))
+    assert "did you mean" not in str(unknown("method", "xyz", ["mimo", "single"]))
+
+
+COMMANDS = ["train", "evaluate", "diversity", "analyze", "import", "report", "bench", "models", "datasets", "presets"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_reads_at_80_columns(command, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_cli(capsys, command, "--help")
+    assert code == 0
+    assert not re.search(r"^\s+-[^\s]*…", out, flags=re.M) and "<bool>" not in out  # no cut option name, no flag value
+    assert "{" not in out.splitlines()[0]
+    assert all(len(line) <= 80 for line in out.splitlines()), max(out.splitlines(), key=len)
+    assert re.match(r"Usage: ensdiag \S+ \[OPTIONS\]( [A-Z_]+(\.\.\.)?| \[[A-Z_]+\])*$", out.splitlines()[0]), out.splitlines()[0]
+
+
+def test_the_command_list_is_not_cut(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_cli(capsys, "--help")
+    listed = out.split("Commands:", 1)[1].strip().splitlines()
+    assert len(listed) >= 10 and not any(line.rstrip().endswith("...") for line in listed)
+
+
+def test_presets_lists_every_presets_defaults(capsys):
+    from ensdiag.config import PRESETS
+    code, out, _ = run_cli(capsys, "presets", "--format", "json")
+    rows = json.loads(out)
+    assert code == 0 and set(rows) == set(PRESETS)
+    assert rows["digits"]["epochs"] == PRESETS["digits"].epochs and rows["cifar10"]["optimizer"] == "sgd"
+
+
+def test_train_says_what_it_loads_before_torch(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--out", tmp_path / "r")
+    assert code == 0 and err.lstrip().startswith("loading torch")
