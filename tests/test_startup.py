@@ -89,3 +89,12 @@ def test_presets_lists_every_presets_defaults(capsys):
 def test_train_says_what_it_loads_before_torch(tmp_path, capsys):
     code, _, err = run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--out", tmp_path / "r")
     assert code == 0 and err.lstrip().startswith("loading torch")
+
+
+def test_a_dependency_that_fails_to_import_is_one_line_not_a_traceback():
+    script = "import sys\nsys.modules['typer'] = None\nfrom ensdiag.entry import main\nmain(['--version'])\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr
+    assert lines[0].startswith("error: ensdiag cannot start: importing typer failed")
