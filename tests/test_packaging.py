@@ -131,7 +131,7 @@ import json, sys
 from importlib import metadata, resources
 import jsonschema
 import ensdiag
-from ensdiag.cli import main
+from ensdiag.entry import main
 from ensdiag.config import PRESETS
 assert ensdiag.__file__.startswith({str(site)!r}), ensdiag.__file__
 assert metadata.version("ensdiag") == ensdiag.__version__
