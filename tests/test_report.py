@@ -91,9 +91,19 @@ def test_diversity_table_shows_disagreement_on_id_shift_and_ood(run_dir):
 def test_best_and_second_marks_follow_the_column_direction(run_dir):
     report = make_report(run_dir, write=False)
     assert cell(report, "id", "deep-ensemble", "Acc")["mark"] == "best"  # ↑: higher wins
-    assert cell(report, "id", "single", "Acc")["mark"] == "second"
+    assert "mark" not in cell(report, "id", "single", "Acc")  # of two, "second best" would only mean the worse
     assert cell(report, "id", "deep-ensemble", "NLL")["mark"] == "best"  # ↓: lower wins
     assert "mark" not in cell(report, "id", "single", "H")  # undirected columns are never marked
+
+
+def test_a_second_best_needs_three_values_and_a_share_below_zero_is_no_ones_best():
+    from ensdiag.report.aggregate import _marks
+    rows = [{"cells": [{"mean": value}]} for value in (0.9, 0.5, -0.2)]
+    _marks(rows, [("share", None, "up")], valid=lambda value: value >= 0)
+    assert [row["cells"][0].get("mark") for row in rows] == ["best", None, None]  # -0.2 is not ranked
+    rows = [{"cells": [{"mean": value}]} for value in (0.9, 0.5, 0.7)]
+    _marks(rows, [("share", None, "up")])
+    assert [row["cells"][0].get("mark") for row in rows] == ["best", None, "second"]
 
 
 def parse_markdown_tables(text):
@@ -115,7 +125,7 @@ def test_markdown_parses_back_to_the_same_numbers_and_marks(run_dir):
         mean, half = map(float, re.sub(r"\*\*|</?ins>", "", acc).split("±"))
         expected = cell(report, "id", method, "Acc")
         assert mean == pytest.approx(expected["mean"], abs=5e-4) and half == pytest.approx(expected["ci"], abs=5e-4)
-    assert rows["Deep Ensemble"][0].startswith("**") and rows["Single"][0].startswith("<ins>")
+    assert rows["Deep Ensemble"][0].startswith("**") and not rows["Single"][0].startswith("<ins>")  # two rows: no second
     labels = [column["name"] for column in next(t for t in report["tables"] if t["id"] == "id")["columns"]]
     assert rows["Single"][labels.index("JSD")] == "N/A"  # JSD for k = 1
 
@@ -202,7 +212,8 @@ def cell_named(report, table_id, row, column):
 
 def test_latex_uses_booktabs_and_marks(run_dir):
     text = render(make_report(run_dir, write=False), "latex")
-    assert r"\toprule" in text and r"\textbf{0.960 $\pm$" in text and r"\underline{" in text
+    assert r"\toprule" in text and r"\textbf{0.960 $\pm$" in text
+    assert r"\underline{" not in text  # two methods: a best, no second best
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

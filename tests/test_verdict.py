@@ -169,3 +169,24 @@ def test_members_table_and_analyzer_notes_in_the_report(trio_run, tmp_path, caps
         assert worst <= best
     temperature = next(t for t in report["tables"] if t["id"] == "temperature")
     assert "Deep Ensemble (seed 1): every fitted temperature is within 0.01 of 1." in temperature["note"]
+
+
+def test_the_one_line_answer_follows_the_intervals():
+    from ensdiag.report.verdict import answer
+
+    def entry(**shares):
+        found = {key: {"value": sum(bounds) / 2, "interval": bounds} for key, bounds in shares.items()}
+        return {"seeds": 3, "diversity": found.pop("diversity", {"value": None, "interval": None}), **found}
+
+    assert "behaves like an ensemble" in answer("X", entry(nll=(0.6, 0.9), diversity=(0.7, 1.1)))
+    assert "behaves like a single model" in answer("X", entry(nll=(-0.1, 0.2), auroc=(0.0, 0.1)))
+    assert "between a single model and an ensemble" in answer("X", entry(nll=(0.1, 0.9)))
+    assert "not determined" in answer("X", {"seeds": 3, "diversity": {"value": None, "interval": None}})
+
+
+def test_terminal_notes_never_split_an_interval_or_a_percentage():
+    from ensdiag.report.render import wrapped
+    text = "MC Dropout delivers 72 % [4 %, 98 %] of the gain; its diversity term is 0.55× [0.36, 0.78]."
+    for width in range(20, 60):
+        for line in wrapped(text, width).splitlines():
+            assert line.count("[") == line.count("]") and not line.startswith(("%", "×"))

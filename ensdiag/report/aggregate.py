@@ -85,14 +85,17 @@ def _cell(seeds: dict, value_of) -> dict:
     return mean_ci([float(v) for v in values if _number(v)])  # null (undefined) values are not averaged
 
 
-def _marks(rows, columns):
-    """Best ('best') and second best ('second') per directed column, over measured rows."""
+def _marks(rows, columns, valid=lambda value: True):
+    """Best ('best') and second best ('second') per directed column, over the measured rows whose
+    value is `valid` (a share below 0, worse than the single model, is no one's best); a second
+    best only among three or more (of two, it would only mean the worse one)."""
     for index, (_, _, direction) in enumerate(columns):
         if direction is None:
             continue
-        ranked = sorted((row for row in rows if not row.get("reference") and row["cells"][index]["mean"] is not None),
+        ranked = sorted((row for row in rows if not row.get("reference") and row["cells"][index]["mean"] is not None
+                         and valid(row["cells"][index]["mean"])),
                         key=lambda row: row["cells"][index]["mean"], reverse=direction == "up")
-        for place, row in zip(("best", "second"), ranked if len(ranked) > 1 else []):
+        for place, row in zip(("best", "second"), ranked[:1 if len(ranked) < 3 else 2] if len(ranked) > 1 else []):
             row["cells"][index]["mark"] = place
 
 
@@ -129,7 +132,7 @@ def _meta_column(label, key, direction):
 
 def _verdict_table(run_dir, runs, expected):
     """The verdict (verdict.py) as a table of shares, its sentences as the table's note."""
-    from .verdict import verdict, sentence
+    from .verdict import answer, sentence, verdict
     found = verdict(run_dir, runs)
     if not found:
         return None, {}
@@ -138,11 +141,13 @@ def _verdict_table(run_dir, runs, expected):
     rows = []
     for method, entry in found.items():
         entry["sentence"] = sentence(_label(method), entry)
+        entry["answer"] = answer(_label(method), entry)
         rows.append({"method": method, "label": _label(method), "cells": [
             {"mean": entry.get(key, {}).get("value"), "ci": None, "n": entry["seeds"], "values": [],
              "interval": entry.get(key, {}).get("interval"), "expected": expected} for _, key, _ in columns]})
-    _marks(rows, [(label, None, direction) for label, _, direction in columns])
-    note = " ".join(entry["sentence"] for entry in found.values())
+    _marks(rows, [(label, None, direction) for label, _, direction in columns], valid=lambda value: value >= 0)
+    # one paragraph per method's answer, then the numbers behind them
+    note = "\n\n".join([*(entry["answer"] for entry in found.values()), " ".join(entry["sentence"] for entry in found.values())])
     table = {"id": "verdict", "title": "Verdict: share of the Deep Ensemble's gain over the single model",
              "note": note, "columns": [{"name": label, "direction": direction} for label, _, direction in columns],
              "rows": rows}

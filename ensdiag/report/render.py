@@ -8,6 +8,7 @@ import base64
 import html
 import json
 import math
+import re
 from pathlib import Path
 
 from ..analysis.registry import finite
@@ -135,7 +136,7 @@ def to_html(report, run_dir=None) -> str:
     for table in report["tables"]:
         body.append(f"<h2>{html.escape(table['title'])}</h2>")
         if table.get("note"):
-            body.append(f"<p>{html.escape(table['note'])}</p>")
+            body += [f"<p>{html.escape(part)}</p>" for part in table["note"].split("\n\n")]
         body.append("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in _header(table)) + "</tr></thead><tbody>")
         for row, texts in _cells(table, decorate):
             label = f"<i>{html.escape(row['label'])}</i>" if row.get("reference") else html.escape(row["label"])
@@ -159,6 +160,19 @@ def to_json(report) -> str:
     return json.dumps(finite(report), indent=2, allow_nan=False) + "\n"  # NaN/±inf as null
 
 
+def wrapped(text: str, width: int) -> str:
+    """The text wrapped at `width`, left-aligned, paragraphs kept, never breaking inside an
+    interval ("[0.36, 0.78]") or between a number and its unit ("72 %", "0.55×")."""
+    import textwrap
+    keep = "\u00a0"  # textwrap breaks at ASCII whitespace only
+    lines = []
+    for paragraph in text.split("\n\n"):
+        paragraph = re.sub(r"\[[^\]]{0,40}\]", lambda match: match.group(0).replace(" ", keep), paragraph)
+        paragraph = re.sub(r"(\d) (%|×)", lambda match: match.group(1) + keep + match.group(2), paragraph)
+        lines += [line.replace(keep, " ") for line in textwrap.wrap(paragraph, width, break_long_words=False)] + [""]
+    return "\n".join(lines[:-1])
+
+
 def to_rich(report, only=None, width=None):
     """rich Tables for the terminal (all, or the ids in `only`).
 
@@ -177,8 +191,7 @@ def to_rich(report, only=None, width=None):
         if transposed:
             header = ["", *(label for label, _ in rows)]
             rows = [(name, [texts[index] for _, texts in rows]) for index, name in enumerate(_header(table)[1:])]
-        rich_table = Table(title=Text(table["title"]), caption=Text(table["note"]) if table.get("note") else None,
-                           pad_edge=not transposed)
+        rich_table = Table(title=Text(table["title"]), pad_edge=not transposed)
         # method names stay whole ("BatchEnsemble", not "BatchEnse…"), other text wraps or folds
         label_width = None if transposed or not rows else min(max(len(label) for label, _ in rows), 24)
         for index, name in enumerate(header):
@@ -203,4 +216,6 @@ def to_rich(report, only=None, width=None):
             if natural_width(transposed) < wide:
                 rich_table = transposed
         tables.append(rich_table)
+        if table.get("note"):  # below the table, left-aligned, wrapped here so that no number is split
+            tables.append(Text(wrapped(table["note"], max(40, (width or 100) - 1)), no_wrap=True, overflow="ignore"))
     return tables

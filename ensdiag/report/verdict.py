@@ -18,6 +18,10 @@ which with 3 seeds is far too narrow (Efron & Tibshirani, *An Introduction to th
 1993, §13: percentile intervals undercover for small samples); the t interval carries the
 seed-to-seed variance, the bootstrap the test-set sampling with one seed or agreeing seeds.
 
+`answer` turns the numbers into one line per method: like an ensemble when every settled
+interval lies above 50 % of the Deep Ensemble's, like a single model when every one lies below
+25 %, in between (or unsettled) otherwise.
+
 A share is "not determined by these seeds" instead of a number when the Deep Ensemble's own
 gain is not positive beyond noise (its interval reaches 0, or it is worse than the single
 model), or when the share's interval is wider than the whole 0–100 % range it is about. The
@@ -212,6 +216,32 @@ def _join(items):
 WHY = {"no gain": "the Deep Ensemble gains nothing over the single model",
        "worse": "the Deep Ensemble is worse than the single model",
        "noise": "the Deep Ensemble's own gain is within noise"}
+
+
+ENSEMBLE_LIKE, SINGLE_LIKE = 0.5, 0.25  # shares whose whole interval lies above / below these settle the answer
+
+
+def answer(label: str, entry: dict) -> str:
+    """The one-line answer: does the method behave like an ensemble or like a single model?
+
+    The evidence is every share the seeds determine and the diversity ratio, each with its 95 %
+    interval. Like an ensemble: every interval lies above 50 % of the Deep Ensemble's. Like a
+    single model: every interval lies below 25 %. In between otherwise; not determined when the
+    seeds settle none of them."""
+    evidence = [(name, entry[key]) for key, name in (("nll", "NLL"), ("ece", "ECE"), ("auroc", "OOD AUROC"),
+                                                     ("diversity", "diversity")) if key in entry
+                and entry[key].get("value") is not None and entry[key].get("interval")]
+    if not evidence:
+        return f"{label}: not determined by these seeds (no share or diversity ratio they settle)."
+    on = _join([name for name, _ in evidence])
+    above, below = f"{ENSEMBLE_LIKE * 100:.0f} %", f"{SINGLE_LIKE * 100:.0f} %"
+    if all(found["interval"][0] >= ENSEMBLE_LIKE for _, found in evidence):
+        return f"{label}: behaves like an ensemble (95 % interval above {above} of the Deep Ensemble on {on})."
+    if all(found["interval"][1] <= SINGLE_LIKE for _, found in evidence):
+        return f"{label}: behaves like a single model (95 % interval below {below} of the Deep Ensemble on {on})."
+    intervals = "interval is" if len(evidence) == 1 else "intervals are"
+    return (f"{label}: between a single model and an ensemble, or not settled by these seeds (on {on}, the 95 % "
+            f"{intervals} neither all above {above} nor all below {below} of the Deep Ensemble).")
 
 
 def sentence(label: str, entry: dict) -> str:
