@@ -223,10 +223,10 @@ def train(
         if given or out is not None:
             raise EnsdiagError(f"--resume continues a run with its stored settings; drop {', '.join(given) or '--out'}")
     check_train(preset, options["methods"], out, resume, shift, ood)  # before torch: a typo costs well under a second
-    progress_note("loading torch and the data …", quiet)
-    from .config import TrainConfig, preset_config
-    from .experiment import run_experiment
-    from .runs import default_run_dir, read_experiment
+    with loading("loading torch …", quiet):  # a transient line: gone once training shows its progress
+        from .config import TrainConfig, preset_config
+        from .experiment import run_experiment
+        from .runs import default_run_dir, read_experiment
 
     options.update(method_options=_method_options(method_option), shift=_set(shift), ood=_set(ood))
     if resume is not None:
@@ -257,10 +257,13 @@ def train(
     print(run_dir)
 
 
-def progress_note(text: str, quiet: bool = False):
-    """One line on stderr saying what is happening, before a slow step that prints nothing."""
-    if not quiet:
-        err_console.print(text, style="dim", highlight=False, markup=False)
+def loading(text: str, quiet: bool = False):
+    """A transient status line on the terminal while a slow step prints nothing (torch's import):
+    it leaves nothing behind, and shows nothing when stderr is not a terminal or with --quiet."""
+    from contextlib import nullcontext
+    if quiet or not err_console.is_terminal:
+        return nullcontext()
+    return err_console.status(text, spinner="dots")
 
 
 def _set(value):

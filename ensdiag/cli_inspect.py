@@ -276,15 +276,15 @@ def diversity(
         rows = []
         if report["disagreement"]["status"] == "ok":
             splits = report["disagreement"]["splits"]
-            panels = [(name, matrix) for name in ("id", "shift", "ood")
+            panels = [(name, matrix, "disagreement") for name in ("id", "shift", "ood")
                       if name in splits and (matrix := plottable(splits[name]["matrix"]["value"])) is not None]
             rows += [("disagreement", panels)] if panels else []
         cosine = plottable(report["weight_similarity"].get("matrix", {}).get("value"))
         if report["weight_similarity"]["status"] == "ok" and cosine is not None:
-            rows.append(("weight cosine", [("all layers", cosine)]))
+            rows.append(("weight cosine", [("all layers", cosine, "cosine")]))
         aligned = report.get("geometry", {}).get("alignment", {})
         if aligned.get("status") == "ok" and (matrix := plottable(aligned["aligned"]["matrix"]["value"])) is not None:
-            rows[-1][1].append(("aligned to member 0", matrix))
+            rows[-1][1].append(("aligned to member 0", matrix, "cosine"))
         cka = report.get("geometry", {}).get("cka", {})
         if cka.get("status") == "ok":
             rows += [(f"CKA ({split})", [(layer, plottable(entry["linear"]["value"])) for layer, entry in found["layers"].items()])

@@ -366,3 +366,18 @@ def test_the_report_can_show_torch_uncertainty_conventions(run_dir, capsys):
               ["selective"]["splits"]["id"]["aurc_trapezoid"]["value"] for seed in SEEDS]
     assert got["mean"] == pytest.approx(sum(values) / len(values)) and "aurc_trapezoid" in metrics["selective"]["splits"]["id"]
     assert_one_line_error(capsys, "report", run_dir, "--conventions", "sklearn", "--no-figures", match="unknown --conventions")
+
+
+def test_figures_label_each_colour_scale_and_say_which_methods_they_leave_out(finished_run, tmp_path):
+    import shutil
+
+    from ensdiag.report.figures import heatmap_grid
+    figure = heatmap_grid([("a", [("disagreement", [[0, 0.2], [0.2, 0]], "disagreement"),
+                                  ("weight cosine", [[1, 0.9], [0.9, 1]], "cosine")])])
+    labels = [ax.get_ylabel() for ax in figure.axes if ax.get_label() == "<colorbar>"]
+    assert sorted(labels) == ["disagreement (high: members differ)", "weight cosine (high: members alike)"]
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    report = make_report(run)
+    titles = {figure["name"]: figure["title"] for figure in report["figures"]}
+    assert "Not drawn: Single" in titles["cka-layers"]  # single has one weight set: said, not silently absent

@@ -86,9 +86,22 @@ def test_presets_lists_every_presets_defaults(capsys):
     assert rows["digits"]["epochs"] == PRESETS["digits"].epochs and rows["cifar10"]["optimizer"] == "sgd"
 
 
-def test_train_says_what_it_loads_before_torch(tmp_path, capsys):
-    code, _, err = run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--out", tmp_path / "r")
-    assert code == 0 and err.lstrip().startswith("loading torch")
+def test_train_shows_what_it_loads_on_a_terminal_and_nothing_in_a_pipe(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from ensdiag import cli
+    screen = io.StringIO()
+    monkeypatch.setattr(cli, "err_console", Console(file=screen, force_terminal=True, width=80))
+    with cli.loading("loading torch …"):
+        pass
+    assert "loading torch" in screen.getvalue()
+    piped = io.StringIO()
+    monkeypatch.setattr(cli, "err_console", Console(file=piped, force_terminal=False))
+    with cli.loading("loading torch …"):
+        pass
+    assert piped.getvalue() == ""  # a script's stderr stays one line per failure
 
 
 def test_a_dependency_that_fails_to_import_is_one_line_not_a_traceback():

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from ..errors import EnsdiagError
+from ..nn.methods import run_label
 
 
 from ..io import atomic_write_text
@@ -44,17 +45,18 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
         if run is None or dig(run["metrics"], ("analyzers", "disagreement", "status")) != "ok":
             continue
         analyzers = run["metrics"]["analyzers"]
-        panels = [(f"disagreement: {split}", matrix) for split in ("id", "shift", "ood")
+        panels = [(f"disagreement: {split}", matrix, "disagreement") for split in ("id", "shift", "ood")
                   if (matrix := plottable(dig(analyzers, ("disagreement", "splits", split, "matrix", "value")))) is not None]
         cosine = plottable(dig(analyzers, ("weight-similarity", "matrix", "value")))
         if dig(analyzers, ("weight-similarity", "status")) == "ok" and cosine is not None:
             scoped = isinstance(dig(analyzers, ("weight-similarity", "scope")), str)  # members share the rest
             initial = dig(analyzers, ("weight-similarity", "initial", "value"))
             at_init = f" (init {initial:.2f})" if isinstance(initial, float) else ""
-            panels.append((("weight cosine (own layers)" if scoped else "weight cosine") + at_init, cosine))
-        rows.append((f"{method} (seed {seed})", panels))
+            panels.append((("weight cosine (own layers)" if scoped else "weight cosine") + at_init, cosine, "cosine"))
+        rows.append((f"{run_label(method)} (seed {seed})", panels))
     if rows:
-        add("diversity", "Member disagreement per split and weight-space cosine (one colour scale)", heatmap_grid(rows))
+        add("diversity", "Member disagreement per split and weight-space cosine (a labelled colour scale each)",
+            heatmap_grid(rows))
     curves = []
     for method, seeds in runs.items():
         bins = [found for run in seeds.values() if run

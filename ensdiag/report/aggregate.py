@@ -291,7 +291,8 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
         tables.append(bvd)
     tables.append(_members_table(runs, expected))
     for table_id, analyzer in _plugin_tables():  # plug-in analyzers' own tables, from their declarations
-        tables.append(analyzer_table(table_id, f"{table_id}: {analyzer.description}" if analyzer.description else table_id,
+        tables.append(analyzer_table(table_id, analyzer.description[:1].upper() + analyzer.description[1:]
+                                     if analyzer.description else table_id,
                                      note=_notes(runs, analyzer.name)))
     if reference == "paper":
         if config["preset"] != "cifar10":

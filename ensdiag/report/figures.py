@@ -48,34 +48,49 @@ def plottable(matrix):
     return [[float("nan") if value is None else value for value in row] for row in matrix]
 
 
+SCALES = {  # quantity: (vmin, vmax, colour map, colour bar label); high means opposite things for these two
+    "disagreement": (0.0, 1.0, "viridis", "disagreement (high: members differ)"),
+    "cosine": (-1.0, 1.0, "RdBu_r", "weight cosine (high: members alike)"),
+}
+
+
 def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", title=None) -> Figure:
-    """rows: [(row label, [(panel title, k×k matrix), ...]), ...], one colour scale for all."""
+    """rows: [(row label, [(panel title, k×k matrix[, quantity]), ...]), ...]. Panels of one quantity
+    share one labelled colour scale (`SCALES`, or the arguments for panels without a quantity)."""
     ncols = max(len(panels) for _, panels in rows)
-    figure = Figure(figsize=(2.3 * ncols + 1.0, 2.3 * len(rows) + (0.4 if title else 0)), layout="constrained")
+    figure = Figure(figsize=(2.3 * ncols + 1.4, 2.3 * len(rows) + (0.4 if title else 0)), layout="constrained")
     axes = figure.subplots(len(rows), ncols, squeeze=False)
-    image = None
+    images = {}  # quantity -> (an image, its axes)
     for r, (label, panels) in enumerate(rows):
         for c in range(ncols):
             ax = axes[r][c]
             if c >= len(panels):
                 ax.axis("off")
                 continue
-            name, matrix = panels[c]
-            image = ax.imshow(matrix, vmin=vmin, vmax=vmax, cmap=cmap)
+            name, matrix, *quantity = panels[c]
+            quantity = quantity[0] if quantity else None
+            low, high, colours, _ = SCALES.get(quantity, (vmin, vmax, cmap, colorbar_label))
+            image = ax.imshow(matrix, vmin=low, vmax=high, cmap=colours)
+            images.setdefault(quantity, (image, []))[1].append(ax)
             k = len(matrix)
             ax.set_xticks(range(k))
             ax.set_yticks(range(k))
+            ax.set_xlabel("member", fontsize=7)
             ax.set_title(name, fontsize=9)
             if k <= 6:
                 for i in range(k):
                     for j in range(k):
                         value = matrix[i][j]
+                        middle = abs(value - (low + high) / 2) < 0.3 * (high - low) if colours == "RdBu_r" else \
+                            (value - low) < 0.6 * (high - low)
                         ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                                color="white" if (value - vmin) < 0.6 * (vmax - vmin) else "black")
+                                color=("black" if middle else "white") if colours == "RdBu_r" else
+                                ("white" if middle else "black"))
             if c == 0:
                 ax.set_ylabel(label, fontsize=9)
-    if image is not None:
-        figure.colorbar(image, ax=axes, shrink=0.8, label=colorbar_label)
+    for quantity, (image, quantity_axes) in images.items():
+        figure.colorbar(image, ax=quantity_axes, shrink=0.8,
+                        label=SCALES.get(quantity, (None, None, None, colorbar_label))[3])
     if title:
         figure.suptitle(title, fontsize=10)
     return figure
@@ -99,7 +114,7 @@ def reliability_figure(curves) -> Figure:
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("confidence max p̄", fontsize=8)
     axes[0].set_ylabel("accuracy", fontsize=8)
-    axes[0].legend(fontsize=7, loc="upper left")
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=7)  # off the bars
     return figure
 
 
@@ -112,7 +127,8 @@ def ood_histogram_figure(panels, score_name="1 − MSP") -> Figure:
         ax.hist(ood_scores, bins=30, range=(0, 1), alpha=0.6, density=True, label="OOD")
         ax.set_title(name, fontsize=9)
         ax.set_xlabel(score_name, fontsize=8)
-    axes[0].legend(fontsize=7)
+    axes[0].set_ylabel("density", fontsize=8)
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=7)
     return figure
 
 

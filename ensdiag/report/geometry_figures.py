@@ -11,6 +11,7 @@ and draws one line per name:
 
 from matplotlib.figure import Figure
 
+from ..nn.methods import run_label
 from .figures import heatmap_grid, plottable
 
 NAN = float("nan")
@@ -93,6 +94,19 @@ def paths_figure(results: dict) -> Figure:
 TRACKED = (("disagreement", "mean pairwise disagreement"), ("jsd", "JSD"), ("weight_cosine", "weight cosine"))
 
 
+def _left_out(runs: dict, drawn: dict, name: str) -> str:
+    """'. Not drawn: BatchEnsemble (why); …' for the methods of the run a figure leaves out."""
+    from .load import dig
+    missing = []
+    for method, seeds in runs.items():
+        if method in drawn:
+            continue
+        run = next((r for r in seeds.values() if r is not None), None)
+        reason = dig(run["metrics"], ("analyzers", name, "reason")) if run else "no finished seed"
+        missing.append(f"{run_label(method)} ({reason or 'not computed'})")
+    return f". Not drawn: {'; '.join(missing)}" if missing else ""
+
+
 def tracking_figure(curves: dict) -> Figure:
     """curves: {method: {seed: rows}}, rows {"epoch", "disagreement", "jsd", "weight_cosine",
     "aligned_weight_cosine"}: a method's colour, a marker per seed (named in the legend); aligned
@@ -149,12 +163,15 @@ def add_report_figures(runs: dict, add) -> None:
                                        "first seed", alignment_figure),
             ("paths", "paths", "Test loss and accuracy on the straight line between member 0 and members 1–3; first seed",
              paths_figure)):
-        draw(name, file, title, make, {f"{method}, seed {seed}": (run["metrics"]["analyzers"][name], run["folder"])
-                                       for method, (seed, run) in first(name).items()})
+        drawn = first(name)
+        draw(name, file, title + _left_out(runs, drawn, name), make,
+             {f"{run_label(method)}, seed {seed}": (run["metrics"]["analyzers"][name], run["folder"])
+              for method, (seed, run) in drawn.items()})
     heatmaps = {method: (run["metrics"]["analyzers"]["cka"], run["folder"]) for method, (_, run) in first("cka").items()}
     if heatmaps:
         def grid(results):
-            rows = [(f"{method} ({split})", [(layer, plottable(entry["linear"]["value"])) for layer, entry in found["layers"].items()])
+            rows = [(f"{run_label(method)} ({split})", [(layer, plottable(entry["linear"]["value"]))
+                                                         for layer, entry in found["layers"].items()])
                     for method, result in results.items() for split, found in result["splits"].items() if found["layers"]]
             return heatmap_grid(rows, colorbar_label="linear CKA")
         draw("cka", "cka-heatmaps", "k×k linear CKA between members, per layer (rows: method and split; first seed)", grid, heatmaps)
@@ -167,4 +184,4 @@ def add_report_figures(runs: dict, add) -> None:
                      for row in run["history"] if isinstance(row.get("seconds"), (int, float)))
         cost = f"; measuring took {spent / epochs:.1%} of the epochs' time" if epochs > 0 else ""
         add("tracking", f"Diversity over training on the validation split (epoch 0: initialisation; every seed{cost})",
-            tracking_figure({method: rows for method, rows in tracked.items() if rows}))
+            tracking_figure({run_label(method): rows for method, rows in tracked.items() if rows}))
