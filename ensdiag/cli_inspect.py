@@ -301,6 +301,9 @@ def diversity(
     console = Console()
     console.print(literal(f"{model_path}: {arch}, {method}, k = {report['num_members']}"), soft_wrap=True)
     if report["disagreement"]["status"] == "ok":
+        console.print("disagreement: the fraction of examples on which two members predict different classes "
+                      "(0: always the same class); normalised: divided by the ensemble's error rate", soft_wrap=True,
+                      style="dim", markup=False, highlight=False)
         for name, entry in report["disagreement"]["splits"].items():
             if "/" in name:
                 continue
@@ -315,6 +318,8 @@ def diversity(
         at_init = (f" (at initialisation {cell(initial)}, {initial['source']})"
                    if initial.get("value") is not None else "")
         console.print(literal(f"weight cosine, all layers: mean {cell(similarity['mean'])}{at_init}"), soft_wrap=True)
+        console.print("weight cosine: ⟨θ_i, θ_j⟩ / (‖θ_i‖‖θ_j‖) of two members' flattened weights (1: the same "
+                      "direction; independent networks: near 0)", soft_wrap=True, style="dim", markup=False, highlight=False)
         show(console, heatmap_table(similarity["matrix"]["value"], ""))
     else:
         note(f"weight cosine: {similarity['reason']}")

@@ -220,8 +220,8 @@ def test_diversity_shows_member_geometry_for_deep_and_batch_ensembles(tracked_ru
         model = tracked_runs / "tracked" / method / "seed-3" / "model.safetensors"
         code, out, err = run_cli(capsys, "diversity", model, "--plot", tmp_path / f"{method}.png")
         assert code == 0, err
-        for text in expected:
-            assert text in out, text
+        for text in expected + ["normalised: divided by the ensemble's error rate", "weight cosine: ⟨θ_i, θ_j⟩"]:
+            assert text in out, text  # every printed quantity is defined where it appears
         assert (tmp_path / f"{method}-cka-layers.png").is_file() and (tmp_path / f"{method}-paths.png").is_file()
         code, out, _ = run_cli(capsys, "diversity", model, "--format", "json", "--max-examples", "50")
         geometry = json.loads(out)["geometry"]
