@@ -135,25 +135,29 @@ def datasets(data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Whe
     """Every dataset ensdiag reads: found or missing, and where.
 
     Where it looked, what it expects, and how to get it."""
-    from .data import all_datasets
+    from .console import wrapped
+    from .data import all_datasets  # torch-free: listing costs no torch start-up
 
-    table = Table(title=literal(f"Datasets (--data-dir {data_dir})"), show_lines=True)
-    for column in ("name", "role", "status", "looked in / expects", "how to get it"):
-        table.add_column(column, overflow="fold", no_wrap=column in ("name", "status"))
+    console = Console()
+    width = max(40, console.width - 2)
+    console.print(literal(f"Datasets (--data-dir {data_dir})"), soft_wrap=True)
+    colours = {"found": "green", "partial": "yellow", "missing": "red"}
     for name, dataset in all_datasets().items():
         where = dataset.locate(data_dir)
         files = dataset.expected_files(data_dir)
         partial = dataset.coverage(dataset.present_parts(data_dir)) if where is not None else ""
-        if partial:
-            status, looked = "[yellow]partial[/]", f"{where}: {partial}"
-        elif where is not None:
-            status, looked = "[green]found[/]", str(where)
+        status = "partial" if partial else "found" if where is not None else "missing"
+        console.print(f"[bold]{name}[/] ({literal(dataset.role)}): [{colours[status]}]{status}[/]", soft_wrap=True)
+        if status == "missing":
+            for folder in sorted({str(f.parent) for f in files}):  # a path is printed whole, never cut
+                names = sorted(f.name for f in files if str(f.parent) == folder)
+                console.print(literal(f"  expects in {folder}/: {', '.join(names[:6])}" + (" …" if len(names) > 6 else "")),
+                              soft_wrap=True)
+            how = wrapped(f"to get it: {dataset.how_to_get}", width - 2).replace("\n", "\n    ")
+            console.print(literal(f"  {how}"), soft_wrap=True)
         else:
-            status = "[red]missing[/]"
-            folders = sorted({str(f.parent) for f in files})
-            looked = f"{', '.join(folders)}: {', '.join(sorted({f.name for f in files})[:6])}" + (" …" if len(files) > 6 else "")
-        table.add_row(name, dataset.role, status, literal(looked), dataset.how_to_get)
-    Console().print(table)
+            place = f"in {where}" if isinstance(where, Path) else str(where)  # embedded sets say where they come from
+            console.print(literal(f"  {place}" + (f": {partial}" if partial else "")), soft_wrap=True)
 
 
 def _csv(text, kind=str, what="value"):

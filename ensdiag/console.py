@@ -129,3 +129,17 @@ def _unexpected(error: Exception):
         raise error
     _fail(f"internal error ({type(error).__name__}: {error}); set ENSDIAG_DEBUG=1 for the traceback "
           "and please report it", EXIT_INTERNAL)
+
+
+def wrapped(text: str, width: int) -> str:
+    """The text wrapped at `width`, left-aligned, paragraphs kept, never breaking inside an
+    interval ("[0.36, 0.78]") or between a number and its unit ("72 %", "0.55×")."""
+    import re
+    import textwrap
+    keep = "\u00a0"  # textwrap breaks at ASCII whitespace only
+    lines = []
+    for paragraph in text.split("\n\n"):
+        paragraph = re.sub(r"\[[^\]]{0,40}\]", lambda match: match.group(0).replace(" ", keep), paragraph)
+        paragraph = re.sub(r"(\d) (%|×)", lambda match: match.group(1) + keep + match.group(2), paragraph)
+        lines += [line.replace(keep, " ") for line in textwrap.wrap(paragraph, width, break_long_words=False)] + [""]
+    return "\n".join(lines[:-1])

@@ -111,3 +111,13 @@ def test_a_dependency_that_fails_to_import_is_one_line_not_a_traceback():
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr
     assert lines[0].startswith("error: ensdiag cannot start: importing typer failed")
+
+
+def test_datasets_lists_without_torch_and_prints_every_path_whole(tmp_path):
+    deep = tmp_path / ("a-rather-long-folder-name-" * 4) / "data"
+    script = ("import sys\nfrom ensdiag.cli import main\ntry:\n    main(['datasets', '--data-dir', sys.argv[1]])\n"
+              "except SystemExit:\n    pass\nprint('torch', 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(deep)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "COLUMNS": "80"}, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert done.stdout.rstrip().endswith("torch False"), done.stdout[-300:]
+    assert f"expects in {deep}/MNIST/raw/:" in done.stdout  # one line, not folded mid-word at 80 columns

@@ -185,7 +185,7 @@ def test_the_one_line_answer_follows_the_intervals():
 
 
 def test_terminal_notes_never_split_an_interval_or_a_percentage():
-    from ensdiag.report.render import wrapped
+    from ensdiag.console import wrapped
     text = "MC Dropout delivers 72 % [4 %, 98 %] of the gain; its diversity term is 0.55× [0.36, 0.78]."
     for width in range(20, 60):
         for line in wrapped(text, width).splitlines():

@@ -74,7 +74,7 @@ def test_train_replaces_the_presets_ood_set_and_records_the_path(tmp_path, capsy
 
 @pytest.mark.parametrize("args,match", [
     (["--data", "nowhere/mine.npz"], "--data nowhere/mine.npz does not exist"),
-    (["--ood", "not-a-dataset"], "unknown dataset 'not-a-dataset'"),
+    (["--ood", "not-a-dataset"], "unknown --ood dataset 'not-a-dataset'"),
     (["--normalize", "0.5"], "--normalize must be MEAN"),
     (["--normalize", "0.5,0.2:0.1,0.1"], "needs 1 finite means"),
 ])

@@ -6,12 +6,12 @@ under a data directory (`expected_files`), whether they are there (`locate`) and
 them (`load`). `ensdiag datasets` renders this registry as a table.
 """
 
+from __future__ import annotations
+
 import importlib
 import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 from ..errors import DataNotFound, EnsdiagError, unknown
 
@@ -37,6 +37,7 @@ class Split:
 
     def float01(self) -> torch.Tensor:
         """Images as float32 in [0, 1]."""
+        import torch
         if self.images.dtype == torch.uint8:
             return self.images.float().div_(255)
         return self.images.float()

@@ -8,10 +8,10 @@ import base64
 import html
 import json
 import math
-import re
 from pathlib import Path
 
 from ..analysis.registry import finite
+from ..console import wrapped
 
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
 
@@ -158,19 +158,6 @@ def to_html(report, run_dir=None) -> str:
 
 def to_json(report) -> str:
     return json.dumps(finite(report), indent=2, allow_nan=False) + "\n"  # NaN/±inf as null
-
-
-def wrapped(text: str, width: int) -> str:
-    """The text wrapped at `width`, left-aligned, paragraphs kept, never breaking inside an
-    interval ("[0.36, 0.78]") or between a number and its unit ("72 %", "0.55×")."""
-    import textwrap
-    keep = "\u00a0"  # textwrap breaks at ASCII whitespace only
-    lines = []
-    for paragraph in text.split("\n\n"):
-        paragraph = re.sub(r"\[[^\]]{0,40}\]", lambda match: match.group(0).replace(" ", keep), paragraph)
-        paragraph = re.sub(r"(\d) (%|×)", lambda match: match.group(1) + keep + match.group(2), paragraph)
-        lines += [line.replace(keep, " ") for line in textwrap.wrap(paragraph, width, break_long_words=False)] + [""]
-    return "\n".join(lines[:-1])
 
 
 def to_rich(report, only=None, width=None):

@@ -9,7 +9,6 @@ severities. Both load as {corruption: Split}; the caller pools them if it wants.
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ...errors import EnsdiagError
 from ..registry import Dataset, Split, register_dataset
@@ -45,6 +44,7 @@ def load_npy(path: Path, dtype=None, shape_tail=None, what="array") -> np.ndarra
 
 
 def _images_to_split(images: np.ndarray, labels: np.ndarray, source: str, num_classes=10) -> Split:
+    import torch
     if len(images) != len(labels):
         raise EnsdiagError(f"{source}: {len(images)} images but {len(labels)} labels")
     if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):

@@ -12,10 +12,6 @@
 
 from functools import lru_cache
 
-import torch
-import torch.nn.functional as F
-
-from ..corruptions import CORRUPTIONS, corrupt
 from ..registry import Dataset, Split, register_dataset
 
 TEST_FRACTION, SPLIT_SEED = 0.2, 0
@@ -24,6 +20,7 @@ NUM_PATCHES, PATCH_SIZE, PATCH_SEED = 500, 32, 0
 
 @lru_cache(maxsize=1)
 def _all_digits():
+    import torch
     from sklearn.datasets import load_digits
     bunch = load_digits()
     images = torch.tensor(bunch.images, dtype=torch.float32).div_(16).unsqueeze(1)
@@ -31,6 +28,7 @@ def _all_digits():
 
 
 def _split_index(n):
+    import torch
     order = torch.randperm(n, generator=torch.Generator().manual_seed(SPLIT_SEED))
     n_test = round(n * TEST_FRACTION)
     return order[n_test:].sort().values, order[:n_test].sort().values
@@ -67,6 +65,7 @@ class DigitsC(EmbeddedDataset):
 
     def load(self, data_dir=None, split="test", download=False, corruptions=None, seed=0):
         base = Digits().load(split=split)
+        from ..corruptions import CORRUPTIONS, corrupt
         chosen = list(CORRUPTIONS) if corruptions is None else list(corruptions)
         return {name: Split(corrupt(base.images, name, seed + index), base.labels.clone(),
                             f"digits-C (procedural) {name}")
@@ -75,6 +74,8 @@ class DigitsC(EmbeddedDataset):
 
 def natural_patches(n=NUM_PATCHES, seed=PATCH_SEED, size=PATCH_SIZE):
     """Grey 8x8 patches of scikit-learn's sample photographs and where each came from."""
+    import torch
+    import torch.nn.functional as F
     from sklearn.datasets import load_sample_images
     photos = [torch.tensor(p).permute(2, 0, 1).float() for p in load_sample_images().images]
     weights = torch.tensor([0.299, 0.587, 0.114])[:, None, None]  # ITU-R BT.601 luma

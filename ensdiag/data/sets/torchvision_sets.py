@@ -21,8 +21,6 @@ import struct
 from pathlib import Path
 
 import numpy as np
-import torch
-import torchvision.datasets as tvd
 
 from ...errors import DataNotFound, EnsdiagError
 from ...io import atomic_write_bytes
@@ -83,7 +81,7 @@ def check_idx(path: Path, data: bytes, magic: int) -> int:
 
 class _IdxDataset(Dataset):
     folder = "MNIST"  # torchvision's class name and folder
-    torchvision_class = tvd.MNIST
+    torchvision_class = "MNIST"  # torchvision.datasets' reader, imported when data is read (not to list it)
     extra_locations: tuple[Path, ...] = ()
 
     @staticmethod
@@ -113,7 +111,7 @@ class _IdxDataset(Dataset):
     def load(self, data_dir, split="test", download=False):
         data_dir = Path(data_dir)
         if download:
-            _download(self.title, data_dir, lambda: self.torchvision_class(str(data_dir), train=split == "train", download=True))
+            _download(self.title, data_dir, lambda: _reader(self.torchvision_class)(str(data_dir), train=split == "train", download=True))
         found = {part: self._find(data_dir, part) for part in ("train", "test")}
         folder, files = found[split]
         if folder is None or found["train" if split == "test" else "test"][0] is None:
@@ -125,7 +123,7 @@ class _IdxDataset(Dataset):
         all_files = found["train"][1] + found["test"][1]
         in_place = folder == data_dir / self.folder / "raw" and all(f.suffix != ".gz" for f in all_files)
         root = data_dir if in_place else self._stage(all_files)
-        dataset = _wrap_torchvision(self.title, folder, lambda: self.torchvision_class(str(root), train=split == "train"))
+        dataset = _wrap_torchvision(self.title, folder, lambda: _reader(self.torchvision_class)(str(root), train=split == "train"))
         return Split(dataset.data.unsqueeze(1).contiguous(), dataset.targets.long(), f"{self.title} {split} ({folder})")
 
     def _stage(self, files) -> Path:
@@ -151,7 +149,7 @@ class MNIST(_IdxDataset):
 class FashionMNIST(_IdxDataset):
     order = 11  # where `ensdiag datasets` lists it
     name, role, title = "fashion-mnist", "OOD for MNIST", "FashionMNIST"
-    folder, torchvision_class = "FashionMNIST", tvd.FashionMNIST
+    folder, torchvision_class = "FashionMNIST", "FashionMNIST"
     how_to_get = ("Put the four IDX files in DATA_DIR/FashionMNIST/raw/, install Debian's package "
                   "dataset-fashion-mnist, or pass --download where a network exists.")
 
@@ -181,6 +179,7 @@ class CIFAR10(Dataset):
     @staticmethod
     def _read_batch(path):
         """(images uint8 [N, 3, 32, 32], labels int64 [N]) of one batch, checked."""
+        import torch
         entry = safe_pickle.load(path, CIFAR10_REFUSED)
         if not isinstance(entry, dict) or "data" not in entry or "labels" not in entry:
             keys = ", ".join(map(str, entry)) if isinstance(entry, dict) else type(entry).__name__
@@ -210,9 +209,10 @@ class CIFAR10(Dataset):
             raise EnsdiagError(f"{path}: not CIFAR-10's batches.meta (expected 'label_names', a list of 10 strings)")
 
     def load(self, data_dir, split="test", download=False):
+        import torch
         data_dir = Path(data_dir)
         if download:  # torchvision downloads, checks MD5s, and unpickles only files that passed them
-            _download(self.title, data_dir, lambda: tvd.CIFAR10(str(data_dir), train=split == "train", download=True))
+            _download(self.title, data_dir, lambda: _reader("CIFAR10")(str(data_dir), train=split == "train", download=True))
         if self.locate(data_dir) is None:
             raise self.missing(data_dir)
         folder = data_dir / "cifar-10-batches-py"
@@ -226,8 +226,19 @@ class CIFAR10(Dataset):
 
 # ---------------------------------------------------------------------------- SVHN
 
-class _SVHNByStructure(tvd.SVHN):
-    split_list = {name: [url, filename, None] for name, (url, filename, _) in tvd.SVHN.split_list.items()}
+def _reader(name: str):
+    """A torchvision.datasets class, imported only when data is read."""
+    import torchvision.datasets as tvd
+    return getattr(tvd, name)
+
+
+def _svhn_by_structure(root, split):
+    """torchvision's SVHN reader with the MD5 check left out (structure is checked instead)."""
+    import torchvision.datasets as tvd
+
+    class SVHNByStructure(tvd.SVHN):
+        split_list = {name: [url, filename, None] for name, (url, filename, _) in tvd.SVHN.split_list.items()}
+    return SVHNByStructure(root, split=split)
 
 
 @register_dataset
@@ -240,14 +251,15 @@ class SVHN(Dataset):
         return [Path(data_dir) / "test_32x32.mat"]
 
     def load(self, data_dir, split="test", download=False):
+        import torch
         data_dir = Path(data_dir)
         if download:
-            _download(self.title, data_dir, lambda: tvd.SVHN(str(data_dir), split=split, download=True))
+            _download(self.title, data_dir, lambda: _reader("SVHN")(str(data_dir), split=split, download=True))
         path = data_dir / f"{split}_32x32.mat"
         if not path.is_file():
             raise self.missing(data_dir)
         self._check(path)
-        dataset = _wrap_torchvision(self.title, path, lambda: _SVHNByStructure(str(data_dir), split=split))
+        dataset = _wrap_torchvision(self.title, path, lambda: _svhn_by_structure(str(data_dir), split))
         if len(dataset.labels) and not 0 <= dataset.labels.min() <= dataset.labels.max() <= 9:
             raise EnsdiagError(f"{path}: labels must lie in 1..10 (10 means digit 0)")
         return Split(torch.from_numpy(np.ascontiguousarray(dataset.data)), torch.from_numpy(dataset.labels).long(), f"SVHN {split} ({path})")
