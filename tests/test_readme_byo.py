@@ -1,5 +1,6 @@
 """Every command of the README's "Bring your own ensemble" section runs, from a copy of the repository."""
 
+import json
 import os
 import re
 import shutil
@@ -29,3 +30,7 @@ def test_every_bring_your_own_example_runs(tmp_path):
                               env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
     assert (tmp_path / "de-mlp.safetensors").exists()
+    done = subprocess.run([str(bin_dir / "ensdiag"), "analyze", "byo-predictions.safetensors", "--format", "json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    auroc = json.loads(done.stdout)["analyzers"]["ood"]["scores"]["msp"]["auroc"]["value"]
+    assert auroc > 0.8  # the example's OOD set is one the members tell apart, as the README says
