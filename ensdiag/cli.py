@@ -254,7 +254,8 @@ def train(
         make_report(run_dir)
     if not quiet:
         from .report import build_report, to_rich
-        summary = build_report(run_dir)
+        with loading("summarising the grid (the verdict's bootstrap) …"):
+            summary = build_report(run_dir)
         for table in to_rich(summary, only={"verdict", "id", "ood", "diversity"}, width=err_console.width):
             show(err_console, table)
         note(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})")

@@ -110,6 +110,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     except Diverged as error:
         raise Diverged(f"{run} seed {seed}: {error}") from None
     began = time.perf_counter()
+    progress.stage("predicting and analysing …")
     splits = data.eval_splits()
     if len(val_index):  # last, so MC Dropout's masks on the other splits are what they always were
         splits["val"] = Split(data.train.images[val_index], data.train.labels[val_index], "validation split")
@@ -272,7 +273,7 @@ def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet:
         owner = distributed.broadcast(assign_runs(unfinished, {run: run_cost(config, run) for run in config.methods},
                                                   ranks.world_size) if ranks.main else None)
         mine = {key for key, rank in owner.items() if rank == ranks.rank} | (set(grid) - set(owner))
-    progress = TrainProgress(len(mine), quiet)
+    progress = TrainProgress(len(mine), quiet, early_stopping=config.early_stopping)
     if ddp:
         progress.message(f"every run trained by {ranks.world_size} ranks together (DistributedDataParallel)")
     elif ranks.distributed:

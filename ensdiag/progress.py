@@ -1,51 +1,107 @@
-"""Training progress on stderr: rich bars in a terminal, plain lines otherwise, nothing with --quiet."""
+"""Training progress on stderr: rich bars in a terminal, plain lines otherwise, nothing with --quiet.
+
+Times left are estimated from what this grid has measured, not from rich's sliding window
+(which shows nothing once a run takes longer than its window):
+- the run: its mean epoch so far × the epochs left; with early stopping that is an upper
+  bound ("≤"), since most runs stop well before their last epoch;
+- the grid: the mean cost of the runs finished so far × the runs left, less what the current
+  run has already spent (before the first run ends, the current run's bound × the runs left).
+The bars are transient: when the grid ends they leave the screen, and the lines printed per
+run stay. `stage` names a step that shows no epochs (predicting and analysing after training).
+"""
 
 import sys
 import time
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+
+def clock(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 class TrainProgress:
-    def __init__(self, total_runs: int, quiet: bool = False):
+    def __init__(self, total_runs: int, quiet: bool = False, early_stopping: bool = False, console=None):
         self.quiet, self.total_runs, self.done_runs = quiet, total_runs, 0
-        self.console = Console(stderr=True)
-        self.live = not quiet and sys.stderr.isatty()
-        self.bar = None
+        self.early_stopping = early_stopping
+        self.console = console or Console(stderr=True)
+        self.live = not quiet and (self.console.is_terminal if console is not None else sys.stderr.isatty())
+        self.bar, self.run_seconds, self.epoch_seconds, self.epochs_total = None, [], [], 0
+        self.name, self.started = "", time.perf_counter()
         if self.live:
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=self.console)
-            self.grid = self.bar.add_task("grid", total=total_runs, status="")
-            self.epochs = self.bar.add_task("epochs", total=1, status="")
+                                TextColumn("{task.fields[status]}"), TextColumn("{task.fields[left]}"),
+                                console=self.console, transient=True)
+            self.grid = self.bar.add_task("grid", total=total_runs, status="", left="")
+            self.epochs = self.bar.add_task("epochs", total=1, status="", left="")
             self.bar.start()
 
     def message(self, text: str):
         if not self.quiet:
             self.console.print(text, markup=False, highlight=False)
 
+    def run_left(self) -> float | None:
+        """Seconds the current run still needs at its mean epoch (an upper bound with early stopping)."""
+        if not self.epoch_seconds:
+            return None
+        return sum(self.epoch_seconds) / len(self.epoch_seconds) * max(0, self.epochs_total - self.epochs_done)
+
+    def grid_left(self) -> float | None:
+        spent = time.perf_counter() - self.started
+        remaining = self.total_runs - self.done_runs - 1  # after the current one
+        if self.run_seconds:
+            mean = sum(self.run_seconds) / len(self.run_seconds)
+            return max(0.0, mean - spent) + mean * remaining
+        current = self.run_left()
+        return None if current is None else current + (spent + current) * remaining
+
+    def _show(self):
+        if self.bar is None:
+            return
+        bound = "≤ " if self.early_stopping else ""
+        run_left, grid_left = self.run_left(), self.grid_left()
+        self.bar.update(self.epochs, left=f"{bound}{clock(run_left)}" if run_left is not None else "")
+        self.bar.update(self.grid, left=f"grid {bound if not self.run_seconds else '~'}{clock(grid_left)}"
+                        if grid_left is not None else "")
+
     def start_run(self, run: str, seed: int, epochs: int, resumed_at: int = 0):
         self.name, self.started = f"{run} seed {seed}", time.perf_counter()
+        self.epoch_seconds, self.epochs_total, self.epochs_done = [], epochs, resumed_at
         if self.bar is not None:
-            self.bar.reset(self.epochs, total=epochs, completed=resumed_at,
-                           description=f"{self.name}", status="")
+            self.bar.reset(self.epochs, total=epochs, completed=resumed_at, description=f"{self.name}", status="", left="")
             self.bar.update(self.grid, description=f"run {self.done_runs + 1}/{self.total_runs}")
+            self._show()
         elif resumed_at:
             self.message(f"[{self.done_runs + 1}/{self.total_runs}] {self.name}: resuming after epoch {resumed_at}")
 
     def epoch(self, row: dict, epochs: int):
+        self.epochs_done = row["epoch"]
+        if isinstance(row.get("seconds"), (int, float)):
+            self.epoch_seconds.append(row["seconds"])
         status = f"loss {row['loss']:.3f} acc {row['accuracy']:.3f}"
         if row["val_accuracy"] is not None:
             status += f" val {row['val_accuracy']:.3f}"
         if self.bar is not None:
             self.bar.update(self.epochs, completed=row["epoch"], status=status)
+            self._show()
         elif not self.quiet and (row["epoch"] == epochs or row["epoch"] % 10 == 0):
             self.message(f"[{self.done_runs + 1}/{self.total_runs}] {self.name} epoch {row['epoch']}/{epochs}: {status}")
 
+    def stage(self, text: str):
+        """A step of the current run that has no epochs to count (e.g. predicting and analysing)."""
+        if self.bar is not None:
+            self.bar.update(self.epochs, status=text, left="")
+
     def end_run(self, summary: str):
         self.done_runs += 1
+        self.run_seconds.append(time.perf_counter() - self.started)
         if self.bar is not None:
             self.bar.update(self.grid, completed=self.done_runs)
+            self._show()
         self.message(f"[{self.done_runs}/{self.total_runs}] {self.name}: {summary} ({time.perf_counter() - self.started:.1f} s)")
 
     def skip_run(self, run: str, seed: int):
@@ -56,4 +112,4 @@ class TrainProgress:
 
     def close(self):
         if self.bar is not None:
-            self.bar.stop()
+            self.bar.stop()  # transient: the bars leave the screen, nothing stale stays

@@ -1,0 +1,46 @@
+"""Training progress: times left from what the grid measured (early stopping makes the run's an
+upper bound), a named step after the epochs, and bars that leave the screen when done."""
+
+import io
+
+import pytest
+from rich.console import Console
+
+from ensdiag.progress import TrainProgress, clock
+
+
+def _row(epoch, seconds=2.0):
+    return {"epoch": epoch, "loss": 0.5, "accuracy": 0.9, "val_accuracy": 0.8, "seconds": seconds}
+
+
+def test_the_run_and_grid_estimates_come_from_measured_epochs_and_runs(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr("ensdiag.progress.time.perf_counter", lambda: now[0])
+    progress = TrainProgress(3, quiet=True, early_stopping=True)
+    progress.start_run("deep-ensemble", 1, epochs=10)
+    for epoch in (1, 2):
+        now[0] += 2.0
+        progress.epoch(_row(epoch), 10)
+    assert progress.run_left() == pytest.approx(16.0)  # 8 epochs left at 2 s each: an upper bound
+    assert progress.grid_left() == pytest.approx(16.0 + (4.0 + 16.0) * 2)  # no run finished yet: the bound for all
+    progress.end_run("done")  # the run stopped early after 4 s
+    progress.start_run("deep-ensemble", 2, epochs=10)
+    now[0] += 1.0
+    assert progress.grid_left() == pytest.approx((4.0 - 1.0) + 4.0 * 1)  # measured runs, not the bound
+
+
+def test_bars_are_transient_and_a_stage_is_named():
+    screen = io.StringIO()
+    progress = TrainProgress(1, console=Console(file=screen, force_terminal=True, width=100))
+    assert progress.bar is not None and progress.bar.live.transient
+    progress.start_run("single", 1, epochs=3)
+    progress.epoch(_row(1), 3)
+    progress.stage("predicting and analysing …")
+    assert progress.bar.tasks[1].fields["status"] == "predicting and analysing …"
+    progress.end_run("test accuracy 0.950")
+    progress.close()
+    assert "single seed 1: test accuracy 0.950" in screen.getvalue()
+
+
+def test_clock():
+    assert clock(3725.4) == "1:02:05" and clock(None) == "" and clock(-3) == "0:00:00"
