@@ -8,6 +8,7 @@ the modules that register them (without importing them); a test keeps the two in
 """
 
 import ast
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -74,9 +75,12 @@ def check_train(preset: str, methods: list[str] | None, out: Path | None, resume
     from .config import PRESETS
     if resume is None and preset not in PRESETS:
         raise unknown("preset", preset, PRESETS)
+    known = set(method_names())
+    if "ensdiag.nn.methods" in sys.modules:  # methods registered at run time (a script, a test) count too
+        known |= set(sys.modules["ensdiag.nn.methods"].run_methods())
     for method in methods or ():
-        if method not in method_names():
-            raise unknown("method", method, method_names())
+        if method not in known:
+            raise unknown("method", method, sorted(known))
     if out is not None and out.exists() and not out.is_dir():
         raise EnsdiagError(f"--out {out} exists and is not a directory")
     if resume is not None and not (resume / "experiment.json").is_file():

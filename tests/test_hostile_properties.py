@@ -210,3 +210,92 @@ def test_random_report_options(finished_run, options):
         assert_clean(code, err, ["--format", "--reference", "--out", "reference", "format", "out", "paper"])
         named = {value for option, value in options if option == "--out"}  # what --out named, and nothing else
         assert files_in(folder) <= named | {f"report.{ext}" for ext in ("json", "html", "md", "txt", "tex")}
+
+
+# ---------------------------------------------------------------- the newer surfaces (round three)
+
+NUMERIC_DTYPES = st.sampled_from(["<f4", "<f8", "<i8", "<u1", "|b1", "<f2", ">f4", "<c8"])
+SHAPES = st.lists(st.integers(0, 40), min_size=0, max_size=4)
+
+
+@PROPERTY
+@given(NUMERIC_DTYPES, SHAPES, st.booleans(), st.sampled_from(["npy", "npz", "npz-compressed"]))
+def test_random_arrays_as_predictions(dtype, shape, probs, kind):
+    """analyze on .npy/.npz of any dtype and shape: metrics (0) or one line naming the file (2)."""
+    import numpy as np
+    with sandbox() as folder:
+        rng = np.random.default_rng(0)
+        array = (rng.random(shape) * 4).astype(np.dtype(dtype)) if dtype != "|b1" else rng.random(shape) > 0.5
+        name = "p.npy" if kind == "npy" else "p.npz"
+        if kind == "npy":
+            np.save(name, array)
+        else:
+            (np.savez_compressed if kind == "npz-compressed" else np.savez)(name, **{"probs" if probs else "logits": array})
+        args = ["--inputs", "probs"] if probs and kind == "npy" else []
+        code, err = invoke("analyze", name, "--format", "json", *args)
+        assert_clean(code, err, [name, "--inputs"])
+        assert files_in(folder) == {name}
+
+
+@pytest.fixture(scope="module")
+def foreign_states():
+    from pathlib import Path as P
+    fixtures = P(__file__).parent / "fixtures" / "torch_uncertainty"
+    states = {}
+    for name in ("be_mlp.pt", "de_mlp_member0.pt", "packed_mlp.pt", "mimo_mlp.pt"):
+        state = torch.load(fixtures / name, weights_only=True)
+        states[name] = state.get("state_dict", state)
+    return states
+
+
+MUTATIONS = st.sampled_from(["drop", "zero-dim", "int", "nan", "transpose", "extra", "resize"])
+
+
+@PROPERTY
+@given(st.sampled_from(["be_mlp.pt", "de_mlp_member0.pt", "packed_mlp.pt", "mimo_mlp.pt"]), MUTATIONS, st.integers(0, 1000),
+       st.sampled_from(["import", "diversity"]))
+def test_mutated_foreign_checkpoints(foreign_states, name, mutation, pick, command):
+    """A torch-uncertainty or plain checkpoint with one tensor changed: imported or refused in one line."""
+    state = dict(foreign_states[name])
+    key = sorted(state)[pick % len(state)]
+    value = state[key]
+    if mutation == "drop":
+        del state[key]
+    elif mutation == "zero-dim":
+        state[key] = torch.empty(0, *value.shape[1:]) if value.dim() else value
+    elif mutation == "int":
+        state[key] = value.long()
+    elif mutation == "nan":
+        state[key] = torch.full_like(value, float("nan")) if value.is_floating_point() else value
+    elif mutation == "transpose" and value.dim() >= 2:
+        state[key] = value.transpose(0, 1).contiguous()
+    elif mutation == "extra":
+        state["surplus.weight"] = torch.ones(3, 3)
+    elif mutation == "resize":
+        state[key] = torch.ones(*(size + 1 for size in value.shape)) if value.dim() else value
+    with sandbox() as folder:
+        torch.save(state, "c.pt")
+        args = ["--out", "out.safetensors"] if command == "import" else ["--format", "json", "--no-geometry"]
+        code, err = invoke(command, "c.pt", *args)
+        assert_clean(code, err, ["c.pt"])
+        assert files_in(folder) <= {"c.pt", "out.safetensors"}
+
+
+METHOD_OPTIONS = st.sampled_from(["batch-ensemble.init", "batch-ensemble.variant", "packed-ensemble.alpha",
+                                  "packed-ensemble.gamma", "mimo.batch_repetition", "mimo.input_repetition",
+                                  "mc-dropout.rate", "nope.x", "deep-ensemble.width", "bogus"])
+
+
+@PROPERTY
+@given(st.lists(st.tuples(METHOD_OPTIONS, OPTION_VALUES), min_size=1, max_size=2), st.booleans())
+def test_random_method_options_and_track_diversity(options, track):
+    """-O METHOD.NAME=VALUE and --track-diversity: refused in one line naming the option, or accepted
+    (then nothing trains: there is no data); nothing is written outside --out."""
+    with sandbox() as folder:
+        args = [part for name, value in options for part in ("-O", f"{name}={value}")]
+        code, err = invoke("train", "--preset", "mnist", "--data-dir", "empty", "--out", "run", "--quiet",
+                           *(["--track-diversity"] if track else []), *args)
+        assert code == 2, err
+        names = [name for name, _ in options] + [name.split(".")[0] for name, _ in options]
+        assert_clean(code, err, names + ["--option", "MNIST not found", "METHOD.NAME", "option", "track-diversity"])
+        assert files_in(folder) <= {"run"} and not any(Path("run").iterdir() if Path("run").exists() else [])

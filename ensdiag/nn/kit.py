@@ -77,7 +77,7 @@ class Option:
     closed: bool = False  # float: low <= value <= high
     def from_text(self, text: str, method: str):
         """The value of `--option METHOD.NAME=TEXT`, parsed as the declared type, then checked."""
-        name = self.flag or f"{method} option {self.name}"
+        name = f"{self.flag} (-O {method}.{self.name})" if self.flag else f"-O {method}.{self.name}"
         try:
             if self.kind is bool:
                 words = {"true": True, "on": True, "yes": True, "1": True,
@@ -103,7 +103,7 @@ class Option:
 
     def check(self, value, method: str):
         """The value, of the declared type and range, or one clear error."""
-        name = self.flag or f"{method} option {self.name}"
+        name = f"{self.flag} (-O {method}.{self.name})" if self.flag else f"-O {method}.{self.name}"
         if self.kind is bool and not isinstance(value, bool):
             raise EnsdiagError(f"{name} must be true or false, got {value!r}")
         if self.kind is float:
@@ -129,7 +129,11 @@ class Option:
             allowed = " or ".join(self.choices) if len(self.choices) == 2 else "one of " + ", ".join(self.choices)
             raise EnsdiagError(f"{name} must be {allowed}, got {_short(value)}")
         if self.parse is not None:
-            self.parse(value)
+            try:
+                self.parse(value)
+            except EnsdiagError as error:  # the option's own parser names its flag; say both ways of setting it
+                raise EnsdiagError(f"-O {method}.{self.name}: {error}" if f"{method}.{self.name}" not in str(error)
+                                   else str(error)) from None
         return value
 
 
