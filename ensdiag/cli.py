@@ -300,6 +300,7 @@ def report(
     out: Path = typer.Option(None, help="Write the report in --format to this file (or to report.<ext> in this folder) instead of stdout."),
     reference: str = typer.Option(None, help="'paper': add the paper's published numbers (cifar10 preset)."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Rebuild RUN_DIR's figures/, report.md and report.html (--no-figures: leave the run folder untouched)."),
+    svg: bool = typer.Option(False, "--svg", help="Also write every figure as SVG (vector, for papers; doubles the drawing time)."),
     conventions: str = typer.Option("ensdiag", help="Whose definitions of adaptive ECE and AURC the tables show: ensdiag or "
                                     "torch-uncertainty (to compare with papers that used it; docs/conventions.md)."),
 ):
@@ -322,7 +323,8 @@ def report(
 
     extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html"}[fmt]
     target = None if out is None else output_file(out, f"report.{extension}")
-    result = make_report(run_dir, reference, write=figures, conventions=conventions)
+    with loading("building the report (verdict bootstrap, figures) …"):
+        result = make_report(run_dir, reference, write=figures, conventions=conventions, svg=svg)
     written = result.pop("written")  # a note for the terminal, not part of the report
     if fmt == "table":
         buffer = io.StringIO() if target is not None else None

@@ -190,3 +190,32 @@ def test_terminal_notes_never_split_an_interval_or_a_percentage():
     for width in range(20, 60):
         for line in wrapped(text, width).splitlines():
             assert line.count("[") == line.count("]") and not line.startswith(("%", "×"))
+
+
+def test_the_vectorised_bootstrap_equals_the_loop_over_resamples(tmp_path):
+    """Every resample's shares, computed at once from example counts, equal the plain loop that
+    indexes each resample's examples (`_averaged`) on random predictions with ties and OOD data."""
+    from ensdiag.report import verdict as V
+    generator = torch.Generator().manual_seed(3)
+    seeds, n, n_ood = (1, 2, 3), 60, 40
+    data = {}
+    for method, k in (("single", 1), ("deep-ensemble", 3), ("batch-ensemble", 3)):
+        data[method] = {}
+        for seed in seeds:
+            logits = (torch.randn(k, n, 4, generator=generator) * 2).round()  # rounding makes tied scores
+            ood = (torch.randn(k, n_ood, 4, generator=generator)).round()
+            labels = torch.randint(0, 4, (n,), generator=generator)
+            folder = tmp_path / method / f"seed-{seed}"
+            folder.mkdir(parents=True)
+            save_predictions({"id": {"logits": logits, "labels": labels}, "ood": {"logits": ood, "labels": None}},
+                             folder / "predictions.safetensors")
+            data[method][seed] = V._per_example(folder / "predictions.safetensors")
+    trio = [data["single"], data["deep-ensemble"], data["batch-ensemble"]]
+    chosen, examples, ood_examples = V._resamples(len(seeds), n, n_ood)
+    fast = V._shares(*(V._bootstrap(group, list(seeds), chosen, examples, ood_examples) for group in trio))
+    for r in range(0, V.RESAMPLES, 37):  # the loop, resample by resample
+        picked = [seeds[i] for i in chosen[r]]
+        slow = V._shares(*(V._averaged(group, picked, examples[r], ood_examples[r]) for group in trio))
+        for key, value in slow.items():
+            if math.isfinite(value):
+                assert fast[key][r].item() == pytest.approx(value, rel=1e-9, abs=1e-12), (key, r)

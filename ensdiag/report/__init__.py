@@ -26,8 +26,10 @@ def _first_complete(seeds: dict):
     return next(((seed, run) for seed, run in seeds.items() if run is not None), (None, None))
 
 
-def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
-    """Write figures/*.png|svg into the run folder; return their entries (paths relative to it)."""
+def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False) -> list[dict]:
+    """Write figures/*.png (and .svg with `svg`) into the run folder; return their entries (paths
+    relative to it). Each figure is drawn once per format asked for: SVG doubles the cost, so it
+    is drawn only on request (`report --svg`)."""
     folder = Path(run_dir) / "figures"
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):  # never write through a link out of the run
         raise EnsdiagError(f"{folder} is a link or a file, not a folder of the run: ensdiag writes figures only inside "
@@ -36,8 +38,9 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
     figures = []
 
     def add(name, title, figure):
-        save_figure(figure, folder / name, formats=("png", "svg"))
-        figures.append({"name": name, "title": title, "png": f"figures/{name}.png", "svg": f"figures/{name}.svg"})
+        save_figure(figure, folder / name, formats=("png", "svg") if svg else ("png",))
+        figures.append({"name": name, "title": title, "png": f"figures/{name}.png",
+                        "svg": f"figures/{name}.svg" if svg else None})
 
     rows = []  # Figure 2: disagreement per split + weight cosine, one row per ensemble method
     for method in runs:  # every method whose members can disagree (the others skip the analyzer)
@@ -100,7 +103,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path) -> list[dict]:
     return figures
 
 
-def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag") -> dict:
+def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag", svg=False) -> dict:
     """Build the report; with `write`, rebuild the run folder's figures/, report.md and report.html.
 
     Without `write` nothing in the run folder changes (its existing report stays as it was). A
@@ -113,7 +116,7 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag")
     if write and not os.access(run_dir, os.W_OK):
         report["written"] = f"{run_dir} is not writable: its report.md, report.html and figures/ were left as they were"
     elif write:
-        report["figures"] = make_figures(report, data["runs"], run_dir)
+        report["figures"] = make_figures(report, data["runs"], run_dir, svg)
         atomic_write_text(run_dir / "report.md", to_markdown(report))
         atomic_write_text(run_dir / "report.html", to_html(report, run_dir))
         report["written"] = f"report.md, report.html and figures/ written to {run_dir}"

@@ -34,7 +34,7 @@ def save_figure(figure: Figure, path, formats=None) -> list[Path]:
     written = []
     for fmt in formats:
         buffer = io.BytesIO()
-        figure.savefig(buffer, format=fmt, dpi=130, bbox_inches="tight")
+        figure.savefig(buffer, format=fmt, dpi=130)  # constrained layout already fits everything: no tight bbox pass
         written.append(atomic_write_bytes(path if len(formats) == 1 and path.suffix.lower() == f".{fmt}"
                                           else path.with_suffix(f".{fmt}"), buffer.getvalue()))
     return written

@@ -93,17 +93,91 @@ def _averaged(runs, seeds, examples, ood_examples):
 
 
 def _shares(baseline, reference, method):
-    """Each share, and the Deep Ensemble's own gain it is a share of (`gain_<key>`)."""
+    """Each share, and the Deep Ensemble's own gain it is a share of (`gain_<key>`); the values
+    may be floats (one estimate) or tensors (one per bootstrap resample)."""
     out = {}
     for key, higher_is_better in (("nll", False), ("ece", False), ("auroc", True)):
         if key in method and key in baseline and key in reference:
             gain = reference[key] - baseline[key] if higher_is_better else baseline[key] - reference[key]
             mine = method[key] - baseline[key] if higher_is_better else baseline[key] - method[key]
-            out[key] = mine / gain if abs(gain) > NO_GAIN else math.nan
+            out[key] = _where(abs(gain) > NO_GAIN, mine / _nonzero(gain), math.nan)
             out[f"gain_{key}"] = gain
-    out["diversity"] = method["kl"] / reference["kl"] if reference["kl"] > 0 else math.nan
+    out["diversity"] = _where(reference["kl"] > 0, method["kl"] / _nonzero(reference["kl"]), math.nan)
     out["reference_kl"] = reference["kl"]
     return out
+
+
+def _nonzero(value):
+    """The value, with exact zeros replaced by 1 where `_where` discards the quotient anyway."""
+    if isinstance(value, torch.Tensor):
+        return torch.where(value == 0, torch.ones_like(value), value)
+    return value if value != 0 else 1.0
+
+
+def _where(condition, value, otherwise):
+    if isinstance(condition, torch.Tensor):
+        return torch.where(condition, value, torch.full_like(value, otherwise))
+    return value if condition else otherwise
+
+
+def _resamples(num_seeds: int, n: int, n_ood: int):
+    """The bootstrap's draws, [R, S] seeds, [R, n] test examples and [R, n_ood] OOD examples, from
+    one fixed generator in the order the resamples are taken (so reports are reproducible)."""
+    generator = torch.Generator().manual_seed(0)
+    chosen, examples, ood_examples = [], [], []
+    for _ in range(RESAMPLES):
+        chosen.append(torch.randint(0, num_seeds, (num_seeds,), generator=generator))
+        examples.append(torch.randint(0, n, (n,), generator=generator))
+        ood_examples.append(torch.randint(0, max(n_ood, 1), (n_ood,), generator=generator))
+    return torch.stack(chosen), torch.stack(examples), torch.stack(ood_examples)
+
+
+def _counts(draws: torch.Tensor, size: int) -> torch.Tensor:
+    """[R, size]: how often each example was drawn in each resample (float64)."""
+    rows = torch.arange(len(draws)).unsqueeze(1) * size
+    return torch.bincount((rows + draws).flatten(), minlength=len(draws) * size).view(len(draws), size).double()
+
+
+def _bootstrap(group, seeds, chosen, examples, ood_examples) -> dict:
+    """The `_averaged` metrics of every resample at once ({key: [R]}): each seed's metrics from the
+    resampled examples' counts (no Python loop over resamples), then the mean over the chosen seeds.
+    Equal to the loop up to float rounding (a test keeps the loop as the reference)."""
+    weights = _counts(examples, examples.shape[1])  # [R, n]
+    ood_weights = _counts(ood_examples, ood_examples.shape[1]) if ood_examples.shape[1] else None
+    per_seed = [_weighted_metrics(group[seed], weights, ood_weights) for seed in seeds]  # S × {key: [R]}
+    out = {}
+    for key in per_seed[0]:
+        stacked = torch.stack([metrics[key] for metrics in per_seed], dim=1)  # [R, S]
+        out[key] = stacked.gather(1, chosen).mean(1)
+    return out
+
+
+def _weighted_metrics(run, weights, ood_weights) -> dict:
+    """NLL, ECE, KL diversity (and AUROC) of one run for every resample, from example counts."""
+    n = weights.shape[1]
+    out = {"nll": weights @ run["nll"] / n, "kl": weights @ run["kl"] / n}
+    bins = torch.searchsorted(torch.linspace(0, 1, ECE_BINS + 1, dtype=torch.float64)[1:-1],
+                              run["confidence"].double().contiguous(), right=False)  # as bin_statistics bins
+    one_hot = torch.nn.functional.one_hot(bins, ECE_BINS).double()  # [n, B]
+    confidence = weights @ (one_hot * run["confidence"].double()[:, None])
+    correct = weights @ (one_hot * run["correct"].double()[:, None])
+    out["ece"] = (confidence - correct).abs().sum(1) / n
+    if "ood_score" in run and ood_weights is not None:
+        out["auroc"] = _weighted_auroc(run["id_score"], run["ood_score"], weights, ood_weights)
+    return out
+
+
+def _weighted_auroc(id_score, ood_score, weights, ood_weights) -> torch.Tensor:
+    """P(ood > id) + ½ P(tie) for every resample: the id scores sorted once, each OOD example's
+    count of smaller and equal id scores read from the resample's cumulative counts."""
+    order = torch.argsort(id_score)
+    ranked = id_score[order]
+    cumulative = torch.nn.functional.pad(weights[:, order].cumsum(1), (1, 0))  # [R, n + 1]
+    below = torch.searchsorted(ranked, ood_score, right=False)  # id scores < each OOD score
+    upto = torch.searchsorted(ranked, ood_score, right=True)  # id scores <= it
+    wins = cumulative[:, below] + 0.5 * (cumulative[:, upto] - cumulative[:, below])  # [R, n_ood]
+    n, n_ood = weights.shape[1], ood_weights.shape[1]
+    return (wins * ood_weights).sum(1) / (n * n_ood)
 
 
 def verdict(run_dir, runs: dict) -> dict:
@@ -127,16 +201,11 @@ def verdict(run_dir, runs: dict) -> dict:
             continue  # seeds measured on different test sets cannot be paired
         everything, all_ood = torch.arange(n), torch.arange(n_ood)
         point = _shares(*(_averaged(group, seeds, everything, all_ood) for group in trio))
-        generator = torch.Generator().manual_seed(0)
-        draws = {key: [] for key in point}
-        for _ in range(RESAMPLES):
-            chosen = [seeds[i] for i in torch.randint(0, len(seeds), (len(seeds),), generator=generator)]
-            examples = torch.randint(0, n, (n,), generator=generator)
-            ood_examples = torch.randint(0, max(n_ood, 1), (n_ood,), generator=generator)
-            shares = _shares(*(_averaged(group, chosen, examples, ood_examples) for group in trio))
-            for key, value in shares.items():
-                if math.isfinite(value):
-                    draws[key].append(value)
+        chosen, examples, ood_examples = _resamples(len(seeds), n, n_ood)
+        resampled = [_bootstrap(group, seeds, chosen, examples, ood_examples) for group in trio]
+        shares = _shares(*resampled)  # every entry a tensor over the resamples
+        draws = {key: [value for value in shares[key].tolist() if math.isfinite(value)] if key in shares else []
+                 for key in point}
         per_seed = [_shares(*(_metrics(group[seed], everything, all_ood) for group in trio)) for seed in seeds]
         intervals = {key: _envelope(_percentiles(draws[key]), _t_interval([shares[key] for shares in per_seed]))
                      for key in point}
