@@ -65,7 +65,7 @@ def diagnose(members, id, ood=None, shift=None, val=None, *, train=None, normali
     if geometry and model is not None and model.num_members > 1:
         from .analysis.geometry import ModelProbe
         from .data.registry import Split
-        train_split = _first(_batches(train, "train"), None, geometry_examples) if train is not None else None
+        train_split = _first(_batches(train, "train"), geometry_examples) if train is not None else None
         probe = ModelProbe(model, {name: Split(*kept[name]) for name in ("id", "ood") if name in kept}, normalize,
                            train_split[0] if train_split else None, seed=seed,
                            train_labels=train_split[1] if train_split else None)
@@ -198,7 +198,7 @@ def _batch(item, name):
     raise EnsdiagError(f"{name}: a batch must be a tensor or an (inputs, labels) pair, not {type(item).__name__}")
 
 
-def _first(batches, _, limit):
+def _first(batches, limit):
     """(inputs, labels) of at most `limit` examples from the batches, or None."""
     xs, ys = [], []
     count = 0
