@@ -42,3 +42,19 @@ def test_the_typo_to_error_times_in_the_docs_are_the_committed_measurement():
                 f"{min(ratio[k] for k in typos):.1f}–{max(ratio[k] for k in typos):.1f}× `ensdiag --version`")
     assert sentence in (ROOT / "docs" / "performance.md").read_text()
     assert max(seconds[k] for k in typos) < seconds["import torch (for scale)"]  # the point of the checks
+
+
+def test_the_readme_performance_table_is_rendered_from_a_record_of_this_version():
+    import importlib.util
+
+    import ensdiag
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- performance table: benchmarks/readme_table.py -->\n", 1)[1].split(
+        "<!-- end of performance table -->", 1)[0]
+    cited = re.search(r"\(benchmarks/results/(bench-[^)]+\.json)\)", block).group(1)
+    spec = importlib.util.spec_from_file_location("readme_table", ROOT / "benchmarks" / "readme_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    assert block == table.render(ROOT / "benchmarks" / "results" / cited)
+    record = json.loads((ROOT / "benchmarks" / "results" / cited).read_text())
+    assert record["environment"]["ensdiag"] == ensdiag.__version__, "rerun the bench: the README cites another version"
