@@ -110,7 +110,8 @@ def evaluate(
         distributed.finish()
     if not distributed.ranks().main:
         return  # under torchrun every rank predicted its share; rank 0 analyses and writes
-    metrics = analyze_predictions(predictions, weights=_weights_with_initial(model, seed))
+    from .geometry.baselines import weights_with_initial
+    metrics = analyze_predictions(predictions, weights=weights_with_initial(model, seed))
     metrics["split_titles"], metrics["skipped_splits"] = titles, skipped
     if out is not None:
         save_predictions({k: v for k, v in predictions.items() if k != "shift"}, Path(out) / "predictions.safetensors",
@@ -136,11 +137,8 @@ def _quick_checks(model_path, data, shift, ood):
 
 
 def _data_choice(model, preset, data, shift, ood, normalize):
-    """The `DataChoice` of the command line, paths checked before anything is read."""
+    """The `DataChoice` of the command line (its paths were checked by `_quick_checks`)."""
     from .evaluate import DataChoice
-    for option, value in (("--data", data), ("--shift", shift), ("--ood", ood)):
-        if value is not None and ("/" in str(value) or str(value).endswith((".npz", ".npy"))) and not Path(value).exists():
-            raise EnsdiagError(f"{option} {value} does not exist")
     return DataChoice(preset=preset or (None if data is not None else _guessed_preset(model)),
                       data=None if data is None else str(data), shift=shift, ood=ood, normalize=normalize)
 
@@ -235,7 +233,8 @@ def diversity(
     model = open_ensemble(model_path, family, arch=arch, num_classes=num_classes)
     name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"
     model_path = Path(", ".join(map(str, model_path)))
-    weights = _weights_with_initial(model, seed)
+    from .geometry.baselines import weights_with_initial
+    weights = weights_with_initial(model, seed)
     if isinstance(model, RawEnsemble):  # no runnable architecture: the weights alone
         reason = (f"{model.reason}: disagreement needs a model that runs (ensdiag runs its mlp and CIFAR-style "
                   "resnet18, and torchvision members with --arch torchvision:NAME)")
@@ -331,15 +330,6 @@ def diversity(
         note(f"{split}: not evaluated — {reason}")
     if plot is not None:
         note(f"figures written to {', '.join(map(str, plot))}")
-
-
-def _weights_with_initial(model, seed: int):
-    """The member weights, with their cosine at initialisation (recorded, or rebuilt from the spec)."""
-    from .geometry.baselines import recorded_or_rebuilt
-    weights = model.member_weights()
-    if len(weights) > 1:
-        weights.initial = recorded_or_rebuilt(model, seed)
-    return weights
 
 
 def _geometry(model, data, choice, device, seed, max_examples, reason) -> dict:

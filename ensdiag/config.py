@@ -178,7 +178,7 @@ FLOAT_OPTIONS = {"lr": "--lr", "dropout": "--dropout", "val_fraction": "--val-fr
 def _check_set(option: str, value: str, stored: bool) -> None:
     """A shift or OOD set: a registered dataset's name or files that exist (a stored run's files
     are checked when its data is loaded, where a missing one says so)."""
-    from .data.files import is_path
+    from .quickcheck import is_path
     if is_path(value):
         from pathlib import Path
         if not stored and not Path(value).exists():

@@ -74,7 +74,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     every rank trains it together and rank 0 writes (the others return None)."""
     from .analysis import analyze_model, analyze_predictions  # analysis imports nothing from training
     from .analysis.geometry import ModelProbe
-    from .geometry.baselines import initial_cosine, recorded_or_rebuilt
+    from .geometry.baselines import initial_cosine, weights_with_initial
 
     run_dir.mkdir(parents=True, exist_ok=True)
     method, options = config.model_options(run)
@@ -118,8 +118,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     if ddp and not ranks.main:
         distributed.barrier()  # rank 0 writes the run's files
         return None
-    weights = model.member_weights()
-    weights.initial = recorded_or_rebuilt(model, seed)
+    weights = weights_with_initial(model, seed)
     metrics = analyze_predictions(with_pooled_shift(predictions), weights=weights)
     if config.geometry:
         probe = ModelProbe(model, {"id": data.test, "ood": data.ood}, normalize, data.train.images[train_index], seed=seed,

@@ -59,11 +59,16 @@ def dataset_names() -> tuple[str, ...]:
     return tuple(names)
 
 
+def is_path(value: str) -> bool:
+    """Whether an --ood/--shift/--data value names files rather than a registered dataset."""
+    return value.endswith((".npz", ".npy")) or "/" in value or "\\" in value or Path(value).is_dir()
+
+
 def check_set(option: str, value: str | None):
     """--shift/--ood: a registered dataset's name, or files that exist."""
     if value is None:
         return
-    if value.endswith((".npz", ".npy")) or "/" in value or "\\" in value or Path(value).is_dir():
+    if is_path(value):
         if not Path(value).exists():
             raise EnsdiagError(f"{option} {value} does not exist")
     elif value not in dataset_names():

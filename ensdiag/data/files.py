@@ -19,15 +19,10 @@ import numpy as np
 import torch
 
 from ..errors import EnsdiagError
+from ..quickcheck import is_path  # noqa: F401  (the readers' callers ask it here too)
 from .registry import Split
 
-SUFFIXES = (".npz", ".npy")
 MAX_DECODED_BYTES = 8 * 2**30  # an image folder decoded to float32 beyond this: use the Python API's DataLoader
-
-
-def is_path(value: str) -> bool:
-    """Whether an --ood/--shift/--data value names files rather than a registered dataset."""
-    return value.endswith(SUFFIXES) or "/" in value or "\\" in value or Path(value).is_dir()
 
 
 def load_files(path, input_shape, what: str = "--data") -> Split:

@@ -12,6 +12,10 @@ import importlib
 import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: listing datasets imports no torch
+    import torch
 
 from ..errors import DataNotFound, EnsdiagError, unknown
 

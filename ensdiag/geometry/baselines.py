@@ -48,6 +48,15 @@ def recorded_or_rebuilt(model, seed: int = 0) -> dict | None:
     return None if found is None else {"mean": found["mean"], "source": f"a fresh build of the model's spec, seed {seed}"}
 
 
+def weights_with_initial(model, seed: int = 0):
+    """`model.member_weights()` carrying their cosine at initialisation (`MemberWeights.initial`),
+    which the weight-similarity analyzer reports beside the trained one."""
+    weights = model.member_weights()
+    if len(weights) > 1:
+        weights.initial = recorded_or_rebuilt(model, seed)
+    return weights
+
+
 def initial_cosine_of_spec(spec, seed: int = 0) -> dict | None:
     """`initial_cosine` of a fresh model built from `spec` after `torch.manual_seed(seed)`
     (the global RNG is left as it was)."""
