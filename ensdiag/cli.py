@@ -359,18 +359,44 @@ def bench(
     reference: bool = typer.Option(True, "--reference/--no-reference", help="Also time the reference pipeline."),
     strategies: bool = typer.Option(False, "--strategies", help="Also time Deep-Ensemble members stacked vs vmap vs loop."),
     tracking: bool = typer.Option(False, "--tracking", help="Also time train --track-diversity's per-epoch row, as a share of the epoch."),
+    diagnose: bool = typer.Option(False, "--diagnose", help="Time the diagnosis instead: every analyzer, geometry step and "
+                                  "the report, as multiples of one evaluation pass (--epochs: rounds)."),
+    path_points: str = typer.Option("11", help="--diagnose: points on each path between members, or 'adaptive'."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
     results_dir: Path = typer.Option(Path("benchmarks/results"), help="Where the JSON record is written."),
 ):
     """Throughput of every method against a plain PyTorch reference.
 
     Training and inference, ensdiag's fast path against the reference pipeline."""
-    from .bench import BenchSettings, bench_table, default_methods, write_result
+    from .bench import BenchSettings, bench_record, bench_table, default_methods, write_result
     from .bench import bench as run
     from .device import resolve_device
 
     check_format(fmt)
     resolved = resolve_device(device)
+    if diagnose:
+        from .bench import diagnose_table
+        from .bench.diagnose import DiagnoseSettings, run_diagnose_bench
+        from .quickcheck import path_points_option
+        # one CPU evaluation pass of 10,000 CIFAR images takes minutes: fewer images, one path pair,
+        # no warm-up, one round; the JSON's estimate scales the steps to the protocol's sizes
+        small = arch == "resnet18" and resolved.type == "cpu"
+        settings = DiagnoseSettings(arch=arch, device=resolved.type, members=members,
+                                    methods=tuple(_csv(method, what="--method") or DiagnoseSettings.methods),
+                                    test_size=test_size or (500 if small else 10_000),
+                                    train_size=train_size or (250 if small else 2_000),
+                                    rounds=epochs if epochs != 3 or not small else 1, path_points=path_points_option(path_points),
+                                    **({"warmup": False, "path_pairs": 1} if small else {}))
+        result = bench_record(run_diagnose_bench, settings, resolved, sys.argv, note if fmt == "table" else None)
+        path = write_result(result, results_dir)
+        if fmt == "json":
+            print_json(result)
+        else:
+            console = Console(width=max(Console().width, 120))
+            for table in diagnose_table(result):
+                console.print(table)
+        note(f"results written to {path}")
+        return
     if arch == "resnet18" and resolved.type == "cpu":  # a full epoch takes the better part of an hour
         batches = 10 if batches is None else batches
         test_size = 1_000 if test_size is None else test_size

@@ -220,12 +220,16 @@ def diversity(
     geometry: bool = typer.Option(True, "--geometry/--no-geometry", help="Also member geometry: CKA per layer, "
                                   "aligned weight cosine, paths between members, rank of W_i ⊘ W_j."),
     max_examples: int = typer.Option(None, min=4, help="Geometry: at most this many images per split (default: all)."),
+    path_points: str = typer.Option("11", help="Geometry: points on each path between members, or 'adaptive' "
+                                    "(6, and the other 5 only where the curve bends; recorded in the result)."),
 ):
     """How different the members really are, in outputs and weights.
 
     Disagreement per split, weight-space cosine and member geometry."""
     check_format(fmt)
     _quick_checks(model_path, data, shift, ood)
+    from .quickcheck import path_points_option
+    points = path_points_option(path_points)
     from .analysis import analyze_predictions
     from .evaluate import evaluate_model, load_data
     from .foreign.checkpoints import RawEnsemble, open_ensemble
@@ -269,7 +273,7 @@ def diversity(
               "disagreement": metrics["analyzers"]["disagreement"], "weight_similarity": metrics["analyzers"]["weight-similarity"]}
     if geometry:
         report["geometry"] = _geometry(model, predictions is not None and data, predictions is not None and choice, device,
-                                       seed, max_examples, reason if predictions is None else "")
+                                       seed, max_examples, reason if predictions is None else "", points)
     if plot is not None:
         from .report.figures import heatmap_grid, plottable, save_figure
         rows = []
@@ -332,7 +336,7 @@ def diversity(
         note(f"figures written to {', '.join(map(str, plot))}")
 
 
-def _geometry(model, data, choice, device, seed, max_examples, reason) -> dict:
+def _geometry(model, data, choice, device, seed, max_examples, reason, path_points=11) -> dict:
     """The model analyzers' results; without data (or for raw tensors) only what the weights tell."""
     from .analysis import analyze_model
     from .analysis.registry import ANALYZERS
@@ -345,7 +349,7 @@ def _geometry(model, data, choice, device, seed, max_examples, reason) -> dict:
         results = analyze_model(ModelProbe(model, {}, None, seed=seed), only=weights_only)
         why = reason or "no data to read the members on"
         return {**{name: {"status": "skipped", "reason": why} for name in names if name not in weights_only}, **results}
-    return analyze_model(model_probe(model, data, choice, device, seed, max_examples))
+    return analyze_model(model_probe(model, data, choice, device, seed, max_examples, path_points))
 
 
 def _geometry_plots(results: dict, plot, method: str) -> list:

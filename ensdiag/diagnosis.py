@@ -40,14 +40,17 @@ LAYOUTS = ("channels-first", "channels-last", "tokens")
 
 def diagnose(members, id, ood=None, shift=None, val=None, *, train=None, normalize=None, layers=None,
              geometry: bool = True, geometry_examples: int = GEOMETRY_EXAMPLES, device="cpu", seed: int = 0,
-             progress: bool | None = None) -> "Diagnosis":
+             progress: bool | None = None, path_points: int | str = 11) -> "Diagnosis":
     """Every predictions analyzer on the splits given, and member geometry where the members are
     networks. `train`: labelled training inputs (BatchNorm statistics and the training loss along
     paths). `layers`: the modules CKA reads, as names or {name: layout} with layout one of
     `LAYOUTS` (default: [B, C, ...] outputs are channels-first, [B, T, D] tokens). `progress`: a
-    bar per split while predicting (default: when stderr is a terminal)."""
+    bar per split while predicting (default: when stderr is a terminal). `path_points`: points on
+    each path between members, or "adaptive" (fewer where the curve is flat; recorded)."""
     import sys
 
+    from .quickcheck import path_points_option
+    path_points = path_points_option(path_points)
     from .analysis import analyze_model, analyze_predictions
     progress = sys.stderr.isatty() if progress is None else progress
     device = torch.device(device)
@@ -68,7 +71,7 @@ def diagnose(members, id, ood=None, shift=None, val=None, *, train=None, normali
         train_split = _first(_batches(train, "train"), geometry_examples) if train is not None else None
         probe = ModelProbe(model, {name: Split(*kept[name]) for name in ("id", "ood") if name in kept}, normalize,
                            train_split[0] if train_split else None, seed=seed,
-                           train_labels=train_split[1] if train_split else None)
+                           train_labels=train_split[1] if train_split else None, path_points=path_points)
         metrics["analyzers"].update(analyze_model(probe))
     titles = {name: f"{name} (given to diagnose)" for name in splits}
     return Diagnosis(metrics, splits, titles)

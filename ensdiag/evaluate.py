@@ -113,7 +113,8 @@ def _your_data(model, choice, config, data_dir, download) -> PresetData:
     return PresetData(None, test, shift, ood, skipped, titles)
 
 
-def model_probe(model, data, choice: DataChoice | str | None = None, device="auto", seed=0, max_examples=None):
+def model_probe(model, data, choice: DataChoice | str | None = None, device="auto", seed=0, max_examples=None,
+                path_points=11):
     """A `ModelProbe` of the model on its data (analysis.geometry)."""
     from .analysis.geometry import ModelProbe
     choice = choice if isinstance(choice, DataChoice) else DataChoice(preset=choice)
@@ -122,7 +123,7 @@ def model_probe(model, data, choice: DataChoice | str | None = None, device="aut
     mean, std = normalization(model, choice, config)
     return ModelProbe(model.to(device), {"id": data.test, "ood": data.ood}, Normalize(mean, std, device),
                       data.train.images if data.train is not None else None, max_examples, seed,
-                      train_labels=data.train.labels if data.train is not None else None)
+                      train_labels=data.train.labels if data.train is not None else None, path_points=path_points)
 
 
 def evaluate_model(model, choice: DataChoice | str | None = None, data_dir="data", download=False, device="auto", seed=0,

@@ -102,3 +102,13 @@ def check_inputs(what: str, paths, folders: bool = False):
             raise EnsdiagError(f"{what} {path} does not exist")
         if not folders and path.is_dir():
             raise EnsdiagError(f"{what} {path} is a folder, not a file")
+
+
+def path_points_option(value) -> int | str:
+    """--path-points: an integer from 2 to 101 (an even grid from t = 0 to 1), or "adaptive"."""
+    text = str(value).strip().lower()
+    if text == "adaptive":
+        return text
+    if text.isdigit() and 2 <= int(text) <= 101:
+        return int(text)
+    raise EnsdiagError(f"--path-points must be an integer from 2 to 101, or 'adaptive'; got {value!r}")

@@ -45,13 +45,13 @@ def test_bench_json_has_every_method_against_the_reference_and_is_written_down(t
 
 
 def test_bench_resnet_extrapolates_from_timed_batches_and_compares_member_strategies(tmp_path, capsys):
-    code, out, err = run_cli(capsys, "bench", "--arch", "resnet18", "--train-size", 8, "--test-size", 4,
+    code, out, err = run_cli(capsys, "bench", "--arch", "resnet18", "--train-size", 8, "--test-size", 4, "--members", 2,
                              "--method", "deep-ensemble", "--batches", 1, "--strategies", "--no-reference",
-                             "--results-dir", tmp_path)
+                             "--epochs", 2, "--results-dir", tmp_path)
     assert code == 0, err
     assert "deep-ensemble" in out and "vmap" in out and "loop" in out  # the tables
     rounds = [line for line in err.splitlines() if line.startswith("round ")]
-    assert [line.split(":")[0] for line in rounds] == ["round 1/3", "round 2/3", "round 3/3"]
+    assert [line.split(":")[0] for line in rounds] == ["round 1/2", "round 2/2"]
     assert all("deep-ensemble [vmap]" in line and "deep-ensemble [loop]" in line for line in rounds)
     result = json.loads(next(tmp_path.glob("bench-resnet18-cpu-*.json")).read_text())
     row = result["methods"]["deep-ensemble"]
@@ -88,3 +88,40 @@ def test_bench_cuda_runs_bf16_fast_path_and_fp16_reference(capsys, tmp_path):
     result = json.loads(out)
     assert result["environment"]["device"].startswith("cuda")
     assert all(row["speedup"] > 0 for row in result["methods"].values())
+
+
+def test_bench_diagnose_times_every_step_in_evaluation_passes(tmp_path, capsys):
+    from ensdiag.analysis import all_analyzers
+    from ensdiag.bench.diagnose import PROTOCOL_IMAGES
+    code, out, err = run_cli(capsys, "bench", "--diagnose", "--test-size", 50, "--train-size", 20, "--epochs", 1,
+                             "--method", "single,deep-ensemble", "--path-points", "adaptive", "--results-dir", tmp_path)
+    assert code == 0, err
+    assert "geometry paths" in out and "report verdict bootstrap" in out  # both tables printed
+    written = list(tmp_path.glob("diagnose-mlp-cpu-*.json"))
+    assert len(written) == 1
+    result = json.loads(written[0].read_text())
+    assert result["kind"] == "diagnose" and result["settings"]["path_points"] == "adaptive"
+    predictions_analyzers = {f"analyzer {name}" for name, a in all_analyzers().items() if a.needs == "predictions"}
+    geometry = {"geometry cka", "geometry alignment", "geometry paths", "geometry rank-structure"}
+    single, ensemble = result["methods"]["single"], result["methods"]["deep-ensemble"]
+    assert set(single["steps"]) == {"predict id", "predict all splits"} | predictions_analyzers  # one weight set: no geometry
+    assert set(ensemble["steps"]) == {"predict id", "predict all splits"} | predictions_analyzers | geometry
+    for row in (single, ensemble):
+        unit = row["steps"]["predict id"]["seconds"]
+        assert row["steps"]["predict id"]["passes"] == 1
+        for step in row["steps"].values():
+            assert step["seconds"] > 0 and step["passes"] == pytest.approx(step["seconds"] / unit)
+        assert row["diagnosis_seconds"] == pytest.approx(sum(s["seconds"] for name, s in row["steps"].items()
+                                                             if name != "predict id"))
+    # paths: 3 pairs, each 6 to 11 points of (50 test + 20 training-sample) images; no BatchNorm in the mlp
+    assert 3 * 6 * 70 <= ensemble["path_images"] <= 3 * 11 * 70
+    estimate = ensemble["estimate"]  # scaled to the protocol's 10,000 images per split
+    steps = ensemble["steps"]
+    scaled = sum(s["seconds"] * PROTOCOL_IMAGES / 50 for name, s in steps.items()
+                 if name not in ("predict id", "geometry paths", "geometry alignment", "geometry rank-structure"))
+    scaled += steps["geometry paths"]["seconds"] * 3 * 11 * 9000 / ensemble["path_images"]
+    scaled += steps["geometry alignment"]["seconds"] + steps["geometry rank-structure"]["seconds"]
+    assert estimate["seconds"] == pytest.approx(scaled)
+    report = result["report"]
+    assert report["runs"] == 2 * 3 and report["unit_method"] == "deep-ensemble"
+    assert {"report verdict bootstrap", "report figures", "report (whole command)"} <= set(report["steps"])

@@ -346,3 +346,50 @@ def test_the_training_loss_is_read_along_the_path_on_the_training_sample():
         assert found["train_loss"][at] == pytest.approx(loss_and_accuracy(scratch, train.images, train.labels, lambda x: x)[0])
         assert found["loss"][at] == pytest.approx(loss_and_accuracy(scratch, test.images, test.labels, lambda x: x)[0])
     assert "train_loss" not in path(scratch, ends[0], ends[1], test, lambda x: x, None, 3)
+
+
+def _two_mlps():
+    from ensdiag.data.registry import Split
+    generator = torch.Generator().manual_seed(0)
+    test = Split(torch.rand(40, 1, 4, 4, generator=generator), torch.randint(0, 3, (40,), generator=generator))
+    ends = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        ends.append(build_model("mlp", "single", 1, 3, (1, 4, 4)).member_network(0).state_dict())
+    return build_model("mlp", "single", 1, 3, (1, 4, 4)).member_network(0), ends, test
+
+
+def test_an_adaptive_path_evaluates_a_flat_curve_on_six_points_of_the_full_grid():
+    from ensdiag.geometry.paths import path
+    scratch, ends, test = _two_mlps()
+    full = path(scratch, ends[0], ends[0], test, lambda x: x, None, 11)
+    adaptive = path(scratch, ends[0], ends[0], test, lambda x: x, None, "adaptive")
+    assert adaptive["t"] == full["t"][::2]
+    assert adaptive["loss"] == pytest.approx(full["loss"][::2], abs=1e-12)
+
+
+def test_an_adaptive_path_adds_exactly_the_midpoints_next_to_a_bend():
+    """Every value equals the full grid's at the same t; a midpoint is evaluated iff a second
+    difference of the coarse curve at either of its ends passes the tolerance."""
+    from ensdiag.geometry.paths import FLAT_ACCURACY, FLAT_LOSS, barrier, path
+    scratch, ends, test = _two_mlps()
+    full = path(scratch, ends[0], ends[1], test, lambda x: x, None, 11)
+    adaptive = path(scratch, ends[0], ends[1], test, lambda x: x, None, "adaptive")
+    coarse = list(range(0, 11, 2))
+    bends = set()
+    for key, tolerance in (("loss", FLAT_LOSS), ("accuracy", FLAT_ACCURACY)):
+        values = [full[key][i] for i in coarse]
+        bends |= {j for j in range(1, 5) if abs(values[j - 1] - 2 * values[j] + values[j + 1]) > tolerance}
+    expected = sorted(coarse + [2 * j + 1 for j in range(5) if j in bends or j + 1 in bends])
+    assert bends, "the two random members should bend the loss somewhere"
+    assert adaptive["t"] == [full["t"][i] for i in expected]
+    assert adaptive["loss"] == pytest.approx([full["loss"][i] for i in expected], rel=1e-6)
+    assert barrier(adaptive["t"], adaptive["loss"]) <= barrier(full["t"], full["loss"]) + 1e-9
+
+
+@pytest.mark.parametrize("value", ["1", "0", "102", "x", "-3", "2.5"])
+def test_path_points_other_than_an_integer_or_adaptive_are_refused(value, capsys, tmp_path):
+    from .cli import assert_one_line_error
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(b"")  # refused for its option before it is read
+    assert_one_line_error(capsys, "diversity", model, "--path-points", value, match="^error: --path-points must be")

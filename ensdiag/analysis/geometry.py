@@ -40,6 +40,8 @@ class ModelProbe:
     max_examples: int | None = None
     seed: int = 0
     train_labels: torch.Tensor | None = None
+    path_pairs: int = PATH_PAIRS
+    path_points: int | str = PATH_POINTS  # or "adaptive" (geometry/paths.py)
     _cache: dict = field(default_factory=dict, repr=False)
 
     def split(self, name, limit=None):
@@ -199,7 +201,7 @@ def alignment(probe):
                                    "largest rise of the training loss, on a fixed training sample, above the line between "
                                    "two members (mean over pairs; Ainsworth et al.)", ("geometry",), 42, "id")])
 def paths(probe):
-    from ..geometry.paths import barrier, path
+    from ..geometry.paths import barrier, describe_points, path
     networks = probe.members()
     test = probe.split("id", limit=PATH_EXAMPLES)
     if test is None or test.labels is None:
@@ -217,15 +219,15 @@ def paths(probe):
     scratch = probe.model.member_network(0)
     sample = probe.training_sample()
     pairs = []
-    for j in range(1, min(len(networks), PATH_PAIRS + 1)):
-        found = path(scratch, ends[0], ends[j], test, probe.normalize, train if has_norm else None, PATH_POINTS, sample)
+    for j in range(1, min(len(networks), probe.path_pairs + 1)):
+        found = path(scratch, ends[0], ends[j], test, probe.normalize, train if has_norm else None, probe.path_points, sample)
         pairs.append({"members": [0, j], **found, "loss_barrier": barrier(found["t"], found["loss"]),
                       "accuracy_barrier": barrier(found["t"], found["accuracy"], higher_is_worse=False),
                       **({"train_loss_barrier": barrier(found["t"], found["train_loss"])} if sample is not None else {})})
     mean = lambda key: sum(pair[key] for pair in pairs) / len(pairs) if key in pairs[0] else None  # noqa: E731
     batchnorm = (f"BatchNorm statistics recomputed on {len(train)} training images at every point" if has_norm
                  else "no BatchNorm in the network")
-    return {"pairs": pairs, "ends": how, "batchnorm": batchnorm, "n": len(test),
+    return {"pairs": pairs, "ends": how, "points": describe_points(probe.path_points), "batchnorm": batchnorm, "n": len(test),
             "train_n": len(sample) if sample is not None else 0,
             "loss_barrier": metric(mean("loss_barrier"), "max_t L(θ(t)) − ((1−t)L(θ_0) + tL(θ_1)) on the test set, mean "
                                    "over pairs; can be 0 without connectivity (averaging tempers over-confident logits)"),

@@ -16,18 +16,17 @@ from rich.table import Table
 from ..errors import EnsdiagError
 from ..io import atomic_write_json
 from ..precision import PRECISIONS
+from .diagnose import PROTOCOL_IMAGES
 from .harness import BENCH_METHODS, COMPILE_MODES, PROTOCOLS, BenchSettings, default_methods, run_bench
 
 BENCH_FORMAT = "ensdiag.bench/1"
-__all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "bench", "bench_table", "default_methods", "write_result"]
+__all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "bench", "bench_record", "bench_table", "default_methods",
+           "diagnose_table", "write_result"]
 
 
 def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:
     from ..nn.methods import run_methods
-    from ..provenance import environment
 
-    if settings.arch not in PROTOCOLS:
-        raise EnsdiagError(f"unknown --arch {settings.arch!r}; choose from {', '.join(PROTOCOLS)}")
     unknown = [m for m in settings.methods if m not in run_methods()]
     if unknown or not settings.methods:
         raise EnsdiagError(f"unknown method {', '.join(unknown) or '(none given)'}; choose from {', '.join(BENCH_METHODS)}")
@@ -43,7 +42,16 @@ def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:
     for ok, message in checks:
         if not ok:
             raise EnsdiagError(message)
-    result = run_bench(settings, device, log)
+    return bench_record(run_bench, settings, device, argv, log)
+
+
+def bench_record(run, settings, device, argv=(), log=None) -> dict:
+    """`run(settings, device, log)`'s result with what makes it traceable: the time, the command,
+    the machine and the library versions (ensdiag's included)."""
+    from ..provenance import environment
+    if settings.arch not in PROTOCOLS:
+        raise EnsdiagError(f"unknown --arch {settings.arch!r}; choose from {', '.join(PROTOCOLS)}")
+    result = run(settings, device, log)
     return {"format": BENCH_FORMAT, "created": datetime.now().isoformat(timespec="seconds"),
             "command": list(argv), "environment": environment(device), **result}
 
@@ -51,7 +59,8 @@ def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:
 def write_result(result: dict, folder=Path("benchmarks/results")) -> Path:
     settings = result["settings"]
     stamp = result["created"].replace(":", "").replace("-", "")
-    path = Path(folder) / f"bench-{settings['arch']}-{settings['device']}-{stamp}.json"
+    kind = "diagnose" if result.get("kind") == "diagnose" else "bench"
+    path = Path(folder) / f"{kind}-{settings['arch']}-{settings['device']}-{stamp}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -110,3 +119,34 @@ def bench_table(result: dict) -> list[Table]:
         first = result["methods"][extrapolated[0]]
         tables.append(f"epoch times extrapolated from {first['timed_batches']} of {first['batches_per_epoch']} batches")
     return tables
+
+
+def diagnose_table(result: dict) -> list[Table]:
+    """`bench --diagnose`: seconds and evaluation passes per step, one column pair per method."""
+    settings, methods = result["settings"], result["methods"]
+    table = Table(title=f"ensdiag bench --diagnose: {settings['arch']}, k = {settings['members']}, "
+                        f"{settings['test_size']:,} images per split ({settings['threads']} threads); "
+                        f"passes = multiples of one evaluation pass")
+    table.add_column("step", no_wrap=True)
+    for run in methods:
+        table.add_column(f"{run} s", justify="right")
+        table.add_column("passes", justify="right")
+    steps = list(dict.fromkeys(step for row in methods.values() for step in row["steps"]))
+    for step in steps:
+        cells = []
+        for row in methods.values():
+            found = row["steps"].get(step)
+            cells += [f"{found['seconds']:.3g}", f"{found['passes']:.3g}"] if found else ["–", "–"]
+        table.add_row(step, *cells)
+    table.add_row("diagnosis (all but the unit)", *[cell for row in methods.values()
+                                                    for cell in (f"{row['diagnosis_seconds']:.3g}", f"{row['diagnosis_passes']:.3g}")])
+    estimates = [f"{run} ≈ {row['estimate']['seconds']:,.0f} s" for run, row in methods.items() if row["estimate"]]
+    if estimates:
+        table.caption = (f"whole diagnosis at {PROTOCOL_IMAGES:,} images per split, estimated: " + ", ".join(estimates))
+    report = result["report"]
+    reporting = Table(title=f"report of {report['runs']} runs (passes of {report['unit_method']}'s evaluation pass)")
+    for column in ("step", "s", "passes"):
+        reporting.add_column(column, justify="left" if column == "step" else "right")
+    for step, found in report["steps"].items():
+        reporting.add_row(step, f"{found['seconds']:.3g}", f"{found['passes']:.3g}")
+    return [table, reporting]

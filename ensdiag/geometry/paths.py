@@ -63,23 +63,61 @@ def loss_and_accuracy(network, images, labels, normalize, batch_size: int = 1000
     return loss / len(images), correct / len(images)
 
 
-def path(network, state_a, state_b, test, normalize, train_images=None, points: int = 11, train=None) -> dict:
+ADAPTIVE = "adaptive"
+FLAT_LOSS = 0.01  # nats: a second difference below this, on both sides of a skipped point, counts as flat
+FLAT_ACCURACY = 0.005
+
+
+def describe_points(points) -> str:
+    if points == ADAPTIVE:
+        return (f"adaptive: every other point of the 11-point grid, and a skipped point only where a second difference "
+                f"next to it exceeds {FLAT_LOSS} nats of loss or {FLAT_ACCURACY:.1%} accuracy")
+    return f"{points} evenly spaced points"
+
+
+def _evaluate(network, state_a, state_b, t, test, normalize, train_images, train) -> dict:
+    network.load_state_dict(interpolate(state_a, state_b, t))
+    recomputed = recompute_batchnorm(network, train_images, normalize) if train_images is not None else False
+    found = {"batchnorm_recomputed": recomputed}
+    for prefix, split in (("", test), ("train_", train)):
+        if split is not None:
+            found[f"{prefix}loss"], found[f"{prefix}accuracy"] = loss_and_accuracy(network, split.images, split.labels,
+                                                                                   normalize)
+    return found
+
+
+def _bends(ts, values, tolerance) -> set[int]:
+    """Indices i of interior points whose second difference |v[i−1] − 2v[i] + v[i+1]| exceeds `tolerance`."""
+    return {i for i in range(1, len(ts) - 1) if abs(values[i - 1] - 2 * values[i] + values[i + 1]) > tolerance}
+
+
+def path(network, state_a, state_b, test, normalize, train_images=None, points: int | str = 11, train=None) -> dict:
     """{"t", "loss", "accuracy", "batchnorm_recomputed"} along θ(t) on the labelled `test` split,
     and "train_loss", "train_accuracy" on the labelled `train` sample when one is given;
-    `network` is a plain network of the members' shape whose weights are overwritten."""
-    ts = torch.linspace(0, 1, points).tolist()
-    found = {"t": ts, "loss": [], "accuracy": [], **({"train_loss": [], "train_accuracy": []} if train is not None else {})}
-    recomputed = False
-    for t in ts:
-        network.load_state_dict(interpolate(state_a, state_b, t))
-        if train_images is not None:
-            recomputed = recompute_batchnorm(network, train_images, normalize)
-        for prefix, split in (("", test), ("train_", train)):
-            if split is not None:
-                loss, accuracy = loss_and_accuracy(network, split.images, split.labels, normalize)
-                found[f"{prefix}loss"].append(loss)
-                found[f"{prefix}accuracy"].append(accuracy)
-    return {**found, "batchnorm_recomputed": recomputed}
+    `network` is a plain network of the members' shape whose weights are overwritten.
+
+    `points`: an even grid of that many points, or "adaptive": t = 0, 0.2, …, 1 first, then each
+    midpoint 0.1, 0.3, … only where the curve bends on either side of it (a second difference of
+    the loss or accuracy, test or training, above `FLAT_LOSS` / `FLAT_ACCURACY`). A curve flat
+    everywhere costs 6 points instead of 11; the barrier is read from the points evaluated."""
+    evaluate = lambda t: _evaluate(network, state_a, state_b, t, test, normalize, train_images, train)  # noqa: E731
+    grid = torch.linspace(0, 1, 11 if points == ADAPTIVE else points).tolist()  # adaptive: a subset of the 11-point grid
+    chosen = grid[::2] if points == ADAPTIVE else grid
+    found = {t: evaluate(t) for t in chosen}
+    if points == ADAPTIVE:
+        bends = set()
+        for key, tolerance in (("loss", FLAT_LOSS), ("accuracy", FLAT_ACCURACY), ("train_loss", FLAT_LOSS),
+                               ("train_accuracy", FLAT_ACCURACY)):
+            if key in found[chosen[0]]:
+                bends |= _bends(chosen, [found[t][key] for t in chosen], tolerance)
+        for i in range(len(chosen) - 1):  # the midpoint of [chosen[i], chosen[i+1]]: wanted if either end bends
+            if i in bends or i + 1 in bends:
+                t = grid[2 * i + 1]
+                found[t] = evaluate(t)
+    ts = sorted(found)
+    keys = [key for key in ("loss", "accuracy", "train_loss", "train_accuracy") if key in found[ts[0]]]
+    return {"t": ts, **{key: [found[t][key] for t in ts] for key in keys},
+            "batchnorm_recomputed": found[ts[-1]]["batchnorm_recomputed"]}
 
 
 def barrier(ts, values, higher_is_worse: bool = True) -> float:

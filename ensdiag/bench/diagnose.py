@@ -1,0 +1,250 @@
+"""`ensdiag bench --diagnose`: what each diagnosis step costs, in evaluation passes.
+
+    ensdiag bench --diagnose --arch mlp --device cpu                  # MNIST shapes, 10,000 test images
+    ensdiag bench --diagnose --arch resnet18 --device cpu --test-size 1000 --train-size 500 --epochs 1
+
+The unit is one evaluation pass: the model's k members predicting the N in-distribution test
+images. Every other step is timed on the same model and data and reported as a multiple of
+it, so a ratio carries over between machines where seconds do not:
+
+- each predictions analyzer (calibration, OOD scores, temperature fitting, …) on the ID,
+  shift, OOD and validation splits (N images each);
+- the model analyzers: CKA, weight alignment, paths between members, rank structure;
+- the report of a folder with every method × `seeds` runs: loading it, the tables with the
+  verdict's bootstrap, the bootstrap alone, the figures, and the markdown and HTML.
+
+Steps run round-robin (every step once per round) and each reports its median, as the
+training bench does. The models are untrained (`torch.manual_seed(seed)`): the costs do not
+depend on what was learned, except the iteration counts of temperature fitting and weight
+matching. The report's other seeds reuse seed 0's logits with a little noise, so they cost
+what real runs would without predicting again.
+
+Paths cost (pairs × points × (path images + BatchNorm images + training sample)) forward
+passes. With fewer images or pairs than the protocol's, the JSON's `estimate` scales each
+step's measured cost per image to the protocol's sizes (10,000 images per split, paths on
+3 pairs × 11 points × (5,000 + 2,000 + 2,000) images) and says so.
+"""
+
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ..analysis import analyze_predictions, all_analyzers
+from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES, PATH_PAIRS, PATH_POINTS, ModelProbe
+from ..config import preset_config
+from ..data.batching import Normalize
+from ..data.registry import Split
+from ..diagnosis import Diagnosis
+from ..nn import build_model, flush_denormals
+from ..nn.members import fastest
+from ..nn.methods import members_for
+from ..precision import exact_math
+from ..predict import predict
+from ..predictions import with_pooled_shift
+from .harness import PROTOCOLS, synthetic_split
+
+SPLITS = ("id", "shift", "ood", "val")  # val: what temperature scaling is fitted on
+PROTOCOL_IMAGES = 10_000  # the test splits of MNIST and CIFAR-10
+
+
+@dataclass
+class DiagnoseSettings:
+    arch: str = "mlp"
+    methods: tuple[str, ...] = ("single", "mc-dropout", "deep-ensemble", "batch-ensemble")  # the presets' grid
+    device: str = "cpu"
+    members: int = 4
+    test_size: int = PROTOCOL_IMAGES  # images in each of the id, shift and ood splits
+    train_size: int = BATCHNORM_EXAMPLES  # training images: BatchNorm along paths and the training-loss sample
+    rounds: int = 3
+    seeds: int = 3  # runs per method in the report's folder
+    path_pairs: int = PATH_PAIRS
+    path_points: int | str = PATH_POINTS
+    warmup: bool = True  # a first, untimed call of every step (off where one call takes minutes)
+
+    def to_dict(self):
+        return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
+
+
+def _timed(fn, device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    began = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - began
+
+
+class MethodSteps:
+    """One method's model on the synthetic splits, and its diagnosis steps as timers."""
+
+    def __init__(self, config, method, settings, splits, train, device):
+        torch.manual_seed(0)
+        self.method = method
+        self.model = build_model(config.arch, method, members_for(method, settings.members), config.num_classes,
+                                 config.input_shape, **config.model_options(method)[1]).to(device).eval()
+        self.model.member_strategy = fastest(device.type, config.arch)
+        self.normalize = Normalize(config.mean, config.std, device)
+        self.splits, self.train, self.settings, self.device = splits, train, settings, device
+        self.predictions = with_pooled_shift(predict(self.model, splits, self.normalize, device))
+        self.weights = self.model.member_weights()
+        self.results = {}  # the model analyzers' last results
+
+    def probe(self) -> ModelProbe:
+        return ModelProbe(self.model, {"id": self.splits["id"], "ood": self.splits["ood"]}, self.normalize,
+                          self.train.images, train_labels=self.train.labels, path_pairs=self.settings.path_pairs,
+                          path_points=self.settings.path_points)
+
+    def steps(self) -> dict:
+        """{step: zero-argument function}; "predict id" is the unit."""
+        steps = {"predict id": lambda: predict(self.model, {"id": self.splits["id"]}, self.normalize, self.device),
+                 "predict all splits": lambda: predict(self.model, self.splits, self.normalize, self.device)}
+        for name, analyzer in all_analyzers().items():
+            if analyzer.needs == "predictions":
+                steps[f"analyzer {name}"] = lambda name=name: analyze_predictions(self.predictions, self.weights, only=[name])
+        if not self.model.kit.one_weight_set and self.model.num_members > 1:
+            for name in ("cka", "alignment", "paths", "rank-structure"):
+                steps[f"geometry {name}"] = lambda name=name: self._model_analyzer(name)
+        return steps
+
+    def _model_analyzer(self, name):
+        from ..analysis import analyze_model
+        probe = self.probe()
+        if name == "paths" and self.model.kit.own_weights:  # alignment is its own step: paths start from its result
+            probe._cache["aligned"] = self._aligned()
+        with exact_math():
+            result = analyze_model(probe, only=[name])[name]
+        if result["status"] == "failed":
+            raise RuntimeError(f"{self.method}: {name} failed: {result['reason']}")
+        self.results[name] = result
+        return result
+
+    def _aligned(self):
+        if not hasattr(self, "_aligned_cache"):
+            self._aligned_cache = self.probe().aligned()
+        return self._aligned_cache
+
+
+def _report_folder(folder: Path, methods: dict, seeds: int):
+    """Every method × seed as diagnosis runs; seeds after the first reuse seed 0's logits with noise."""
+    for run, steps in methods.items():
+        metrics = analyze_predictions(steps.predictions, steps.weights)
+        for seed in range(seeds):
+            predictions = steps.predictions
+            if seed:
+                generator = torch.Generator().manual_seed(seed)
+                predictions = {name: {**split, "logits": split["logits"] + 0.05 * torch.randn(
+                    split["logits"].shape, generator=generator)} for name, split in predictions.items()}
+                metrics = analyze_predictions(predictions, steps.weights)
+            Diagnosis(metrics, predictions, {name: f"synthetic {name}" for name in SPLITS}).save(folder, run, seed)
+
+
+def _report_steps(folder: Path) -> dict:
+    from ..report import make_report, render
+    from ..report.load import load_runs
+    from ..report.verdict import verdict
+    from ..report.aggregate import build_report
+    from ..report import make_figures
+
+    def report_tables():
+        return build_report(folder, None, load_runs(folder), "ensdiag")
+
+    def figures():
+        report = build_report(folder, None, load_runs(folder), "ensdiag")
+        make_figures(report, load_runs(folder)["runs"], folder)
+
+    def text():
+        report = make_report(folder, write=False)
+        render(report, "markdown"), render(report, "html", folder)
+
+    return {"report load": lambda: load_runs(folder), "report tables and verdict": report_tables,
+            "report verdict bootstrap": lambda: verdict(folder, load_runs(folder)["runs"]),
+            "report figures": figures, "report markdown and html": text,
+            "report (whole command)": lambda: make_report(folder)}
+
+
+def _estimate(settings, seconds: dict, sizes: dict) -> dict | None:
+    """The whole diagnosis (`ensdiag diversity` with geometry: the three splits predicted, every
+    analyzer) at the protocol's sizes, from each step's measured cost per image; None when
+    measured at those sizes already."""
+    n, bn = settings.test_size, settings.train_size
+    protocol_paths = PATH_PAIRS * PATH_POINTS * (PATH_EXAMPLES + 2 * BATCHNORM_EXAMPLES)
+    if n >= PROTOCOL_IMAGES and bn >= BATCHNORM_EXAMPLES and settings.path_pairs >= PATH_PAIRS \
+            and settings.path_points == PATH_POINTS:
+        return None
+    scale = PROTOCOL_IMAGES / n
+    total = 0.0
+    for step, value in seconds.items():
+        if step in ("predict id",) or step.startswith("report"):
+            continue
+        if step == "geometry paths":
+            total += value * protocol_paths / sizes["path_images"] if sizes["path_images"] else 0.0
+        elif step in ("geometry alignment", "geometry rank-structure"):
+            total += value  # weights only
+        else:
+            total += value * scale
+    return {"seconds": total, "images_per_split": PROTOCOL_IMAGES,
+            "how": f"each step's measured seconds per image scaled from {n:,} to {PROTOCOL_IMAGES:,} images per split; "
+                   f"paths from {sizes['path_images']:,} to {protocol_paths:,} image passes "
+                   f"({PATH_PAIRS} pairs × {PATH_POINTS} points × ({PATH_EXAMPLES:,} + 2 × {BATCHNORM_EXAMPLES:,})); "
+                   "alignment and rank read weights only"}
+
+
+def _path_images(steps: MethodSteps) -> int:
+    """Image passes the timed paths step made: points evaluated × (test + training sample +
+    BatchNorm images); an adaptive grid's points are counted from its result."""
+    result = steps.results.get("paths")
+    if result is None or result["status"] != "ok":
+        return 0
+    has_norm = "recomputed" in result["batchnorm"]
+    per_point = result["n"] + result["train_n"] + (min(len(steps.train), BATCHNORM_EXAMPLES) if has_norm else 0)
+    return sum(len(pair["t"]) for pair in result["pairs"]) * per_point
+
+
+def run_diagnose_bench(settings: DiagnoseSettings, device, log=None) -> dict:
+    flush_denormals()
+    preset, _ = PROTOCOLS[settings.arch]
+    config = preset_config(preset, members=settings.members, methods=list(settings.methods))
+    shape, classes = config.input_shape, config.num_classes
+    splits = {name: Split(*synthetic_split(settings.test_size, shape, classes, seed=1 + i), f"synthetic {name}")
+              for i, name in enumerate(SPLITS)}
+    splits["ood"] = Split(splits["ood"].images, None, "synthetic ood")
+    train = Split(*synthetic_split(settings.train_size, shape, classes, seed=7), "synthetic training images")
+    methods = {run: MethodSteps(config, run, settings, splits, train, device) for run in settings.methods}
+    timers = {(run, step): fn for run, steps in methods.items() for step, fn in steps.steps().items()}
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        _report_folder(folder, methods, settings.seeds)
+        timers.update({("report", step): fn for step, fn in _report_steps(folder).items()})
+        for fn in timers.values() if settings.warmup else ():  # first calls build caches and import lazily
+            fn()
+        seconds = {key: [] for key in timers}
+        for round_ in range(settings.rounds):
+            for key, fn in timers.items():
+                seconds[key].append(_timed(fn, device))
+            if log is not None:
+                log(f"round {round_ + 1}/{settings.rounds} done")
+    median = {key: statistics.median(values) for key, values in seconds.items()}
+    unit_run = "deep-ensemble" if "deep-ensemble" in methods else next(iter(methods))
+    result = {}
+    for run, steps in methods.items():
+        unit = median[run, "predict id"]
+        rows = {step: {"seconds": median[run, step], "passes": median[run, step] / unit} for (r, step) in median if r == run}
+        sizes = {"path_images": _path_images(steps)}
+        diagnosis = sum(row["seconds"] for step, row in rows.items() if step != "predict id")
+        result[run] = {"members": steps.model.num_members, "steps": rows, "path_images": sizes["path_images"],
+                       "diagnosis_seconds": diagnosis, "diagnosis_passes": diagnosis / unit,
+                       "estimate": _estimate(settings, {s: r["seconds"] for s, r in rows.items()}, sizes)}
+    unit = median[unit_run, "predict id"]
+    report = {step: {"seconds": median["report", step], "passes": median["report", step] / unit}
+              for (r, step) in median if r == "report"}
+    return {"kind": "diagnose", "settings": {**settings.to_dict(), "threads": torch.get_num_threads()},
+            "unit": f"one evaluation pass: the model's members predicting the {settings.test_size:,} ID test images",
+            "methods": result, "report": {"unit_method": unit_run, "runs": len(methods) * settings.seeds, "steps": report}}
+
+
+__all__ = ["DiagnoseSettings", "run_diagnose_bench"]
