@@ -158,47 +158,63 @@ def analyze(
     sources: list[Path] = typer.Argument(..., metavar="PREDICTIONS",
                                          help="A .safetensors predictions file ('<split>/logits' [k,N,C], '<split>/labels' [N]), "
                                               "an .npz with the same keys (or logits/probs + labels), one .npy [k,N,C], "
-                                              "or one .npy [N,C] per member."),
+                                              "one .npy [N,C] per member, or a .jsonl of multiple-choice scores (one "
+                                              "question per line)."),
     labels: Path = typer.Option(None, help="Integer labels [N] (.npy) for .npy predictions."),
-    ood: list[Path] = typer.Option(None, help="OOD predictions (.npy, like PREDICTIONS; repeat for one file per member)."),
-    inputs: str = typer.Option("logits", help="What .npy/.npz arrays hold: logits (or log-probabilities) or probs."),
+    ood: list[Path] = typer.Option(None, help="OOD predictions (.npy like PREDICTIONS, repeated for one file per member; "
+                                              "or one .jsonl of OOD questions)."),
+    inputs: str = typer.Option("logits", help="What .npy/.npz/.jsonl scores are: logits (or log-probabilities, "
+                                              "log-likelihoods) or probs."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
-    out: Path = typer.Option(None, help="Also write the metrics to this JSON file (or to metrics.json in this folder)."),
+    out: Path = typer.Option(None, help="Also write the metrics to this JSON file (or to metrics.json in this folder); "
+                                        "with --method, the folder to save the diagnosis into."),
+    method: str = typer.Option(None, help="Save as run METHOD of the folder --out (OUT/METHOD/seed-SEED/), for "
+                                          "`ensdiag report OUT`; the verdict needs runs named single and deep-ensemble."),
+    seed: int = typer.Option(None, help="With --method: the seed this run is saved under (default 0)."),
 ):
     """Every metric from member predictions made anywhere.
 
-    File layouts are in the README ("Bring your own ensemble")."""
+    File layouts are in the README ("Bring your own ensemble", "Multiple-choice predictions")."""
     check_format(fmt)
     from .quickcheck import check_inputs
     check_inputs("PREDICTIONS", sources)
     check_inputs("--labels", [labels] if labels is not None else [])
     check_inputs("--ood", ood)
+    _check_saving(out, method, seed)
     from .analysis import analyze_predictions
+    from .foreign.predictions import load_any_predictions
     from .io import atomic_write_json
 
-    if inputs not in ("logits", "probs"):
-        raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
-    warnings = []
-    if len(sources) == 1 and sources[0].suffix == ".safetensors":
-        from .predictions import load_predictions
-        if labels is not None or ood or inputs != "logits":
-            raise EnsdiagError("a .safetensors predictions file holds logits, labels and splits itself; "
-                               "drop --labels, --ood and --inputs")
-        predictions, _ = load_predictions(sources[0])
-    else:
-        from .foreign.predictions import load_array_predictions
-        predictions, warnings = load_array_predictions(sources, labels, ood or (), inputs)
+    predictions, warnings = load_any_predictions(sources, labels, ood or (), inputs)
     for warning in warnings:
         note(f"warning: {warning}")
     metrics = analyze_predictions(predictions)
     if warnings:
         metrics["input_warnings"] = warnings
-    if out is not None:
+    if method is not None:
+        from .diagnosis import Diagnosis
+        source = f"ensdiag analyze {' '.join(path.name for path in [*sources, *(ood or ())])}"
+        run = Diagnosis(metrics, predictions, {name: name for name in predictions}, source).save(out, method, seed or 0)
+        note(f"saved to {run}; `ensdiag report {out}` reports every run saved there")
+    elif out is not None:
         atomic_write_json(output_file(out, "metrics.json"), metrics)
     if fmt == "json":
         print_json(metrics)
     else:
         _show_metrics(metrics, ", ".join(map(str, sources)))
+
+
+def _check_saving(out, method, seed):
+    """--method saves a diagnosis-kind run folder (as `Diagnosis.save`); --seed only goes with it."""
+    if method is None:
+        if seed is not None:
+            raise EnsdiagError("--seed names the run --method saves: give --method too (and --out)")
+        return
+    if out is None:
+        raise EnsdiagError("--method saves the analysis as a run of a folder: give that folder with --out DIR")
+    from .runs import check_run_name
+    check_run_name(method, 0 if seed is None else seed)
+    output_folder(out)
 
 
 @app.command()
@@ -222,12 +238,27 @@ def diversity(
     max_examples: int = typer.Option(None, min=4, help="Geometry: at most this many images per split (default: all)."),
     path_points: str = typer.Option("11", help="Geometry: points on each path between members, or 'adaptive' "
                                     "(6, and the other 5 only where the curve bends; recorded in the result)."),
+    base: Path = typer.Option(None, help="LoRA adapters: the base model's weights (a .safetensors file or a folder of "
+                              "shards with model.safetensors.index.json), for the effective-weight quantities."),
+    save: Path = typer.Option(None, help="LoRA adapters: also save the diagnosis as run METHOD/seed-SEED of this "
+                              "folder, for `ensdiag report DIR`."),
+    method: str = typer.Option("lora", help="LoRA adapters with --save: the run's name (--seed: its seed)."),
 ):
     """How different the members really are, in outputs and weights.
 
-    Disagreement per split, weight-space cosine and member geometry."""
+    Disagreement per split, weight-space cosine and member geometry. MODEL may instead be k ≥ 2 LoRA
+    adapter folders as PEFT saves them (ADAPTER_DIR…: adapter_config.json and the weights), compared
+    by their weights (docs/conventions.md, "LoRA ensembles")."""
     check_format(fmt)
     _quick_checks(model_path, data, shift, ood)
+    from .lora import adapter_folders
+    if adapter_folders(model_path):  # before anything imports torch: their configs are checked first
+        from .lora.command import lora_diversity
+        return lora_diversity(model_path, base, fmt, plot, save, method, seed, {
+            "--preset": preset, "--data": data, "--shift": shift, "--ood": ood, "--normalize": normalize,
+            "--num-classes": num_classes, "--max-examples": max_examples})
+    if base is not None or save is not None:
+        raise EnsdiagError("--base and --save are for LoRA adapter folders (ADAPTER_DIR…, each with adapter_config.json)")
     from .quickcheck import path_points_option
     points = path_points_option(path_points)
     from .analysis import analyze_predictions

@@ -127,17 +127,15 @@ class Diagnosis:
     metrics: dict
     predictions: dict
     titles: dict = field(default_factory=dict)
+    source: str = "ensdiag.diagnose"  # what made it, recorded in the saved run's meta.json
 
     def save(self, folder, method: str = "ensemble", seed: int = 0) -> Path:
         """Write this diagnosis as `folder/<method>/seed-<seed>/` (metrics.json, predictions, meta.json)
         and list it in `folder/experiment.json`, so `ensdiag report folder` reads it beside others."""
         from .io import atomic_write_json
         from .predictions import save_predictions
-        from .runs import METHOD_NAME, add_diagnosis
-        if not isinstance(method, str) or not METHOD_NAME.match(method):
-            raise EnsdiagError(f"method name {method!r} must be 1-64 letters, digits, '.', '_' or '-' (it names a folder)")
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
-            raise EnsdiagError(f"seed must be an integer in 0..2³¹−1, got {seed!r}")
+        from .runs import add_diagnosis, check_run_name
+        check_run_name(method, seed)
         folder = Path(folder)
         add_diagnosis(folder, method, seed, self.titles)
         run = folder / method / f"seed-{seed}"
@@ -145,7 +143,7 @@ class Diagnosis:
         save_predictions(self.predictions, run / "predictions.safetensors", {"ensdiag.splits": self.titles})
         atomic_write_json(run / "metrics.json", self.metrics)
         atomic_write_json(run / "meta.json", {"run": method, "method": method, "seed": seed, "splits": self.titles,
-                                              "source": "ensdiag.diagnose"})  # last: marks the run finished
+                                              "source": self.source})  # last: marks the run finished
         return run
 
     def _report(self, fmt: str) -> str:

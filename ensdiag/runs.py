@@ -70,6 +70,14 @@ DIAGNOSIS = "diagnosis"
 METHOD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # it names a folder
 
 
+def check_run_name(method, seed):
+    """A diagnosis run's method and seed, as they will name its folder `<method>/seed-<seed>`."""
+    if not isinstance(method, str) or not METHOD_NAME.match(method):
+        raise EnsdiagError(f"method name {method!r} must be 1-64 letters, digits, '.', '_' or '-' (it names a folder)")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
+        raise EnsdiagError(f"seed must be an integer in 0..2³¹−1, got {seed!r}")
+
+
 def _check_diagnosis_config(path, config):
     if not isinstance(config, dict) or config.get("preset") != "custom" or not isinstance(config.get("methods"), list) \
             or not isinstance(config.get("seeds"), list):
@@ -101,5 +109,7 @@ def add_diagnosis(folder, method: str, seed: int, titles: dict) -> dict:
     config["methods"] += [method] if method not in config["methods"] else []
     config["seeds"] += [seed] if seed not in config["seeds"] else []
     data["splits"].update(titles)
+    # a report leaves out the tables of a split that no run saved here has, as it does for a training run's
+    data["skipped"] = {split: "no run saved here has this split" for split in ("shift", "ood") if split not in data["splits"]}
     atomic_write_json(folder / "experiment.json", data)
     return data

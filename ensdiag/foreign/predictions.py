@@ -250,3 +250,26 @@ def _check_consistent(splits, where):
     classes = {split["logits"].shape[2] for split in splits.values()}
     if len(members) != 1 or len(classes) != 1:
         raise EnsdiagError(f"{where}: splits disagree on members {sorted(members)} or classes {sorted(classes)}")
+
+
+def load_any_predictions(sources, labels=None, ood=(), inputs="logits") -> tuple[dict[str, dict], list[str]]:
+    """({split: {"logits", "labels"}}, warnings) from whatever `ensdiag analyze` was given: an
+    ensdiag .safetensors predictions file, a .jsonl of multiple-choice scores (foreign/jsonl.py),
+    or .npy / .npz arrays."""
+    sources, ood = [Path(s) for s in sources], [Path(p) for p in ood]
+    if inputs not in INPUTS:
+        raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
+    if len(sources) == 1 and sources[0].suffix == ".safetensors":
+        from ..predictions import load_predictions
+        if labels is not None or ood or inputs != "logits":
+            raise EnsdiagError("a .safetensors predictions file holds logits, labels and splits itself; "
+                               "drop --labels, --ood and --inputs")
+        return load_predictions(sources[0])[0], []
+    is_jsonl = [path.suffix.lower() == ".jsonl" for path in [*sources, *ood]]
+    if any(is_jsonl):
+        from .jsonl import load_jsonl_predictions
+        if len(sources) != 1 or not all(is_jsonl) or labels is not None or len(ood) > 1:
+            raise EnsdiagError("a .jsonl file holds every member's scores and each question's answer: pass one "
+                               "(no --labels), and OOD questions in it or in one --ood .jsonl")
+        return load_jsonl_predictions(sources[0], ood[0] if ood else None, inputs)
+    return load_array_predictions(sources, labels, ood, inputs)

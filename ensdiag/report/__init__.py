@@ -17,6 +17,7 @@ from .load import dig, load_runs, newest_run
 from .figures import (heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure, save_figure,
                       training_curves_figure)
 from .geometry_figures import add_report_figures
+from .lora import add_lora_figures
 from .render import to_html, to_json, to_latex, to_markdown, to_rich
 
 FORMATS = ("table", "markdown", "json", "latex", "html")
@@ -78,7 +79,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False) -> 
         panels = []
         for method, seeds in runs.items():
             _, run = _first_complete(seeds)
-            if run is None:
+            if run is None or "ood" not in run["metrics"]["splits"]:  # e.g. LoRA adapters: weights, no predictions
                 continue
             predictions, _ = load_predictions(run["folder"] / "predictions.safetensors")
             if "ood" in predictions:
@@ -96,6 +97,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False) -> 
         add("risk-coverage", "Risk–coverage on the in-distribution test set (first seed; AURC is the area)",
             risk_coverage_figure(selective))
     add_report_figures(runs, add)
+    add_lora_figures(runs, add)
     histories = {method: [run["history"] for run in seeds.values() if run and run["history"]] for method, seeds in runs.items()}
     if any(histories.values()):
         add("training", "Training loss and validation accuracy per epoch (every seed)",

@@ -12,6 +12,7 @@ from scipy import stats
 from ..analysis.registry import SPLIT_TABLES
 from ..errors import EnsdiagError, unknown
 from .load import MISSING, _lookup, _number, dig, load_runs
+from .lora import lora_only, lora_tables
 
 REPORT_SCHEMA = "ensdiag.report/1"
 CI_DEFINITION = "mean ± t_{0.975,n−1}·s/√n over seeds (95 % Student-t interval; s = sample std, n seeds)"
@@ -294,6 +295,11 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
         tables.append(analyzer_table(table_id, analyzer.description[:1].upper() + analyzer.description[1:]
                                      if analyzer.description else table_id,
                                      note=_notes(runs, analyzer.name)))
+    lora, lora_definitions = lora_tables(runs, expected, _table)
+    tables += lora
+    definitions.update(lora_definitions)
+    if lora_only(runs):  # adapters compared by their weights alone: no predictions, so no other table applies
+        tables, verdicts, definitions = lora, {}, lora_definitions
     if reference == "paper":
         if config["preset"] != "cifar10":
             raise EnsdiagError(f"--reference paper compares with the paper's CIFAR-10 numbers; this run is the {config['preset']} preset")

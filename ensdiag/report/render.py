@@ -31,6 +31,8 @@ def format_number(value, table_id, column_index):
         return value
     if word := non_finite_word(value):
         return word
+    if table_id.startswith("lora"):  # overlaps, nulls and 1 − cosine of effective weights span decades
+        return f"{value:.4g}"
     if table_id == "cost":
         return f"{value:,.0f}" if column_index == 0 else f"{value:.1f}"
     return f"{value:.3f}"

@@ -1,0 +1,17 @@
+"""LoRA ensembles: k PEFT adapters of one frozen base, compared in weight space without forming
+any ΔW = s·B·A (docs/conventions.md, "LoRA ensembles").
+
+- `config.py`: the adapter folders and their configs, checked alike (torch-free);
+- `adapters.py`: the factors A, B, read one module at a time and checked like user input;
+- `base.py`: the base model's weights, streamed in blocks of rows from safetensors shards;
+- `maths.py`: the factored identities (pure functions);
+- `analysis.py`: the `lora` section of metrics.json; `present.py`, `command.py`: the CLI's side.
+
+    from ensdiag.lora.config import read_adapter_folders
+    from ensdiag.lora.analysis import diagnose_adapters
+    section = diagnose_adapters(read_adapter_folders(["a", "b", "c"]), base="base-model/")
+"""
+
+from .config import adapter_folders
+
+__all__ = ["adapter_folders"]

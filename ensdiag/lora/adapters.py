@@ -1,0 +1,164 @@
+"""The tensors of LoRA adapters, read like user input: PEFT's `<module>.lora_A.weight` [r, n] and
+`<module>.lora_B.weight` [m, r] (convolutions: [r, c, kh, kw] and [m, r, 1, 1], read as matrices),
+from `adapter_model.safetensors` (headers first, one module's tensors at a time) or from
+`adapter_model.bin` through `torch.load(weights_only=True, mmap=True)`, which never runs pickled code.
+
+    modules = adapted_modules(configs)          # [Module], the same in every member, shapes checked
+    A, B = read_factors(configs[0], modules[0])  # float64, finite, ranks checked
+"""
+
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from ..budget import require
+from ..errors import EnsdiagError
+from .config import AdapterConfig
+
+PREFIX = "base_model.model."  # what PEFT's wrapper puts before the base model's module names
+FACTOR = re.compile(r"^(?P<module>.+)\.lora_(?P<which>[AB])\.weight$")
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+BIN_DTYPES = {torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64"}
+
+
+@dataclass(frozen=True)
+class Module:
+    """One adapted module: its name in the base model, its factors' keys, ΔW's shape [m, n]."""
+
+    name: str
+    key_a: str
+    key_b: str
+    shape: tuple[int, int]
+
+
+def _opened(path):
+    from safetensors import safe_open
+    return safe_open(str(path), framework="pt", device="cpu")
+
+
+def _bin_state(path) -> dict:
+    """A .bin adapter's tensors, memory-mapped where the file allows it (zip format); read once per
+    version of the file."""
+    stat = path.stat()
+    return _loaded_bin(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=16)
+def _loaded_bin(path, mtime, size) -> dict:
+    import zipfile
+
+    from ..foreign.checkpoints import _check_zip_sizes
+    _check_zip_sizes(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except Exception as error:  # pickle.UnpicklingError and whatever a damaged file raises
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise EnsdiagError(f"{path} is not a readable adapter_model.bin ({reason[:160]}); ensdiag loads it with "
+                           "torch.load(weights_only=True) and never runs pickled code") from None
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise EnsdiagError(f"{path} holds no state_dict of named tensors")
+    return state
+
+
+def _header(config: AdapterConfig) -> dict[str, tuple[tuple[int, ...], str]]:
+    """{key: (shape, dtype)} without reading any tensor's data."""
+    from safetensors import SafetensorError
+    path = config.weights
+    if path.suffix == ".bin":
+        return {key: (tuple(value.shape), BIN_DTYPES.get(value.dtype, str(value.dtype)))
+                for key, value in _bin_state(path).items()}
+    try:
+        with _opened(path) as handle:
+            return {key: (tuple(handle.get_slice(key).get_shape()), handle.get_slice(key).get_dtype())
+                    for key in handle.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise EnsdiagError(f"{path} is not a readable safetensors file ({reason[:160]})") from None
+
+
+def _modules_of(config: AdapterConfig) -> tuple[dict[str, Module], list[str]]:
+    """The adapter's modules, every factor's shape and dtype checked, and the keys that are no LoRA
+    factor; read once per version of the file."""
+    stat = config.weights.stat()
+    return _read_modules(config, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=64)
+def _read_modules(config: AdapterConfig, mtime, size) -> tuple[dict[str, Module], list[str]]:
+    header, path = _header(config), config.weights
+    factors, other = {}, []
+    for key in header:
+        match = FACTOR.match(key)
+        if match is None:
+            other.append(key)
+            continue
+        factors.setdefault(match["module"], {})[match["which"]] = key
+    modules = {}
+    for module, keys in factors.items():
+        if len(keys) != 2:
+            have, lacks = ("A", "B") if "A" in keys else ("B", "A")
+            raise EnsdiagError(f"{path}: {module} has lora_{have} but no lora_{lacks}: the file is incomplete")
+        (shape_a, dtype_a), (shape_b, dtype_b) = header[keys["A"]], header[keys["B"]]
+        for key, dtype in ((keys["A"], dtype_a), (keys["B"], dtype_b)):
+            if dtype not in FLOAT_DTYPES:
+                raise EnsdiagError(f"{path}: {key} is {dtype}, not a float tensor")
+        if len(shape_a) < 2 or len(shape_b) < 2 or any(extent != 1 for extent in shape_b[2:]) or min(shape_a + shape_b) < 1:
+            raise EnsdiagError(f"{path}: {module}'s factors have shapes {list(shape_a)} and {list(shape_b)}, not "
+                               "lora_A [r, n] and lora_B [m, r]")
+        if shape_a[0] != shape_b[1] or shape_a[0] != config.rank:
+            raise EnsdiagError(f"{path}: {module} has lora_A of rank {shape_a[0]} and lora_B of rank {shape_b[1]}, "
+                               f"but the config says r = {config.rank}")
+        name = module.removeprefix(PREFIX)  # a convolution's A [r, c, kh, kw] is read as [r, c·kh·kw]
+        modules[name] = Module(name, keys["A"], keys["B"], (shape_b[0], math.prod(shape_a[1:])))
+    if not modules:
+        raise EnsdiagError(f"{path} holds no LoRA factors (keys ending in .lora_A.weight and .lora_B.weight)")
+    return modules, other
+
+
+def adapted_modules(configs: list[AdapterConfig]) -> tuple[list[Module], list[str]]:
+    """The modules every member adapts, in the model's order (layer numbers compared as numbers), and
+    the other tensors of the first member's file (not compared)."""
+    first, other = _modules_of(configs[0])
+    for config in configs[1:]:
+        modules, _ = _modules_of(config)
+        for name in sorted(set(first) ^ set(modules)):
+            has, lacks = (configs[0], config) if name in first else (config, configs[0])
+            raise EnsdiagError(f"{has.weights} adapts {name} but {lacks.weights} does not; members must adapt the "
+                               "same modules")
+        for name, module in modules.items():
+            if module.shape != first[name].shape:
+                raise EnsdiagError(f"{name} is {first[name].shape[0]}×{first[name].shape[1]} in {configs[0].weights} but "
+                                   f"{module.shape[0]}×{module.shape[1]} in {config.weights}: not the same base model")
+    return sorted(first.values(), key=lambda module: natural_order(module.name)), other
+
+
+def natural_order(name: str):
+    """layers.2 before layers.10."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in name.split(".")]
+
+
+def read_factors(config: AdapterConfig, module: Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A [r, n], B [m, r]) of one member's module in float64, checked finite (`adapted_modules` checked
+    that every member has the module, under keys of its own)."""
+    from safetensors import SafetensorError
+    m, n = module.shape
+    require(8 * config.rank * (m + n), f"the LoRA factors of {module.name}")
+    path = config.weights
+    own = _modules_of(config)[0][module.name]
+    key_a, key_b = own.key_a, own.key_b
+    try:
+        if path.suffix == ".bin":
+            state = _bin_state(path)
+            a, b = state[key_a], state[key_b]
+        else:
+            with _opened(path) as handle:
+                a, b = handle.get_tensor(key_a), handle.get_tensor(key_b)
+    except (SafetensorError, OSError, ValueError, RuntimeError, KeyError) as error:
+        raise EnsdiagError(f"{path}: cannot read {module.name}'s factors ({str(error)[:120] or type(error).__name__})") from None
+    a, b = a.to(torch.float64).reshape(config.rank, n), b.to(torch.float64).reshape(m, config.rank)
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        raise EnsdiagError(f"{path}: {module.name}'s LoRA factors hold NaN or infinite values")
+    return a, b

@@ -1,0 +1,171 @@
+"""A LoRA ensemble's weight-space diagnosis: every adapted layer read once, one module at a time,
+then summarised over all layers, by module type and by depth. The result is the `lora` section
+of metrics.json; docs/conventions.md ("LoRA ensembles") defines every number.
+
+    section = diagnose_adapters(read_adapter_folders(["a", "b", "c"]), base=Path("base"))
+    section["summary"]["delta_cosine"]["mean"]
+"""
+
+import math
+import re
+
+import torch
+
+from ..analysis.registry import finite
+from . import maths
+from .adapters import adapted_modules, read_factors
+from .config import AdapterConfig
+
+FORMAT = "ensdiag.lora/1"
+# module names of common architectures (Llama, Mistral, OPT, BERT, …) → their role; others keep their last name
+MODULE_TYPES = {"q_proj": "q", "query": "q", "k_proj": "k", "key": "k", "v_proj": "v", "value": "v", "o_proj": "o",
+                "out_proj": "o", "up_proj": "up", "fc1": "up", "down_proj": "down", "fc2": "down", "gate_proj": "gate"}
+DEFINITIONS = {
+    "scale": "ΔW_i = s·B_i·A_i with PEFT's s = α/r (α/√r with use_rslora)",
+    "delta_cosine": "⟨ΔW_i, ΔW_j⟩/(‖ΔW_i‖‖ΔW_j‖), factored: ⟨B_iA_i, B_jA_j⟩ = tr((B_iᵀB_j)(A_jA_iᵀ)); all layers: "
+                    "the updates of every adapted layer concatenated; null_rms: the RMS cosine of updates with "
+                    "independent uniformly random singular vectors, 1/√(mn) per layer (expected cosine 0)",
+    "effective_cosine": "cosine of the effective weights W+ΔW_i of the adapted layers (⟨W, BA⟩ = tr(BᵀWAᵀ)); "
+                        "orthogonal_baseline: the same cosine if every update were orthogonal to W and to the others",
+    "column_overlap": "principal angles between the column spaces of ΔW_i and ΔW_j (span of B_i when A_i has full "
+                      "rank): mean cos² = ‖U_iᵀU_j‖²_F / min(ρ_i, ρ_j), 1 = one space holds the other; null: "
+                      "max(ρ_i, ρ_j)/m for independent random subspaces; smallest_angle in degrees",
+    "row_overlap": "the same for the row spaces (span of A_iᵀ) in R^n; null max(ρ_i, ρ_j)/n",
+    "effective_rank": "exp of the entropy of σ/‖σ‖₁, σ the singular values of s·B·A (Roy & Vetterli 2007): "
+                      "1 to r; rank: the numerical rank ρ (σ > σ₁·max(m, n)·ε)",
+    "relative_norm": "‖ΔW_i‖_F / ‖W‖_F (all layers: over every adapted layer together)",
+}
+
+
+def module_type(name: str) -> str:
+    last = name.rsplit(".", 1)[-1]
+    return MODULE_TYPES.get(last, last)
+
+
+def layer_depth(name: str) -> int | None:
+    """The first number in the module's name: `model.layers.12.mlp.up_proj` → 12."""
+    found = re.search(r"(?:^|\.)(\d+)(?:\.|$)", name)
+    return int(found.group(1)) if found else None
+
+
+def diagnose_adapters(configs: list[AdapterConfig], base=None) -> dict:
+    """The `lora` section for k checked adapter configs; `base`: the base's safetensors (optional)."""
+    from .base import BaseWeights
+    modules, other = adapted_modules(configs)
+    weights = BaseWeights(base) if base is not None else None
+    transposed = configs[0].fan_in_fan_out  # GPT-2's Conv1D: W is stored [n, m]
+    if weights is not None:  # every adapted weight found and fitting before anything is computed
+        for module in modules:
+            weights.check_weight(weights.weight_of(module.name), module.shape[::-1] if transposed else module.shape)
+    k = len(configs)
+    scales = torch.tensor([config.scale for config in configs], dtype=maths.FLOAT)
+    totals = {"gram": torch.zeros(k, k, dtype=maths.FLOAT), "null": torch.zeros(k, k, dtype=maths.FLOAT),
+              "effective": torch.zeros(k, k, dtype=maths.FLOAT), "orthogonal": torch.zeros(k, k, dtype=maths.FLOAT),
+              "base": 0.0}
+    layers = [_layer(module, [read_factors(config, module) for config in configs], scales, weights, transposed, totals)
+              for module in modules]
+    first = configs[0]
+    section = {"format": FORMAT, "members": [str(config.folder) for config in configs],
+               "files": [config.weights.name for config in configs], "k": k, "rank": first.rank, "alpha": first.alpha,
+               "use_rslora": first.use_rslora, "scale": first.scale, "base_model": first.base_model,
+               "target_modules": list(first.target_modules) if isinstance(first.target_modules, tuple) else first.target_modules,
+               "base": None if base is None else str(base), "not_compared": other,
+               "summary": _summary(layers, totals, weights is not None, first.rank),
+               "by_type": _groups(layers, "type"), "by_depth": _groups(layers, "depth"), "layers": layers,
+               "definitions": DEFINITIONS}
+    return finite(section)
+
+
+def _layer(module, factors, scales, weights, transposed, totals) -> dict:
+    """Every quantity of one adapted layer; `totals` gathers the sums over layers."""
+    A = torch.stack([a for a, _ in factors])
+    B = torch.stack([b for _, b in factors])
+    m, n = module.shape
+    if transposed:  # fan_in_fan_out: W is stored [n, m], so compare (B·A)ᵀ = Aᵀ·Bᵀ with it
+        A, B = B.transpose(1, 2), A.transpose(1, 2)
+    k = len(factors)
+    gram = maths.update_gram(A, B, scales)
+    spaces = [maths.factored_svd(B[i], A[i], float(scales[i])) for i in range(k)]
+    left = _subspaces([u for u, _, _ in spaces], B.shape[1])
+    right = _subspaces([v for _, _, v in spaces], A.shape[2])
+    column, row = (right, left) if transposed else (left, right)
+    norms = torch.sqrt(torch.clamp(torch.diagonal(gram), min=0))  # ‖ΔW_i‖, never below 0 by rounding
+    layer = {"name": module.name, "type": module_type(module.name), "depth": layer_depth(module.name), "shape": [m, n],
+             "delta_cosine": _matrix(maths.cosines(gram), null_rms=maths.cosine_null_rms(m, n)),
+             "column_overlap": column, "row_overlap": row,
+             "effective_rank": [maths.effective_rank(sigma) for _, sigma, _ in spaces],
+             "rank": [int(sigma.numel()) for _, sigma, _ in spaces], "norm": norms.tolist()}
+    totals["gram"] += gram
+    totals["null"] += torch.outer(norms, norms).square() / (m * n)
+    if weights is not None:
+        name = weights.weight_of(module.name)
+        squared, inner = maths.base_products(weights.row_blocks(name, (B.shape[1], A.shape[2])), A, B, scales)
+        effective = maths.effective_gram(squared, inner, gram)
+        orthogonal = maths.orthogonal_gram(squared, gram)
+        layer["base_weight"] = name
+        layer["effective_cosine"] = _matrix(maths.cosines(effective),
+                                            orthogonal_baseline=maths.mean(maths.off_diagonal(maths.cosines(orthogonal))))
+        layer["relative_norm"] = (norms / math.sqrt(squared)).tolist() if squared > 0 else [None] * k
+        totals["effective"] += effective
+        totals["orthogonal"] += orthogonal
+        totals["base"] += squared
+    return layer
+
+
+def _subspaces(bases, dimension) -> dict:
+    k = len(bases)
+    overlap = maths.pair_matrix(k, lambda i, j: maths.overlap(bases[i], bases[j]))
+    angle = maths.pair_matrix(k, lambda i, j: math.degrees(math.acos(float(maths.principal_cosines(bases[i], bases[j])[0])))
+                              if bases[i].shape[1] and bases[j].shape[1] else None)
+    null = maths.mean(maths.overlap_null(bases[i].shape[1], bases[j].shape[1], dimension)
+                      for i in range(k) for j in range(i + 1, k))
+    return {**_matrix(overlap, null=null), "smallest_angle": angle}
+
+
+def _matrix(matrix, **extra) -> dict:
+    return {"matrix": matrix, "mean": maths.mean(maths.off_diagonal(matrix)), **extra}
+
+
+def _summary(layers, totals, with_base, rank) -> dict:
+    gram = totals["gram"]
+    norms = torch.sqrt(torch.clamp(torch.diagonal(gram), min=0))
+    k = gram.shape[0]
+    null = [float(torch.sqrt(totals["null"][i, j]) / (norms[i] * norms[j])) if norms[i] > 0 and norms[j] > 0 else None
+            for i in range(k) for j in range(i + 1, k)]
+    summary = {"layers": len(layers), "delta_cosine": _matrix(maths.cosines(gram), null_rms=maths.mean(null)),
+               "column_overlap": _mean_of(layers, "column_overlap"), "row_overlap": _mean_of(layers, "row_overlap"),
+               "effective_rank": {"mean": maths.mean(r for layer in layers for r in layer["effective_rank"]), "r": rank},
+               "norm": norms.tolist(), "effective_cosine": None, "relative_norm": None}
+    if with_base:
+        orthogonal = maths.cosines(totals["orthogonal"])
+        summary["effective_cosine"] = _matrix(maths.cosines(totals["effective"]),
+                                              orthogonal_baseline=maths.mean(maths.off_diagonal(orthogonal)))
+        members = (norms / math.sqrt(totals["base"])).tolist() if totals["base"] > 0 else [None] * k
+        summary["relative_norm"] = {"members": members, "mean": maths.mean(members)}
+    return summary
+
+
+def _mean_of(layers, key) -> dict:
+    return {"mean": maths.mean(layer[key]["mean"] for layer in layers),
+            "null": maths.mean(layer[key]["null"] for layer in layers)}
+
+
+def _groups(layers, by) -> list[dict]:
+    """Layer means per module type (in order of appearance) or per depth (layers without a number last)."""
+    keys = list(dict.fromkeys(layer[by] for layer in layers))
+    if by == "depth":
+        keys.sort(key=lambda depth: (depth is None, depth or 0))
+    groups = []
+    for key in keys:
+        found = [layer for layer in layers if layer[by] == key]
+        group = {by: key, "layers": len(found),
+                 "delta_cosine": maths.mean(layer["delta_cosine"]["mean"] for layer in found),
+                 "delta_cosine_null": maths.mean(layer["delta_cosine"]["null_rms"] for layer in found),
+                 **{f"{space}{part}": maths.mean(layer[space][name] for layer in found)
+                    for space in ("column_overlap", "row_overlap") for part, name in (("", "mean"), ("_null", "null"))},
+                 "effective_rank": maths.mean(r for layer in found for r in layer["effective_rank"])}
+        if "effective_cosine" in found[0]:
+            group["effective_cosine"] = maths.mean(layer["effective_cosine"]["mean"] for layer in found)
+            group["relative_norm"] = maths.mean(r for layer in found for r in layer["relative_norm"])
+        groups.append(group)
+    return groups

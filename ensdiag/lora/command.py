@@ -1,0 +1,77 @@
+"""`ensdiag diversity ADAPTER_DIR…`: a LoRA ensemble compared by its weights (cli_inspect.py hands
+adapter folders here). Configs are checked before torch is imported; `--save DIR` writes a
+diagnosis run that `ensdiag report DIR` renders."""
+
+from pathlib import Path
+
+from rich.console import Console
+
+from ..console import literal, note, output_folder, print_json, show
+from ..errors import EnsdiagError
+from .config import read_adapter_folders
+
+SOURCE = "ensdiag diversity (LoRA adapters)"
+
+
+def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, not_for_adapters: dict):
+    """`not_for_adapters`: {option: value} of the command's options that need runnable members."""
+    given = [option for option, value in not_for_adapters.items() if value is not None]
+    if given:
+        raise EnsdiagError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to LoRA adapters: "
+                           "ensdiag compares their weights and does not run them")
+    if base is not None and not Path(base).exists():
+        raise EnsdiagError(f"--base {base} does not exist")
+    configs = read_adapter_folders(folders)
+    if save is not None:
+        from ..runs import check_run_name
+        check_run_name(method, seed)
+        output_folder(save)
+    if plot is not None:
+        _check_plot(plot)
+    from .analysis import diagnose_adapters
+    section = diagnose_adapters(configs, base)
+    if save is not None:
+        run = save_lora_run(save, method, seed, section)
+        note(f"saved to {run}; `ensdiag report {save}` reports every run saved there")
+    drawn = draw(section, plot, folders) if plot is not None else []
+    if fmt == "json":
+        print_json(section)
+    else:
+        from .present import lora_renderables
+        console = Console()
+        for item in lora_renderables(section):
+            show(console, item) if not isinstance(item, str) else console.print(literal(item), soft_wrap=True)
+    if drawn:
+        note(f"figures written to {', '.join(map(str, drawn))}")
+
+
+def _check_plot(plot: Path):
+    from ..report.figures import FIGURE_FORMATS
+    fmt = plot.suffix.lower().lstrip(".") or "png"
+    if fmt not in FIGURE_FORMATS or plot.is_dir():
+        raise EnsdiagError(f"--plot {plot}: name an image file ({', '.join('.' + f for f in FIGURE_FORMATS)})")
+
+
+def draw(section: dict, plot: Path, folders) -> list[Path]:
+    """<plot>: the k×k ΔW cosine; <plot>-depth: the per-layer lines."""
+    from ..report.figures import save_figure
+    from ..report.lora_figures import lora_depth_figure, lora_heatmaps
+    label = f"LoRA, k={section['k']}, r={section['rank']}"
+    title = f"{', '.join(Path(folder).name for folder in folders)}"[:120]
+    drawn = save_figure(lora_heatmaps({label: section}, title=title), plot)
+    target = plot.with_name(f"{plot.stem}-depth{plot.suffix}")
+    return drawn + save_figure(lora_depth_figure({label: section}), target)
+
+
+def save_lora_run(folder, method: str, seed: int, section: dict) -> Path:
+    """`folder/<method>/seed-<seed>/` with metrics.json (no analyzer ran; the `lora` section) and
+    meta.json, listed in the folder's experiment.json like any diagnosis (`runs.add_diagnosis`)."""
+    from ..io import atomic_write_json
+    from ..runs import add_diagnosis
+    add_diagnosis(folder, method, seed, {})
+    run = Path(folder) / method / f"seed-{seed}"
+    run.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(run / "metrics.json", {"analyzers": {}, "splits": {}, "num_members": section["k"], "lora": section})
+    atomic_write_json(run / "meta.json", {"run": method, "method": method, "seed": seed, "splits": {},
+                                          "source": SOURCE})  # last: marks the run finished
+    return run
