@@ -1,5 +1,11 @@
+import os
+
 import pytest
 import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one thread per test worker: the workers share the cores (pytest -n)
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"  # and the processes the tests start
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
@@ -18,9 +24,10 @@ def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("ENSDIAG_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def finished_run(tmp_path_factory):
-    """A tiny finished run: single and BatchEnsemble, one seed, two epochs on the embedded digits."""
+    """A tiny finished run: single and BatchEnsemble, one seed, two epochs on the embedded digits;
+    trained once for the whole test run, so tests read it and damage only copies (`run`)."""
     from ensdiag.config import preset_config
     from ensdiag.experiment import run_experiment
     out = tmp_path_factory.mktemp("finished") / "run"

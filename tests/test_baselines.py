@@ -108,7 +108,7 @@ def test_a_damaged_recorded_value_is_rebuilt_from_the_spec_instead(stored, tmp_p
 
 def test_the_report_table_has_both_baselines(finished_run):
     from ensdiag.report import make_report
-    report = make_report(finished_run)
+    report = make_report(finished_run, write=False)
     diversity = next(table for table in report["tables"] if table["id"] == "diversity")
     labels = [column["name"] for column in diversity["columns"]]
     assert labels.index("weight cosine at init") == labels.index("weight cosine") + 1
