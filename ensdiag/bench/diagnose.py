@@ -144,26 +144,19 @@ def _report_folder(folder: Path, methods: dict, seeds: int):
 
 
 def _report_steps(folder: Path) -> dict:
-    from ..report import make_report, render
+    """The report's parts, each timed alone (figures and text from one report built up front),
+    and the whole command, which builds the report itself."""
+    from ..report import make_figures, make_report, render
+    from ..report.aggregate import build_report
     from ..report.load import load_runs
     from ..report.verdict import verdict
-    from ..report.aggregate import build_report
-    from ..report import make_figures
-
-    def report_tables():
-        return build_report(folder, None, load_runs(folder), "ensdiag")
-
-    def figures():
-        report = build_report(folder, None, load_runs(folder), "ensdiag")
-        make_figures(report, load_runs(folder)["runs"], folder)
-
-    def text():
-        report = make_report(folder, write=False)
-        render(report, "markdown"), render(report, "html", folder)
-
-    return {"report load": lambda: load_runs(folder), "report tables and verdict": report_tables,
+    data = load_runs(folder)
+    report = build_report(folder, None, data, "ensdiag")
+    return {"report load": lambda: load_runs(folder),
+            "report tables and verdict": lambda: build_report(folder, None, load_runs(folder), "ensdiag"),
             "report verdict bootstrap": lambda: verdict(folder, load_runs(folder)["runs"]),
-            "report figures": figures, "report markdown and html": text,
+            "report figures": lambda: make_figures(report, data["runs"], folder),
+            "report markdown and html": lambda: (render(report, "markdown"), render(report, "html", folder)),
             "report (whole command)": lambda: make_report(folder)}
 
 

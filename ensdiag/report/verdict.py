@@ -138,18 +138,24 @@ def _counts(draws: torch.Tensor, size: int) -> torch.Tensor:
     return torch.bincount((rows + draws).flatten(), minlength=len(draws) * size).view(len(draws), size).double()
 
 
-def _bootstrap(group, seeds, chosen, examples, ood_examples) -> dict:
+def _bootstrap(group, seeds, chosen, examples, ood_examples, weights=None) -> dict:
     """The `_averaged` metrics of every resample at once ({key: [R]}): each seed's metrics from the
     resampled examples' counts (no Python loop over resamples), then the mean over the chosen seeds.
-    Equal to the loop up to float rounding (a test keeps the loop as the reference)."""
-    weights = _counts(examples, examples.shape[1])  # [R, n]
-    ood_weights = _counts(ood_examples, ood_examples.shape[1]) if ood_examples.shape[1] else None
+    Equal to the loop up to float rounding (a test keeps the loop as the reference). `weights`:
+    the examples' and OOD examples' counts, when the caller has them already."""
+    weights, ood_weights = weights or _example_counts(examples, ood_examples)
     per_seed = [_weighted_metrics(group[seed], weights, ood_weights) for seed in seeds]  # S × {key: [R]}
     out = {}
     for key in per_seed[0]:
         stacked = torch.stack([metrics[key] for metrics in per_seed], dim=1)  # [R, S]
         out[key] = stacked.gather(1, chosen).mean(1)
     return out
+
+
+def _example_counts(examples, ood_examples):
+    """([R, n], [R, n_ood] or None): how often each test and OOD example was drawn per resample."""
+    return (_counts(examples, examples.shape[1]),
+            _counts(ood_examples, ood_examples.shape[1]) if ood_examples.shape[1] else None)
 
 
 def _weighted_metrics(run, weights, ood_weights) -> dict:
@@ -188,6 +194,9 @@ def verdict(run_dir, runs: dict) -> dict:
                        and (data := _per_example(run["folder"] / "predictions.safetensors")) is not None}
               for method, seeds in runs.items()}
     result = {}
+    # The single model's and the Deep Ensemble's resampled metrics serve every other method that
+    # shares their seeds: the draws depend only on (seeds, n, n_ood), from one fixed generator.
+    draws_for, resampled_for = {}, {}
     for method in runs:
         if method in (BASELINE, REFERENCE):
             continue
@@ -201,8 +210,17 @@ def verdict(run_dir, runs: dict) -> dict:
             continue  # seeds measured on different test sets cannot be paired
         everything, all_ood = torch.arange(n), torch.arange(n_ood)
         point = _shares(*(_averaged(group, seeds, everything, all_ood) for group in trio))
-        chosen, examples, ood_examples = _resamples(len(seeds), n, n_ood)
-        resampled = [_bootstrap(group, seeds, chosen, examples, ood_examples) for group in trio]
+        size = (len(seeds), n, n_ood)
+        if size not in draws_for:
+            chosen, examples, ood_examples = _resamples(*size)
+            draws_for[size] = (chosen, examples, ood_examples, _example_counts(examples, ood_examples))
+        chosen, examples, ood_examples, counts = draws_for[size]
+        resampled = []
+        for name, group in zip((BASELINE, REFERENCE, method), trio):
+            key = (name, tuple(seeds), size)
+            if key not in resampled_for:
+                resampled_for[key] = _bootstrap(group, seeds, chosen, examples, ood_examples, counts)
+            resampled.append(resampled_for[key])
         shares = _shares(*resampled)  # every entry a tensor over the resamples
         draws = {key: [value for value in shares[key].tolist() if math.isfinite(value)] if key in shares else []
                  for key in point}
