@@ -15,7 +15,6 @@ Timings are measured, never asserted; the JSON record goes under --out.
 import argparse
 import copy
 import json
-import platform
 import statistics
 import time
 from datetime import datetime
@@ -26,7 +25,7 @@ import torch
 import ensdiag
 from ensdiag.config import preset_config
 from ensdiag.data.batching import Normalize, epoch_permutations
-from ensdiag.provenance import cpu_name
+from ensdiag.provenance import environment
 from ensdiag.train import FitData, make_optimizer, train_epoch
 
 SMALLEST_NORMAL = torch.finfo(torch.float32).tiny
@@ -83,8 +82,7 @@ def main():
     result = {"format": "ensdiag.bench-denormals/1", "created": datetime.now().isoformat(timespec="seconds"),
               "settings": {**vars(args), "out": str(args.out)}, "subnormal_parameters": subnormal,
               "parameters": sum(p.numel() for p in model.parameters()),
-              "environment": {"cpu": cpu_name(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-                              "python": platform.python_version()},
+              "environment": environment(torch.device("cpu")),
               "measured": timings, "median": median,
               "inference speed-up from flushing": median["inference images/s, flushed"] / median["inference images/s, kept"],
               "training speed-up from flushing": median["training epoch s, kept"] / median["training epoch s, flushed"]}

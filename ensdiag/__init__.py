@@ -10,7 +10,7 @@
     diagnosis.save("runs/mine", method="deep-ensemble")     # then: ensdiag report runs/mine
 """
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 from .errors import EnsdiagError  # noqa: E402
 

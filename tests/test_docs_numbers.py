@@ -44,17 +44,38 @@ def test_the_typo_to_error_times_in_the_docs_are_the_committed_measurement():
     assert max(seconds[k] for k in typos) < seconds["import torch (for scale)"]  # the point of the checks
 
 
-def test_the_readme_performance_table_is_rendered_from_a_record_of_this_version():
+def _docs_tables():
     import importlib.util
+    spec = importlib.util.spec_from_file_location("docs_tables", ROOT / "benchmarks" / "docs_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
+
+def test_every_performance_table_is_rendered_from_a_record_of_this_version():
+    """Each table between `<!-- table KIND RECORD -->` markers is what benchmarks/docs_tables.py
+    renders from its record now, and that record was written by this ensdiag version."""
     import ensdiag
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("<!-- performance table: benchmarks/readme_table.py -->\n", 1)[1].split(
-        "<!-- end of performance table -->", 1)[0]
-    cited = re.search(r"\(benchmarks/results/(bench-[^)]+\.json)\)", block).group(1)
-    spec = importlib.util.spec_from_file_location("readme_table", ROOT / "benchmarks" / "readme_table.py")
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
-    assert block == table.render(ROOT / "benchmarks" / "results" / cited)
-    record = json.loads((ROOT / "benchmarks" / "results" / cited).read_text())
-    assert record["environment"]["ensdiag"] == ensdiag.__version__, "rerun the bench: the README cites another version"
+    tables = _docs_tables()
+    kinds = set()
+    for document in tables.DOCUMENTS:
+        for kind, relative, text in tables.blocks(document):
+            kinds.add(kind)
+            assert text == tables.render(kind, relative, document), f"{document}: {kind} {relative} is stale"
+            record = json.loads((ROOT / relative).read_text())
+            assert record["environment"]["ensdiag"] == ensdiag.__version__, \
+                f"{document} cites {relative}, written by ensdiag {record['environment']['ensdiag']}: rerun it"
+    assert kinds == set(tables.RENDERERS)  # every renderer has a table, and every table a renderer
+
+
+def test_the_performance_docs_cite_no_record_of_another_version():
+    """Prose may cite records too: every bench, diagnose, peer or denormals record named in the
+    README or docs/performance.md is one of this version."""
+    import ensdiag
+    tables = _docs_tables()
+    for document in tables.DOCUMENTS:
+        cited = set(re.findall(r"((?:bench|diagnose|peer-training|denormals)-[\w-]+\.json)", (ROOT / document).read_text()))
+        assert cited, document
+        for name in cited:
+            record = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
+            assert record["environment"]["ensdiag"] == ensdiag.__version__, f"{document} cites {name} of another version"

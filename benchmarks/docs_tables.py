@@ -1,0 +1,173 @@
+"""Every performance table in README.md and docs/performance.md, rendered from a committed record.
+
+    python benchmarks/docs_tables.py            # rewrite every block from its record
+    python benchmarks/docs_tables.py --check    # exit 1 and name the blocks that differ
+
+A block is the text between `<!-- table KIND benchmarks/results/NAME.json -->` and
+`<!-- end table -->`. KIND picks the renderer below; each block starts with the record's name
+and the ensdiag version that wrote it. `tests/test_docs_numbers.py` renders every block
+again and fails when one differs, or when its record was written by another ensdiag version
+than the one installed: a table never outlives the code it measured.
+"""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = ("README.md", "docs/performance.md")
+BLOCK = re.compile(r"(<!-- table (\S+) (benchmarks/results/\S+\.json) -->\n)(.*?)(<!-- end table -->)", re.S)
+
+LABELS = {"single": "single", "mc-dropout": "MC Dropout ({k} passes)", "deep-ensemble": "Deep Ensemble (k = {k})",
+          "batch-ensemble": "BatchEnsemble (k = {k})",
+          "batch-ensemble-channel": "BatchEnsemble channel (k = {k})", "batch-ensemble-kernel": "BatchEnsemble kernel (k = {k})",
+          "packed-ensemble": "Packed-Ensembles (k = {k})", "mimo": "MIMO (k = {k})",
+          "snapshot-ensemble": "Snapshot Ensemble (k = {k})", "checkpoint-ensemble": "Checkpoint Ensemble (k = {k})"}
+
+
+def rate(value: float) -> str:
+    return f"{value / 1e6:.2f} M" if value >= 1e6 else f"{value / 1e3:.0f} k" if value >= 1e3 else f"{value:.0f}"
+
+
+def passes(value: float) -> str:
+    return f"{value:.2g}" if value < 10 else f"{value:,.0f}"
+
+
+def seconds(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def source(record: dict, relative: str, document: str) -> str:
+    """The line every table starts with: record, version, machine."""
+    env = record["environment"]
+    link = relative if document == "README.md" else f"../{relative}"
+    return (f"Record [`{Path(relative).name}`]({link}), ensdiag {env['ensdiag']}, torch {env['torch'].split('+')[0]}, "
+            f"{env['cpu_count']}-core {env['cpu']} CPU ({env['device']}).")
+
+
+def methods(record: dict) -> list[str]:
+    settings, ratios = record["settings"], record["ratios"]
+    rounds = f"median of {settings['epochs']} rounds in which every method{' and the reference' if settings['reference'] else ''} take turns"
+    extrapolated = next((row for row in record["methods"].values() if row["timed_batches"] < row["batches_per_epoch"]), None)
+    lines = [f"{settings['arch']} protocol ({settings['train_size']:,} training images, batch {settings['batch_size']}, "
+             f"{ {'sgd': 'SGD'}.get(settings['optimizer'], settings['optimizer'].capitalize())}), {rounds}"
+             + (f"; epochs extrapolated from {extrapolated['timed_batches']} of {extrapolated['batches_per_epoch']} batches"
+                if extrapolated else "") + ".", "",
+             "| method | s/epoch | reference s/epoch | speed-up | inference images/s |", "|---|---|---|---|---|"]
+    for name, row in record["methods"].items():
+        reference = row.get("reference_seconds_per_epoch")
+        speedup = f"{row['speedup']:.1f}×" if "speedup" in row else "–"
+        lines.append(f"| {LABELS.get(name, name).format(k=row['members'])} | {seconds(row['seconds_per_epoch'])} | "
+                     f"{seconds(reference) if reference else '–'} | {speedup} | {rate(row['inference_images_per_second'])} |")
+    pairs = [(key, value) for key, value in ratios.items() if " / " in key]
+    if pairs:
+        lines += ["", "In the same record: " + "; ".join(f"{key.replace('batch-ensemble-channel', 'BatchEnsemble')} "
+                                                          f"{value:.2f}×" for key, value in pairs) + "."]
+    return lines
+
+
+def strategies(record: dict) -> list[str]:
+    lines = ["| strategy | s/epoch | inference images/s |", "|---|---|---|"]
+    for name, row in record["strategies"].items():
+        lines.append(f"| {name}{' (in use)' if name == record['strategy_in_use'] else ''} | "
+                     f"{seconds(row['seconds_per_epoch'])} | {rate(row['inference_images_per_second'])} |")
+    return lines
+
+
+def tracking(record: dict) -> list[str]:
+    lines = ["| method | s/epoch | s per row | row / epoch |", "|---|---|---|---|"]
+    for name, row in record["methods"].items():
+        if row.get("tracking_seconds") is not None:
+            lines.append(f"| {LABELS.get(name, name).format(k=row['members'])} | {row['seconds_per_epoch']:.3f} | "
+                         f"{row['tracking_seconds']:.2g} | {row['tracking_seconds'] / row['seconds_per_epoch']:.1%} |")
+    return lines
+
+
+def diagnose(record: dict) -> list[str]:
+    settings, runs = record["settings"], record["methods"]
+    lines = [f"{settings['arch']}, k = {settings['members']}, {settings['test_size']:,} synthetic images in each of the "
+             f"id, shift, OOD and validation splits, {settings['train_size']:,} training images, paths on "
+             f"{settings['path_pairs']} pair{'s' * (settings['path_pairs'] != 1)} × {settings['path_points']} points; median of {settings['rounds']} "
+             f"round{'s' * (settings['rounds'] > 1)} in which every step takes turns. Cells: seconds (evaluation passes, "
+             "the first row's seconds being 1).", "",
+             "| step | " + " | ".join(LABELS.get(run, run).format(k=row["members"]) for run, row in runs.items()) + " |",
+             "|---|" + "---|" * len(runs)]
+    steps = list(dict.fromkeys(step for row in runs.values() for step in row["steps"]))
+    for step in steps:
+        cells = [f"{seconds(found['seconds'])} ({passes(found['passes'])})" if (found := row["steps"].get(step)) else "–"
+                 for row in runs.values()]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    lines.append("| **diagnosis, all but the first row** | " + " | ".join(
+        f"**{seconds(row['diagnosis_seconds'])} ({passes(row['diagnosis_passes'])})**" for row in runs.values()) + " |")
+    estimates = [(run, row["estimate"]) for run, row in runs.items() if row.get("estimate")]
+    if estimates:
+        lines += ["", "The whole diagnosis at 10,000 images per split, estimated: " + "; ".join(
+            f"{LABELS.get(run, run).format(k=runs[run]['members'])} ≈ {estimate['seconds'] / 60:.1f} min"
+            for run, estimate in estimates) + f" ({estimates[0][1]['how']})."]
+    return lines
+
+
+def report(record: dict) -> list[str]:
+    found = record["report"]
+    unit = record["methods"][found["unit_method"]]["steps"]["predict id"]["seconds"]
+    lines = [f"The report of a folder of {found['runs']} runs (every method × {record['settings']['seeds']} seeds); "
+             f"passes are multiples of the {LABELS.get(found['unit_method'], found['unit_method']).format(k=record['settings']['members'])}'s "
+             f"evaluation pass ({seconds(unit)} s).", "", "| step | s | passes |", "|---|---|---|"]
+    for step, row in found["steps"].items():
+        lines.append(f"| {step.removeprefix('report ')} | {seconds(row['seconds'])} | {passes(row['passes'])} |")
+    return lines
+
+
+def peer(record: dict) -> list[str]:
+    lines = [f"{record['protocol']}; median of {record['rounds']} rounds in which every trainer takes turns.", "",
+             "| trainer | s/epoch | ensdiag / it |", "|---|---|---|"]
+    for name, row in record["trainers"].items():
+        ratio = f"{row['ensdiag_ratio']:.2f}×" if row.get("ensdiag_ratio") else "–"
+        lines.append(f"| {name} | {row['seconds_per_epoch']:.3f} | {ratio} |")
+    return lines
+
+
+def denormals(record: dict) -> list[str]:
+    median, settings = record["median"], record["settings"]
+    return [f"The mnist protocol's BatchEnsemble MLP after {settings['epochs']} epochs without flushing; medians of "
+            f"{settings['repeats']}, kept and flushed alternating in one process.", "",
+            "| | subnormals kept | flushed | flushed / kept |", "|---|---|---|---|",
+            f"| parameters that are subnormal | {record['subnormal_parameters']:,} of {record['parameters']:,} | | |",
+            f"| inference, images/s | {median['inference images/s, kept']:,.0f} | {median['inference images/s, flushed']:,.0f} | "
+            f"{record['inference speed-up from flushing']:.2f}× |",
+            f"| training epoch, s | {median['training epoch s, kept']:.3f} | {median['training epoch s, flushed']:.3f} | "
+            f"{1 / record['training speed-up from flushing']:.2f}× |"]
+
+
+RENDERERS = {"denormals": denormals, "methods": methods, "strategies": strategies, "tracking": tracking, "diagnose": diagnose, "report": report,
+             "peer": peer}
+
+
+def render(kind: str, relative: str, document: str) -> str:
+    record = json.loads((ROOT / relative).read_text())
+    return "\n".join([source(record, relative, document), "", *RENDERERS[kind](record)]) + "\n"
+
+
+def blocks(document: str):
+    """(kind, record path, text now in the document) of every block."""
+    text = (ROOT / document).read_text()
+    return [(match.group(2), match.group(3), match.group(4)) for match in BLOCK.finditer(text)]
+
+
+def rewrite(document: str) -> bool:
+    path = ROOT / document
+    text = path.read_text()
+    new = BLOCK.sub(lambda m: m.group(1) + render(m.group(2), m.group(3), document) + m.group(5), text)
+    path.write_text(new)
+    return new != text
+
+
+if __name__ == "__main__":
+    if "--check" in sys.argv[1:]:
+        stale = [f"{document}: {kind} {relative}" for document in DOCUMENTS
+                 for kind, relative, text in blocks(document) if render(kind, relative, document) != text]
+        print("\n".join(stale) or "every table matches its record")
+        sys.exit(1 if stale else 0)
+    for document in DOCUMENTS:
+        print(f"{document}: {'rewritten' if rewrite(document) else 'unchanged'}")
