@@ -278,8 +278,11 @@ def diversity(
         guessed = preset is None and data is None
         try:
             choice = _data_choice(model, preset, data, shift, ood, normalize)
-            data = load_data(model, choice, data_dir, with_train=geometry)
-            predictions, titles, skipped = evaluate_model(model, choice, data_dir, False, device, seed=seed, data=data)
+            from .cli import loading
+            with loading("loading the data …"):
+                data = load_data(model, choice, data_dir, with_train=geometry)
+            with loading("predicting every split …"):
+                predictions, titles, skipped = evaluate_model(model, choice, data_dir, False, device, seed=seed, data=data)
         except DataNotFound as error:  # no data at all: the weights still tell a story
             predictions, titles, skipped = None, {}, {"id": str(error), "shift": str(error), "ood": str(error)}
             reason = "no data to predict on"
@@ -380,7 +383,12 @@ def _geometry(model, data, choice, device, seed, max_examples, reason, path_poin
         results = analyze_model(ModelProbe(model, {}, None, seed=seed), only=weights_only)
         why = reason or "no data to read the members on"
         return {**{name: {"status": "skipped", "reason": why} for name in names if name not in weights_only}, **results}
-    return analyze_model(model_probe(model, data, choice, device, seed, max_examples, path_points))
+    from .cli import loading
+    probe, results = model_probe(model, data, choice, device, seed, max_examples, path_points), {}
+    for name in names:  # one status line per step: paths on a ResNet-18 take minutes on a CPU
+        with loading(f"member geometry: {ANALYZERS[name].description} …"):
+            results.update(analyze_model(probe, only=[name]))
+    return results
 
 
 def _geometry_plots(results: dict, plot, method: str) -> list:

@@ -44,3 +44,29 @@ def test_bars_are_transient_and_a_stage_is_named():
 
 def test_clock():
     assert clock(3725.4) == "1:02:05" and clock(None) == "" and clock(-3) == "0:00:00"
+
+
+def test_diversity_names_each_slow_step_on_a_terminal(finished_run, monkeypatch, capsys):
+    """Predicting and every member-geometry step show a transient status line (paths on a
+    ResNet-18 take minutes on a CPU); the results are those of one call of every analyzer."""
+    import io
+
+    from rich.console import Console
+
+    from ensdiag import cli
+    from ensdiag.analysis.registry import ANALYZERS
+
+    from .cli import run_cli
+    screen = io.StringIO()
+    monkeypatch.setattr(cli, "err_console", Console(file=screen, force_terminal=True, width=200))
+    code, out, err = run_cli(capsys, "diversity", finished_run / "batch-ensemble" / "seed-1" / "model.safetensors",
+                             "--format", "json")
+    assert code == 0, err
+    shown = screen.getvalue()
+    assert "predicting every split" in shown
+    for name, analyzer in ANALYZERS.items():
+        if analyzer.needs == "model":
+            assert f"member geometry: {analyzer.description}" in shown, name
+    import json
+    geometry = json.loads(out)["geometry"]
+    assert [name for name in geometry] == [name for name, a in ANALYZERS.items() if a.needs == "model"]
