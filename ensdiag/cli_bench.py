@@ -35,9 +35,10 @@ def bench(
     fmt: str = typer.Option("table", "--format", help="table or json."),
     results_dir: Path = typer.Option(Path("benchmarks/results"), help="Where the JSON record is written."),
 ):
-    """Throughput of every method against a plain PyTorch reference.
+    """Speed of training, inference and diagnosis, as JSON records.
 
-    Training and inference, ensdiag's fast path against the reference pipeline."""
+    Training and inference, ensdiag's fast path against the reference pipeline; with --diagnose,
+    every diagnosis step as a multiple of one evaluation pass."""
     from .bench import BenchSettings, bench_record, bench_table, default_methods, write_result
     from .bench import bench as run
     from .device import resolve_device
