@@ -309,7 +309,7 @@ def diversity(
         report["geometry"] = _geometry(model, predictions is not None and data, predictions is not None and choice, device,
                                        seed, max_examples, reason if predictions is None else "", points)
     if plot is not None:
-        from .report.figures import heatmap_grid, plottable, save_figure
+        from .report.figures import heatmap_grid, plain, plottable, save_figure
         rows = []
         if report["disagreement"]["status"] == "ok":
             splits = report["disagreement"]["splits"]
@@ -329,7 +329,7 @@ def diversity(
         if not rows:
             raise EnsdiagError(f"nothing to plot for {method} with k={report['num_members']}: one weight set, no data "
                                "found, or matrices too large to store (k > 256)")
-        plot = save_figure(heatmap_grid(rows, title=f"{name}: {method}, k={report['num_members']}"), plot)[0]
+        plot = save_figure(heatmap_grid(rows, title=plain(f"{name}: {method}, k={report['num_members']}")), plot)[0]
         plot = [plot, *_geometry_plots(report.get("geometry", {}), plot, method)]
     if fmt == "json":
         print_json(report)

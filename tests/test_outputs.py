@@ -68,3 +68,15 @@ def test_diversity_plot_skips_what_was_not_stored(tmp_path, capsys):
     assert code == 0 and report["weight_similarity"]["matrix"]["value"] is None
     assert -1 <= report["weight_similarity"]["mean"]["value"] <= 1
     assert_one_line_error(capsys, "diversity", path, "--plot", tmp_path / "d.png", match="nothing to plot")
+
+
+def test_a_model_file_named_like_mathtext_is_drawn_literally(finished_run, tmp_path, capsys):
+    """The file name goes into the heatmap's title: a '$' in it is a dollar sign, not a mathtext error."""
+    import shutil
+
+    from .cli import run_cli
+    model = tmp_path / "$\\x$.safetensors"
+    shutil.copy(finished_run / "batch-ensemble" / "seed-1" / "model.safetensors", model)
+    code, _, err = run_cli(capsys, "diversity", model, "--no-geometry", "--plot", tmp_path / "heat.png")
+    assert code == 0, err
+    assert (tmp_path / "heat.png").read_bytes().startswith(b"\x89PNG")

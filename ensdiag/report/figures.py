@@ -18,6 +18,11 @@ from ..io import atomic_write_bytes
 FIGURE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg")
 
 
+def plain(text) -> str:
+    """A name from a file as matplotlib should draw it: a '$' is a dollar sign, never mathtext."""
+    return str(text).replace("$", r"\$")
+
+
 def save_figure(figure: Figure, path, formats=None) -> list[Path]:
     """Write the figure atomically: in the format its path names (`heat.pdf`, no suffix: PNG),
     or as each of `formats` (the path's suffix replaced)."""

@@ -9,17 +9,12 @@
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .figures import heatmap_grid, plottable
+from .figures import heatmap_grid, plain, plottable
 
 NAN = float("nan")
 PANELS = (("delta_cosine", "mean", "null_rms", "ΔW cosine between members\n(null: RMS, dashed)"),
           ("column_overlap", "mean", "null", "column-space overlap\n(mean cos², null dashed)"),
           ("row_overlap", "mean", "null", "row-space overlap\n(mean cos², null dashed)"))
-
-
-def plain(text) -> str:
-    """A name from a file as matplotlib should draw it: a '$' is a dollar sign, never mathtext."""
-    return str(text).replace("$", r"\$")
 
 
 def lora_heatmaps(sections: dict, title=None) -> Figure:
