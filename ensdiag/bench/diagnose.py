@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from ..analysis import analyze_predictions, all_analyzers
+from ..analysis import all_analyzers, analyze_model, analyze_predictions
 from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES, PATH_PAIRS, PATH_POINTS, ModelProbe
 from ..config import preset_config
 from ..data.batching import Normalize
@@ -42,7 +42,6 @@ from ..diagnosis import Diagnosis
 from ..nn import build_model, flush_denormals
 from ..nn.members import fastest
 from ..nn.methods import members_for
-from ..precision import exact_math
 from ..predict import predict
 from ..predictions import with_pooled_shift
 from .harness import PROTOCOLS, synthetic_split
@@ -57,7 +56,7 @@ class DiagnoseSettings:
     methods: tuple[str, ...] = ("single", "mc-dropout", "deep-ensemble", "batch-ensemble")  # the presets' grid
     device: str = "cpu"
     members: int = 4
-    test_size: int = PROTOCOL_IMAGES  # images in each of the id, shift and ood splits
+    test_size: int = PROTOCOL_IMAGES  # images in each of the id, shift, ood and val splits
     train_size: int = BATCHNORM_EXAMPLES  # training images: BatchNorm along paths and the training-loss sample
     rounds: int = 3
     seeds: int = 3  # runs per method in the report's folder
@@ -93,6 +92,7 @@ class MethodSteps:
         self.predictions = with_pooled_shift(predict(self.model, splits, self.normalize, device))
         self.weights = self.model.member_weights()
         self.results = {}  # the model analyzers' last results
+        self.aligned = None  # alignment's result, which the timed paths start from (as a diagnosis does)
 
     def probe(self) -> ModelProbe:
         return ModelProbe(self.model, {"id": self.splits["id"], "ood": self.splits["ood"]}, self.normalize,
@@ -103,30 +103,24 @@ class MethodSteps:
         """{step: zero-argument function}; "predict id" is the unit."""
         steps = {"predict id": lambda: predict(self.model, {"id": self.splits["id"]}, self.normalize, self.device),
                  "predict all splits": lambda: predict(self.model, self.splits, self.normalize, self.device)}
-        for name, analyzer in all_analyzers().items():
-            if analyzer.needs == "predictions":
-                steps[f"analyzer {name}"] = lambda name=name: analyze_predictions(self.predictions, self.weights, only=[name])
-        if not self.model.kit.one_weight_set and self.model.num_members > 1:
-            for name in ("cka", "alignment", "paths", "rank-structure"):
+        analyzers = all_analyzers()
+        for name in (name for name, analyzer in analyzers.items() if analyzer.needs == "predictions"):
+            steps[f"analyzer {name}"] = lambda name=name: analyze_predictions(self.predictions, self.weights, only=[name])
+        if not self.model.kit.one_weight_set and self.model.num_members > 1:  # member geometry, after the rest
+            for name in (name for name, analyzer in analyzers.items() if analyzer.needs == "model"):
                 steps[f"geometry {name}"] = lambda name=name: self._model_analyzer(name)
         return steps
 
     def _model_analyzer(self, name):
-        from ..analysis import analyze_model
         probe = self.probe()
         if name == "paths" and self.model.kit.own_weights:  # alignment is its own step: paths start from its result
-            probe._cache["aligned"] = self._aligned()
-        with exact_math():
-            result = analyze_model(probe, only=[name])[name]
+            self.aligned = self.aligned or self.probe().aligned()
+            probe._cache["aligned"] = self.aligned
+        result = analyze_model(probe, only=[name])[name]  # in exact fp32, as analyze_model always runs
         if result["status"] == "failed":
             raise RuntimeError(f"{self.method}: {name} failed: {result['reason']}")
         self.results[name] = result
         return result
-
-    def _aligned(self):
-        if not hasattr(self, "_aligned_cache"):
-            self._aligned_cache = self.probe().aligned()
-        return self._aligned_cache
 
 
 def _report_folder(folder: Path, methods: dict, seeds: int):
