@@ -2,11 +2,13 @@
 
 Library code raises `EnsdiagError` for anything the user can fix (a bad file, an unknown
 name, a missing dataset); the CLI prints `error: <message>` and exits with `exit_code`.
+From Python it is a `ValueError` (`except ValueError` catches it); `InputTypeError`, for an
+argument of the wrong type, is also a `TypeError`.
 """
 
 
-class EnsdiagError(Exception):
-    """An error caused by the user's input, reported as one line."""
+class EnsdiagError(ValueError):
+    """An error caused by the user's input, reported as one line (a `ValueError`)."""
 
     exit_code = 2
 
@@ -14,6 +16,10 @@ class EnsdiagError(Exception):
         super().__init__(" ".join(str(message).split()))  # always one line
         if exit_code is not None:
             self.exit_code = exit_code
+
+
+class InputTypeError(EnsdiagError, TypeError):
+    """An argument of a type ensdiag does not take (a `TypeError` and a `ValueError`)."""
 
 
 class DataNotFound(EnsdiagError):

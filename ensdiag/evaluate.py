@@ -146,6 +146,8 @@ def evaluate_model(model, choice: DataChoice | str | None = None, data_dir="data
     try:
         predictions = predict(model, data.eval_splits(), Normalize(mean, std, device), device, seed=seed,
                               spread=ranks.distributed)
+    except EnsdiagError:
+        raise  # already one line for the user
     except (AssertionError, RuntimeError, ValueError) as error:
         if not flexible or config is None or tuple(config.input_shape) == tuple(model.spec.input_shape):
             raise

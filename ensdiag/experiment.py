@@ -237,6 +237,8 @@ def assign_runs(runs: list[tuple[str, int]], costs: dict[str, int], world_size: 
 def physical_memory() -> int | None:
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except EnsdiagError:
+        raise  # already one line for the user
     except (ValueError, OSError, AttributeError):
         return None
 

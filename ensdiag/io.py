@@ -59,6 +59,8 @@ def read_json(path, what="file"):
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise EnsdiagError(f"{what} {path} does not exist") from None
+    except EnsdiagError:
+        raise  # already one line for the user
     except (OSError, ValueError) as error:
         raise EnsdiagError(f"{what} {path} is not readable JSON ({error})") from None
 
@@ -136,6 +138,8 @@ def read_safetensors(path, what="file", only=None) -> tuple[dict, dict[str, str]
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             metadata = handle.metadata() or {}
             tensors = {name: handle.get_tensor(name) for name in handle.keys() if only is None or name in only}
+    except EnsdiagError:
+        raise  # already one line for the user
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise EnsdiagError(f"{path} is not a readable safetensors file ({reason})") from None

@@ -44,6 +44,8 @@ class Tracker:
     def _read(self) -> list[dict]:
         try:
             rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        except EnsdiagError:
+            raise  # already one line for the user
         except (OSError, ValueError) as error:
             raise EnsdiagError(f"{self.path} is not a diversity record ({type(error).__name__}); "
                                "move it away or pass another path") from None

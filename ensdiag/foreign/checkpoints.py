@@ -358,6 +358,8 @@ def ensemble_from_states(states: list[dict], source: str, num_classes=None):
     try:
         model = _build([{key: value.detach().cpu() for key, value in state.items()} for state in states],
                        "auto", num_classes, source)
+    except EnsdiagError:
+        raise  # already one line for the user
     except (KeyError, IndexError, ValueError, RuntimeError, TypeError) as error:
         raise EnsdiagError(f"{source}: the keys look like a known layout but do not fit it ({type(error).__name__})") from None
     if model is None:
@@ -403,5 +405,7 @@ def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=
         raise EnsdiagError(f"{source}: {reason}; weight similarity can still compare them (ensdiag diversity)")
     try:
         return _raw(states, source, reason)
+    except EnsdiagError:
+        raise  # already one line for the user
     except (KeyError, IndexError, ValueError, RuntimeError, TypeError) as error:
         raise EnsdiagError(f"{source}: the tensors cannot be compared ({type(error).__name__}: {error})"[:400]) from None

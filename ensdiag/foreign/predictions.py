@@ -114,6 +114,8 @@ def read_npz(path) -> dict[str, np.ndarray]:
             return {name: loaded[name] for name in loaded.files}
     except zipfile.BadZipFile:
         raise EnsdiagError(f"{path} is not a readable .npz file (not a zip archive; a single array is a .npy)") from None
+    except EnsdiagError:
+        raise  # already one line for the user
     except (ValueError, OSError, EOFError, KeyError) as error:
         raise EnsdiagError(f"{path} is not a readable .npz file ({type(error).__name__})") from None
 

@@ -74,6 +74,8 @@ def _header(config: AdapterConfig) -> dict[str, tuple[tuple[int, ...], str]]:
         with _opened(path) as handle:
             return {key: (tuple(handle.get_slice(key).get_shape()), handle.get_slice(key).get_dtype())
                     for key in handle.keys()}
+    except EnsdiagError:
+        raise  # already one line for the user
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise EnsdiagError(f"{path} is not a readable safetensors file ({reason[:160]})") from None
@@ -156,6 +158,8 @@ def read_factors(config: AdapterConfig, module: Module) -> tuple[torch.Tensor, t
         else:
             with _opened(path) as handle:
                 a, b = handle.get_tensor(key_a), handle.get_tensor(key_b)
+    except EnsdiagError:
+        raise  # already one line for the user
     except (SafetensorError, OSError, ValueError, RuntimeError, KeyError) as error:
         raise EnsdiagError(f"{path}: cannot read {module.name}'s factors ({str(error)[:120] or type(error).__name__})") from None
     a, b = a.to(torch.float64).reshape(config.rank, n), b.to(torch.float64).reshape(m, config.rank)

@@ -50,6 +50,8 @@ class BaseWeights:
                     for name in handle.keys():
                         info = handle.get_slice(name)
                         self.shape[name], self.dtype[name] = tuple(info.get_shape()), info.get_dtype()
+            except EnsdiagError:
+                raise  # already one line for the user
             except (SafetensorError, OSError, ValueError, RuntimeError) as error:
                 raise _unreadable(shard, error) from None
         missing = [name for name in self.shard_of if name not in self.shape]
@@ -73,6 +75,8 @@ class BaseWeights:
             raise EnsdiagError(f"{index} is {index.stat().st_size:,} bytes, far more than a shard index")
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
+        except EnsdiagError:
+            raise  # already one line for the user
         except (OSError, ValueError, AttributeError) as error:
             raise EnsdiagError(f"{index} is not a readable shard index ({type(error).__name__})") from None
         if not isinstance(weight_map, dict) or not weight_map or not all(
@@ -93,6 +97,8 @@ class BaseWeights:
         try:
             with _open(path) as handle:
                 return {name: path for name in handle.keys()}
+        except EnsdiagError:
+            raise  # already one line for the user
         except (SafetensorError, OSError, ValueError, RuntimeError) as error:
             raise _unreadable(path, error) from None
 
@@ -130,6 +136,8 @@ class BaseWeights:
             try:  # the shard is mapped for one block: pages read stay resident only while it is open
                 with _open(self.shard_of[name]) as handle:
                     block = handle.get_slice(name)[start:start + rows].to(torch.float64).reshape(-1, shape[1])
+            except EnsdiagError:
+                raise  # already one line for the user
             except (SafetensorError, OSError, ValueError, RuntimeError) as error:
                 raise _unreadable(self.shard_of[name], error) from None
             if not torch.isfinite(block).all():

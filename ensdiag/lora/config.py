@@ -71,6 +71,8 @@ def read_adapter_config(folder: Path) -> AdapterConfig:
         raise EnsdiagError(f"{path} is {path.stat().st_size:,} bytes, not a PEFT adapter config")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except EnsdiagError:
+        raise  # already one line for the user
     except (OSError, ValueError) as error:
         raise EnsdiagError(f"{path} is not readable JSON ({type(error).__name__})") from None
     if not isinstance(data, dict):

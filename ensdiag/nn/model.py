@@ -60,6 +60,8 @@ class ModelSpec:
                 raise TypeError("options must map names to plain values")
             spec = cls(arch=str(data["arch"]), method=str(data["method"]), input_shape=tuple(shape),
                        options=dict(options), arch_options=dict(arch_options), **integers)
+        except EnsdiagError:
+            raise  # already one line for the user
         except (ValueError, KeyError, TypeError) as error:
             raise EnsdiagError(f"model spec is not valid JSON of the expected form ({error})"[:300]) from None
         spec.validate()

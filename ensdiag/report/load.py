@@ -70,6 +70,8 @@ def _damaged(path, what) -> EnsdiagError:
 def _read_object(path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except EnsdiagError:
+        raise  # already one line for the user
     except (OSError, ValueError) as error:
         raise _damaged(path, f"not readable JSON: {type(error).__name__}") from None
     if not isinstance(data, dict):
@@ -96,6 +98,8 @@ def _read_rows(path, is_row, what) -> list[dict]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         return []
+    except EnsdiagError:
+        raise  # already one line for the user
     except (OSError, ValueError) as error:
         raise _damaged(path, type(error).__name__) from None
     rows = []
