@@ -18,7 +18,7 @@ from .errors import EnsdiagError  # noqa: E402
 # and `ensdiag --version` start without it.
 _LAZY = {"load_model": "checkpoint", "save_model": "checkpoint", "import_ensemble": "foreign.checkpoints",
          "open_ensemble": "foreign.checkpoints", "EnsembleModel": "nn", "ModelSpec": "nn",
-         "build_model": "nn", "diagnose": "diagnosis", "Diagnosis": "diagnosis", "Tracker": "tracker",
+         "build_model": "nn", "diagnose": "core", "Diagnosis": "diagnosis", "Tracker": "tracker",
          "list_methods": "registries", "list_analyzers": "registries", "list_datasets": "registries"}
 
 

@@ -4,6 +4,8 @@ The file's metadata (strings only) makes it self-describing:
     ensdiag.format  "ensdiag.model/1"
     ensdiag.spec    the model's `ModelSpec` as a JSON string
     ensdiag.initial_cosine  (optional) {"mean", "seed"}: the members' weight cosine at initialisation
+    ensdiag.preprocess      (optional) {"mean", "std"}: the per-channel normalisation of images in [0, 1]
+                            the model was trained with (every path applies it by default)
 so `load_model(path)` rebuilds the architecture and loads the weights with no other input.
 Files are written byte-for-byte reproducibly (`safetensors_bytes_deterministic`): the same
 tensors and metadata give the same sha256 in any process.
@@ -27,6 +29,9 @@ def save_model(model: EnsembleModel, path, extra_metadata: dict[str, str] | None
                 "ensdiag.version": __version__, **(extra_metadata or {})}
     if model.initial_cosine is not None:
         metadata["ensdiag.initial_cosine"] = json.dumps(model.initial_cosine)
+    if getattr(model, "preprocess", None) is not None:
+        mean, std = model.preprocess
+        metadata["ensdiag.preprocess"] = json.dumps({"mean": list(mean), "std": list(std)})
     return atomic_write_bytes(path, safetensors_bytes_deterministic(tensors, metadata))
 
 
@@ -59,6 +64,7 @@ def load_model(path, device="cpu") -> EnsembleModel:
     model = build_from_spec(spec)
     model.load_state_dict(tensors)
     model.initial_cosine = _initial_cosine(metadata.get("ensdiag.initial_cosine"))
+    model.preprocess = _preprocess(metadata.get("ensdiag.preprocess"), spec.input_shape[0])
     return model.to(device).eval()
 
 
@@ -74,6 +80,23 @@ def _initial_cosine(text) -> dict | None:
             and not isinstance(seed, bool) and abs(seed) < 2**63):
         return None
     return {"mean": mean, "seed": seed}
+
+
+def _preprocess(text, channels: int) -> tuple | None:
+    """The recorded (mean, std), checked like user input: one finite mean and one positive finite std
+    per channel; anything else counts as not recorded (the fitting preset's is used, as before)."""
+    import math
+    try:
+        found = json.loads(text)
+        mean, std = found["mean"], found["std"]
+    except (TypeError, ValueError, KeyError, RecursionError):
+        return None
+    if not (isinstance(mean, list) and isinstance(std, list) and len(mean) == len(std) == channels):
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in [*mean, *std]) \
+            or not all(v > 0 for v in std):
+        return None
+    return tuple(float(v) for v in mean), tuple(float(v) for v in std)
 
 
 def _check_tensors(path, spec, expected: dict, tensors: dict):

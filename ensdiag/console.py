@@ -143,3 +143,12 @@ def wrapped(text: str, width: int) -> str:
         paragraph = re.sub(r"(\d) (%|×)", lambda match: match.group(1) + keep + match.group(2), paragraph)
         lines += [line.replace(keep, " ") for line in textwrap.wrap(paragraph, width, break_long_words=False)] + [""]
     return "\n".join(lines[:-1])
+
+
+def loading(text: str, quiet: bool = False):
+    """A transient status line on the terminal while a slow step prints nothing (torch's import):
+    it leaves nothing behind, and shows nothing when stderr is not a terminal or with --quiet."""
+    from contextlib import nullcontext
+    if quiet or not err_console.is_terminal:
+        return nullcontext()
+    return err_console.status(text, spinner="dots")

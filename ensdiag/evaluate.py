@@ -1,20 +1,30 @@
-"""One model file x a preset's evaluation data -> predictions and metrics (`ensdiag evaluate`/`diversity`)."""
+"""What `ensdiag evaluate` and `diversity` measure a model on — a preset's data (given, or the
+one whose architecture, inputs and classes fit the model) or yours, with any set replaced — and
+the preprocessing: the inputs the inspection core (core.py) takes.
+
+    inputs = prepare(model, DataChoice(data="mine.npz"), data_dir="data")
+    diagnosis = inspect(model, inputs.splits, preprocess=inputs.preprocess, device=inputs.device, …)
+
+Whether data fits a model is asked of the network itself (a forward on the meta device, no
+memory), not of the input size its file records: torchvision's ResNet-18 takes CIFAR's 32×32.
+"""
 
 import math
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
+import torch
+
 from .config import PRESETS, preset_config
 from .data.batching import Normalize
-from .data.preset import PresetData, load_preset_data
-from .errors import DataNotFound, EnsdiagError
+from .data.preset import PresetData, load_preset_data, ood_set, shift_set
+from .data.registry import Split
 from .device import resolve_device
-from .predict import predict
-from .predictions import with_pooled_shift
+from .errors import DataNotFound, EnsdiagError
 
 
 def guess_preset(spec) -> str:
-    """The preset whose architecture and input shape match the model's."""
+    """The preset whose architecture, input shape and classes match the model's."""
     for name, config in PRESETS.items():
         if config.arch == spec.arch and tuple(config.input_shape) == tuple(spec.input_shape) \
                 and config.num_classes == spec.num_classes:
@@ -27,7 +37,7 @@ def guess_preset(spec) -> str:
 class DataChoice:
     """What `evaluate` and `diversity` measure on: a preset's data (given, or the one the model
     fits), with any set replaced: `data` (your test images), `shift`, `ood` (a registered
-    dataset or your files), `normalize` ("MEAN,…:STD,…", "none", or None for the preset's)."""
+    dataset or your files), `normalize` ("MEAN,…:STD,…", "none", or None for the model's own)."""
 
     preset: str | None = None
     data: str | None = None
@@ -36,30 +46,62 @@ class DataChoice:
     normalize: str | None = None
 
 
+@dataclass
+class Inputs:
+    """The core's inputs for one model: {split: Split}, the preprocessing, the device, the split
+    titles and skipped splits, and the training split (BatchNorm statistics along paths) or None."""
+
+    splits: dict
+    preprocess: Normalize
+    device: torch.device
+    titles: dict
+    skipped: dict
+    train: Split | None = None
+
+
+def fits(model, input_shape) -> str | None:
+    """None when the model maps images of `input_shape` to logits, else why not: asked of the network
+    by a forward on the meta device (nothing allocated, nothing computed)."""
+    from .nn.model import build_from_spec
+    try:
+        with torch.device("meta"):
+            skeleton = build_from_spec(model.spec)
+            out = skeleton(torch.empty(2, *input_shape))
+    except Exception as error:  # any failure of the user's shape is the answer, not a crash
+        text = " ".join(str(error).split())[:120]
+        return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    if out.dim() != 3 or out.shape[1] != 2 or out.shape[2] != model.num_classes:
+        return f"it gives outputs of shape {tuple(out.shape)}"
+    return None
+
+
 def _checked_config(model, choice: DataChoice):
-    """(the preset's config with the choice's sets, whether the model runs on other image sizes);
-    (None, False) when only your data is measured and no preset fits the model."""
-    from .nn import ARCHITECTURES
+    """The preset's config with the choice's sets; None when only your data is measured and no
+    preset fits the model."""
     try:
         preset = choice.preset or guess_preset(model.spec)
     except EnsdiagError:
         if choice.data is None:
             raise
-        return None, False
+        return None
     config = preset_config(preset, shift=choice.shift, ood=choice.ood)
-    flexible = ARCHITECTURES[model.spec.arch].any_input_size and config.input_shape[0] == model.spec.input_shape[0]
     if choice.data is not None:
-        config = replace(config, input_shape=tuple(model.spec.input_shape))
-    elif tuple(config.input_shape) != tuple(model.spec.input_shape) and not flexible:
-        raise EnsdiagError(f"the {config.preset} preset has inputs {tuple(config.input_shape)}, the model "
-                           f"{tuple(model.spec.input_shape)}")
-    return config, flexible
+        return replace(config, input_shape=tuple(model.spec.input_shape))
+    if tuple(config.input_shape) != tuple(model.spec.input_shape):
+        reason = fits(model, config.input_shape)
+        if reason is not None:
+            raise EnsdiagError(f"the model does not run on the {config.preset} preset's {tuple(config.input_shape)} "
+                               f"inputs ({reason}); pass a preset whose images fit it")
+    return config
 
 
 def normalization(model, choice: DataChoice, config) -> tuple[tuple, tuple]:
-    """(mean, std) per channel: --normalize, else the preset's."""
+    """(mean, std) per channel: --normalize, else what the model file records, else the preset's."""
     channels = model.spec.input_shape[0]
     if choice.normalize is None:
+        recorded = getattr(model, "preprocess", None)
+        if recorded is not None:
+            return recorded
         if config is None:
             raise EnsdiagError("no preset fits this model, so its input normalisation is unknown: pass --normalize "
                                "MEAN,…:STD,… (one value per channel) or --normalize none")
@@ -80,7 +122,7 @@ def load_data(model, choice: DataChoice | str | None = None, data_dir="data", do
     """The data a model is measured on; `with_train`: the preset's training split too, where it
     is on disk (member geometry recomputes BatchNorm statistics on it), else None in its place."""
     choice = choice if isinstance(choice, DataChoice) else DataChoice(preset=choice)
-    config, _ = _checked_config(model, choice)
+    config = _checked_config(model, choice)
     if choice.data is not None:
         return _your_data(model, choice, config, data_dir, download)
     if with_train:
@@ -94,64 +136,43 @@ def load_data(model, choice: DataChoice | str | None = None, data_dir="data", do
 def _your_data(model, choice, config, data_dir, download) -> PresetData:
     """--data as the test split; shift and OOD from --shift/--ood, else the fitting preset's, else none."""
     from .data.files import load_files
-    from .data.preset import _ood, _shift
-    test = load_files(choice.data, model.spec.input_shape, "--data")
+    test = load_files(choice.data, model.spec.input_shape, "--data", exact=False)
+    shape = tuple(test.images.shape[1:])
+    if shape != tuple(model.spec.input_shape) and (reason := fits(model, shape)) is not None:
+        raise EnsdiagError(f"--data {choice.data}: the model does not run on images of shape {shape} (its file records "
+                           f"{tuple(model.spec.input_shape)}; {reason})")
     if test.labels is not None and len(test.labels) and int(test.labels.max()) >= model.num_classes:
         raise EnsdiagError(f"--data {choice.data}: label {int(test.labels.max())} out of range for {model.num_classes} classes")
     titles, skipped = {"id": test.source}, {}
-    sets = config or SimpleNamespace(shift=choice.shift, ood=choice.ood, input_shape=tuple(model.spec.input_shape),
-                                     shift_severity=5, ood_split="test")
-    shift = _shift(sets, data_dir, titles, skipped) if sets.shift else {}
-    ood = _ood(sets, data_dir, download, titles, skipped) if sets.ood else None
+    sets = config or SimpleNamespace(shift=choice.shift, ood=choice.ood, shift_severity=5, ood_split="test")
+    sets = SimpleNamespace(**{**vars(sets), "input_shape": shape}) if config is None else replace(config, input_shape=shape)
+    shift = shift_set(sets, data_dir, titles, skipped) if sets.shift else {}
+    ood = ood_set(sets, data_dir, download, titles, skipped) if sets.ood else None
     for name, given in (("shift", sets.shift), ("ood", sets.ood)):
         if not given:
             skipped[name] = f"no {name} set given (--{name} DATASET|PATH)"
     for split in [*shift.values(), *([ood] if ood is not None else [])]:
-        if tuple(split.images.shape[1:]) != tuple(model.spec.input_shape):
-            raise EnsdiagError(f"{split.source}: images of shape {tuple(split.images.shape[1:])}, the model takes "
-                               f"{tuple(model.spec.input_shape)}")
+        if tuple(split.images.shape[1:]) != shape:
+            raise EnsdiagError(f"{split.source}: images of shape {tuple(split.images.shape[1:])}, the test images {shape}")
     return PresetData(None, test, shift, ood, skipped, titles)
 
 
-def model_probe(model, data, choice: DataChoice | str | None = None, device="auto", seed=0, max_examples=None,
-                path_points=11):
-    """A `ModelProbe` of the model on its data (analysis.geometry)."""
-    from .analysis.geometry import ModelProbe
+def prepare(model, choice: DataChoice | str | None = None, data_dir="data", download=False, device="auto",
+            with_train=False, data: PresetData | None = None) -> Inputs:
+    """The core's `Inputs` for a model (ensdiag's own: loaded or imported, moved to `device` here)."""
     choice = choice if isinstance(choice, DataChoice) else DataChoice(preset=choice)
-    config, _ = _checked_config(model, choice)
-    device = resolve_device(device)
+    config = _checked_config(model, choice)
     mean, std = normalization(model, choice, config)
-    return ModelProbe(model.to(device), {"id": data.test, "ood": data.ood}, Normalize(mean, std, device),
-                      data.train.images if data.train is not None else None, max_examples, seed,
-                      train_labels=data.train.labels if data.train is not None else None, path_points=path_points)
+    device = resolve_device(device) if isinstance(device, str) else device
+    data = data if data is not None else load_data(model, choice, data_dir, download, with_train)
+    return Inputs(data.eval_splits(), Normalize(mean, std, device), device, data.titles, data.skipped, data.train)
 
 
 def evaluate_model(model, choice: DataChoice | str | None = None, data_dir="data", download=False, device="auto", seed=0,
-                   data=None, spread=False):
-    """(predictions with pooled shift, split titles, skipped splits {name: reason}) for a model;
-    `data`: the data (`load_data`) when the caller has loaded it. With `spread`, under torchrun,
-    every rank predicts its share of each split and all get the whole (predict.py)."""
-    from . import distributed
-    choice = choice if isinstance(choice, DataChoice) else DataChoice(preset=choice)
-    config, flexible = _checked_config(model, choice)
-    mean, std = normalization(model, choice, config)
-    ranks, device = distributed.start(device) if spread else (distributed.Ranks(), resolve_device(device))
-    if data is None:
-        if download and not ranks.main:
-            distributed.barrier()  # rank 0 downloads first
-        data = load_data(model, choice, data_dir, download and ranks.main)
-        if download and ranks.main:
-            distributed.barrier()
-    model = model.to(device)
-    try:
-        predictions = predict(model, data.eval_splits(), Normalize(mean, std, device), device, seed=seed,
-                              spread=ranks.distributed)
-    except EnsdiagError:
-        raise  # already one line for the user
-    except (AssertionError, RuntimeError, ValueError) as error:
-        if not flexible or config is None or tuple(config.input_shape) == tuple(model.spec.input_shape):
-            raise
-        reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else type(error).__name__
-        raise EnsdiagError(f"the model does not run on the {config.preset} preset's {tuple(config.input_shape)} inputs "
-                           f"({reason}); pass a preset whose images fit it") from None
-    return with_pooled_shift(predictions), data.titles, data.skipped
+                   data=None):
+    """(predictions with pooled shift, split titles, skipped splits {name: reason}) for a model."""
+    from .core import inspect
+    inputs = prepare(model, choice, data_dir, download, device, data=data)
+    diagnosis = inspect(model.to(inputs.device), inputs.splits, preprocess=inputs.preprocess, device=inputs.device,
+                        seed=seed, geometry=False, only=[])
+    return diagnosis.predictions, inputs.titles, inputs.skipped

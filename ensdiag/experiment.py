@@ -27,9 +27,9 @@ from .io import atomic_write_json, atomic_write_text, locked_folder, remove_stal
 from .nn import build_model
 from .nn.methods import members_for
 from .nn.members import fastest
+from .nn.model import flush_denormals
 from .precision import policy as precision_policy, uses_bf16
-from .predict import predict
-from .predictions import save_predictions, with_pooled_shift
+from .predictions import save_predictions
 from .progress import TrainProgress
 from .provenance import environment
 from .runs import EXPERIMENT_FORMAT, RUN_FILES, STATE_FILE, read_experiment
@@ -72,9 +72,8 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
               progress: TrainProgress, argv, ranks=distributed.Ranks(), ddp=False) -> dict | None:
     """Train, predict and analyse one (method, seed); write its files, meta.json last. With `ddp`
     every rank trains it together and rank 0 writes (the others return None)."""
-    from .analysis import analyze_model, analyze_predictions  # analysis imports nothing from training
-    from .analysis.geometry import ModelProbe
-    from .geometry.baselines import initial_cosine, weights_with_initial
+    from .core import inspect  # analysis imports nothing from training
+    from .geometry.baselines import initial_cosine
 
     run_dir.mkdir(parents=True, exist_ok=True)
     method, options = config.model_options(run)
@@ -83,6 +82,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
                         config.num_classes, config.input_shape, **options).to(device)
     initial = initial_cosine(model)  # before any step (and before a resume loads trained weights)
     model.initial_cosine = None if initial is None else {"mean": initial["mean"], "seed": seed}
+    model.preprocess = (tuple(config.mean), tuple(config.std))  # recorded in the model file: every path applies it
     # --ddp synchronises BatchNorm layers, which the stacked layout uses (not vmap's or the loop's plain copies)
     model.member_strategy = "stacked" if ddp else fastest(device.type, config.arch)
     channels_last = device.type == "cuda" and config.arch != "mlp"
@@ -114,19 +114,17 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     splits = data.eval_splits()
     if len(val_index):  # last, so MC Dropout's masks on the other splits are what they always were
         splits["val"] = Split(data.train.images[val_index], data.train.labels[val_index], "validation split")
-    predictions = predict(model, splits, normalize, device, seed=seed, spread=ddp)
-    if ddp and not ranks.main:
+    flush_denormals()
+    diagnosis = inspect(model, splits, preprocess=normalize, device=device, seed=seed, geometry=config.geometry,
+                        train=Split(data.train.images[train_index], data.train.labels[train_index], "training split"),
+                        titles=data.titles, skipped=data.skipped, spread=ddp)
+    if diagnosis is None:
         distributed.barrier()  # rank 0 writes the run's files
         return None
-    weights = weights_with_initial(model, seed)
-    metrics = analyze_predictions(with_pooled_shift(predictions), weights=weights)
-    if config.geometry:
-        probe = ModelProbe(model, {"id": data.test, "ood": data.ood}, normalize, data.train.images[train_index], seed=seed,
-                           train_labels=data.train.labels[train_index])
-        metrics["analyzers"].update(analyze_model(probe))
+    metrics = diagnosis.metrics
     eval_seconds = time.perf_counter() - began
-    save_predictions(predictions, run_dir / "predictions.safetensors",
-                     {"ensdiag.spec": model.spec.to_json(), "ensdiag.splits": data.titles})
+    save_predictions({name: split for name, split in diagnosis.predictions.items() if name != "shift" or "shift" in splits},
+                     run_dir / "predictions.safetensors", {"ensdiag.spec": model.spec.to_json(), "ensdiag.splits": data.titles})
     save_model(model, run_dir / "model.safetensors")
     atomic_write_text(run_dir / "history.jsonl", "".join(json.dumps(row) + "\n" for row in result["history"]))
     if result["tracking"]:

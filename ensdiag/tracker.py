@@ -11,35 +11,38 @@ Rows have the schema of `ensdiag train --track-diversity`'s diversity.jsonl (epo
 disagreement, jsd, weight_cosine, aligned_weight_cosine, seconds), so `ensdiag report` draws
 them beside a saved diagnosis. Measuring leaves training as it was: the members' train/eval
 modes are restored and the random state is forked, so a tracked loop trains to the same
-weights as an untracked one. Members are any that `ensdiag.diagnose` takes.
+weights as an untracked one. Members are any that `ensdiag.diagnose` takes (with
+`num_members` and `member_weights` as there); members that share parameter storage without
+declared effective weights get no weight cosine (`weights_skipped` says why).
 """
 
 import json
 from pathlib import Path
 
-import torch
-
-from .diagnosis import _batches, _predict, as_ensemble, evaluating
+from .core import preprocessing
+from .data.given import batches
+from .ensembles import as_ensemble, measuring
 from .errors import EnsdiagError
+from .predict import predict_batches
 
 
 class Tracker:
-    def __init__(self, members, val, path=None, normalize=None, device=None, seed: int = 0):
+    def __init__(self, members, val, path=None, normalize=None, device=None, seed: int = 0, num_members=None,
+                 member_weights=None):
         from .geometry.tracking import DiversityTracker
-        self.model, self.forward = as_ensemble(members)
-        self.val, self.normalize, self.seed = val, normalize or (lambda x: x), seed
-        self.device = torch.device(device) if device is not None else self._device()
+        self.ensemble = as_ensemble(members, num_members=num_members, member_weights=member_weights)
+        self.val, self.seed = val, seed
+        self.device = self.ensemble.device if device is None else device
+        self.normalize = preprocessing(normalize, self.ensemble, self.device) or (lambda x: x)
         self.path = Path(path) if path is not None else None
         self.rows = self._read() if self.path is not None and self.path.exists() else []
-        with torch.random.fork_rng(devices=self._forked()):
-            self._rows = DiversityTracker(self.model, seed)
+        with measuring(self.ensemble, seed=None):  # building plain networks draws random initial weights
+            self._rows = DiversityTracker(self.ensemble if self.ensemble.runnable else None, seed)
 
-    def _device(self):
-        parameter = next(self.model.parameters(), None) if self.model is not None else None
-        return parameter.device if parameter is not None else torch.device("cpu")
-
-    def _forked(self):
-        return [self.device.index or 0] if self.device.type == "cuda" else []
+    @property
+    def weights_skipped(self) -> str | None:
+        """Why rows carry no weight cosine (members sharing parameter storage, a callable), or None."""
+        return getattr(self._rows, "weights_skipped", None)
 
     def _read(self) -> list[dict]:
         try:
@@ -58,8 +61,8 @@ class Tracker:
         of the same or a later epoch, left by an interrupted loop, is replaced)."""
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise EnsdiagError(f"epoch must be a non-negative integer, got {epoch!r}")
-        with torch.random.fork_rng(devices=self._forked()), evaluating(self.model):
-            logits, _, _ = _predict(self.forward, _batches(self.val, "val"), self.normalize, self.device, 0, False, "val")
+        with measuring(self.ensemble, self.seed):
+            logits, _, _ = predict_batches(self.ensemble, batches(self.val, "val"), self.normalize, self.device, name="val")
             row = self._rows.measure(epoch, logits)
         self.rows = [r for r in self.rows if r["epoch"] < epoch] + [row]
         if self.path is not None:

@@ -174,8 +174,8 @@ def test_diversity_without_data_still_shows_weight_similarity(tmp_path, capsys):
     code, out, err = run_cli(capsys, "diversity", path, "--data-dir", tmp_path / "nothing", "--format", "json")
     assert code == 0
     report = json.loads(out)
-    assert report["weight_similarity"]["mean"]["value"] == pytest.approx(1.0)
-    assert set(report["not_evaluated"]) == {"id", "shift", "ood"} and "MNIST" in report["not_evaluated"]["id"]
+    assert report["analyzers"]["weight-similarity"]["mean"]["value"] == pytest.approx(1.0)
+    assert set(report["skipped_splits"]) == {"id", "shift", "ood"} and "MNIST" in report["skipped_splits"]["id"]
 
 
 def test_diversity_and_evaluate_on_the_embedded_default(tmp_path, capsys):
@@ -183,7 +183,7 @@ def test_diversity_and_evaluate_on_the_embedded_default(tmp_path, capsys):
     path = ensdiag.save_model(model, tmp_path / "de.safetensors")
     code, out, _ = run_cli(capsys, "diversity", path, "--plot", tmp_path / "d.png", "--format", "json")
     report = json.loads(out)
-    assert code == 0 and set(report["disagreement"]["splits"]) >= {"id", "shift", "ood"}
+    assert code == 0 and set(report["analyzers"]["disagreement"]["splits"]) >= {"id", "shift", "ood"}
     assert (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     code, out, _ = run_cli(capsys, "evaluate", path, "--out", tmp_path / "eval")
     assert code == 0 and "Acc" in out
@@ -197,7 +197,7 @@ def test_mc_dropout_masks_follow_the_seed_option(tmp_path, capsys):
     def disagreement(seed):
         code, out, _ = run_cli(capsys, "diversity", path, "--seed", seed, "--format", "json")
         assert code == 0
-        return json.loads(out)["disagreement"]
+        return json.loads(out)["analyzers"]["disagreement"]
 
     assert disagreement(1) == disagreement(1)
     assert disagreement(1) != disagreement(2)
@@ -207,7 +207,7 @@ def test_diversity_with_a_preset_of_other_inputs_is_an_error_not_a_degraded_repo
     model = ensdiag.build_model("mlp", "deep-ensemble", 3, 10, (1, 8, 8))  # a digits-sized model
     path = ensdiag.save_model(model, tmp_path / "de.safetensors")
     assert_one_line_error(capsys, "diversity", path, "--preset", "mnist", "--data-dir", tmp_path,
-                          match=r"mnist preset has inputs \(1, 28, 28\), the model \(1, 8, 8\)")
+                          match=r"does not run on the mnist preset's \(1, 28, 28\) inputs")
 
 
 def test_ood_labels_a_foreign_file_carries_are_never_used(tmp_path, capsys):
@@ -240,7 +240,7 @@ def test_mnist_preset_loads_fashion_mnist_unlabelled_and_writes_no_ood_labels(tm
     stored = load_file(tmp_path / "eval" / "predictions.safetensors")
     assert "ood/logits" in stored and "ood/labels" not in stored
     code, out, _ = run_cli(capsys, "diversity", path, "--data-dir", tmp_path, "--format", "json")
-    splits = json.loads(out)["disagreement"]["splits"]
+    splits = json.loads(out)["analyzers"]["disagreement"]["splits"]
     assert code == 0 and "normalized" in splits["id"] and "normalized" not in splits["ood"]
 
 

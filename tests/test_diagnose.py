@@ -100,8 +100,9 @@ def test_a_callable_gives_predictions_only_and_a_dataset_works_as_data():
     weights = torch.randn(2, 12, 3)
     diagnosis = ensdiag.diagnose(lambda batch: torch.einsum("bd,kdc->kbc", batch, weights), id=TensorDataset(x, y))
     analyzers = diagnosis.metrics["analyzers"]
-    assert analyzers["calibration"]["status"] == "ok" and "cka" not in analyzers
-    assert analyzers["weight-similarity"]["status"] == "skipped"
+    assert analyzers["calibration"]["status"] == "ok"
+    for name in ("weight-similarity", "cka", "paths", "alignment", "rank-structure"):  # each says why
+        assert analyzers[name]["status"] == "skipped" and "declare" in analyzers[name]["reason"], name
 
 
 def test_an_ensdiag_model_is_diagnosed_like_training_does():
@@ -155,7 +156,8 @@ def test_a_hostile_diagnosis_folder_is_a_one_line_error(tmp_path, capsys):
 
 @pytest.mark.parametrize("members,data,match", [
     ([], None, "members must be"),
-    ("not a model", None, "members must be"),
+    ("not a model", None, "does not exist"),  # a path: model files are one way in
+    (3, None, "members must be"),
     ([TwoLayer()], "text", "give \\(x, y\\) tensors"),
     ([TwoLayer()], (torch.randn(5, 12), torch.zeros(4, dtype=torch.long)), "5 inputs but 4 labels"),
     (lambda x: x, None, "logits \\[k, B, C\\]"),

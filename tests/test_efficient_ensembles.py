@@ -226,9 +226,9 @@ def test_train_diagnose_and_report_both_methods_on_the_embedded_default(tmp_path
         model_path = out / method / "seed-1" / "model.safetensors"
         code, text, _ = run_cli(capsys, "diversity", model_path, "--format", "json")
         diversity = json.loads(text)
-        assert code == 0 and diversity["method"] == method and diversity["num_members"] == 3
-        assert 0 <= diversity["disagreement"]["splits"]["id"]["mean"]["value"] <= 1
-        assert -1 <= diversity["weight_similarity"]["mean"]["value"] <= 1
+        assert code == 0 and diversity["ensemble"]["method"] == method and diversity["ensemble"]["num_members"] == 3
+        assert 0 <= diversity["analyzers"]["disagreement"]["splits"]["id"]["mean"]["value"] <= 1
+        assert -1 <= diversity["analyzers"]["weight-similarity"]["mean"]["value"] <= 1
         model = ensdiag.load_model(model_path)  # the saved model rebuilds to the trained one
         assert model.method == method and model.num_members == 3
     labels = ("Packed-Ensembles", "MIMO")

@@ -81,8 +81,8 @@ def test_diversity_and_evaluate_take_foreign_files_directly(capsys):
     code, out, err = run_cli(capsys, "diversity", *members, "--format", "json")
     assert code == 0, err
     report = json.loads(out)
-    assert report["method"] == "deep-ensemble" and report["num_members"] == 3
-    assert report["disagreement"]["status"] == "ok" and report["weight_similarity"]["status"] == "ok"
+    assert report["ensemble"]["method"] == "deep-ensemble" and report["ensemble"]["num_members"] == 3
+    assert report["analyzers"]["disagreement"]["status"] == "ok" and report["analyzers"]["weight-similarity"]["status"] == "ok"
     code, out, err = run_cli(capsys, "evaluate", FIXTURES / "be_mlp.pt", "--format", "json")
     assert code == 0, err
     assert json.loads(out)["num_members"] == 3
@@ -110,8 +110,9 @@ def test_unknown_architectures_still_get_weight_similarity(tmp_path, capsys):
     code, out, err = run_cli(capsys, "diversity", *files, "--format", "json")
     assert code == 0, err
     report = json.loads(out)
-    assert report["weight_similarity"]["status"] == "ok" and set(report["weight_similarity"]["layers"]) == {"0", "2"}
-    assert "no ensdiag architecture" in report["disagreement"]["reason"]
+    similarity = report["analyzers"]["weight-similarity"]
+    assert similarity["status"] == "ok" and set(similarity["layers"]) == {"0", "2"}
+    assert "no ensdiag architecture" in report["analyzers"]["disagreement"]["reason"]
     assert_one_line_error(capsys, "import", *files, "--out", tmp_path / "x.safetensors", match="no ensdiag architecture")
     assert not (tmp_path / "x.safetensors").exists()
 
@@ -180,7 +181,7 @@ def test_a_deep_ensemble_of_torchvision_resnet18s_runs_like_torchvision(tmp_path
                              "--data-dir", tmp_path / "data", "--format", "json")
     assert code == 0, err
     report = json.loads(out)
-    assert report["disagreement"]["status"] == "ok" and report["num_members"] == 2
+    assert report["analyzers"]["disagreement"]["status"] == "ok" and report["ensemble"]["num_members"] == 2
     torch.save(torchvision.models.resnet34(num_classes=10).state_dict(), tmp_path / "tv34.pt")
     assert_one_line_error(capsys, "import", tmp_path / "tv0.pt", tmp_path / "tv34.pt", "--arch", "torchvision:resnet18",
                           "--out", tmp_path / "m.safetensors", match="member 1 has 'layer1.2.conv1.weight'")
@@ -226,7 +227,8 @@ def test_recognised_but_unfitting_members_fall_back_to_weight_similarity(tmp_pat
     code, out, err = run_cli(capsys, "diversity", *files, "--format", "json")
     assert code == 0, err
     report = json.loads(out)
-    assert report["weight_similarity"]["status"] == "ok" and "conv1.bias" in report["disagreement"]["reason"]
+    assert report["analyzers"]["weight-similarity"]["status"] == "ok"
+    assert "conv1.bias" in report["analyzers"]["disagreement"]["reason"]
     assert_one_line_error(capsys, "import", *files, "--out", tmp_path / "x.safetensors", match="conv1.bias")
 
 

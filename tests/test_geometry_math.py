@@ -197,13 +197,10 @@ def test_a_zero_fast_weight_on_each_side_leaves_the_rest_of_the_layer():
 def test_layers_whose_ratio_has_one_row_tell_nothing():
     from ensdiag.analysis import analyze_model
     from ensdiag.analysis.geometry import ModelProbe
+    from ensdiag.ensembles import as_ensemble
 
-    class TwoMembers:
-        def __init__(self, weights):
-            self.weights = weights
-
-        def member_weights(self):
-            return self.weights
+    def TwoMembers(weights):  # weights only: an ensemble that declares its members' effective weights
+        return as_ensemble(lambda x: None, num_members=2, member_weights=lambda: weights)
 
     one_row = [{"a.weight": torch.randn(1, 5)}, {"a.weight": torch.randn(1, 5)}]  # independent, yet "rank 1 of 1"
     result = analyze_model(ModelProbe(TwoMembers(one_row), {}, None), only=["rank-structure"])["rank-structure"]

@@ -55,10 +55,10 @@ def test_a_method_registered_from_a_test_file_trains_is_diagnosed_and_reported(t
     model = out / "toy-twins" / "seed-1" / "model.safetensors"
     code, text, _ = run_cli(capsys, "diversity", model, "--format", "json")
     diversity = json.loads(text)
-    assert code == 0 and diversity["method"] == "toy-twins" and diversity["num_members"] == 3
+    assert code == 0 and diversity["ensemble"]["method"] == "toy-twins" and diversity["ensemble"]["num_members"] == 3
     # members that start equal and see the same batches stay equal: the diagnosis says so
-    assert diversity["weight_similarity"]["mean"]["value"] == pytest.approx(1.0)
-    assert diversity["disagreement"]["splits"]["id"]["mean"]["value"] == 0.0
+    assert diversity["analyzers"]["weight-similarity"]["mean"]["value"] == pytest.approx(1.0)
+    assert diversity["analyzers"]["disagreement"]["splits"]["id"]["mean"]["value"] == 0.0
     code, text, _ = run_cli(capsys, "report", out, "--format", "markdown", "--no-figures")
     assert code == 0 and "| Toy twins |" in text and "| Deep Ensemble |" in text
     code, text, _ = run_cli(capsys, "models", "--arch", "mlp")

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 from ensdiag.analysis import analyze_predictions, metric
 from ensdiag.analysis import metrics as M
 from ensdiag.report.render import cell_text, format_number, to_json
-from ensdiag.report.terminal import _fmt, heatmap_table, metrics_table, ood_table
+from ensdiag.report.terminal import cell, heatmap_table, metrics_table, ood_table
 
 from .cli import run_cli
 
@@ -182,12 +182,12 @@ def test_analyze_table_of_an_empty_split(empty_id_file, capsys):
 # --- cells --------------------------------------------------------------------------------------
 
 def test_terminal_cells_show_the_status_word_or_na():
-    assert _fmt(None) == "N/A" and _fmt(0.12345) == "0.123"
-    assert (_fmt(NAN), _fmt(INF), _fmt(-INF)) == ("nan", "inf", "-inf")
-    assert _fmt(metric(NAN, "d")) == "nan" and _fmt(metric(INF, "d")) == "inf" and _fmt(metric(-INF, "d")) == "-inf"
-    assert _fmt(metric(None, "d", status="empty")) == "empty" and _fmt(metric(None, "d")) == "N/A"
-    assert _fmt(metric(0.5, "d")) == "0.500"
-    assert _fmt({"value": None, "definition": "d"}) == "N/A"  # metrics.json written before statuses existed
+    assert cell(None) == "N/A" and cell(0.12345) == "0.123"
+    assert (cell(NAN), cell(INF), cell(-INF)) == ("nan", "inf", "-inf")
+    assert cell(metric(NAN, "d")) == "nan" and cell(metric(INF, "d")) == "inf" and cell(metric(-INF, "d")) == "-inf"
+    assert cell(metric(None, "d", status="empty")) == "empty" and cell(metric(None, "d")) == "N/A"
+    assert cell(metric(0.5, "d")) == "0.500"
+    assert cell({"value": None, "definition": "d"}) == "N/A"  # metrics.json written before statuses existed
 
 
 def test_terminal_tables_of_nan_results_render():

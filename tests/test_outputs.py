@@ -65,8 +65,8 @@ def test_diversity_plot_skips_what_was_not_stored(tmp_path, capsys):
     path = ensdiag.save_model(model, tmp_path / "de.safetensors")
     code, out, _ = run_cli(capsys, "diversity", path, "--format", "json")
     report = json.loads(out)
-    assert code == 0 and report["weight_similarity"]["matrix"]["value"] is None
-    assert -1 <= report["weight_similarity"]["mean"]["value"] <= 1
+    assert code == 0 and report["analyzers"]["weight-similarity"]["matrix"]["value"] is None
+    assert -1 <= report["analyzers"]["weight-similarity"]["mean"]["value"] <= 1
     assert_one_line_error(capsys, "diversity", path, "--plot", tmp_path / "d.png", match="nothing to plot")
 
 

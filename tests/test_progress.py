@@ -53,7 +53,7 @@ def test_diversity_names_each_slow_step_on_a_terminal(finished_run, monkeypatch,
 
     from rich.console import Console
 
-    from ensdiag import cli
+    from ensdiag import console as cli
     from ensdiag.analysis.registry import ANALYZERS
 
     from .cli import run_cli
@@ -68,5 +68,5 @@ def test_diversity_names_each_slow_step_on_a_terminal(finished_run, monkeypatch,
         if analyzer.needs == "model":
             assert f"member geometry: {analyzer.description}" in shown, name
     import json
-    geometry = json.loads(out)["geometry"]
-    assert [name for name in geometry] == [name for name, a in ANALYZERS.items() if a.needs == "model"]
+    analyzers = json.loads(out)["analyzers"]
+    assert [name for name in analyzers if ANALYZERS[name].needs == "model"] == [name for name, a in ANALYZERS.items() if a.needs == "model"]

@@ -91,7 +91,7 @@ def test_train_shows_what_it_loads_on_a_terminal_and_nothing_in_a_pipe(monkeypat
 
     from rich.console import Console
 
-    from ensdiag import cli
+    from ensdiag import console as cli
     screen = io.StringIO()
     monkeypatch.setattr(cli, "err_console", Console(file=screen, force_terminal=True, width=80))
     with cli.loading("loading torch …"):

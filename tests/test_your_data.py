@@ -33,13 +33,13 @@ def test_diversity_on_an_npz_gives_the_python_api_numbers(model_file, tmp_path, 
     diagnosis = ensdiag.diagnose(model, id=(torch.from_numpy(images), torch.from_numpy(labels)),
                                  normalize=Normalize(DIGITS_MEAN, DIGITS_STD))
     ours = diagnosis.metrics["analyzers"]
-    assert found["disagreement"]["splits"]["id"]["matrix"]["value"] == ours["disagreement"]["splits"]["id"]["matrix"]["value"]
-    assert found["geometry"]["cka"]["splits"]["id"]["layers"]
-    for layer, entry in found["geometry"]["cka"]["splits"]["id"]["layers"].items():
+    assert found["analyzers"]["disagreement"]["splits"]["id"]["matrix"]["value"] == ours["disagreement"]["splits"]["id"]["matrix"]["value"]
+    assert found["analyzers"]["cka"]["splits"]["id"]["layers"]
+    for layer, entry in found["analyzers"]["cka"]["splits"]["id"]["layers"].items():
         torch.testing.assert_close(torch.tensor(entry["linear"]["value"]),
                                    torch.tensor(ours["cka"]["splits"]["id"]["layers"][layer]["linear"]["value"]))
-    assert "mine.npz (80 images, .npz, " in found["splits"]["id"]
-    assert found["splits"]["ood"].startswith("natural-image patches")  # the fitting preset's, not replaced
+    assert "mine.npz (80 images, .npz, " in found["split_titles"]["id"]
+    assert found["split_titles"]["ood"].startswith("natural-image patches")  # the fitting preset's, not replaced
 
 
 def test_evaluate_reads_an_image_folder_and_files_for_ood_and_shift(model_file, tmp_path, capsys):
@@ -87,7 +87,7 @@ def test_bad_data_options_are_one_line_errors(model_file, capsys, args, match):
     ({"images": np.zeros((3, 8, 8), dtype=np.int32)}, "must be uint8"),
     ({"images": np.zeros((3, 1, 8, 8), dtype=np.uint8), "labels": np.zeros(4, dtype=np.int64)}, "labels must be 3"),
     ({"images": np.full((3, 1, 8, 8), np.nan, dtype=np.float32)}, "NaN"),
-    ({"images": np.zeros((3, 1, 5, 5), dtype=np.uint8)}, "the model takes"),
+    ({"images": np.zeros((3, 1, 5, 5), dtype=np.uint8)}, "does not run on images of shape"),
     ({"images": np.zeros((3, 1, 8, 8), dtype=np.uint8), "labels": np.array([0, 1, 99])}, "out of range"),
 ])
 def test_damaged_data_files_are_one_line_errors(model_file, tmp_path, capsys, content, match):

@@ -48,15 +48,19 @@ def analyze_predictions(predictions, weights=None, only=None) -> dict:
             "analyzers": results}
 
 
-def analyze_model(probe, only=None) -> dict:
+def analyze_model(probe, only=None, without_data: str | None = None) -> dict:
     """{name: result} of every model analyzer (or those in `only`) on a `ModelProbe`: entries to
-    merge into metrics.json's "analyzers". Forward passes run in exact fp32 (precision.py)."""
+    merge into metrics.json's "analyzers". Forward passes run in exact fp32 (precision.py).
+    `without_data`: there is no data, and why: analyzers that read data are skipped with it."""
     analyzers = all_analyzers()
     names = [name for name, analyzer in analyzers.items() if analyzer.needs == "model"] if only is None else list(only)
     results = {}
     with exact_math():
         for name in names:
-            results[name] = _run_model_analyzer(analyzers[name], probe)
+            if without_data and analyzers[name].reads_data:
+                results[name] = {"status": "skipped", "description": analyzers[name].description, "reason": without_data}
+            else:
+                results[name] = _run_model_analyzer(analyzers[name], probe)
     return results
 
 

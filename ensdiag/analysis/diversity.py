@@ -51,6 +51,8 @@ INITIAL = ("mean off-diagonal cosine of the members' weights at initialisation, 
                             Column("weight cosine at init", ("initial", "value"), None, INITIAL, ("diversity",), 20,
                                    since=2)])
 def weight_similarity(predictions, weights=None):
+    if isinstance(weights, Skip):  # the ensemble said why it has no member weights
+        raise weights
     if weights is None:
         raise Skip("needs the model's member weights (a model file, not only predictions)")
     if len(weights) < 2:

@@ -7,7 +7,7 @@
 
 They read the model through a `ModelProbe`:
 
-    probe = ModelProbe(model, {"id": test_split, "ood": ood_split}, normalize, train_images=images)
+    probe = ModelProbe(ensemble, {"id": test_split, "ood": ood_split}, normalize, train_images=images)
     analyze_model(probe)["cka"]["splits"]["id"]["layers"]["hidden.0"]["linear"]["value"]   # k×k
 """
 
@@ -29,11 +29,12 @@ CKA_REPRESENTATION = ("each representation point's output (linear layers before 
 
 @dataclass
 class ModelProbe:
-    """A model with the data model analyzers read: `splits` maps "id" (labelled test images) and
-    "ood" to `Split`s; `train_images` (or None) are for BatchNorm statistics and, with
-    `train_labels`, for the training loss along paths; `max_examples` caps the images per split."""
+    """An ensemble (anything `ensembles.as_ensemble` takes) with the data model analyzers read:
+    `splits` maps "id" (labelled test images) and "ood" to `Split`s; `train_images` (or None) are
+    for BatchNorm statistics and, with `train_labels`, for the training loss along paths;
+    `max_examples` caps the images per split."""
 
-    model: object
+    ensemble: object
     splits: dict
     normalize: object
     train_images: torch.Tensor | None = None
@@ -43,6 +44,10 @@ class ModelProbe:
     path_pairs: int = PATH_PAIRS
     path_points: int | str = PATH_POINTS  # or "adaptive" (geometry/paths.py)
     _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        from ..ensembles import as_ensemble
+        self.ensemble = as_ensemble(self.ensemble)
 
     def split(self, name, limit=None):
         split = self.splits.get(name)
@@ -71,21 +76,22 @@ class ModelProbe:
 
     def members(self) -> list:
         """Every member as a plain network (one set of weights per member), or Skip."""
-        model = self.model
-        if model.kit.one_weight_set or model.num_members < 2:
+        ensemble = self.ensemble
+        if ensemble.one_weight_set or (ensemble.num_members or 0) < 2:
             raise Skip("one set of weights shared by all members (single model / MC Dropout)")
-        if model.num_members > MAX_MEMBERS:
-            raise Skip(f"k = {model.num_members} members: member geometry compares every pair, up to {MAX_MEMBERS} members")
+        if ensemble.num_members > MAX_MEMBERS:
+            raise Skip(f"k = {ensemble.num_members} members: member geometry compares every pair, up to {MAX_MEMBERS} members")
         if "members" not in self._cache:
-            self._cache["members"] = [model.member_network(i).eval() for i in range(model.num_members)]
+            self._cache["members"] = [ensemble.member_network(i).eval() for i in range(ensemble.num_members)]
         return self._cache["members"]
 
     def aligned(self):
         """(groups, member states aligned to member 0) for members that own their weights, or Skip."""
-        if not self.model.kit.own_weights:
-            raise Skip(f"{self.model.method} members share weights, so their units are already in one order")
+        if not self.ensemble.own_weights:
+            self.members()  # the reason members cannot be compared comes first
+            raise Skip(f"{self.ensemble.method} members share weights, so their units are already in one order")
         if "aligned" not in self._cache:
-            from ..geometry.align import align_to_first, all_finite, permutation_groups
+            from ..geometry.align import all_finite, cosine_before_and_after, permutation_groups
             from ..errors import EnsdiagError
             networks = self.members()
             try:
@@ -95,8 +101,7 @@ class ModelProbe:
             states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
             if not all_finite(states):
                 raise Skip("non-finite weights: no permutation matches them")
-            aligned = align_to_first(states, groups, self.seed)
-            self._cache["aligned"] = (groups, states, aligned)
+            self._cache["aligned"] = (groups, states, cosine_before_and_after(networks[0], states, groups, self.seed))
         return self._cache["aligned"]
 
 
@@ -132,17 +137,6 @@ def cka(probe):
     return {"splits": splits, "representation": CKA_REPRESENTATION}
 
 
-def _weight_keys(network) -> list[str]:
-    from ..nn.layers import is_weight_layer
-    return [f"body.{name}.{key}" for name, module in network.body.named_modules() if is_weight_layer(module)
-            for key, _ in module.named_parameters(recurse=False)]
-
-
-def _cosines(states, keys):
-    overall, per_layer = M.weight_cosine([{key.removeprefix("body."): state[key] for key in keys} for state in states])
-    return overall, per_layer
-
-
 NULL_ALIGNED = ("the same k, architecture and weight matching applied to independently initialised, untrained "
                 "members: matching maximises the inner product, so random members already reach this aligned cosine")
 
@@ -156,15 +150,13 @@ NULL_ALIGNED = ("the same k, architecture and weight matching applied to indepen
                                    f"aligned weight cosine of the null baseline: {NULL_ALIGNED}", ("diversity",), 21,
                                    since=2)])
 def alignment(probe):
-    groups, states, aligned = probe.aligned()
-    networks = probe.members()
-    keys = _weight_keys(networks[0])
-    raw, raw_layers = _cosines(states, keys)
-    after, after_layers = _cosines(aligned, keys)
+    groups, states, found = probe.aligned()
+    networks, aligned = probe.members(), found["states"]
+    (raw, raw_layers), (after, after_layers) = found["raw"], found["aligned"]
     split = probe.split("id", limit=256)
     change = None
     if split is not None:  # the functions must not move: the aligned members' outputs, measured
-        scratch = probe.model.member_network(0).eval()
+        scratch = probe.ensemble.member_network(0).eval()
         x = probe.normalize(split.images.to(next(scratch.parameters()).device))
         with torch.no_grad():
             change = 0.0
@@ -172,14 +164,14 @@ def alignment(probe):
                 scratch.load_state_dict(state)
                 change = max(change, (scratch(x) - network(x)).abs().max().item())
     from ..geometry.baselines import aligned_null
-    null = aligned_null(probe.model, probe.seed)
+    null = aligned_null(probe.ensemble, probe.seed) or {"raw": None, "aligned": None, "members": None, "layers": {}}
     return {"raw": {"matrix": metric(raw.tolist(), "cosine of members' weights as trained"),
                     "mean": metric(M.mean_off_diagonal(raw), "mean off-diagonal cosine, as trained")},
             "aligned": {"matrix": metric(after.tolist(), "cosine after aligning every member to member 0"),
                         "mean": metric(M.mean_off_diagonal(after), "mean off-diagonal cosine, aligned")},
-            "layers": {layer.removeprefix("body."): {"raw": M.mean_off_diagonal(raw_layers[layer]),
+            "layers": {layer: {"raw": M.mean_off_diagonal(raw_layers[layer]),
                                                       "aligned": M.mean_off_diagonal(after_layers[layer]),
-                                                      "null_aligned": null["layers"][layer.removeprefix("body.")]["aligned"]}
+                                                      "null_aligned": null["layers"].get(layer, {}).get("aligned")}
                        for layer in raw_layers},
             "null": {"raw": metric(null["raw"], "mean off-diagonal cosine of independently initialised, untrained "
                                                "members as built"),
@@ -211,12 +203,11 @@ def paths(probe):
     if has_norm and (train is None or len(train) < 2):
         raise Skip("the network has BatchNorm, whose statistics along a path need training images (two or more; none loaded)")
     try:
-        _, states, aligned = probe.aligned()
-        ends, how = aligned, "aligned to member 0 by weight matching"
+        ends, how = probe.aligned()[2]["states"], "aligned to member 0 by weight matching"
     except Skip:
         ends = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
         how = "as trained (members share weights or have no permutation rule)"
-    scratch = probe.model.member_network(0)
+    scratch = probe.ensemble.member_network(0)
     sample = probe.training_sample()
     pairs = []
     for j in range(1, min(len(networks), probe.path_pairs + 1)):
@@ -237,13 +228,13 @@ def paths(probe):
                                          "the ends, on a fixed training sample, mean over pairs (null without training labels)")}
 
 
-@register_analyzer("rank-structure", needs="model", description="rank of W_i ⊘ W_j per layer (1 for BatchEnsemble members)",
+@register_analyzer("rank-structure", needs="model", reads_data=False, description="rank of W_i ⊘ W_j per layer (1 for BatchEnsemble members)",
                    columns=[Column("rank-1 layers", ("rank_one", "value"), None,
                                    "fraction of weight layers whose member-weight ratio W_i ⊘ W_0 has rank 1",
                                    ("geometry",), 50)])
 def rank_structure(probe):
     from ..geometry.rank import RELATIVE_TOLERANCE, rank_structure as structure
-    weights = probe.model.member_weights()
+    weights = probe.ensemble.member_weights()
     if len(weights) < 2:
         raise Skip("one set of weights shared by all members (single model / MC Dropout)")
     found = structure(weights)
@@ -258,7 +249,7 @@ def rank_structure(probe):
         summary = "rank 1 per kernel in every convolution: kernel-wise rank-1 factors"
     else:
         summary = "higher rank: members are not rank-1 rescalings of one weight set"
-    by_construction = bool(getattr(getattr(probe.model, "kit", None), "rank_one_by_construction", False))
+    by_construction = probe.ensemble.rank_one_by_construction
     if by_construction and rank_one is not None:
         summary += (" (true by construction for this method: a check of the rebuilt members, "
                     "not evidence about their diversity)")

@@ -90,15 +90,17 @@ class Analyzer:
     source: str = "built-in"
     columns: tuple[Column, ...] = ()
     needs: str = "predictions"  # or "model": called with a ModelProbe
+    reads_data: bool = True  # a model analyzer that reads only the weights says False (it runs without data)
 
     def __call__(self, predictions, weights=None):
         return self.function(predictions, weights)
 
 
 def register_analyzer(name: str, description: str = "", version: int = 1, source: str = "built-in", columns=(),
-                      needs: str = "predictions"):
+                      needs: str = "predictions", reads_data: bool = True):
     """Register `function(predictions, weights) -> result` (or `function(probe)` with `needs="model"`);
-    `columns` declare what reports show of it."""
+    `columns` declare what reports show of it; `reads_data=False`: a model analyzer that needs only
+    the members' weights (it runs where there is no data)."""
     if needs not in ("predictions", "model"):
         raise ValueError(f"analyzer {name!r}: needs must be 'predictions' or 'model', not {needs!r}")
 
@@ -109,7 +111,7 @@ def register_analyzer(name: str, description: str = "", version: int = 1, source
                 raise ValueError(f"analyzer {name!r}: column {getattr(column, 'label', column)!r} must be a Column "
                                  "with a path, a tuple of tables and a direction")
         ANALYZERS[name] = Analyzer(name, function, description or (function.__doc__ or "").strip().split("\n")[0],
-                                   version, source, tuple(columns), needs)
+                                   version, source, tuple(columns), needs, reads_data)
         return function
     return register
 

@@ -25,8 +25,9 @@ from .registry import Split
 MAX_DECODED_BYTES = 8 * 2**30  # an image folder decoded to float32 beyond this: use the Python API's DataLoader
 
 
-def load_files(path, input_shape, what: str = "--data") -> Split:
-    """The images (and labels) at `path` as a `Split`, checked against the model's input shape."""
+def load_files(path, input_shape, what: str = "--data", exact: bool = True) -> Split:
+    """The images (and labels) at `path` as a `Split`, checked against the model's input shape
+    (`exact=False`: arrays of another size are the caller's to check; image folders are resized)."""
     path = Path(path)
     if not path.exists():
         raise EnsdiagError(f"{what} {path} does not exist")
@@ -43,7 +44,7 @@ def load_files(path, input_shape, what: str = "--data") -> Split:
     if images.shape[-3] != input_shape[0] and images.dim() == 4 and images.shape[-1] == input_shape[0] \
             and images.shape[1] not in (1, 3):
         images, how = images.permute(0, 3, 1, 2).contiguous(), how + ", read channels-last"
-    if tuple(images.shape[1:]) != tuple(input_shape):
+    if tuple(images.shape[1:]) != tuple(input_shape) and (exact or images.shape[1] != input_shape[0]):
         raise EnsdiagError(f"{what} {path}: images of shape {tuple(images.shape[1:])}, the model takes {tuple(input_shape)}")
     labelled = "" if split.labels is None else f", {int(split.labels.max()) + 1 if len(split.labels) else 0} classes"
     return Split(images, split.labels, f"{path} ({len(images)} images, {how}{labelled})")

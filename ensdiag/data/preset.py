@@ -43,7 +43,7 @@ def load_preset_data(config, data_dir, download=False, with_train=True) -> Prese
         raise DataNotFound(f"{'training' if with_train else 'test'} data missing: {error}"
                            + ("" if "--download" in str(error) else " (or pass --download)")) from None
     skipped, titles = {}, {"id": f"{dataset.title} test"}
-    shift, ood = _shift(config, data_dir, titles, skipped), _ood(config, data_dir, download, titles, skipped)
+    shift, ood = shift_set(config, data_dir, titles, skipped), ood_set(config, data_dir, download, titles, skipped)
     present = [split for split in [train, test, *shift.values(), ood] if split is not None]
     for split in present:
         if tuple(split.images.shape[1:]) != tuple(config.input_shape):
@@ -55,38 +55,38 @@ def load_preset_data(config, data_dir, download=False, with_train=True) -> Prese
     return PresetData(train, test, shift, ood, skipped, titles)
 
 
-def _shift(config, data_dir, titles, skipped) -> dict[str, Split]:
+def shift_set(config, data_dir, titles, skipped) -> dict[str, Split]:
     """The shift set: a registered dataset (missing files: skipped, with the reason) or your files."""
     if is_path(config.shift):
         split = load_files(config.shift, config.input_shape, "--shift")
         titles["shift"] = split.source
         return {"files": split}
-    shift_set = get_dataset(config.shift)
+    dataset = get_dataset(config.shift)
     options = {"severity": config.shift_severity} if config.shift == "cifar10-c" else {}
     try:
-        shift = shift_set.load(data_dir, "test", **options)
+        shift = dataset.load(data_dir, "test", **options)
     except DataNotFound as error:  # only missing data is skipped: a damaged file is an error
         skipped["shift"] = str(error)
         return {}
     details = [f"severity {config.shift_severity}"] if options else []
-    details += [note] if (note := shift_set.coverage(shift)) else []  # a partial set says so wherever it is shown
-    titles["shift"] = shift_set.title + (f" ({'; '.join(details)})" if details else "")
+    details += [note] if (note := dataset.coverage(shift)) else []  # a partial set says so wherever it is shown
+    titles["shift"] = dataset.title + (f" ({'; '.join(details)})" if details else "")
     return shift
 
 
-def _ood(config, data_dir, download, titles, skipped) -> Split | None:
+def ood_set(config, data_dir, download, titles, skipped) -> Split | None:
     """The OOD set, unlabelled (its classes are not the model's): a registered dataset or your files."""
     if is_path(config.ood):
         ood = load_files(config.ood, config.input_shape, "--ood")
         titles["ood"] = ood.source
         return Split(ood.images, None, ood.source)
-    ood_set = get_dataset(config.ood)
+    dataset = get_dataset(config.ood)
     try:
-        ood = ood_set.load(data_dir, config.ood_split, download)
+        ood = dataset.load(data_dir, config.ood_split, download)
     except DataNotFound as error:
         skipped["ood"] = str(error)
         return None
-    titles["ood"] = f"{ood_set.title} {config.ood_split}"
+    titles["ood"] = f"{dataset.title} {config.ood_split}"
     return Split(ood.images, None, ood.source)
 
 

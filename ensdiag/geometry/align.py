@@ -12,6 +12,7 @@ fixed (a linear assignment problem, solved by SciPy), until no group improves.
     perms = weight_matching(state_a, state_b, groups)    # {group: index tensor}
     aligned = permute_state(state_b, groups, perms)      # member b, same function, a's unit order
     states = align_to_first(member_states, groups)       # every member in member 0's order
+    found = cosine_before_and_after(networks, states, groups)   # raw and aligned weight cosine, one place
 """
 
 import torch
@@ -106,3 +107,26 @@ def align_to_first(states: list[dict], groups: dict, seed: int = 0) -> list[dict
     """Every state permuted to match the first (which is returned as it is)."""
     return [states[0]] + [permute_state(state, groups, weight_matching(states[0], state, groups, seed=seed))
                           for state in states[1:]]
+
+
+def weight_keys(network) -> list[str]:
+    """The state-dict keys (under `body.`) of a plain network's conv and linear weights and biases:
+    what weight cosine compares."""
+    from ..nn.layers import is_weight_layer
+    return [f"body.{name}.{key}" for name, module in network.body.named_modules() if is_weight_layer(module)
+            for key, _ in module.named_parameters(recurse=False)]
+
+
+def state_cosines(states: list[dict], keys: list[str]):
+    """(k×k cosine over all `keys`, {layer: k×k}) of member states (analysis.metrics.weight_cosine)."""
+    from ..analysis.metrics import weight_cosine
+    return weight_cosine([{key.removeprefix("body."): state[key] for key in keys} for state in states])
+
+
+def cosine_before_and_after(network, states: list[dict], groups: dict, seed: int = 0) -> dict:
+    """The members' weight cosine as given and after aligning every member to the first, the one
+    computation the alignment analyzer, its null baseline and training's tracking share:
+    {"raw": (matrix, layers), "aligned": (matrix, layers), "states": aligned states}."""
+    keys = weight_keys(network)
+    aligned = align_to_first(states, groups, seed)
+    return {"raw": state_cosines(states, keys), "aligned": state_cosines(aligned, keys), "states": aligned}

@@ -66,27 +66,24 @@ def initial_cosine_of_spec(spec, seed: int = 0) -> dict | None:
         return initial_cosine(build_from_spec(spec))
 
 
-def aligned_null(model, seed: int = 0, members: int | None = None) -> dict | None:
+def aligned_null(ensemble, seed: int = 0, members: int | None = None) -> dict | None:
     """Raw and aligned mean off-diagonal cosine (overall and per layer) of `members` (default:
-    the model's k) independently initialised, untrained plain networks of the members'
-    architecture, each aligned to the first by weight matching. None without a permutation rule."""
-    from ..analysis.geometry import _cosines, _weight_keys
-    from .align import align_to_first, permutation_groups
-    count = members or model.num_members
-    biases = model.member_state_dict(0)  # the trained members' tensors, so both compare the same keys
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        networks = [model.plain_network(biases_of=biases).eval() for _ in range(count)]
+    the ensemble's k) independently initialised, untrained plain networks of the members'
+    architecture, each aligned to the first by weight matching. None without such networks or
+    a permutation rule."""
+    from ..ensembles import as_ensemble
+    from .align import cosine_before_and_after, permutation_groups
+    count = members or as_ensemble(ensemble).num_members
+    networks = as_ensemble(ensemble).untrained_members(count, seed)
+    if not networks:
+        return None
     try:
         groups = permutation_groups(networks[0])
     except EnsdiagError:
         return None
     states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
-    aligned = align_to_first(states, groups, seed)
-    keys = _weight_keys(networks[0])
-    raw, raw_layers = _cosines(states, keys)
-    after, after_layers = _cosines(aligned, keys)
+    found = cosine_before_and_after(networks[0], states, groups, seed)
+    (raw, raw_layers), (after, after_layers) = found["raw"], found["aligned"]
     return {"raw": M.mean_off_diagonal(raw), "aligned": M.mean_off_diagonal(after), "members": count,
-            "layers": {layer.removeprefix("body."): {"raw": M.mean_off_diagonal(raw_layers[layer]),
-                                                      "aligned": M.mean_off_diagonal(after_layers[layer])}
-                       for layer in raw_layers}}
+            "layers": {layer: {"raw": M.mean_off_diagonal(raw_layers[layer]),
+                               "aligned": M.mean_off_diagonal(after_layers[layer])} for layer in raw_layers}}

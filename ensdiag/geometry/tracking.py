@@ -20,30 +20,38 @@ MAX_ALIGNED_MEMBERS = 64  # as member geometry: beyond it, no aligned cosine
 
 
 class DiversityTracker:
-    def __init__(self, model, seed: int = 0):
-        self.model, self.seed = model, seed  # model None: predictions only (no weight cosine)
-        self.groups = None
-        if model is not None and model.kit.own_weights and 1 < model.num_members <= MAX_ALIGNED_MEMBERS:
+    def __init__(self, ensemble, seed: int = 0):
+        """`ensemble`: anything `ensembles.as_ensemble` takes (None: predictions only, no weight cosine)."""
+        from ..ensembles import as_ensemble
+        self.model = as_ensemble(ensemble) if ensemble is not None else None
+        self.seed, self.groups = seed, None
+        model = self.model
+        if model is not None and model.own_weights and 1 < (model.num_members or 0) <= MAX_ALIGNED_MEMBERS:
+            from ..analysis.registry import Skip
             from ..errors import EnsdiagError
             from .align import permutation_groups
             try:
                 with torch.random.fork_rng(devices=[]):  # building a plain network initialises layers
                     self.groups = permutation_groups(model.member_network(0))
-            except EnsdiagError:  # an architecture without a permutation rule: raw cosine only
+            except (EnsdiagError, Skip):  # no permutation rule, or no plain networks: raw cosine only
                 self.groups = None
 
     def _aligned_cosine(self):
-        from .align import align_to_first, all_finite
+        from .align import all_finite, cosine_before_and_after
         with torch.random.fork_rng(devices=[]):  # member_network initialises layers before loading weights
-            states = [{key: value.detach() for key, value in self.model.member_network(i).state_dict().items()}
-                      for i in range(self.model.num_members)]
+            networks = [self.model.member_network(i) for i in range(self.model.num_members)]
+        states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
         if not all_finite(states):
             return None
-        aligned = align_to_first(states, self.groups, self.seed)
-        keys = [key for key in states[0] if key.endswith((".weight", ".bias")) and key.removeprefix("body.")
-                in self._weight_names]
-        overall, _ = M.weight_cosine([{key: state[key] for key in keys} for state in aligned])
-        return M.mean_off_diagonal(overall)
+        return M.mean_off_diagonal(cosine_before_and_after(networks[0], states, self.groups, self.seed)["aligned"][0])
+
+    def _weights(self):
+        from ..analysis.registry import Skip
+        try:
+            return self.model.member_weights() if self.model is not None else []
+        except Skip as reason:  # shared storage without declared weights: no weight cosine
+            self.weights_skipped = str(reason)
+            return []
 
     @torch.no_grad()
     def measure(self, epoch: int, logits: torch.Tensor) -> dict:
@@ -54,9 +62,8 @@ class DiversityTracker:
         if logits.shape[0] > 1 and logits.shape[1] > 0:
             row["disagreement"] = M.mean_off_diagonal(M.disagreement_matrix(logits))
             row["jsd"] = float(M.jsd(logits).mean())
-        weights = self.model.member_weights() if self.model is not None else []
+        weights = self._weights()
         if len(weights) > 1:
-            self._weight_names = set(weights[0])
             row["weight_cosine"] = M.mean_off_diagonal(M.weight_cosine(weights)[0])
             if self.groups is not None:
                 row["aligned_weight_cosine"] = self._aligned_cosine()

@@ -7,14 +7,16 @@ Before the first epoch (epoch 0, initialisation) and after every training epoch 
 measures the members on `val` and writes a row of `ensdiag.Tracker`'s schema to
 `path` (default: `<trainer.log_dir>/diversity.jsonl`), and logs `ensdiag/disagreement`,
 `ensdiag/jsd` and `ensdiag/weight_cosine` to the trainer's loggers. Only global rank 0
-measures.
+measures. Measuring leaves training untouched: the module runs in eval mode (no dropout, no
+BatchNorm statistics updated) with the random state forked, and every mode is restored.
 
 The members are read from the LightningModule: `members(module)` when given (anything
 `ensdiag.diagnose` takes: a list of `nn.Module`s, an `EnsembleModel`, a callable), else the
 module itself as a callable whose outputs are `[k, B, C]`, or `[k·B, C]` member-major (as
 torch-uncertainty's models return them) when `num_members` is given. Weight cosine needs
-member weights: given by `members`, or read from a torch-uncertainty routine's `.model`
-(any ensemble `ensdiag import` reads from torch-uncertainty's checkpoints).
+member weights: given by `members`, declared by the module (`member_weights()`, as for
+`ensdiag.diagnose`), or read from a torch-uncertainty routine's `.model` (any ensemble
+`ensdiag import` reads from torch-uncertainty's checkpoints).
 """
 
 from pathlib import Path
@@ -40,17 +42,8 @@ class DiversityCallback(lightning.Callback):
         model = _torch_uncertainty_model(module)
         if model is not None:
             return model
-        k = self.num_members
-
-        def forward(x):
-            logits = module(x)
-            if logits.dim() == 3:
-                return logits
-            if k is None:
-                raise EnsdiagError("the module returns [N, C] logits: pass num_members (torch-uncertainty stacks "
-                                   "members as [k·B, C]) or members=")
-            return logits.reshape(k, -1, logits.shape[-1])
-        return forward
+        from ..ensembles import as_ensemble
+        return as_ensemble(module, num_members=self.num_members)  # the module itself: [k, B, C] or [k·B, C]
 
     def _measure(self, trainer, module, epoch: int):
         if not trainer.is_global_zero:

@@ -4,11 +4,11 @@ tables (every name from the files shown literally, never as markup)."""
 from rich.table import Table
 from rich.text import Text
 
-from ..report.terminal import _fmt, heatmap_table
+from ..report.terminal import cell, heatmap_table
 
 
 def _number(value, digits=3) -> str:
-    return _fmt(value, digits)
+    return cell(value, digits)
 
 
 def _gap(value) -> str:

@@ -111,6 +111,7 @@ class EnsembleModel(nn.Module):
         super().__init__()
         self.spec, self.kit, self.body = spec, kit, body
         self.initial_cosine = None  # {"mean", "seed"} recorded at training (model files carry it)
+        self.preprocess = None  # (mean, std) per channel of images in [0, 1], recorded at training
         self.member_strategy = "stacked"  # members stacked | vmap | loop, where the kit offers them (members.py)
 
     method = property(lambda self: self.spec.method)

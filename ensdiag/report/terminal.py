@@ -11,7 +11,7 @@ from .render import non_finite_word
 def _cell(value, low: float, high: float) -> Text:
     """The value on a background from dark (low) to bright (high) blue; N/A, nan or ±inf on grey."""
     if value is None or not math.isfinite(value := float(value)):
-        return Text(f" {_fmt(value):^5} ", style="white on rgb(90,90,90)")
+        return Text(f" {cell(value):^5} ", style="white on rgb(90,90,90)")
     t = 0.0 if high <= low else min(max((value - low) / (high - low), 0.0), 1.0)
     r, g, b = int(20 + 40 * t), int(30 + 120 * t), int(60 + 195 * t)
     return Text(f" {value:.3f} ", style=f"{'black' if t > 0.6 else 'white'} on rgb({r},{g},{b})")
@@ -33,7 +33,7 @@ def heatmap_table(matrix, title: str, low: float = 0.0, high: float = 1.0, missi
     return table
 
 
-def _fmt(value, digits=3):
+def cell(value, digits=3):
     """A table cell: "N/A" for a missing value, "nan", "inf" or "-inf" for a non-finite number.
 
     A metric dict (value, definition, status) whose value is None shows its status word when
@@ -65,8 +65,8 @@ def metrics_table(metrics: dict, title: str = "Metrics") -> Table:
         table.add_column(column, justify="left" if column == "split" else "right")
     for split, info in metrics["splits"].items():
         c, u, d = calib.get(split, {}), unc.get(split, {}), dis.get(split, {})
-        table.add_row(Text(split), str(info["n"]), _fmt(c.get("accuracy")), _fmt(c.get("nll")), _fmt(c.get("ece")),
-                      _fmt(c.get("brier")), _fmt(u.get("entropy")), _fmt(u.get("jsd")), _fmt(d.get("mean")))
+        table.add_row(Text(split), str(info["n"]), cell(c.get("accuracy")), cell(c.get("nll")), cell(c.get("ece")),
+                      cell(c.get("brier")), cell(u.get("entropy")), cell(u.get("jsd")), cell(d.get("mean")))
     return table
 
 
@@ -79,7 +79,7 @@ def ood_table(metrics: dict) -> Table | None:
         table.add_column(column, justify="left" if column == "score" else "right")
     keys = ("auroc", "aupr_out", "aupr_in", "fpr95_ood_as_id", "fpr95_id_as_ood")
     for name, entry in ood["scores"].items():
-        table.add_row(Text(str(entry["score"])), *[_fmt(entry.get(key)) for key in keys])
+        table.add_row(Text(str(entry["score"])), *[cell(entry.get(key)) for key in keys])
     return table
 
 
@@ -115,31 +115,31 @@ def geometry_tables(results: dict) -> list:
             layers = list(next(iter(splits.values()))["layers"])
             columns = ["layer"] + [f"{kind} ({split}, n={found['n']})" for split, found in splits.items()
                                    for kind in ("linear", "debiased")]
-            rows = [[layer] + [_fmt(found["layers"].get(layer, {}).get(key)) for found in splits.values()
+            rows = [[layer] + [cell(found["layers"].get(layer, {}).get(key)) for found in splits.values()
                                for key in ("mean_linear", "mean_debiased")] for layer in layers]
             shown += _table("CKA between members per layer (mean off-diagonal)", columns, rows)
             shown += [f"cka: layer {layer} skipped on {split} ({why})" for split, found in splits.items()
                       for layer, why in found["skipped_layers"].items()]
         elif name == "alignment":
             null = result.get("null", {})
-            rows = [[layer, _fmt(entry["raw"]), _fmt(entry["aligned"]), _fmt(entry.get("null_aligned"))]
+            rows = [[layer, cell(entry["raw"]), cell(entry["aligned"]), cell(entry.get("null_aligned"))]
                     for layer, entry in result["layers"].items()]
-            shown += _table(f"weight cosine per layer: as trained {_fmt(result['raw']['mean'])}, aligned "
-                                f"{_fmt(result['aligned']['mean'])}, aligned null baseline "
-                                f"{_fmt(null.get('aligned'))} ({result['groups']} permutation groups; aligned "
-                                f"outputs moved by at most {_fmt(result['max_output_change'], 7)})",
+            shown += _table(f"weight cosine per layer: as trained {cell(result['raw']['mean'])}, aligned "
+                                f"{cell(result['aligned']['mean'])}, aligned null baseline "
+                                f"{cell(null.get('aligned'))} ({result['groups']} permutation groups; aligned "
+                                f"outputs moved by at most {cell(result['max_output_change'], 7)})",
                                 ["layer", "as trained", "aligned", "aligned, null"], rows)
             shown.append("aligned, null: the same alignment applied to independently initialised, untrained members "
                          "of this architecture; an aligned cosine means shared structure only above it")
         elif name == "paths":
             pairs = result["pairs"]
             columns = ["t"] + [f"{kind} 0→{pair['members'][1]}" for pair in pairs for kind in ("loss", "acc")]
-            rows = [[f"{t:.1f}"] + [_fmt(pair[key][i]) for pair in pairs for key in ("loss", "accuracy")]
+            rows = [[f"{t:.1f}"] + [cell(pair[key][i]) for pair in pairs for key in ("loss", "accuracy")]
                     for i, t in enumerate(pairs[0]["t"])]
             shown += _table(f"paths between members (test, n={result['n']}; ends {result['ends']}; "
-                                f"{result['batchnorm']}): test-loss barrier {_fmt(result['loss_barrier'])}, error barrier "
-                                f"{_fmt(result['accuracy_barrier'])}, train-loss barrier "
-                                f"{_fmt(result.get('train_loss_barrier', {'value': None}))}", columns, rows)
+                                f"{result['batchnorm']}): test-loss barrier {cell(result['loss_barrier'])}, error barrier "
+                                f"{cell(result['accuracy_barrier'])}, train-loss barrier "
+                                f"{cell(result.get('train_loss_barrier', {'value': None}))}", columns, rows)
         else:
             rows = [[layer, f"{entry['rank']} of {entry['max_rank']}" if entry["rank"] is not None else entry.get("note", "N/A"),
                      f"{entry['singular_values'][1]:.1e}" if len(entry["singular_values"]) > 1 else "N/A",

@@ -1,6 +1,6 @@
 """`ensdiag bench`: training, inference and diagnosis throughput, written down as JSON.
 
-Like cli.py, nothing here imports torch before the command runs.
+Nothing here imports torch before the command runs.
 """
 
 import sys
@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from .cli import _csv, app
-from .console import check_format, note, print_json
+from .app import app, csv_list
+from ..console import check_format, note, print_json
 
 
 @app.command()
@@ -39,21 +39,21 @@ def bench(
 
     Training and inference, ensdiag's fast path against the reference pipeline; with --diagnose,
     every diagnosis step as a multiple of one evaluation pass."""
-    from .bench import BenchSettings, bench_record, bench_table, default_methods, write_result
-    from .bench import bench as run
-    from .device import resolve_device
+    from ..bench import BenchSettings, bench_record, bench_table, default_methods, write_result
+    from ..bench import bench as run
+    from ..device import resolve_device
 
     check_format(fmt)
     resolved = resolve_device(device)
     if diagnose:
-        from .bench import diagnose_table
-        from .bench.diagnose import DiagnoseSettings, run_diagnose_bench
-        from .quickcheck import path_points_option
+        from ..bench import diagnose_table
+        from ..bench.diagnose import DiagnoseSettings, run_diagnose_bench
+        from ..quickcheck import path_points_option
         # one CPU evaluation pass of 10,000 CIFAR images takes minutes: fewer images, one path pair,
         # no warm-up, one round; the JSON's estimate scales the steps to the protocol's sizes
         small = arch == "resnet18" and resolved.type == "cpu"
         settings = DiagnoseSettings(arch=arch, device=resolved.type, members=members,
-                                    methods=tuple(_csv(method, what="--method") or DiagnoseSettings.methods),
+                                    methods=tuple(csv_list(method, what="--method") or DiagnoseSettings.methods),
                                     test_size=test_size or (500 if small else 10_000),
                                     train_size=train_size or (250 if small else 2_000),
                                     rounds=epochs if epochs != 3 or not small else 1, path_points=path_points_option(path_points),
@@ -71,7 +71,7 @@ def bench(
     if arch == "resnet18" and resolved.type == "cpu":  # a full epoch takes the better part of an hour
         batches = 10 if batches is None else batches
         test_size = 1_000 if test_size is None else test_size
-    settings = BenchSettings(arch=arch, methods=tuple(_csv(method, what="--method") or default_methods(arch)),
+    settings = BenchSettings(arch=arch, methods=tuple(csv_list(method, what="--method") or default_methods(arch)),
                              device=resolved.type, epochs=epochs, batches=batches, train_size=train_size,
                              test_size=10_000 if test_size is None else test_size, precision=precision,
                              compile=compile or compile_mode != "default", compile_mode=compile_mode,

@@ -1,0 +1,20 @@
+"""The `ensdiag` command line: one thin module per command (parse → inputs → the core → render),
+registered on `app` (app.py) in the order `ensdiag --help` lists them. No maths here, and nothing
+imports torch before a command needs it, so `--help` and `--version` start fast.
+
+    ensdiag --help
+
+Exit codes and how failures are shown: console.py.
+"""
+
+from ..console import run
+from . import catalog, train, import_model, evaluate, analyze, diversity, report, bench  # noqa: F401  (registers, in help order)
+from .app import app
+from .report import REPORT_FORMATS
+
+__all__ = ["REPORT_FORMATS", "app", "main"]
+
+
+def main(argv=None):
+    """Entry point (`ensdiag`): see console.py for the exit codes."""
+    run(app, argv)

@@ -1,0 +1,57 @@
+"""`ensdiag analyze`: every metric from member predictions made anywhere."""
+
+from pathlib import Path
+
+import typer
+
+from ..console import check_format, note, output_file
+from .app import app
+from .options import FORMAT, check_saving
+from .show import show_metrics
+
+PREDICTIONS_HELP = ("A .safetensors predictions file ('<split>/logits' [k,N,C], '<split>/labels' [N]), an .npz with the "
+                    "same keys (or logits/probs + labels), one .npy [k,N,C], one .npy [N,C] per member, or a .jsonl of "
+                    "multiple-choice scores (one question per line).")
+
+
+@app.command()
+def analyze(
+    sources: list[Path] = typer.Argument(..., metavar="PREDICTIONS", help=PREDICTIONS_HELP),
+    labels: Path = typer.Option(None, help="Integer labels [N] (.npy) for .npy predictions."),
+    ood: list[Path] = typer.Option(None, help="OOD predictions (.npy like PREDICTIONS, repeated for one file per member; "
+                                              "or one .jsonl of OOD questions)."),
+    inputs: str = typer.Option("logits", help="What .npy/.npz/.jsonl scores are: logits (or log-probabilities, "
+                                              "log-likelihoods) or probs."),
+    fmt: str = FORMAT,
+    out: Path = typer.Option(None, help="Also write the metrics to this JSON file (or to metrics.json in this folder); "
+                                        "with --method, the folder to save the diagnosis into."),
+    method: str = typer.Option(None, help="Save as run METHOD of the folder --out (OUT/METHOD/seed-SEED/), for "
+                                          "`ensdiag report OUT`; the verdict needs runs named single and deep-ensemble."),
+    seed: int = typer.Option(None, help="With --method: the seed this run is saved under (default 0)."),
+):
+    """Every metric from member predictions made anywhere.
+
+    File layouts are in the README ("Bring your own ensemble", "Multiple-choice predictions")."""
+    check_format(fmt)
+    from ..quickcheck import check_inputs
+    check_inputs("PREDICTIONS", sources)
+    check_inputs("--labels", [labels] if labels is not None else [])
+    check_inputs("--ood", ood)
+    check_saving(out, method, seed)
+    from ..core import inspect_predictions
+    from ..foreign.predictions import load_any_predictions
+    from ..io import atomic_write_json
+
+    predictions, warnings = load_any_predictions(sources, labels, ood or (), inputs)
+    for warning in warnings:
+        note(f"warning: {warning}")
+    source = f"ensdiag analyze {' '.join(path.name for path in [*sources, *(ood or ())])}"
+    diagnosis = inspect_predictions(predictions, ", ".join(map(str, sources)), source=source)
+    if warnings:
+        diagnosis.metrics["input_warnings"] = warnings
+    if method is not None:
+        run = diagnosis.save(out, method, seed or 0)
+        note(f"saved to {run}; `ensdiag report {out}` reports every run saved there")
+    elif out is not None:
+        atomic_write_json(output_file(out, "metrics.json"), diagnosis.metrics)
+    show_metrics(diagnosis.metrics, fmt, ", ".join(map(str, sources)))

@@ -1,0 +1,111 @@
+"""`ensdiag diversity`: how different the members really are, in outputs and weights."""
+
+from pathlib import Path
+
+import typer
+
+from ..console import check_format, loading, note, print_json
+from ..errors import DataNotFound, EnsdiagError
+from .app import app
+from .options import ARCH, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, SEED, SHIFT
+from .options import data_choice, quick_checks
+from .show import show_items
+
+MEASURED = ["disagreement", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
+
+
+@app.command()
+def diversity(
+    model_path: list[Path] = MODELS,
+    family: str = FAMILY,
+    arch: str = ARCH,
+    num_classes: int = NUM_CLASSES,
+    preset: str = typer.Option(None, help="Whose data to measure disagreement on (default: matches the model)."),
+    data_dir: Path = DATA_DIR,
+    data: Path = DATA,
+    shift: str = SHIFT,
+    ood: str = OOD,
+    normalize: str = NORMALIZE,
+    device: str = DEVICE,
+    fmt: str = FORMAT,
+    plot: Path = typer.Option(None, help="Also draw the heatmaps into this image file (.png, .svg, .pdf or .jpg, from its suffix)."),
+    seed: int = SEED,
+    geometry: bool = typer.Option(True, "--geometry/--no-geometry", help="Also member geometry: CKA per layer, "
+                                  "aligned weight cosine, paths between members, rank of W_i ⊘ W_j."),
+    max_examples: int = typer.Option(None, min=4, help="Geometry: at most this many images per split (default: all)."),
+    path_points: str = typer.Option("11", help="Geometry: points on each path between members, or 'adaptive' "
+                                    "(6, and the other 5 only where the curve bends; recorded in the result)."),
+    base: Path = typer.Option(None, help="LoRA adapters: the base model's weights (a .safetensors file or a folder of "
+                              "shards with model.safetensors.index.json), for the effective-weight quantities."),
+    save: Path = typer.Option(None, help="LoRA adapters: also save the diagnosis as run METHOD/seed-SEED of this "
+                              "folder, for `ensdiag report DIR`."),
+    method: str = typer.Option("lora", help="LoRA adapters with --save: the run's name (--seed: its seed)."),
+):
+    """How different the members really are, in outputs and weights.
+
+    Disagreement per split, weight-space cosine and member geometry. MODEL may instead be k ≥ 2 LoRA
+    adapter folders as PEFT saves them (ADAPTER_DIR…: adapter_config.json and the weights), compared
+    by their weights (docs/conventions.md, "LoRA ensembles")."""
+    check_format(fmt)
+    quick_checks(model_path, data, shift, ood)
+    from ..lora import adapter_folders
+    if adapter_folders(model_path):  # before anything imports torch: their configs are checked first
+        from ..lora.command import lora_diversity
+        return lora_diversity(model_path, base, fmt, plot, save, method, seed, {
+            "--preset": preset, "--data": data, "--shift": shift, "--ood": ood, "--normalize": normalize,
+            "--num-classes": num_classes, "--max-examples": max_examples})
+    if base is not None or save is not None:
+        raise EnsdiagError("--base and --save are for LoRA adapter folders (ADAPTER_DIR…, each with adapter_config.json)")
+    from ..quickcheck import path_points_option
+    points = path_points_option(path_points)
+    from ..core import inspect
+    from ..foreign.checkpoints import open_ensemble
+
+    model = open_ensemble(model_path, family, arch=arch, num_classes=num_classes)
+    inputs, no_data, skipped = _inputs(model, preset, data, shift, ood, normalize, data_dir, device, geometry)
+    diagnosis = inspect(model, inputs.splits if inputs else {}, preprocess=inputs and inputs.preprocess, seed=seed,
+                        geometry=geometry, train=inputs and inputs.train, geometry_examples=max_examples,
+                        path_points=points, only=MEASURED + _geometry_names(geometry), titles=inputs and inputs.titles,
+                        skipped=skipped, no_data=no_data, status=loading)
+    name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"
+    drawn = []
+    if plot is not None:
+        from ..report.inspection import diversity_figures
+        drawn = diversity_figures(diagnosis.metrics, plot, name)
+    if fmt == "json":
+        print_json(diagnosis.metrics)
+    else:
+        from ..report.inspection import diversity_view
+        show_items(*diversity_view(diagnosis.metrics, ", ".join(map(str, model_path))))
+    if drawn:
+        note(f"figures written to {', '.join(map(str, drawn))}")
+
+
+def _geometry_names(geometry: bool) -> list[str]:
+    from ..analysis import all_analyzers
+    return [name for name, analyzer in all_analyzers().items() if analyzer.needs == "model"] if geometry else []
+
+
+def _inputs(model, preset, data, shift, ood, normalize, data_dir, device, geometry):
+    """(the core's `Inputs` with the model moved to its device, None, skipped splits) or (None, why there
+    is no data — the weights still tell a story —, skipped splits)."""
+    from ..device import resolve_device
+    from ..evaluate import prepare
+    from ..foreign.checkpoints import RawEnsemble
+    device = resolve_device(device)  # before the data: a missing GPU is an error, not "no data"
+    if isinstance(model, RawEnsemble):  # foreign tensors no architecture runs
+        return None, (f"{model.reason}: disagreement needs a model that runs (ensdiag runs its mlp and CIFAR-style "
+                      "resnet18, and torchvision members with --arch torchvision:NAME)"), {}
+    guessed = preset is None and data is None
+    try:
+        with loading("loading the data …"):
+            inputs = prepare(model, data_choice(model, preset, data, shift, ood, normalize), data_dir, device=device,
+                             with_train=geometry)
+    except DataNotFound as error:
+        return None, f"no data to predict on: {error}", {split: str(error) for split in ("id", "shift", "ood")}
+    except EnsdiagError as error:
+        if not guessed:
+            raise
+        return None, f"no data to predict on: {error}", {}
+    model.to(inputs.device)
+    return inputs, None, inputs.skipped

@@ -1,0 +1,68 @@
+"""What the commands that open an ensemble share: their options, the checks that need no
+tensor (run before torch is imported), and the data the command line chose."""
+
+from pathlib import Path
+
+import typer
+
+from ..console import note
+
+SOURCES_HELP = ("An ensdiag model file, or an ensemble trained elsewhere: a torch-uncertainty checkpoint "
+                "(.ckpt/.pt/.safetensors) or one state_dict per member (format detected from the keys).")
+
+MODELS = typer.Argument(..., metavar="MODEL", help=SOURCES_HELP)
+FAMILY = typer.Option("auto", "--from", help="For foreign checkpoints: auto, torch-uncertainty or state-dicts.")
+ARCH = typer.Option("auto", help="auto (from the keys) or torchvision:NAME for torchvision members (e.g. torchvision:resnet18).")
+DATA_DIR = typer.Option(Path("data"), "--data-dir", help="Where datasets live (torchvision's layout).")
+DEVICE = typer.Option("auto", help="auto, cpu or cuda.")
+DATA = typer.Option(None, "--data", help="Your test images instead of the preset's: an image folder (one folder per class), "
+                    "an .npz (images, labels) or an .npy (docs/conventions.md, 'Your data').")
+SHIFT = typer.Option(None, "--shift", help="The shift set: a registered dataset (`ensdiag datasets`) or a path like --data.")
+OOD = typer.Option(None, "--ood", help="The OOD set: a registered dataset (`ensdiag datasets`) or a path like --data.")
+NORMALIZE = typer.Option(None, "--normalize", help="Input normalisation MEAN,…:STD,… per channel (images in [0, 1]), or "
+                         "none (default: what the model file records, else the preset's).")
+NUM_CLASSES = typer.Option(None, "--num-classes", help="Classes per member where the shapes cannot tell (one network "
+                           "with k heads, grouped MLPs with subgroups) or torchvision's classifier is not standard.")
+FORMAT = typer.Option("table", "--format", help="table or json.")
+SEED = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic).")
+
+
+def quick_checks(model_path, data, shift, ood):
+    """What needs no tensor, before torch is imported: the inputs exist, the sets are known."""
+    from ..quickcheck import check_inputs, check_set
+    check_inputs("MODEL", model_path, folders=True)
+    check_inputs("--data", [data] if data is not None else [], folders=True)
+    check_set("--shift", shift)
+    check_set("--ood", ood)
+
+
+def data_choice(model, preset, data, shift, ood, normalize):
+    """The `DataChoice` of the command line (its paths were checked by `quick_checks`)."""
+    from ..evaluate import DataChoice
+    return DataChoice(preset=preset or (None if data is not None else guessed_preset(model)),
+                      data=None if data is None else str(data), shift=shift, ood=ood, normalize=normalize)
+
+
+def guessed_preset(model) -> str:
+    """The preset whose architecture, inputs and classes fit; said aloud for imported models, whose
+    shapes need not say which data they were trained on."""
+    from ..evaluate import guess_preset
+    preset = guess_preset(model.spec)
+    if getattr(model, "imported_from", None):
+        note(f"no --preset given: measuring on the {preset} preset's data, whose inputs and classes fit this model")
+    return preset
+
+
+def check_saving(out, method, seed):
+    """--method saves a diagnosis-kind run folder (as `Diagnosis.save`); --seed only goes with it."""
+    from ..console import output_folder
+    from ..errors import EnsdiagError
+    if method is None:
+        if seed is not None:
+            raise EnsdiagError("--seed names the run --method saves: give --method too (and --out)")
+        return
+    if out is None:
+        raise EnsdiagError("--method saves the analysis as a run of a folder: give that folder with --out DIR")
+    from ..runs import check_run_name
+    check_run_name(method, 0 if seed is None else seed)
+    output_folder(out)

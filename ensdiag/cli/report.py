@@ -1,0 +1,63 @@
+"""`ensdiag report`: the paper's tables and figures of a run folder (report/ builds them)."""
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from ..console import check_format, loading, note, output_file, show
+from ..errors import unknown
+from .app import app
+
+REPORT_FORMATS = ("table", "markdown", "json", "latex", "html")  # report/__init__.py's FORMATS (a test keeps them equal)
+
+
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(None, metavar="RUN_DIR", help="A run folder (default: the newest under ./runs)."),
+    fmt: str = typer.Option(None, "--format", help="table (default in a terminal), markdown, json, latex or html."),
+    out: Path = typer.Option(None, help="Write the report in --format to this file (or to report.<ext> in this folder) instead of stdout."),
+    reference: str = typer.Option(None, help="'paper': add the paper's published numbers (cifar10 preset)."),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Rebuild RUN_DIR's figures/, report.md and report.html (--no-figures: leave the run folder untouched)."),
+    svg: bool = typer.Option(False, "--svg", help="Also write every figure as SVG (vector, for papers; doubles the drawing time)."),
+    conventions: str = typer.Option("ensdiag", help="Whose definitions of adaptive ECE and AURC the tables show: ensdiag or "
+                                    "torch-uncertainty (to compare with papers that used it; docs/conventions.md)."),
+):
+    """The paper's tables (mean ± 95 % CI) and figures of a run.
+
+    Also rebuilds report.md, report.html and figures/ in the run folder."""
+    import io
+
+    fmt = fmt or ("table" if sys.stdout.isatty() and out is None else "markdown")
+    check_format(fmt, REPORT_FORMATS)  # every check that needs no tensor before matplotlib and torch
+    if reference not in (None, "paper"):
+        raise unknown("--reference", reference, ("paper",))
+    if conventions not in ("ensdiag", "torch-uncertainty"):
+        raise unknown("--conventions", conventions, ("ensdiag", "torch-uncertainty"))
+    if run_dir is not None:
+        from ..runs import check_run_folder
+        check_run_folder(run_dir)
+    from ..io import atomic_write_text
+    from ..report import make_report, render, to_rich
+
+    extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html"}[fmt]
+    target = None if out is None else output_file(out, f"report.{extension}")
+    with loading("building the report (verdict bootstrap, figures) …"):
+        result = make_report(run_dir, reference, write=figures, conventions=conventions, svg=svg)
+    written = result.pop("written")  # a note for the terminal, not part of the report
+    if fmt == "table":
+        buffer = io.StringIO() if target is not None else None
+        console = Console(file=buffer, width=160) if buffer is not None else Console()
+        for table in to_rich(result, width=console.width):
+            show(console, table)
+        text = buffer.getvalue() if buffer is not None else None
+    else:
+        text = render(result, fmt, result["run"])
+        if target is None:
+            sys.stdout.write(text)
+    if target is not None:
+        atomic_write_text(target, text)
+        note(f"report written to {target}")
+    if written:
+        note(written)

@@ -1,0 +1,18 @@
+"""Every way an ensemble comes in, as one `Ensemble` (base.py): one adapter module per kind, each
+registering itself with `@adapter(name, order)`; nothing keeps a list.
+
+    from ensdiag.ensembles import as_ensemble, measuring
+    ensemble = as_ensemble([net_a, net_b])     # or an EnsembleModel, one Module [k,B,C], a callable, files
+    with measuring(ensemble, seed=0):          # eval mode and a forked RNG; everything restored after
+        logits = ensemble(x)                   # [k, B, C]
+"""
+
+import importlib
+import pkgutil
+
+from .base import ADAPTERS, Ensemble, adapter, as_ensemble, forked_rng, measuring
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["ADAPTERS", "Ensemble", "adapter", "as_ensemble", "forked_rng", "measuring"]

@@ -1,0 +1,125 @@
+"""The `Ensemble` protocol: what ensdiag needs of any ensemble, whatever the user handed over.
+
+Required: `num_members` and `forward(x [B, …]) -> logits [k, B, C]`. Where the ensemble has them:
+`member_weights()`, each member's *effective* weights (one dict of tensors per member: what
+weight cosine and the rank of W_i ⊘ W_j compare), and `member_network(i)`, member i as a plain
+network of its own (a copy: paths, CKA and alignment change or hook it). What an ensemble lacks
+raises `Skip` with the reason, which every output then shows in place of the number.
+
+Adapters (one module each in this package, registered with `@adapter`) build an `Ensemble`
+from what users have; `as_ensemble(anything)` tries them in order. An `Ensemble` never owns
+the user's modules: it reads them, and `measuring()` puts them in eval mode and forks the
+random state for a measurement, restoring both after it. Nothing is moved to another device.
+"""
+
+from contextlib import contextmanager
+
+import torch
+
+from ..analysis.registry import Skip
+from ..errors import InputTypeError
+
+ADAPTERS: list[tuple[int, str, object]] = []  # (order, name, function(obj, hints) -> Ensemble | None)
+
+
+def adapter(name: str, order: int):
+    """Register `function(obj, hints) -> Ensemble | None` (None: not this adapter's kind)."""
+    def register(function):
+        ADAPTERS.append((order, name, function))
+        ADAPTERS.sort(key=lambda entry: entry[0])
+        return function
+    return register
+
+
+class Ensemble:
+    """An ensemble as ensdiag reads it. Adapters fill in what they know; the defaults say "not known"."""
+
+    method = "ensemble"  # what reports call it
+    own_weights = False  # members share no weight: alignment by permutation applies
+    one_weight_set = False  # all members are one set of weights (single model, MC Dropout)
+    rank_one_by_construction = False  # W_i ⊘ W_j is rank 1 by the method's definition (BatchEnsemble)
+    spec = None  # an ensdiag ModelSpec, where there is one
+    preprocess = None  # (mean, std) per channel the ensemble's inputs are normalised with, where recorded
+    model = None  # the ensdiag EnsembleModel, where there is one
+    weights_skip = "the members' weights are not known"  # why member_weights() has nothing (None: it has)
+    networks_skip = "the members are not networks ensdiag can copy"  # why member_network() has nothing
+    runnable = True  # False: weights only (no forward)
+
+    def __init__(self, num_members: int | None, forward, modules=()):
+        self.num_members = num_members  # None until the first forward says (a module returning [k, B, C])
+        self._forward = forward
+        self._modules = tuple(modules)
+
+    def __call__(self, x):
+        return self._forward(x)
+
+    def modules(self) -> tuple:
+        """The user's `nn.Module`s behind the ensemble (their modes are kept, `measuring`)."""
+        return self._modules
+
+    @property
+    def device(self) -> torch.device:
+        """Where the members' parameters are (the CPU for callables)."""
+        for module in self._modules:
+            parameter = next(module.parameters(), None)
+            if parameter is not None:
+                return parameter.device
+        return torch.device("cpu")
+
+    def member_weights(self):
+        """`MemberWeights`: each member's effective weights, or Skip with the reason."""
+        raise Skip(self.weights_skip)
+
+    def member_network(self, i: int):
+        """Member i as a plain network (a copy the caller may change), or Skip with the reason."""
+        raise Skip(self.networks_skip)
+
+    def initial_cosine(self, seed: int = 0) -> dict | None:
+        """{"mean", "source"}: the members' weight cosine before training, where known."""
+        return None
+
+    def untrained_members(self, count: int, seed: int = 0) -> list | None:
+        """`count` independently initialised, untrained plain networks of the members' architecture
+        (the aligned-cosine null), or None."""
+        return None
+
+
+def as_ensemble(members, **hints) -> Ensemble:
+    """An `Ensemble` for anything ensdiag takes: an `Ensemble`, an ensdiag `EnsembleModel`, a list
+    of `nn.Module` members, one `nn.Module` returning [k, B, C] (or [k·B, C] with `num_members`),
+    a callable returning [k, B, C], or model files. `hints`: `num_members`, `member_weights`
+    (a function returning each member's effective weights), `layers` (CKA's modules)."""
+    if isinstance(members, Ensemble):
+        return members
+    for _, _, function in ADAPTERS:
+        found = function(members, hints)
+        if found is not None:
+            return found
+    raise InputTypeError(f"members must be an EnsembleModel, a non-empty list of nn.Modules, one nn.Module returning "
+                         f"logits [k, B, C], a callable returning them, or model files; got {type(members).__name__}")
+
+
+@contextmanager
+def measuring(ensemble: Ensemble, seed: int | None = 0):
+    """The ensemble's modules in eval mode and the random state forked (and seeded with `seed`):
+    afterwards every module's mode and the global RNG are what they were."""
+    modules = [m for module in ensemble.modules() for m in module.modules()]
+    modes = [(m, m.training) for m in modules]
+    with forked_rng(ensemble):
+        if seed is not None:
+            torch.manual_seed(seed)
+        for m in modules:
+            m.training = False
+        try:
+            yield
+        finally:
+            for m, training in modes:
+                m.training = training
+
+
+def forked_rng(ensemble: Ensemble):
+    """The global random state (CPU, and the CUDA devices the members are on) forked: what runs
+    inside draws from it, and it is as it was afterwards."""
+    cuda = sorted({p.device.index or 0 for module in ensemble.modules() for p in module.parameters()
+                   if p.device.type == "cuda"})
+    return torch.random.fork_rng(devices=cuda)

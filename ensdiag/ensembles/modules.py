@@ -1,0 +1,163 @@
+"""A list of `nn.Module` members (each maps a batch [B, …] to logits [B, C]), and what every
+adapter of user modules shares: member weights declared by the user, the plain-network view
+geometry reads, CKA's layers.
+
+Members that share parameter storage (k views of one BatchEnsemble, the same module twice) are
+detected: comparing their parameters would compare one set of weights with itself (cosine 1,
+CKA 1, barrier 0 — artefacts, not findings), so weight-space, path, rank and representation
+numbers are skipped with the reason, unless the user declares each member's effective weights
+(`member_weights=`), which then give weight cosine and rank.
+"""
+
+import copy
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from ..errors import EnsdiagError, InputTypeError
+from .base import Ensemble, adapter
+
+LAYOUTS = ("channels-first", "channels-last", "tokens")
+DECLARE = ("declare each member's effective weights (diagnose(member_weights=…), or a member_weights() method "
+           "on your module; README: 'Your own BatchEnsemble')")
+
+
+class Member(nn.Module):
+    """One member as ensdiag's geometry reads a plain network: logits [1, B, C], its weights
+    under `body.`, and its representation points."""
+
+    def __init__(self, module: nn.Module, layers: dict):
+        super().__init__()
+        self.body = module
+        self.spec = SimpleNamespace(arch=f"user module {type(module).__name__}")
+        self.layers = layers
+
+    def forward(self, x):
+        return self.body(x).unsqueeze(0)
+
+    def representation_points(self) -> dict:
+        return {name: (self.body.get_submodule(name), layout) for name, layout in self.layers.items()}
+
+
+def declared_weights(function, k: int | None):
+    """`MemberWeights` from the user's `member_weights` function: k dicts {name: tensor}, one set of
+    names and shapes, floating point."""
+    from ..nn.model import MemberWeights
+    found = function()
+    if not isinstance(found, (list, tuple)) or not found or not all(isinstance(d, dict) and d for d in found):
+        raise InputTypeError("member_weights must return a list with one {name: tensor} dict per member")
+    if k is not None and len(found) != k:
+        raise EnsdiagError(f"member_weights gave {len(found)} weight sets for {k} members")
+    names = {key: value.shape for key, value in found[0].items() if isinstance(value, torch.Tensor)}
+    for i, weights in enumerate(found):
+        if not all(isinstance(key, str) and isinstance(value, torch.Tensor) and value.is_floating_point()
+                   for key, value in weights.items()):
+            raise InputTypeError(f"member_weights: member {i}'s dict must map names to floating-point tensors")
+        if {key: value.shape for key, value in weights.items()} != names:
+            raise EnsdiagError(f"member_weights: member {i} has other names or shapes than member 0")
+    return MemberWeights([{key: value.detach().clone() for key, value in weights.items()} for weights in found])
+
+
+def shared_storage(members) -> str | None:
+    """How two members share parameter storage ("member 0's 'w' is member 1's 'w'"), or None."""
+    seen = {}
+    for i, member in enumerate(members):
+        for name, parameter in member.named_parameters():
+            if parameter.numel() == 0:
+                continue
+            pointer = parameter.untyped_storage().data_ptr()
+            first = seen.setdefault(pointer, (i, name))
+            if first[0] != i:
+                return f"member {first[0]}'s {first[1]!r} is member {i}'s {name!r}"
+    return None
+
+
+class ModuleEnsemble(Ensemble):
+    """k `nn.Module` members; the user's modules are read, never moved or re-moded."""
+
+    own_weights = True
+    method = "user modules"
+
+    def __init__(self, members, layers=None, member_weights=None):
+        members = tuple(members)
+        super().__init__(len(members), self._forward_members, members)
+        self.members = members
+        self.layers = user_layers(members[0], layers)
+        for member in members[1:]:
+            missing = [name for name in self.layers if not _has(member, name)]
+            if missing:
+                raise EnsdiagError(f"layer {missing[0]!r} is not a module of every member")
+        self.declared = member_weights
+        shared = shared_storage(members)
+        if shared is not None:
+            self.own_weights = False
+            self.networks_skip = (f"the members share parameter storage ({shared}): paths, CKA and alignment would "
+                                  "read one network; give k separate modules, or " + DECLARE + " for weight cosine")
+            self.weights_skip = (None if member_weights is not None else
+                                 f"the members share parameter storage ({shared}), so their parameters are not their "
+                                 f"effective weights: {DECLARE}")
+        else:
+            self.weights_skip = self.networks_skip = None
+
+    def _forward_members(self, x):
+        outputs = [member(x) for member in self.members]
+        for i, output in enumerate(outputs):
+            if not isinstance(output, torch.Tensor):
+                raise InputTypeError(f"member {i} returned a {type(output).__name__}, not a logits tensor [B, C] "
+                                     "(wrap it, e.g. lambda x: net(x)[0])")
+            if output.dim() != 2 or output.shape != outputs[0].shape:
+                raise EnsdiagError(f"member {i} returned logits of shape {tuple(output.shape)}, member 0 "
+                                   f"{tuple(outputs[0].shape)}: every member must map a batch [B, …] to logits [B, C] "
+                                   "over the same classes")
+        return torch.stack(outputs)
+
+    def member_weights(self):
+        if self.weights_skip:
+            return super().member_weights()
+        if self.declared is not None:
+            return declared_weights(self.declared, self.num_members)
+        return common_parameters(self.members)
+
+    def member_network(self, i: int):
+        if self.networks_skip:
+            return super().member_network(i)
+        return Member(copy.deepcopy(self.members[i]), self.layers).eval()
+
+
+def common_parameters(members):
+    """Each member's floating-point parameters that every member has under the same name and shape."""
+    from ..nn.model import MemberWeights
+    states = [dict(member.named_parameters()) for member in members]
+    shared = [key for key, value in states[0].items() if value.is_floating_point()
+              and all(key in state and state[key].shape == value.shape for state in states[1:])]
+    return MemberWeights([{key: state[key].detach().clone() for key in shared} for state in states])
+
+
+def _has(module, name) -> bool:
+    try:
+        module.get_submodule(name)
+        return True
+    except AttributeError:
+        return False
+
+
+def user_layers(module, layers) -> dict:
+    """{name: layout} from the user's `layers` (names, or {name: layout}), or every top-level child."""
+    if layers is None:
+        layers = [name for name, _ in module.named_children()]
+    if not isinstance(layers, dict):
+        layers = {name: None for name in layers}
+    for name, layout in layers.items():
+        if not isinstance(name, str) or not _has(module, name):
+            raise EnsdiagError(f"layer {name!r} is not a module of the members (named_modules() lists them)")
+        if layout is not None and layout not in LAYOUTS:
+            raise EnsdiagError(f"layer {name!r}: layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+    return dict(layers)
+
+
+@adapter("a list of nn.Modules", order=30)
+def _module_list(obj, hints):
+    if isinstance(obj, (list, tuple, nn.ModuleList)) and len(obj) and all(isinstance(m, nn.Module) for m in obj):
+        return ModuleEnsemble(obj, hints.get("layers"), hints.get("member_weights"))
+    return None

@@ -1,0 +1,110 @@
+"""One diagnosis on the terminal and in figures: what `ensdiag evaluate`, `analyze` and
+`diversity` print and draw. Everything reads the one metrics layout (`Diagnosis.metrics`):
+{"analyzers": {name: result}, "split_titles", "skipped_splits", "ensemble"}.
+
+    lines, notes = diversity_view(diagnosis.metrics, "model.safetensors")   # stdout, stderr
+    drawn = diversity_figures(diagnosis.metrics, Path("heatmaps.png"), "model.safetensors")
+"""
+
+from .terminal import cell, geometry_tables, heatmap_table, metrics_table, ood_table, skipped_lines
+
+DISAGREEMENT = ("disagreement: the fraction of examples on which two members predict different classes "
+                "(0: always the same class); normalised: divided by the ensemble's error rate")
+COSINE = ("weight cosine: ⟨θ_i, θ_j⟩ / (‖θ_i‖‖θ_j‖) of two members' flattened weights (1: the same "
+          "direction; independent networks: near 0)")
+
+
+def metrics_view(metrics: dict, title: str) -> tuple[list, list[str]]:
+    """(tables for stdout, notes for stderr) of every predictions analyzer."""
+    tables = [metrics_table(metrics, title)]
+    table = ood_table(metrics)
+    if table is not None:
+        tables.append(table)
+    notes = skipped_lines(metrics)
+    notes += [f"{split}: {title}" for split, title in metrics.get("split_titles", {}).items() if title != split]
+    notes += [f"{split}: not evaluated — {reason}" for split, reason in metrics.get("skipped_splits", {}).items()]
+    return tables, notes
+
+
+def model_results(metrics: dict) -> dict:
+    """The model analyzers' results (member geometry) of a metrics dict."""
+    from ..analysis import all_analyzers
+    model = {name for name, analyzer in all_analyzers().items() if analyzer.needs == "model"}
+    return {name: result for name, result in metrics["analyzers"].items() if name in model}
+
+
+def diversity_view(metrics: dict, name: str) -> tuple[list, list[str]]:
+    """(items for stdout: strings (printed literally, `dim:` first for definitions) and tables, notes for stderr)."""
+    ensemble, analyzers = metrics.get("ensemble", {}), metrics["analyzers"]
+    titles = metrics.get("split_titles", {})
+    arch = ensemble.get("arch", "unknown")
+    items = [f"{name}: {arch}, {ensemble.get('method', 'unknown')}, k = {ensemble.get('num_members')}"]
+    notes = []
+    disagreement = analyzers.get("disagreement", {})
+    if disagreement.get("status") == "ok":
+        items.append("dim:" + DISAGREEMENT)
+        for split, entry in disagreement["splits"].items():
+            if "/" in split:
+                continue
+            extra = f", normalised {cell(entry['normalized'])}" if "normalized" in entry else ""
+            items.append(f"disagreement on {split} ({titles.get(split, split)}): mean {cell(entry['mean'])}{extra}")
+            items.append(heatmap_table(entry["matrix"]["value"], ""))
+    elif disagreement:
+        notes.append(f"disagreement: {disagreement.get('reason')}")
+    similarity = analyzers.get("weight-similarity", {})
+    if similarity.get("status") == "ok":
+        initial = similarity.get("initial", {})
+        at_init = f" (at initialisation {cell(initial)}, {initial['source']})" if initial.get("value") is not None else ""
+        items.append(f"weight cosine, all layers: mean {cell(similarity['mean'])}{at_init}")
+        items.append("dim:" + COSINE)
+        items.append(heatmap_table(similarity["matrix"]["value"], ""))
+    elif similarity:
+        notes.append(f"weight cosine: {similarity.get('reason')}")
+    geometry = model_results(metrics)
+    if geometry:
+        items += geometry_tables(geometry)
+    notes += [f"{split}: not evaluated — {reason}" for split, reason in metrics.get("skipped_splits", {}).items()]
+    return items, notes
+
+
+def diversity_figures(metrics: dict, plot, name: str) -> list:
+    """The heatmaps (disagreement per split, weight cosine raw and aligned, CKA per split) into
+    `plot`, and member geometry's line figures beside it: <plot>-cka-layers, -alignment, -paths."""
+    from ..errors import EnsdiagError
+    from .figures import heatmap_grid, plain, plottable, save_figure
+    analyzers, ensemble = metrics["analyzers"], metrics.get("ensemble", {})
+    method, k = ensemble.get("method", "unknown"), ensemble.get("num_members")
+    rows = []
+    disagreement = analyzers.get("disagreement", {})
+    if disagreement.get("status") == "ok":
+        splits = disagreement["splits"]
+        panels = [(split, matrix, "disagreement") for split in ("id", "shift", "ood")
+                  if split in splits and (matrix := plottable(splits[split]["matrix"]["value"])) is not None]
+        rows += [("disagreement", panels)] if panels else []
+    similarity = analyzers.get("weight-similarity", {})
+    cosine = plottable(similarity.get("matrix", {}).get("value")) if similarity.get("status") == "ok" else None
+    if cosine is not None:
+        rows.append(("weight cosine", [("all layers", cosine, "cosine")]))
+    aligned = analyzers.get("alignment", {})
+    if rows and aligned.get("status") == "ok" and (matrix := plottable(aligned["aligned"]["matrix"]["value"])) is not None:
+        rows[-1][1].append(("aligned to member 0", matrix, "cosine"))
+    cka = analyzers.get("cka", {})
+    if cka.get("status") == "ok":
+        rows += [(f"CKA ({split})", [(layer, plottable(entry["linear"]["value"])) for layer, entry in found["layers"].items()])
+                 for split, found in cka["splits"].items() if found["layers"]]
+    if not rows:
+        raise EnsdiagError(f"nothing to plot for {method} with k={k}: one weight set, no data found, or matrices too "
+                           "large to store (k > 256)")
+    drawn = save_figure(heatmap_grid(rows, title=plain(f"{name}: {method}, k={k}")), plot)[:1]
+    return drawn + _geometry_figures(model_results(metrics), drawn[0], method)
+
+
+def _geometry_figures(results: dict, plot, method: str) -> list:
+    from .figures import save_figure
+    from .geometry_figures import alignment_figure, cka_layers_figure, paths_figure
+    drawn = []
+    for name, suffix, figure in (("cka", "cka-layers", cka_layers_figure), ("alignment", "alignment", alignment_figure),
+                                 ("paths", "paths", paths_figure)):
+        if results.get(name, {}).get("status") == "ok":
+            drawn += save_figure(figure({method: results[name]}), plot.with_name(f"{plot.stem}-{suffix}{plot.suffix}"))
+    return drawn
