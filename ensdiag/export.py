@@ -69,7 +69,7 @@ def headline_entries() -> list[dict]:
                     name = flat_name(analyzer.name, key)
                     entries.setdefault(name, {"name": name, "analyzer": analyzer.name, "path": key, "split": split,
                                               "label": label, "definition": definition, "since": since,
-                                              "needs": analyzer.needs})
+                                              "needs": analyzer.needs, "tables": column.tables})
     return list(entries.values())
 
 
@@ -152,7 +152,7 @@ def metric_entries(metrics: dict, full: bool = False) -> list[dict]:
     entries = []
     for entry in headline_entries():
         value, reason = _read(metrics, entry)
-        entries.append({key: entry[key] for key in ("name", "analyzer", "split", "label", "definition")}
+        entries.append({key: entry[key] for key in ("name", "analyzer", "split", "label", "definition", "tables")}
                        | {"value": value, "reason": reason})
     if full:
         known = {entry["name"] for entry in entries}
@@ -170,7 +170,7 @@ def metric_entries(metrics: dict, full: bool = False) -> list[dict]:
                 if value is None and status in NON_FINITE:
                     value = NON_FINITE[status]
                 entries.append({"name": name, "analyzer": analyzer, "split": split, "label": parts[-1],
-                                "definition": node.get("definition"),
+                                "definition": node.get("definition"), "tables": (),
                                 "value": math.nan if value is None else value,
                                 "reason": None if value is not None and status != "nan" else _status_reason(node)})
     return entries
@@ -222,7 +222,7 @@ def report_rows(report: dict) -> list[dict]:
 
 # ---------------------------------------------------------------- per example
 
-EXAMPLE_FIELDS = ("split", "index", "label", "prediction", "correct", "confidence", "nll", "entropy",
+EXAMPLE_FIELDS = ("method", "seed", "split", "index", "label", "prediction", "correct", "confidence", "nll", "entropy",
                   "expected_entropy", "jsd", "member_agreement", "disagreement")
 
 
@@ -264,6 +264,22 @@ def example_rows(predictions: dict, probabilities: bool = False) -> list[dict]:
             if probs is not None:
                 row.update({f"p_{c}": value for c, value in enumerate(probs[index].tolist())})
             rows.append(row)
+    return rows
+
+
+def run_example_rows(run_dirs, probabilities: bool = False) -> list[dict]:
+    """`example_rows` of every finished run of one or more run folders, each row led by its
+    `method` and `seed` (the stored splits: per-corruption shift splits, not their pool)."""
+    from .predictions import load_predictions
+    from .report.merge import load_folders
+    rows = []
+    for method, seeds in load_folders(run_dirs if isinstance(run_dirs, (list, tuple)) else [run_dirs])["runs"].items():
+        for seed, run in seeds.items():
+            path = run["folder"] / "predictions.safetensors" if run is not None else None
+            if path is None or not path.is_file():  # LoRA adapters compared by weights: no predictions
+                continue
+            predictions, _ = load_predictions(path)
+            rows += [{"method": method, "seed": seed, **row} for row in example_rows(predictions, probabilities)]
     return rows
 
 

@@ -137,10 +137,24 @@ def _meta_column(label, key, direction):
     return label, lambda run: dig(run["meta"], (key,)), direction
 
 
-def _verdict_table(run_dir, runs, expected):
+def _within_folders(run_dir, runs, groups) -> dict:
+    """The verdict of each folder's methods on their own (several folders whose single model or Deep
+    Ensemble are kept apart, merge.py), under their merged names; a method found in several folders
+    keeps the verdict of the most seeds."""
+    from .verdict import verdict
+    found = {}
+    for group in groups:
+        for method, entry in verdict(run_dir, {original: runs[name] for name, original in group.items()}).items():
+            name = next(name for name, original in group.items() if original == method)
+            if name not in found or entry["seeds"] > found[name]["seeds"]:
+                found[name] = entry
+    return found
+
+
+def _verdict_table(run_dir, runs, expected, groups=None):
     """The verdict (verdict.py) as a table of shares, its sentences as the table's note."""
     from .verdict import answer, sentence, verdict
-    found = verdict(run_dir, runs)
+    found = verdict(run_dir, runs) if not groups else _within_folders(run_dir, runs, groups)
     if not found:
         return None, {}
     columns = [("NLL share", "nll", "up"), ("ECE share", "ece", "up"), ("OOD AUROC share", "auroc", "up"),
@@ -303,7 +317,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     if len(variants) == 2:
         tables.append(analyzer_table("be-variants", "BatchEnsemble channel- vs kernel-wise (in-distribution)", "id",
                                      {m: runs[m] for m in variants}, declared_in="id"))
-    verdict_table, verdicts = _verdict_table(run_dir, runs, expected)
+    verdict_table, verdicts = _verdict_table(run_dir, runs, expected, data.get("groups"))
     if verdict_table is not None:
         tables.insert(0, verdict_table)
     bvd = _bvd_table(runs)

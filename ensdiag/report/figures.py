@@ -63,7 +63,8 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
     """rows: [(row label, [(panel title, k×k matrix[, quantity]), ...]), ...]. Panels of one quantity
     share one labelled colour scale (`SCALES`, or the arguments for panels without a quantity)."""
     ncols = max(len(panels) for _, panels in rows)
-    figure = Figure(figsize=(2.3 * ncols + 1.4, 2.3 * len(rows) + (0.4 if title else 0)), layout="constrained")
+    # one row is drawn at least 3.2 in high: the colour bars' labels are that long
+    figure = Figure(figsize=(2.3 * ncols + 1.4, max(2.3 * len(rows), 3.2) + (0.4 if title else 0)), layout="constrained")
     axes = figure.subplots(len(rows), ncols, squeeze=False)
     images = {}  # quantity -> (an image, its axes)
     for r, (label, panels) in enumerate(rows):
