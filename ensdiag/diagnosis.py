@@ -16,7 +16,7 @@ given (pass `normalize=` to transform each batch first).
 Predictions stream batch by batch (memory: the logits, k·N·C floats). Member geometry reads
 at most `geometry_examples` inputs per split, kept from the first batches. On plain modules:
 weight similarity compares the parameters all members have under the same name and shape;
-CKA hooks the modules named in `layers` (default: every top-level child); paths interpolate
+CKA hooks the modules named in `layers` (default: every top-level child with parameters); paths interpolate
 the members' state dicts; alignment needs an architecture that declares its permutation
 groups, which plain modules do not, and says so.
 """
@@ -317,6 +317,19 @@ class ModuleEnsemble(nn.Module):
         """A copy of member i (paths overwrite its weights; the user's module stays as it was)."""
         return _Member(copy.deepcopy(self.members[i]), self.layers).eval()
 
+    def member_state_dict(self, i: int) -> dict:
+        return self.members[i].state_dict()
+
+    def plain_network(self, biases_of=None) -> _Member:
+        """An untrained member for the aligned cosine's null baseline: a copy of member 0 with every
+        submodule re-initialised by its own `reset_parameters()` (from the global generator, which
+        the baseline seeds)."""
+        network = _Member(copy.deepcopy(self.members[0]), self.layers)
+        for module in network.body.modules():
+            if callable(getattr(module, "reset_parameters", None)):
+                module.reset_parameters()
+        return network
+
     def member_weights(self):
         """Each member's floating-point parameters that every member has under the same name and shape."""
         from .nn.model import MemberWeights
@@ -334,10 +347,18 @@ def _has(module, name) -> bool:
         return False
 
 
+def default_layers(module: nn.Module) -> list[str]:
+    """The top-level children that have parameters of their own (anywhere inside them): what CKA reads
+    when the user names no layers. A parameter-free child (Dropout, Identity, an activation, pooling,
+    Flatten) passes on its input's representation unchanged or elementwise, so its CKA would only
+    repeat the layer before it."""
+    return [name for name, child in module.named_children() if next(child.parameters(), None) is not None]
+
+
 def _layers(module, layers) -> dict:
-    """{name: layout} from the user's `layers` (names, or {name: layout}), or every top-level child."""
+    """{name: layout} from the user's `layers` (names, or {name: layout}), or `default_layers`."""
     if layers is None:
-        layers = [name for name, _ in module.named_children()]
+        layers = default_layers(module)
     if not isinstance(layers, dict):
         layers = {name: None for name in layers}
     for name, layout in layers.items():
