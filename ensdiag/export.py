@@ -288,9 +288,7 @@ def run_example_rows(run_dirs, probabilities: bool = False) -> list[dict]:
 def to_csv(rows: list[dict], fields=None) -> str:
     """CSV text of the rows (a header, then one line per row); missing and NaN cells are empty,
     which pandas.read_csv reads as NaN."""
-    fields = list(fields or (rows[0].keys() if rows else ()))
-    if rows:
-        fields += [key for key in rows[0] if key not in fields]
+    fields = columns(rows, fields)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
@@ -308,39 +306,35 @@ def _csv_cell(value):
 
 
 def write_table(rows: list[dict], path, fields=None) -> Path:
-    """The rows as `path`: CSV (`.csv`), or Parquet (`.parquet`, needs pyarrow), written atomically."""
-    from .io import atomic_write_bytes, atomic_write_text
+    """The rows as `path`: CSV (`.csv`), or Parquet (`.parquet`: the parquet extra, pyarrow), written atomically."""
+    from .io import atomic_write_text
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".csv":
         return atomic_write_text(path, to_csv(rows, fields))
     if suffix == ".parquet":
         try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
+            from .integrations.parquet import write_parquet
         except ImportError:
             raise EnsdiagError(f"{path}: Parquet needs pyarrow (pip install 'ensdiag[parquet]'), or name a .csv file") from None
-        names = list(fields or (rows[0].keys() if rows else ()))
-        if rows:
-            names += [key for key in rows[0] if key not in names]
-        table = pa.Table.from_pylist([{key: row.get(key) for key in names} for row in rows]) if rows else pa.table({})
-        buffer = pa.BufferOutputStream()
-        pq.write_table(table, buffer)
-        return atomic_write_bytes(path, buffer.getvalue().to_pybytes())
+        return write_parquet(rows, path, columns(rows, fields))
     raise EnsdiagError(f"{path}: name a .csv or .parquet file")
 
 
+def columns(rows: list[dict], fields=None) -> list[str]:
+    """`fields`, then any other key of the first row (e.g. per-class probabilities)."""
+    names = list(fields or (rows[0].keys() if rows else ()))
+    return names + [key for key in (rows[0] if rows else {}) if key not in names]
+
+
 def frame(rows: list[dict], fields=None):
-    """The rows as a pandas DataFrame (pandas is an optional extra: pip install 'ensdiag[pandas]')."""
+    """The rows as a pandas DataFrame (the pandas extra: pip install 'ensdiag[pandas]')."""
     try:
-        import pandas
+        from .integrations.pandas import data_frame
     except ImportError:
         raise EnsdiagError("DataFrames need pandas (pip install 'ensdiag[pandas]'); the flat dict "
                            "(flat_metrics) and CSV (to_csv) work without it") from None
-    names = list(fields or (rows[0].keys() if rows else ()))
-    if rows:
-        names += [key for key in rows[0] if key not in names]
-    return pandas.DataFrame([{key: row.get(key) for key in names} for row in rows], columns=names)
+    return data_frame(rows, columns(rows, fields))
 
 
 def report_frame(run_dirs):

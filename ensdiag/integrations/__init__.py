@@ -24,7 +24,7 @@ def _root(target) -> str:
 
 
 def log_records(records, target, step: int | None = None) -> None:
-    """Write `records` (records.py) to the logger `target` (see the module's docstring)."""
+    """Write `records` (_records.py) to the logger `target` (see the module's docstring)."""
     names, root = _class_names(target), _root(target)
     if "TensorBoardLogger" in names:
         from .tensorboard import log
@@ -54,5 +54,5 @@ def log_records(records, target, step: int | None = None) -> None:
 
 def log_to(diagnosis, target, step: int | None = None, prefix: str = "ensdiag") -> None:
     """A diagnosis's records (every headline number, the heatmaps, the summary) to `target`."""
-    from .records import diagnosis_records
+    from ._records import diagnosis_records
     log_records(diagnosis_records(diagnosis.metrics, prefix), target, step)

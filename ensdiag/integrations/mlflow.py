@@ -17,7 +17,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from ..errors import EnsdiagError
-from .records import Records, diagnosis_records
+from ._records import Records, diagnosis_records
 
 
 def _key(name: str) -> str:

@@ -3,13 +3,13 @@
     from torch.utils.tensorboard import SummaryWriter
     diagnosis.log_to(SummaryWriter("tb/run-1"))          # or: log_diagnosis(diagnosis, "tb/run-1")
 
-Scalars under their names (records.py) at `step`, the heatmaps as an image, the summary line
+Scalars under their names (_records.py) at `step`, the heatmaps as an image, the summary line
 and what was not measured as text. Any writer with TensorBoard's `add_scalar`, `add_image` and
 `add_text` works (torch.utils.tensorboard's, tensorboardX's, a Lightning TensorBoardLogger's
 `.experiment`).
 """
 
-from .records import Records, diagnosis_records
+from ._records import Records, diagnosis_records
 
 
 def log(records: Records, writer, step: int | None = None) -> None:

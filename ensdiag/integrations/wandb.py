@@ -12,7 +12,7 @@ WandbLogger does with `trainer/global_step`).
 import wandb
 
 from ..errors import EnsdiagError
-from .records import Records, diagnosis_records
+from ._records import Records, diagnosis_records
 
 
 def log(records: Records, run, step: int | None = None, step_metric: str | None = None) -> None:
