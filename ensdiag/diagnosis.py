@@ -17,8 +17,9 @@ Predictions stream batch by batch (memory: the logits, k·N·C floats). Member g
 at most `geometry_examples` inputs per split, kept from the first batches. On plain modules:
 weight similarity compares the parameters all members have under the same name and shape;
 CKA hooks the modules named in `layers` (default: every top-level child with parameters); paths interpolate
-the members' state dicts; alignment needs an architecture that declares its permutation
-groups, which plain modules do not, and says so.
+the members' state dicts; alignment needs the permutation groups of the members' units, which
+a module declares with a `permutation_groups()` method (README, "From Python"), and says so
+without one.
 """
 
 import copy

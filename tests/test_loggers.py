@@ -110,6 +110,30 @@ def test_wandb_offline_run_holds_every_measured_number_and_the_heatmaps(diagnosi
     assert [path.name.split("_")[0] for path in found["media"]] == ["heatmaps"]
 
 
+def test_a_run_folders_report_goes_to_tensorboard_with_the_verdict_and_figures(tmp_path):
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+    from ensdiag.integrations import log_report
+    from ensdiag.report import make_report
+    x, y = _data()
+    for method, k in (("single", 1), ("deep-ensemble", 3), ("batch-ensemble", 3)):
+        for seed in (0, 1):
+            torch.manual_seed(seed)
+            members = [nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)) for _ in range(k)]
+            ensdiag.diagnose(members, id=(x, y), ood=torch.randn(40, 6) * 3, geometry=False).save(tmp_path / "run", method, seed)
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    log_report(tmp_path / "run", writer)
+    writer.close()
+    report = make_report(tmp_path / "run", write=False)
+    events = _events(tmp_path / "tb")
+    diversity = report["verdict"]["batch-ensemble"]["diversity"]["value"]
+    assert events.Scalars("ensdiag/verdict/batch-ensemble/diversity")[0].value == pytest.approx(diversity, rel=1e-6)
+    accuracy = next(t for t in report["tables"] if t["id"] == "id")["rows"][1]["cells"][0]["mean"]
+    assert events.Scalars("ensdiag/deep-ensemble/calibration/id/accuracy")[0].value == pytest.approx(accuracy, rel=1e-6)
+    assert {"ensdiag/figures/diversity", "ensdiag/figures/reliability"} <= set(events.Tags()["images"])
+    assert "ensdiag/verdict/batch-ensemble/text_summary" in events.Tags()["tensors"]
+
+
 def test_an_unknown_target_is_a_clear_error(diagnosis):
     with pytest.raises(EnsdiagError, match="cannot log to a dict"):
         diagnosis.log_to({})

@@ -56,3 +56,13 @@ def log_to(diagnosis, target, step: int | None = None, prefix: str = "ensdiag") 
     """A diagnosis's records (every headline number, the heatmaps, the summary) to `target`."""
     from ._records import diagnosis_records
     log_records(diagnosis_records(diagnosis.metrics, prefix), target, step)
+
+
+def log_report(run_dir, target, step: int | None = None, prefix: str = "ensdiag") -> None:
+    """A run folder's report to `target`: every cell's mean over seeds (`<prefix>/<method>/<number>`),
+    the verdict's shares (`<prefix>/verdict/<method>/<nll|ece|auroc|diversity>`) and answers, and its
+    figures (rebuilt in the folder, as `ensdiag report` does)."""
+    from ..report import make_report
+    from ._records import report_records
+    report = make_report(run_dir)
+    log_records(report_records(report, run_dir if report.get("figures") else None, prefix), target, step)
