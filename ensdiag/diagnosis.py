@@ -71,8 +71,37 @@ class Diagnosis:
         from .analysis import finite
         return json.dumps(finite(self.metrics), indent=2, allow_nan=False) + "\n"
 
-    def _repr_html_(self) -> str:  # Jupyter
-        return self._report("html")
+    def _repr_html_(self) -> str:  # Jupyter: a compact summary scoped to its own element (report/notebook.py)
+        from .report.notebook import diagnosis_html
+        return diagnosis_html(self.metrics)
+
+    def flat(self, full: bool = False) -> dict:
+        """{name: value} of every headline number, the same names for every k; NaN where not measured,
+        with the reason in `.reasons` (export.py); `full`: every other stored scalar too."""
+        from .export import flat_metrics
+        return flat_metrics(self.metrics, full)
+
+    def to_frame(self, what: str = "metrics", full: bool = False):
+        """A pandas DataFrame: "metrics" (one row per number: name, value, reason, definition) or
+        "examples" (one row per example: prediction, confidence, entropy, JSD, member agreement)."""
+        from .export import EXAMPLE_FIELDS, example_rows, frame, metric_entries
+        if what == "examples":
+            return frame(example_rows(self.predictions), EXAMPLE_FIELDS[2:])
+        if what != "metrics":
+            raise EnsdiagError(f"to_frame(what=...) takes 'metrics' or 'examples', not {what!r}")
+        return frame([{key: value for key, value in entry.items() if key != "tables"}
+                      for entry in metric_entries(self.metrics, full)])
+
+    def save_examples(self, path) -> Path:
+        """Per-example predictions and uncertainty as a .csv or .parquet file (pyarrow) at `path`."""
+        from .export import EXAMPLE_FIELDS, example_rows, write_table
+        return write_table(example_rows(self.predictions), path, EXAMPLE_FIELDS[2:])
+
+    def log_to(self, target, step: int | None = None, prefix: str = "ensdiag") -> None:
+        """Log every headline number, the heatmaps and the summary to TensorBoard (a SummaryWriter),
+        MLflow (mlflow, a run), W&B (wandb, a run) or a Lightning logger (integrations/)."""
+        from .integrations import log_to
+        log_to(self, target, step, prefix)
 
     def __repr__(self) -> str:
         splits = ", ".join(f"{name} n={split['logits'].shape[1]}" for name, split in self.predictions.items())

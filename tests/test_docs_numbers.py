@@ -79,3 +79,10 @@ def test_the_performance_docs_cite_no_record_of_another_version():
         for name in cited:
             record = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
             assert record["environment"]["ensdiag"] == ensdiag.__version__, f"{document} cites {name} of another version"
+
+
+def test_the_install_size_in_the_readme_is_the_committed_measurement():
+    record = json.loads((ROOT / "benchmarks" / "results" / "install-size.json").read_text())["gib"]
+    expected = (f"A fresh environment takes {record['environment']:.1f} GiB, {record['nvidia']:.1f} GiB of it NVIDIA's "
+                f"CUDA libraries and\n{record['triton']:.1f} GiB Triton")
+    assert expected in (ROOT / "README.md").read_text(), expected

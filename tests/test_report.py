@@ -319,7 +319,7 @@ def test_a_plugin_analyzers_declared_columns_appear_in_every_report_format(run_d
     report = make_report(run_dir, write=False)
     toy = next(t for t in report["tables"] if t["id"] == "toy")
     margin = json.loads((run_dir / "single" / "seed-1" / "metrics.json").read_text())["analyzers"]["toy-margin"]
-    assert toy["columns"] == [{"name": "margin", "direction": "up"}]
+    assert toy["columns"] == [{"name": "margin", "direction": "up", "split": None, "key": "toy-margin/id/margin"}]
     assert cell(report, "toy", "single", "margin")["values"][0] == margin["splits"]["id"]["margin"]["value"]
     assert [c["name"] for c in next(t for t in report["tables"] if t["id"] == "diversity")["columns"]][-1] == "toy margin (id)"
     assert report["definitions"]["margin"] == "mean of p̄'s top-1 minus top-2 probability"

@@ -7,16 +7,20 @@ import typer
 from rich.console import Console
 
 from ..console import check_format, loading, note, output_file, show
-from ..errors import unknown
+from ..errors import EnsdiagError, unknown
 from .app import app
 
-REPORT_FORMATS = ("table", "markdown", "json", "latex", "html")  # report/__init__.py's FORMATS (a test keeps them equal)
+REPORT_FORMATS = ("table", "markdown", "json", "latex", "html", "csv")  # report/__init__.py's FORMATS (a test keeps them equal)
 
 
 @app.command()
 def report(
-    run_dir: Path = typer.Argument(None, metavar="RUN_DIR", help="A run folder (default: the newest under ./runs)."),
-    fmt: str = typer.Option(None, "--format", help="table (default in a terminal), markdown, json, latex or html."),
+    run_dirs: list[Path] = typer.Argument(None, metavar="RUN_DIR", help="A run folder (default: the newest under ./runs), "
+                                          "or several: their methods and seeds in one report (none of them is written to)."),
+    fmt: str = typer.Option(None, "--format", help="table (default in a terminal), markdown, json, latex, html or csv "
+                            "(every number as long rows: table, method, column, seed, value, mean, 95 % interval)."),
+    examples: Path = typer.Option(None, "--examples", help="Also write every run's per-example predictions and "
+                                  "uncertainty (confidence, entropy, JSD, member agreement) to this .csv or .parquet file."),
     out: Path = typer.Option(None, help="Write the report in --format to this file (or to report.<ext> in this folder) instead of stdout."),
     reference: str = typer.Option(None, help="'paper': add the paper's published numbers (cifar10 preset)."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Rebuild RUN_DIR's figures/, report.md and report.html (--no-figures: leave the run folder untouched)."),
@@ -35,16 +39,23 @@ def report(
         raise unknown("--reference", reference, ("paper",))
     if conventions not in ("ensdiag", "torch-uncertainty"):
         raise unknown("--conventions", conventions, ("ensdiag", "torch-uncertainty"))
-    if run_dir is not None:
-        from ..runs import check_run_folder
+    from ..runs import check_run_folder
+    for run_dir in run_dirs or ():
         check_run_folder(run_dir)
+    if examples is not None and examples.suffix.lower() not in (".csv", ".parquet"):
+        raise EnsdiagError(f"--examples {examples}: name a .csv or .parquet file")
     from ..io import atomic_write_text
     from ..report import make_report, render, to_rich
 
-    extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html"}[fmt]
+    extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html", "csv": "csv"}[fmt]
     target = None if out is None else output_file(out, f"report.{extension}")
     with loading("building the report (verdict bootstrap, figures) …"):
-        result = make_report(run_dir, reference, write=figures, conventions=conventions, svg=svg)
+        result = make_report(list(run_dirs or []) or None, reference, write=figures, conventions=conventions, svg=svg)
+    if examples is not None:
+        from ..export import EXAMPLE_FIELDS, run_example_rows
+        from ..export import write_table
+        write_table(run_example_rows(list(run_dirs) if run_dirs else [Path(result["run"])]), examples, EXAMPLE_FIELDS)
+        note(f"per-example predictions written to {examples}")
     written = result.pop("written")  # a note for the terminal, not part of the report
     if fmt == "table":
         buffer = io.StringIO() if target is not None else None

@@ -124,6 +124,22 @@ class ModuleEnsemble(Ensemble):
             return super().member_network(i)
         return Member(copy.deepcopy(self.members[i]), self.layers).eval()
 
+    def untrained_members(self, count: int, seed: int = 0) -> list | None:
+        """Copies of member 0 with every submodule re-initialised by its own `reset_parameters()`,
+        seeded: the aligned cosine's null baseline (for modules that declare a permutation rule)."""
+        if self.networks_skip:
+            return None
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            networks = []
+            for _ in range(count):
+                network = Member(copy.deepcopy(self.members[0]), self.layers).eval()
+                for module in network.body.modules():
+                    if callable(getattr(module, "reset_parameters", None)):
+                        module.reset_parameters()
+                networks.append(network)
+        return networks
+
 
 def common_parameters(members):
     """Each member's floating-point parameters that every member has under the same name and shape."""
@@ -142,10 +158,18 @@ def _has(module, name) -> bool:
         return False
 
 
+def default_layers(module: nn.Module) -> list[str]:
+    """The top-level children that have parameters of their own (anywhere inside them): what CKA reads
+    when the user names no layers. A parameter-free child (Dropout, Identity, an activation, pooling,
+    Flatten) passes on its input's representation unchanged or elementwise, so its CKA would only
+    repeat the layer before it."""
+    return [name for name, child in module.named_children() if next(child.parameters(), None) is not None]
+
+
 def user_layers(module, layers) -> dict:
-    """{name: layout} from the user's `layers` (names, or {name: layout}), or every top-level child."""
+    """{name: layout} from the user's `layers` (names, or {name: layout}), or `default_layers`."""
     if layers is None:
-        layers = [name for name, _ in module.named_children()]
+        layers = default_layers(module)
     if not isinstance(layers, dict):
         layers = {name: None for name in layers}
     for name, layout in layers.items():

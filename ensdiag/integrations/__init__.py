@@ -1,2 +1,68 @@
-"""Optional integrations with other libraries' training loops (each needs its extra:
-`pip install 'ensdiag[lightning]'`)."""
+"""Optional integrations with other libraries (each needs its extra, and each module imports
+only its own library): `lightning` (DiversityCallback), `tensorboard`, `mlflow`, `wandb`.
+
+    log_records(diagnosis_records(metrics), target, step)   # what Diagnosis.log_to does
+
+`log_records` picks the integration from the target's type, by name, so this module imports
+none of those libraries: a TensorBoard SummaryWriter, an MLflow run (the `mlflow` module with
+an active run, a Run, an ActiveRun), a W&B run (or the `wandb` module), or a Lightning logger
+(TensorBoardLogger, MLFlowLogger and WandbLogger through their experiment; any other logger
+gets the scalars through its `log_metrics`).
+"""
+
+from ..errors import EnsdiagError
+
+
+def _class_names(target) -> set[str]:
+    return {cls.__name__ for cls in type(target).__mro__}
+
+
+def _root(target) -> str:
+    """The top-level package of the target's type (or of the target, for a module)."""
+    name = getattr(target, "__name__", None) if type(target).__name__ == "module" else type(target).__module__
+    return (name or "").split(".")[0]
+
+
+def log_records(records, target, step: int | None = None) -> None:
+    """Write `records` (_records.py) to the logger `target` (see the module's docstring)."""
+    names, root = _class_names(target), _root(target)
+    if "TensorBoardLogger" in names:
+        from .tensorboard import log
+        log(records, target.experiment, step)
+    elif "MLFlowLogger" in names:
+        from .mlflow import log
+        log(records, target.experiment, target.run_id, step)
+    elif "WandbLogger" in names:
+        from .wandb import log
+        log(records, target.experiment, step, step_metric="trainer/global_step")
+    elif root in ("lightning", "pytorch_lightning") and hasattr(target, "log_metrics"):
+        target.log_metrics(records.scalars, step)  # e.g. CSVLogger: numbers only
+    elif root == "mlflow":
+        from .mlflow import MlflowClient, log, run_id_of
+        log(records, MlflowClient(), run_id_of(target), step)
+    elif root == "wandb":
+        from .wandb import log, run_of
+        log(records, run_of(target), step)
+    elif all(hasattr(target, call) for call in ("add_scalar", "add_image", "add_text")):
+        from .tensorboard import log
+        log(records, target, step)
+    else:
+        raise EnsdiagError(f"cannot log to a {type(target).__name__}: give a TensorBoard SummaryWriter, an MLflow run "
+                           "(or the mlflow module with an active run), a W&B run (or the wandb module), or a "
+                           "Lightning logger")
+
+
+def log_to(diagnosis, target, step: int | None = None, prefix: str = "ensdiag") -> None:
+    """A diagnosis's records (every headline number, the heatmaps, the summary) to `target`."""
+    from ._records import diagnosis_records
+    log_records(diagnosis_records(diagnosis.metrics, prefix), target, step)
+
+
+def log_report(run_dir, target, step: int | None = None, prefix: str = "ensdiag") -> None:
+    """A run folder's report to `target`: every cell's mean over seeds (`<prefix>/<method>/<number>`),
+    the verdict's shares (`<prefix>/verdict/<method>/<nll|ece|auroc|diversity>`) and answers, and its
+    figures (rebuilt in the folder, as `ensdiag report` does)."""
+    from ..report import make_report
+    from ._records import report_records
+    report = make_report(run_dir)
+    log_records(report_records(report, run_dir if report.get("figures") else None, prefix), target, step)

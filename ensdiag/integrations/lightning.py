@@ -10,6 +10,13 @@ measures the members on `val` and writes a row of `ensdiag.Tracker`'s schema to
 measures. Measuring leaves training untouched: the module runs in eval mode (no dropout, no
 BatchNorm statistics updated) with the random state forked, and every mode is restored.
 
+At the end of `fit` (on `val`) and of `test` (on the trainer's test data), the callback runs
+`ensdiag.diagnose` on the members (`ood=` adds an OOD split, `geometry=True` adds member
+geometry — CKA, alignment, paths: minutes on a large network —, `diagnose=False` skips it)
+and logs every headline number, the heatmaps and the summary to the trainer's loggers under `ensdiag/val/` and `ensdiag/test/` (TensorBoard,
+MLflow and W&B loggers get images and text too; others the numbers); `callback.diagnosis`
+keeps it.
+
 The members are read from the LightningModule: `members(module)` when given (anything
 `ensdiag.diagnose` takes: a list of `nn.Module`s, an `EnsembleModel`, a callable), else the
 module itself as a callable whose outputs are `[k, B, C]`, or `[k·B, C]` member-major (as
@@ -28,13 +35,16 @@ from ..tracker import Tracker
 
 
 class DiversityCallback(lightning.Callback):
-    def __init__(self, val, num_members: int | None = None, members=None, path=None, every_n_epochs: int = 1):
+    def __init__(self, val, num_members: int | None = None, members=None, path=None, every_n_epochs: int = 1,
+                 diagnose: bool = True, ood=None, geometry: bool = False):
         super().__init__()
         if num_members is not None and (not isinstance(num_members, int) or num_members < 1):
             raise EnsdiagError(f"num_members must be a positive integer, got {num_members!r}")
         self.val, self.num_members, self.members_of, self.every = val, num_members, members, every_n_epochs
         self.path = Path(path) if path is not None else None
         self.rows: list[dict] = []
+        self.final, self.ood, self.geometry = diagnose, ood, geometry
+        self.diagnosis = None  # the last diagnosis (fit end: on `val`; test end: on the trainer's test data)
 
     def _members(self, module):
         if self.members_of is not None:
@@ -65,6 +75,25 @@ class DiversityCallback(lightning.Callback):
         epoch = trainer.current_epoch + 1
         if epoch % self.every == 0 or epoch == trainer.max_epochs:
             self._measure(trainer, module, epoch)
+
+    def _diagnose(self, trainer, module, data, stage: str):
+        """`ensdiag.diagnose` of the members on `data` (and `ood`), logged to every trainer logger under
+        `ensdiag/<stage>/`; the module's modes and the random state are as they were after."""
+        if not self.final or data is None or not trainer.is_global_zero:
+            return
+        from ..core import diagnose  # the module's modes and the random state are kept by the core itself
+        from . import log_to
+        self.diagnosis = diagnose(self._members(module), test=data, ood=self.ood, geometry=self.geometry,
+                                  device=module.device, progress=False)
+        for logger in trainer.loggers:
+            log_to(self.diagnosis, logger, step=trainer.global_step, prefix=f"ensdiag/{stage}")
+
+    def on_fit_end(self, trainer, module):
+        self._diagnose(trainer, module, self.val, "val")
+
+    def on_test_end(self, trainer, module):
+        loaders = trainer.test_dataloaders
+        self._diagnose(trainer, module, loaders[0] if isinstance(loaders, (list, tuple)) else loaders, "test")
 
 
 def _torch_uncertainty_model(module):

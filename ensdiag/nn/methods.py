@@ -30,7 +30,11 @@ def run_methods() -> dict[str, tuple[str, dict]]:
 
 
 def run_label(run: str) -> str:
-    """How reports name a run: the kit's label, or its variant's."""
+    """How reports name a run: the kit's label, or its variant's; `<method>@<folder>` (a method kept
+    apart by folder in a report of several run folders) as "<label> (<folder>)"."""
+    base, at, folder = run.partition("@")
+    if at:
+        return f"{run_label(base)} ({folder})"
     for kit in METHODS.values():
         if run in kit.run_variants:
             return kit.run_variants[run][1]

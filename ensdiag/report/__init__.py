@@ -14,13 +14,14 @@ from ..nn.methods import run_label
 from ..io import atomic_write_text
 from .aggregate import build_report
 from .load import dig, load_runs, newest_run
+from .merge import load_folders
 from .figures import (heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure, save_figure,
                       training_curves_figure)
 from .geometry_figures import add_report_figures
 from .lora import add_lora_figures
 from .render import to_html, to_json, to_latex, to_markdown, to_rich
 
-FORMATS = ("table", "markdown", "json", "latex", "html")
+FORMATS = ("table", "markdown", "json", "latex", "html", "csv")
 
 
 def _first_complete(seeds: dict):
@@ -106,11 +107,20 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False) -> 
 
 
 def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag", svg=False) -> dict:
-    """Build the report; with `write`, rebuild the run folder's figures/, report.md and report.html.
+    """Build the report of a run folder, or of several (a list: merged as merge.py says, and none of
+    them written to); with `write`, rebuild the run folder's figures/, report.md and report.html.
 
     Without `write` nothing in the run folder changes (its existing report stays as it was). A
     run folder that cannot be written to is reported all the same: `report["written"]` then
     says why nothing was written there."""
+    if isinstance(run_dir, (list, tuple)) and len(run_dir) > 1:  # several folders (merge.py): none is written to
+        data = load_folders(run_dir)
+        report = build_report(" + ".join(str(folder) for folder in run_dir), reference, data, conventions)
+        report["written"] = ("several run folders: none of them was changed (`ensdiag report FOLDER` rebuilds one "
+                             "folder's report.md, report.html and figures/)") if write else None
+        return report
+    if isinstance(run_dir, (list, tuple)):
+        run_dir = run_dir[0] if run_dir else None
     run_dir = Path(run_dir) if run_dir is not None else newest_run()
     data = load_runs(run_dir)
     report = build_report(run_dir, reference, data, conventions)
@@ -126,6 +136,9 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
 
 
 def render(report: dict, fmt: str, run_dir=None) -> str:
+    if fmt == "csv":  # every number as long, tidy rows (export.py)
+        from ..export import REPORT_FIELDS, report_rows, to_csv
+        return to_csv(report_rows(report), REPORT_FIELDS)
     return {"markdown": to_markdown, "json": to_json, "latex": to_latex}[fmt](report) if fmt != "html" \
         else to_html(report, run_dir or report["run"])
 

@@ -82,15 +82,16 @@ def mean_ci(values: list[float]) -> dict:
 
 
 def _cell(seeds: dict, value_of) -> dict:
-    values = [value_of(run) for run in seeds.values() if run is not None]
-    return mean_ci([float(v) for v in values if _number(v)])  # null (undefined) values are not averaged
+    """mean_ci over the seeds that have the number, and which seeds those are (`seeds`, beside `values`)."""
+    found = [(seed, value) for seed, run in seeds.items() if run is not None and _number(value := value_of(run))]
+    return {**mean_ci([float(value) for _, value in found]), "seeds": [seed for seed, _ in found]}  # nulls not averaged
 
 
 def _marks(rows, columns, valid=lambda value: True):
     """Best ('best') and second best ('second') per directed column, over the measured rows whose
     value is `valid` (a share below 0, worse than the single model, is no one's best); a second
     best only among three or more (of two, it would only mean the worse one)."""
-    for index, (_, _, direction) in enumerate(columns):
+    for index, (_, _, direction, *_) in enumerate(columns):
         if direction is None:
             continue
         ranked = sorted((row for row in rows if not row.get("reference") and row["cells"][index]["mean"] is not None
@@ -101,13 +102,16 @@ def _marks(rows, columns, valid=lambda value: True):
 
 
 def _table(table_id, title, columns, runs, expected, note=""):
-    """columns: [(label, value_of(run) -> number | None, direction)]."""
-    rows = [{"method": method, "label": _label(method),
-             "cells": [{**_cell(seeds, value_of), "expected": expected} for _, value_of, _ in columns]}
+    """columns: [(label, value_of(run) -> number | None, direction[, {extra column fields}])]. A row
+    lists the seeds that have metrics (`seeds`); a method's expected seeds are those it has
+    (the run's seeds, or, from several folders, the seeds found for it)."""
+    rows = [{"method": method, "label": _label(method), "seeds": [seed for seed, run in seeds.items() if run is not None],
+             "cells": [{**_cell(seeds, value_of), "expected": len(seeds) or expected} for _, value_of, *_ in columns]}
             for method, seeds in runs.items()]
     _marks(rows, columns)
     return {"id": table_id, "title": title, "note": note,
-            "columns": [{"name": name, "direction": direction} for name, _, direction in columns], "rows": rows}
+            "columns": [{"name": name, "direction": direction, **(extra[0] if extra else {})}
+                        for name, _, direction, *extra in columns], "rows": rows}
 
 
 def _reference_rows(table, key):
@@ -123,18 +127,34 @@ def _label(run: str) -> str:
 
 
 def _analyzer_columns(declared) -> list[tuple]:
+    from ..export import flat_name
     return [(label, lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _analyzer_value(run, a, p, lb, sp, si),
-             direction) for label, analyzer, path, direction, _, split, since in declared]
+             direction, {"split": split, "key": flat_name(analyzer, path)})
+            for label, analyzer, path, direction, _, split, since in declared]
 
 
 def _meta_column(label, key, direction):
     return label, lambda run: dig(run["meta"], (key,)), direction
 
 
-def _verdict_table(run_dir, runs, expected):
+def _within_folders(run_dir, runs, groups) -> dict:
+    """The verdict of each folder's methods on their own (several folders whose single model or Deep
+    Ensemble are kept apart, merge.py), under their merged names; a method found in several folders
+    keeps the verdict of the most seeds."""
+    from .verdict import verdict
+    found = {}
+    for group in groups:
+        for method, entry in verdict(run_dir, {original: runs[name] for name, original in group.items()}).items():
+            name = next(name for name, original in group.items() if original == method)
+            if name not in found or entry["seeds"] > found[name]["seeds"]:
+                found[name] = entry
+    return found
+
+
+def _verdict_table(run_dir, runs, expected, groups=None):
     """The verdict (verdict.py) as a table of shares, its sentences as the table's note."""
     from .verdict import answer, sentence, verdict
-    found = verdict(run_dir, runs)
+    found = verdict(run_dir, runs) if not groups else _within_folders(run_dir, runs, groups)
     if not found:
         return None, {}
     columns = [("NLL share", "nll", "up"), ("ECE share", "ece", "up"), ("OOD AUROC share", "auroc", "up"),
@@ -183,9 +203,21 @@ def _members_table(runs, expected):
                                                                  "value")), "up"),
                ("member NLL", member("calibration", "member_nll", lambda v: sum(v) / len(v)), "down"),
                ("member ECE", member("ensemble-gain", "member_ece", lambda v: sum(v) / len(v)), "down")]
-    return _table("members", "Members on their own (in-distribution test set)", columns, runs, expected,
-                  note="Worst and best member accuracy, the members' mean NLL and ECE (each member's own top-label "
-                       "confidence), and the ensemble's accuracy, per seed, then averaged over seeds.")
+    table = _table("members", "Members on their own (in-distribution test set)", columns, runs, expected,
+                   note="Worst and best member accuracy, the members' mean NLL and ECE (each member's own top-label "
+                        "confidence), and the ensemble's accuracy, per seed, then averaged over seeds. Methods of one "
+                        "member are not ranked in the member columns: their one member is the ensemble.")
+    # a method of one member has no worst or best member to rank: mark the member columns among the others
+    alone = {method for method, seeds in runs.items()
+             if any(run is not None for run in seeds.values())
+             and all(dig(run["metrics"], ("num_members",)) == 1 for run in seeds.values() if run is not None)}
+    member_columns = [index for index, (name, _, _) in enumerate(columns) if name != "ensemble Acc"]
+    for row in table["rows"]:
+        for index in member_columns:
+            row["cells"][index].pop("mark", None)
+    _marks([row for row in table["rows"] if row["method"] not in alone],
+           [column if index in member_columns else (column[0], column[1], None) for index, column in enumerate(columns)])
+    return table
 
 
 def _bvd_table(runs):
@@ -250,7 +282,8 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
         if corruptions:
             tables.append(_table("shift-corruptions", "Accuracy per corruption", [
                 (c, lambda run, c=c: dig(run["metrics"], ("analyzers", "calibration", "splits", f"shift/{c}",
-                                                           "accuracy", "value")), "up") for c in corruptions],
+                                                           "accuracy", "value")), "up",
+                 {"split": f"shift/{c}", "key": f"calibration/shift/{c}/accuracy"}) for c in corruptions],
                 runs, expected))
     if "ood" not in skipped:
         tables.append(analyzer_table("ood", f"OOD detection ({titles.get('ood', 'ood')} vs ID; score 1 − MSP)", "ood",
@@ -284,7 +317,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     if len(variants) == 2:
         tables.append(analyzer_table("be-variants", "BatchEnsemble channel- vs kernel-wise (in-distribution)", "id",
                                      {m: runs[m] for m in variants}, declared_in="id"))
-    verdict_table, verdicts = _verdict_table(run_dir, runs, expected)
+    verdict_table, verdicts = _verdict_table(run_dir, runs, expected, data.get("groups"))
     if verdict_table is not None:
         tables.insert(0, verdict_table)
     bvd = _bvd_table(runs)

@@ -63,7 +63,8 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
     """rows: [(row label, [(panel title, k×k matrix[, quantity]), ...]), ...]. Panels of one quantity
     share one labelled colour scale (`SCALES`, or the arguments for panels without a quantity)."""
     ncols = max(len(panels) for _, panels in rows)
-    figure = Figure(figsize=(2.3 * ncols + 1.4, 2.3 * len(rows) + (0.4 if title else 0)), layout="constrained")
+    # one row is drawn at least 3.2 in high: the colour bars' labels are that long
+    figure = Figure(figsize=(2.3 * ncols + 1.4, max(2.3 * len(rows), 3.2) + (0.4 if title else 0)), layout="constrained")
     axes = figure.subplots(len(rows), ncols, squeeze=False)
     images = {}  # quantity -> (an image, its axes)
     for r, (label, panels) in enumerate(rows):
@@ -102,10 +103,12 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
 
 
 def reliability_figure(curves) -> Figure:
-    """curves: [(method, bins dict with lower/upper/count/accuracy/confidence)] — one panel each."""
-    figure = Figure(figsize=(2.8 * len(curves), 2.9), layout="constrained")
-    axes = figure.subplots(1, len(curves), squeeze=False)[0]
-    for ax, (name, bins) in zip(axes, curves):
+    """curves: [(method, bins dict with lower/upper/count/accuracy/confidence)] — one panel each, and
+    below it the examples in each bin (log scale), so a bar of 3 examples does not look like one of 300."""
+    figure = Figure(figsize=(2.8 * len(curves), 3.9), layout="constrained")
+    grid = figure.subplots(2, len(curves), squeeze=False, sharex="col", gridspec_kw={"height_ratios": [3, 1]})
+    axes, count_axes = grid[0], grid[1]
+    for ax, counts, (name, bins) in zip(axes, count_axes, curves):
         centres = [(lo + hi) / 2 for lo, hi in zip(bins["lower"], bins["upper"])]
         width = bins["upper"][0] - bins["lower"][0]
         filled = [(x, a, c) for x, a, c, n in zip(centres, bins["accuracy"], bins["confidence"], bins["count"]) if n]
@@ -117,8 +120,14 @@ def reliability_figure(curves) -> Figure:
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_title(name, fontsize=9)
-        ax.set_xlabel("confidence max p̄", fontsize=8)
+        counts.bar([x for x, _, _ in filled], [n for n in bins["count"] if n], width=width, color="tab:grey",
+                   edgecolor="black", linewidth=0.4)
+        counts.set_yscale("log")
+        counts.set_ylim(bottom=0.7)  # a bin of one example still shows
+        counts.set_xlabel("confidence max p̄", fontsize=8)
+        counts.tick_params(labelsize=7)
     axes[0].set_ylabel("accuracy", fontsize=8)
+    count_axes[0].set_ylabel("examples", fontsize=8)
     figure.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=7)  # off the bars
     return figure
 

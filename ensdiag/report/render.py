@@ -122,10 +122,17 @@ def to_latex(report) -> str:
     return "\n".join(parts)
 
 
+def _wrappable(text: str) -> str:
+    """Escaped header text that may break after '_' or '/' (long corruption and column names)."""
+    return html.escape(text).replace("_", "_<wbr>").replace("/", "/<wbr>")
+
+
 def to_html(report, run_dir=None) -> str:
-    """One self-contained page: styles inline, figures embedded as data URIs."""
+    """One self-contained page: styles inline, figures embedded as data URIs. Tables fit the page:
+    headers wrap (after '_' and '/' too) and a cell wraps before its '± interval', never inside a
+    number; a table that still cannot fit scrolls sideways inside its own box."""
     def decorate(text, mark):
-        text = html.escape(text)
+        text = html.escape(text).replace(" ± ", " ±\u00a0").replace(" (n=", "\u00a0(n=")
         return f"<b>{text}</b>" if mark == "best" else f"<u>{text}</u>" if mark == "second" else text
 
     body = [f"<h1>ensdiag report — {html.escape(report['preset'])} preset</h1>",
@@ -139,11 +146,12 @@ def to_html(report, run_dir=None) -> str:
         body.append(f"<h2>{html.escape(table['title'])}</h2>")
         if table.get("note"):
             body += [f"<p>{html.escape(part)}</p>" for part in table["note"].split("\n\n")]
-        body.append("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in _header(table)) + "</tr></thead><tbody>")
+        body.append("<div class=\"scroll\"><table><thead><tr>" + "".join(f"<th>{_wrappable(h)}</th>" for h in _header(table))
+                    + "</tr></thead><tbody>")
         for row, texts in _cells(table, decorate):
             label = f"<i>{html.escape(row['label'])}</i>" if row.get("reference") else html.escape(row["label"])
             body.append("<tr><td>" + label + "</td>" + "".join(f"<td>{t}</td>" for t in texts) + "</tr>")
-        body.append("</tbody></table>")
+        body.append("</tbody></table></div>")
     if report["figures"]:
         body.append("<h2>Figures</h2>")
         for figure in report["figures"]:
@@ -151,8 +159,10 @@ def to_html(report, run_dir=None) -> str:
             body.append(f"<figure><img alt=\"{html.escape(figure['title'])}\" src=\"data:image/png;base64,{data}\">"
                         f"<figcaption>{html.escape(figure['title'])}</figcaption></figure>")
     style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-             "table{border-collapse:collapse;margin:0.5em 0 1.5em;display:block;overflow-x:auto}td{white-space:nowrap}th,td{padding:4px 10px;border-bottom:1px solid #ddd;"
-             "text-align:right}th:first-child,td:first-child{text-align:left}thead th{border-bottom:2px solid #444}"
+             ".scroll{overflow-x:auto;margin:0.5em 0 1.5em}table{border-collapse:collapse;font-size:0.9em}"
+             "th,td{padding:4px 6px;border-bottom:1px solid #ddd;text-align:right;vertical-align:top}"
+             "th{font-weight:600}td:first-child{white-space:nowrap}"
+             "th:first-child,td:first-child{text-align:left}thead th{border-bottom:2px solid #444;vertical-align:bottom}"
              "img{max-width:100%}figure{margin:1em 0}code{background:#f4f4f4;padding:0 3px}")
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>ensdiag report</title>"
             f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

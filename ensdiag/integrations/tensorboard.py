@@ -1,0 +1,36 @@
+"""A diagnosis in TensorBoard (`pip install 'ensdiag[tensorboard]'`).
+
+    from torch.utils.tensorboard import SummaryWriter
+    diagnosis.log_to(SummaryWriter("tb/run-1"))          # or: log_diagnosis(diagnosis, "tb/run-1")
+
+Scalars under their names (_records.py) at `step`, the heatmaps as an image, the summary line
+and what was not measured as text. Any writer with TensorBoard's `add_scalar`, `add_image` and
+`add_text` works (torch.utils.tensorboard's, tensorboardX's, a Lightning TensorBoardLogger's
+`.experiment`).
+"""
+
+from ._records import Records, diagnosis_records
+
+
+def log(records: Records, writer, step: int | None = None) -> None:
+    for name, value in records.scalars.items():
+        writer.add_scalar(name, value, step)
+    for name, image in records.images.items():
+        writer.add_image(name, image, step, dataformats="HWC")
+    for name, text in records.texts.items():
+        writer.add_text(name, text.replace("\n", "  \n"), step)  # TensorBoard's text is Markdown
+    writer.flush()
+
+
+def log_diagnosis(diagnosis, target, step: int | None = None, prefix: str = "ensdiag") -> None:
+    """`target`: a SummaryWriter, or a folder for a new one (closed after)."""
+    records = diagnosis_records(diagnosis.metrics, prefix)
+    if hasattr(target, "add_scalar"):
+        log(records, target, step)
+        return
+    from torch.utils.tensorboard import SummaryWriter
+    writer = SummaryWriter(str(target))
+    try:
+        log(records, writer, step)
+    finally:
+        writer.close()
