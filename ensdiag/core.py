@@ -24,6 +24,7 @@ from .data.registry import Split
 from .diagnosis import Diagnosis
 from .ensembles import as_ensemble, forked_rng, measuring
 from .errors import EnsdiagError
+from .intervals import add_intervals
 from .predict import predict_batches, predict_split
 from .predictions import with_pooled_shift
 
@@ -81,6 +82,7 @@ def inspect_predictions(predictions: dict, where: str = "predictions", titles=No
     place, then every predictions analyzer."""
     predictions = with_pooled_shift(check_predictions(predictions, where, need_id=False))
     metrics = analyze_predictions(predictions)
+    add_intervals(metrics, predictions)
     titles = {name: (titles or {}).get(name, name) for name in predictions}
     metrics["split_titles"], metrics["skipped_splits"] = titles, {}
     return Diagnosis(metrics, predictions, titles, source=source)
@@ -130,9 +132,12 @@ def _predict(ensemble, splits, preprocess, device, seed, spread, progress, keep)
 
 
 def _analyze(predictions, weights, only, no_data):
-    """The predictions analyzers' metrics dict; without predictions, the weight-space analyzer only."""
+    """The predictions analyzers' metrics dict, each headline number with its example-level
+    interval (intervals.py); without predictions, the weight-space analyzer only."""
     if predictions:
-        return analyze_predictions(predictions, weights=weights, only=None if only is None else _names(only, "predictions"))
+        metrics = analyze_predictions(predictions, weights=weights, only=None if only is None else _names(only, "predictions"))
+        add_intervals(metrics, predictions, weights)
+        return metrics
     from . import __version__
     from .analysis import METRICS_SCHEMA
     from .analysis.diversity import weight_similarity

@@ -99,7 +99,7 @@ def test_missing_inputs_are_skipped_with_reasons():
     assert status["weight-similarity"][0] == "skipped"
     assert status["calibration"][0] == "ok"
     assert result["analyzers"]["uncertainty"]["splits"]["id"]["jsd"]["value"] is None
-    assert result["schema"] == "ensdiag.metrics/1"
+    assert result["schema"] == "ensdiag.metrics/2"
 
 
 def install_plugin(folder, monkeypatch, distribution, entry_point, source=None, module=None):

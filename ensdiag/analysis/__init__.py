@@ -12,7 +12,7 @@ from ..precision import exact_math
 from .registry import (ANALYZERS, PLUGIN_ERRORS, SPLIT_TABLES, Column, Skip, all_analyzers, finite, is_ood_split, load_plugins,
                        metric, register_analyzer, without_ood_labels)
 
-METRICS_SCHEMA = "ensdiag.metrics/1"
+METRICS_SCHEMA = "ensdiag.metrics/2"  # 2: example-level intervals beside the headline numbers ("intervals")
 
 # The built-in analyzers: every module of this package registers its own on import (adding an
 # analyzer is adding a module here, or a plug-in); nothing keeps a list. Alphabetical order is

@@ -110,18 +110,20 @@ def _off_diagonal_mean(matrix) -> float:
 
 
 @register_analyzer("cka", needs="model", description="linear and debiased CKA between members' representations, per layer",
+                   version=2,  # 2: the example-level interval of each split's mean
                    columns=[Column(f"CKA ({split})", ("splits", split, "mean", "value"), None,
                                    f"linear CKA between members on {split}, mean off-diagonal, averaged over layers",
                                    ("geometry",), 30 + index, split) for index, split in enumerate(("id", "ood"))])
 def cka(probe):
     from ..geometry.representations import layer_cka
+    from ..geometry.resampled import CKA_INTERVAL_EXAMPLES, cka_interval
     networks = probe.members()
     splits = {}
     for name in ("id", "ood"):
         split = probe.split(name)
         if split is None:
             continue
-        found = layer_cka(networks, split.images, probe.normalize)
+        found = layer_cka(networks, split.images, probe.normalize, retain=CKA_INTERVAL_EXAMPLES)
         layers = {}
         for layer, entry in found["layers"].items():
             layers[layer] = {"linear": metric(entry["linear"].tolist(), "linear CKA, k×k"),
@@ -130,8 +132,11 @@ def cka(probe):
                              "mean_debiased": metric(_off_diagonal_mean(entry["debiased"]), "mean off-diagonal debiased CKA"),
                              "features": entry["features"]}
         means = [entry["mean_linear"]["value"] for entry in layers.values() if entry["mean_linear"]["value"] is not None]
+        mean = sum(means) / len(means) if means else None
+        interval = cka_interval(found["kept"], len(split), name, mean) if means and found["kept"] else None
         splits[name] = {"n": len(split), "layers": layers, "skipped_layers": found["skipped"],
-                        "mean": metric(sum(means) / len(means) if means else None, "mean over layers of the mean off-diagonal linear CKA")}
+                        "mean": metric(mean, "mean over layers of the mean off-diagonal linear CKA",
+                                       **({"interval": interval} if interval else {}))}
     if not splits:
         raise Skip("no in-distribution or OOD images to read representations on")
     return {"splits": splits, "representation": CKA_REPRESENTATION}
@@ -182,6 +187,7 @@ def alignment(probe):
 
 
 @register_analyzer("paths", needs="model", description="loss and accuracy on the straight line between members' weights",
+                   version=2,  # 2: the example-level interval of each barrier
                    columns=[Column("test-loss barrier", ("loss_barrier", "value"), "down",
                                    "largest rise of the test loss above the line between two members (mean over pairs); "
                                    "0 can mean averaged weights temper over-confident logits, not connectivity",
@@ -215,17 +221,35 @@ def paths(probe):
         pairs.append({"members": [0, j], **found, "loss_barrier": barrier(found["t"], found["loss"]),
                       "accuracy_barrier": barrier(found["t"], found["accuracy"], higher_is_worse=False),
                       **({"train_loss_barrier": barrier(found["t"], found["train_loss"])} if sample is not None else {})})
+    intervals = barrier_intervals(pairs, len(test))  # the per-example losses leave the pairs here
     mean = lambda key: sum(pair[key] for pair in pairs) / len(pairs) if key in pairs[0] else None  # noqa: E731
     batchnorm = (f"BatchNorm statistics recomputed on {len(train)} training images at every point" if has_norm
                  else "no BatchNorm in the network")
     return {"pairs": pairs, "ends": how, "points": describe_points(probe.path_points), "batchnorm": batchnorm, "n": len(test),
             "train_n": len(sample) if sample is not None else 0,
             "loss_barrier": metric(mean("loss_barrier"), "max_t L(θ(t)) − ((1−t)L(θ_0) + tL(θ_1)) on the test set, mean "
-                                   "over pairs; can be 0 without connectivity (averaging tempers over-confident logits)"),
+                                   "over pairs; can be 0 without connectivity (averaging tempers over-confident logits)",
+                                   **intervals.get("loss_barrier", {})),
             "accuracy_barrier": metric(mean("accuracy_barrier"), "error barrier: max_t of test accuracy below the line "
-                                       "between the ends (= test error above it), mean over pairs"),
+                                       "between the ends (= test error above it), mean over pairs",
+                                       **intervals.get("accuracy_barrier", {})),
             "train_loss_barrier": metric(mean("train_loss_barrier"), "max_t of the training loss above the line between "
-                                         "the ends, on a fixed training sample, mean over pairs (null without training labels)")}
+                                         "the ends, on a fixed training sample, mean over pairs (null without training labels)",
+                                         **intervals.get("train_loss_barrier", {}))}
+
+
+def barrier_intervals(pairs: list, n: int) -> dict:
+    """{barrier key: {"interval": entry}} from the pairs' per-example curves, which are removed from the pairs."""
+    from ..geometry.paths import excess
+    from ..geometry.resampled import barrier_interval
+    found = {}
+    curves = [pair.pop("examples") for pair in pairs]
+    for key, values, split, worse in (("loss_barrier", "loss", "id", True), ("accuracy_barrier", "accuracy", "id", False),
+                                      ("train_loss_barrier", "train_loss", "train", True)):
+        if all(values in curve for curve in curves):
+            found[key] = {"interval": barrier_interval([(pair["t"], excess(pair["t"], curve[values], worse))
+                                                        for pair, curve in zip(pairs, curves)], split)}
+    return found
 
 
 @register_analyzer("rank-structure", needs="model", reads_data=False, description="rank of W_i ⊘ W_j per layer (1 for BatchEnsemble members)",

@@ -19,15 +19,20 @@ DEFINITIONS = {
     "fpr95_id_as_ood": "fraction of ID flagged as OOD (score ≥ τ) at the largest τ flagging ≥ 95 % of OOD; "
                        "ties at τ flagged (scikit-learn's ROC, torch-uncertainty and the reference paper's code)",
 }
+BOTH = ("id", "ood")  # each number is a statistic of both samples: its interval resamples them separately
 
 
 @register_analyzer("ood", description="AUROC, AUPR-Out, AUPR-In and FPR95 of the ood split vs id, for 1−MSP, entropy and JSD",
-                   columns=[Column("AUPR", ("scores", "msp", "aupr_out", "value"), "up", "AUPR-Out (OOD positive)", ("ood",), 10),
-                            Column("AUROC", ("scores", "msp", "auroc", "value"), "up", "P(score_ood > score_id)", ("ood",), 20),
+                   columns=[Column("AUPR", ("scores", "msp", "aupr_out", "value"), "up", "AUPR-Out (OOD positive)", ("ood",), 10,
+                                   examples=BOTH),
+                            Column("AUROC", ("scores", "msp", "auroc", "value"), "up", "P(score_ood > score_id)", ("ood",), 20,
+                                   examples=BOTH),
                             Column("FPR95 OOD→ID", ("scores", "msp", "fpr95_ood_as_id", "value"), "down",
-                                   "fraction of OOD accepted as ID at the threshold keeping 95 % of ID", ("ood",), 30),
+                                   "fraction of OOD accepted as ID at the threshold keeping 95 % of ID", ("ood",), 30,
+                                   examples=BOTH),
                             Column("FPR95 ID→OOD", ("scores", "msp", "fpr95_id_as_ood", "value"), "down",
-                                   "fraction of ID flagged as OOD at the threshold catching 95 % of OOD", ("ood",), 35)])
+                                   "fraction of ID flagged as OOD at the threshold catching 95 % of OOD", ("ood",), 35,
+                                   examples=BOTH)])
 def ood(predictions, weights=None):
     if "ood" not in predictions or "id" not in predictions:
         raise Skip("needs both an id and an ood split")

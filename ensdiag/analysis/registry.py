@@ -57,7 +57,9 @@ class Column:
     `split` names the split a column of another table depends on (dropped when that split was
     skipped). `peer` is the path of the same quantity computed as a peer library does, which a
     report shows instead when asked (`--conventions torch-uncertainty`). `tables` are table ids: "id", "shift", "ood", "diversity", or any other name (a
-    table of its own, e.g. a plug-in's). Within a table, columns are ordered by `order`."""
+    table of its own, e.g. a plug-in's). Within a table, columns are ordered by `order`.
+    `examples` says which splits' test examples the number is a statistic of (`example_splits`):
+    the inspection core puts a bootstrap interval over those examples beside its value."""
 
     label: str
     path: tuple[str, ...]
@@ -69,6 +71,23 @@ class Column:
     since: int = 1  # the analyzer version that added the column: results of older versions show N/A
     peer: tuple[str, ...] | None = None  # where the peer convention's value is (`report --conventions torch-uncertainty`)
     peer_since: int = 1  # the analyzer version that added it
+    examples: tuple[str, ...] | bool | None = None  # the splits whose examples it is a statistic of (below)
+
+    def example_splits(self, split: str | None = None) -> tuple[str, ...]:
+        """The splits whose test examples this number is a statistic of, so the inspection core
+        resamples them for its interval (`ensdiag/intervals.py`); () for a number of no examples.
+        `examples` None (the default) means: the split of a per-split table ("{split}" in the path,
+        or the table's own), else the split the column names; True the same; False none; a tuple
+        names them (e.g. ("id", "ood") for an OOD detection score)."""
+        if self.examples is False:
+            return ()
+        if isinstance(self.examples, tuple):
+            return self.examples
+        if "{split}" in "".join(self.path):
+            return (split,) if split else ()
+        if self.split is not None:
+            return (self.split,)
+        return tuple(table for table in self.tables if table in SPLIT_TABLES)
 
     def as_peer(self) -> "Column":
         """The column reading the peer convention's value (the same column without one)."""
@@ -95,6 +114,27 @@ class Analyzer:
     def __call__(self, predictions, weights=None):
         return self.function(predictions, weights)
 
+    @property
+    def resampler(self):
+        """The analyzer's vectorised resampling of its example-level columns, or None (`register_resampler`)."""
+        return RESAMPLERS.get(self.name)
+
+
+RESAMPLERS: dict[str, callable] = {}
+
+
+def register_resampler(name: str):
+    """Register `function(predictions, weights, result, wanted) -> resample`: analyzer `name`'s
+    example-level columns over resamples, vectorised. `result` is the analyzer's own result,
+    `wanted` the key paths asked for; `resample(counts)` maps {split: [b, n] float64, how often
+    each example was drawn in each of b resamples} to {key path: Tensor [b] or `bootstrap.Folded`}.
+    With counts of ones it gives the analyzer's own values (tests/test_intervals.py checks every
+    built-in against re-running its analyzer); paths it leaves out are resampled by re-running."""
+    def register(function):
+        RESAMPLERS[name] = function
+        return function
+    return register
+
 
 def register_analyzer(name: str, description: str = "", version: int = 1, source: str = "built-in", columns=(),
                       needs: str = "predictions", reads_data: bool = True):
@@ -110,6 +150,10 @@ def register_analyzer(name: str, description: str = "", version: int = 1, source
                     or not column.tables or not column.path or isinstance(column.tables, str):
                 raise ValueError(f"analyzer {name!r}: column {getattr(column, 'label', column)!r} must be a Column "
                                  "with a path, a tuple of tables and a direction")
+            if not (column.examples is None or isinstance(column.examples, bool) or (
+                    isinstance(column.examples, tuple) and all(isinstance(split, str) for split in column.examples))):
+                raise ValueError(f"analyzer {name!r}: column {column.label!r}: examples must be None, True, False or "
+                                 "a tuple of split names")
         ANALYZERS[name] = Analyzer(name, function, description or (function.__doc__ or "").strip().split("\n")[0],
                                    version, source, tuple(columns), needs, reads_data)
         return function

@@ -50,17 +50,23 @@ def recompute_batchnorm(network, images: torch.Tensor, normalize, batch_size: in
 
 
 @torch.no_grad()
-def loss_and_accuracy(network, images, labels, normalize, batch_size: int = 1000) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy of a one-member network on labelled images."""
+def example_losses(network, images, labels, normalize, batch_size: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cross-entropy [n], correct [n]) of a one-member network on each labelled image, float64 on the CPU."""
     network.eval()
     device = next(network.parameters()).device
-    loss = correct = 0.0
+    losses, correct = [], []
     for start in range(0, len(images), batch_size):
         logits = network(normalize(images[start:start + batch_size].to(device)))[0].double()
         y = labels[start:start + batch_size].to(device)
-        loss += F.cross_entropy(logits, y, reduction="sum").item()
-        correct += (logits.argmax(1) == y).sum().item()
-    return loss / len(images), correct / len(images)
+        losses.append(F.cross_entropy(logits, y, reduction="none").cpu())
+        correct.append((logits.argmax(1) == y).double().cpu())
+    return torch.cat(losses), torch.cat(correct)
+
+
+def loss_and_accuracy(network, images, labels, normalize, batch_size: int = 1000) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of a one-member network on labelled images."""
+    losses, correct = example_losses(network, images, labels, normalize, batch_size)
+    return losses.sum().item() / len(images), correct.sum().item() / len(images)
 
 
 ADAPTIVE = "adaptive"
@@ -81,8 +87,9 @@ def _evaluate(network, state_a, state_b, t, test, normalize, train_images, train
     found = {"batchnorm_recomputed": recomputed}
     for prefix, split in (("", test), ("train_", train)):
         if split is not None:
-            found[f"{prefix}loss"], found[f"{prefix}accuracy"] = loss_and_accuracy(network, split.images, split.labels,
-                                                                                   normalize)
+            losses, correct = example_losses(network, split.images, split.labels, normalize)
+            found[f"{prefix}loss"], found[f"{prefix}accuracy"] = losses.mean().item(), correct.mean().item()
+            found[f"{prefix}examples"] = (losses, correct)
     return found
 
 
@@ -94,6 +101,7 @@ def _bends(ts, values, tolerance) -> set[int]:
 def path(network, state_a, state_b, test, normalize, train_images=None, points: int | str = 11, train=None) -> dict:
     """{"t", "loss", "accuracy", "batchnorm_recomputed"} along θ(t) on the labelled `test` split,
     and "train_loss", "train_accuracy" on the labelled `train` sample when one is given;
+    "examples": the same per example, [points, n] tensors (for intervals; not JSON);
     `network` is a plain network of the members' shape whose weights are overwritten.
 
     `points`: an even grid of that many points, or "adaptive": t = 0, 0.2, …, 1 first, then each
@@ -116,8 +124,19 @@ def path(network, state_a, state_b, test, normalize, train_images=None, points: 
                 found[t] = evaluate(t)
     ts = sorted(found)
     keys = [key for key in ("loss", "accuracy", "train_loss", "train_accuracy") if key in found[ts[0]]]
+    examples = {f"{prefix}{kind}": torch.stack([found[t][f"{prefix}examples"][index] for t in ts])
+                for prefix in ("", "train_") if f"{prefix}examples" in found[ts[0]]
+                for index, kind in enumerate(("loss", "accuracy"))}
     return {"t": ts, **{key: [found[t][key] for t in ts] for key in keys},
-            "batchnorm_recomputed": found[ts[-1]]["batchnorm_recomputed"]}
+            "batchnorm_recomputed": found[ts[-1]]["batchnorm_recomputed"], "examples": examples}
+
+
+def excess(ts, values: torch.Tensor, higher_is_worse: bool = True) -> torch.Tensor:
+    """[points, n]: each example's rise above the line between the path's ends (below it, for
+    accuracy): the barrier is the maximum over points of its mean over the examples."""
+    t = torch.tensor(ts, dtype=torch.float64)[:, None]
+    line = (1 - t) * values[:1] + t * values[-1:]
+    return (values - line) * (1 if higher_is_worse else -1)
 
 
 def barrier(ts, values, higher_is_worse: bool = True) -> float:

@@ -46,10 +46,15 @@ def pooled(output, layout=None) -> torch.Tensor:
     return output.mean(dim=tuple(range(1, output.dim() - 1)))  # channels-last maps and token sequences
 
 
+MAX_KEPT_BYTES = 2**28  # features kept for CKA's interval (float32, every layer and member): fewer examples beyond
+
+
 @torch.no_grad()
-def layer_cka(networks, images, normalize, batch_size: int = 500) -> dict:
-    """{layer: {"linear": [k, k], "debiased": [k, k], "features": d}} over `images` for the member
-    networks; layers whose moments would pass `MAX_MOMENT_BYTES` are listed under "skipped"."""
+def layer_cka(networks, images, normalize, batch_size: int = 500, retain: int = 0) -> dict:
+    """{"layers": {layer: {"linear": [k, k], "debiased": [k, k], "features": d}}, "skipped", "kept"}
+    over `images` for the member networks; layers whose moments would pass `MAX_MOMENT_BYTES` are
+    listed under "skipped". "kept": {layer: [k tensors [m, d]]}, the pooled features of the first
+    m ≤ `retain` examples (as many as fit `MAX_KEPT_BYTES`), for the interval (geometry/resampled.py)."""
     points = [representation_points(network) for network in networks]
     names = list(points[0])
     device = next(networks[0].parameters()).device
@@ -64,6 +69,7 @@ def layer_cka(networks, images, normalize, batch_size: int = 500) -> dict:
     handles = [module.register_forward_hook(keep(name, layout)) for network_points in points
                for name, (module, layout) in network_points.items()]
     skipped, budget = {}, MAX_MOMENT_BYTES
+    kept: dict[str, list] = {}
     try:
         for network in networks:
             network.eval()
@@ -85,6 +91,17 @@ def layer_cka(networks, images, normalize, batch_size: int = 500) -> dict:
                         continue
                     budget -= size
                 moments[name].add([features[name] for features in per_member])  # on the model's device
+            if start == 0 and retain:  # as many examples as the kept features' bytes allow
+                width = sum(features[name].shape[1] for features in per_member for name in names
+                            if name not in skipped and name in features)
+                retain = min(retain, MAX_KEPT_BYTES // max(4 * width, 1))
+            room = retain - start
+            if room > 0:
+                for name in names:
+                    if name not in skipped and all(name in features for features in per_member):
+                        kept.setdefault(name, [[] for _ in networks])
+                        for chunks, features in zip(kept[name], per_member):
+                            chunks.append(features[name][:room].float().cpu())
     finally:
         for handle in handles:
             handle.remove()
@@ -96,4 +113,5 @@ def layer_cka(networks, images, normalize, batch_size: int = 500) -> dict:
             continue
         linear, debiased = moments[name].cka()
         layers[name] = {"linear": linear, "debiased": debiased, "features": moments[name].widths[0]}
-    return {"layers": layers, "skipped": skipped}
+    kept = {name: [torch.cat(chunks) for chunks in members] for name, members in kept.items() if name in layers}
+    return {"layers": layers, "skipped": skipped, "kept": kept}

@@ -11,6 +11,7 @@ from scipy import stats
 
 from ..analysis.registry import SPLIT_TABLES
 from ..errors import EnsdiagError, unknown
+from .example_level import EXAMPLES_DEFINITION, Declared, example_cell
 from .load import MISSING, _lookup, _number, dig, load_runs
 from .lora import lora_only, lora_tables
 
@@ -106,7 +107,8 @@ def _table(table_id, title, columns, runs, expected, note=""):
     lists the seeds that have metrics (`seeds`); a method's expected seeds are those it has
     (the run's seeds, or, from several folders, the seeds found for it)."""
     rows = [{"method": method, "label": _label(method), "seeds": [seed for seed, run in seeds.items() if run is not None],
-             "cells": [{**_cell(seeds, value_of), "expected": len(seeds) or expected} for _, value_of, *_ in columns]}
+             "cells": [{**_cell(seeds, value_of), **example_cell(seeds, value_of), "expected": len(seeds) or expected}
+                       for _, value_of, *_ in columns]}
             for method, seeds in runs.items()]
     _marks(rows, columns)
     return {"id": table_id, "title": title, "note": note,
@@ -128,8 +130,8 @@ def _label(run: str) -> str:
 
 def _analyzer_columns(declared) -> list[tuple]:
     from ..export import flat_name
-    return [(label, lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _analyzer_value(run, a, p, lb, sp, si),
-             direction, {"split": split, "key": flat_name(analyzer, path)})
+    return [(label, Declared(lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _analyzer_value(run, a, p, lb, sp, si),
+                             analyzer, path), direction, {"split": split, "key": flat_name(analyzer, path)})
             for label, analyzer, path, direction, _, split, since in declared]
 
 
@@ -342,7 +344,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     missing = {method: [seed for seed, run in seeds.items() if run is None] for method, seeds in runs.items()}
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
-            "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION, "verdict": verdicts,
+            "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION, "examples": EXAMPLES_DEFINITION, "verdict": verdicts,
             "conventions": conventions,
             "definitions": definitions,
             "tables": tables, "figures": []}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..analysis.registry import finite
 from ..console import wrapped
+from .example_level import example_text
 
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
 
@@ -47,6 +48,8 @@ def cell_text(cell, table_id, column_index):
         return text
     if cell.get("ci") is not None and not (table_id == "cost" and column_index == 0):  # counts need no interval
         text += f" ± {format_number(cell['ci'], table_id, column_index)}"
+    if cell.get("example"):  # the test set's own sampling error, beside the seeds' (report/example_level.py)
+        text += example_text(cell["example"], lambda value: format_number(value, table_id, column_index))
     if cell.get("expected") and cell.get("n") is not None and cell["n"] < cell["expected"]:
         text += f" (n={cell['n']}/{cell['expected']})"
     return text
@@ -70,7 +73,8 @@ def to_markdown(report) -> str:
 
     lines = [f"# ensdiag report — {report['preset']} preset", "",
              f"Run `{report['run']}`; methods {', '.join(report['methods'])}; seeds {', '.join(map(str, report['seeds']))}.",
-             f"Cells: {report['aggregation']}. **Best** and <ins>second best</ins> per ↑/↓ column.", ""]
+             f"Cells: {report['aggregation']}" + (f"; {report['examples']}" if report.get("examples") else "")
+             + ". **Best** and <ins>second best</ins> per ↑/↓ column.", ""]
     for split, title in report["splits"].items():
         lines.append(f"- `{split}`: {title}")
     for split, reason in report["skipped_splits"].items():

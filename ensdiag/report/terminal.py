@@ -33,15 +33,19 @@ def heatmap_table(matrix, title: str, low: float = 0.0, high: float = 1.0, missi
     return table
 
 
-def cell(value, digits=3):
+def cell(value, digits=3, interval=False):
     """A table cell: "N/A" for a missing value, "nan", "inf" or "-inf" for a non-finite number.
 
     A metric dict (value, definition, status) whose value is None shows its status word when
-    that says why ("nan", "inf", "-inf", "empty", "omitted", …); "ok" and "n/a" show the value."""
+    that says why ("nan", "inf", "-inf", "empty", "omitted", …); "ok" and "n/a" show the value.
+    `interval`: a metric's example-level interval after it, "0.031 [0.024, 0.039]"; "n" also
+    its examples, "0.031 [0.024, 0.039] (n = 10,000)"."""
     if isinstance(value, dict):
         status = value.get("status")
         if value.get("value") is None and isinstance(status, str) and status not in ("ok", "n/a"):
             return status
+        if interval and value.get("value") is not None:
+            return cell(value["value"], digits) + interval_text(value.get("interval"), digits, interval == "n")
         value = value.get("value")
     if value is None:
         return "N/A"
@@ -52,6 +56,22 @@ def cell(value, digits=3):
     except (TypeError, ValueError):
         return str(value)
     return non_finite_word(number) or f"{number:.{digits}f}"
+
+
+def interval_text(entry, digits=3, with_n=True) -> str:
+    """" [0.024, 0.039] (n = 10,000)": an example-level interval entry (intervals.py) after its
+    value; its examples "n = 1,000 of 10,000" where a budget measured a subsample, "n = 10,000 id
+    + 10,000 ood" for a stratified resample; "" where there is none."""
+    if not isinstance(entry, dict) or entry.get("low") is None or entry.get("high") is None:
+        return ""
+    text = f" [{cell(entry['low'], digits)}, {cell(entry['high'], digits)}]"
+    if not with_n:
+        return text
+    strata = entry.get("strata")
+    examples = (" + ".join(f"{count:,} {split}" for split, count in strata.items()) if isinstance(strata, dict)
+                else f"{entry.get('n', 0):,}")
+    full = entry.get("full_split")
+    return text + f" (n = {examples}" + (f" of {full['of']:,}" if isinstance(full, dict) else "") + ")"
 
 
 def metrics_table(metrics: dict, title: str = "Metrics") -> Table:
@@ -65,8 +85,8 @@ def metrics_table(metrics: dict, title: str = "Metrics") -> Table:
         table.add_column(column, justify="left" if column == "split" else "right")
     for split, info in metrics["splits"].items():
         c, u, d = calib.get(split, {}), unc.get(split, {}), dis.get(split, {})
-        table.add_row(Text(split), str(info["n"]), cell(c.get("accuracy")), cell(c.get("nll")), cell(c.get("ece")),
-                      cell(c.get("brier")), cell(u.get("entropy")), cell(u.get("jsd")), cell(d.get("mean")))
+        table.add_row(Text(split), f"{info['n']:,}", *[cell(entry, interval=True) for entry in (
+            c.get("accuracy"), c.get("nll"), c.get("ece"), c.get("brier"), u.get("entropy"), u.get("jsd"), d.get("mean"))])
     return table
 
 
@@ -79,8 +99,20 @@ def ood_table(metrics: dict) -> Table | None:
         table.add_column(column, justify="left" if column == "score" else "right")
     keys = ("auroc", "aupr_out", "aupr_in", "fpr95_ood_as_id", "fpr95_id_as_ood")
     for name, entry in ood["scores"].items():
-        table.add_row(Text(str(entry["score"])), *[cell(entry.get(key)) for key in keys])
+        table.add_row(Text(str(entry["score"])), *[cell(entry.get(key), interval=True) for key in keys])
     return table
+
+
+INTERVALS = ("[low, high]: the 95 % interval of a number over its test examples (a bootstrap; metrics.json's \"intervals\" "
+             "says how): where the model's score on new examples like these would fall")
+
+
+def interval_lines(metrics: dict) -> list[str]:
+    """What the intervals are, and any analyzer left without them (and why)."""
+    record = metrics.get("intervals")
+    if not isinstance(record, dict):
+        return []
+    return [INTERVALS] + [f"{name}: {note}" for name, note in record.get("skipped", {}).items()]
 
 
 def skipped_lines(metrics: dict) -> list[str]:
@@ -117,7 +149,8 @@ def geometry_tables(results: dict) -> list:
                                    for kind in ("linear", "debiased")]
             rows = [[layer] + [cell(found["layers"].get(layer, {}).get(key)) for found in splits.values()
                                for key in ("mean_linear", "mean_debiased")] for layer in layers]
-            shown += _table("CKA between members per layer (mean off-diagonal)", columns, rows)
+            means = "; ".join(f"{split} {cell(found['mean'], interval='n')}" for split, found in splits.items())
+            shown += _table(f"CKA between members per layer (mean off-diagonal); mean over layers: {means}", columns, rows)
             shown += [f"cka: layer {layer} skipped on {split} ({why})" for split, found in splits.items()
                       for layer, why in found["skipped_layers"].items()]
         elif name == "alignment":
@@ -137,9 +170,9 @@ def geometry_tables(results: dict) -> list:
             rows = [[f"{t:.1f}"] + [cell(pair[key][i]) for pair in pairs for key in ("loss", "accuracy")]
                     for i, t in enumerate(pairs[0]["t"])]
             shown += _table(f"paths between members (test, n={result['n']}; ends {result['ends']}; "
-                                f"{result['batchnorm']}): test-loss barrier {cell(result['loss_barrier'])}, error barrier "
-                                f"{cell(result['accuracy_barrier'])}, train-loss barrier "
-                                f"{cell(result.get('train_loss_barrier', {'value': None}))}", columns, rows)
+                                f"{result['batchnorm']}): test-loss barrier {cell(result['loss_barrier'], interval='n')}, "
+                                f"error barrier {cell(result['accuracy_barrier'], interval='n')}, train-loss barrier "
+                                f"{cell(result.get('train_loss_barrier', {'value': None}), interval='n')}", columns, rows)
         else:
             rows = [[layer, f"{entry['rank']} of {entry['max_rank']}" if entry["rank"] is not None else entry.get("note", "N/A"),
                      f"{entry['singular_values'][1]:.1e}" if len(entry["singular_values"]) > 1 else "N/A",

@@ -1,0 +1,200 @@
+"""Example-level uncertainty: bootstrap draws over test examples and the intervals built from them.
+
+A number measured on n test examples carries the sampling error of those examples. Every
+interval here comes from resampling the examples with replacement (Efron's bootstrap):
+
+    rows = draws("id", n)                        # [R, n] example indices, the same wherever (split, n) is
+    counts = counts_of(rows, n)                  # [R, n] how often each example was drawn
+    interval(estimate, values_over_resamples, n) # {"low", "high", "level", "n", "method"}
+
+**Shared draws.** The indices come from a generator seeded by the split's family and size
+(`seed_of`: "id", "ood", "shift" — a corruption shares its family —, "val", "train"), so every
+analyzer, every member and every method measured on the same examples resamples them alike:
+their draws are paired, and a difference between two of them can be resampled as it is. ID and
+OOD examples are drawn separately (a stratified resample: AUROC needs both classes).
+
+**Three constructions**, each where the simulations of `tests/test_coverage.py` show it covers:
+- *percentile* (the default): the 2.5th and 97.5th percentiles of the resampled values; right for
+  smooth statistics that are unbiased or nearly so (means such as NLL, accuracy, disagreement;
+  AUROC, a U-statistic);
+- *basic* (bias-corrected): 2θ̂ − the percentiles; for smooth statistics with an O(1/n) bias,
+  which the percentiles would double (linear CKA);
+- *ray inversion*, for statistics that fold noise into a bias (a sum of absolute bin gaps — the
+  binned ECE —, a maximum — a barrier): φ(μ̂) of a vector of means is biased upward, by as much
+  as the value itself for a well-calibrated model, and the percentile interval then covers
+  almost never (0 of 200 draws at ECE 0.012, n = 2,000; BCa 3 %, basic 82 %). Such a φ is
+  positively homogeneous (φ(λμ) = λφ(μ) for λ ≥ 0), so the interval is inverted along the ray
+  λ·μ̂: λ is kept when the observed φ(μ̂) lies between the 2.5th and 97.5th percentiles of
+  φ(λμ̂ + e*) over the resamples' deviations e* = μ̂* − μ̂, and the interval is {λ·φ(μ̂)}
+  (95 % coverage at n ≥ 2,000 in the same simulations; 91–92 % at n = 400).
+
+BCa is not used: its acceleration needs a jackknife (n re-runs of an analyzer), and its bias
+correction fails for folded statistics like the percentile does.
+
+**A subsample of a known split.** When m of a split's N examples were measured (a budget), the
+interval above is for what the model would score on new data (the population). The value the
+whole split would give is known more closely: a subsample without replacement varies by the
+finite-population factor √((N − m)/(N − 1)) less, so `full_split` shrinks the deviations from
+the estimate by it (the rescaling bootstrap of Rao & Wu 1988).
+"""
+
+import math
+import zlib
+from dataclasses import dataclass
+
+import torch
+
+LEVEL = 0.95
+RESAMPLES = 1000
+MIN_RESAMPLES = 200  # fewer than this and the 2.5th percentile rests on a handful of draws
+MAX_DRAWN = 2 * 10**8  # R × n above which fewer resamples are drawn (a 950,000-image shift set)
+BLOCK_ENTRIES = 2**22  # counts per block of resamples (32 MiB of float64)
+
+
+def family(split: str) -> str:
+    """The examples a split's draws are tied to: "shift/blur" resamples like every corruption of the shift set."""
+    return split.split("/", 1)[0]
+
+
+def seed_of(split: str, n: int) -> int:
+    """The generator seed of a split's draws: its family and its size, nothing else."""
+    return zlib.crc32(f"{family(split)}/{n}".encode())
+
+
+def resamples_for(n: int, wanted: int = RESAMPLES) -> int:
+    """Resamples drawn for n examples: `wanted`, fewer only where R × n would pass `MAX_DRAWN`."""
+    return max(MIN_RESAMPLES, min(wanted, MAX_DRAWN // max(n, 1)))
+
+
+def block_size(n: int) -> int:
+    """Resamples per block so that a block of counts stays near `BLOCK_ENTRIES` numbers."""
+    return max(1, BLOCK_ENTRIES // max(n, 1))
+
+
+def draws(split: str, n: int, resamples: int, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """Rows start..stop of the split's [resamples, n] example indices (int64). Rows are drawn in
+    order from one generator, so any block of rows is the same whatever blocks came before."""
+    stop = resamples if stop is None else stop
+    generator = torch.Generator().manual_seed(seed_of(split, n))
+    if start:
+        torch.randint(0, n, (start, n), generator=generator)  # the rows before: drawn, not kept
+    return torch.randint(0, n, (stop - start, n), generator=generator)
+
+
+def blocks(split: str, n: int, resamples: int):
+    """(start, indices [b, n]) for every block of the split's draws, in order."""
+    size = block_size(n)
+    generator = torch.Generator().manual_seed(seed_of(split, n))
+    for start in range(0, resamples, size):
+        yield start, torch.randint(0, n, (min(size, resamples - start), n), generator=generator)
+
+
+def counts_of(rows: torch.Tensor, n: int) -> torch.Tensor:
+    """[b, n] float64: how often each example was drawn in each resample."""
+    offsets = torch.arange(len(rows)).unsqueeze(1) * n
+    return torch.bincount((offsets + rows).flatten(), minlength=len(rows) * n).view(len(rows), n).double()
+
+
+def finite_population(n: int, of: int | None) -> float:
+    """√((N − n)/(N − 1)): how much less a subsample of n of N varies about the whole's value."""
+    if of is None or of <= n or of < 2:
+        return 1.0 if of is None or of > n else 0.0
+    return math.sqrt((of - n) / (of - 1))
+
+
+@dataclass
+class Folded:
+    """A positively homogeneous statistic φ(μ) = combine(μ, mass) of a vector of means, for ray
+    inversion: `means` [P] (the estimate) or [R, P] (each resample's), `mass` alike (bin masses
+    that weight the means; ones where unused) and `combine(means [..., R, P], mass [R, P]) -> [..., R]`."""
+
+    means: torch.Tensor
+    mass: torch.Tensor
+    combine: callable
+
+    def value(self) -> float:
+        return float(self.combine(self.means[None], self.mass[None])[0])
+
+
+def _quantiles(values: torch.Tensor, level: float) -> tuple[float, float]:
+    tail = (1 - level) / 2
+    low, high = torch.quantile(values, torch.tensor([tail, 1 - tail], dtype=values.dtype))
+    return float(low), float(high)
+
+
+def percentile(estimate: float, values: torch.Tensor, level: float = LEVEL, shrink: float = 1.0):
+    values = estimate + shrink * (values - estimate)
+    return _quantiles(values, level)
+
+
+def basic(estimate: float, values: torch.Tensor, level: float = LEVEL, shrink: float = 1.0):
+    low, high = _quantiles(estimate + shrink * (values - estimate), level)
+    return 2 * estimate - high, 2 * estimate - low
+
+
+RAY = torch.linspace(0, 4, 401, dtype=torch.float64)  # λ from 0 (no signal) to 4× the estimate, in steps of 0.01
+
+
+def ray(estimate: Folded, resampled: Folded, level: float = LEVEL, shrink: float = 1.0):
+    """The interval of φ inverted along λ·μ̂ (module docstring); `shrink` scales the deviations."""
+    value = estimate.value()
+    deviations = shrink * torch.nan_to_num(resampled.means - estimate.means[None])  # a bin a resample left empty: 0
+    if value <= 0:  # the estimate sits where φ is 0: no ray to invert along; the resamples' spread above it
+        return 0.0, _quantiles(resampled.combine((estimate.means[None] + deviations)[None], resampled.mass)[0], level)[1]
+    tail = (1 - level) / 2
+    kept = []
+    for chunk in RAY.split(max(1, BLOCK_ENTRIES // deviations.numel())):
+        shifted = chunk[:, None, None] * estimate.means[None, None] + deviations[None]  # [L, R, P]
+        spread = resampled.combine(shifted, resampled.mass)  # [L, R]
+        low, high = torch.quantile(spread, torch.tensor([tail, 1 - tail], dtype=spread.dtype), dim=1)
+        kept.append(chunk[(low <= value) & (value <= high)])
+    kept = torch.cat(kept)
+    if len(kept) == 0:  # the observed value is never typical on the ray (tiny n): the plain percentiles
+        return _quantiles(resampled.combine(resampled.means[None], resampled.mass)[0], level)
+    return float(kept.min()) * value, float(kept.max()) * value
+
+
+METHODS = {"percentile": "percentile bootstrap over the examples", "basic": "bias-corrected (basic) bootstrap over "
+           "the examples", "ray": "bootstrap over the examples, inverted along the ray λ·μ̂ (bias-aware, for a "
+           "statistic of absolute values or maxima)"}
+
+
+def interval(estimate, resampled, n: int, kind: str = "percentile", *, level: float = LEVEL, of: int | None = None,
+             strata: dict | None = None, bounds=(-math.inf, math.inf), min_finite: float = 0.9) -> dict:
+    """The "interval" entry of a metric: {"low", "high", "level", "n", "method"} (+ "strata" for
+    a stratified resample, + "full_split" for a subsample of `of` examples). `resampled`: the
+    statistic over the resamples, a Tensor [R] (percentile, basic) or a `Folded` (ray, with
+    `estimate` a `Folded` too). Too few finite resampled values (a class missing from most
+    resamples) or no finite estimate give low = high = None and a note."""
+    value = estimate.value() if isinstance(estimate, Folded) else estimate
+    count = len(resampled.means if isinstance(resampled, Folded) else resampled)
+    entry = {"low": None, "high": None, "level": level, "n": n,
+             "method": f"{METHODS[kind]}, {count:,} resamples" + (" per stratum, stratified" if strata else ""),
+             **({"strata": strata} if strata else {})}
+    if value is None or not math.isfinite(value):
+        return {**entry, "note": "no finite value to put an interval around"}
+    if isinstance(resampled, Folded):
+        finite = torch.isfinite(resampled.combine(torch.nan_to_num(resampled.means)[None], resampled.mass)[0])
+    else:
+        finite = torch.isfinite(resampled)
+        resampled = resampled[finite].double()
+    if count == 0 or finite.double().mean() < min_finite:
+        return {**entry, "note": f"only {int(finite.sum())} of {count} resamples gave a finite value"}
+    build = {"percentile": percentile, "basic": basic, "ray": ray}[kind]
+    clamp = lambda pair: [min(max(pair[0], bounds[0]), bounds[1]), min(max(pair[1], bounds[0]), bounds[1])]  # noqa: E731
+    entry["low"], entry["high"] = clamp(build(estimate, resampled, level))
+    if of is not None and of > n:
+        low, high = clamp(build(estimate, resampled, level, shrink=finite_population(n, of)))
+        entry["full_split"] = {"low": low, "high": high, "of": of}
+    return entry
+
+
+def half_width(entry: dict | None) -> float | None:
+    """Half the width of an interval entry (None where there is none)."""
+    if not isinstance(entry, dict) or entry.get("low") is None or entry.get("high") is None:
+        return None
+    return (entry["high"] - entry["low"]) / 2
+
+
+__all__ = ["Folded", "LEVEL", "RESAMPLES", "blocks", "counts_of", "draws", "family", "finite_population", "half_width",
+           "interval", "resamples_for", "seed_of"]

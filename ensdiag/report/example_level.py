@@ -1,0 +1,68 @@
+"""Example-level uncertainty in a report's cells, beside the seed-level one.
+
+Each metric a run's analyzers declare carries its example-level interval in metrics.json
+(`ensdiag/intervals.py`): how much the number would move on another test set of the same size.
+A cell over seeds shows the seed-level Student-t interval (aggregate.py); this adds, as what
+it is, the example-level one:
+
+- one seed: that run's interval, `0.031 [0.024, 0.039] (n = 10,000)`;
+- several seeds: the mean over seeds of each seed's example-level half-width, `± 0.004 (test
+  set)`. The seeds share one test set, so their test-set errors are correlated: the half-width
+  of their mean is at most this mean (the standard deviation of a sum is at most the sum of
+  the standard deviations), and equal to it when the seeds err alike on the same examples.
+"""
+
+import math
+
+EXAMPLES_DEFINITION = ("test set: the example-level 95 % interval over the test examples (a bootstrap, stored in each run's "
+                       "metrics.json); for one seed the run's own interval, for several the mean over seeds of each seed's "
+                       "half-width, an upper bound on their mean's (the seeds share one test set)")
+
+
+class Declared:
+    """A declared column's value of one run (`value_of(run)`, aggregate.py's reader) with its interval entry."""
+
+    def __init__(self, read, analyzer: str, path: tuple):
+        self.read, self.analyzer, self.path = read, analyzer, path
+
+    def __call__(self, run):
+        return self.read(run)
+
+    def interval(self, run) -> dict | None:
+        node = run["metrics"]["analyzers"].get(self.analyzer)
+        for key in (*self.path[:-1], "interval"):
+            if not isinstance(node, dict):
+                return None
+            node = node.get(key)
+        return node if _bounded(node) else None
+
+
+def _bounded(entry) -> bool:
+    return isinstance(entry, dict) and all(isinstance(entry.get(key), (int, float)) and not isinstance(entry.get(key), bool)
+                                           and math.isfinite(entry[key]) for key in ("low", "high"))
+
+
+def example_cell(seeds: dict, value_of) -> dict:
+    """{"example": …} for a cell whose runs carry intervals, else {}."""
+    if not hasattr(value_of, "interval"):
+        return {}
+    entries = [entry for run in seeds.values() if run is not None and (entry := value_of.interval(run)) is not None]
+    if not entries:
+        return {}
+    n = entries[0].get("n")
+    if len(entries) == 1:
+        entry = entries[0]
+        return {"example": {"low": entry["low"], "high": entry["high"], "n": n, "level": entry.get("level"),
+                            "method": entry.get("method"), **({"strata": entry["strata"]} if "strata" in entry else {})}}
+    half = sum((entry["high"] - entry["low"]) / 2 for entry in entries) / len(entries)
+    return {"example": {"half_width": half, "n": n, "seeds": len(entries)}}
+
+
+def example_text(example: dict, number) -> str:
+    """What a rendered cell adds for its example-level interval (`number` formats a value)."""
+    if "half_width" in example:
+        return f" (test set ± {number(example['half_width'])})"
+    strata = example.get("strata")
+    size = (" + ".join(f"{count:,} {split}" for split, count in strata.items()) if isinstance(strata, dict)
+            else f"{example['n']:,}" if isinstance(example.get("n"), int) else "?")
+    return f" [{number(example['low'])}, {number(example['high'])}] (n = {size})"
