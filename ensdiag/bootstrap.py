@@ -128,30 +128,44 @@ def percentile(estimate: float, values: torch.Tensor, level: float = LEVEL, shri
 
 
 def basic(estimate: float, values: torch.Tensor, level: float = LEVEL, shrink: float = 1.0):
-    low, high = _quantiles(estimate + shrink * (values - estimate), level)
-    return 2 * estimate - high, 2 * estimate - low
+    """2θ̂ − the percentiles: the resamples' bias taken off once more. Under the finite-population
+    factor f the spread shrinks by f and an O(1/m) bias by f² (1/m − 1/N = f²/m, up to N/(N − 1))."""
+    centre = float(values.mean())
+    low, high = _quantiles(shrink * (values - centre), level)
+    corrected = estimate - shrink**2 * (centre - estimate)
+    return corrected - high, corrected - low
 
 
-RAY = torch.linspace(0, 4, 401, dtype=torch.float64)  # λ from 0 (no signal) to 4× the estimate, in steps of 0.01
+RAY = torch.linspace(0, 4, 41, dtype=torch.float64)  # λ from 0 (no signal) to 4× the estimate, then refined to 0.01
 
 
 def ray(estimate: Folded, resampled: Folded, level: float = LEVEL, shrink: float = 1.0):
-    """The interval of φ inverted along λ·μ̂ (module docstring); `shrink` scales the deviations."""
+    """The interval of φ inverted along λ·μ̂ (module docstring); `shrink` scales the deviations.
+    λ runs over a grid of step 0.1, then of step 0.01 next to the kept range's ends."""
     value = estimate.value()
     deviations = shrink * torch.nan_to_num(resampled.means - estimate.means[None])  # a bin a resample left empty: 0
     if value <= 0:  # the estimate sits where φ is 0: no ray to invert along; the resamples' spread above it
         return 0.0, _quantiles(resampled.combine((estimate.means[None] + deviations)[None], resampled.mass)[0], level)[1]
     tail = (1 - level) / 2
-    kept = []
-    for chunk in RAY.split(max(1, BLOCK_ENTRIES // deviations.numel())):
-        shifted = chunk[:, None, None] * estimate.means[None, None] + deviations[None]  # [L, R, P]
-        spread = resampled.combine(shifted, resampled.mass)  # [L, R]
-        low, high = torch.quantile(spread, torch.tensor([tail, 1 - tail], dtype=spread.dtype), dim=1)
-        kept.append(chunk[(low <= value) & (value <= high)])
-    kept = torch.cat(kept)
-    if len(kept) == 0:  # the observed value is never typical on the ray (tiny n): the plain percentiles
+
+    def kept(lambdas):
+        found = []
+        for chunk in lambdas.split(max(1, BLOCK_ENTRIES // deviations.numel())):
+            shifted = chunk[:, None, None] * estimate.means[None, None] + deviations[None]  # [L, R, P]
+            spread = resampled.combine(shifted, resampled.mass)  # [L, R]
+            low, high = torch.quantile(spread, torch.tensor([tail, 1 - tail], dtype=spread.dtype), dim=1)
+            found.append(chunk[(low <= value) & (value <= high)])
+        return torch.cat(found)
+
+    coarse = kept(RAY)
+    if len(coarse) == 0:  # the observed value is never typical on the ray (tiny n): the plain percentiles
         return _quantiles(resampled.combine(resampled.means[None], resampled.mass)[0], level)
-    return float(kept.min()) * value, float(kept.max()) * value
+    step = float(RAY[1] - RAY[0])
+    fine = lambda edge: torch.linspace(max(edge - step, 0.0), edge + step, 21, dtype=torch.float64)  # noqa: E731
+    low, high = kept(fine(float(coarse.min()))), kept(fine(float(coarse.max())))
+    low = float(low.min()) if len(low) else float(coarse.min())
+    high = float(high.max()) if len(high) else float(coarse.max())
+    return low * value, high * value
 
 
 METHODS = {"percentile": "percentile bootstrap over the examples", "basic": "bias-corrected (basic) bootstrap over "

@@ -24,7 +24,7 @@ from .data.registry import Split
 from .diagnosis import Diagnosis
 from .ensembles import as_ensemble, forked_rng, measuring
 from .errors import EnsdiagError
-from .intervals import add_intervals
+from .intervals import GENERIC_SECONDS, add_intervals
 from .predict import predict_batches, predict_split
 from .predictions import with_pooled_shift
 
@@ -34,7 +34,8 @@ GEOMETRY_SPLITS = ("id", "ood")  # what member geometry reads (CKA on both, path
 
 def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int = 0, geometry: bool = True,
             train=None, geometry_examples: int | None = None, path_points=11, only=None, titles=None, skipped=None,
-            cost=None, initial=None, spread: bool = False, progress=None, status=None, no_data: str | None = None):
+            cost=None, initial=None, spread: bool = False, progress=None, status=None, no_data: str | None = None,
+            plan=None):
     """A `Diagnosis` of `ensemble` (anything `as_ensemble` takes) on `splits` ({name: data in any
     form `data.given` reads}; names id, shift, shift/<c>, ood, val).
 
@@ -45,7 +46,8 @@ def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int =
     the ensemble knows). `spread`: under torchrun, every rank predicts a share (rank 0 gets the
     Diagnosis, the others None). `progress(split)`: a function wrapping that split's batches (a bar);
     `status(text)`: a context manager around each slow step (a status line). `no_data`: there is
-    nothing to predict on, and why (the weights alone are inspected)."""
+    nothing to predict on, and why (the weights alone are inspected). `plan`: a `planning.Plan`
+    (a time budget and/or a precision target) that chooses the examples each step reads."""
     ensemble = as_ensemble(ensemble)
     device = device if device is not None else ensemble.device
     preprocess = preprocess or (lambda x: x)
@@ -54,12 +56,15 @@ def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int =
     if no_data is None:
         with status("predicting every split …"):
             keep = (2**62 if geometry_examples is None else geometry_examples) if geometry else 0
-            predictions, kept = _predict(ensemble, splits, preprocess, device, seed, spread, progress, keep)
+            if plan is not None:
+                predictions, kept = _predict_planned(plan, ensemble, splits, preprocess, device, seed, spread, progress, keep)
+            else:
+                predictions, kept = _predict(ensemble, splits, preprocess, device, seed, spread, progress, keep)
         if spread and not distributed.ranks().main:
             return None
     with forked_rng(ensemble):  # geometry draws (paths' BatchNorm passes, plain networks): the user's state stays
         weights = member_weights(ensemble, seed, initial)
-        metrics = _analyze(predictions, weights, only, no_data)
+        metrics = _analyze(predictions, weights, only, no_data, plan)
         if geometry:
             from .analysis.geometry import ModelProbe
             probe_splits = {name: kept.get(name, splits.get(name)) for name in GEOMETRY_SPLITS if name in predictions}
@@ -68,9 +73,18 @@ def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int =
                                geometry_examples, seed, train_labels=train_split.labels if train_split else None,
                                path_points=path_points)
             analyzers = all_analyzers()
-            for name in _names(only, "model"):
-                with status(f"member geometry: {analyzers[name].description} …"):  # paths on a ResNet take minutes
-                    metrics["analyzers"].update(analyze_model(probe, only=[name], without_data=no_data))
+            if plan is not None:
+                from .planning import run_geometry
+                metrics["analyzers"].update(run_geometry(plan, probe, _names(only, "model"), lambda name: analyze_model(
+                    probe, only=[name], without_data=no_data), status))
+            else:
+                for name in _names(only, "model"):
+                    with status(f"member geometry: {analyzers[name].description} …"):  # paths on a ResNet take minutes
+                        metrics["analyzers"].update(analyze_model(probe, only=[name], without_data=no_data))
+    if plan is not None:
+        from .planning import estimate_full
+        estimate_full(plan, {**metrics, "ensemble": describe(ensemble)}, geometry_examples, path_points)
+        metrics["budget"] = plan.to_json()
     titles = dict(titles) if titles is not None else {name: name for name in predictions}
     metrics["split_titles"], metrics["skipped_splits"] = titles, dict(skipped or {})
     metrics["ensemble"] = describe(ensemble)
@@ -131,12 +145,33 @@ def _predict(ensemble, splits, preprocess, device, seed, spread, progress, keep)
     return with_pooled_shift(check_predictions(found, "the data given", need_id=True)), kept
 
 
-def _analyze(predictions, weights, only, no_data):
+def _predict_planned(plan, ensemble, splits, preprocess, device, seed, spread, progress, keep):
+    """`_predict` on the examples a plan affords (planning.py), each split's choice recorded."""
+    from .planning import predict_within
+    if spread:
+        raise EnsdiagError("a budget or precision target chooses examples in one process: run it without torchrun")
+    with measuring(ensemble, seed):
+        found, first = predict_within(plan, ensemble, splits, preprocess, device, keep, progress)
+    if "id" not in found:
+        raise EnsdiagError("nothing to measure on: in-distribution data (the test split) is needed")
+    kept = {name: Split(*pair, f"{len(pair[0])} examples of {name}") for name, pair in first.items()
+            if name in GEOMETRY_SPLITS}
+    return with_pooled_shift(check_predictions(found, "the data given", need_id=True)), kept
+
+
+def _analyze(predictions, weights, only, no_data, plan=None):
     """The predictions analyzers' metrics dict, each headline number with its example-level
     interval (intervals.py); without predictions, the weight-space analyzer only."""
     if predictions:
+        import time
+        began = time.perf_counter()
         metrics = analyze_predictions(predictions, weights=weights, only=None if only is None else _names(only, "predictions"))
-        add_intervals(metrics, predictions, weights)
+        if plan is None:
+            add_intervals(metrics, predictions, weights)
+        else:  # a plug-in re-run on resamples gets a tenth of what is left
+            add_intervals(metrics, predictions, weights, full=plan.full,
+                          allowance=min(GENERIC_SECONDS, max(plan.remaining() / 10, 1.0)))
+            plan.record("analyzers and intervals", seconds=round(time.perf_counter() - began, 2))
         return metrics
     from . import __version__
     from .analysis import METRICS_SCHEMA
@@ -170,7 +205,7 @@ GEOMETRY_EXAMPLES = 2000  # inputs per split diagnose() keeps for member geometr
 def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, train=None, normalize=None, layers=None,
              num_members=None, member_weights=None, initial=None, titles=None, cost=None, geometry: bool = True,
              geometry_examples: int = GEOMETRY_EXAMPLES, device=None, seed: int = 0, progress: bool | None = None,
-             path_points: int | str = 11) -> Diagnosis:
+             path_points: int | str = 11, budget=None, precision=None) -> Diagnosis:
     """Every analyzer on any ensemble and any data, from Python (README: "From Python").
 
     `members`: an `EnsembleModel` (ensdiag's, loaded or imported), a list of `nn.Module`s (each maps
@@ -186,9 +221,14 @@ def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, tra
     for the report's cost table (parameters are counted when not given). `layers`: the modules CKA
     reads, as names or {name: layout}. `device`: where inputs go (default: where the members are;
     the members are never moved). `progress`: a bar per split (default: when stderr is a terminal).
-    `path_points`: points on each path between members, or "adaptive"."""
+    `path_points`: points on each path between members, or "adaptive". `budget`: a time the whole
+    diagnosis may take ("5m", "90s", seconds) and/or `precision`: an interval half-width at which a
+    step stops reading examples; each step then reads the examples its measured cost affords, and
+    `metrics["budget"]` says what was measured, with what precision, and what was skipped and why."""
+    from .planning import Plan
     from .quickcheck import path_points_option
     path_points = path_points_option(path_points)
+    plan = Plan.of(budget, precision, geometry)
     if test is not None and id is not None:
         raise EnsdiagError("give the test data once: test= (id= is its older name)")
     test = test if test is not None else id
@@ -201,7 +241,7 @@ def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, tra
     return inspect(ensemble, given, preprocess=preprocessing(normalize, ensemble, device), device=device, seed=seed,
                    geometry=geometry, train=train, geometry_examples=geometry_examples, path_points=path_points,
                    titles={**names, **_checked_titles(titles)}, cost=_cost(ensemble, cost),
-                   initial=initial_cosine(initial, ensemble, seed), progress=_bars(progress))
+                   initial=initial_cosine(initial, ensemble, seed), progress=_bars(progress), plan=plan)
 
 
 def preprocessing(normalize, ensemble, device):

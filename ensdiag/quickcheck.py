@@ -8,6 +8,8 @@ the modules that register them (without importing them); a test keeps the two in
 """
 
 import ast
+import math
+import re
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -112,3 +114,32 @@ def path_points_option(value) -> int | str:
     if text.isdigit() and 2 <= int(text) <= 101:
         return int(text)
     raise EnsdiagError(f"--path-points must be an integer from 2 to 101, or 'adaptive'; got {value!r}")
+
+
+def parse_seconds(given) -> float | None:
+    """--budget: seconds from "5m", "90s", "1h30m", "1.5h", "300" or a number; None for None."""
+    if given is None:
+        return None
+    if isinstance(given, (int, float)) and not isinstance(given, bool):
+        seconds = float(given)
+    else:
+        text = str(given).strip().lower().replace(" ", "")
+        parts = re.findall(r"(\d+(?:\.\d+)?)([hms]?)", text)
+        if not text or "".join(number + unit for number, unit in parts) != text:
+            raise EnsdiagError(f"budget {given!r} is not a duration (e.g. 5m, 90s, 1h30m or a number of seconds)")
+        seconds = sum(float(number) * {"h": 3600, "m": 60, "s": 1, "": 1}[unit] for number, unit in parts)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise EnsdiagError(f"budget {given!r}: a duration above 0 seconds")
+    return seconds
+
+
+def parse_precision(given) -> float | None:
+    if given is None:
+        return None
+    try:
+        value = float(given)
+    except (TypeError, ValueError):
+        raise EnsdiagError(f"precision target {given!r} is not a number (an interval half-width, e.g. 0.01)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise EnsdiagError(f"precision target {given!r}: an interval half-width above 0 (e.g. 0.01)")
+    return value

@@ -43,6 +43,8 @@ class ModelProbe:
     train_labels: torch.Tensor | None = None
     path_pairs: int = PATH_PAIRS
     path_points: int | str = PATH_POINTS  # or "adaptive" (geometry/paths.py)
+    limits: dict = field(default_factory=dict)  # a budget's examples per step: "cka", "paths", "batchnorm" (planning.py)
+    enough: object = None  # a budget's precision target for paths: enough(per-example curves) -> bool
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -58,7 +60,7 @@ class ModelProbe:
 
     def _training_pick(self):
         pick = torch.randperm(len(self.train_images), generator=torch.Generator().manual_seed(self.seed))
-        return pick[:BATCHNORM_EXAMPLES].sort().values
+        return pick[:self.limits.get("batchnorm", BATCHNORM_EXAMPLES)].sort().values
 
     def batchnorm_images(self):
         """A seeded sample of `BATCHNORM_EXAMPLES` training images (the split may be sorted by class), or None."""
@@ -120,7 +122,7 @@ def cka(probe):
     networks = probe.members()
     splits = {}
     for name in ("id", "ood"):
-        split = probe.split(name)
+        split = probe.split(name, limit=probe.limits.get("cka"))
         if split is None:
             continue
         found = layer_cka(networks, split.images, probe.normalize, retain=CKA_INTERVAL_EXAMPLES)
@@ -201,7 +203,7 @@ def alignment(probe):
 def paths(probe):
     from ..geometry.paths import barrier, describe_points, path
     networks = probe.members()
-    test = probe.split("id", limit=PATH_EXAMPLES)
+    test = probe.split("id", limit=probe.limits.get("paths", PATH_EXAMPLES))
     if test is None or test.labels is None:
         raise Skip("needs labelled in-distribution test images")
     has_norm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in networks[0].modules())
@@ -217,11 +219,13 @@ def paths(probe):
     sample = probe.training_sample()
     pairs = []
     for j in range(1, min(len(networks), probe.path_pairs + 1)):
-        found = path(scratch, ends[0], ends[j], test, probe.normalize, train if has_norm else None, probe.path_points, sample)
+        found = path(scratch, ends[0], ends[j], test, probe.normalize, train if has_norm else None, probe.path_points, sample,
+                     enough=probe.enough if j == 1 else None)
+        test = test.subset(slice(0, found.pop("n")))  # a precision target stopped the first pair: the others read as many
         pairs.append({"members": [0, j], **found, "loss_barrier": barrier(found["t"], found["loss"]),
                       "accuracy_barrier": barrier(found["t"], found["accuracy"], higher_is_worse=False),
                       **({"train_loss_barrier": barrier(found["t"], found["train_loss"])} if sample is not None else {})})
-    intervals = barrier_intervals(pairs, len(test))  # the per-example losses leave the pairs here
+    intervals = barrier_intervals(pairs)  # the per-example losses leave the pairs here
     mean = lambda key: sum(pair[key] for pair in pairs) / len(pairs) if key in pairs[0] else None  # noqa: E731
     batchnorm = (f"BatchNorm statistics recomputed on {len(train)} training images at every point" if has_norm
                  else "no BatchNorm in the network")
@@ -238,7 +242,7 @@ def paths(probe):
                                          **intervals.get("train_loss_barrier", {}))}
 
 
-def barrier_intervals(pairs: list, n: int) -> dict:
+def barrier_intervals(pairs: list) -> dict:
     """{barrier key: {"interval": entry}} from the pairs' per-example curves, which are removed from the pairs."""
     from ..geometry.paths import excess
     from ..geometry.resampled import barrier_interval

@@ -44,7 +44,8 @@ def _equal_width(confidence: torch.Tensor, bins: int = ECE_BINS) -> torch.Tensor
     return torch.searchsorted(edges[1:-1], confidence.double().contiguous(), right=False)
 
 
-ONE_HOT_ENTRIES = 2**24  # a dense one-hot [n, groups] up to this size; beyond it, a cumulative sum over sorted examples
+ONE_HOT_GROUPS = 256  # up to this many groups (bins), a dense one-hot product; more (tie groups), a cumulative sum
+ONE_HOT_ENTRIES = 2**24  # and only while the one-hot [n, groups] stays this small
 
 
 class _Groups:
@@ -54,7 +55,7 @@ class _Groups:
 
     def __init__(self, group: torch.Tensor, groups: int):
         self.groups = groups
-        if len(group) * groups <= ONE_HOT_ENTRIES:
+        if groups <= ONE_HOT_GROUPS and len(group) * groups <= ONE_HOT_ENTRIES:
             self.one_hot = F.one_hot(group, groups).double()
         else:
             self.one_hot = None

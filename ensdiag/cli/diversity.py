@@ -7,8 +7,8 @@ import typer
 from ..console import check_format, loading, note, print_json
 from ..errors import DataNotFound, EnsdiagError
 from .app import app
-from .options import ARCH, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, SEED, SHIFT
-from .options import data_choice, quick_checks
+from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
+from .options import SEED, SHIFT, data_choice, plan_of, quick_checks
 from .show import show_items
 
 MEASURED = ["disagreement", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
@@ -40,6 +40,8 @@ def diversity(
     save: Path = typer.Option(None, help="LoRA adapters: also save the diagnosis as run METHOD/seed-SEED of this "
                               "folder, for `ensdiag report DIR`."),
     method: str = typer.Option("lora", help="LoRA adapters with --save: the run's name (--seed: its seed)."),
+    budget: str = BUDGET,
+    precision_target: float = PRECISION,
 ):
     """How different the members really are, in outputs and weights.
 
@@ -53,11 +55,13 @@ def diversity(
         from ..lora.command import lora_diversity
         return lora_diversity(model_path, base, fmt, plot, save, method, seed, {
             "--preset": preset, "--data": data, "--shift": shift, "--ood": ood, "--normalize": normalize,
-            "--num-classes": num_classes, "--max-examples": max_examples})
+            "--num-classes": num_classes, "--max-examples": max_examples, "--budget": budget,
+            "--precision-target": precision_target})
     if base is not None or save is not None:
         raise EnsdiagError("--base and --save are for LoRA adapter folders (ADAPTER_DIR…, each with adapter_config.json)")
     from ..quickcheck import path_points_option
     points = path_points_option(path_points)
+    plan = plan_of(budget, precision_target, geometry)
     from ..core import inspect
     from ..foreign.checkpoints import open_ensemble
 
@@ -66,7 +70,7 @@ def diversity(
     diagnosis = inspect(model, inputs.splits if inputs else {}, preprocess=inputs and inputs.preprocess, seed=seed,
                         geometry=geometry, train=inputs and inputs.train, geometry_examples=max_examples,
                         path_points=points, only=MEASURED + _geometry_names(geometry), titles=inputs and inputs.titles,
-                        skipped=skipped, no_data=no_data, status=loading)
+                        skipped=skipped, no_data=no_data, status=loading, plan=plan)
     name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"
     drawn = []
     if plot is not None:

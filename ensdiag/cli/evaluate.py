@@ -6,8 +6,8 @@ import typer
 
 from ..console import check_format, output_folder
 from .app import app
-from .options import ARCH, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, SEED, SHIFT
-from .options import data_choice, quick_checks
+from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
+from .options import SEED, SHIFT, data_choice, plan_of, quick_checks
 from .show import show_metrics
 
 
@@ -28,12 +28,15 @@ def evaluate(
     out: Path = typer.Option(None, help="Folder to write predictions.safetensors and metrics.json into (created if missing)."),
     seed: int = SEED,
     fmt: str = FORMAT,
+    budget: str = BUDGET,
+    precision_target: float = PRECISION,
 ):
     """Predictions and every metric of one model on its data.
 
     The matching preset's test, shift and OOD data, or your own (--data, --shift, --ood)."""
     check_format(fmt)
     quick_checks(model_path, data, shift, ood)
+    plan = plan_of(budget, precision_target, geometry=False)
     out = None if out is None else output_folder(out)
     from .. import distributed
     from ..core import inspect
@@ -50,7 +53,7 @@ def evaluate(
         if download and ranks.main:
             distributed.barrier()
         diagnosis = inspect(model.to(device), inputs.splits, preprocess=inputs.preprocess, seed=seed, geometry=False,
-                            titles=inputs.titles, skipped=inputs.skipped, spread=ranks.distributed)
+                            titles=inputs.titles, skipped=inputs.skipped, spread=ranks.distributed, plan=plan)
     finally:
         distributed.finish()
     if diagnosis is None:

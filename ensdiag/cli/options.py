@@ -25,6 +25,21 @@ NUM_CLASSES = typer.Option(None, "--num-classes", help="Classes per member where
                            "with k heads, grouped MLPs with subgroups) or torchvision's classifier is not standard.")
 FORMAT = typer.Option("table", "--format", help="table or json.")
 SEED = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic).")
+BUDGET = typer.Option(None, "--budget", help="A time the whole command may take (e.g. 5m, 90s, 1h): each split and "
+                      "geometry step reads the examples its measured cost affords, in a seeded random order, and says "
+                      "how many and with what precision.")
+PRECISION = typer.Option(None, "--precision-target", help="An interval half-width (e.g. 0.01): a split or geometry "
+                         "step stops reading examples once every headline number it feeds is this precise.")
+
+
+def plan_of(budget, precision, geometry=True):
+    """The `planning.Plan` of --budget and --precision-target (None without either); checked before torch."""
+    from ..quickcheck import parse_precision, parse_seconds
+    parse_seconds(budget), parse_precision(precision)
+    if budget is None and precision is None:
+        return None
+    from ..planning import Plan
+    return Plan.of(budget, precision, geometry)
 
 
 def quick_checks(model_path, data, shift, ood):

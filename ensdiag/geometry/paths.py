@@ -85,6 +85,8 @@ def _evaluate(network, state_a, state_b, t, test, normalize, train_images, train
     network.load_state_dict(interpolate(state_a, state_b, t))
     recomputed = recompute_batchnorm(network, train_images, normalize) if train_images is not None else False
     found = {"batchnorm_recomputed": recomputed}
+    if recomputed:  # what a later chunk of test examples at this point needs besides the interpolated weights
+        found["buffers"] = {key: value.detach().clone() for key, value in network.named_buffers()}
     for prefix, split in (("", test), ("train_", train)):
         if split is not None:
             losses, correct = example_losses(network, split.images, split.labels, normalize)
@@ -93,12 +95,21 @@ def _evaluate(network, state_a, state_b, t, test, normalize, train_images, train
     return found
 
 
+def _extend(network, state_a, state_b, t, found, chunk, normalize) -> None:
+    """Evaluate the point t on another chunk of test examples (its BatchNorm statistics as recomputed)."""
+    network.load_state_dict({**interpolate(state_a, state_b, t), **found.get("buffers", {})})
+    losses, correct = example_losses(network, chunk.images, chunk.labels, normalize)
+    found["examples"] = tuple(torch.cat([old, new]) for old, new in zip(found["examples"], (losses, correct)))
+    found["loss"], found["accuracy"] = found["examples"][0].mean().item(), found["examples"][1].mean().item()
+
+
 def _bends(ts, values, tolerance) -> set[int]:
     """Indices i of interior points whose second difference |v[i−1] − 2v[i] + v[i+1]| exceeds `tolerance`."""
     return {i for i in range(1, len(ts) - 1) if abs(values[i - 1] - 2 * values[i] + values[i + 1]) > tolerance}
 
 
-def path(network, state_a, state_b, test, normalize, train_images=None, points: int | str = 11, train=None) -> dict:
+def path(network, state_a, state_b, test, normalize, train_images=None, points: int | str = 11, train=None,
+         enough=None, first: int = 128) -> dict:
     """{"t", "loss", "accuracy", "batchnorm_recomputed"} along θ(t) on the labelled `test` split,
     and "train_loss", "train_accuracy" on the labelled `train` sample when one is given;
     "examples": the same per example, [points, n] tensors (for intervals; not JSON);
@@ -107,7 +118,13 @@ def path(network, state_a, state_b, test, normalize, train_images=None, points: 
     `points`: an even grid of that many points, or "adaptive": t = 0, 0.2, …, 1 first, then each
     midpoint 0.1, 0.3, … only where the curve bends on either side of it (a second difference of
     the loss or accuracy, test or training, above `FLAT_LOSS` / `FLAT_ACCURACY`). A curve flat
-    everywhere costs 6 points instead of 11; the barrier is read from the points evaluated."""
+    everywhere costs 6 points instead of 11; the barrier is read from the points evaluated.
+
+    `enough(examples)`: the test examples are read in doubling chunks (`first` of them, then as
+    many again, …), every point on each chunk, until `enough` of the per-example curves so far
+    says True (a precision target); the points, and their BatchNorm statistics, are the first
+    chunk's."""
+    full, test = test, (test.subset(slice(0, first)) if enough is not None and len(test) > first else test)
     evaluate = lambda t: _evaluate(network, state_a, state_b, t, test, normalize, train_images, train)  # noqa: E731
     grid = torch.linspace(0, 1, 11 if points == ADAPTIVE else points).tolist()  # adaptive: a subset of the 11-point grid
     chosen = grid[::2] if points == ADAPTIVE else grid
@@ -123,11 +140,17 @@ def path(network, state_a, state_b, test, normalize, train_images=None, points: 
                 t = grid[2 * i + 1]
                 found[t] = evaluate(t)
     ts = sorted(found)
+    done = len(test)
+    while done < len(full) and not enough({"loss": torch.stack([found[t]["examples"][0] for t in ts]), "t": ts}):
+        chunk = full.subset(slice(done, 2 * done))
+        for t in ts:
+            _extend(network, state_a, state_b, t, found[t], chunk, normalize)
+        done += len(chunk)
     keys = [key for key in ("loss", "accuracy", "train_loss", "train_accuracy") if key in found[ts[0]]]
     examples = {f"{prefix}{kind}": torch.stack([found[t][f"{prefix}examples"][index] for t in ts])
                 for prefix in ("", "train_") if f"{prefix}examples" in found[ts[0]]
                 for index, kind in enumerate(("loss", "accuracy"))}
-    return {"t": ts, **{key: [found[t][key] for t in ts] for key in keys},
+    return {"t": ts, **{key: [found[t][key] for t in ts] for key in keys}, "n": done,
             "batchnorm_recomputed": found[ts[-1]]["batchnorm_recomputed"], "examples": examples}
 
 

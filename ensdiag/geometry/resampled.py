@@ -27,8 +27,8 @@ import torch
 
 from .. import bootstrap as B
 
-CKA_INTERVAL_EXAMPLES = 2000  # features kept per split for CKA's interval (Gram matrices m × m)
-CKA_RESAMPLES = 500  # each costs (k + k(k+1)/2) products of m × m by the block, per layer
+CKA_INTERVAL_EXAMPLES = 500  # features kept per split for CKA's interval (Gram matrices m × m; the cost grows as m²)
+CKA_RESAMPLES = 300  # each costs (k + k(k+1)/2) products of m × m by the block, per layer
 
 
 def barrier_interval(curves: list[tuple[list, torch.Tensor]], split: str, of: int | None = None) -> dict:
