@@ -149,16 +149,23 @@ def predict_within(plan: Plan, ensemble, splits: dict, preprocess, device, keep:
         families.setdefault(family(name), []).append(name)
     family_sizes = {group: (sum(plan.sizes[s] for s in names) if all(plan.sizes[s] is not None for s in names) else None)
                     for group, names in families.items()}
-    budget = plan.prediction_seconds()
+    budget, began = plan.prediction_seconds(), plan.spent()
+    plan.deadline = began + budget  # predictions and their analysis end here (seconds since the plan started)
     per_family = {}
 
     def share(group):
         chosen = per_family.get(group)
         return None if chosen is None else max(1, chosen // len(families[group]))
 
-    def first_chunk(group, n, seconds):  # the ensemble's cost per example, from the first split's first chunk
+    def first_chunk(group, chunk, seconds):  # the costs per example, from the first split's first chunk
+        n = chunk["logits"].shape[1]
         plan.costs["predict per example"] = seconds / max(n, 1)
-        per_family.update(plan.examples_per_family(family_sizes, budget, plan.costs["predict per example"]))
+        fixed, per_example = _analysis_cost(chunk)
+        plan.costs["analysis per example"] = per_example
+        reserve = fixed * len(order)  # the analyzers' fixed part, once per split
+        plan.costs["analysis fixed"] = reserve
+        per_family.update(plan.examples_per_family(family_sizes, max(budget - reserve - (plan.spent() - began), 0.0),
+                                                   plan.costs["predict per example"] + per_example))
         return share(group)
 
     found, kept = {}, {}
@@ -178,6 +185,12 @@ def predict_within(plan: Plan, ensemble, splits: dict, preprocess, device, keep:
             plan.record(f"predict {name}", n=n, of=size, seconds=round(time.perf_counter() - began, 2), stopped=why,
                         **_widest(found, name))
     return found, kept
+
+
+def _analysis_left(plan, found, reading) -> float:
+    """Seconds the analyzers will take on what has been read (the split being read included)."""
+    read = reading + sum(split["logits"].shape[1] for split in found.values())
+    return plan.costs.get("analysis fixed", 0.0) + plan.costs.get("analysis per example", 0.0) * read
 
 
 class _Stream:
@@ -207,7 +220,7 @@ class _Stream:
 def _read(plan, ensemble, name, data, size, wanted, preprocess, device, keep, found, progress, timing=None):
     """Predict `wanted` examples of one split (all where None) in a seeded random order and in
     doubling chunks, stopping early once the precision target is met or the time is spent;
-    (logits, labels, kept, why it stopped). `timing(n, seconds)`: called after the first chunk,
+    (logits, labels, kept, why it stopped). `timing(chunk, seconds)`: called after the first chunk,
     returns how many examples to read in all."""
     from .data.given import batches
     from .predict import predict_batches
@@ -238,7 +251,8 @@ def _read(plan, ensemble, name, data, size, wanted, preprocess, device, keep, fo
                                                 None if first[1] is None else torch.cat([first[1], kept[1]]))
         done += logits.shape[1]
         if timing is not None:
-            wanted, timing = timing(done, time.perf_counter() - began), None
+            pilot = {"logits": logits, "labels": y}
+            wanted, timing = timing(pilot, time.perf_counter() - began), None
             continue
         if index is None and logits.shape[1] < step:
             why = "all examples"
@@ -251,11 +265,34 @@ def _read(plan, ensemble, name, data, size, wanted, preprocess, device, keep, fo
             if widest.get("half_width") is not None and widest["half_width"] <= plan.precision:
                 why = "precision reached"
                 break
-        if plan.seconds is not None and plan.remaining() <= 0:
+        if plan.seconds is not None and plan.spent() + _analysis_left(plan, found, done) >= plan.deadline:
             why = "budget"
             break
     y = None if any(part is None for part in labels) else torch.cat(labels)
     return torch.cat(chunks, 1), y, first, why
+
+
+ANALYSIS_TILES = 8  # the pilot chunk repeated this often, for the second of the two timed analyses
+
+
+def _analysis_cost(chunk: dict) -> tuple[float, float]:
+    """(fixed seconds, seconds per example) of the analyzers and their intervals on one split,
+    fitted to two timed runs: on the chunk, and on the chunk repeated `ANALYSIS_TILES` times (what
+    they cost depends on how many examples there are, hardly on their values)."""
+    from .analysis import analyze_predictions
+    from .intervals import add_intervals
+    n = chunk["logits"].shape[1]
+    if n < 8:
+        return 0.0, 0.0
+    timed = []
+    for tiles in (1, ANALYSIS_TILES):
+        part = {"id": {"logits": chunk["logits"].repeat(1, tiles, 1),
+                       "labels": None if chunk["labels"] is None else chunk["labels"].repeat(tiles)}}
+        began = time.perf_counter()
+        add_intervals(analyze_predictions(part), part)
+        timed.append(time.perf_counter() - began)
+    per_example = max(timed[1] - timed[0], 0.0) / (n * (ANALYSIS_TILES - 1))
+    return max(timed[0] - per_example * n, 0.0), per_example
 
 
 def _widest(predictions: dict, split: str) -> dict:
@@ -312,6 +349,8 @@ def run_geometry(plan: Plan, probe, names: list, analyze, status) -> dict:
     for name in geometry_order(names, analyzers):
         if name in ("cka", "paths") and "geometry" not in plan.costs:
             _plan_geometry(plan, probe, [step for step in ("cka", "paths") if step in names])
+        elif name == "paths" and "paths" not in plan.skipped and plan.seconds is not None:
+            _refit_paths(plan, probe)  # what the steps before took, not what they were expected to take
         reason = plan.skipped.get(name) or (f"the budget was spent ({plan.spent():.0f} s of {plan.seconds:.0f} s) before "
                                             "this step" if plan.seconds is not None and plan.remaining() <= 0 else None)
         if reason:
@@ -333,7 +372,8 @@ def _geometry_facts(name, result, probe) -> dict:
                 "half_width": {split: B.half_width(found["mean"].get("interval")) for split, found in result["splits"].items()}}
     if name == "paths":
         return {"pairs": len(result["pairs"]), "points": [len(pair["t"]) for pair in result["pairs"]], "n": result["n"],
-                "batchnorm_images": len(probe._training_pick()) if probe.train_images is not None else 0,
+                "batchnorm_images": len(probe._training_pick()) if "recomputed" in result["batchnorm"] else 0,
+                "train_sample": result.get("train_n", 0),
                 "half_width": B.half_width(result["loss_barrier"].get("interval"))}
     return {}
 
@@ -358,6 +398,9 @@ def _cka_pilot(plan, probe) -> tuple[float, float, float | None]:
     from .geometry.representations import layer_cka
     from .geometry.resampled import cka_interval
     split = probe.split("id", limit=PILOT)
+    warm = layer_cka(probe.members(), split.images[:8], probe.normalize, retain=8)  # first calls pay one-time costs
+    if warm["kept"]:
+        cka_interval(warm["kept"], len(warm["kept"][next(iter(warm["kept"]))][0]), "id", None)
     began = time.perf_counter()
     found = layer_cka(probe.members(), split.images, probe.normalize, retain=len(split))
     forward = (time.perf_counter() - began) / len(split)
@@ -445,6 +488,29 @@ def _plan_geometry(plan: Plan, probe, steps: list) -> None:
         probe.limits["batchnorm"] = max(2, min(n_paths, BATCHNORM_EXAMPLES))
         if plan.precision is not None:
             probe.enough = lambda curves: _barrier_precise(curves, plan.precision)
+
+
+def _refit_paths(plan: Plan, probe) -> None:
+    """The paths' examples, pairs and points again, for the time actually left."""
+    from .analysis.geometry import BATCHNORM_EXAMPLES
+    if "member forward per image" not in plan.costs or "paths" not in probe.limits:
+        return
+    seconds, k = plan.remaining(), probe.ensemble.num_members or 2
+    planned = probe.limits["paths"]
+    if paths_seconds(planned, plan.costs, probe.path_pairs, probe.path_points) <= seconds:
+        return
+    for pairs, points in PATH_CHOICES:
+        chosen = (min(pairs, k - 1), points)
+        n = _largest(lambda n: paths_seconds(n, plan.costs, *chosen), planned, seconds)
+        if n >= min(PATH_EXAMPLES_FLOOR, planned):
+            break
+    if n < min(GEOMETRY_FLOOR, planned):
+        plan.skip("paths", f"{chosen[0]} pair × {chosen[1]} points on {GEOMETRY_FLOOR} examples would need "
+                           f"{paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; {seconds:.0f} s were left")
+        return
+    probe.path_pairs, probe.path_points = chosen
+    probe.limits["paths"] = max(2, n)
+    probe.limits["batchnorm"] = max(2, min(n, BATCHNORM_EXAMPLES))
 
 
 def _barrier_precise(curves, target) -> bool:

@@ -21,7 +21,7 @@ from .harness import BENCH_METHODS, COMPILE_MODES, PROTOCOLS, BenchSettings, def
 
 BENCH_FORMAT = "ensdiag.bench/1"
 __all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "bench", "bench_record", "bench_table", "default_methods",
-           "diagnose_table", "write_result"]
+           "budget_table", "diagnose_table", "write_result"]
 
 
 def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:
@@ -59,7 +59,7 @@ def bench_record(run, settings, device, argv=(), log=None) -> dict:
 def write_result(result: dict, folder=Path("benchmarks/results")) -> Path:
     settings = result["settings"]
     stamp = result["created"].replace(":", "").replace("-", "")
-    kind = "diagnose" if result.get("kind") == "diagnose" else "bench"
+    kind = result.get("kind") if result.get("kind") in ("diagnose", "diagnose-budget") else "bench"
     path = Path(folder) / f"{kind}-{settings['arch']}-{settings['device']}-{stamp}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -150,3 +150,23 @@ def diagnose_table(result: dict) -> list[Table]:
     for step, found in report["steps"].items():
         reporting.add_row(step, f"{found['seconds']:.3g}", f"{found['passes']:.3g}")
     return [table, reporting]
+
+
+def budget_table(result: dict) -> list[Table]:
+    """`bench --diagnose --budget`: what each step read within the budget, and the headline numbers."""
+    from ..report.terminal import budget_lines
+    tables = []
+    for run, row in result["methods"].items():
+        table = Table(title=f"{run}, k = {row['members']}: {row['wall_seconds']:.0f} s within a budget of "
+                            f"{result['settings']['budget']}")
+        table.add_column("step")
+        for line in budget_lines({"budget": row["budget"]}):
+            table.add_row(line)
+        numbers = Table(title="headline numbers with their example-level 95 % intervals")
+        for column in ("number", "value", "interval", "n"):
+            numbers.add_column(column, justify="left" if column == "number" else "right")
+        for name, found in row["headline"].items():
+            interval = f"[{found['low']:.3g}, {found['high']:.3g}]" if found.get("low") is not None else "–"
+            numbers.add_row(name, f"{found['value']:.3g}", interval, f"{found['n']:,}" if found.get("n") else "–")
+        tables += [table, numbers]
+    return tables

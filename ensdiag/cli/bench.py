@@ -32,6 +32,11 @@ def bench(
     diagnose: bool = typer.Option(False, "--diagnose", help="Time the diagnosis instead: every analyzer, geometry step and "
                                   "the report, as multiples of one evaluation pass (--epochs: rounds)."),
     path_points: str = typer.Option("11", help="--diagnose: points on each path between members, or 'adaptive'."),
+    budget: str = typer.Option(None, "--budget", help="--diagnose: one whole diagnosis within this time (e.g. 5m) instead, "
+                               "each step reading what its measured cost affords, beside the estimate on every example "
+                               "(default --method deep-ensemble)."),
+    precision_target: float = typer.Option(None, "--precision-target", help="--diagnose --budget: also stop a step at "
+                                           "this interval half-width."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
     results_dir: Path = typer.Option(Path("benchmarks/results"), help="Where the JSON record is written."),
 ):
@@ -44,7 +49,31 @@ def bench(
     from ..device import resolve_device
 
     check_format(fmt)
+    if (budget is not None or precision_target is not None) and not diagnose:
+        from ..errors import EnsdiagError
+        raise EnsdiagError("--budget and --precision-target time a budgeted diagnosis: give --diagnose too")
+    if budget is not None or precision_target is not None:
+        from ..quickcheck import parse_precision, parse_seconds
+        parse_seconds(budget), parse_precision(precision_target)
     resolved = resolve_device(device)
+    if diagnose and (budget is not None or precision_target is not None):
+        from ..bench import budget_table
+        from ..bench.budgeted import BudgetSettings, run_budget_bench
+        settings = BudgetSettings(arch=arch, device=resolved.type, members=members, budget=budget or "5m",
+                                  precision=precision_target,
+                                  methods=tuple(csv_list(method, what="--method") or BudgetSettings.methods),
+                                  **({"test_size": test_size} if test_size else {}),
+                                  **({"train_size": train_size} if train_size else {}))
+        result = bench_record(run_budget_bench, settings, resolved, sys.argv, note if fmt == "table" else None)
+        path = write_result(result, results_dir)
+        if fmt == "json":
+            print_json(result)
+        else:
+            console = Console(width=max(Console().width, 120))
+            for table in budget_table(result):
+                console.print(table)
+        note(f"results written to {path}")
+        return
     if diagnose:
         from ..bench import diagnose_table
         from ..bench.diagnose import DiagnoseSettings, run_diagnose_bench

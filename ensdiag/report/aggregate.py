@@ -11,7 +11,7 @@ from scipy import stats
 
 from ..analysis.registry import SPLIT_TABLES
 from ..errors import EnsdiagError, unknown
-from .example_level import EXAMPLES_DEFINITION, Declared, example_cell
+from .example_level import EXAMPLES_DEFINITION, Declared, budget_notes, example_cell
 from .load import MISSING, _lookup, _number, dig, load_runs
 from .lora import lora_only, lora_tables
 
@@ -342,9 +342,10 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             if table["id"] in PAPER:
                 _reference_rows(table, table["id"])
     missing = {method: [seed for seed, run in seeds.items() if run is None] for method, seeds in runs.items()}
+    budgets = budget_notes(runs)
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
             "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION, "examples": EXAMPLES_DEFINITION, "verdict": verdicts,
-            "conventions": conventions,
+            "conventions": conventions, **({"budgets": budgets} if budgets else {}),
             "definitions": definitions,
             "tables": tables, "figures": []}

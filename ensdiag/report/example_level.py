@@ -66,3 +66,11 @@ def example_text(example: dict, number) -> str:
     size = (" + ".join(f"{count:,} {split}" for split, count in strata.items()) if isinstance(strata, dict)
             else f"{example['n']:,}" if isinstance(example.get("n"), int) else "?")
     return f" [{number(example['low'])}, {number(example['high'])}] (n = {size})"
+
+
+def budget_notes(runs: dict) -> dict:
+    """{"<method> seed <seed>": lines} of the runs measured under a budget or precision target:
+    what each step read and how precisely, and what was skipped and why (planning.py)."""
+    from .terminal import budget_lines
+    return {f"{method} seed {seed}": lines for method, seeds in runs.items() for seed, run in seeds.items()
+            if run is not None and (lines := budget_lines(run["metrics"]))}

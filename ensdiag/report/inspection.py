@@ -6,7 +6,8 @@
     drawn = diversity_figures(diagnosis.metrics, Path("heatmaps.png"), "model.safetensors")
 """
 
-from .terminal import cell, geometry_tables, heatmap_table, interval_lines, metrics_table, ood_table, skipped_lines
+from .terminal import (budget_lines, cell, geometry_tables, heatmap_table, interval_lines, metrics_table, ood_table,
+                       skipped_lines)
 
 DISAGREEMENT = ("disagreement: the fraction of examples on which two members predict different classes "
                 "(0: always the same class); normalised: divided by the ensemble's error rate")
@@ -20,7 +21,7 @@ def metrics_view(metrics: dict, title: str) -> tuple[list, list[str]]:
     table = ood_table(metrics)
     if table is not None:
         tables.append(table)
-    notes = skipped_lines(metrics) + interval_lines(metrics)
+    notes = skipped_lines(metrics) + interval_lines(metrics) + budget_lines(metrics)
     notes += [f"{split}: {title}" for split, title in metrics.get("split_titles", {}).items() if title != split]
     notes += [f"{split}: not evaluated — {reason}" for split, reason in metrics.get("skipped_splits", {}).items()]
     return tables, notes
@@ -63,7 +64,7 @@ def diversity_view(metrics: dict, name: str) -> tuple[list, list[str]]:
     geometry = model_results(metrics)
     if geometry:
         items += geometry_tables(geometry)
-    notes += interval_lines(metrics)
+    notes += interval_lines(metrics) + budget_lines(metrics)
     notes += [f"{split}: not evaluated — {reason}" for split, reason in metrics.get("skipped_splits", {}).items()]
     return items, notes
 

@@ -95,6 +95,8 @@ def to_markdown(report) -> str:
         lines += ["", "## Figures", ""]
         for figure in report["figures"]:
             lines += [f"### {figure['title']}", "", f"![{figure['title']}]({figure['png']})", ""]
+    for run, notes in report.get("budgets", {}).items():  # what a budget chose, and what it skipped
+        lines += ["", f"## Budget of {run}", "", *[f"- {note}" for note in notes]]
     lines += ["", "Definitions: " + "; ".join(f"{k}: {v}" for k, v in report["definitions"].items()) + "."]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -156,6 +158,8 @@ def to_html(report, run_dir=None) -> str:
             label = f"<i>{html.escape(row['label'])}</i>" if row.get("reference") else html.escape(row["label"])
             body.append("<tr><td>" + label + "</td>" + "".join(f"<td>{t}</td>" for t in texts) + "</tr>")
         body.append("</tbody></table></div>")
+    for run, notes in report.get("budgets", {}).items():
+        body.append(f"<h2>Budget of {html.escape(run)}</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     if report["figures"]:
         body.append("<h2>Figures</h2>")
         for figure in report["figures"]:

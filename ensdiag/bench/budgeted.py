@@ -1,0 +1,106 @@
+"""`ensdiag bench --diagnose --budget 5m`: one whole diagnosis within a time budget, beside the
+estimate of the same diagnosis on every example.
+
+    ensdiag bench --diagnose --budget 5m --arch resnet18 --device cpu --method deep-ensemble
+
+The model (untrained, `torch.manual_seed(0)`) is diagnosed as `ensdiag.diagnose` does it, on
+synthetic images of the protocol's shapes (10,000 per split: id, shift, ood, val; 2,000
+training images for BatchNorm and the training-loss sample), with a `planning.Plan`: every step
+reads the examples its measured cost affords. The record keeps what the plan measured (each
+split's and geometry step's examples, points and pairs, and the interval half-width reached),
+every headline number with its example-level interval, the steps skipped and why, the wall
+time, and `full_estimate_seconds`: the same diagnosis on every example, from the costs this
+run measured. The machine's load average before and after is recorded: timings on a shared
+machine are only as quiet as it was.
+"""
+
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..config import preset_config
+from ..data.batching import Normalize
+from ..data.registry import Split
+from ..nn import build_model, flush_denormals
+from ..nn.members import fastest
+from ..nn.methods import members_for
+from .diagnose import PROTOCOL_IMAGES
+from .harness import PROTOCOLS, synthetic_split
+
+
+@dataclass
+class BudgetSettings:
+    arch: str = "resnet18"
+    methods: tuple[str, ...] = ("deep-ensemble",)
+    device: str = "cpu"
+    members: int = 4
+    test_size: int = PROTOCOL_IMAGES  # images in each of the id, shift, ood and val splits
+    train_size: int = 2_000
+    budget: str = "5m"
+    precision: float | None = None
+
+    def to_dict(self):
+        return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
+
+
+def headline(metrics: dict) -> dict:
+    """{flat name: {"value", "low", "high", "n", "method"}} of every headline number that was measured."""
+    import math
+
+    from ..export import _lookup, _read, headline_entries
+    found = {}
+    for entry in headline_entries():
+        value, _ = _read(metrics, entry)
+        if not math.isfinite(value):
+            continue
+        result = metrics["analyzers"][entry["analyzer"]]
+        interval, _ = _lookup(result, (*entry["path"][:-1], "interval"))
+        row = {"value": value}
+        if isinstance(interval, dict):
+            row.update({key: interval.get(key) for key in ("low", "high", "n", "method") if key in interval})
+        found[entry["name"]] = row
+    return found
+
+
+def skipped(metrics: dict) -> dict:
+    """{analyzer: reason} of the analyzers that did not run."""
+    return {name: result.get("reason") for name, result in metrics["analyzers"].items()
+            if isinstance(result, dict) and result.get("status") in ("skipped", "failed")}
+
+
+def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
+    from ..core import inspect
+    from ..planning import Plan
+    flush_denormals()
+    preset, _ = PROTOCOLS[settings.arch]
+    config = preset_config(preset, members=settings.members, methods=list(settings.methods))
+    shape, classes = config.input_shape, config.num_classes
+    splits = {name: Split(*synthetic_split(settings.test_size, shape, classes, seed=1 + i), f"synthetic {name}")
+              for i, name in enumerate(("id", "shift", "ood", "val"))}
+    splits["ood"] = Split(splits["ood"].images, None, "synthetic ood")
+    train = Split(*synthetic_split(settings.train_size, shape, classes, seed=7), "synthetic training images")
+    methods = {}
+    for run in settings.methods:
+        torch.manual_seed(0)
+        model = build_model(config.arch, run, members_for(run, settings.members), classes, shape,
+                            **config.model_options(run)[1]).to(device).eval()
+        model.member_strategy = fastest(device.type, config.arch)
+        load = os.getloadavg()
+        began = time.perf_counter()
+        diagnosis = inspect(model, splits, preprocess=Normalize(config.mean, config.std, device), device=device, seed=0,
+                            train=train, geometry_examples=None, plan=Plan.of(settings.budget, settings.precision))
+        wall = time.perf_counter() - began
+        metrics = diagnosis.metrics
+        methods[run] = {"members": model.num_members, "wall_seconds": round(wall, 1),
+                        "load_average": {"before": [round(x, 2) for x in load],
+                                         "after": [round(x, 2) for x in os.getloadavg()]},
+                        "budget": metrics["budget"], "headline": headline(metrics), "skipped": skipped(metrics)}
+        if log is not None:
+            log(f"{run}: {wall:.0f} s within a budget of {settings.budget}")
+    return {"kind": "diagnose-budget", "settings": {**settings.to_dict(), "threads": torch.get_num_threads()},
+            "methods": methods}
+
+
+__all__ = ["BudgetSettings", "headline", "run_budget_bench"]
