@@ -62,8 +62,9 @@ def seed_of(split: str, n: int) -> int:
 
 
 def resamples_for(n: int, wanted: int = RESAMPLES) -> int:
-    """Resamples drawn for n examples: `wanted`, fewer only where R × n would pass `MAX_DRAWN`."""
-    return max(MIN_RESAMPLES, min(wanted, MAX_DRAWN // max(n, 1)))
+    """Resamples drawn for n examples: `wanted`, fewer only where R × n would pass `MAX_DRAWN`
+    (and never fewer than `MIN_RESAMPLES` for that reason)."""
+    return min(wanted, max(MIN_RESAMPLES, MAX_DRAWN // max(n, 1)))
 
 
 def block_size(n: int) -> int:
@@ -136,12 +137,14 @@ def basic(estimate: float, values: torch.Tensor, level: float = LEVEL, shrink: f
     return corrected - high, corrected - low
 
 
-RAY = torch.linspace(0, 4, 41, dtype=torch.float64)  # λ from 0 (no signal) to 4× the estimate, then refined to 0.01
+RAY = torch.cat([torch.linspace(0, 4, 41), torch.linspace(0.8, 1.2, 41)]).unique().double()  # λ, finer near 1
+EDGE_STEPS = 24  # bisections that place each end of the kept range of λ (to 2⁻²⁴ of a grid step)
 
 
 def ray(estimate: Folded, resampled: Folded, level: float = LEVEL, shrink: float = 1.0):
     """The interval of φ inverted along λ·μ̂ (module docstring); `shrink` scales the deviations.
-    λ runs over a grid of step 0.1, then of step 0.01 next to the kept range's ends."""
+    λ is kept on a grid (step 0.1, 0.01 between 0.8 and 1.2), then each end of the kept range is
+    placed by bisection against its rejected neighbour."""
     value = estimate.value()
     deviations = shrink * torch.nan_to_num(resampled.means - estimate.means[None])  # a bin a resample left empty: 0
     if value <= 0:  # the estimate sits where φ is 0: no ray to invert along; the resamples' spread above it
@@ -154,17 +157,25 @@ def ray(estimate: Folded, resampled: Folded, level: float = LEVEL, shrink: float
             shifted = chunk[:, None, None] * estimate.means[None, None] + deviations[None]  # [L, R, P]
             spread = resampled.combine(shifted, resampled.mass)  # [L, R]
             low, high = torch.quantile(spread, torch.tensor([tail, 1 - tail], dtype=spread.dtype), dim=1)
-            found.append(chunk[(low <= value) & (value <= high)])
+            found.append((low <= value) & (value <= high))
         return torch.cat(found)
 
-    coarse = kept(RAY)
-    if len(coarse) == 0:  # the observed value is never typical on the ray (tiny n): the plain percentiles
+    accepted = kept(RAY)
+    if not accepted.any():  # the observed value is never typical on the ray (tiny n): the plain percentiles
         return _quantiles(resampled.combine(resampled.means[None], resampled.mass)[0], level)
-    step = float(RAY[1] - RAY[0])
-    fine = lambda edge: torch.linspace(max(edge - step, 0.0), edge + step, 21, dtype=torch.float64)  # noqa: E731
-    low, high = kept(fine(float(coarse.min()))), kept(fine(float(coarse.max())))
-    low = float(low.min()) if len(low) else float(coarse.min())
-    high = float(high.max()) if len(high) else float(coarse.max())
+    where = torch.nonzero(accepted).flatten()
+
+    def edge(inside: float, outside: float | None) -> float:
+        if outside is None:
+            return inside
+        for _ in range(EDGE_STEPS):
+            middle = (inside + outside) / 2
+            inside, outside = (middle, outside) if kept(torch.tensor([middle], dtype=torch.float64))[0] else (inside, middle)
+        return inside
+
+    first, last = int(where[0]), int(where[-1])
+    low = edge(float(RAY[first]), float(RAY[first - 1]) if first > 0 else None)
+    high = edge(float(RAY[last]), float(RAY[last + 1]) if last + 1 < len(RAY) else None)
     return low * value, high * value
 
 

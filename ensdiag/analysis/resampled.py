@@ -146,21 +146,29 @@ def calibration(predictions, weights, result, wanted):
     for name, split in predictions.items():
         if name not in result.get("splits", {}) or split["labels"] is None or len(split["labels"]) == 0:
             continue
+        if not any(path[:2] == ("splits", name) for path in wanted):
+            continue
         logits, labels = split["logits"], split["labels"]
         log_p = M.mean_log_probs(logits)
         confidence, predicted = log_p.exp().max(1)
         correct = (predicted == labels).double().masked_fill(log_p.isnan().any(-1), math.nan)
-        parts[name] = {("accuracy",): _mean(correct), ("nll",): _mean(-log_p.gather(1, labels[:, None]).squeeze(1)),
-                       ("ece",): _binned(_equal_width(confidence), confidence - correct, ECE_BINS),
-                       ("overconfidence",): _mean(confidence - correct),
-                       ("ece_adaptive",): _equal_mass(confidence, correct),
-                       ("ece_adaptive_tu",): _equal_mass(confidence, correct, extra_first=True),
-                       ("ece_classwise",): _classwise(log_p.exp(), labels)}
-    return _per_split(parts, wanted)
+        parts[name] = {("accuracy",): lambda r=correct: _mean(r),  # built only where wanted (one-hots cost memory)
+                       ("nll",): lambda log_p=log_p, labels=labels: _mean(-log_p.gather(1, labels[:, None]).squeeze(1)),
+                       ("ece",): lambda c=confidence, r=correct: _binned(_equal_width(c), c - r, ECE_BINS),
+                       ("overconfidence",): lambda c=confidence, r=correct: _mean(c - r),
+                       ("ece_adaptive",): lambda c=confidence, r=correct: _equal_mass(c, r),
+                       ("ece_adaptive_tu",): lambda c=confidence, r=correct: _equal_mass(c, r, extra_first=True),
+                       ("ece_classwise",): lambda log_p=log_p, labels=labels: _classwise(log_p.exp(), labels)}
+    return _per_split(parts, wanted, lazy=True)
 
 
-def _per_split(parts, wanted):
-    """{split: {key: f(counts)}} -> f({split: counts}) -> {("splits", split, *key, "value"): values}, the wanted ones."""
+def _per_split(parts, wanted, lazy=False):
+    """{split: {key: f(counts)}} -> f({split: counts}) -> {("splits", split, *key, "value"): values}, the
+    wanted ones; `lazy`: the values are factories of such functions, each called once, when wanted."""
+    if lazy:
+        parts = {split: {key: make() for key, make in functions.items() if ("splits", split, *key, "value") in wanted}
+                 for split, functions in parts.items()}
+
     def resample(counts):
         return {path: fn(counts[split]) for split, functions in parts.items() if split in counts
                 for key, fn in functions.items() if (path := ("splits", split, *key, "value")) in wanted}

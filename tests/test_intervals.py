@@ -1,0 +1,221 @@
+"""Example-level intervals: the shared draws, the constructions, the vectorised built-ins against
+re-running each analyzer, a plug-in's intervals from the generic path, and how they are shown."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from ensdiag import bootstrap as B
+from ensdiag.analysis import ANALYZERS, Column, all_analyzers, analyze_predictions, metric, register_analyzer
+from ensdiag.analysis.registry import without_ood_labels
+from ensdiag.intervals import _generic, _vectorised, add_intervals, targets
+
+
+def _predictions(seed=0, k=4, classes=5, n=(70, 60, 50, 40)):
+    g = torch.Generator().manual_seed(seed)
+    split = lambda size, labelled=True: {"logits": 2 * torch.randn(k, size, classes, generator=g),  # noqa: E731
+                                         "labels": torch.randint(0, classes, (size,), generator=g) if labelled else None}
+    return {"id": split(n[0]), "shift": split(n[1]), "ood": split(n[2], False), "val": split(n[3])}
+
+
+def test_draws_depend_on_the_split_family_and_size_only_and_blocks_agree():
+    whole = B.draws("id", 50, 30)
+    assert torch.equal(torch.cat([rows for _, rows in B.blocks("id", 50, 30)]), whole)
+    assert torch.equal(B.draws("id", 50, 30, start=10, stop=20), whole[10:20])
+    assert torch.equal(B.draws("shift/blur", 40, 5), B.draws("shift/fog", 40, 5))  # a corruption resamples like its set
+    assert not torch.equal(B.draws("id", 50, 5), B.draws("ood", 50, 5))  # ID and OOD are drawn apart (stratified)
+    counts = B.counts_of(whole[:3], 50)
+    assert counts.sum(1).tolist() == [50.0] * 3 and counts[0, whole[0, 0]] >= 1
+
+
+@pytest.mark.parametrize("name", sorted(name for name, analyzer in all_analyzers().items()
+                                        if analyzer.needs == "predictions" and analyzer.resampler))
+def test_every_built_in_resampler_is_its_analyzer_re_run_on_the_same_resamples(name):
+    """The vectorised path gives what re-running the analyzer on resampled predictions gives,
+    for every example-level column, and leaves none of them to the generic path."""
+    analyzer = all_analyzers()[name]
+    predictions = without_ood_labels(_predictions())
+    result = {"status": "ok", **analyzer(predictions)}
+    wanted = targets(analyzer, result, predictions)
+    assert wanted, f"{name} declares no example-level column"
+    fast = _vectorised(analyzer, result, predictions, None, wanted, 25)
+    assert set(fast) == {path for path, _ in wanted}
+    slow, note = _generic(analyzer, predictions, None, wanted, 25, math.inf)
+    assert note is None
+    for path, _ in wanted:
+        estimate, values = fast[path]
+        if isinstance(values, B.Folded):  # the folded statistic itself, and its estimate the analyzer's value
+            assert estimate.value() == pytest.approx(_value(result, path), abs=1e-12)
+            values = values.combine(values.means[None], values.mass)[0]
+        torch.testing.assert_close(values, slow[path][1], rtol=1e-9, atol=1e-12, msg=f"{name} {path}")
+
+
+def _value(result, path):
+    for key in path:
+        result = result[key]
+    return result
+
+
+def test_a_plugin_analyzer_gets_percentile_intervals_without_a_line_of_its_own():
+    """A column of a per-split table is an example-level statistic by default: the analyzer is re-run
+    on the shared draws, and the interval is the percentiles of its values."""
+    @register_analyzer("toy-confidence", description="mean top softmax probability of member 0",
+                       columns=[Column("confidence", ("splits", "{split}", "confidence", "value"), None, "mean top p",
+                                       ("id",))])
+    def toy(predictions, weights=None):
+        return {"splits": {name: {"confidence": metric(split["logits"][0].softmax(-1).amax(-1).mean().item(), "mean top p")}
+                           for name, split in predictions.items()}}
+
+    try:
+        predictions = _predictions()
+        metrics = analyze_predictions(predictions, only=["toy-confidence"])
+        add_intervals(metrics, predictions, resamples=B.MIN_RESAMPLES)
+        entry = metrics["analyzers"]["toy-confidence"]["splits"]["id"]["confidence"]["interval"]
+        assert "interval" not in metrics["analyzers"]["toy-confidence"]["splits"]["shift"]["confidence"]  # not declared
+        top = predictions["id"]["logits"][0].softmax(-1).amax(-1).double()
+        rows = B.draws("id", len(top), B.MIN_RESAMPLES)
+        low, high = torch.quantile(top[rows].mean(1), torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+        assert entry["low"] == pytest.approx(low) and entry["high"] == pytest.approx(high)
+        assert entry["n"] == 70 and entry["level"] == 0.95 and entry["method"].startswith("percentile bootstrap")
+    finally:
+        del ANALYZERS["toy-confidence"]
+
+
+def test_a_plugin_too_slow_to_re_run_says_why_it_has_no_interval():
+    import time
+
+    @register_analyzer("toy-slow", columns=[Column("slow", ("splits", "{split}", "slow", "value"), None, "x", ("id",))])
+    def slow(predictions, weights=None):
+        time.sleep(0.05)
+        return {"splits": {"id": {"slow": metric(1.0, "one")}}}
+
+    try:
+        predictions = _predictions()
+        metrics = analyze_predictions(predictions, only=["toy-slow"])
+        notes = add_intervals(metrics, predictions, allowance=1.0)
+        entry = metrics["analyzers"]["toy-slow"]["splits"]["id"]["slow"]["interval"]
+        assert entry["low"] is None and "re-run" in entry["note"] and "toy-slow" in notes
+        assert metrics["intervals"]["skipped"]["toy-slow"] == entry["note"]
+    finally:
+        del ANALYZERS["toy-slow"]
+
+
+def test_columns_say_which_examples_they_are_statistics_of():
+    analyzers = all_analyzers()
+    by_label = {column.label: column for analyzer in analyzers.values() for column in analyzer.columns}
+    ece = next(column for column in analyzers["calibration"].columns if column.label == "ECE")
+    assert ece.example_splits("shift") == ("shift",)
+    assert by_label["AUROC"].example_splits() == ("id", "ood")
+    assert by_label["disagreement (ood)"].example_splits() == ("ood",)
+    assert by_label["weight cosine"].example_splits() == ()
+    assert by_label["T pooled"].example_splits() == ()
+    with pytest.raises(ValueError, match="examples must be"):
+        register_analyzer("toy-bad", columns=[Column("x", ("x", "value"), None, "x", ("id",), examples="id")])(lambda p, w: {})
+
+
+def test_percentile_basic_and_the_finite_population_factor():
+    values = torch.linspace(0, 1, 1001, dtype=torch.float64)
+    assert B.percentile(0.5, values) == pytest.approx((0.025, 0.975))
+    skewed = values**2  # resamples sitting above the estimate on average: the basic interval takes that bias off
+    low, high = B.basic(0.2, skewed)
+    centre = float(skewed.mean())
+    assert (low, high) == pytest.approx((0.2 - (centre - 0.2) - (0.950625 - centre), 0.2 - (centre - 0.2) - (0.000625 - centre)))
+    entry = B.interval(0.5, values, 400, of=1000)
+    factor = math.sqrt(600 / 999)
+    assert entry["full_split"]["low"] == pytest.approx(0.5 - factor * 0.475)
+    assert entry["full_split"]["of"] == 1000 and entry["n"] == 400
+    assert "full_split" not in B.interval(0.5, values, 1000, of=1000)
+    assert B.interval(float("nan"), values, 10)["low"] is None
+    assert B.interval(0.5, torch.full((100,), float("nan")), 10)["note"].startswith("only 0 of 100")
+
+
+def test_the_ray_interval_of_a_folded_statistic():
+    """Σ|μ| of well-separated means behaves like a mean (the ray interval is close to the percentile
+    one); of means at 0 the interval reaches down to 0 where the percentiles never would."""
+    g = torch.Generator().manual_seed(0)
+    combine = lambda means, mass: (mass * means.abs()).sum(-1)  # noqa: E731
+    ones = torch.ones(3, dtype=torch.float64)
+    far = B.Folded(torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64), ones, combine)
+    draws = far.means + 0.05 * torch.randn(2000, 3, generator=g, dtype=torch.float64)
+    low, high = B.ray(far, B.Folded(draws, ones.expand(2000, 3), combine))
+    plain = B.percentile(6.0, combine(draws[None], ones.expand(2000, 3))[0])
+    assert low == pytest.approx(plain[0], abs=0.02) and high == pytest.approx(plain[1], abs=0.02)
+    noise = 0.05 * torch.randn(3, generator=g, dtype=torch.float64)
+    near = B.Folded(noise, ones, combine)
+    draws = noise + 0.05 * torch.randn(2000, 3, generator=g, dtype=torch.float64)
+    low, high = B.ray(near, B.Folded(draws, ones.expand(2000, 3), combine))
+    assert low == 0.0 and B.percentile(near.value(), combine(draws[None], ones.expand(2000, 3))[0])[0] > 0
+
+
+def test_weighted_hsic_is_the_cka_of_the_resampled_features():
+    from ensdiag.geometry.cka import Moments
+    from ensdiag.geometry.resampled import resampled_cka
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(40, 6, generator=g)
+    features = {"a": [x, x @ torch.randn(6, 5, generator=g) + 0.5 * torch.randn(40, 5, generator=g), torch.randn(40, 3, generator=g)],
+                "b": [torch.randn(40, 4, generator=g) + 3, torch.randn(40, 4, generator=g), x[:, :2]]}
+    rows = B.draws("id", 40, 3)
+    found = resampled_cka(features, B.counts_of(rows, 40))
+    for r, index in enumerate(rows):
+        per_layer = []
+        for members in features.values():
+            moments = Moments()
+            moments.add([member[index] for member in members])
+            linear = moments.cka()[0]
+            per_layer.append((linear.sum() - linear.diagonal().sum()).item() / 6)
+        assert found[r].item() == pytest.approx(sum(per_layer) / 2, abs=1e-9)
+
+
+def test_a_barrier_interval_is_read_from_the_paths_per_example_curves():
+    from ensdiag.geometry.paths import barrier, excess
+    from ensdiag.geometry.resampled import barrier_interval
+    g = torch.Generator().manual_seed(2)
+    ts = torch.linspace(0, 1, 5).tolist()
+    losses = 1 + 0.3 * torch.randn(5, 300, generator=g, dtype=torch.float64).abs()
+    losses[2] += 0.4  # a bump in the middle
+    entry = barrier_interval([(ts, excess(ts, losses))], "id")
+    value = barrier(ts, losses.mean(1).tolist())
+    assert entry["low"] < value < entry["high"] and entry["n"] == 300 and "ray" in entry["method"]
+
+
+def test_metrics_carry_intervals_and_every_output_shows_them(tmp_path):
+    from ensdiag.core import inspect_predictions
+    from ensdiag.report.inspection import metrics_view
+    from ensdiag.report.terminal import INTERVALS, cell
+    diagnosis = inspect_predictions(_predictions(n=(300, 200, 200, 100)))
+    metrics = json.loads(diagnosis.to_json())  # JSON-safe
+    assert metrics["schema"] == "ensdiag.metrics/2" and metrics["intervals"]["level"] == 0.95
+    ece = metrics["analyzers"]["calibration"]["splits"]["id"]["ece"]
+    assert set(ece["interval"]) >= {"low", "high", "level", "n", "method"} and ece["interval"]["n"] == 300
+    auroc = metrics["analyzers"]["ood"]["scores"]["msp"]["auroc"]["interval"]
+    assert auroc["strata"] == {"id": 300, "ood": 200} and auroc["n"] == 500 and "stratified" in auroc["method"]
+    text = cell(ece, interval="n")
+    assert text == f"{ece['value']:.3f} [{ece['interval']['low']:.3f}, {ece['interval']['high']:.3f}] (n = 300)"
+    assert cell(metrics["analyzers"]["ood"]["scores"]["msp"]["auroc"], interval="n").endswith("(n = 300 id + 200 ood)")
+    tables, notes = metrics_view(metrics, "toy")
+    assert INTERVALS in notes
+    markdown = diagnosis.to_markdown()  # one run: the report's cells carry the run's own interval
+    nll = metrics["analyzers"]["calibration"]["splits"]["id"]["nll"]
+    assert f"{nll['value']:.3f} [{nll['interval']['low']:.3f}, {nll['interval']['high']:.3f}] (n = 300)" in markdown
+
+
+def test_a_report_over_seeds_shows_both_uncertainties_as_what_they_are(tmp_path):
+    from ensdiag.core import inspect_predictions
+    from ensdiag.report import make_report
+    from ensdiag.report.render import cell_text
+    for seed in (0, 1):
+        inspect_predictions(_predictions(seed=seed, n=(200, 100, 100, 100))).save(tmp_path, "ensemble", seed)
+    report = make_report(tmp_path, write=False)
+    table = next(table for table in report["tables"] if table["id"] == "id")
+    index = [column["name"] for column in table["columns"]].index("NLL")
+    cell = table["rows"][0]["cells"][index]
+    halves = []
+    for seed in (0, 1):
+        metrics = json.loads((tmp_path / "ensemble" / f"seed-{seed}" / "metrics.json").read_text())
+        entry = metrics["analyzers"]["calibration"]["splits"]["id"]["nll"]["interval"]
+        halves.append((entry["high"] - entry["low"]) / 2)
+    assert cell["example"] == {"half_width": pytest.approx(sum(halves) / 2), "n": 200, "seeds": 2}
+    assert cell_text(cell, "id", index).endswith(f"(test set ± {sum(halves) / 2:.3f})")
+    assert "test set:" in report["examples"]
