@@ -140,7 +140,48 @@ def denormals(record: dict) -> list[str]:
             f"{1 / record['training speed-up from flushing']:.2f}× |"]
 
 
-RENDERERS = {"denormals": denormals, "methods": methods, "strategies": strategies, "tracking": tracking, "diagnose": diagnose, "report": report,
+def _step_row(step: dict) -> str:
+    """One step of a budgeted diagnosis: what it read, its seconds, the precision it reached."""
+    name, n = step["step"], step.get("n")
+    if isinstance(n, dict):  # CKA: examples per split
+        read = ", ".join(f"{split} {count:,}" for split, count in n.items())
+        widths = step.get("half_width") or {}
+        reached = ", ".join(f"{split} ±{width:.2g}" for split, width in widths.items() if width is not None)
+    elif name == "paths":
+        read = f"{step['pairs']} pair{'s' * (step['pairs'] != 1)} × {'/'.join(map(str, step['points']))} points × {n:,} test images"
+        reached = f"test-loss barrier ±{step['half_width']:.2g}" if step.get("half_width") is not None else ""
+    elif n is not None:
+        read = f"{n:,} of {step['of']:,} ({step['stopped']})" if step.get("of") else f"{n:,}"
+        reached = f"±{step['half_width']:.2g} ({step['column']})" if step.get("half_width") is not None else ""
+    else:
+        read, reached = "weights only" if name in ("alignment", "rank-structure") else "", ""
+    return f"| {name} | {read} | {seconds(step['seconds'])} | {reached} |"
+
+
+def budgeted(record: dict) -> list[str]:
+    settings, lines = record["settings"], []
+    for run, row in record["methods"].items():
+        found = row["budget"]
+        load = row["load_average"]
+        lines += [f"{settings['arch']}, {LABELS.get(run, run).format(k=row['members'])}, {settings['test_size']:,} synthetic "
+                  f"images in each of the id, shift, OOD and validation splits, {settings['train_size']:,} training images, "
+                  f"a budget of {settings['budget']}: the diagnosis took **{row['wall_seconds'] / 60:.1f} min**; the same "
+                  f"diagnosis on every example would take **≈ {found['full_estimate_seconds'] / 60:.0f} min** (from the "
+                  f"costs this run measured). Load average over 1, 5 and 15 minutes: {', '.join(map(str, load['before']))} "
+                  f"before, {', '.join(map(str, load['after']))} after.", "",
+                  "| step | read | s | widest 95 % interval reached |", "|---|---|---|---|"]
+        lines += [_step_row(step) for step in found["steps"]]
+        if found["skipped"]:
+            lines += ["", "Skipped: " + "; ".join(f"{name} ({reason})" for name, reason in found["skipped"].items()) + "."]
+        lines += ["", "| headline number | value [95 % interval over the examples] (n) |", "|---|---|"]
+        for name, number in row["headline"].items():
+            interval = (f" [{number['low']:.3g}, {number['high']:.3g}] (n = {number['n']:,})"
+                        if number.get("low") is not None and number.get("n") else "")
+            lines.append(f"| {name} | {number['value']:.3g}{interval} |")
+    return lines
+
+
+RENDERERS = {"budgeted": budgeted, "denormals": denormals, "methods": methods, "strategies": strategies, "tracking": tracking, "diagnose": diagnose, "report": report,
              "peer": peer}
 
 

@@ -74,7 +74,7 @@ def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int =
                                path_points=path_points)
             analyzers = all_analyzers()
             if plan is not None:
-                from .planning import run_geometry
+                from .planned_geometry import run_geometry
                 metrics["analyzers"].update(run_geometry(plan, probe, _names(only, "model"), lambda name: analyze_model(
                     probe, only=[name], without_data=no_data), status))
             else:
@@ -82,7 +82,7 @@ def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int =
                     with status(f"member geometry: {analyzers[name].description} …"):  # paths on a ResNet take minutes
                         metrics["analyzers"].update(analyze_model(probe, only=[name], without_data=no_data))
     if plan is not None:
-        from .planning import estimate_full
+        from .planned_geometry import estimate_full
         estimate_full(plan, {**metrics, "ensemble": describe(ensemble)}, geometry_examples, path_points)
         metrics["budget"] = plan.to_json()
     titles = dict(titles) if titles is not None else {name: name for name in predictions}

@@ -37,7 +37,8 @@ def targets(analyzer, result: dict, predictions: dict) -> list[tuple[tuple, tupl
     found = {}
     for column in analyzer.columns:
         paths = [path for path in (column.path, column.peer) if path is not None]
-        splits = [split for split in column.tables if split in SPLIT_TABLES] if "{split}" in "".join(column.path) else [None]
+        splits = ([split for split in SPLIT_TABLES if split in column.tables] or list(SPLIT_TABLES)
+                  if "{split}" in "".join(column.path) else [None])  # as export.headline_entries names them
         for split in splits:
             reads = column.example_splits(split)
             if not reads or any(name not in predictions or predictions[name]["logits"].shape[1] == 0 for name in reads):

@@ -125,3 +125,28 @@ def test_bench_diagnose_times_every_step_in_evaluation_passes(tmp_path, capsys):
     report = result["report"]
     assert report["runs"] == 2 * 3 and report["unit_method"] == "deep-ensemble"
     assert {"report verdict bootstrap", "report figures", "report (whole command)"} <= set(report["steps"])
+
+
+def test_bench_diagnose_with_a_budget_records_what_fit_and_the_full_estimate(tmp_path, capsys):
+    """One budgeted diagnosis: each step's examples and precision, every headline number with its
+    interval, the skipped steps, and the estimate on every example; the docs render the record."""
+    import importlib.util
+    from pathlib import Path
+    code, out, err = run_cli(capsys, "bench", "--diagnose", "--budget", "30s", "--arch", "mlp", "--test-size", 600,
+                             "--train-size", 100, "--results-dir", tmp_path)
+    assert code == 0, err
+    written = list(tmp_path.glob("diagnose-budget-mlp-cpu-*.json"))
+    assert len(written) == 1 and "headline numbers" in out
+    result = json.loads(written[0].read_text())
+    row = result["methods"]["deep-ensemble"]
+    assert result["kind"] == "diagnose-budget" and result["settings"]["budget"] == "30s"
+    assert row["budget"]["seconds"] == 30 and row["budget"]["full_estimate_seconds"] > 0
+    assert {step["step"] for step in row["budget"]["steps"]} >= {"predict id", "predict shift", "predict ood", "predict val"}
+    ece = row["headline"]["calibration/id/ece"]
+    assert ece["low"] <= ece["high"] and ece["n"] == next(s["n"] for s in row["budget"]["steps"] if s["step"] == "predict id")
+    assert set(row["load_average"]) == {"before", "after"}
+    spec = importlib.util.spec_from_file_location("docs_tables", Path(__file__).parents[1] / "benchmarks" / "docs_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    lines = tables.budgeted(result)
+    assert any(line.startswith("| predict id | ") for line in lines) and "| calibration/id/ece | " in "\n".join(lines)

@@ -147,6 +147,9 @@ def test_the_ray_interval_of_a_folded_statistic():
     draws = noise + 0.05 * torch.randn(2000, 3, generator=g, dtype=torch.float64)
     low, high = B.ray(near, B.Folded(draws, ones.expand(2000, 3), combine))
     assert low == 0.0 and B.percentile(near.value(), combine(draws[None], ones.expand(2000, 3))[0])[0] > 0
+    lucky = B.Folded(noise / 20, ones, combine)  # smaller than pure noise typically gives: [0, where the resamples reach]
+    low, high = B.ray(lucky, B.Folded(noise / 20 + draws - noise, ones.expand(2000, 3), combine))
+    assert low == 0.0 and lucky.value() < high
 
 
 def test_weighted_hsic_is_the_cka_of_the_resampled_features():

@@ -51,18 +51,19 @@ def _data(n, seed=0):
 
 def test_a_budget_reads_a_seeded_random_subsample_and_says_so():
     x, y = _data(4000)
-    diagnosis = ensdiag.diagnose(Ensemble(delay=5e-4), test=(x, y), ood=_data(2000, seed=1)[0], budget="1.5s",
+    diagnosis = ensdiag.diagnose(Ensemble(delay=5e-4), test=(x, y), ood=_data(4000, seed=1)[0], budget="2s",
                                  progress=False)
     record = diagnosis.metrics["budget"]
-    step = next(step for step in record["steps"] if step["step"] == "predict id")
+    step, ood = (next(step for step in record["steps"] if step["step"] == f"predict {name}") for name in ("id", "ood"))
     n = step["n"]
     assert 0 < n < 4000 and step["of"] == 4000 and step["stopped"] == "budget"
+    assert ood["n"] < 4000 and 0.5 < ood["n"] / n < 2  # the splits share the budget alike
     assert diagnosis.metrics["splits"]["id"]["n"] == n
     assert torch.equal(diagnosis.predictions["id"]["labels"], y[random_order("id", 4000)[:n]])  # seeded, not the first n
     nll = diagnosis.metrics["analyzers"]["calibration"]["splits"]["id"]["nll"]["interval"]
     assert nll["n"] == n and nll["full_split"]["of"] == 4000
     assert nll["low"] <= nll["full_split"]["low"] <= nll["full_split"]["high"] <= nll["high"]
-    assert record["seconds"] == 1.5 and record["costs"]["predict per example"] > 0 and record["full_estimate_seconds"] > 0
+    assert record["seconds"] == 2 and record["costs"]["predict per example"] > 0 and record["full_estimate_seconds"] > 0
 
 
 def test_a_precision_target_stops_a_split_once_its_headline_intervals_are_narrow():

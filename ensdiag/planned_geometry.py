@@ -1,0 +1,258 @@
+"""A budget's member geometry: CKA and paths sized from their measured costs (planning.py).
+
+Weights-only steps (rank, alignment) run first and are timed; CKA and the paths then share what
+is left at the same number of examples, from a CKA pilot on `PILOT` examples (its forward
+passes, and its interval, whose cost grows as the square of the examples it keeps) and one
+member's timed forward and one timed path point; paths fall back to fewer pairs, then to an
+adaptive grid, before reading fewer than `PATH_EXAMPLES_FLOOR` test examples, and are refitted
+to the time actually left after CKA. `estimate_full` states, from the same measured costs, how
+long the diagnosis without a budget would take.
+"""
+
+import math
+import time
+
+import torch
+
+from . import bootstrap as B
+from .planning import GEOMETRY_FLOOR, PATH_EXAMPLES_FLOOR, Plan
+
+
+PILOT = 64  # examples CKA's pilot reads per split, and images one member's timed forward reads
+PATH_CHOICES = ((3, 11), (2, 11), (1, 11), (1, "adaptive"))  # (pairs, points), most first
+ADAPTIVE_POINTS = 11  # an adaptive path is planned at its worst (6 points on a flat curve, 11 where it bends)
+
+
+def geometry_order(names: list, analyzers: dict) -> list:
+    """Weights-only steps first (their cost does not depend on examples), then alignment (paths
+    start from it), CKA and paths (which share what is left), then any other model analyzer."""
+    rank = {"alignment": 1, "cka": 2, "paths": 3}
+    return sorted(names, key=lambda name: (0 if not analyzers[name].reads_data else rank.get(name, 4)))
+
+
+def run_geometry(plan: Plan, probe, names: list, analyze, status) -> dict:
+    """{name: result} of the model analyzers within the plan; each step's examples chosen from
+    measured costs and recorded, a step that does not fit skipped with its reason."""
+    from .analysis import all_analyzers
+    analyzers = all_analyzers()
+    results = {}
+    for name in geometry_order(names, analyzers):
+        if name in ("cka", "paths") and "geometry" not in plan.costs:
+            _plan_geometry(plan, probe, [step for step in ("cka", "paths") if step in names])
+        elif name == "paths" and "paths" not in plan.skipped and plan.seconds is not None:
+            _refit_paths(plan, probe)  # what the steps before took, not what they were expected to take
+        reason = plan.skipped.get(name) or (f"the budget was spent ({plan.spent():.0f} s of {plan.seconds:.0f} s) before "
+                                            "this step" if plan.seconds is not None and plan.remaining() <= 0 else None)
+        if reason:
+            plan.skip(name, reason)
+            results[name] = {"status": "skipped", "description": analyzers[name].description, "reason": f"budget: {reason}"}
+            continue
+        began = time.perf_counter()
+        with status(f"member geometry: {analyzers[name].description} …"):
+            results.update(analyze(name))
+        plan.record(name, seconds=round(time.perf_counter() - began, 2), **_geometry_facts(name, results[name], probe))
+    return results
+
+
+def _geometry_facts(name, result, probe) -> dict:
+    if result.get("status") != "ok":
+        return {"status": result.get("status"), "reason": result.get("reason")}
+    if name == "cka":
+        return {"n": {split: found["n"] for split, found in result["splits"].items()},
+                "half_width": {split: B.half_width(found["mean"].get("interval")) for split, found in result["splits"].items()}}
+    if name == "paths":
+        return {"pairs": len(result["pairs"]), "points": [len(pair["t"]) for pair in result["pairs"]], "n": result["n"],
+                "batchnorm_images": len(probe._training_pick()) if "recomputed" in result["batchnorm"] else 0,
+                "train_sample": result.get("train_n", 0),
+                "half_width": B.half_width(result["loss_barrier"].get("interval"))}
+    return {}
+
+
+def _timed_forward(probe) -> float:
+    """Seconds per image of one member network's forward (the unit of a path's cost)."""
+    networks = probe.members()
+    split = probe.split("id", limit=PILOT)
+    network = networks[0]
+    device = next(network.parameters()).device
+    with torch.no_grad():
+        x = probe.normalize(split.images.to(device))
+        network(x[:2])  # a first call pays one-time costs
+        began = time.perf_counter()
+        network(x)
+    return (time.perf_counter() - began) / len(split)
+
+
+def _timed_point(probe, per_image: float) -> float:
+    """Seconds a path point costs beyond its images' forwards: loading the interpolated weights,
+    recomputing BatchNorm in training mode, the losses; one point timed on `PILOT` images each."""
+    from .geometry.paths import _evaluate
+    networks = probe.members()
+    if len(networks) < 2:
+        return 0.0
+    split = probe.split("id", limit=PILOT)
+    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks[:2]]
+    scratch = probe.ensemble.member_network(0)
+    train = probe.batchnorm_images()
+    has_norm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in scratch.modules())
+    images = train[:len(split)] if has_norm and train is not None and len(train) >= 2 else None
+    began = time.perf_counter()
+    _evaluate(scratch, states[0], states[1], 0.5, split, probe.normalize, images, split)
+    spent = time.perf_counter() - began
+    return max(spent - per_image * len(split) * (3 if images is not None else 2), 0.0)
+
+
+def _cka_pilot(plan, probe) -> tuple[float, float, float | None]:
+    """(seconds per example and split of CKA's forward passes, seconds of its interval on `PILOT`
+    examples, that interval's half-width)."""
+    from .geometry.representations import layer_cka
+    from .geometry.resampled import cka_interval
+    split = probe.split("id", limit=PILOT)
+    warm = layer_cka(probe.members(), split.images[:8], probe.normalize, retain=8)  # first calls pay one-time costs
+    if warm["kept"]:
+        cka_interval(warm["kept"], len(warm["kept"][next(iter(warm["kept"]))][0]), "id", None)
+    began = time.perf_counter()
+    found = layer_cka(probe.members(), split.images, probe.normalize, retain=len(split))
+    forward = (time.perf_counter() - began) / len(split)
+    if not found["kept"]:
+        return forward, 0.0, None
+    began = time.perf_counter()
+    width = B.half_width(cka_interval(found["kept"], len(split), "id", None))
+    return forward, time.perf_counter() - began, width
+
+
+def cka_seconds(n: float, costs: dict, splits: int) -> float:
+    """CKA's cost on n examples per split: its forward passes, and its interval, whose Gram
+    matrices grow as the square of the examples it keeps (at most `CKA_INTERVAL_EXAMPLES`)."""
+    from .geometry.resampled import CKA_INTERVAL_EXAMPLES
+    kept = min(n, CKA_INTERVAL_EXAMPLES)
+    return splits * (n * costs.get("cka per example and split", 0.0)
+                     + costs.get("cka interval on the pilot", 0.0) * (kept / PILOT) ** 2)
+
+
+def paths_seconds(n: float, costs: dict, pairs: int, points, batchnorm: bool = True) -> float:
+    """A path's cost: every point reads n test examples, n training-sample images and (with
+    BatchNorm) n images to recompute its statistics, at one member's forward cost, and pays its
+    fixed cost (weights, BatchNorm in training mode, losses) as timed on a pilot point."""
+    per_point = ADAPTIVE_POINTS if points == "adaptive" else points
+    return pairs * per_point * ((3 if batchnorm else 2) * n * costs.get("member forward per image", 0.0)
+                                + costs.get("path point fixed", 0.0))
+
+
+def _largest(cost, limit: float, seconds: float) -> int:
+    """The largest n ≤ limit whose cost(n) fits `seconds` (cost grows with n), by bisection."""
+    if cost(limit) <= seconds:
+        return int(limit)
+    low, high = 0.0, float(limit)
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cost(middle) <= seconds else (low, middle)
+    return int(low)
+
+
+def _plan_geometry(plan: Plan, probe, steps: list) -> None:
+    """Examples (and path pairs and points) for CKA and paths from their measured costs."""
+    from .analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES
+    from .analysis.registry import Skip
+    plan.costs["geometry"] = 1.0
+    try:
+        probe.members()
+    except Skip:
+        return  # the analyzers say why themselves
+    if probe.split("id") is None:
+        return
+    available = {name: len(probe.split(name)) for name in ("id", "ood") if probe.split(name) is not None}
+    splits = len(available)
+    width = None
+    if "cka" in steps:
+        forward, interval, width = _cka_pilot(plan, probe)
+        plan.costs.update({"cka per example and split": forward, "cka interval on the pilot": interval})
+    if "paths" in steps:
+        plan.costs["member forward per image"] = _timed_forward(probe)
+        plan.costs["path point fixed"] = _timed_point(probe, plan.costs["member forward per image"])
+    seconds, k = plan.remaining(), probe.ensemble.num_members or 2
+    limit = max(available.values())
+    cka = (lambda n: cka_seconds(n, plan.costs, splits)) if "cka" in steps else (lambda n: 0.0)  # noqa: E731
+    chosen, n = None, None
+    for pairs, points in (PATH_CHOICES if "paths" in steps else ()):
+        chosen = (min(pairs, k - 1), points)
+        n = limit if math.isinf(seconds) else _largest(lambda n: cka(n) + paths_seconds(n, plan.costs, *chosen), limit,
+                                                        seconds)
+        if n >= min(PATH_EXAMPLES_FLOOR, limit):
+            break
+    if "paths" in steps and n < min(GEOMETRY_FLOOR, limit):
+        pairs, points = chosen
+        plan.skip("paths", f"{pairs} pair{'s' * (pairs > 1)} × {points} points on {GEOMETRY_FLOOR} examples (with CKA) "
+                           f"would need {cka(GEOMETRY_FLOOR) + paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; "
+                           f"{seconds:.0f} s were left")
+        n = None
+    if "cka" in steps:
+        n_cka = n if n is not None else (limit if math.isinf(seconds) else _largest(cka, limit, seconds))
+        if plan.precision is not None and width:
+            n_cka = min(n_cka, max(PILOT, int(PILOT * (width / plan.precision) ** 2)))
+        if n_cka < min(GEOMETRY_FLOOR, limit):
+            plan.skip("cka", f"{GEOMETRY_FLOOR} examples per split would need {cka(GEOMETRY_FLOOR):.0f} s; {seconds:.0f} s "
+                             "were left")
+        probe.limits["cka"] = max(int(n_cka), 2)
+    if "paths" in steps and "paths" not in plan.skipped:
+        n_paths = min(PATH_EXAMPLES, available["id"]) if math.isinf(seconds) else int(n)
+        probe.path_pairs, probe.path_points = chosen
+        probe.limits["paths"] = max(2, n_paths)
+        probe.limits["batchnorm"] = max(2, min(n_paths, BATCHNORM_EXAMPLES))
+        if plan.precision is not None:
+            probe.enough = lambda curves: _barrier_precise(curves, plan.precision)
+
+
+def _refit_paths(plan: Plan, probe) -> None:
+    """The paths' examples, pairs and points again, for the time actually left."""
+    from .analysis.geometry import BATCHNORM_EXAMPLES
+    if "member forward per image" not in plan.costs or "paths" not in probe.limits:
+        return
+    seconds, k = plan.remaining(), probe.ensemble.num_members or 2
+    planned = probe.limits["paths"]
+    if paths_seconds(planned, plan.costs, probe.path_pairs, probe.path_points) <= seconds:
+        return
+    for pairs, points in PATH_CHOICES:
+        chosen = (min(pairs, k - 1), points)
+        n = _largest(lambda n: paths_seconds(n, plan.costs, *chosen), planned, seconds)
+        if n >= min(PATH_EXAMPLES_FLOOR, planned):
+            break
+    if n < min(GEOMETRY_FLOOR, planned):
+        plan.skip("paths", f"{chosen[0]} pair × {chosen[1]} points on {GEOMETRY_FLOOR} examples would need "
+                           f"{paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; {seconds:.0f} s were left")
+        return
+    probe.path_pairs, probe.path_points = chosen
+    probe.limits["paths"] = max(2, n)
+    probe.limits["batchnorm"] = max(2, min(n, BATCHNORM_EXAMPLES))
+
+
+def _barrier_precise(curves, target) -> bool:
+    from .geometry.paths import excess
+    from .geometry.resampled import barrier_interval
+    width = B.half_width(barrier_interval([(curves["t"], excess(curves["t"], curves["loss"]))], "id"))
+    return width is not None and width <= target
+
+
+def estimate_full(plan: Plan, metrics: dict, geometry_examples, path_points=11) -> float:
+    """Seconds the same diagnosis would take on every example (no budget), from the measured costs:
+    predictions of every split, CKA on the examples it would keep, paths on the protocol's pairs,
+    points and examples, the weights-only steps as they ran, the analyzers scaled to every example."""
+    from .analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES, PATH_PAIRS
+    sizes = {name: size for name, size in plan.sizes.items() if size is not None}
+    read = {step["step"]: step for step in plan.steps}
+    total = plan.costs.get("predict per example", 0.0) * sum(sizes.values())
+    measured = sum(step.get("n", 0) for step in plan.steps if step["step"].startswith("predict "))
+    if "analyzers and intervals" in read and measured:
+        total += read["analyzers and intervals"]["seconds"] * sum(sizes.values()) / measured
+    limit = lambda n: n if geometry_examples is None else min(n, geometry_examples)  # noqa: E731
+    geometry = [name for name in ("id", "ood") if name in sizes]
+    if "cka per example and split" in plan.costs and geometry:
+        total += cka_seconds(max(limit(sizes[name]) for name in geometry), plan.costs, len(geometry))
+    if "member forward per image" in plan.costs and "id" in sizes:
+        k = metrics.get("ensemble", {}).get("num_members") or 2
+        n = min(PATH_EXAMPLES, limit(sizes["id"]))
+        points = min(PATH_PAIRS, k - 1) * (ADAPTIVE_POINTS if path_points == "adaptive" else path_points)
+        total += points * ((n + 2 * BATCHNORM_EXAMPLES) * plan.costs["member forward per image"]
+                           + plan.costs.get("path point fixed", 0.0))
+    total += sum(read[name]["seconds"] for name in ("alignment", "rank-structure") if name in read)
+    plan.estimate = total
+    return total
