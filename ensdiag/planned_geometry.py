@@ -18,7 +18,8 @@ from . import bootstrap as B
 from .planning import GEOMETRY_FLOOR, PATH_EXAMPLES_FLOOR, Plan
 
 
-PILOT = 64  # examples CKA's pilot reads per split, and images one member's timed forward reads
+PILOT = 64  # examples CKA's pilot reads per split, and images of the timed path point
+FORWARD_PILOT = 256  # images of one member's timed forward: on a CPU, an image costs more in a large batch
 PATH_CHOICES = ((3, 11), (2, 11), (1, 11), (1, "adaptive"))  # (pairs, points), most first
 ADAPTIVE_POINTS = 11  # an adaptive path is planned at its worst (6 points on a flat curve, 11 where it bends)
 
@@ -71,7 +72,7 @@ def _geometry_facts(name, result, probe) -> dict:
 def _timed_forward(probe) -> float:
     """Seconds per image of one member network's forward (the unit of a path's cost)."""
     networks = probe.members()
-    split = probe.split("id", limit=PILOT)
+    split = probe.split("id", limit=FORWARD_PILOT)
     network = networks[0]
     device = next(network.parameters()).device
     with torch.no_grad():

@@ -36,7 +36,7 @@ from .errors import EnsdiagError
 from .quickcheck import parse_precision, parse_seconds
 
 PREDICTION_SHARE = 0.5  # of the budget, for predictions, when member geometry follows
-RESERVE = 0.05  # of the budget, kept for the analyzers and their intervals
+RESERVE = 0.1  # of the budget, held back for the last analyzers and what measured costs underestimate
 FIRST_CHUNK = 128  # examples of a split's first chunk (the ensemble's cost per example is timed on it)
 PATH_EXAMPLES_FLOOR = 200  # below this many test examples per path point, fewer points and pairs
 GEOMETRY_FLOOR = 50  # below this many examples a geometry step is skipped
