@@ -303,6 +303,8 @@ def report(
     svg: bool = typer.Option(False, "--svg", help="Also write every figure as SVG (vector, for papers; doubles the drawing time)."),
     conventions: str = typer.Option("ensdiag", help="Whose definitions of adaptive ECE and AURC the tables show: ensdiag or "
                                     "torch-uncertainty (to compare with papers that used it; docs/conventions.md)."),
+    ood_score: str = typer.Option("msp", "--ood-score", help="The OOD table's score: msp (1 − MSP), entropy, jsd "
+                                  "(mutual information), expected_entropy, energy, max_logit or variation_ratio."),
 ):
     """The paper's tables (mean ± 95 % CI) and figures of a run.
 
@@ -324,7 +326,7 @@ def report(
     extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html"}[fmt]
     target = None if out is None else output_file(out, f"report.{extension}")
     with loading("building the report (verdict bootstrap, figures) …"):
-        result = make_report(run_dir, reference, write=figures, conventions=conventions, svg=svg)
+        result = make_report(run_dir, reference, write=figures, conventions=conventions, svg=svg, ood_score=ood_score)
     written = result.pop("written")  # a note for the terminal, not part of the report
     if fmt == "table":
         buffer = io.StringIO() if target is not None else None

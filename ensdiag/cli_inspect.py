@@ -291,7 +291,7 @@ def diversity(
                 raise
             predictions, titles, skipped, reason = None, {}, {}, f"no data to predict on: {error}"
     if predictions is not None:
-        metrics = analyze_predictions(predictions, weights, only=["disagreement", "weight-similarity"])
+        metrics = analyze_predictions(predictions, weights, only=["disagreement", "member-pairs", "weight-similarity"])
     else:
         from .analysis.diversity import weight_similarity
         from .analysis.registry import Skip
@@ -300,11 +300,12 @@ def diversity(
         except Skip as skip:
             result = {"status": "skipped", "reason": str(skip)}
         metrics = {"analyzers": {"disagreement": {"status": "skipped", "reason": reason},
-                                 "weight-similarity": result}}
+                                 "member-pairs": {"status": "skipped", "reason": reason}, "weight-similarity": result}}
     method, arch = getattr(model, "method", "unknown"), getattr(getattr(model, "spec", None), "arch", "unknown")
     report = {"model": str(model_path), "method": method, "num_members": len(weights) if method == "unknown" else model.num_members,
               "splits": titles, "not_evaluated": skipped,
-              "disagreement": metrics["analyzers"]["disagreement"], "weight_similarity": metrics["analyzers"]["weight-similarity"]}
+              "disagreement": metrics["analyzers"]["disagreement"], "weight_similarity": metrics["analyzers"]["weight-similarity"],
+              "member_pairs": metrics["analyzers"]["member-pairs"]}
     if geometry:
         report["geometry"] = _geometry(model, predictions is not None and data, predictions is not None and choice, device,
                                        seed, max_examples, reason if predictions is None else "", points)
@@ -316,6 +317,8 @@ def diversity(
             panels = [(name, matrix, "disagreement") for name in ("id", "shift", "ood")
                       if name in splits and (matrix := plottable(splits[name]["matrix"]["value"])) is not None]
             rows += [("disagreement", panels)] if panels else []
+        from .report.pairs import pair_rows
+        rows += pair_rows(report["member_pairs"])
         cosine = plottable(report["weight_similarity"].get("matrix", {}).get("value"))
         if report["weight_similarity"]["status"] == "ok" and cosine is not None:
             rows.append(("weight cosine", [("all layers", cosine, "cosine")]))
@@ -349,6 +352,9 @@ def diversity(
             show(console, heatmap_table(entry["matrix"]["value"], ""))
     else:
         note(f"disagreement: {report['disagreement']['reason']}")
+    from .report.pairs import pair_lines
+    for item in pair_lines(report["member_pairs"]):
+        show(console, item) if not isinstance(item, str) else console.print(literal(item), soft_wrap=True)
     similarity = report["weight_similarity"]
     if similarity["status"] == "ok":
         initial = similarity.get("initial", {})

@@ -170,7 +170,8 @@ def test_figures_exist_and_are_images(run_dir):
     assert all(figure["svg"] is None for figure in make_report(run_dir)["figures"])  # PNG unless asked
     report = make_report(run_dir, svg=True)
     names = {f["name"] for f in report["figures"]}
-    assert names == {"diversity", "reliability", "ood-scores", "training", "risk-coverage"}
+    assert names == {"diversity", "member-pairs", "reliability", "smooth-reliability", "ood-scores", "training",
+                     "risk-coverage"}
     for figure in report["figures"]:
         png, svg = run_dir / figure["png"], run_dir / figure["svg"]
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
