@@ -9,7 +9,7 @@ at 0 and 1 (so that no mass leaks out of [0, 1]):
 
 **Bandwidth.** smECE_σ falls as σ grows, so there is one σ* with smECE_σ* = σ*, the authors'
 choice: the smoothing is as wide as the error it measures. It is found as their package
-`relplot` does: σ = 1 if smECE_1 ≤ 1, else ten bisection steps on [0, 1], keeping the smallest
+`relplot` does: σ = 1 if smECE_1 > 1, else ten bisection steps on [0, 1], keeping the smallest
 σ tried with σ ≥ smECE_σ (so σ* to within 2⁻¹⁰; every σ below 0.001 counts as too small).
 
 **Discretisation** (the authors' numerics, so that the values equal relplot's to float
