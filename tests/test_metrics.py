@@ -455,3 +455,11 @@ def test_smooth_ece_hand_cases():
     assert SE.smooth_ece(np.ones(20), np.zeros(20))["value"] == pytest.approx(1.0, abs=1e-3)
     assert math.isnan(SE.smooth_ece(np.array([]), np.array([]))["value"])
     assert math.isnan(SE.smooth_ece(np.array([0.5, math.nan]), np.array([1, 0]))["value"])
+
+
+def test_variation_ratio_is_nan_where_a_vote_is_undefined():
+    from ensdiag.analysis import scores as S
+    logits, _ = random_logits(k=3, n=5, c=4, seed=1)
+    logits[2, 3] = math.nan
+    ratio = S.variation_ratio(logits)
+    assert ratio[3].isnan() and not ratio[[0, 1, 2, 4]].isnan().any()

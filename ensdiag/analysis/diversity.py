@@ -56,8 +56,8 @@ PAIRS = {  # key: (matrix function, needs labels, definition of the matrix)
                                "together; null where the denominator is 0"),
 }
 PAIR_MEAN = "mean of the off-diagonal entries (over the pairs where it is defined)"
-AMBIGUITY = ("Krogh–Vedelsby ambiguity mean over samples of mean_i ‖p_i − p̄‖²: what averaging the probabilities "
-             "removes from the members' mean Brier score, for any label (label-free)")
+AMBIGUITY = ("Krogh–Vedelsby ambiguity: the mean over samples of mean_i ‖p_i − p̄‖², what averaging the probabilities "
+             "removes from the members' mean Brier score, whatever the label")
 
 
 @register_analyzer("member-pairs", description="Member pairs (mean off-diagonal of the k×k matrices on the "

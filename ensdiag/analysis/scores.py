@@ -5,7 +5,11 @@ Every score is an uncertainty score: higher means more likely OOD. The ones over
 the members' votes.
 """
 
+import math
+
 import torch
+
+from .metrics import undefined_predictions
 
 
 def mean_logits(logits) -> torch.Tensor:
@@ -26,7 +30,8 @@ def max_logit(logits) -> torch.Tensor:
 
 def variation_ratio(logits) -> torch.Tensor:
     """1 − (votes for the modal class) / k: the fraction of members that do not vote with the
-    majority (Freeman 1965). 0 when all agree; at most 1 − 1/min(k, C)."""
+    majority (Freeman 1965). 0 when all agree; NaN on a sample where some member's vote is undefined."""
     k, _, classes = logits.shape
     votes = torch.nn.functional.one_hot(logits.argmax(-1), classes).sum(0)  # [N, C]
-    return 1 - votes.max(dim=-1).values.double() / k
+    ratio = 1 - votes.max(dim=-1).values.double() / k
+    return ratio.masked_fill(undefined_predictions(logits).any(0), math.nan)

@@ -28,7 +28,6 @@ Jacobian 1/(t(1 − t)).
 import math
 
 import numpy as np
-from scipy.signal import fftconvolve
 
 MESH_POINTS = 200
 SEARCH_STEPS = 10
@@ -63,6 +62,7 @@ def _interpolate(t, values):
 
 def _smoothed(positions, weights, t, sigma, reflect=True):
     """Σ_i w_i K_σ(t, f_i) on the grid, at the points t."""
+    from scipy.signal import fftconvolve  # here: importing scipy.signal costs every `import ensdiag.analysis`
     points = max(2000, round(20 / sigma)) // 2 + 1
     grid, kernel = _to_grid(positions, weights, points), _gaussian(points, sigma)
     if reflect:

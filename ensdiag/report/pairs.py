@@ -51,9 +51,10 @@ def add_pair_figures(runs: dict, add) -> None:
             "column), JSD, error correlation, Yule's Q and double-fault (first seed)", heatmap_grid(rows))
 
 
-def pair_lines(result: dict) -> list:
-    """For the terminal: per split, each matrix's mean off-diagonal and the k×k table (a rich Table),
-    or one line saying why there is none."""
+def pair_lines(result: dict, matrices_of=("id",)) -> list:
+    """For the terminal: per split, each matrix's mean off-diagonal and the ambiguity; the k×k tables
+    (rich Tables) of the splits in `matrices_of` (every split's are in the JSON); or one line
+    saying why there is nothing."""
     from .terminal import _fmt, heatmap_table
     if not isinstance(result, dict) or result.get("status") != "ok":
         reason = result.get("reason", "not computed") if isinstance(result, dict) else "not computed"
@@ -64,7 +65,7 @@ def pair_lines(result: dict) -> list:
             continue
         means = ", ".join(f"{title} {_fmt(found[key]['mean'])}" for key, title, _ in PANELS if key in found)
         shown.append(f"member pairs on {split}: mean off-diagonal {means}; ambiguity {_fmt(found['ambiguity'])}")
-        for key, title, scale in PANELS:
+        for key, title, scale in PANELS if split in matrices_of else ():
             if key in found:
                 matrix = found[key]["matrix"]["value"] or []
                 largest = max((v for row in matrix for v in row if v is not None), default=1.0)
