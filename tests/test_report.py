@@ -401,7 +401,7 @@ def test_the_ood_table_shows_the_score_asked_for(run_dir, capsys):
     assert default["ood_score"] == "msp" and "score 1 − MSP" in next(t for t in default["tables"] if t["id"] == "ood")["title"]
     report = make_report(run_dir, write=False, ood_score="energy")
     table = next(t for t in report["tables"] if t["id"] == "ood")
-    assert report["ood_score"] == "energy" and "free energy" in table["title"]
+    assert report["ood_score"] == "energy" and "score energy" in table["title"]
     values = seed_values(run_dir, "deep-ensemble", "ood", "scores", "energy", "auroc", "value")
     assert cell(report, "ood", "deep-ensemble", "AUROC")["mean"] == pytest.approx(sum(values) / 3)
     assert cell(report, "ood", "deep-ensemble", "AUROC")["mean"] != cell(default, "ood", "deep-ensemble", "AUROC")["mean"]
@@ -445,4 +445,4 @@ def test_new_calibration_and_pair_columns_and_their_peer_values(run_dir):
 def test_the_ood_histogram_draws_the_chosen_score(run_dir):
     report = make_report(run_dir, ood_score="energy")
     titles = {figure["name"]: figure["title"] for figure in report["figures"]}
-    assert "free energy" in titles["ood-scores"] and "σ*" in titles["smooth-reliability"]
+    assert "energy" in titles["ood-scores"] and "σ*" in titles["smooth-reliability"]

@@ -58,10 +58,10 @@ def plottable(matrix):
 SCALES = {  # quantity: (vmin, vmax, colour map, colour bar label); vmax None: the largest value drawn
     "disagreement": (0.0, 1.0, "viridis", "disagreement (high: members differ)"),
     "cosine": (-1.0, 1.0, "RdBu_r", "weight cosine (high: members alike)"),
-    "kl": (0.0, None, "viridis", "KL(p_row ‖ p_column), nats (high: members differ)"),
-    "jsd": (0.0, math.log(2), "viridis", "JSD, nats (0 … log 2; high: members differ)"),
-    "correlation": (-1.0, 1.0, "RdBu_r", "error correlation / Yule's Q (high: members err together)"),
-    "double_fault": (0.0, None, "viridis", "double-fault (both wrong; diagonal: member error)"),
+    "kl": (0.0, None, "viridis", "KL(row ‖ column), nats"),
+    "jsd": (0.0, math.log(2), "viridis", "JSD, nats (max log 2)"),
+    "correlation": (-1.0, 1.0, "RdBu_r", "errors together (ρ, Q)"),
+    "double_fault": (0.0, None, "viridis", "both wrong"),
 }
 
 
@@ -76,7 +76,9 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
     """rows: [(row label, [(panel title, k×k matrix[, quantity]), ...]), ...]. Panels of one quantity
     share one labelled colour scale (`SCALES`, or the arguments for panels without a quantity)."""
     ncols = max(len(panels) for _, panels in rows)
-    figure = Figure(figsize=(2.3 * ncols + 1.4, 2.3 * len(rows) + (0.4 if title else 0)), layout="constrained")
+    scales = {panel[2] if len(panel) > 2 else None for _, panels in rows for panel in panels}
+    width = 2.3 * ncols + 1.4 + 0.7 * (len(scales) - 1)  # room for one colour bar per quantity
+    figure = Figure(figsize=(width, 2.3 * len(rows) + (0.4 if title else 0)), layout="constrained")
     axes = figure.subplots(len(rows), ncols, squeeze=False)
     images = {}  # quantity -> (an image, its axes)
     for r, (label, panels) in enumerate(rows):
@@ -108,8 +110,8 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
             if c == 0:
                 ax.set_ylabel(label, fontsize=9)
     for quantity, (image, quantity_axes) in images.items():
-        figure.colorbar(image, ax=quantity_axes, shrink=0.8,
-                        label=SCALES.get(quantity, (None, None, None, colorbar_label))[3])
+        bar = figure.colorbar(image, ax=quantity_axes, shrink=0.8)
+        bar.set_label(SCALES.get(quantity, (None, None, None, colorbar_label))[3], fontsize=7)  # fits one row's height
     if title:
         figure.suptitle(title, fontsize=10)
     return figure

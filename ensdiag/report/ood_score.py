@@ -23,9 +23,14 @@ def resolve(name: str | None) -> str:
     return key
 
 
+TITLES = {"msp": "1 − MSP", "entropy": "entropy H(p̄)", "jsd": "mutual information (JSD)",
+          "expected_entropy": "mean member entropy", "energy": "energy −logsumexp(z̄)", "max_logit": "−max mean logit",
+          "variation_ratio": "variation ratio"}
+
+
 def title(score: str) -> str:
-    """How the table's title and the histogram name the score."""
-    return "1 − MSP" if score == "msp" else SCORES[score][1]
+    """How the table's title and the histogram name the score (its definition is SCORES[score][1])."""
+    return TITLES.get(score, score)
 
 
 def columns(declared: list[tuple], score: str) -> list[tuple]:
@@ -36,6 +41,6 @@ def columns(declared: list[tuple], score: str) -> list[tuple]:
     for label, analyzer, path, direction, definition, split, since in declared:
         if analyzer == "ood" and path[:2] == ("scores", DEFAULT_SCORE):
             path, since = ("scores", score, *path[2:]), max(since, SCORES_SINCE.get(score, 2))
-            definition = f"{definition}; score: {title(score)}"
+            definition = f"{definition}; score: {SCORES[score][1]}"
         chosen.append((label, analyzer, path, direction, definition, split, since))
     return chosen

@@ -59,7 +59,10 @@ def pair_lines(result: dict, matrices_of=("id",)) -> list:
     if not isinstance(result, dict) or result.get("status") != "ok":
         reason = result.get("reason", "not computed") if isinstance(result, dict) else "not computed"
         return [f"member pairs: {reason}"]
-    shown = []
+    shown = ["member pairs: KL(row ‖ column) and JSD between two members' predicted distributions (0: the same); "
+             "error correlation and Yule's Q: whether two members err on the same examples (1: always together, "
+             "−1: never); double-fault: the fraction both get wrong (diagonal: the member's own error); ambiguity: "
+             "mean_i ‖p_i − p̄‖²"]
     for split, found in result["splits"].items():
         if "/" in split:
             continue
