@@ -225,7 +225,7 @@ def test_diversity_shows_member_geometry_for_deep_and_batch_ensembles(tracked_ru
         assert (tmp_path / f"{method}-cka-layers.png").is_file() and (tmp_path / f"{method}-paths.png").is_file()
         code, out, _ = run_cli(capsys, "diversity", model, "--format", "json", "--max-examples", "50")
         geometry = json.loads(out)["analyzers"]
-        assert set(geometry) - {"disagreement", "weight-similarity"} == set(MODEL_ANALYZERS)
+        assert set(geometry) - {"disagreement", "member-pairs", "weight-similarity"} == set(MODEL_ANALYZERS)
         assert geometry["cka"]["splits"]["id"]["n"] == 50
     code, out, _ = run_cli(capsys, "diversity", model, "--no-geometry", "--format", "json")
     assert code == 0 and "cka" not in json.loads(out)["analyzers"]

@@ -11,7 +11,7 @@ from .options import ARCH, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMA
 from .options import data_choice, quick_checks
 from .show import show_items
 
-MEASURED = ["disagreement", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
+MEASURED = ["disagreement", "member-pairs", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
 
 
 @app.command()

@@ -25,6 +25,8 @@ def report(
     reference: str = typer.Option(None, help="'paper': add the paper's published numbers (cifar10 preset)."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Rebuild RUN_DIR's figures/, report.md and report.html (--no-figures: leave the run folder untouched)."),
     svg: bool = typer.Option(False, "--svg", help="Also write every figure as SVG (vector, for papers; doubles the drawing time)."),
+    ood_score: str = typer.Option("msp", "--ood-score", help="The OOD table's score: msp (1 − MSP), entropy, jsd "
+                                  "(mutual information), expected_entropy, energy, max_logit or variation_ratio."),
     conventions: str = typer.Option("ensdiag", help="Whose definitions of adaptive ECE and AURC the tables show: ensdiag or "
                                     "torch-uncertainty (to compare with papers that used it; docs/conventions.md)."),
 ):
@@ -50,7 +52,8 @@ def report(
     extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html", "csv": "csv"}[fmt]
     target = None if out is None else output_file(out, f"report.{extension}")
     with loading("building the report (verdict bootstrap, figures) …"):
-        result = make_report(list(run_dirs or []) or None, reference, write=figures, conventions=conventions, svg=svg)
+        result = make_report(list(run_dirs or []) or None, reference, write=figures, conventions=conventions, svg=svg,
+                             ood_score=ood_score)
     if examples is not None:
         from ..export import EXAMPLE_FIELDS, run_example_rows
         from ..export import write_table

@@ -49,11 +49,11 @@ def declared_columns(table_id: str, split: str | None = None, skipped=(), conven
             for _, _, column, analyzer in sorted(found, key=lambda item: (item[0], item[1]))]
 
 
-def _analyzer_value(run, analyzer, path, label, split=None, since=1):
+def _analyzer_value(run, analyzer, path, label, split=None, since=1, optional=False):
     """The declared number of one run; None when the analyzer did not run (skipped, failed), ran
     in a version older than the column (`Column.since`), or the run has no such split (a seed
     trained before a shift set was on disk); an error when an analyzer that ran lacks a column
-    its version declares."""
+    its version declares, unless the column is `optional` (an OOD score a run may not have)."""
     result = run["metrics"]["analyzers"].get(analyzer)
     if not isinstance(result, dict) or result.get("status") != "ok":
         return None
@@ -63,6 +63,8 @@ def _analyzer_value(run, analyzer, path, label, split=None, since=1):
     if split is not None and split not in run["metrics"]["splits"]:
         return None
     value = _lookup(result, path)
+    if value is MISSING and optional:
+        return None
     if value is MISSING:
         raise EnsdiagError(f"{run['folder'] / 'metrics.json'}: the {analyzer} analyzer declares the report column "
                            f"{label!r} at {'.'.join(path)}, which its result lacks (written by another ensdiag or "
@@ -126,9 +128,10 @@ def _label(run: str) -> str:
     return run_label(run)
 
 
-def _analyzer_columns(declared) -> list[tuple]:
+def _analyzer_columns(declared, optional=False) -> list[tuple]:
     from ..export import flat_name
-    return [(label, lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _analyzer_value(run, a, p, lb, sp, si),
+    return [(label, lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _analyzer_value(run, a, p, lb, sp, si,
+                                                                                                 optional),
              direction, {"split": split, "key": flat_name(analyzer, path)})
             for label, analyzer, path, direction, _, split, since in declared]
 
@@ -226,15 +229,22 @@ def _bvd_table(runs):
     found = run_decompositions(runs)
     if not found:
         return None
-    columns = [(f"{name} {part}", loss, part) for loss, name in (("cross_entropy", "CE"), ("squared", "Brier"))
-               for part in ("bias", "variance", "diversity")]
+    columns = [("CE bias", "cross_entropy", "bias"), ("CE variance", "cross_entropy", "variance"),
+               ("CE diversity (geometric)", "cross_entropy", "diversity"),
+               ("CE diversity (arithmetic)", "cross_entropy_arithmetic", "diversity"),
+               ("Brier bias", "squared", "bias"), ("Brier variance", "squared", "variance"),
+               ("Brier diversity", "squared", "diversity")]
     rows = [{"method": method, "label": _label(method), "cells": [
         {"mean": entry[loss][part], "ci": None, "n": entry["seeds"], "values": []} for _, loss, part in columns]}
         for method, entry in found.items()]
     return {"id": "bvd", "title": "Bias, variance and diversity over seeds (in-distribution test set)",
-            "note": "Expected loss over seeds = bias + variance − diversity, exactly (Wood et al. 2023): CE with the "
-                    "normalised geometric mean of the members, Brier with their arithmetic mean; the bias includes "
-                    "label noise. Variance is what more seeds would average away; diversity what the members do.",
+            "note": "Expected loss over seeds = bias + variance − diversity, exactly (Wood et al. 2023), for each "
+                    "combiner of the members' probabilities: CE with their normalised geometric mean (the combiner "
+                    "whose diversity, mean_i KL(q̄ ‖ q_i), does not depend on the label) and with their arithmetic mean "
+                    "p̄, the ensemble ensdiag predicts with (its diversity, the members' mean CE minus the CE of p̄, "
+                    "depends on the label); Brier with their arithmetic mean. Bias and variance describe the members, "
+                    "so both CE decompositions share them; the bias includes label noise. Variance is what more seeds "
+                    "would average away; diversity what the members do.",
             "columns": [{"name": label, "direction": None} for label, _, _ in columns], "rows": rows}
 
 
@@ -251,11 +261,15 @@ def _plugin_tables() -> list[tuple[str, object]]:
     return list(seen.items())
 
 
-def build_report(run_dir, reference: str | None = None, data: dict | None = None, conventions: str = "ensdiag") -> dict:
+def build_report(run_dir, reference: str | None = None, data: dict | None = None, conventions: str = "ensdiag",
+                 ood_score: str | None = None) -> dict:
     """The report dict; `data` is `load_runs(run_dir)` when the caller already has it; `conventions`
-    picks whose definition of adaptive ECE and AURC the tables show (`CONVENTIONS`)."""
+    picks whose definition of adaptive ECE and AURC the tables show (`CONVENTIONS`); `ood_score` the
+    score of the OOD table (default 1 − MSP; report/ood_score.py)."""
+    from . import ood_score as scores
     if conventions not in CONVENTIONS:
         raise unknown("--conventions", conventions, CONVENTIONS)
+    ood_score = scores.resolve(ood_score)
     data = data if data is not None else load_runs(run_dir)
     experiment, runs = data["experiment"], data["runs"]
     config = experiment["config"]
@@ -265,8 +279,11 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
 
     def analyzer_table(table_id, title, split=None, subset=None, note="", declared_in=None):
         declared = declared_columns(declared_in or table_id, split, skipped, conventions)
+        if table_id == "ood":
+            declared = scores.columns(declared, ood_score)
         definitions.update({label: definition for label, _, _, _, definition, _, _ in declared})
-        return _table(table_id, title, _analyzer_columns(declared), subset or runs, expected, note)
+        optional = table_id == "ood" and ood_score != scores.DEFAULT_SCORE
+        return _table(table_id, title, _analyzer_columns(declared, optional), subset or runs, expected, note)
 
     tables = [analyzer_table("id", f"In-distribution ({titles.get('id', 'test')})", "id")]
     if "shift" not in skipped:
@@ -286,11 +303,13 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                  {"split": f"shift/{c}", "key": f"calibration/shift/{c}/accuracy"}) for c in corruptions],
                 runs, expected))
     if "ood" not in skipped:
-        tables.append(analyzer_table("ood", f"OOD detection ({titles.get('ood', 'ood')} vs ID; score 1 − MSP)", "ood",
+        tables.append(analyzer_table("ood", f"OOD detection ({titles.get('ood', 'ood')} vs ID; score "
+                                     f"{scores.title(ood_score)})", "ood",
                                      note="AUPR is AUPR-Out: average precision with OOD as the positive class. "
                                      "FPR95 OOD→ID: OOD accepted as ID at 95 % of ID accepted (the paper's text); "
                                      "FPR95 ID→OOD: ID flagged as OOD at 95 % of OOD flagged (the paper's code, whose "
-                                     "numbers --reference paper shows)."))
+                                     "numbers --reference paper shows). metrics.json holds every score's numbers "
+                                     "(analyzer ood, scores); `ensdiag report --ood-score NAME` shows another."))
     # the paper's Figure 2a: disagreement on in-distribution, shifted and OOD data, then weight cosine
     scopes = {_label(method): dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))
               for method, seeds in runs.items() for run in seeds.values()
@@ -336,13 +355,13 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     if reference == "paper":
         if config["preset"] != "cifar10":
             raise EnsdiagError(f"--reference paper compares with the paper's CIFAR-10 numbers; this run is the {config['preset']} preset")
-        for table in tables:
-            if table["id"] in PAPER:
+        for table in tables:  # the paper's OOD numbers are those of 1 − MSP
+            if table["id"] in PAPER and not (table["id"] == "ood" and ood_score != scores.DEFAULT_SCORE):
                 _reference_rows(table, table["id"])
     missing = {method: [seed for seed, run in seeds.items() if run is None] for method, seeds in runs.items()}
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
             "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION, "verdict": verdicts,
-            "conventions": conventions,
+            "conventions": conventions, "ood_score": ood_score,
             "definitions": definitions,
             "tables": tables, "figures": []}
