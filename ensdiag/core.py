@@ -16,7 +16,7 @@ works on copies.
 from contextlib import nullcontext
 
 from . import distributed
-from .analysis import analyze_model, analyze_predictions, all_analyzers
+from .analysis import all_analyzers, analyze_model, analyze_predictions
 from .analysis.registry import Skip
 from .checks import check_predictions
 from .data.given import batches

@@ -267,22 +267,6 @@ def example_rows(predictions: dict, probabilities: bool = False) -> list[dict]:
     return rows
 
 
-def run_example_rows(run_dirs, probabilities: bool = False) -> list[dict]:
-    """`example_rows` of every finished run of one or more run folders, each row led by its
-    `method` and `seed` (the stored splits: per-corruption shift splits, not their pool)."""
-    from .predictions import load_predictions
-    from .report.merge import load_folders
-    rows = []
-    for method, seeds in load_folders(run_dirs if isinstance(run_dirs, (list, tuple)) else [run_dirs])["runs"].items():
-        for seed, run in seeds.items():
-            path = run["folder"] / "predictions.safetensors" if run is not None else None
-            if path is None or not path.is_file():  # LoRA adapters compared by weights: no predictions
-                continue
-            predictions, _ = load_predictions(path)
-            rows += [{"method": method, "seed": seed, **row} for row in example_rows(predictions, probabilities)]
-    return rows
-
-
 # ---------------------------------------------------------------- writing
 
 def to_csv(rows: list[dict], fields=None) -> str:
@@ -335,9 +319,3 @@ def frame(rows: list[dict], fields=None):
         raise EnsdiagError("DataFrames need pandas (pip install 'ensdiag[pandas]'); the flat dict "
                            "(flat_metrics) and CSV (to_csv) work without it") from None
     return data_frame(rows, columns(rows, fields))
-
-
-def report_frame(run_dirs):
-    """A DataFrame of one or more run folders' reports (the long rows of `report_rows`)."""
-    from .report import make_report
-    return frame(report_rows(make_report(run_dirs, write=False)), REPORT_FIELDS)

@@ -12,6 +12,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from .config import is_path  # noqa: F401  (callers ask it here too)
 from .errors import EnsdiagError, unknown
 
 PACKAGE = Path(__file__).parent
@@ -57,11 +58,6 @@ def dataset_names() -> tuple[str, ...]:
                     names += [v.value for t, v in zip(target.elts, value.elts)
                               if getattr(t, "id", None) == "name" and isinstance(v, ast.Constant)]
     return tuple(names)
-
-
-def is_path(value: str) -> bool:
-    """Whether an --ood/--shift/--data value names files rather than a registered dataset."""
-    return value.endswith((".npz", ".npy")) or "/" in value or "\\" in value or Path(value).is_dir()
 
 
 def check_set(option: str, value: str | None):

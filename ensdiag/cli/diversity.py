@@ -7,8 +7,22 @@ import typer
 from ..console import check_format, loading, note, print_json
 from ..errors import DataNotFound, EnsdiagError
 from .app import app
-from .options import ARCH, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, SEED, SHIFT
-from .options import data_choice, quick_checks
+from .options import (
+    ARCH,
+    DATA,
+    DATA_DIR,
+    DEVICE,
+    FAMILY,
+    FORMAT,
+    MODELS,
+    NORMALIZE,
+    NUM_CLASSES,
+    OOD,
+    SEED,
+    SHIFT,
+    data_choice,
+    quick_checks,
+)
 from .show import show_items
 
 MEASURED = ["disagreement", "member-pairs", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry

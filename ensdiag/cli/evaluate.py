@@ -6,8 +6,22 @@ import typer
 
 from ..console import check_format, output_folder
 from .app import app
-from .options import ARCH, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, SEED, SHIFT
-from .options import data_choice, quick_checks
+from .options import (
+    ARCH,
+    DATA,
+    DATA_DIR,
+    DEVICE,
+    FAMILY,
+    FORMAT,
+    MODELS,
+    NORMALIZE,
+    NUM_CLASSES,
+    OOD,
+    SEED,
+    SHIFT,
+    data_choice,
+    quick_checks,
+)
 from .show import show_metrics
 
 

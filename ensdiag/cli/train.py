@@ -108,7 +108,7 @@ def _set(value):
     """A --shift/--ood value as stored in the run: a dataset name as given, files as an absolute path."""
     if value is None:
         return None
-    from ..quickcheck import is_path
+    from ..config import is_path
     return str(Path(value).resolve()) if is_path(value) else value
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import EnsdiagError
-from ..quickcheck import is_path  # noqa: F401  (the readers' callers ask it here too)
+from ..config import is_path  # noqa: F401  (the readers' callers ask it here too)
 from .registry import Split
 
 MAX_DECODED_BYTES = 8 * 2**30  # an image folder decoded to float32 beyond this: use the Python API's DataLoader

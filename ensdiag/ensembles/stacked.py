@@ -21,7 +21,7 @@ from .modules import DECLARE, Member, declared_weights, user_layers
 NETWORKS = "declare member_network(i) on your module (member i as a plain nn.Module) for paths, CKA and alignment"
 
 
-def _members_first(logits, k: int | None):
+def members_first(logits, k: int | None):
     if not isinstance(logits, torch.Tensor):
         raise InputTypeError(f"the ensemble returned a {type(logits).__name__}, not a logits tensor [k, B, C]")
     if logits.dim() == 2 and k is not None:
@@ -51,7 +51,7 @@ class StackedEnsemble(Ensemble):
         self.networks_skip = None if callable(getattr(function, "member_network", None)) else NETWORKS
 
     def _forward_stacked(self, x):
-        logits = _members_first(self.function(x), self.num_members)
+        logits = members_first(self.function(x), self.num_members)
         if self.num_members is None:
             self.num_members = logits.shape[0]
         elif logits.shape[0] != self.num_members:

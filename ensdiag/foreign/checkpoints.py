@@ -33,7 +33,7 @@ FAMILIES = ("auto", "torch-uncertainty", "state-dicts")
 STATS = ("running_mean", "running_var", "num_batches_tracked")
 
 
-def _check_zip_sizes(path, inflation=8):
+def check_zip_sizes(path, inflation=8):
     """torch.save writes an uncompressed zip; one whose records inflate far beyond the file is refused
     before torch.load decompresses it (a zip bomb)."""
     import zipfile
@@ -57,7 +57,7 @@ def read_state_dict(path) -> dict[str, torch.Tensor]:
         from ..io import read_safetensors
         state, _ = read_safetensors(path, "checkpoint")
         return _network_keys(state)
-    _check_zip_sizes(path)
+    check_zip_sizes(path)
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # pickle.UnpicklingError and whatever a damaged zip raises

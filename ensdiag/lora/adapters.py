@@ -50,8 +50,8 @@ def _bin_state(path) -> dict:
 def _loaded_bin(path, mtime, size) -> dict:
     import zipfile
 
-    from ..foreign.checkpoints import _check_zip_sizes
-    _check_zip_sizes(path)
+    from ..foreign.checkpoints import check_zip_sizes
+    check_zip_sizes(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except Exception as error:  # pickle.UnpicklingError and whatever a damaged file raises

@@ -163,4 +163,10 @@ def render(report: dict, fmt: str, run_dir=None) -> str:
         else to_html(report, run_dir or report["run"])
 
 
-__all__ = ["FORMATS", "build_report", "make_report", "newest_run", "render", "to_rich"]
+def report_frame(run_dirs):
+    """A DataFrame of one or more run folders' reports (the long rows of `report_rows`)."""
+    from ..export import REPORT_FIELDS, frame, report_rows
+    return frame(report_rows(make_report(run_dirs, write=False)), REPORT_FIELDS)
+
+
+__all__ = ["FORMATS", "build_report", "make_report", "newest_run", "render", "report_frame", "to_rich"]

@@ -5,12 +5,11 @@ t_{0.975, n−1} · s / √n. Seeds without metrics (a run in progress, a crashe
 seed) are counted and shown (n per cell), never averaged in as if complete.
 """
 
-import math
 
-from scipy import stats
 
 from ..analysis.registry import SPLIT_TABLES
 from ..errors import EnsdiagError, unknown
+from .stats import mean_ci
 from .load import MISSING, _lookup, _number, dig, load_runs
 from .lora import lora_only, lora_tables
 
@@ -70,17 +69,6 @@ def _analyzer_value(run, analyzer, path, label, split=None, since=1, optional=Fa
                            f"{label!r} at {'.'.join(path)}, which its result lacks (written by another ensdiag or "
                            "plug-in version?); rerun `ensdiag evaluate` on that model")
     return value
-
-
-def mean_ci(values: list[float]) -> dict:
-    n = len(values)
-    if n == 0:
-        return {"mean": None, "ci": None, "n": 0, "values": []}
-    mean = sum(values) / n
-    if n == 1:
-        return {"mean": mean, "ci": None, "n": 1, "values": values}
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return {"mean": mean, "ci": float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n), "n": n, "values": values}
 
 
 def _cell(seeds: dict, value_of) -> dict:

@@ -263,7 +263,7 @@ def _entry(point, intervals, seeds) -> dict:
 
 def _t_interval(values):
     """mean ± t_{0.975,n−1}·s/√n over the finite per-seed values (the report's `mean_ci`); None for fewer than two."""
-    from .aggregate import mean_ci
+    from .stats import mean_ci
     found = mean_ci([value for value in values if math.isfinite(value)])
     return None if found["ci"] is None else [found["mean"] - found["ci"], found["mean"] + found["ci"]]
 
