@@ -171,30 +171,52 @@ def analyze(
     method: str = typer.Option(None, help="Save as run METHOD of the folder --out (OUT/METHOD/seed-SEED/), for "
                                           "`ensdiag report OUT`; the verdict needs runs named single and deep-ensemble."),
     seed: int = typer.Option(None, help="With --method: the seed this run is saved under (default 0)."),
+    task: str = typer.Option(None, help="lm-eval logs: the task (or group) to read, where a folder holds several."),
+    ood_task: str = typer.Option(None, "--ood-task", help="lm-eval logs: the task whose questions are the OOD split "
+                                 "(from the same folders, or from --ood)."),
+    filter_name: str = typer.Option(None, "--filter", help="lm-eval logs: the filter whose answers to read "
+                                    "(default: the first in the file, named in the output)."),
+    score: str = typer.Option("loglikelihood", help="lm-eval logs: each choice's score: loglikelihood, acc_norm "
+                              "(log-likelihood per character, lm-eval's) or mutual_info (minus the unconditional one)."),
 ):
     """Every metric from member predictions made anywhere.
 
-    File layouts are in the README ("Bring your own ensemble", "Multiple-choice predictions")."""
+    File layouts are in the README ("Bring your own ensemble", "Multiple-choice predictions", "LLM ensembles").
+    PREDICTIONS may be k lm-evaluation-harness runs (--log_samples), one member each: sample files or output folders;
+    with --out DIR and no --method, the run's name comes from the members' model paths."""
     check_format(fmt)
     from .quickcheck import check_inputs
-    check_inputs("PREDICTIONS", sources)
+    check_inputs("PREDICTIONS", sources, folders=True)
     check_inputs("--labels", [labels] if labels is not None else [])
-    check_inputs("--ood", ood)
+    check_inputs("--ood", ood, folders=True)
     _check_saving(out, method, seed)
     from .analysis import analyze_predictions
+    from .foreign.lm_eval import LmEvalOptions
     from .foreign.predictions import load_any_predictions
     from .io import atomic_write_json
 
-    predictions, warnings = load_any_predictions(sources, labels, ood or (), inputs)
+    about = {}
+    predictions, warnings = load_any_predictions(sources, labels, ood or (), inputs,
+                                                 LmEvalOptions(task, ood_task, filter_name, score), about)
+    for line in about.get("notes", []):
+        note(line)
     for warning in warnings:
         note(f"warning: {warning}")
     metrics = analyze_predictions(predictions)
     if warnings:
         metrics["input_warnings"] = warnings
+    if "lm_eval" in about:
+        metrics["lm_eval"] = about["lm_eval"]
+        if method is None and out is not None and out.suffix.lower() != ".json":
+            from .foreign.lm_eval import run_name_of
+            method, seed = run_name_of(about["lm_eval"], seed)
+    if method is None and seed is not None:
+        raise EnsdiagError("--seed names the run --method saves: give --method too (and --out)")
     if method is not None:
         from .diagnosis import Diagnosis
         source = f"ensdiag analyze {' '.join(path.name for path in [*sources, *(ood or ())])}"
-        run = Diagnosis(metrics, predictions, {name: name for name in predictions}, source).save(out, method, seed or 0)
+        titles = about.get("titles") or {name: name for name in predictions}
+        run = Diagnosis(metrics, predictions, titles, source).save(out, method, seed or 0)
         note(f"saved to {run}; `ensdiag report {out}` reports every run saved there")
     elif out is not None:
         atomic_write_json(output_file(out, "metrics.json"), metrics)
@@ -207,7 +229,7 @@ def analyze(
 def _check_saving(out, method, seed):
     """--method saves a diagnosis-kind run folder (as `Diagnosis.save`); --seed only goes with it."""
     if method is None:
-        if seed is not None:
+        if seed is not None and out is None:
             raise EnsdiagError("--seed names the run --method saves: give --method too (and --out)")
         return
     if out is None:
