@@ -159,12 +159,16 @@ def select(member: Member, task: str | None, option: str) -> Selection:
 def _only_task(member: Member, every_results: dict, option: str) -> str:
     if len(member.samples) == 1:
         return next(iter(member.samples))
+    groups = set()
     for results in every_results.values():  # every samples file of one group
-        groups = results.get("group_subtasks") if isinstance(results.get("group_subtasks"), dict) else {}
-        for group in groups:
-            if isinstance(group, str) and set(group_subtasks(results, group) or ()) == set(member.samples):
-                return group
-    raise EnsdiagError(f"{member.name} holds several tasks ({_listed(member.samples)}): choose one with {option} NAME")
+        named = results.get("group_subtasks") if isinstance(results.get("group_subtasks"), dict) else {}
+        for group in named:
+            if isinstance(group, str) and group_subtasks(results, group):
+                if set(group_subtasks(results, group)) == set(member.samples):
+                    return group
+                groups.add(group)
+    also = f"; groups {_listed(groups)}" if groups else ""
+    raise EnsdiagError(f"{member.name} holds several tasks ({_listed(member.samples)}{also}): choose one with {option} NAME")
 
 
 def _listed(tasks) -> str:

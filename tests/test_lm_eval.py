@@ -1,0 +1,301 @@
+"""lm-evaluation-harness logs as predictions, on files lm-eval 0.4.13 wrote itself
+(tests/fixtures/lm_eval/make_fixtures.py): per-member accuracy equals lm-eval's own `acc` in
+its results JSON, and the ensemble's accuracy, NLL, JSD and disagreement equal a float64
+recomputation from the sample files written here with json and NumPy (not through ensdiag's
+reader); groups, choice-text targets, mixed choice counts, acc_norm, mutual information and
+several filters are each read or refused in one line, and every hostile line is one `error:`."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.special import softmax
+from scipy.stats import entropy
+from sklearn.metrics import roc_auc_score
+
+from .cli import assert_one_line_error, run_cli
+
+ROOT = Path(__file__).parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "lm_eval"
+LORA = FIXTURES / "out" / "lora-r4"
+MEMBERS = sorted(LORA.iterdir())
+DEEP = FIXTURES / "out" / "deep-ensemble"
+
+
+def samples(member: Path, task: str) -> Path:
+    (path,) = [p for p in member.iterdir() if re.fullmatch(rf"samples_{task}_[^_]+\.jsonl", p.name)]
+    return path
+
+
+def results(member: Path) -> dict:
+    (path,) = member.glob("results_*.json")
+    return json.loads(path.read_text())
+
+
+def lines(path: Path, filter_name=None) -> list[dict]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    filter_name = filter_name or rows[0]["filter"]
+    return sorted((row for row in rows if row["filter"] == filter_name), key=lambda row: row["doc_id"])
+
+
+def reference(members, tasks, score="loglikelihood", filter_name=None):
+    """[k] per-question member log-probabilities over each question's own choices, and answers,
+    straight from the sample files: numbers are strings, targets indices or choice texts."""
+    per_member, answers = [], []
+    for member in members:
+        member_rows = [row for task in tasks for row in lines(samples(member, task), filter_name)]
+        scores = []
+        for row in member_rows:
+            requests = [row["arguments"][f"gen_args_{i}"] for i in range(len(row["arguments"]))]
+            lls = np.array([float(resp[0]) for resp in row["filtered_resps"]], dtype=np.float64)
+            choices = len(lls) // 2 if "acc_mutual_info" in row["metrics"] else len(lls)
+            texts = [request["arg_1"][1:] for request in requests[:choices]]  # the target delimiter is " "
+            if score == "acc_norm":
+                value = lls[:choices] / np.array([len(text) for text in texts])
+            elif score == "mutual_info":
+                value = lls[:choices] - lls[choices:]
+            else:
+                value = lls[:choices]
+            scores.append(np.log(softmax(value.astype(np.float32).astype(np.float64))))
+            if member == members[0]:
+                target = row["target"]
+                answers.append(int(target) if target.isdigit() else texts.index(target))
+        per_member.append(scores)
+    return per_member, np.array(answers)
+
+
+def summary(per_member, answers) -> dict:
+    k = len(per_member)
+    probs = [np.exp(np.array([member[q] for member in per_member])) for q in range(len(answers))]  # [k, C_q]
+    mean = [p.mean(0) for p in probs]
+    votes = np.array([[p[i].argmax() for p in probs] for i in range(k)])
+    pairs = [(i, j) for i in range(k) for j in range(k) if i != j]
+    return {"accuracy": np.mean([m.argmax() == y for m, y in zip(mean, answers)]),
+            "nll": np.mean([-np.log(m[y]) for m, y in zip(mean, answers)]),
+            "jsd": np.mean([entropy(m) - entropy(p, axis=1).mean() for m, p in zip(mean, probs)]),
+            "disagreement": np.mean([(votes[i] != votes[j]).mean() for i, j in pairs]) if k > 1 else None,
+            "member_accuracy": [(votes[i] == answers).mean() for i in range(k)], "msp": [m.max() for m in mean]}
+
+
+def analysed(capsys, *args):
+    code, out, err = run_cli(capsys, "analyze", *args, "--format", "json")
+    assert code == 0, err
+    return json.loads(out), err
+
+
+def check(metrics, expected, split="id"):
+    found = metrics["analyzers"]
+    assert found["calibration"]["splits"][split]["accuracy"]["value"] == pytest.approx(expected["accuracy"], abs=1e-12)
+    assert found["calibration"]["splits"][split]["nll"]["value"] == pytest.approx(expected["nll"], rel=1e-6)
+    assert found["uncertainty"]["splits"][split]["jsd"]["value"] == pytest.approx(expected["jsd"], rel=1e-5, abs=1e-9)
+    assert found["disagreement"]["splits"][split]["mean"]["value"] == pytest.approx(expected["disagreement"], abs=1e-12)
+    assert found["calibration"]["splits"][split]["member_accuracy"]["value"] == pytest.approx(expected["member_accuracy"])
+
+
+# ---------------------------------------------------------------- files lm-eval wrote, untouched
+
+
+def test_three_sample_files_give_lm_evals_acc_and_the_recomputed_ensemble(capsys):
+    metrics, err = analysed(capsys, *(samples(member, "ensq") for member in MEMBERS))
+    member_accuracy = metrics["analyzers"]["calibration"]["splits"]["id"]["member_accuracy"]["value"]
+    assert member_accuracy == [results(member)["results"]["ensq"]["acc,none"] for member in MEMBERS]
+    check(metrics, summary(*reference(MEMBERS, ["ensq"])))
+    assert metrics["num_members"] == 3 and metrics["splits"] == {"id": {"n": 20, "labelled": True}}
+    assert metrics["lm_eval"]["task"] == "ensq" and metrics["lm_eval"]["filter"] == "none"
+    assert [member["peft"] for member in metrics["lm_eval"]["members"]] == [f"lora-r4/adapter-{i}" for i in range(3)]
+    assert "lm-eval: task ensq (20 documents), 3 members" in err and "scores: log-likelihoods" in err
+
+
+def test_output_folders_and_model_folders_read_as_the_files(capsys):
+    files, _ = analysed(capsys, *(samples(member, "ensq") for member in MEMBERS))
+    for args in ([LORA, "--task", "ensq"], [*MEMBERS, "--task", "ensq"]):
+        metrics, _ = analysed(capsys, *args)
+        assert metrics["analyzers"] == files["analyzers"]
+
+
+def test_a_group_is_pooled_and_reported_per_subtask_with_choice_text_targets(capsys):
+    metrics, err = analysed(capsys, LORA, "--task", "ensgroup")
+    assert set(metrics["splits"]) == {"id", "id/ensgroup_add", "id/ensgroup_sub"}
+    calibration = metrics["analyzers"]["calibration"]["splits"]
+    for split, task in (("id", "ensgroup"), ("id/ensgroup_add", "ensgroup_add"), ("id/ensgroup_sub", "ensgroup_sub")):
+        assert calibration[split]["member_accuracy"]["value"] == pytest.approx(
+            [results(member)["results"][task]["acc,none"] for member in MEMBERS], abs=1e-12), split
+    check(metrics, summary(*reference(MEMBERS, ["ensgroup_add", "ensgroup_sub"])))
+    check(metrics, summary(*reference(MEMBERS, ["ensgroup_sub"])), "id/ensgroup_sub")  # targets are choice texts
+    assert lines(samples(MEMBERS[0], "ensgroup_sub"))[0]["target"].isalpha()
+    assert "subtasks ensgroup_add, ensgroup_sub" in err
+
+
+def test_mixed_choice_counts_are_one_run_padded_with_impossible_choices(capsys):
+    metrics, err = analysed(capsys, LORA, "--task", "ensmixed")
+    assert metrics["num_classes"] == 5 and "questions have 3, 4, 5 choices" in err
+    assert metrics["analyzers"]["calibration"]["splits"]["id"]["member_accuracy"]["value"] == pytest.approx(
+        [results(member)["results"]["ensmixed"]["acc,none"] for member in MEMBERS], abs=1e-12)
+    check(metrics, summary(*reference(MEMBERS, ["ensmixed"])))
+
+
+@pytest.mark.parametrize("task, score, metric", [("ensq", "acc_norm", "acc_norm"), ("ensmixed", "acc_norm", "acc_norm"),
+                                                 ("ensmi", "mutual_info", "acc_mutual_info"), ("ensmi", "loglikelihood", "acc")])
+def test_acc_norm_and_mutual_information_scores_match_lm_evals_metrics(task, score, metric, capsys):
+    metrics, err = analysed(capsys, LORA, "--task", task, "--score", score)
+    assert metrics["analyzers"]["calibration"]["splits"]["id"]["member_accuracy"]["value"] == pytest.approx(
+        [results(member)["results"][task][f"{metric},none"] for member in MEMBERS], abs=1e-12)
+    check(metrics, summary(*reference(MEMBERS, [task], score)))
+    assert "warning" not in err  # lm-eval's own per-line metric agrees with every argmax read
+
+
+def test_one_filter_is_read_the_first_by_default(capsys):
+    first, err = analysed(capsys, LORA, "--task", "ensfilters")
+    assert first["lm_eval"]["filter"] == "take-first" and "also logged: halved; choose with --filter" in err
+    halved, _ = analysed(capsys, LORA, "--task", "ensfilters", "--filter", "halved")
+    for metrics, name in ((first, "take-first"), (halved, "halved")):
+        check(metrics, summary(*reference(MEMBERS, ["ensfilters"], filter_name=name)))
+        assert metrics["analyzers"]["calibration"]["splits"]["id"]["member_accuracy"]["value"] == pytest.approx(
+            [results(member)["results"]["ensfilters"][f"acc,{name}"] for member in MEMBERS])
+    assert halved["analyzers"]["calibration"]["splits"]["id"]["nll"]["value"] != \
+        first["analyzers"]["calibration"]["splits"]["id"]["nll"]["value"]
+    assert_one_line_error(capsys, "analyze", LORA, "--task", "ensfilters", "--filter", "strict",
+                          match="has no filter 'strict' \\(it has 'take-first', 'halved'\\)")
+
+
+def test_ood_questions_come_from_another_task(capsys):
+    metrics, _ = analysed(capsys, LORA, "--task", "ensq", "--ood-task", "ensood")
+    assert metrics["splits"]["ood"] == {"n": 8, "labelled": False}
+    id_msp = summary(*reference(MEMBERS, ["ensq"]))["msp"]
+    ood_msp = summary(*reference(MEMBERS, ["ensood"]))["msp"]
+    auroc = roc_auc_score([0] * len(id_msp) + [1] * len(ood_msp), 1 - np.array([*id_msp, *ood_msp]))
+    assert metrics["analyzers"]["ood"]["scores"]["msp"]["auroc"]["value"] == pytest.approx(auroc, abs=1e-12)
+    separate, _ = analysed(capsys, LORA, "--task", "ensq", *(item for m in MEMBERS for item in ("--ood", m)),
+                           "--ood-task", "ensood")
+    assert separate["analyzers"] == metrics["analyzers"]
+
+
+def test_method_and_seed_come_from_the_peft_paths(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "analyze", LORA, "--task", "ensq", "--out", tmp_path / "runs")
+    assert code == 0 and f"saved to {tmp_path / 'runs' / 'lora-r4' / 'seed-0'}" in err, err
+    code, _, err = run_cli(capsys, "analyze", DEEP, "--task", "ensq", "--out", tmp_path / "runs", "--seed", "3")
+    assert code == 0 and f"saved to {tmp_path / 'runs' / 'deep-ensemble' / 'seed-3'}" in err, err
+    meta = json.loads((tmp_path / "runs" / "lora-r4" / "seed-0" / "meta.json").read_text())
+    assert meta["splits"]["id"] == "ensq (lm-eval, filter none, log-likelihoods)"
+    saved = json.loads((tmp_path / "runs" / "lora-r4" / "seed-0" / "metrics.json").read_text())
+    assert saved["lm_eval"]["task"] == "ensq"
+    code, _, err = run_cli(capsys, "analyze", LORA, "--task", "ensq", "--out", tmp_path / "metrics.json")
+    assert code == 0 and (tmp_path / "metrics.json").is_file()  # a .json --out is the metrics file, as ever
+
+
+# ---------------------------------------------------------------- hostile or mismatched logs: one line each
+
+
+def copied(tmp_path, task="ensq") -> list[Path]:
+    """The three members' samples of `task` (and results), copied to edit."""
+    out = []
+    for member in MEMBERS:
+        folder = tmp_path / member.name
+        folder.mkdir(parents=True)
+        shutil.copy(samples(member, task), folder)
+        shutil.copy(next(member.glob("results_*.json")), folder)
+        out.append(folder / samples(member, task).name)
+    return out
+
+
+def edit(path: Path, line: int, change):
+    rows = path.read_text().splitlines()
+    rows[line] = change(rows[line])
+    path.write_text("\n".join(rows) + "\n")
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda text: re.sub(r'"filtered_resps": \[\["', '"filtered_resps": [["x', text),
+     r"line 1: choice 0's log-likelihood 'x-.*' is not a number"),
+    (lambda text: re.sub(r'"filtered_resps": \[\["[^"]*"', '"filtered_resps": [["-1_000"', text),
+     r"line 1: choice 0's log-likelihood '-1_000' is not a number"),
+    (lambda text: re.sub(r'"filtered_resps": \[\["[^"]*", "[^"]*"\], ', '"filtered_resps": [', text),
+     "line 1: 3 log-likelihoods for 4 choices \\(a choice is missing\\)"),
+    (lambda text: re.sub(r'"filtered_resps": \[\["[^"]*"', '"filtered_resps": [["nan"', text),
+     "line 1: choice 0's log-likelihood 'nan' is not a number"),
+    (lambda text: re.sub(r'"filtered_resps": \[\["[^"]*"', '"filtered_resps": [[NaN', text),
+     "line 1: choice 0's log-likelihood nan is not a finite log-likelihood"),
+    (lambda text: re.sub(r'"filtered_resps": \[\["[^"]*"', '"filtered_resps": [["-1e300"', text),
+     "line 1: .* is not a finite log-likelihood"),
+    (lambda text: re.sub(r'"target": "\d"', '"target": "seventy"', text),
+     "line 1: target 'seventy' is neither a choice index 0..3 nor a choice's text"),
+    (lambda text: re.sub(r'"target": "\d"', '"target": "[0, 2]"', text), "line 1: target .* names several correct choices"),
+    (lambda text: text[:50], "line 1: not JSON"),
+    (lambda text: "[1, 2]", "line 1: not a JSON object"),
+    (lambda text: text.replace('"doc_hash": "', '"doc_hash": "zz'), 'line 1: no "doc_hash" of hex digits'),
+    (lambda text: re.sub(r'"arg_1": " \w+"', '"arg_1": " same"', text).replace('"arg_0": "', '"arg_0": "x', 1),
+     "line 1: every choice is in the context .* winogrande"),
+    (lambda text: text.replace('"doc_id": 0', '"doc_id": 1'), "line 2: doc_id 1 repeats line 1"),
+    (lambda text: text.replace('"filter": "none"', '"filter": 7'), 'line 1: "filter" must name'),
+])
+def test_hostile_lines_are_one_line_errors_naming_the_line(change, match, tmp_path, capsys):
+    paths = copied(tmp_path)
+    edit(paths[1], 0, change)
+    assert_one_line_error(capsys, "analyze", *paths, match=re.escape(str(paths[1])) + ", " + match)
+
+
+def test_members_of_other_documents_are_refused_naming_the_first_that_differs(tmp_path, capsys):
+    paths = copied(tmp_path)
+    edit(paths[2], 4, lambda text: re.sub(r'"doc_hash": "\w+"', '"doc_hash": "abc123"', text))
+    assert_one_line_error(capsys, "analyze", *paths, match="line 5: doc_id 4 of 'ensq' differs from .* in its doc_hash")
+    paths = copied(tmp_path / "prompt")
+    edit(paths[1], 2, lambda text: re.sub(r'"prompt_hash": "\w+"', '"prompt_hash": "abc123"', text))
+    assert_one_line_error(capsys, "analyze", *paths, match="line 3: doc_id 2 of 'ensq' differs .* in its prompt_hash")
+    paths = copied(tmp_path / "limit")  # one member run with --limit: a document only the others have
+    paths[1].write_text("".join(paths[1].read_text().splitlines(keepends=True)[:12]))
+    assert_one_line_error(capsys, "analyze", *paths, match="doc_id 12 of 'ensq' .* is missing \\(a different --limit\\?\\)")
+    assert_one_line_error(capsys, "analyze", paths[1], paths[0], paths[2],
+                          match="doc_id 12 of 'ensq' is not in .* \\(20 documents against 12: a different --limit\\?\\)")
+
+
+def test_a_200_mb_line_is_refused_before_it_is_read(tmp_path, capsys):
+    paths = copied(tmp_path)
+    with open(paths[0], "r+b") as handle:  # sparse: 200 MB without a newline, almost nothing on disk
+        handle.truncate(0)
+        handle.write(b'{"doc_id": 0, "doc": "')
+        handle.truncate(200 * 2**20)
+    assert_one_line_error(capsys, "analyze", *paths, match="line 1: longer than 16,777,216 bytes")
+
+
+@pytest.mark.parametrize("args, match", [
+    ([LORA], "holds several tasks \\('ensfilters', 'ensgroup_add', 'ensgroup_sub', 'ensmi', 'ensmixed', 'ensood', "
+             "'ensq'; groups 'ensgroup'\\): choose one with --task NAME"),
+    ([LORA, "--task", "arc"], "has no samples of task 'arc'"),
+    ([LORA, "--task", "a b"], "--task: task name 'a b' must be"),
+    ([LORA, "--task", "ensq", "--score", "mutual_info"], "--score mutual_info needs the task's unconditional"),
+    ([LORA, "--task", "ensq", "--score", "probability"], "unknown --score 'probability'"),
+    ([LORA, "--task", "ensq", "--labels", FIXTURES / "versions.json"], "drop --labels and --inputs"),
+    ([LORA, "--task", "ensq", "--ood", MEMBERS[0], "--ood-task", "ensood"], "--ood gives 1 members, the predictions 3"),
+    ([FIXTURES / "out", "--task", "ensq"], "holds no lm-eval sample files"),
+    ([samples(MEMBERS[0], "ensq"), samples(MEMBERS[1], "ensmixed")], "is a run of 'ensmixed', .* of 'ensq'"),
+    ([samples(MEMBERS[0], "ensq"), "--task", "ensmi"], "is a samples file of task 'ensq', not 'ensmi'"),
+    ([FIXTURES / "tasks" / "ensq.json", "--task", "ensq"], "--task, --ood-task, --filter and --score are for lm-eval"),
+])
+def test_options_that_do_not_fit_are_one_line_errors(args, match, capsys):
+    assert_one_line_error(capsys, "analyze", *args, match=match)
+
+
+def test_two_runs_of_a_task_in_one_folder_and_a_damaged_results_file(tmp_path, capsys):
+    folder = tmp_path / "model"
+    shutil.copytree(MEMBERS[0], folder)
+    original = samples(folder, "ensq")
+    shutil.copy(original, folder / "samples_ensq_2027-01-01T00-00-00.000000.jsonl")
+    assert_one_line_error(capsys, "analyze", folder, MEMBERS[1], "--task", "ensq", match="holds 2 runs of 'ensq'")
+    (folder / "samples_ensq_2027-01-01T00-00-00.000000.jsonl").unlink()
+    next(folder.glob("results_*.json")).write_text("{not json")
+    assert_one_line_error(capsys, "analyze", folder, MEMBERS[1], "--task", "ensq", match="is not readable JSON")
+
+
+def test_a_method_that_the_paths_do_not_name_must_be_given(tmp_path, capsys):
+    paths = copied(tmp_path)
+    for path in paths:
+        results_file = next(path.parent.glob("results_*.json"))
+        data = json.loads(results_file.read_text())
+        data["config"]["model_args"] = f"pretrained=model-{path.parent.name}"
+        results_file.write_text(json.dumps(data))
+    assert_one_line_error(capsys, "analyze", *paths, "--out", tmp_path / "runs", match="name the run with --method")
+    code, _, err = run_cli(capsys, "analyze", *paths, "--out", tmp_path / "runs", "--method", "adapters")
+    assert code == 0 and "saved to" in err
