@@ -16,7 +16,7 @@ from scipy.special import softmax
 from scipy.stats import entropy
 from sklearn.metrics import roc_auc_score
 
-from .cli import assert_one_line_error, run_cli
+from .cli import assert_one_line_error, readme_commands, run_cli, run_recorded
 
 ROOT = Path(__file__).parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "lm_eval"
@@ -299,3 +299,42 @@ def test_a_method_that_the_paths_do_not_name_must_be_given(tmp_path, capsys):
     assert_one_line_error(capsys, "analyze", *paths, "--out", tmp_path / "runs", match="name the run with --method")
     code, _, err = run_cli(capsys, "analyze", *paths, "--out", tmp_path / "runs", "--method", "adapters")
     assert code == 0 and "saved to" in err
+
+
+# ---------------------------------------------------------------- the README's section
+
+
+def test_the_readme_llm_commands_run(tmp_path, capsys, monkeypatch):
+    import importlib.util
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tests").mkdir()  # the commands name the repository's fixtures, relative to its root
+    (tmp_path / "tests" / "fixtures").symlink_to(ROOT / "tests" / "fixtures")
+    commands = readme_commands("LLM ensembles", tmp_path)
+    assert [command[1] for command in commands] == ["analyze", "diversity", "report", "analyze", "analyze", "report",
+                                                    "evaluate"]
+    assert sum("adapter-" in part for part in commands[1]) == 3  # the glob
+    section = (ROOT / "README.md").read_text().split("## LLM ensembles\n", 1)[1].split("\n## ", 1)[0]
+    shown = [block.strip().splitlines() for block in re.findall(r"```text\n(.*?)```", section, flags=re.S)]
+    outputs = [run_recorded(capsys, command, ROOT) for command in commands[:-1]]
+    assert all(line in outputs[2] for line in shown[0]) and all(line in outputs[5] for line in shown[1])
+    assert (tmp_path / "runs" / "llm" / "lora-r4" / "seed-0" / "lora.json").is_file()
+    assert "## Verdict" in outputs[5] and "## Accuracy per subtask" not in outputs[5]
+    if importlib.util.find_spec("lm_eval") is None:  # without the extra: one line saying how to get it
+        assert_one_line_error(capsys, *commands[-1][1:], match=r"pip install 'ensdiag\[llm\]'")
+    else:
+        run_recorded(capsys, commands[-1], ROOT)
+        assert {p.name for p in (tmp_path / "runs" / "llm-evaluate" / "lora-r4" / "seed-0").iterdir()} >= {
+            "lm-eval", "metrics.json", "predictions.safetensors", "meta.json", "lora.json"}
+
+
+def test_the_documented_limits_are_the_readers():
+    from ensdiag.foreign import lm_eval_files, lm_eval_lines
+    from ensdiag.foreign.predictions import PAD_LOGIT
+    text = " ".join((ROOT / "docs" / "conventions.md").read_text().split())
+    assert f"At most {lm_eval_lines.MAX_LINES:,} lines of at most {lm_eval_lines.MAX_LINE_BYTES // 2**20} MiB" in text
+    assert f"at most {lm_eval_lines.MAX_CHOICES:,} choices" in text
+    assert f"a results file of at most {lm_eval_files.MAX_RESULTS_BYTES // 2**20} MiB" in text
+    assert lm_eval_lines.MAX_SCORE == 1e20 and "|s| ≤ 10²⁰" in text
+    assert PAD_LOGIT == -1e30 and "`PAD_LOGIT` = −10³⁰" in text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"a line over {lm_eval_lines.MAX_LINE_BYTES // 2**20} MiB" in readme

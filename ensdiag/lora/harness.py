@@ -60,28 +60,40 @@ def offline():
                 os.environ[key] = value
 
 
-def run_harness(adapter: Path, base: Path, tasks: list[str], include_path, logs: Path, device: str,
+def _failed(what: str, error: Exception) -> EnsdiagError:
+    """lm-eval's, transformers' or peft's exception as one line, saying so when the hub was wanted."""
+    message = " ".join(str(error).split())[:200]
+    hub = any(word in f"{type(error).__name__} {message}".lower() for word in HUB_WORDS)
+    why = (" (it would need the Hugging Face hub: ensdiag evaluate runs local model folders and tasks whose "
+           "documents are on this machine, --include-path)") if hub else ""
+    return EnsdiagError(f"{what}: {type(error).__name__}: {message}{why}")
+
+
+def load_tasks(tasks: list[str], include_path):
+    """lm-eval's task manager, with every task built once (their documents loaded) before any model
+    is: a task that is unknown or whose documents are on the hub fails here, in one line."""
+    from lm_eval.tasks import TaskManager, get_task_dict
+    try:
+        manager = TaskManager(include_path=str(include_path) if include_path else None)
+        get_task_dict(tasks, manager)
+    except Exception as error:
+        raise _failed(f"lm-eval cannot load the task{'s' if len(tasks) > 1 else ''} {', '.join(tasks)}", error) from None
+    return manager
+
+
+def run_harness(adapter: Path, base: Path, tasks: list[str], manager, logs: Path, device: str,
                 batch_size: int, limit) -> Path:
     """lm-eval on the base with one adapter (`peft=`), its results and samples written as its command
     line writes them; the model folder lm-eval wrote into."""
     from lm_eval import simple_evaluate
     from lm_eval.loggers import EvaluationTracker
-    from lm_eval.tasks import TaskManager
     tracker = EvaluationTracker(output_path=str(logs))
     try:
         results = simple_evaluate(model="hf", model_args=f"pretrained={base},peft={adapter}", tasks=tasks,
-                                  task_manager=TaskManager(include_path=str(include_path) if include_path else None),
-                                  device=device, batch_size=batch_size, limit=limit, log_samples=True,
-                                  evaluation_tracker=tracker, verbosity="WARNING")
-    except EnsdiagError:
-        raise
-    except Exception as error:  # lm-eval's, transformers' or peft's: one line naming the adapter
-        message = " ".join(str(error).split())[:200]
-        hub = any(word in f"{type(error).__name__} {message}".lower() for word in HUB_WORDS)
-        why = (" (it would need the Hugging Face hub: ensdiag evaluate runs local model folders and tasks whose "
-               "documents are on this machine, --include-path)") if hub else ""
-        raise EnsdiagError(f"lm-eval could not evaluate {adapter} on {', '.join(tasks)}: {type(error).__name__}: "
-                           f"{message}{why}") from None
+                                  task_manager=manager, device=device, batch_size=batch_size, limit=limit,
+                                  log_samples=True, evaluation_tracker=tracker, verbosity="WARNING")
+    except Exception as error:
+        raise _failed(f"lm-eval could not evaluate {adapter} on {', '.join(tasks)}", error) from None
     if results is None:
         raise EnsdiagError(f"lm-eval returned no results for {adapter}")
     samples = results.pop("samples")
@@ -127,14 +139,14 @@ def evaluate_adapters(folders, base, tasks: str | None, ood_task: str | None, in
     if logs.exists():
         raise EnsdiagError(f"{logs} holds lm-eval logs of an earlier evaluation: save this one under another "
                            "--method or --seed, or remove that folder")
+    names = [tasks, *([ood_task] if ood_task else [])]
     with offline():
-        device = _device(device)
+        manager, device = load_tasks(names, include_path), _device(device)
         members = []
         for index, folder in enumerate(folders):
-            note(f"lm-eval: adapter {index + 1} of {len(folders)} ({folder}) on {tasks}"
-                 f"{f' and {ood_task}' if ood_task else ''}")
-            members.append(run_harness(Path(folder).resolve(), base.resolve(), [tasks, *([ood_task] if ood_task else [])],
-                                       include_path, logs / f"member-{index}", device, batch_size, limit))
+            note(f"lm-eval: adapter {index + 1} of {len(folders)} ({folder}) on {' and '.join(names)}")
+            members.append(run_harness(Path(folder).resolve(), base.resolve(), names, manager, logs / f"member-{index}",
+                                       device, batch_size, limit))
     return _save(out, method, seed, members, configs, base, tasks, ood_task)
 
 
