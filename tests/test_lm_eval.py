@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy.special import softmax
 from scipy.stats import entropy
 from sklearn.metrics import roc_auc_score
@@ -235,6 +237,86 @@ def test_hostile_lines_are_one_line_errors_naming_the_line(change, match, tmp_pa
     paths = copied(tmp_path)
     edit(paths[1], 0, change)
     assert_one_line_error(capsys, "analyze", *paths, match=re.escape(str(paths[1])) + ", " + match)
+
+
+def numeric_choices(row: dict, texts, target, lls, acc) -> str:
+    """A line of `row`'s layout whose choices are the texts given (numbers, as in arithmetic tasks)."""
+    row = {**row, "target": target, "acc": acc, "metrics": ["acc"]}
+    row["arguments"] = {f"gen_args_{i}": {"arg_0": "q", "arg_1": f" {text}"} for i, text in enumerate(texts)}
+    row["filtered_resps"] = [[str(value), "False"] for value in lls]
+    return json.dumps(row)
+
+
+def test_a_target_that_is_both_an_index_and_a_choice_text_is_read_as_lm_evals_acc_says(tmp_path, capsys):
+    """'2' is choice 2's index and choice 0's text: lm-eval's own `acc` of the line tells which it
+    scored against; where it cannot tell, the line is refused."""
+    for acc, expected in ((1.0, 0), (0.0, 2)):  # member 0 picks choice 0 ("2")
+        paths = copied(tmp_path / str(acc))
+        for path in paths:
+            edit(path, 0, lambda text: numeric_choices(json.loads(text), ["2", "5", "7", "9"], "2",
+                                                       [-0.5, -3.0, -4.0, -5.0], acc))
+        metrics, _ = analysed(capsys, *paths)
+        scores, labels = reference(MEMBERS, ["ensq"])
+        member_correct = metrics["analyzers"]["calibration"]["splits"]["id"]["member_accuracy"]["value"][0] * 20
+        others = sum(np.argmax(s) == y for s, y in zip(scores[0][1:], labels[1:]))
+        assert member_correct == pytest.approx(others + (expected == 0))
+    paths = copied(tmp_path / "unknown")
+    edit(paths[0], 0, lambda text: numeric_choices(json.loads(text), ["2", "5", "7", "9"], "2", [-5.0, -0.5, -4.0, -6.0], 0.0))
+    assert_one_line_error(capsys, "analyze", *paths, match="line 1: target '2' is both choice 2's index and choice 0's text")
+
+
+def test_a_line_whose_logged_metric_contradicts_its_scores_is_reported(tmp_path, capsys):
+    paths = copied(tmp_path)
+    first = json.loads(paths[1].read_text().splitlines()[3])
+    edit(paths[1], 3, lambda text: text.replace(f'"acc": {first["acc"]}', f'"acc": {1.0 - first["acc"]}'))
+    metrics, err = analysed(capsys, *paths)
+    assert "warning: " in err and "lm-eval's own acc differs from the argmax of the log-likelihoods read on 1 document(s) " \
+        "(first: doc_id 3)" in err and paths[1].parent.name in err
+    assert metrics["input_warnings"] and metrics["analyzers"]["calibration"]["splits"]["id"]["member_accuracy"]["value"] == \
+        analysed(capsys, *(samples(member, "ensq") for member in MEMBERS))[0]["analyzers"]["calibration"]["splits"]["id"][
+            "member_accuracy"]["value"]  # ensdiag's numbers are its own reading of the scores
+
+
+def test_a_byte_order_mark_crlf_and_blank_lines_read_alike(tmp_path, capsys):
+    paths = copied(tmp_path)
+    reference_metrics, _ = analysed(capsys, *paths)
+    paths[2].write_bytes(b"\xef\xbb\xbf" + paths[2].read_text().replace("\n", "\r\n\r\n").encode())
+    metrics, _ = analysed(capsys, *paths)
+    assert metrics["analyzers"] == reference_metrics["analyzers"]
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                           max_leaves=6)
+FIELDS = ["doc_id", "target", "arguments", "filtered_resps", "filter", "doc_hash", "prompt_hash", "metrics", "acc"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 19), st.sampled_from(FIELDS), JSON_VALUES | st.binary(max_size=12)),
+                min_size=1, max_size=3))
+def test_random_damage_gives_metrics_or_one_line_naming_the_file(tmp_path_factory, damage):
+    """Any field of any line replaced by any JSON value (or a line by raw bytes): ensdiag reads it or
+    refuses it with one EnsdiagError naming the file, never another exception."""
+    from ensdiag.errors import EnsdiagError
+    from ensdiag.foreign.lm_eval import load_lm_eval_predictions
+    paths = copied(tmp_path_factory.mktemp("damaged"))
+    rows = paths[1].read_text().splitlines()
+    for line, field, value in damage:
+        if isinstance(value, bytes):
+            rows[line] = value.decode("latin-1")
+        else:
+            try:
+                row = json.loads(rows[line])
+            except ValueError:  # a line an earlier step replaced by bytes
+                row = {}
+            rows[line] = json.dumps({**(row if isinstance(row, dict) else {}), field: value})
+    paths[1].write_text("\n".join(rows) + "\n", encoding="latin-1")
+    try:
+        predictions, _ = load_lm_eval_predictions(paths)
+    except EnsdiagError as error:
+        assert str(error).startswith(str(paths[1])) and "\n" not in str(error), error
+    else:
+        assert predictions["id"]["logits"].shape[0] == 3
 
 
 def test_members_of_other_documents_are_refused_naming_the_first_that_differs(tmp_path, capsys):

@@ -70,7 +70,9 @@ class _Lines:
                 if not raw.strip():
                     continue
                 try:
-                    row = json.loads(raw.decode("utf-8"), parse_constant=lambda name: math.nan)
+                    text = raw.decode("utf-8")
+                    row = json.loads(text.removeprefix("\ufeff") if number == 1 else text,  # a byte-order mark
+                                     parse_constant=lambda name: math.nan)
                 except UnicodeDecodeError as error:
                     self.fail(number, f"not UTF-8 text (byte {error.start + 1} of the line)")
                 except RecursionError:
