@@ -188,6 +188,52 @@ def test_method_and_seed_come_from_the_peft_paths(tmp_path, capsys):
     assert code == 0 and (tmp_path / "metrics.json").is_file()  # a .json --out is the metrics file, as ever
 
 
+# ---------------------------------------------------------------- weight space beside function space in one run
+
+
+ADAPTER_DIRS = sorted((FIXTURES / "lora-r4").iterdir())
+
+
+def test_each_part_of_a_run_is_saved_without_touching_the_other(tmp_path, capsys):
+    from ensdiag.runs import saved_parts
+    runs, run = tmp_path / "runs", tmp_path / "runs" / "lora-r4" / "seed-0"
+    assert run_cli(capsys, "diversity", *ADAPTER_DIRS, "--save", runs, "--method", "lora-r4")[0] == 0
+    weight_part = (run / "lora.json").read_bytes()
+    assert saved_parts(run) == {"lora"}
+    assert run_cli(capsys, "analyze", LORA, "--task", "ensq", "--out", runs)[0] == 0
+    assert (run / "lora.json").read_bytes() == weight_part and saved_parts(run) == {"lora", "predictions"}
+    function_part = {name: (run / name).read_bytes() for name in ("metrics.json", "meta.json", "predictions.safetensors")}
+    assert run_cli(capsys, "diversity", *ADAPTER_DIRS, "--base", FIXTURES / "base", "--save", runs, "--method", "lora-r4")[0] == 0
+    assert all((run / name).read_bytes() == data for name, data in function_part.items())
+    assert (run / "lora.json").read_bytes() != weight_part  # saved again: this part replaced, and only it
+    code, out, err = run_cli(capsys, "report", runs, "--format", "json", "--no-figures")
+    tables = {table["id"]: table for table in json.loads(out)["tables"]}
+    cells = tables["llm"]["rows"][0]["cells"]
+    lora = json.loads((run / "lora.json").read_text())["lora"]["summary"]
+    metrics = json.loads(function_part["metrics.json"])["analyzers"]
+    assert cells[0]["mean"] == pytest.approx(lora["delta_cosine"]["mean"])
+    assert cells[3]["mean"] == pytest.approx(metrics["disagreement"]["splits"]["id"]["mean"]["value"])
+    assert cells[4]["mean"] == pytest.approx(metrics["uncertainty"]["splits"]["id"]["jsd"]["value"])
+    assert {"lora", "id", "diversity"} <= set(tables)
+
+
+def test_an_analysis_saved_over_a_06_lora_run_keeps_its_weight_space(tmp_path, capsys):
+    """ensdiag 0.6 kept the LoRA section in metrics.json: it moves to lora.json before the analysis is written."""
+    runs, run = tmp_path / "runs", tmp_path / "runs" / "lora-r4" / "seed-0"
+    assert run_cli(capsys, "diversity", *ADAPTER_DIRS, "--save", runs, "--method", "lora-r4")[0] == 0
+    section = json.loads((run / "lora.json").read_text())["lora"]
+    (run / "lora.json").unlink()
+    (run / "metrics.json").write_text(json.dumps({"analyzers": {}, "splits": {}, "num_members": 3, "lora": section}))
+    (run / "meta.json").write_text(json.dumps({"run": "lora-r4", "method": "lora-r4", "seed": 0, "splits": {},
+                                               "source": "ensdiag diversity (LoRA adapters)"}))
+    assert run_cli(capsys, "analyze", LORA, "--task", "ensq", "--out", runs)[0] == 0
+    record = json.loads((run / "lora.json").read_text())
+    assert record["lora"] == section and record["method"] == "lora-r4" and record["source"] == "ensdiag diversity (LoRA adapters)"
+    assert json.loads((run / "metrics.json").read_text())["analyzers"]["calibration"]["status"] == "ok"
+    code, out, _ = run_cli(capsys, "report", runs, "--format", "json", "--no-figures")
+    assert {"llm", "lora"} <= {table["id"] for table in json.loads(out)["tables"]}
+
+
 # ---------------------------------------------------------------- hostile or mismatched logs: one line each
 
 
@@ -350,7 +396,7 @@ def test_a_200_mb_line_is_refused_before_it_is_read(tmp_path, capsys):
     ([LORA, "--task", "ensq", "--score", "mutual_info"], "--score mutual_info needs the task's unconditional"),
     ([LORA, "--task", "ensq", "--score", "probability"], "unknown --score 'probability'"),
     ([LORA, "--task", "ensq", "--labels", FIXTURES / "versions.json"], "drop --labels and --inputs"),
-    ([LORA, "--task", "ensq", "--ood", MEMBERS[0], "--ood-task", "ensood"], "--ood gives 1 members, the predictions 3"),
+    ([LORA, "--task", "ensq", "--ood", MEMBERS[0], "--ood-task", "ensood"], "--ood gives 1 run\\(s\\), the predictions 3 members"),
     ([FIXTURES / "out", "--task", "ensq"], "holds no lm-eval sample files"),
     ([samples(MEMBERS[0], "ensq"), samples(MEMBERS[1], "ensmixed")], "is a run of 'ensmixed', .* of 'ensq'"),
     ([samples(MEMBERS[0], "ensq"), "--task", "ensmi"], "is a samples file of task 'ensq', not 'ensmi'"),

@@ -36,6 +36,7 @@ from . import lm_eval_files as files
 from .lm_eval_lines import LOGGED, SCORE_TITLES, SCORES, Reader, first_argmax
 from .predictions import PAD_LOGIT, check_analysis_size
 
+
 @dataclass(frozen=True)
 class LmEvalOptions:
     """The choices `ensdiag analyze` offers for lm-eval logs (None: the only or first one)."""
@@ -76,7 +77,8 @@ def load_lm_eval_predictions(sources, ood=(), options: LmEvalOptions = LmEvalOpt
     if options.ood_task is not None or ood:
         ood_members = [m for source in ood for m in files.members_of(Path(source))] if ood else members
         if len(ood_members) != len(members):
-            raise EnsdiagError(f"--ood gives {len(ood_members)} members, the predictions {len(members)}: one OOD run per member")
+            raise EnsdiagError(f"--ood gives {len(ood_members)} run(s), the predictions {len(members)} members: one OOD run "
+                               "per member, in the same order")
         ood_chosen = [files.select(member, options.ood_task, "--ood-task") for member in ood_members]
         ood_splits, ood_section = _split(ood_chosen, options, warnings, "ood")
         splits["ood"] = {"logits": ood_splits["ood"]["logits"], "labels": None}
@@ -124,9 +126,8 @@ def _split(chosen, options, warnings, split) -> tuple[dict, dict]:
     k, read = len(chosen), {}
     filter_name = options.filter
     for index, selection in enumerate(chosen):
-        delimiter = files.task_config(selection.results, next(iter(selection.files))).get("target_delimiter", " ")
         for subtask, path in selection.files.items():
-            delimiter = files.task_config(selection.results, subtask).get("target_delimiter", delimiter)
+            delimiter = files.task_config(selection.results, subtask).get("target_delimiter", " ")  # lm-eval's default
             reader = Reader(path, filter_name, options.score, delimiter if isinstance(delimiter, str) else " ",
                              labelled=split != "ood")
             read[index, subtask] = reader.read(lambda n, c, where=path: _budget(k, n, c, where))
