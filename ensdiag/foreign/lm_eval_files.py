@@ -26,6 +26,7 @@ TASK_NAME = re.compile(r"^[\w.+-]{1,128}$")
 MAX_ENTRIES = 100_000  # files looked at in one folder
 MAX_RESULTS_BYTES = 64 * 2**20  # MMLU's results, with 57 task configs, are about 1 MiB
 MAX_GROUP_DEPTH = 8
+MAX_MEMBERS = 4096  # as foreign/predictions.py: the k×k matrices of every pair stay small
 
 
 @dataclass
@@ -53,7 +54,11 @@ def members_of(path: Path) -> list[Member]:
     member = _scan(path, str(path))
     if member.samples:
         return [member]
-    folders = [entry for entry in _entries(path) if entry.is_dir() and any(SAMPLES.match(p.name) for p in _entries(entry))]
+    folders = [entry for entry in _entries(path) if entry.is_dir()]
+    if len(folders) > MAX_MEMBERS:
+        raise EnsdiagError(f"{path} holds {len(folders):,} folders: more model folders than ensdiag takes members "
+                           f"({MAX_MEMBERS:,})")
+    folders = [folder for folder in folders if any(SAMPLES.match(p.name) for p in _entries(folder))]
     if not folders:
         raise EnsdiagError(f"{path} holds no lm-eval sample files (samples_<task>_<date>.jsonl, written by "
                            "`lm_eval … --output_path DIR --log_samples`), neither in it nor in its model folders")
