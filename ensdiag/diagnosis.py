@@ -27,15 +27,17 @@ class Diagnosis:
 
     def save(self, folder, method: str = "ensemble", seed: int = 0) -> Path:
         """Write this diagnosis as `folder/<method>/seed-<seed>/` (metrics.json, predictions, meta.json)
-        and list it in `folder/experiment.json`, so `ensdiag report folder` reads it beside others."""
+        and list it in `folder/experiment.json`, so `ensdiag report folder` reads it beside others.
+        A LoRA weight-space part of the same run (lora.json) stays beside it (runs.py)."""
         from .io import atomic_write_json
         from .predictions import save_predictions
-        from .runs import add_diagnosis, check_run_name
+        from .runs import add_diagnosis, check_run_name, keep_lora_apart
         check_run_name(method, seed)
         folder = Path(folder)
         add_diagnosis(folder, method, seed, self.titles)
         run = folder / method / f"seed-{seed}"
         run.mkdir(parents=True, exist_ok=True)
+        keep_lora_apart(run)  # the run's weight-space part (lora.json) is not this save's to touch
         if self.predictions:
             save_predictions(self.predictions, run / "predictions.safetensors", {"ensdiag.splits": self.titles})
         atomic_write_json(run / "metrics.json", self.metrics)

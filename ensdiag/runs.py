@@ -7,6 +7,16 @@
         diversity.jsonl               (with --track-diversity: per-epoch diversity, epoch 0 = initialisation)
         training-state.pt             (only while the run is unfinished: the resume point)
 
+A folder of diagnoses (`"kind": "diagnosis"`) holds in each <method>/seed-<seed>/ up to two parts,
+each written by its own command and touching only its own files:
+        metrics.json  predictions.safetensors  meta.json    the predictions part (`analyze --method`,
+                                                            `Diagnosis.save`); meta.json last
+        lora.json                                           the weight-space part of LoRA adapters
+                                                            (`diversity ADAPTER_DIR… --save`)
+so one adapter ensemble's function space (its lm-eval predictions) and weight space sit in one
+run. ensdiag 0.6 kept the weight-space part in metrics.json (`lora` beside empty analyzers):
+still read, and moved to lora.json before a predictions part is saved over it.
+
 Training (experiment.py) writes these; reports read them through this module alone, so a
 report is rebuilt without importing any training code.
 """
@@ -23,7 +33,7 @@ from .io import atomic_write_json, read_json
 EXPERIMENT_FORMAT = "ensdiag.experiment/1"
 STATE_FILE = "training-state.pt"
 RUN_FILES = ("experiment.json", "report.md", "report.html", "model.safetensors", "predictions.safetensors",
-             "metrics.json", "history.jsonl", "diversity.jsonl", "meta.json", STATE_FILE, "diversity.png", "diversity.svg",
+             "metrics.json", "history.jsonl", "diversity.jsonl", "meta.json", "lora.json", STATE_FILE, "diversity.png", "diversity.svg",
              "reliability.png", "reliability.svg", "ood-scores.png", "ood-scores.svg", "training.png", "training.svg",
              "risk-coverage.png", "risk-coverage.svg", *(f"{name}.{ext}" for name in (
                  "cka-layers", "cka-heatmaps", "alignment", "paths", "tracking") for ext in ("png", "svg")))
@@ -113,3 +123,50 @@ def add_diagnosis(folder, method: str, seed: int, titles: dict) -> dict:
     data["skipped"] = {split: "no run saved here has this split" for split in ("shift", "ood") if split not in data["splits"]}
     atomic_write_json(folder / "experiment.json", data)
     return data
+
+
+LORA_FILE = "lora.json"
+LORA_FORMAT = "ensdiag.lora-run/1"
+PARTS = ("predictions", "lora")
+
+
+def _legacy_lora(run_folder: Path):
+    """The `lora` section of a metrics.json written by ensdiag 0.6's `diversity --save`, or None."""
+    path = Path(run_folder) / "metrics.json"
+    if not path.is_file():
+        return None
+    data = read_json(path, "metrics file")
+    return data["lora"] if isinstance(data, dict) and isinstance(data.get("lora"), dict) \
+        and not data.get("analyzers") else None
+
+
+def saved_parts(run_folder) -> set[str]:
+    """Which parts a diagnosis run folder holds (`PARTS`): "predictions" (metrics.json of an
+    analysis, with meta.json) and "lora" (lora.json, or 0.6's lora-only metrics.json)."""
+    folder, parts = Path(run_folder), set()
+    if (folder / LORA_FILE).is_file() or _legacy_lora(folder) is not None:
+        parts.add("lora")
+    if (folder / "metrics.json").is_file() and (folder / "meta.json").is_file() and _legacy_lora(folder) is None:
+        parts.add("predictions")
+    return parts
+
+
+def lora_record(method: str, seed: int, source: str, section: dict) -> dict:
+    return {"format": LORA_FORMAT, "run": method, "method": method, "seed": seed, "source": source, "lora": section}
+
+
+def keep_lora_apart(run_folder) -> None:
+    """Before a predictions part is written: a 0.6 lora-only metrics.json's section moves to lora.json
+    (unless one is there), so the weight-space part is not lost under the analysis."""
+    folder = Path(run_folder)
+    section = _legacy_lora(folder)
+    if section is None or (folder / LORA_FILE).exists():
+        return
+    meta = read_json(folder / "meta.json", "meta file") if (folder / "meta.json").is_file() else {}
+    source = meta.get("source") if isinstance(meta, dict) and isinstance(meta.get("source"), str) else "ensdiag 0.6"
+    atomic_write_json(folder / LORA_FILE, lora_record(folder.parent.name, _seed_of(folder), source, section))
+
+
+def _seed_of(run_folder: Path) -> int:
+    text = run_folder.name.removeprefix("seed-")
+    return int(text) if text.isdigit() else 0

@@ -16,7 +16,7 @@ DEFINITIONS = {
     "ece_adaptive": f"ECE over {ECE_BINS} equal-mass bins of max p̄ (N/{ECE_BINS} samples each)",
     "ece_adaptive_tu": f"adaptive ECE with torch-uncertainty's bins: ⌊N/{ECE_BINS}⌋ samples each, the N mod {ECE_BINS} "
                        "extra ones in the first bins",
-    "ece_classwise": f"mean over classes c of Σ_b |B_b|/N·|freq(y=c) − mean p̄_c| over {ECE_BINS} equal-width bins of p̄_c",
+    "ece_classwise": f"mean over the classes c that occur (a label, or p̄_c > 0) of Σ_b |B_b|/N·|freq(y=c) − mean p̄_c| over {ECE_BINS} equal-width bins of p̄_c",
     "overconfidence": "Σ_b |B_b|/N·(conf_b − acc_b) over the ECE's bins: > 0 over-confident, < 0 under-confident",
     "mce": f"maximum calibration error: max over the non-empty ones of the ECE's {ECE_BINS} bins of |acc_b − conf_b|",
     "ece_direction": "over-confidence / ECE, in [−1, 1]: +1 every bin over-confident (conf > acc), −1 every bin "

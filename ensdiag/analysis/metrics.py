@@ -114,9 +114,16 @@ def max_calibration_error(logits, labels, num_bins: int = 15) -> float:
 
 
 def classwise_ece(logits, labels, num_bins: int = 15) -> float:
-    """Mean over classes c of Σ_b |B_b|/N · |mean 1[y = c] − mean p̄_c| over equal-width bins of p̄_c."""
+    """Mean over classes c of Σ_b |B_b|/N · |mean 1[y = c] − mean p̄_c| over equal-width bins of p̄_c.
+
+    The mean is over the classes that occur: the label of some sample, or p̄_c > 0 on some sample
+    (every class, for softmax outputs of finite logits). A choice that no question has (padding,
+    `PAD_LOGIT`) has p̄_c = 0 everywhere and is never the label: no class, so padding a question
+    set to more choices leaves this number as it was."""
     p = mean_probs(logits)
-    per_class = [_calibration_error(bin_statistics(p[:, c], labels == c, num_bins), len(labels)) for c in range(p.shape[1])]
+    present = (p > 0).any(0) | (torch.bincount(labels, minlength=p.shape[1]) > 0)
+    per_class = [_calibration_error(bin_statistics(p[:, c], labels == c, num_bins), len(labels))
+                 for c in range(p.shape[1]) if present[c]]
     return sum(per_class) / len(per_class)
 
 

@@ -58,7 +58,7 @@ def check_saving(out, method, seed):
     from ..console import output_folder
     from ..errors import EnsdiagError
     if method is None:
-        if seed is not None:
+        if seed is not None and out is None:
             raise EnsdiagError("--seed names the run --method saves: give --method too (and --out)")
         return
     if out is None:

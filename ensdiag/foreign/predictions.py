@@ -32,6 +32,12 @@ MAX_MEMBERS = 4096  # as model files: the k×k matrices of every pair stay small
 # float32 logits, float64 probabilities and log-probabilities, and a float64 working copy.
 ANALYSIS_BYTES_PER_LOGIT = 4 + 3 * 8
 
+# A choice a question does not have (questions with fewer choices than the most any has): a finite
+# logit so far below any score that its probability is exactly 0 in float32 and float64, and
+# stays so after temperature scaling (T ≥ 0.02); finite, so that predictions files (which refuse
+# non-finite logits) keep it and 0·(log 0 − log 0) in KL terms is 0, not NaN (docs/conventions.md).
+PAD_LOGIT = -1e30
+
 PICKLE = "holds Python objects (a pickle), which ensdiag never loads; save plain numeric arrays"
 
 
@@ -254,13 +260,24 @@ def _check_consistent(splits, where):
         raise EnsdiagError(f"{where}: splits disagree on members {sorted(members)} or classes {sorted(classes)}")
 
 
-def load_any_predictions(sources, labels=None, ood=(), inputs="logits") -> tuple[dict[str, dict], list[str]]:
+def load_any_predictions(sources, labels=None, ood=(), inputs="logits", lm_eval=None,
+                         about: dict | None = None) -> tuple[dict[str, dict], list[str]]:
     """({split: {"logits", "labels"}}, warnings) from whatever `ensdiag analyze` was given: an
-    ensdiag .safetensors predictions file, a .jsonl of multiple-choice scores (foreign/jsonl.py),
-    or .npy / .npz arrays."""
+    ensdiag .safetensors predictions file, lm-evaluation-harness logs (foreign/lm_eval.py: sample
+    files or output folders, one member each, read with the `LmEvalOptions` `lm_eval`), a .jsonl
+    of multiple-choice scores (foreign/jsonl.py), or .npy / .npz arrays. `about`, if given, is
+    filled with what a reader knows beyond the arrays (lm-eval: split titles, members)."""
     sources, ood = [Path(s) for s in sources], [Path(p) for p in ood]
     if inputs not in INPUTS:
         raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
+    from .lm_eval import LmEvalOptions, load_lm_eval_predictions, looks_like_lm_eval
+    if any(looks_like_lm_eval(path) for path in [*sources, *ood]):
+        if labels is not None or inputs != "logits":
+            raise EnsdiagError("lm-eval logs hold each question's answer and log-likelihoods: drop --labels and --inputs")
+        return load_lm_eval_predictions(sources, ood, lm_eval or LmEvalOptions(), about)
+    if lm_eval is not None and lm_eval != LmEvalOptions():
+        raise EnsdiagError("--task, --ood-task, --filter and --score are for lm-evaluation-harness logs "
+                           "(samples_<task>_<date>.jsonl files or lm-eval output folders)")
     if len(sources) == 1 and sources[0].suffix == ".safetensors":
         from ..predictions import load_predictions
         if labels is not None or ood or inputs != "logits":

@@ -64,14 +64,13 @@ def draw(section: dict, plot: Path, folders) -> list[Path]:
 
 
 def save_lora_run(folder, method: str, seed: int, section: dict) -> Path:
-    """`folder/<method>/seed-<seed>/` with metrics.json (no analyzer ran; the `lora` section) and
-    meta.json, listed in the folder's experiment.json like any diagnosis (`runs.add_diagnosis`)."""
+    """`folder/<method>/seed-<seed>/lora.json`: the run's weight-space part, listed in the folder's
+    experiment.json like any diagnosis (`runs.add_diagnosis`); a predictions part of the same run
+    (`analyze … --method`) is left as it is (runs.py)."""
     from ..io import atomic_write_json
-    from ..runs import add_diagnosis
+    from ..runs import LORA_FILE, add_diagnosis, lora_record
     add_diagnosis(folder, method, seed, {})
     run = Path(folder) / method / f"seed-{seed}"
     run.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run / "metrics.json", {"analyzers": {}, "splits": {}, "num_members": section["k"], "lora": section})
-    atomic_write_json(run / "meta.json", {"run": method, "method": method, "seed": seed, "splits": {},
-                                          "source": SOURCE})  # last: marks the run finished
+    atomic_write_json(run / LORA_FILE, lora_record(method, seed, SOURCE, section))  # one file: written whole or not
     return run

@@ -11,6 +11,7 @@ from ..analysis.registry import SPLIT_TABLES
 from ..errors import EnsdiagError, unknown
 from .stats import mean_ci
 from .load import MISSING, _lookup, _number, dig, load_runs
+from .llm import llm_tables
 from .lora import lora_only, lora_tables
 
 REPORT_SCHEMA = "ensdiag.report/1"
@@ -325,8 +326,9 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
         tables.append(analyzer_table("be-variants", "BatchEnsemble channel- vs kernel-wise (in-distribution)", "id",
                                      {m: runs[m] for m in variants}, declared_in="id"))
     verdict_table, verdicts = _verdict_table(run_dir, runs, expected, data.get("groups"))
-    if verdict_table is not None:
-        tables.insert(0, verdict_table)
+    llm, llm_definitions = llm_tables(runs, verdicts, expected, _table)  # weight beside function space, subtasks
+    tables[:0] = [*([verdict_table] if verdict_table is not None else []), *llm]
+    definitions.update(llm_definitions)
     bvd = _bvd_table(runs)
     if bvd is not None:
         tables.append(bvd)

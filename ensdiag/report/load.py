@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from ..errors import EnsdiagError
-from ..runs import read_experiment
+from ..runs import DIAGNOSIS, LORA_FILE, LORA_FORMAT, read_experiment
 
 MISSING = object()
 
@@ -53,13 +53,29 @@ def load_runs(run_dir) -> dict:
         for seed in config["seeds"]:
             folder = run_dir / method / f"seed-{seed}"
             metrics_path = folder / "metrics.json"
-            if not (metrics_path.is_file() and (folder / "meta.json").is_file()):
+            analysed = metrics_path.is_file() and (folder / "meta.json").is_file()
+            lora = _read_lora(folder / LORA_FILE) if experiment.get("kind") == DIAGNOSIS else None
+            if not analysed and lora is None:
                 runs[method][seed] = None
                 continue
-            runs[method][seed] = {"metrics": _read_metrics(metrics_path), "meta": _read_object(folder / "meta.json"),
-                                  "history": _read_history(folder / "history.jsonl"), "folder": folder,
-                                  "tracking": _read_tracking(folder / "diversity.jsonl")}
+            metrics = _read_metrics(metrics_path) if analysed else {"analyzers": {}, "splits": {}}
+            meta = _read_object(folder / "meta.json") if analysed else {
+                "run": method, "method": method, "seed": seed, "splits": {}, "source": lora["source"]}
+            if lora is not None:  # the run's weight-space part, beside its predictions part (runs.py)
+                metrics["lora"] = lora["lora"]
+            runs[method][seed] = {"metrics": metrics, "meta": meta, "history": _read_history(folder / "history.jsonl"),
+                                  "folder": folder, "tracking": _read_tracking(folder / "diversity.jsonl")}
     return {"experiment": experiment, "runs": runs}
+
+
+def _read_lora(path):
+    """A run's lora.json ({"format", "method", "seed", "source", "lora"}), or None without one."""
+    if not path.is_file():
+        return None
+    data = _read_object(path)
+    if data.get("format") != LORA_FORMAT or not isinstance(data.get("lora"), dict) or not isinstance(data.get("source"), str):
+        raise _damaged(path, f"not an {LORA_FORMAT} record with a lora section")
+    return data
 
 
 def _damaged(path, what) -> EnsdiagError:
