@@ -35,7 +35,9 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
         note(f"saved to {run}; `ensdiag report {save}` reports every run saved there")
     drawn = draw(section, plot, folders) if plot is not None else []
     if fmt == "json":
-        print_json(section)
+        from ..report.load import lora_result
+        print_json({"analyzers": {"lora": lora_result(section)}, "splits": {},  # the one metrics layout
+                    "ensemble": {"method": "LoRA adapters", "num_members": section["k"]}})
     else:
         from .present import lora_renderables
         console = Console()

@@ -12,7 +12,7 @@ from ..errors import EnsdiagError, unknown
 from .stats import mean_ci
 from .load import MISSING, _lookup, _number, dig, load_runs
 from .llm import llm_tables
-from .lora import lora_only, lora_tables
+from .lora import lora_tables
 
 REPORT_SCHEMA = "ensdiag.report/1"
 CI_DEFINITION = "mean ± t_{0.975,n−1}·s/√n over seeds (95 % Student-t interval; s = sample std, n seeds)"
@@ -123,6 +123,12 @@ def _analyzer_columns(declared, optional=False) -> list[tuple]:
                                                                                                  optional),
              direction, {"split": split, "key": flat_name(analyzer, path)})
             for label, analyzer, path, direction, _, split, since in declared]
+
+
+def _measured(table) -> bool:
+    """Whether any cell of the table holds a number (a table of nothing measured is left out: a
+    folder of LoRA weight-space runs has no predictions for the others)."""
+    return any(cell.get("mean") is not None for row in table["rows"] for cell in row["cells"])
 
 
 def _meta_column(label, key, direction):
@@ -340,8 +346,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     lora, lora_definitions = lora_tables(runs, expected, _table)
     tables += lora
     definitions.update(lora_definitions)
-    if lora_only(runs):  # adapters compared by their weights alone: no predictions, so no other table applies
-        tables, verdicts, definitions = lora, {}, lora_definitions
+    tables = [table for table in tables if table["id"] == "verdict" or _measured(table)]  # e.g. weights only
     if reference == "paper":
         if config["preset"] != "cifar10":
             raise EnsdiagError(f"--reference paper compares with the paper's CIFAR-10 numbers; this run is the {config['preset']} preset")

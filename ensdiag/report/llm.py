@@ -30,12 +30,12 @@ FUNCTION_SPACE = (("disagreement", ("disagreement", "splits", "id", "mean", "val
 
 
 def _analysed(run) -> bool:
-    return run is not None and bool(run["metrics"]["analyzers"])
+    return run is not None and any(name != "lora" for name in run["metrics"]["analyzers"])  # a predictions part
 
 
 def _lora_value(path):
     def value_of(run):
-        value = dig(run["metrics"], ("lora", *path)) if has_lora(run) else None
+        value = dig(run["metrics"], ("analyzers", "lora", *path)) if has_lora(run) else None
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     return value_of
 

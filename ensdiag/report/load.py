@@ -61,8 +61,10 @@ def load_runs(run_dir) -> dict:
             metrics = _read_metrics(metrics_path) if analysed else {"analyzers": {}, "splits": {}}
             meta = _read_object(folder / "meta.json") if analysed else {
                 "run": method, "method": method, "seed": seed, "splits": {}, "source": lora["source"]}
+            if isinstance(metrics.get("lora"), dict):  # ensdiag 0.6 kept the section beside empty analyzers
+                metrics["analyzers"]["lora"] = lora_result(metrics.pop("lora"))
             if lora is not None:  # the run's weight-space part, beside its predictions part (runs.py)
-                metrics["lora"] = lora["lora"]
+                metrics["analyzers"]["lora"] = lora_result(lora["lora"])
             runs[method][seed] = {"metrics": metrics, "meta": meta, "history": _read_history(folder / "history.jsonl"),
                                   "folder": folder, "tracking": _read_tracking(folder / "diversity.jsonl")}
     return {"experiment": experiment, "runs": runs}
@@ -144,3 +146,8 @@ def _read_tracking(path) -> list[dict]:
     """`train --track-diversity`'s rows (epoch 0 = initialisation)."""
     return _read_rows(path, lambda row: all(row.get(key) is None or _number(row[key]) for key in TRACKED_KEYS),
                       "a diversity record")
+
+
+def lora_result(section: dict) -> dict:
+    """A LoRA weight-space section in the metrics layout: one analyzer result among the others."""
+    return {"status": "ok", "description": "LoRA adapters compared by their weights (lora/analysis.py)", **section}
