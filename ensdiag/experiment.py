@@ -95,7 +95,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
                        normalize, augment=config.augment)
     state_path = run_dir / STATE_FILE
     # one member has no diversity to track (a single model among ensembles: no diversity.jsonl)
-    tracker = DiversityTracker(model, seed) if config.track_diversity and model.num_members > 1 else None
+    tracker = DiversityTracker(model) if config.track_diversity and model.num_members > 1 else None
     parallel = None
     if ddp:
         parallel = distributed.DataParallel(model, device)

@@ -9,7 +9,8 @@ import torch
 
 from ensdiag.predictions import save_predictions
 from ensdiag.report.load import load_runs
-from ensdiag.report.verdict import sentence, verdict
+from ensdiag.report.verdict import verdict
+from ensdiag.report.verdict_text import answer, sentence
 
 from .cli import run_cli
 
