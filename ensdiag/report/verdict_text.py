@@ -125,7 +125,8 @@ def _outside(entry) -> str:
                for bound in [entry[key]["value"], *(entry[key]["interval"] or [])]]
     notes = [*(["below 0 % is worse than the single model"] if printed and min(printed) < 0 else []),
              *(["above 100 % is more than the Deep Ensemble gains"] if printed and max(printed) > 1 else [])]
-    return f"{'; '.join(notes).capitalize()}." if notes else ""
+    text = "; ".join(notes)
+    return f"{text[:1].upper()}{text[1:]}." if notes else ""
 
 
 def _direction(found, worse: str, better: str, neither: str) -> str:
