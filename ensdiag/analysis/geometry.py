@@ -273,12 +273,13 @@ def paths(probe):
                for key in BARRIERS}}
 
 
-@register_analyzer("rank-structure", needs="model", reads_data=False, description="rank of W_i ⊘ W_j per layer (1 for BatchEnsemble members)",
+@register_analyzer("rank-structure", needs="model", reads_data=False, version=2,  # 2: a tolerance from float rounding
+                   description="rank of W_i ⊘ W_j per layer (1 for BatchEnsemble members)",
                    columns=[Column("rank-1 layers", ("rank_one", "value"), None,
                                    "fraction of weight layers whose member-weight ratio W_i ⊘ W_0 has rank 1",
                                    ("geometry",), 50)])
 def rank_structure(probe):
-    from ..geometry.rank import RELATIVE_TOLERANCE, rank_structure as structure
+    from ..geometry.rank import ROUNDINGS, TOLERANCE_RULE, rank_structure as structure
     weights = probe.ensemble.member_weights()
     if len(weights) < 2:
         raise Skip("one set of weights shared by all members (single model / MC Dropout)")
@@ -298,6 +299,9 @@ def rank_structure(probe):
     if by_construction and rank_one is not None:
         summary += (" (true by construction for this method: a check of the rebuilt members, "
                     "not evidence about their diversity)")
-    return {**found, "tolerance": RELATIVE_TOLERANCE, "summary": summary, "construction_check": by_construction,
-            "rank_one": metric(rank_one, "fraction of weight layers whose ratio W_i ⊘ W_0 has rank 1 (σ_r/σ_1 > tolerance "
-                                         "counted; layers whose ratio has one row or column tell nothing and are left out)")}
+    dtype = next((tensor.dtype for tensor in weights[0].values() if tensor.is_floating_point()), torch.float32)
+    delta = ROUNDINGS * torch.finfo(dtype).eps / 2
+    return {**found, "tolerance": delta, "tolerance_rule": TOLERANCE_RULE, "summary": summary,
+            "construction_check": by_construction,
+            "rank_one": metric(rank_one, "fraction of weight layers whose ratio W_i ⊘ W_0 has rank 1 (singular values above "
+                                         "what float rounding can add counted, `tolerance_rule`; layers whose ratio has one row or column tell nothing and are left out)")}
