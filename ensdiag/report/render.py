@@ -171,6 +171,23 @@ def to_html(report, run_dir=None) -> str:
             f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
+def to_summary(report, written: str | None = None) -> str:
+    """The short end of a run: the verdict's overall lines, where the report is, and the one command
+    that opens it (everything else is in the files)."""
+    from pathlib import PurePath
+    lines = [entry["answer"] for entry in report.get("verdict", {}).values() if entry.get("answer")]
+    if not lines:
+        lines = ["No verdict: it needs a single model (`single`) and a Deep Ensemble (`deep-ensemble`) beside "
+                 "another method, with seeds in common."]
+    run = PurePath(report["run"])
+    if written and written.startswith("report.md"):
+        lines += [f"Report: {run / 'report.md'} and {run / 'report.html'} (every table, figure and number behind "
+                  "these lines)", f"Open it: python3 -m webbrowser {run / 'report.html'}"]
+    elif written:
+        lines.append(f"Report not written: {written}")
+    return "\n".join(lines) + "\n"
+
+
 def to_json(report) -> str:
     return json.dumps(finite(report), indent=2, allow_nan=False) + "\n"  # NaN/±inf as null
 
