@@ -5,6 +5,9 @@ The file's metadata (strings only) makes it self-describing:
     ensdiag.spec    the model's `ModelSpec` as a JSON string
     ensdiag.initial_cosine  (optional) {"mean", "seed"}: the members' weight cosine at initialisation
     ensdiag.preprocess      (optional) {"mean", "std"}: the per-channel normalisation of images in [0, 1]
+    ensdiag.holdout         (optional) {"seed", "fraction", "train_size"}: the validation examples held out of
+                            the training split (data/preset.py `holdout`), so geometry's training loss reads
+                            training examples only
                             the model was trained with (every path applies it by default)
 so `load_model(path)` rebuilds the architecture and loads the weights with no other input.
 Files are written byte-for-byte reproducibly (`safetensors_bytes_deterministic`): the same
@@ -29,6 +32,8 @@ def save_model(model: EnsembleModel, path, extra_metadata: dict[str, str] | None
                 "ensdiag.version": __version__, **(extra_metadata or {})}
     if model.initial_cosine is not None:
         metadata["ensdiag.initial_cosine"] = json.dumps(model.initial_cosine)
+    if getattr(model, "holdout", None) is not None:
+        metadata["ensdiag.holdout"] = json.dumps(model.holdout, sort_keys=True)
     if getattr(model, "preprocess", None) is not None:
         mean, std = model.preprocess
         metadata["ensdiag.preprocess"] = json.dumps({"mean": list(mean), "std": list(std)})
@@ -65,7 +70,22 @@ def load_model(path, device="cpu") -> EnsembleModel:
     model.load_state_dict(tensors)
     model.initial_cosine = _initial_cosine(metadata.get("ensdiag.initial_cosine"))
     model.preprocess = _preprocess(metadata.get("ensdiag.preprocess"), spec.input_shape[0])
+    model.holdout = _holdout(metadata.get("ensdiag.holdout"))
     return model.to(device).eval()
+
+
+def _holdout(text) -> dict | None:
+    """The recorded {"seed", "fraction", "train_size"}, checked like user input; anything else counts
+    as not recorded (geometry then reads the whole training split and says so)."""
+    try:
+        found = json.loads(text)
+        seed, fraction, size = found["seed"], found["fraction"], found["train_size"]
+    except (TypeError, ValueError, KeyError, RecursionError):
+        return None
+    integers = all(isinstance(v, int) and not isinstance(v, bool) for v in (seed, size))
+    if not (integers and abs(seed) < 2**63 and 0 < size < 2**40 and isinstance(fraction, float) and 0 < fraction < 1):
+        return None
+    return {"seed": seed, "fraction": fraction, "train_size": size}
 
 
 def _initial_cosine(text) -> dict | None:

@@ -64,8 +64,8 @@ def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int =
             probe_splits = {name: kept.get(name, splits.get(name)) for name in GEOMETRY_SPLITS if name in predictions}
             train_split = _training_split(train, geometry_examples)
             probe = ModelProbe(ensemble, probe_splits, preprocess, train_split.images if train_split else None,
-                               geometry_examples, seed, train_labels=train_split.labels if train_split else None,
-                               path_points=path_points)
+                               geometry_examples, train_labels=train_split.labels if train_split else None,
+                               path_points=path_points, train_source=train_split.source if train_split else None)
             analyzers = all_analyzers()
             for name in _names(only, "model"):
                 with status(f"member geometry: {analyzers[name].description} …"):  # paths on a ResNet take minutes

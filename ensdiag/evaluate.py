@@ -165,7 +165,9 @@ def prepare(model, choice: DataChoice | str | None = None, data_dir="data", down
     mean, std = normalization(model, choice, config)
     device = resolve_device(device) if isinstance(device, str) else device
     data = data if data is not None else load_data(model, choice, data_dir, download, with_train)
-    return Inputs(data.eval_splits(), Normalize(mean, std, device), device, data.titles, data.skipped, data.train)
+    from .data.preset import training_examples
+    return Inputs(data.eval_splits(), Normalize(mean, std, device), device, data.titles, data.skipped,
+                  training_examples(model, data.train))
 
 
 def evaluate_model(model, choice: DataChoice | str | None = None, data_dir="data", download=False, device="auto", seed=0,

@@ -19,7 +19,7 @@ from . import __version__, distributed
 from .checkpoint import save_model
 from .config import TrainConfig
 from .data.batching import Normalize
-from .data.preset import PresetData, holdout, load_preset_data
+from .data.preset import PresetData, holdout, load_preset_data, training_source
 from .data.registry import Split
 from .errors import EnsdiagError
 from .geometry.tracking import DiversityTracker
@@ -89,13 +89,16 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     train_index, val_index = holdout(len(data.train), config.val_fraction, seed)
+    # recorded in the model file: geometry's training loss (diversity, diagnose) then skips the validation examples
+    model.holdout = {"seed": seed, "fraction": float(config.val_fraction), "train_size": len(data.train)} \
+        if len(val_index) else None
     normalize = Normalize(config.mean, config.std, device)
     fit_data = FitData(data.train.images[train_index].to(device), data.train.labels[train_index].to(device),
                        data.train.images[val_index].to(device), data.train.labels[val_index].to(device),
                        normalize, augment=config.augment)
     state_path = run_dir / STATE_FILE
     # one member has no diversity to track (a single model among ensembles: no diversity.jsonl)
-    tracker = DiversityTracker(model, seed) if config.track_diversity and model.num_members > 1 else None
+    tracker = DiversityTracker(model) if config.track_diversity and model.num_members > 1 else None
     parallel = None
     if ddp:
         parallel = distributed.DataParallel(model, device)
@@ -116,7 +119,8 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
         splits["val"] = Split(data.train.images[val_index], data.train.labels[val_index], "validation split")
     flush_denormals()
     diagnosis = inspect(model, splits, preprocess=normalize, device=device, seed=seed, geometry=config.geometry,
-                        train=Split(data.train.images[train_index], data.train.labels[train_index], "training split"),
+                        train=Split(data.train.images[train_index], data.train.labels[train_index],
+                                    training_source(len(train_index), len(val_index), seed)),
                         titles=data.titles, skipped=data.skipped, spread=ddp)
     if diagnosis is None:
         distributed.barrier()  # rank 0 writes the run's files

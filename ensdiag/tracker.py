@@ -37,7 +37,7 @@ class Tracker:
         self.path = Path(path) if path is not None else None
         self.rows = self._read() if self.path is not None and self.path.exists() else []
         with measuring(self.ensemble, seed=None):  # building plain networks draws random initial weights
-            self._rows = DiversityTracker(self.ensemble if self.ensemble.runnable else None, seed)
+            self._rows = DiversityTracker(self.ensemble if self.ensemble.runnable else None)
 
     @property
     def weights_skipped(self) -> str | None:

@@ -82,7 +82,7 @@ def aligned_null(ensemble, seed: int = 0, members: int | None = None) -> dict | 
     except EnsdiagError:
         return None
     states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
-    found = cosine_before_and_after(networks[0], states, groups, seed)
+    found = cosine_before_and_after(networks[0], states, groups)
     (raw, raw_layers), (after, after_layers) = found["raw"], found["aligned"]
     return {"raw": M.mean_off_diagonal(raw), "aligned": M.mean_off_diagonal(after), "members": count,
             "layers": {layer: {"raw": M.mean_off_diagonal(raw_layers[layer]),

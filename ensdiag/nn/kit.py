@@ -163,14 +163,15 @@ class Kit:
     # Members share no weight, so each may list its hidden units in its own order: member
     # geometry aligns them by permutation before comparing weights (geometry/align.py).
     own_weights = False
+    conv_bias = True  # `conv(…, bias=True)` builds a bias (an architecture's conv_bias option); False: refused
 
     def linear(self, in_features, out_features, bias=True, role="hidden"):
         """A linear layer; `role` (input | hidden | head) says where it sits."""
         return nn.Linear(in_features, out_features, bias=bias)
 
-    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
-        """A convolution without bias; `role` (stem | entry | block | shortcut) says where it sits."""
-        return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=False)
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block", bias=False):
+        """A convolution, without bias unless asked; `role` (stem | entry | block | shortcut) says where it sits."""
+        return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=bias)
 
     def bn(self, num_features):
         return nn.BatchNorm2d(num_features)
@@ -278,9 +279,9 @@ class MemberKit(Kit):
         return nn.Linear(in_features if role == "input" else self.width(in_features),
                          out_features if role == "head" else self.width(out_features), bias=bias)
 
-    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block", bias=False):
         return nn.Conv2d(in_channels if role == "stem" else self.width(in_channels), self.width(out_channels),
-                         kernel_size, stride, padding, bias=False)
+                         kernel_size, stride, padding, bias=bias)
 
     def bn(self, num_features):
         return nn.BatchNorm2d(self.width(num_features))

@@ -112,6 +112,7 @@ class EnsembleModel(nn.Module):
         self.spec, self.kit, self.body = spec, kit, body
         self.initial_cosine = None  # {"mean", "seed"} recorded at training (model files carry it)
         self.preprocess = None  # (mean, std) per channel of images in [0, 1], recorded at training
+        self.holdout = None  # {"seed", "fraction", "train_size"}: the validation examples held out at training
         self.member_strategy = "stacked"  # members stacked | vmap | loop, where the kit offers them (members.py)
 
     method = property(lambda self: self.spec.method)

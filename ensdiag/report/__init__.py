@@ -20,9 +20,9 @@ from .figures import (heatmap_grid, ood_histogram_figure, plottable, reliability
 from .geometry_figures import add_report_figures
 from .lora import add_lora_figures
 from .pairs import add_pair_figures
-from .render import to_html, to_json, to_latex, to_markdown, to_rich
+from .render import to_html, to_json, to_latex, to_markdown, to_rich, to_summary
 
-FORMATS = ("table", "markdown", "json", "latex", "html", "csv")
+FORMATS = ("table", "markdown", "json", "latex", "html", "csv", "summary")
 
 
 def _first_complete(seeds: dict):
@@ -156,6 +156,8 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
 
 
 def render(report: dict, fmt: str, run_dir=None) -> str:
+    if fmt == "summary":
+        return to_summary(report, report.get("written"))
     if fmt == "csv":  # every number as long, tidy rows (export.py)
         from ..export import REPORT_FIELDS, report_rows, to_csv
         return to_csv(report_rows(report), REPORT_FIELDS)

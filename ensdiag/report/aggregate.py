@@ -13,9 +13,12 @@ from .stats import mean_ci
 from .load import MISSING, _lookup, _number, dig, load_runs
 from .llm import llm_tables
 from .lora import lora_tables
+from .stats import mean_ci  # noqa: F401 (also imported from here by name)
 
 REPORT_SCHEMA = "ensdiag.report/1"
 CI_DEFINITION = "mean ± t_{0.975,n−1}·s/√n over seeds (95 % Student-t interval; s = sample std, n seeds)"
+MARKS = ("descriptive: the best and second-best mean over seeds per ↑/↓ column, not a test of their difference "
+         "(marked means may lie within each other's intervals; the verdict's answers are tested)")
 
 # Published numbers of the reference paper (CIFAR-10 preset only), by report column.
 _SPLIT_LABELS, _OOD_LABELS = ("Acc", "NLL", "ECE", "H", "JSD"), ("AUPR", "AUROC", "FPR95 ID→OOD", "H", "JSD")
@@ -150,24 +153,26 @@ def _within_folders(run_dir, runs, groups) -> dict:
 
 
 def _verdict_table(run_dir, runs, expected, groups=None):
-    """The verdict (verdict.py) as a table of shares, its sentences as the table's note."""
-    from .verdict import answer, sentence, verdict
+    """The verdict (verdict.py) as a table of ratios with their intervals; per method, its overall
+    line and what each question answers (verdict_text.py), then how to read them, as the note. The
+    table carries no best/second marks: the answers are the verdict's tests."""
+    from .verdict import verdict
+    from .verdict_text import answer, how_to_read, sentence
     found = verdict(run_dir, runs) if not groups else _within_folders(run_dir, runs, groups)
     if not found:
         return None, {}
     columns = [("NLL share", "nll", "up"), ("ECE share", "ece", "up"), ("OOD AUROC share", "auroc", "up"),
-               ("diversity ×", "diversity", "up")]
+               ("shift NLL share", "shift_nll", "up"), ("diversity ×", "diversity", "up")]
     rows = []
     for method, entry in found.items():
         entry["sentence"] = sentence(_label(method), entry)
         entry["answer"] = answer(_label(method), entry)
         rows.append({"method": method, "label": _label(method), "cells": [
             {"mean": entry.get(key, {}).get("value"), "ci": None, "n": entry["seeds"], "values": [],
-             "interval": entry.get(key, {}).get("interval"), "expected": expected} for _, key, _ in columns]})
-    _marks(rows, [(label, None, direction) for label, _, direction in columns], valid=lambda value: value >= 0)
-    # one paragraph per method's answer, then the numbers behind them
-    note = "\n\n".join([*(entry["answer"] for entry in found.values()), " ".join(entry["sentence"] for entry in found.values())])
-    table = {"id": "verdict", "title": "Verdict: share of the Deep Ensemble's gain over the single model",
+             "interval": entry.get(key, {}).get("interval"), "answer": entry.get(key, {}).get("answer"),
+             "expected": expected} for _, key, _ in columns]})
+    note = "\n\n".join([*(f"{entry['answer']}\n\n{entry['sentence']}" for entry in found.values()), how_to_read(found)])
+    table = {"id": "verdict", "title": "Verdict: is each efficient method an ensemble? (ratios to the Deep Ensemble)",
              "note": note, "columns": [{"name": label, "direction": direction} for label, _, direction in columns],
              "rows": rows}
     return table, found
@@ -356,7 +361,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     missing = {method: [seed for seed, run in seeds.items() if run is None] for method, seeds in runs.items()}
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
-            "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION, "verdict": verdicts,
+            "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION, "marks": MARKS, "verdict": verdicts,
             "conventions": conventions, "ood_score": ood_score,
             "definitions": definitions,
             "tables": tables, "figures": []}

@@ -179,6 +179,7 @@ class BatchEnsembleKit(Kit):
       random (uniform ±1/√fan_in, like nn.Linear's); the blocks' 3×3 convolutions carry
       per-member biases; shortcut convolutions are plain shared convolutions, not perturbed.
       ResNet-18 (k = 4, 10 classes) then has the paper's 11.22 M parameters."""
+    conv_bias = False  # its convolutions carry the biases its own layout defines
 
     label = "BatchEnsemble"
     order = 30

@@ -144,8 +144,8 @@ class DeepEnsembleKit(Kit):
     def linear(self, in_features, out_features, bias=True, role="hidden"):
         return EnsembleLinear(in_features, out_features, self.num_members, bias=bias)
 
-    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
-        return EnsembleConv2d(in_channels, out_channels, kernel_size, self.num_members, stride, padding)
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block", bias=False):
+        return EnsembleConv2d(in_channels, out_channels, kernel_size, self.num_members, stride, padding, bias)
 
     def bn(self, num_features):
         return EnsembleBatchNorm2d(num_features, self.num_members)

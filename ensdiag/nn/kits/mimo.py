@@ -85,6 +85,7 @@ def mimo_rows(batch_size, num_members, input_repetition, batch_repetition, gener
 @register_method("mimo")
 class MIMOKit(Kit):
     label = "MIMO"
+    conv_bias = False  # its convolutions carry the biases its own layout defines
     order = 50
     declared = (Option("input_repetition", 0.0, "probability ρ that all members see the same example in training",
                        float, low=0.0, high=1.0, closed=True),

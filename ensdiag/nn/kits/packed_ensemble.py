@@ -123,6 +123,7 @@ class PackedBatchNorm2d(nn.BatchNorm2d):
 @register_method("packed-ensemble")
 class PackedEnsembleKit(Kit):
     label = "Packed-Ensembles"
+    conv_bias = False  # its convolutions carry the biases its own layout defines
     order = 40
     own_weights = True  # members are disjoint groups of channels
     declared = (Option("alpha", 2.0, "width multiplier α of the whole ensemble (the paper: 2)", float,
