@@ -396,5 +396,5 @@ def test_the_readme_example_runs_as_written(tmp_path, capsys, monkeypatch):
     for block in re.findall(r"```text\n(.*?)```", section, flags=re.S):  # the output the README shows
         for line in block.strip().splitlines():
             assert line in printed, line
-    assert "its diversity term is 0.08× [" in printed  # as the README says after the verdict
+    assert "like a single model — 0.08× [" in printed  # the diversity term the README quotes after the verdict
     assert (tmp_path / "runs" / "mc" / "figures" / "reliability.png").is_file()

@@ -102,8 +102,7 @@ class ResNet18(nn.Module):
         super().__init__()
         if conv_bias and not kit.conv_bias:
             raise EnsdiagError(f"resnet18 option conv_bias: {kit.name} builds its convolutions' biases by its own layout "
-                               "(BatchEnsemble: the paper's counts come from -O batch-ensemble.layout=paper "
-                               "-O batch-ensemble.shortcut_bias=true)")
+                               "(BatchEnsemble: its options layout=paper and shortcut_bias=true give the paper's counts)")
         self.kit = kit
         self.conv1 = _conv(kit, input_shape[0], widths[0], 3, 1, 1, role="stem", bias=conv_bias)
         self.bn1 = kit.bn(widths[0])
