@@ -177,7 +177,8 @@ def to_summary(report, written: str | None = None) -> str:
     from pathlib import PurePath
     lines = [entry["answer"] for entry in report.get("verdict", {}).values() if entry.get("answer")]
     if not lines:
-        lines = ["No verdict: it needs a single model (`single`) and a Deep Ensemble (`deep-ensemble`) beside "
+        from .verdict import BASELINE, REFERENCE
+        lines = [f"No verdict: it needs a single model (`{BASELINE}`) and a Deep Ensemble (`{REFERENCE}`) beside "
                  "another method, with seeds in common."]
     run = PurePath(report["run"])
     if written and written.startswith("report.md"):
