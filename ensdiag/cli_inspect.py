@@ -92,6 +92,7 @@ def evaluate(
 
     The matching preset's test, shift and OOD data, or your own (--data, --shift, --ood)."""
     check_format(fmt)
+    seed = _seed(seed)
     _quick_checks(model_path, data, shift, ood)
     from .analysis import analyze_predictions
     from .evaluate import evaluate_model
@@ -171,6 +172,8 @@ def analyze(
     method: str = typer.Option(None, help="Save as run METHOD of the folder --out (OUT/METHOD/seed-SEED/), for "
                                           "`ensdiag report OUT`; the verdict needs runs named single and deep-ensemble."),
     seed: int = typer.Option(None, help="With --method: the seed this run is saved under (default 0)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="With --method: replace the analysis already saved as "
+                                   "that run (without it, an existing one is never replaced)."),
 ):
     """Every metric from member predictions made anywhere.
 
@@ -180,7 +183,7 @@ def analyze(
     check_inputs("PREDICTIONS", sources)
     check_inputs("--labels", [labels] if labels is not None else [])
     check_inputs("--ood", ood)
-    _check_saving(out, method, seed)
+    _check_saving(out, method, seed, overwrite)
     from .analysis import analyze_predictions
     from .foreign.predictions import load_any_predictions
     from .io import atomic_write_json
@@ -194,7 +197,7 @@ def analyze(
     if method is not None:
         from .diagnosis import Diagnosis
         source = f"ensdiag analyze {' '.join(path.name for path in [*sources, *(ood or ())])}"
-        run = Diagnosis(metrics, predictions, {name: name for name in predictions}, source).save(out, method, seed or 0)
+        run = Diagnosis(metrics, predictions, {name: name for name in predictions}, source).save(out, method, seed or 0, overwrite)
         note(f"saved to {run}; `ensdiag report {out}` reports every run saved there")
     elif out is not None:
         atomic_write_json(output_file(out, "metrics.json"), metrics)
@@ -204,17 +207,22 @@ def analyze(
         _show_metrics(metrics, ", ".join(map(str, sources)))
 
 
-def _check_saving(out, method, seed):
-    """--method saves a diagnosis-kind run folder (as `Diagnosis.save`); --seed only goes with it."""
+def _check_saving(out, method, seed, overwrite=False):
+    """--method saves a diagnosis-kind run folder (as `Diagnosis.save`); --seed and --overwrite only go with it."""
     if method is None:
-        if seed is not None:
-            raise EnsdiagError("--seed names the run --method saves: give --method too (and --out)")
+        if seed is not None or overwrite:
+            raise EnsdiagError(f"{'--seed' if seed is not None else '--overwrite'} names the run --method saves: give "
+                               "--method too (and --out)")
         return
     if out is None:
         raise EnsdiagError("--method saves the analysis as a run of a folder: give that folder with --out DIR")
-    from .runs import check_run_name
-    check_run_name(method, 0 if seed is None else seed)
-    output_folder(out)
+    from .runs import PREDICTIONS, claim_run
+    claim_run(output_folder(out), method, _seed(0 if seed is None else seed), PREDICTIONS, overwrite, create=False)
+
+
+def _seed(value):
+    from .quickcheck import seed
+    return seed(value)
 
 
 @app.command()
@@ -243,6 +251,8 @@ def diversity(
     save: Path = typer.Option(None, help="LoRA adapters: also save the diagnosis as run METHOD/seed-SEED of this "
                               "folder, for `ensdiag report DIR`."),
     method: str = typer.Option("lora", help="LoRA adapters with --save: the run's name (--seed: its seed)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="LoRA adapters with --save: replace the LoRA diagnosis "
+                                   "already saved as that run (without it, an existing one is never replaced)."),
 ):
     """How different the members really are, in outputs and weights.
 
@@ -250,20 +260,25 @@ def diversity(
     adapter folders as PEFT saves them (ADAPTER_DIR…: adapter_config.json and the weights), compared
     by their weights (docs/conventions.md, "LoRA ensembles")."""
     check_format(fmt)
+    seed = _seed(seed)
     _quick_checks(model_path, data, shift, ood)
     from .lora import adapter_folders
     if adapter_folders(model_path):  # before anything imports torch: their configs are checked first
         from .lora.command import lora_diversity
         return lora_diversity(model_path, base, fmt, plot, save, method, seed, {
             "--preset": preset, "--data": data, "--shift": shift, "--ood": ood, "--normalize": normalize,
-            "--num-classes": num_classes, "--max-examples": max_examples})
-    if base is not None or save is not None:
-        raise EnsdiagError("--base and --save are for LoRA adapter folders (ADAPTER_DIR…, each with adapter_config.json)")
+            "--num-classes": num_classes, "--max-examples": max_examples}, overwrite)
+    if base is not None or save is not None or overwrite:
+        raise EnsdiagError("--base, --save and --overwrite are for LoRA adapter folders (ADAPTER_DIR…, each with "
+                           "adapter_config.json)")
     from .quickcheck import path_points_option
     points = path_points_option(path_points)
     from .analysis import analyze_predictions
+    from .device import resolve_device
     from .evaluate import evaluate_model, load_data
     from .foreign.checkpoints import RawEnsemble, open_ensemble
+
+    resolve_device(device)  # --device cuda without a GPU: one line, not a disagreement section skipped
 
     model = open_ensemble(model_path, family, arch=arch, num_classes=num_classes)
     name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"

@@ -129,22 +129,14 @@ class Diagnosis:
     titles: dict = field(default_factory=dict)
     source: str = "ensdiag.diagnose"  # what made it, recorded in the saved run's meta.json
 
-    def save(self, folder, method: str = "ensemble", seed: int = 0) -> Path:
+    def save(self, folder, method: str = "ensemble", seed: int = 0, overwrite: bool = False) -> Path:
         """Write this diagnosis as `folder/<method>/seed-<seed>/` (metrics.json, predictions, meta.json)
-        and list it in `folder/experiment.json`, so `ensdiag report folder` reads it beside others."""
-        from .io import atomic_write_json
-        from .predictions import save_predictions
-        from .runs import add_diagnosis, check_run_name
-        check_run_name(method, seed)
-        folder = Path(folder)
-        add_diagnosis(folder, method, seed, self.titles)
-        run = folder / method / f"seed-{seed}"
-        run.mkdir(parents=True, exist_ok=True)
-        save_predictions(self.predictions, run / "predictions.safetensors", {"ensdiag.splits": self.titles})
-        atomic_write_json(run / "metrics.json", self.metrics)
-        atomic_write_json(run / "meta.json", {"run": method, "method": method, "seed": seed, "splits": self.titles,
-                                              "source": self.source})  # last: marks the run finished
-        return run
+        and list it in `folder/experiment.json`, so `ensdiag report folder` reads it beside others. An
+        analysis already saved there is replaced only with `overwrite=True` (runs.save_result)."""
+        from .runs import PREDICTIONS, save_result
+        return save_result(folder, method, seed, PREDICTIONS, self.metrics, {
+            "run": method, "method": method, "seed": seed, "splits": self.titles, "source": self.source},
+            self.titles, self.predictions, overwrite)
 
     def _report(self, fmt: str) -> str:
         from .report import make_report, render

@@ -8,6 +8,8 @@ the modules that register them (without importing them); a test keeps the two in
 """
 
 import ast
+import math
+import re
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -69,8 +71,7 @@ def check_set(option: str, value: str | None):
     if value is None:
         return
     if is_path(value):
-        if not Path(value).exists():
-            raise EnsdiagError(f"{option} {value} does not exist")
+        check_inputs(option, [value], folders=True)
     elif value not in dataset_names():
         raise unknown(f"{option} dataset", value, dataset_names())
 
@@ -95,13 +96,73 @@ def check_train(preset: str, methods: list[str] | None, out: Path | None, resume
 
 
 def check_inputs(what: str, paths, folders: bool = False):
-    """Every named input exists (and is a file, unless `folders`)."""
+    """Every named input exists and is a folder (where `folders` allows one) or a regular file: a
+    FIFO or a device is refused here, before anything would wait on it for ever."""
+    from .io import regular_file
     for path in paths or ():
         path = Path(path)
         if not path.exists():
             raise EnsdiagError(f"{what} {path} does not exist")
-        if not folders and path.is_dir():
-            raise EnsdiagError(f"{what} {path} is a folder, not a file")
+        if not (folders and path.is_dir()):
+            regular_file(path, what)
+
+
+# Numbers typed by a person are read in ASCII decimal only: str.isdigit and int() also take
+# superscripts and other scripts' digits ("²", "٣"), which nobody means as a count.
+INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+SEED_LIMIT = 2**31  # seeds name folders and seed NumPy, torch and Python generators alike
+
+
+def integer(text, what: str, low: int | None = None, high: int | None = None) -> int:
+    """A whole number written in decimal digits, in low..high where given, or one clear error."""
+    shown = str(text).strip()
+    if not INTEGER.fullmatch(shown) or len(shown) > 40:
+        raise EnsdiagError(f"{what} must be a whole number in decimal digits, got {str(text)[:40]!r}")
+    value = int(shown)
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise EnsdiagError(f"{what} must be a whole number in {low}..{high}, got {shown}")
+    return value
+
+
+def decimal(text, what: str) -> float:
+    """A finite number written in decimal digits (1.5, 2e-3), or one clear error."""
+    shown = str(text).strip()
+    if not DECIMAL.fullmatch(shown) or len(shown) > 80 or not math.isfinite(float(shown)):
+        raise EnsdiagError(f"{what} must be a finite number in decimal digits, got {str(text)[:40]!r}")
+    return float(shown)
+
+
+def seed(value, what: str = "--seed") -> int:
+    """A seed: a whole number in 0..2³¹−1."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise EnsdiagError(f"{what} must be a whole number in 0..{SEED_LIMIT - 1}, got {value!r}"[:200])
+    return integer(value, what, 0, SEED_LIMIT - 1)
+
+
+def integer_list(text, what: str) -> list[int] | None:
+    """A comma list of whole numbers in decimal digits (`--seeds 0,1,2`)."""
+    if text is None:
+        return None
+    return [integer(part, what) for part in str(text).split(",") if part.strip()]
+
+
+NORMALIZE_RANGE = 1e-6, 1e6  # stds (and |means| up to the upper end) that keep [0, 1] inputs finite and meaningful
+
+
+def normalize_option(text: str, channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """--normalize MEAN,…:STD,… → (means, stds), one per channel, in decimal digits; a std outside
+    1e-6..1e6 (1e-320 would turn every input infinite) or a mean beyond ±1e6 is refused."""
+    parts = str(text).split(":")
+    if len(parts) != 2:
+        raise EnsdiagError(f"--normalize must be MEAN,…:STD,… or none, got {str(text)[:80]!r}")
+    mean, std = (tuple(decimal(value, "--normalize") for value in part.split(",")) for part in parts)
+    low, high = NORMALIZE_RANGE
+    if len(mean) != channels or len(std) != channels or not all(low <= value <= high for value in std) \
+            or not all(abs(value) <= high for value in mean):
+        raise EnsdiagError(f"--normalize needs {channels} finite means within ±{high:g} and {channels} stds in "
+                           f"[{low:g}, {high:g}] (inputs are images in [0, 1]), got {str(text)[:80]!r}")
+    return mean, std
 
 
 def path_points_option(value) -> int | str:
@@ -109,6 +170,6 @@ def path_points_option(value) -> int | str:
     text = str(value).strip().lower()
     if text == "adaptive":
         return text
-    if text.isdigit() and 2 <= int(text) <= 101:
+    if INTEGER.fullmatch(text) and len(text) < 6 and 2 <= int(text) <= 101:
         return int(text)
     raise EnsdiagError(f"--path-points must be an integer from 2 to 101, or 'adaptive'; got {value!r}")
