@@ -51,5 +51,6 @@ def require(size: int, what: str) -> None:
     """Refuse (one line, with the numbers) when `what` would need more than the budget."""
     budget = memory_budget()
     if size > budget:
+        origin = f"{VARIABLE}" if os.environ.get(VARIABLE, "").strip() else "half this machine's memory"
         raise EnsdiagError(f"{what} needs about {human(size)}, more than the memory budget of {human(budget)} "
-                           f"(half this machine's memory; set {VARIABLE}=SIZE to allow more)")
+                           f"({origin}; set {VARIABLE}=SIZE to allow more)")

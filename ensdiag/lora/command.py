@@ -31,8 +31,10 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
         claim_run(output_folder(save), method, seed, LORA, overwrite, create=False)
     if plot is not None:
         _check_plot(plot)
+    from ..progress import step_bar
     from .analysis import diagnose_adapters
-    section = diagnose_adapters(configs, base)
+    with step_bar(f"comparing {len(configs)} adapters, layer by layer") as advance:
+        section = diagnose_adapters(configs, base, progress=advance)
     if save is not None:
         run = save_lora_run(save, method, seed, section, overwrite)
         note(f"saved to {run}; `ensdiag report {save}` reports every run saved there")
