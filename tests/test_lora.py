@@ -230,7 +230,7 @@ def test_a_damaged_lora_section_is_a_one_line_error(tmp_path, capsys):
     metrics = json.loads(path.read_text())
     metrics["lora"]["layers"] = "nonsense"
     path.write_text(json.dumps(metrics))
-    assert_one_line_error(capsys, "report", folder, "--format", "markdown", match="lora section is not of the expected layout")
+    assert_one_line_error(capsys, "report", folder, "--format", "markdown", match=r"metrics.json is damaged \(its lora section")
 
 
 def test_the_readme_lora_commands_run(tmp_path, capsys, monkeypatch):

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..errors import EnsdiagError, unknown
+from ..io import parse_json
 from .architectures import ARCHITECTURES
 from .kit import MemberKit
 from .layers import is_weight_layer
@@ -48,7 +49,7 @@ class ModelSpec:
     def from_json(cls, text: str) -> "ModelSpec":
         """A stored spec, checked like user input (types, names, ranges) before anything is built."""
         try:
-            data = json.loads(text)
+            data = parse_json(text, "model spec")  # bounded nesting: no RecursionError
             if not isinstance(data, dict):
                 raise TypeError("not a JSON object")
             integers = {key: data[key] for key in ("num_members", "num_classes")}

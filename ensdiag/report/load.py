@@ -1,15 +1,21 @@
 """Reading a run folder for reports: every file checked like user input (a damaged one is a
-one-line error naming it and what to do), through runs.py and no training code.
+one-line error naming it and what to do), through runs.py and no training code. Files are read
+bounded in size and nesting (io.read_json), and every number read back is range-checked
+(ranges.py): a damaged value is an error, never a report's best.
 
     data = load_runs("runs/demo")   # {"experiment", "runs": {method: {seed: {"metrics", "meta", "history", ...}}}}
 """
 
-import json
 import math
 from pathlib import Path
 
 from ..errors import EnsdiagError
-from ..runs import read_experiment
+from ..io import UnreadableJson, parse_json, read_bounded, read_json
+from ..runs import DIAGNOSIS, read_experiment
+from .ranges import COSINE, NON_NEGATIVE, PROBABILITY, bad_number, meta_out_of_range, out_of_range
+
+MAX_FILE_BYTES = 256 << 20  # a run's metrics.json, meta.json or .jsonl rows: far beyond any ensdiag writes
+MAX_EPOCH = 10**6
 
 MISSING = object()
 
@@ -56,24 +62,35 @@ def load_runs(run_dir) -> dict:
             if not (metrics_path.is_file() and (folder / "meta.json").is_file()):
                 runs[method][seed] = None
                 continue
-            runs[method][seed] = {"metrics": _read_metrics(metrics_path), "meta": _read_object(folder / "meta.json"),
+            runs[method][seed] = {"metrics": _read_metrics(metrics_path), "meta": _read_meta(folder / "meta.json"),
                                   "history": _read_history(folder / "history.jsonl"), "folder": folder,
                                   "tracking": _read_tracking(folder / "diversity.jsonl")}
     return {"experiment": experiment, "runs": runs}
 
 
 def _damaged(path, what) -> EnsdiagError:
-    return EnsdiagError(f"{path} is damaged ({what}); delete that seed's folder ({path.parent}) and rerun "
-                        "`ensdiag train --resume` on the run to recompute it")
+    path = Path(path)
+    return EnsdiagError(f"{path} is damaged ({what}); {_remedy(path)}")
+
+
+def _remedy(path: Path) -> str:
+    """What recomputes a damaged run file: training resumes a training run's seed; a diagnosis
+    folder's run is saved again by whatever saved it."""
+    try:
+        diagnosis = read_json(path.parents[2] / "experiment.json", "experiment file").get("kind") == DIAGNOSIS
+    except (EnsdiagError, AttributeError, IndexError):
+        diagnosis = False
+    if diagnosis:
+        return (f"save that run ({path.parent}) again with --overwrite (`ensdiag analyze … --method`, "
+                "`ensdiag diversity ADAPTER_DIR… --save`, or Diagnosis.save(…, overwrite=True))")
+    return f"delete that seed's folder ({path.parent}) and rerun `ensdiag train --resume` on the run to recompute it"
 
 
 def _read_object(path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except EnsdiagError:
-        raise  # already one line for the user
-    except (OSError, ValueError) as error:
-        raise _damaged(path, f"not readable JSON: {type(error).__name__}") from None
+        data = read_json(path, "file", MAX_FILE_BYTES)
+    except UnreadableJson as error:
+        raise _damaged(path, f"not readable JSON: {error.reason}") from None
     if not isinstance(data, dict):
         raise _damaged(path, f"a JSON {type(data).__name__}, not an object")
     return data
@@ -84,6 +101,12 @@ def _read_metrics(path) -> dict:
     if not isinstance(metrics.get("analyzers"), dict) or not isinstance(metrics.get("splits"), dict) or not all(
             isinstance(result, dict) and isinstance(result.get("status"), str) for result in metrics["analyzers"].values()):
         raise _damaged(path, "no 'analyzers' and 'splits' of the ensdiag.metrics layout")
+    problem = out_of_range(metrics)
+    if problem is not None:
+        raise _damaged(path, problem)
+    if "lora" in metrics:
+        from .lora import check_lora
+        check_lora(metrics["lora"], path)
     for score in (dig(metrics, ("analyzers", "ood", "scores")) or {}).values():
         if isinstance(score, dict) and "fpr95" in score:  # before 0.2: one FPR95, the OOD→ID direction
             score.setdefault("fpr95_ood_as_id", score["fpr95"])
@@ -92,39 +115,56 @@ def _read_metrics(path) -> dict:
     return metrics
 
 
+def _read_meta(path) -> dict:
+    meta = _read_object(path)
+    problem = meta_out_of_range(meta)
+    if problem is not None:
+        raise _damaged(path, problem)
+    return meta
+
+
 def _read_rows(path, is_row, what) -> list[dict]:
-    """One JSON object per line, each checked by `is_row`; a missing file has no rows (they are only drawn)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
+    """One JSON object per line, each checked by `is_row`; a missing file has no rows (they are only drawn).
+    The file is bounded in size, its lines in nesting, every epoch an integer in 0..10⁶."""
+    if not path.exists() and not path.is_symlink():
         return []
-    except EnsdiagError:
-        raise  # already one line for the user
-    except (OSError, ValueError) as error:
-        raise _damaged(path, type(error).__name__) from None
+    try:
+        lines = read_bounded(path, "file", MAX_FILE_BYTES).decode("utf-8").splitlines()
+    except UnreadableJson as error:
+        raise _damaged(path, error.reason) from None
+    except UnicodeDecodeError:
+        raise _damaged(path, "not UTF-8 text") from None
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except ValueError:
+            row = parse_json(line, f"line {number}")
+        except UnreadableJson:
             raise _damaged(path, f"line {number} is not JSON") from None
         if not isinstance(row, dict) or not isinstance(row.get("epoch"), int) or isinstance(row["epoch"], bool) \
-                or not is_row(row):
+                or not 0 <= row["epoch"] <= MAX_EPOCH or not is_row(row):
             raise _damaged(path, f"line {number} is not {what}")
         rows.append(row)
     return rows
 
 
 def _read_history(path) -> list[dict]:
-    return _read_rows(path, lambda row: isinstance(row.get("loss"), (int, float)), "an epoch record")
+    return _read_rows(path, lambda row: _number(row.get("loss")) and _in(row, HISTORY), "an epoch record")
 
 
-TRACKED_KEYS = ("disagreement", "jsd", "weight_cosine", "aligned_weight_cosine")
+HISTORY = {"accuracy": PROBABILITY, "val_accuracy": PROBABILITY, "val_nll": NON_NEGATIVE, "seconds": NON_NEGATIVE}
+
+
+TRACKED = {"disagreement": PROBABILITY, "jsd": NON_NEGATIVE, "weight_cosine": COSINE, "aligned_weight_cosine": COSINE}
+
+
+def _in(row: dict, ranges: dict) -> bool:
+    """Whether each of the row's `ranges` keys is absent, null, or a number in its range."""
+    return all(row.get(key) is None or (_number(row[key]) and bad_number(row[key], bounds) is None)
+               for key, bounds in ranges.items())
 
 
 def _read_tracking(path) -> list[dict]:
     """`train --track-diversity`'s rows (epoch 0 = initialisation)."""
-    return _read_rows(path, lambda row: all(row.get(key) is None or _number(row[key]) for key in TRACKED_KEYS),
-                      "a diversity record")
+    return _read_rows(path, lambda row: _in(row, TRACKED), "a diversity record")

@@ -100,3 +100,54 @@ def add_lora_figures(runs: dict, add) -> None:
                           "module type, null baselines dashed (first seed)", lora_depth_figure(sections))
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
         raise _damaged(next(iter(first.values()))[1] / "metrics.json", "its lora section is not of the expected layout") from None
+
+
+MAX_READ_MEMBERS = 4096  # as predictions: what a saved section may claim (ensdiag itself saves at most 64)
+
+
+def check_lora(section, path) -> None:
+    """A saved `lora` section checked like user input before any table or figure reads it: k, r and
+    every k×k matrix consistent, every number finite and in its range, or one `_damaged` line."""
+    from .ranges import COSINE, NON_NEGATIVE, PROBABILITY, bad_number, out_of_range
+
+    def damaged(what):
+        return _damaged(path, f"its lora section {what}")
+
+    if not isinstance(section, dict):
+        raise damaged("is not an object")
+    k, rank = section.get("k"), section.get("rank")
+    if not isinstance(k, int) or isinstance(k, bool) or not 2 <= k <= MAX_READ_MEMBERS:
+        raise damaged(f"has k = {str(k)[:40]}, not a number of members from 2 to {MAX_READ_MEMBERS}")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 1 <= rank <= 1 << 16:
+        raise damaged(f"has r = {str(rank)[:40]}, not a rank from 1 to 65536")
+    for key in ("members", "files"):
+        if not isinstance(section.get(key), list) or len(section[key]) != k:
+            raise damaged(f"lists {key} that are not its k = {k}")
+    summary = section.get("summary")
+    if not isinstance(summary, dict):
+        raise damaged("has no summary")
+    problem = out_of_range({"lora": section})  # every number finite, no integer beyond 64 bits
+    if problem is not None:
+        raise damaged(f"has {problem}")
+    matrices = [("delta_cosine", summary.get("delta_cosine"))]
+    if summary.get("effective_cosine") is not None:
+        matrices.append(("effective_cosine", summary["effective_cosine"]))
+    for name, entry in matrices:
+        matrix = entry.get("matrix") if isinstance(entry, dict) else None
+        if not isinstance(matrix, list) or len(matrix) != k or not all(isinstance(row, list) and len(row) == k
+                                                                      for row in matrix):
+            raise damaged(f"has a {name} matrix that is not {k}×{k}")
+    checks = [(("delta_cosine", "mean"), COSINE), (("delta_cosine", "null_rms"), PROBABILITY),
+              (("column_overlap", "mean"), PROBABILITY), (("column_overlap", "null"), PROBABILITY),
+              (("row_overlap", "mean"), PROBABILITY), (("row_overlap", "null"), PROBABILITY),
+              (("effective_rank", "mean"), (1.0, float(rank))), (("effective_cosine", "mean"), COSINE),
+              (("effective_cosine", "orthogonal_baseline"), COSINE), (("relative_norm", "mean"), NON_NEGATIVE)]
+    values = [(".".join(where), dig(summary, where), bounds) for where, bounds in checks]
+    values += [(f"{name}.matrix", value, COSINE) for name, entry in matrices for row in entry["matrix"] for value in row]
+    for where, value, bounds in values:
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                                  or bad_number(value, bounds)):
+            raise damaged(f"has summary.{where} = {str(value)[:40]}, not a number in [{bounds[0]:g}, {bounds[1]:g}]")
+    for key in ("by_type", "by_depth", "layers"):
+        if not isinstance(section.get(key), list) or not all(isinstance(group, dict) for group in section[key]):
+            raise damaged(f"has no list of {key}")
