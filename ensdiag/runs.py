@@ -216,6 +216,7 @@ def save_result(folder, method: str, seed: int, kind: str, metrics: dict, meta: 
     lock: checked by `claim_run` before anything is written, listed in experiment.json, the paired
     kind's part kept (`combined`), meta.json written last (it marks the run finished; an overwrite
     removes the old one first, so a save cut short never looks finished)."""
+    check_run_name(method, seed)  # before anything is created
     root = inner_folder(folder)
     with locked_folder(root, "run folder"):
         run = claim_run(root, method, seed, kind, overwrite)
