@@ -86,11 +86,18 @@ def _remedy(path: Path) -> str:
     return f"delete that seed's folder ({path.parent}) and rerun `ensdiag train --resume` on the run to recompute it"
 
 
+def _reason(error: EnsdiagError, path) -> str:
+    """An io error's words without the path it begins with (the damaged line names the file)."""
+    return str(error).replace(f"file {path} ", "").replace(f"cannot read file {path}: ", "")
+
+
 def _read_object(path) -> dict:
     try:
         data = read_json(path, "file", MAX_FILE_BYTES)
     except UnreadableJson as error:
         raise _damaged(path, f"not readable JSON: {error.reason}") from None
+    except EnsdiagError as error:  # not a regular file, not readable
+        raise _damaged(path, _reason(error, path)) from None
     if not isinstance(data, dict):
         raise _damaged(path, f"a JSON {type(data).__name__}, not an object")
     return data
@@ -132,6 +139,8 @@ def _read_rows(path, is_row, what) -> list[dict]:
         lines = read_bounded(path, "file", MAX_FILE_BYTES).decode("utf-8").splitlines()
     except UnreadableJson as error:
         raise _damaged(path, error.reason) from None
+    except EnsdiagError as error:  # not a regular file, not readable
+        raise _damaged(path, _reason(error, path)) from None
     except UnicodeDecodeError:
         raise _damaged(path, "not UTF-8 text") from None
     rows = []
