@@ -4,6 +4,7 @@ counted twice), every JSON reader is bounded in size and nesting with one error,
 decoded within the memory budget (PIL's limit set from it), a broken one a one-line error."""
 
 import json
+import math
 import os
 import struct
 import zlib
@@ -222,3 +223,17 @@ def test_any_bytes_parse_to_a_value_or_one_unreadable_json_line(text):
         assert "\n" not in str(error) and str(error).startswith("input is not readable JSON (")
         return
     assert _depth(value) <= MAX_JSON_DEPTH
+
+
+def test_the_limits_the_docs_state_are_the_codes():
+    from ensdiag.data.image_folder import DECODE_BYTES_PER_PIXEL
+    from ensdiag.lora.config import MAX_ADAPTERS, PATTERN_SECONDS
+    from ensdiag.quickcheck import NORMALIZE_RANGE
+    root = Path(__file__).resolve().parents[1]
+    conventions, readme = (root / "docs" / "conventions.md").read_text(), (root / "README.md").read_text()
+    superscript = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+    low, high = (f"10{str(int(math.log10(value))).translate(superscript)}" for value in NORMALIZE_RANGE)
+    for sentence in (f"more than {MAX_ADAPTERS} adapters", f"a {PATTERN_SECONDS:g} s time limit",
+                     f"budget ÷ {DECODE_BYTES_PER_PIXEL} pixels", f"stds lie in [{low}, {high}]"):
+        assert " ".join(sentence.split()) in " ".join(conventions.split()), sentence
+    assert f"at most {MAX_ADAPTERS} adapters" in readme
