@@ -134,17 +134,23 @@ def decimal(text, what: str) -> float:
 
 
 def seed(value, what: str = "--seed") -> int:
-    """A seed: a whole number in 0..2³¹−1."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise EnsdiagError(f"{what} must be a whole number in 0..{SEED_LIMIT - 1}, got {value!r}"[:200])
-    return integer(value, what, 0, SEED_LIMIT - 1)
+    """A seed: a whole number in 0..2³¹−1 (as `runs.check_run_name` says it)."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not INTEGER.fullmatch(text) or len(text) > 40 \
+            or not 0 <= int(text) < SEED_LIMIT:
+        raise EnsdiagError(f"{what} must be an integer in 0..2³¹−1, got {text[:40]}")
+    return int(text)
 
 
 def integer_list(text, what: str) -> list[int] | None:
     """A comma list of whole numbers in decimal digits (`--seeds 0,1,2`)."""
     if text is None:
         return None
-    return [integer(part, what) for part in str(text).split(",") if part.strip()]
+    try:
+        return [integer(part, what) for part in str(text).split(",") if part.strip()]
+    except EnsdiagError:
+        raise EnsdiagError(f"{what} must be a comma-separated list of whole numbers in decimal digits, got "
+                           f"{str(text)[:80]!r}") from None
 
 
 NORMALIZE_RANGE = 1e-6, 1e6  # stds (and |means| up to the upper end) that keep [0, 1] inputs finite and meaningful

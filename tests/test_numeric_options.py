@@ -43,7 +43,7 @@ def test_path_points_take_decimal_digits_only(finished_run, capsys, value):
 
 
 def test_seeds_and_method_options_take_decimal_digits_only(tmp_path, capsys):
-    assert_one_line_error(capsys, "train", "--seeds", "1,٣", "--out", tmp_path / "x", match="--seeds must be a whole number")
+    assert_one_line_error(capsys, "train", "--seeds", "1,٣", "--out", tmp_path / "x", match="--seeds must be a comma-separated list of whole numbers")
     assert_one_line_error(capsys, "train", "--method", "packed-ensemble", "-O", "packed-ensemble.gamma=²",
                           "--out", tmp_path / "x", match="packed-ensemble.gamma must be a whole number")
     assert not (tmp_path / "x").exists()
@@ -60,7 +60,7 @@ def test_a_seed_beyond_what_seeds_a_generator_is_one_line_on_every_command(finis
     model = finished_run / "batch-ensemble" / "seed-1" / "model.safetensors"
     for args in (["evaluate", model], ["diversity", model, "--no-geometry"],
                  ["analyze", predictions[0], "--labels", predictions[1], "--out", tmp_path / "r", "--method", "m"]):
-        assert_one_line_error(capsys, *args, "--seed", HUGE, match=r"seed must be a whole number in 0\.\.2147483647")
+        assert_one_line_error(capsys, *args, "--seed", HUGE, match=r"seed must be an integer in 0\.\.2³¹−1")
     assert_one_line_error(capsys, "train", "--seeds", HUGE, "--out", tmp_path / "t", match="--seeds must lie in")
 
 

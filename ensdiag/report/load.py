@@ -159,7 +159,12 @@ def _read_rows(path, is_row, what) -> list[dict]:
 
 
 def _read_history(path) -> list[dict]:
-    return _read_rows(path, lambda row: _number(row.get("loss")) and _in(row, HISTORY), "an epoch record")
+    return _read_rows(path, lambda row: _loss(row.get("loss")) and _in(row, HISTORY), "an epoch record")
+
+
+def _loss(value) -> bool:
+    """A recorded training loss: any float (a diverged epoch's is NaN or infinite), or an integer of 64 bits."""
+    return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool) and bad_number(value) is None)
 
 
 HISTORY = {"accuracy": PROBABILITY, "val_accuracy": PROBABILITY, "val_nll": NON_NEGATIVE, "seconds": NON_NEGATIVE}
