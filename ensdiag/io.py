@@ -252,6 +252,8 @@ def read_safetensors(path, what="file", only=None) -> tuple[dict, dict[str, str]
     predictions file is mostly shift logits)."""
     from safetensors import SafetensorError, safe_open
 
+    if Path(path).is_dir():
+        raise EnsdiagError(f"{what} {path} is a directory, not a .safetensors file")
     path = regular_file(path, what)
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:

@@ -89,7 +89,8 @@ class Option:
             else:
                 value = self.kind(text)
         except (KeyError, ValueError):  # EnsdiagError is a ValueError too
-            raise EnsdiagError(f"{name} must be {self.describe()}, got {text[:40]!r}") from None
+            digits = {int: " (in decimal digits)", float: " (finite, in decimal digits)"}.get(self.kind, "")
+            raise EnsdiagError(f"{name} must be {self.describe()}{digits}, got {text[:40]!r}") from None
         return self.check(value, method)
 
     def describe(self) -> str:
