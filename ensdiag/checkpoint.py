@@ -20,7 +20,7 @@ import torch
 
 from . import __version__
 from .errors import EnsdiagError
-from .io import atomic_write_bytes, read_safetensors, safetensors_bytes_deterministic
+from .io import atomic_write_bytes, parse_json, read_safetensors, safetensors_bytes_deterministic
 from .nn.model import EnsembleModel, ModelSpec, build_from_spec
 
 MODEL_FORMAT = "ensdiag.model/1"
@@ -92,7 +92,7 @@ def _initial_cosine(text) -> dict | None:
     """The recorded {"mean", "seed"}, checked like user input; anything else counts as not recorded
     (the cosine is then rebuilt from the spec, and says so)."""
     try:
-        found = json.loads(text)
+        found = parse_json(text, "initial cosine")  # an EnsdiagError is a ValueError
         mean, seed = found["mean"], found["seed"]
     except (TypeError, ValueError, KeyError):
         return None

@@ -182,8 +182,9 @@ def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, tra
     reads, as names or {name: layout}. `device`: where inputs go (default: where the members are;
     the members are never moved). `progress`: a bar per split (default: when stderr is a terminal).
     `path_points`: points on each path between members, or "adaptive"."""
+    from .numbers import seed as checked_seed
     from .quickcheck import path_points_option
-    path_points = path_points_option(path_points)
+    path_points, seed = path_points_option(path_points), checked_seed(seed, "seed")
     if test is not None and id is not None:
         raise EnsdiagError("give the test data once: test= (id= is its older name)")
     test = test if test is not None else id
@@ -271,9 +272,12 @@ def _checked_titles(titles) -> dict:
 def _device(device):
     import torch
     try:
-        return torch.device(device)
+        device = torch.device(device)
     except (RuntimeError, TypeError):
         raise EnsdiagError(f"device {device!r} is not a device (cpu, cuda, cuda:1, …)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise EnsdiagError(f"device {str(device)!r} asked for, but torch sees no CUDA device")
+    return device
 
 
 def _bars(progress):

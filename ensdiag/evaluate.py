@@ -9,7 +9,6 @@ Whether data fits a model is asked of the network itself (a forward on the meta 
 memory), not of the input size its file records: torchvision's ResNet-18 takes CIFAR's 32×32.
 """
 
-import math
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
@@ -108,14 +107,8 @@ def normalization(model, choice: DataChoice, config) -> tuple[tuple, tuple]:
         return tuple(config.mean), tuple(config.std)
     if choice.normalize == "none":
         return (0.0,) * channels, (1.0,) * channels
-    try:
-        mean, std = (tuple(float(v) for v in part.split(",")) for part in choice.normalize.split(":"))
-    except ValueError:
-        raise EnsdiagError(f"--normalize must be MEAN,…:STD,… or none, got {choice.normalize!r}") from None
-    if len(mean) != channels or len(std) != channels or not all(v > 0 and math.isfinite(v) for v in std) \
-            or not all(math.isfinite(v) for v in mean):
-        raise EnsdiagError(f"--normalize needs {channels} finite means and {channels} positive stds, got {choice.normalize!r}")
-    return mean, std
+    from .numbers import normalize_option
+    return normalize_option(choice.normalize, channels)
 
 
 def load_data(model, choice: DataChoice | str | None = None, data_dir="data", download=False, with_train=False):

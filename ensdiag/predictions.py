@@ -59,7 +59,7 @@ def load_predictions(path) -> tuple[dict[str, dict], dict]:
             raise EnsdiagError(f"{path}: split {name!r} has labels but no logits")
         if logits.dim() != 3 or not logits.is_floating_point():
             raise EnsdiagError(f"{path}: {name}/logits must be float [k, N, C], got {logits.dtype} {tuple(logits.shape)}")
-        from .foreign.predictions import check_analysis_size
+        from .checks import check_analysis_size
         check_analysis_size(*logits.shape, f"{path}: {name}/logits")
         if not torch.isfinite(logits).all():
             raise EnsdiagError(f"{path}: {name}/logits contains NaN or infinite values")

@@ -203,9 +203,10 @@ def test_each_part_of_a_run_is_saved_without_touching_the_other(tmp_path, capsys
     assert run_cli(capsys, "analyze", LORA, "--task", "ensq", "--out", runs)[0] == 0
     assert (run / "lora.json").read_bytes() == weight_part and saved_parts(run) == {"lora", "predictions"}
     function_part = {name: (run / name).read_bytes() for name in ("metrics.json", "meta.json", "predictions.safetensors")}
-    assert run_cli(capsys, "diversity", *ADAPTER_DIRS, "--base", FIXTURES / "base", "--save", runs, "--method", "lora-r4")[0] == 0
+    assert run_cli(capsys, "diversity", *ADAPTER_DIRS, "--base", FIXTURES / "base", "--save", runs, "--method", "lora-r4",
+                   "--overwrite")[0] == 0
     assert all((run / name).read_bytes() == data for name, data in function_part.items())
-    assert (run / "lora.json").read_bytes() != weight_part  # saved again: this part replaced, and only it
+    assert (run / "lora.json").read_bytes() != weight_part  # saved again (asked): this part replaced, and only it
     code, out, err = run_cli(capsys, "report", runs, "--format", "json", "--no-figures")
     tables = {table["id"]: table for table in json.loads(out)["tables"]}
     cells = tables["llm"]["rows"][0]["cells"]

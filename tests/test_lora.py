@@ -232,7 +232,7 @@ def test_a_damaged_lora_section_is_a_one_line_error(tmp_path, capsys):
     record = json.loads(path.read_text())
     record["lora"]["layers"] = "nonsense"
     path.write_text(json.dumps(record))
-    assert_one_line_error(capsys, "report", folder, "--format", "markdown", match="lora section is not of the expected layout")
+    assert_one_line_error(capsys, "report", folder, "--format", "markdown", match="its lora section has no list of layers")
     path.write_text(json.dumps({**record, "format": "something else"}))
     assert_one_line_error(capsys, "report", folder, "--format", "markdown", match="lora.json is damaged")
 

@@ -29,6 +29,8 @@ def analyze(
     method: str = typer.Option(None, help="Save as run METHOD of the folder --out (OUT/METHOD/seed-SEED/), for "
                                           "`ensdiag report OUT`; the verdict needs runs named single and deep-ensemble."),
     seed: int = typer.Option(None, help="With --method: the seed this run is saved under (default 0)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="With --method: replace the analysis already saved as "
+                                   "that run (without it, an existing one is never replaced)."),
     task: str = typer.Option(None, help="lm-eval logs: the task (or group) to read, where a folder holds several."),
     ood_task: str = typer.Option(None, "--ood-task", help="lm-eval logs: the task whose questions are the OOD split "
                                  "(from the same folders, or from --ood)."),
@@ -47,10 +49,10 @@ def analyze(
     check_inputs("PREDICTIONS", sources, folders=True)
     check_inputs("--labels", [labels] if labels is not None else [])
     check_inputs("--ood", ood, folders=True)
-    check_saving(out, method, seed)
+    check_saving(out, method, seed, overwrite)
     from ..core import inspect_predictions
     from ..foreign.lm_eval import LmEvalOptions
-    from ..foreign.predictions import load_any_predictions
+    from ..foreign.readers import load_any_predictions
     from ..io import atomic_write_json
 
     about = {}  # what the lm-eval reader found: run names, split titles, notes
@@ -70,7 +72,7 @@ def analyze(
     if "lm_eval" in about:
         diagnosis.metrics["lm_eval"] = about["lm_eval"]
     if method is not None:
-        run = diagnosis.save(out, method, seed or 0)
+        run = diagnosis.save(out, method, seed or 0, overwrite)
         note(f"saved to {run}; `ensdiag report {out}` reports every run saved there")
     elif out is not None:
         atomic_write_json(output_file(out, "metrics.json"), diagnosis.metrics)

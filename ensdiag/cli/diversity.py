@@ -7,22 +7,8 @@ import typer
 from ..console import check_format, loading, note, print_json
 from ..errors import DataNotFound, EnsdiagError
 from .app import app
-from .options import (
-    ARCH,
-    DATA,
-    DATA_DIR,
-    DEVICE,
-    FAMILY,
-    FORMAT,
-    MODELS,
-    NORMALIZE,
-    NUM_CLASSES,
-    OOD,
-    SEED,
-    SHIFT,
-    data_choice,
-    quick_checks,
-)
+from .options import ARCH, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, SEED, SHIFT
+from .options import checked_seed, data_choice, quick_checks
 from .show import show_items
 
 MEASURED = ["disagreement", "member-pairs", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
@@ -54,6 +40,8 @@ def diversity(
     save: Path = typer.Option(None, help="LoRA adapters: also save the diagnosis as run METHOD/seed-SEED of this "
                               "folder, for `ensdiag report DIR`."),
     method: str = typer.Option("lora", help="LoRA adapters with --save: the run's name (--seed: its seed)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="LoRA adapters with --save: replace the LoRA diagnosis "
+                                   "already saved as that run (without it, an existing one is never replaced)."),
 ):
     """How different the members really are, in outputs and weights.
 
@@ -61,15 +49,19 @@ def diversity(
     adapter folders as PEFT saves them (ADAPTER_DIR…: adapter_config.json and the weights), compared
     by their weights (docs/conventions.md, "LoRA ensembles")."""
     check_format(fmt)
+    seed = checked_seed(seed)
     quick_checks(model_path, data, shift, ood)
     from ..lora import adapter_folders
     if adapter_folders(model_path):  # before anything imports torch: their configs are checked first
         from ..lora.command import lora_diversity
         return lora_diversity(model_path, base, fmt, plot, save, method, seed, {
             "--preset": preset, "--data": data, "--shift": shift, "--ood": ood, "--normalize": normalize,
-            "--num-classes": num_classes, "--max-examples": max_examples})
-    if base is not None or save is not None:
-        raise EnsdiagError("--base and --save are for LoRA adapter folders (ADAPTER_DIR…, each with adapter_config.json)")
+            "--num-classes": num_classes, "--max-examples": max_examples}, overwrite)
+    if base is not None or save is not None or overwrite:
+        raise EnsdiagError("--base, --save and --overwrite are for LoRA adapter folders (ADAPTER_DIR…, each with "
+                           "adapter_config.json)")
+    from ..device import resolve_device
+    device = resolve_device(device)  # --device cuda without a GPU: one line, not a disagreement section skipped
     from ..quickcheck import path_points_option
     points = path_points_option(path_points)
     from ..core import inspect
@@ -103,10 +95,8 @@ def _geometry_names(geometry: bool) -> list[str]:
 def _inputs(model, preset, data, shift, ood, normalize, data_dir, device, geometry):
     """(the core's `Inputs` with the model moved to its device, None, skipped splits) or (None, why there
     is no data — the weights still tell a story —, skipped splits)."""
-    from ..device import resolve_device
     from ..evaluate import prepare
     from ..foreign.checkpoints import RawEnsemble
-    device = resolve_device(device)  # before the data: a missing GPU is an error, not "no data"
     if isinstance(model, RawEnsemble):  # foreign tensors no architecture runs
         return None, (f"{model.reason}: disagreement needs a model that runs (ensdiag runs its mlp and CIFAR-style "
                       "resnet18, and torchvision members with --arch torchvision:NAME)"), {}

@@ -7,21 +7,8 @@ import typer
 from ..console import check_format, output_folder
 from ..errors import EnsdiagError
 from .app import app
-from .options import (
-    ARCH,
-    DATA,
-    DATA_DIR,
-    DEVICE,
-    FAMILY,
-    FORMAT,
-    MODELS,
-    NORMALIZE,
-    NUM_CLASSES,
-    OOD,
-    SHIFT,
-    data_choice,
-    quick_checks,
-)
+from .options import ARCH, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, SHIFT
+from .options import checked_seed, data_choice, quick_checks
 from .show import show_metrics
 
 
@@ -57,6 +44,7 @@ def evaluate(
     k ≥ 2 LoRA adapter folders of one base (ADAPTER_DIR… --base MODEL_DIR --tasks NAME): lm-evaluation-harness
     scores each (pip install 'ensdiag[llm]'), and the run saved to --out holds their predictions and weight space."""
     check_format(fmt)
+    seed = checked_seed(seed)
     quick_checks(model_path, data, shift, ood)
     from ..lora import adapter_folders
     if adapter_folders(model_path):

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..errors import EnsdiagError
+from ..io import open_regular
 from .predictions import INPUTS, ROW_SUM_TOLERANCE, as_logits, check_analysis_size
 
 MAX_LINE_BYTES = 2**20  # a question with 4,096 members of 5 choices each fits with room to spare
@@ -87,7 +88,7 @@ class _Reader:
 
     def _lines(self):
         """(number, text) of every non-blank line: bounded length and count, strict UTF-8."""
-        with open(self.path, "rb") as handle:
+        with open_regular(self.path, "predictions file") as handle:  # a FIFO: refused, never waited on
             number = 0
             while raw := handle.readline(MAX_LINE_BYTES + 1):
                 number += 1

@@ -83,10 +83,14 @@ class Option:
                 words = {"true": True, "on": True, "yes": True, "1": True,
                          "false": False, "off": False, "no": False, "0": False}
                 value = words[text.strip().lower()]
+            elif self.kind in (int, float):  # decimal digits only: int() also reads "²" and "٣"
+                from ..numbers import decimal, integer
+                value = (integer if self.kind is int else decimal)(text, name)
             else:
                 value = self.kind(text)
-        except (KeyError, ValueError):
-            raise EnsdiagError(f"{name} must be {self.describe()}, got {text!r}") from None
+        except (KeyError, ValueError):  # EnsdiagError is a ValueError too
+            digits = {int: " (in decimal digits)", float: " (finite, in decimal digits)"}.get(self.kind, "")
+            raise EnsdiagError(f"{name} must be {self.describe()}{digits}, got {text[:40]!r}") from None
         return self.check(value, method)
 
     def describe(self) -> str:

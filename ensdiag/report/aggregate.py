@@ -13,7 +13,6 @@ from .stats import mean_ci
 from .load import MISSING, _lookup, _number, dig, load_runs
 from .llm import llm_tables
 from .lora import lora_tables
-from .stats import mean_ci  # noqa: F401 (also imported from here by name)
 
 REPORT_SCHEMA = "ensdiag.report/1"
 CI_DEFINITION = "mean ± t_{0.975,n−1}·s/√n over seeds (95 % Student-t interval; s = sample std, n seeds)"
