@@ -225,7 +225,8 @@ def test_control_characters_of_an_id_are_shown_escaped(tmp_path, capsys):
 
 
 def test_lines_and_files_are_bounded(tmp_path, capsys, monkeypatch):
-    from ensdiag.foreign import jsonl, predictions
+    from ensdiag import checks
+    from ensdiag.foreign import jsonl
     path = tmp_path / "big.jsonl"
     path.write_text("\n".join(GOOD for _ in range(12)))
     monkeypatch.setattr(jsonl, "MAX_LINES", 10)
@@ -233,7 +234,7 @@ def test_lines_and_files_are_bounded(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", len(GOOD) - 1)
     assert_one_line_error(capsys, "analyze", path, match=rf"line 1: longer than {len(GOOD) - 1} bytes")
     monkeypatch.undo()
-    monkeypatch.setattr(predictions, "MAX_MEMBERS", 1)
+    monkeypatch.setattr(checks, "MAX_MEMBERS", 1)
     assert_one_line_error(capsys, "analyze", path, match=r"line 1: 2 members; ensdiag compares every pair and takes at most 1")
     monkeypatch.undo()
     write_jsonl(path, {"id": arrays(3, 30, 4, 0)})
