@@ -45,15 +45,18 @@ class Tracker:
         return getattr(self._rows, "weights_skipped", None)
 
     def _read(self) -> list[dict]:
+        """The rows an earlier (interrupted) loop wrote: a bounded regular file, one JSON object per line."""
+        from .io import MAX_JSON_BYTES, UnreadableJson, parse_json, read_bounded
         try:
-            rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
-        except EnsdiagError:
-            raise  # already one line for the user
-        except (OSError, ValueError) as error:
-            raise EnsdiagError(f"{self.path} is not a diversity record ({type(error).__name__}); "
-                               "move it away or pass another path") from None
-        if not all(isinstance(row, dict) and isinstance(row.get("epoch"), int) for row in rows):
-            raise EnsdiagError(f"{self.path} is not a diversity record (rows without an epoch)")
+            text = read_bounded(self.path, "diversity record", 64 * MAX_JSON_BYTES).decode("utf-8")
+            rows = [parse_json(line, f"line {number}") for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+        except (UnreadableJson, UnicodeDecodeError) as error:
+            reason = str(error) if isinstance(error, UnreadableJson) else "not UTF-8 text"
+            raise EnsdiagError(f"{self.path} is not a diversity record ({reason}); move it away or pass another "
+                               "path") from None
+        if not all(isinstance(row, dict) and isinstance(row.get("epoch"), int) and not isinstance(row["epoch"], bool)
+                   and 0 <= row["epoch"] <= 10**6 for row in rows):
+            raise EnsdiagError(f"{self.path} is not a diversity record (rows without an epoch in 0..10⁶)")
         return rows
 
     def measure(self, epoch: int) -> dict:
