@@ -269,3 +269,12 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
 def is_path(value: str) -> bool:
     """Whether an --ood/--shift/--data value names files rather than a registered dataset."""
     return value.endswith((".npz", ".npy")) or "/" in value or "\\" in value or Path(value).is_dir()
+
+
+def preset_for(spec) -> str | None:
+    """The preset whose architecture, input shape and classes match a model spec's, or None."""
+    for name, config in PRESETS.items():
+        if (config.arch, tuple(config.input_shape), config.num_classes) == (spec.arch, tuple(spec.input_shape),
+                                                                          spec.num_classes):
+            return name
+    return None

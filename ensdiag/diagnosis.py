@@ -103,6 +103,9 @@ class Diagnosis:
 
 def checked_cost(cost: dict) -> dict:
     """{"parameters": int, "train_seconds": float} as given (either may be absent), checked."""
+    if not isinstance(cost, dict):
+        from .errors import InputTypeError
+        raise InputTypeError(f"cost must be a dict {{'parameters': …, 'train_seconds': …}}, got {type(cost).__name__}")
     unknown = sorted(set(cost) - {"parameters", "train_seconds"})
     if unknown:
         raise EnsdiagError(f"cost takes parameters and train_seconds, not {', '.join(map(repr, unknown))}")

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import torch
 
-from .config import PRESETS, preset_config
+from .config import PRESETS, preset_config, preset_for
 from .data.batching import Normalize
 from .data.preset import PresetData, load_preset_data, ood_set, shift_set
 from .data.registry import Split
@@ -24,10 +24,9 @@ from .errors import DataNotFound, EnsdiagError
 
 def guess_preset(spec) -> str:
     """The preset whose architecture, input shape and classes match the model's."""
-    for name, config in PRESETS.items():
-        if config.arch == spec.arch and tuple(config.input_shape) == tuple(spec.input_shape) \
-                and config.num_classes == spec.num_classes:
-            return name
+    found = preset_for(spec)
+    if found is not None:
+        return found
     raise EnsdiagError(f"no preset fits a {spec.arch} on inputs {tuple(spec.input_shape)} with {spec.num_classes} "
                        f"classes; pass --preset ({', '.join(PRESETS)})")
 
@@ -152,7 +151,8 @@ def _your_data(model, choice, config, data_dir, download) -> PresetData:
 
 def prepare(model, choice: DataChoice | str | None = None, data_dir="data", download=False, device="auto",
             with_train=False, data: PresetData | None = None) -> Inputs:
-    """The core's `Inputs` for a model (ensdiag's own: loaded or imported, moved to `device` here)."""
+    """The core's `Inputs` for a model (ensdiag's own: loaded or imported) on `device` (the caller puts
+    the model there: it is ensdiag's object, not the user's)."""
     choice = choice if isinstance(choice, DataChoice) else DataChoice(preset=choice)
     config = _checked_config(model, choice)
     mean, std = normalization(model, choice, config)
@@ -161,13 +161,3 @@ def prepare(model, choice: DataChoice | str | None = None, data_dir="data", down
     from .data.preset import training_examples
     return Inputs(data.eval_splits(), Normalize(mean, std, device), device, data.titles, data.skipped,
                   training_examples(model, data.train))
-
-
-def evaluate_model(model, choice: DataChoice | str | None = None, data_dir="data", download=False, device="auto", seed=0,
-                   data=None):
-    """(predictions with pooled shift, split titles, skipped splits {name: reason}) for a model."""
-    from .core import inspect
-    inputs = prepare(model, choice, data_dir, download, device, data=data)
-    diagnosis = inspect(model.to(inputs.device), inputs.splits, preprocess=inputs.preprocess, device=inputs.device,
-                        seed=seed, geometry=False, only=[])
-    return diagnosis.predictions, inputs.titles, inputs.skipped

@@ -102,11 +102,11 @@ def check_inputs(what: str, paths, folders: bool = False):
             regular_file(path, what)
 
 
-def path_points_option(value) -> int | str:
+def path_points_option(value, what: str = "--path-points") -> int | str:
     """--path-points: an integer from 2 to 101 (an even grid from t = 0 to 1), or "adaptive"."""
     text = str(value).strip().lower()
     if text == "adaptive":
         return text
     if INTEGER.fullmatch(text) and len(text) < 6 and 2 <= int(text) <= 101:
         return int(text)
-    raise EnsdiagError(f"--path-points must be an integer from 2 to 101, or 'adaptive'; got {value!r}")
+    raise EnsdiagError(f"{what} must be an integer from 2 to 101, or 'adaptive'; got {value!r}")

@@ -28,12 +28,12 @@ from .predict import predict_batches
 
 class Tracker:
     def __init__(self, members, val, path=None, normalize=None, device=None, seed: int = 0, num_members=None,
-                 member_weights=None):
+                 member_weights=None, modules=None):
+        from .core import checked_device
         from .geometry.tracking import DiversityTracker
-        self.ensemble = as_ensemble(members, num_members=num_members, member_weights=member_weights)
-        self.val, self.seed = val, seed
-        self.device = self.ensemble.device if device is None else device
-        self.normalize = preprocessing(normalize, self.ensemble, self.device) or (lambda x: x)
+        self.ensemble = as_ensemble(members, num_members=num_members, member_weights=member_weights, modules=modules)
+        self.val, self.seed, self.given_normalize = val, seed, normalize
+        self.given_device = None if device is None else checked_device(device, self.ensemble)
         self.path = Path(path) if path is not None else None
         self.rows = self._read() if self.path is not None and self.path.exists() else []
         with measuring(self.ensemble, seed=None):  # building plain networks draws random initial weights
@@ -64,8 +64,10 @@ class Tracker:
         of the same or a later epoch, left by an interrupted loop, is replaced)."""
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise EnsdiagError(f"epoch must be a non-negative integer, got {epoch!r}")
+        device = self.given_device or self.ensemble.device  # where the members are now (a loop may move them)
+        normalize = preprocessing(self.given_normalize, self.ensemble, device) or (lambda x: x)
         with measuring(self.ensemble, self.seed):
-            logits, _, _ = predict_batches(self.ensemble, batches(self.val, "val"), self.normalize, self.device, name="val")
+            logits, _, _ = predict_batches(self.ensemble, batches(self.val, "val"), normalize, device, name="val")
             row = self._rows.measure(epoch, logits)
         self.rows = [r for r in self.rows if r["epoch"] < epoch] + [row]
         if self.path is not None:

@@ -102,7 +102,7 @@ INITIAL = ("mean off-diagonal cosine of the members' weights at initialisation, 
 
 
 @register_analyzer("weight-similarity", description="k×k cosine similarity of members' effective weights, overall and per layer",
-                   version=2,  # 2: the cosine at initialisation
+                   reads_data=False, version=2,  # 2: the cosine at initialisation
                    columns=[Column("weight cosine", ("mean", "value"), None, "mean off-diagonal cosine of members' weights",
                                    ("diversity",), 20),
                             Column("weight cosine at init", ("initial", "value"), None, INITIAL, ("diversity",), 20,
@@ -129,7 +129,7 @@ def weight_similarity(predictions, weights=None):
                          for layer, matrix in per_layer.items()}}  # NaN weights: null
     initial = getattr(weights, "initial", None)
     result["initial"] = (metric(initial["mean"], INITIAL, source=initial["source"]) if initial is not None else
-                         metric(None, INITIAL, note="no spec to rebuild the members from"))
+                         metric(None, INITIAL, note="not known: no spec to rebuild the members from, and none given (diagnose(initial=…))"))
     if scope:
         result["scope"] = scope
     return result if store else {**result, "note": note}

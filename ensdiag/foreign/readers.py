@@ -21,7 +21,8 @@ def load_any_predictions(sources, labels=None, ood=(), inputs="logits", lm_eval=
     from .lm_eval import LmEvalOptions, load_lm_eval_predictions, looks_like_lm_eval
     if any(looks_like_lm_eval(path) for path in [*sources, *ood]):
         if labels is not None or inputs != "logits":
-            raise EnsdiagError("lm-eval logs hold each question's answer and log-likelihoods: drop --labels and --inputs")
+            raise EnsdiagError(f"{sources[0]} looks like lm-eval logs, which hold each question's answer and "
+                               "log-likelihoods: drop --labels and --inputs")
         return load_lm_eval_predictions(sources, ood, lm_eval or LmEvalOptions(), about)
     if lm_eval is not None and lm_eval != LmEvalOptions():
         raise EnsdiagError("--task, --ood-task, --filter and --score are for lm-evaluation-harness logs "
