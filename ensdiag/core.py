@@ -253,7 +253,7 @@ def count_parameters(ensemble) -> int | None:
 def _cost(ensemble, cost) -> dict:
     from .diagnosis import checked_cost
     counted = count_parameters(ensemble)
-    return checked_cost({**({"parameters": counted} if counted is not None else {}), **(cost or {})})
+    return checked_cost({**({"parameters": counted} if counted is not None else {}), **checked_cost(cost or {})})
 
 
 def _checked_titles(titles) -> dict:
