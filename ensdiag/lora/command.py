@@ -1,4 +1,4 @@
-"""`ensdiag diversity ADAPTER_DIR…`: a LoRA ensemble compared by its weights (cli_inspect.py hands
+"""`ensdiag diversity ADAPTER_DIR…`: a LoRA ensemble compared by its weights (cli/diversity.py hands
 adapter folders here). Configs are checked before torch is imported; `--save DIR` writes a
 diagnosis run that `ensdiag report DIR` renders."""
 
