@@ -155,6 +155,31 @@ def read_json(path, what="file", limit: int = MAX_JSON_BYTES):
     return parse_json(read_bounded(path, what, limit), f"{what} {path}")
 
 
+def text_lines(path, what: str, max_lines: int, max_line_bytes: int, unit: str):
+    """(number, text) of every non-blank line of a text file from anywhere: a regular file (never a
+    FIFO waited on), at most `max_lines` lines of at most `max_line_bytes` bytes, strict UTF-8, a
+    byte-order mark on line 1 skipped; anything else one line "<path>, line N: …" (`unit` says what a
+    line holds, e.g. "one question per line")."""
+    def fail(number, message):
+        raise EnsdiagError(f"{path}, line {number}: {message}")
+
+    with open_regular(path, what) as handle:
+        number = 0
+        while raw := handle.readline(max_line_bytes + 1):
+            number += 1
+            if number > max_lines:
+                fail(number, f"more than {max_lines:,} lines ({unit})")
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                fail(number, f"longer than {max_line_bytes:,} bytes ({unit})")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                fail(number, f"not UTF-8 text (byte {error.start + 1} of the line)")
+            text = text.removeprefix("\ufeff") if number == 1 else text  # a byte-order mark some editors write
+            if text.strip():
+                yield number, text
+
+
 # ------------------------------------------------------------------ writing inside a folder
 
 def inner_folder(root, *parts, what="folder", create=True) -> Path:

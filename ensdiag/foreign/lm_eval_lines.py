@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EnsdiagError
+from ..io import text_lines
 
 SCORES = ("loglikelihood", "acc_norm", "mutual_info")
 SCORE_TITLES = {"loglikelihood": "log-likelihoods", "acc_norm": "log-likelihood / characters (lm-eval's acc_norm)",
@@ -59,29 +60,17 @@ class _Lines:
         raise EnsdiagError(f"{self.path}, line {number}: {message}")
 
     def __iter__(self):
-        with open(self.path, "rb") as handle:
-            number = 0
-            while raw := handle.readline(MAX_LINE_BYTES + 1):
-                number += 1
-                if number > MAX_LINES:
-                    self.fail(number, f"more than {MAX_LINES:,} lines (one per document and filter)")
-                if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                    self.fail(number, f"longer than {MAX_LINE_BYTES:,} bytes (one document per line)")
-                if not raw.strip():
-                    continue
-                try:
-                    text = raw.decode("utf-8")
-                    row = json.loads(text.removeprefix("\ufeff") if number == 1 else text,  # a byte-order mark
-                                     parse_constant=lambda name: math.nan)
-                except UnicodeDecodeError as error:
-                    self.fail(number, f"not UTF-8 text (byte {error.start + 1} of the line)")
-                except RecursionError:
-                    self.fail(number, "nests too deeply to be an lm-eval sample")
-                except ValueError as error:
-                    self.fail(number, f"not JSON ({getattr(error, 'msg', str(error))[:80]})")
-                if not isinstance(row, dict):
-                    self.fail(number, "not a JSON object (lm-eval writes one object per document and filter)")
-                yield number, row
+        for number, text in text_lines(self.path, "lm-eval sample file", MAX_LINES, MAX_LINE_BYTES,
+                                       "one document and filter per line"):
+            try:
+                row = json.loads(text, parse_constant=lambda name: math.nan)
+            except RecursionError:
+                self.fail(number, "nests too deeply to be an lm-eval sample")
+            except ValueError as error:
+                self.fail(number, f"not JSON ({getattr(error, 'msg', str(error))[:80]})")
+            if not isinstance(row, dict):
+                self.fail(number, "not a JSON object (lm-eval writes one object per document and filter)")
+            yield number, row
 
 
 def _number(lines, number, value, what) -> float:
