@@ -6,13 +6,24 @@
     ensdiag.save_model(model, "model.safetensors")
     model = ensdiag.load_model("model.safetensors")
     model = ensdiag.import_ensemble(["be_mlp.ckpt"])      # trained elsewhere (torch-uncertainty, PyTorch)
-    diagnosis = ensdiag.diagnose([net_a, net_b], id=(x, y))  # any nn.Module members, any data
+    diagnosis = ensdiag.diagnose([net_a, net_b], test=(x, y))  # any ensemble, any data
     diagnosis.save("runs/mine", method="deep-ensemble")     # then: ensdiag report runs/mine
 """
 
 __version__ = "0.6.0"
 
-from .errors import EnsdiagError  # noqa: E402
+from typing import TYPE_CHECKING
+
+from .errors import EnsdiagError, InputTypeError
+
+if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and editors (py.typed ships)
+    from .checkpoint import load_model, save_model
+    from .core import diagnose
+    from .diagnosis import Diagnosis
+    from .foreign.checkpoints import import_ensemble, open_ensemble
+    from .nn import EnsembleModel, ModelSpec, build_model
+    from .registries import list_analyzers, list_datasets, list_methods
+    from .tracker import Tracker
 
 # The public names below import torch; they are resolved on first use so that `ensdiag --help`
 # and `ensdiag --version` start without it.
@@ -22,8 +33,8 @@ _LAZY = {"load_model": "checkpoint", "save_model": "checkpoint", "import_ensembl
          "list_methods": "registries", "list_analyzers": "registries", "list_datasets": "registries"}
 
 
-_SUBMODULES = {"analysis", "bench", "checkpoint", "config", "data", "diagnosis", "evaluate", "experiment", "foreign", "io", "nn",
-               "predict", "report", "train"}
+_SUBMODULES = {"analysis", "bench", "checkpoint", "checks", "config", "core", "data", "diagnosis", "ensembles", "evaluate",
+               "experiment", "export", "foreign", "io", "nn", "predict", "report", "train"}
 
 
 def __getattr__(name):
@@ -36,5 +47,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'ensdiag' has no attribute {name!r}")
 
 
-__all__ = ["Diagnosis", "EnsdiagError", "Tracker", "EnsembleModel", "ModelSpec", "build_model", "diagnose", "import_ensemble",
+__all__ = ["Diagnosis", "EnsdiagError", "InputTypeError", "Tracker", "EnsembleModel", "ModelSpec", "build_model", "diagnose", "import_ensemble",
            "list_analyzers", "list_datasets", "list_methods", "load_model", "open_ensemble", "save_model"]

@@ -181,7 +181,7 @@ def ray(estimate: Folded, resampled: Folded, level: float = LEVEL, shrink: float
 
 METHODS = {"percentile": "percentile bootstrap over the examples", "basic": "bias-corrected (basic) bootstrap over "
            "the examples", "ray": "bootstrap over the examples, inverted along the ray λ·μ̂ (bias-aware, for a "
-           "statistic of absolute values or maxima)"}
+           "statistic of absolute values)"}
 
 
 def interval(estimate, resampled, n: int, kind: str = "percentile", *, level: float = LEVEL, of: int | None = None,

@@ -8,10 +8,12 @@ a larger legitimate file. Torch-free.
 
 import os
 import re
+from fractions import Fraction
 
 from .errors import EnsdiagError
 
 VARIABLE = "ENSDIAG_MEMORY_BUDGET"
+MAX_BUDGET = 2**63 - 1  # 8 EiB: what a size in bytes can mean on any machine
 
 
 def physical_memory() -> int:
@@ -26,11 +28,15 @@ def memory_budget() -> int:
     given = os.environ.get(VARIABLE, "").strip()
     if not given:
         return physical_memory() // 2
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?", given, flags=re.IGNORECASE)
+    # ASCII digits only (a bare \d also matches "٣" and "²"), and few enough of them to mean a size
+    match = re.fullmatch(r"([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([KMGT]?)i?B?", given, flags=re.IGNORECASE | re.ASCII)
     if not match:
-        raise EnsdiagError(f"{VARIABLE}={given!r} is not a size (e.g. 16G, 500M or a number of bytes)")
+        raise EnsdiagError(f"{VARIABLE}={given[:40]!r} is not a size (e.g. 16G, 500M or a number of bytes)")
     power = "KMGT".find(match.group(2).upper()) + 1 if match.group(2) else 0
-    return int(float(match.group(1)) * 1024 ** power)
+    size = int(Fraction(match.group(1)) * 1024 ** power)
+    if size > MAX_BUDGET:
+        raise EnsdiagError(f"{VARIABLE}={given[:40]!r} is more than any machine's memory (at most {MAX_BUDGET:,} bytes)")
+    return size
 
 
 def human(size: float) -> str:
@@ -45,5 +51,6 @@ def require(size: int, what: str) -> None:
     """Refuse (one line, with the numbers) when `what` would need more than the budget."""
     budget = memory_budget()
     if size > budget:
+        origin = f"{VARIABLE}" if os.environ.get(VARIABLE, "").strip() else "half this machine's memory"
         raise EnsdiagError(f"{what} needs about {human(size)}, more than the memory budget of {human(budget)} "
-                           f"(half this machine's memory; set {VARIABLE}=SIZE to allow more)")
+                           f"({origin}; set {VARIABLE}=SIZE to allow more)")

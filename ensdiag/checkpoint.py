@@ -5,6 +5,9 @@ The file's metadata (strings only) makes it self-describing:
     ensdiag.spec    the model's `ModelSpec` as a JSON string
     ensdiag.initial_cosine  (optional) {"mean", "seed"}: the members' weight cosine at initialisation
     ensdiag.preprocess      (optional) {"mean", "std"}: the per-channel normalisation of images in [0, 1]
+    ensdiag.holdout         (optional) {"seed", "fraction", "train_size"}: the validation examples held out of
+                            the training split (data/preset.py `holdout`), so geometry's training loss reads
+                            training examples only
                             the model was trained with (every path applies it by default)
 so `load_model(path)` rebuilds the architecture and loads the weights with no other input.
 Files are written byte-for-byte reproducibly (`safetensors_bytes_deterministic`): the same
@@ -17,7 +20,7 @@ import torch
 
 from . import __version__
 from .errors import EnsdiagError
-from .io import atomic_write_bytes, read_safetensors, safetensors_bytes_deterministic
+from .io import atomic_write_bytes, parse_json, read_safetensors, safetensors_bytes_deterministic
 from .nn.model import EnsembleModel, ModelSpec, build_from_spec
 
 MODEL_FORMAT = "ensdiag.model/1"
@@ -29,6 +32,8 @@ def save_model(model: EnsembleModel, path, extra_metadata: dict[str, str] | None
                 "ensdiag.version": __version__, **(extra_metadata or {})}
     if model.initial_cosine is not None:
         metadata["ensdiag.initial_cosine"] = json.dumps(model.initial_cosine)
+    if getattr(model, "holdout", None) is not None:
+        metadata["ensdiag.holdout"] = json.dumps(model.holdout, sort_keys=True)
     if getattr(model, "preprocess", None) is not None:
         mean, std = model.preprocess
         metadata["ensdiag.preprocess"] = json.dumps({"mean": list(mean), "std": list(std)})
@@ -64,15 +69,30 @@ def load_model(path, device="cpu") -> EnsembleModel:
     model = build_from_spec(spec)
     model.load_state_dict(tensors)
     model.initial_cosine = _initial_cosine(metadata.get("ensdiag.initial_cosine"))
-    model.preprocess = _preprocess(metadata.get("ensdiag.preprocess"), spec.input_shape[0])
+    model.preprocess = _preprocess(metadata.get("ensdiag.preprocess"), spec.input_shape[0]) or _trained_with(spec)
+    model.holdout = _holdout(metadata.get("ensdiag.holdout"))
     return model.to(device).eval()
+
+
+def _holdout(text) -> dict | None:
+    """The recorded {"seed", "fraction", "train_size"}, checked like user input; anything else counts
+    as not recorded (geometry then reads the whole training split and says so)."""
+    try:
+        found = json.loads(text)
+        seed, fraction, size = found["seed"], found["fraction"], found["train_size"]
+    except (TypeError, ValueError, KeyError, RecursionError):
+        return None
+    integers = all(isinstance(v, int) and not isinstance(v, bool) for v in (seed, size))
+    if not (integers and abs(seed) < 2**63 and 0 < size < 2**40 and isinstance(fraction, float) and 0 < fraction < 1):
+        return None
+    return {"seed": seed, "fraction": fraction, "train_size": size}
 
 
 def _initial_cosine(text) -> dict | None:
     """The recorded {"mean", "seed"}, checked like user input; anything else counts as not recorded
     (the cosine is then rebuilt from the spec, and says so)."""
     try:
-        found = json.loads(text)
+        found = parse_json(text, "initial cosine")  # an EnsdiagError is a ValueError
         mean, seed = found["mean"], found["seed"]
     except (TypeError, ValueError, KeyError):
         return None
@@ -80,6 +100,14 @@ def _initial_cosine(text) -> dict | None:
             and not isinstance(seed, bool) and abs(seed) < 2**63):
         return None
     return {"mean": mean, "seed": seed}
+
+
+def _trained_with(spec) -> tuple | None:
+    """An ensdiag model file without the record (written before 0.7): ensdiag trained it on the preset
+    whose architecture, inputs and classes it has, normalised as that preset is."""
+    from .config import PRESETS, preset_for
+    preset = preset_for(spec)
+    return None if preset is None else (tuple(PRESETS[preset].mean), tuple(PRESETS[preset].std))
 
 
 def _preprocess(text, channels: int) -> tuple | None:

@@ -64,10 +64,11 @@ def check_predictions(predictions: dict, where: str = "predictions", need_id: bo
             raise EnsdiagError(f"{at}: logits of shape {tuple(logits.shape)} have no members or no classes")
         check_analysis_size(k, n, c, at)
         if members is not None and (k, c) != (members, classes):
-            raise EnsdiagError(f"{at} has k = {k} members and C = {c} classes, other splits {members} and {classes}")
+            raise EnsdiagError(f"{where}: splits disagree on members [{members}, {k}] or classes [{classes}, {c}] "
+                               f"(split {name!r})")
         members, classes = k, c
         if not torch.isfinite(logits).all():
-            raise EnsdiagError(f"{at}: logits contain NaN or infinite values")
+            raise EnsdiagError(f"{at}: logits contains NaN or infinite values")
         labels = split.get("labels")
         if labels is not None and not is_ood_split(name):
             labels = check_labels(labels, n, c, at)

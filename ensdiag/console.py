@@ -84,8 +84,22 @@ def _fail(message: str, code: int):
     sys.exit(code)
 
 
+def tolerant_output():
+    """stdout and stderr print every character, whatever the terminal's encoding: on an ASCII-only
+    one (PYTHONIOENCODING=ascii, LANG=C) a name's "é" or a table's "±" is written as an escape
+    ("\\xe9") instead of ending the command with UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError, AttributeError):  # a stream that cannot change: leave it
+                pass
+
+
 def run(app: typer.Typer, argv=None):
     """Run the typer app: every failure is one line on stderr and a documented exit code, never a traceback."""
+    tolerant_output()
     # `ensdiag … | head`: end quietly as Unix tools do; not while downloading, where a reset
     # connection must stay an error instead of silently ending the process
     if argv is None and hasattr(signal, "SIGPIPE") and "--download" not in sys.argv:

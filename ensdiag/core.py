@@ -16,20 +16,17 @@ works on copies.
 from contextlib import nullcontext
 
 from . import distributed
-from .analysis import analyze_model, analyze_predictions, all_analyzers
+from .analysis import all_analyzers, analyze_model, analyze_predictions
 from .analysis.registry import Skip
 from .checks import check_predictions
-from .data.given import batches
 from .data.registry import Split
 from .diagnosis import Diagnosis
 from .ensembles import as_ensemble, forked_rng, measuring
-from .errors import EnsdiagError
+from .errors import EnsdiagError, InputTypeError
 from .intervals import GENERIC_SECONDS, add_intervals
-from .predict import predict_batches, predict_split
+from .predict import GEOMETRY_SPLITS, predict_splits
 from .predictions import with_pooled_shift
 
-SPLIT_ORDER = ("id", "shift", "ood", "val")
-GEOMETRY_SPLITS = ("id", "ood")  # what member geometry reads (CKA on both, paths on id)
 
 
 def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int = 0, geometry: bool = True,
@@ -70,8 +67,8 @@ def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int =
             probe_splits = {name: kept.get(name, splits.get(name)) for name in GEOMETRY_SPLITS if name in predictions}
             train_split = _training_split(train, geometry_examples)
             probe = ModelProbe(ensemble, probe_splits, preprocess, train_split.images if train_split else None,
-                               geometry_examples, seed, train_labels=train_split.labels if train_split else None,
-                               path_points=path_points)
+                               geometry_examples, train_labels=train_split.labels if train_split else None,
+                               path_points=path_points, train_source=train_split.source if train_split else None)
             analyzers = all_analyzers()
             if plan is not None:
                 from .planned_geometry import run_geometry
@@ -123,23 +120,7 @@ def describe(ensemble) -> dict:
 
 def _predict(ensemble, splits, preprocess, device, seed, spread, progress, keep):
     """({split: {"logits", "labels"}} checked and with the pooled shift, {split: kept Split})."""
-    found, kept = {}, {}
-    rank = distributed.ranks().rank if spread else 0
-    with measuring(ensemble, seed + 1_000_003 * rank):
-        for name in sorted(splits, key=lambda s: SPLIT_ORDER.index(s.split("/")[0]) if s.split("/")[0] in SPLIT_ORDER else 9):
-            data = splits[name]
-            if data is None:
-                continue
-            if spread and isinstance(data, Split):
-                local = predict_split(ensemble, data.images[distributed.shard(len(data))], preprocess, device)
-                found[name] = {"logits": distributed.gather_rows(local.to(device), dim=1).cpu(), "labels": data.labels}
-                continue
-            bar = progress(name) if progress is not None else None
-            sample = keep if name in GEOMETRY_SPLITS and not isinstance(data, Split) else 0
-            logits, labels, first = predict_batches(ensemble, batches(data, name), preprocess, device, sample, name, bar)
-            found[name] = {"logits": logits, "labels": labels}
-            if first is not None:
-                kept[name] = Split(*first, f"the first {len(first[0])} of {name}")
+    found, kept = predict_splits(ensemble, splits, preprocess, device, seed, spread, progress, keep)
     if "id" not in found:
         raise EnsdiagError("nothing to measure on: in-distribution data (the test split) is needed")
     return with_pooled_shift(check_predictions(found, "the data given", need_id=True)), kept
@@ -161,27 +142,20 @@ def _predict_planned(plan, ensemble, splits, preprocess, device, seed, spread, p
 
 def _analyze(predictions, weights, only, no_data, plan=None):
     """The predictions analyzers' metrics dict, each headline number with its example-level
-    interval (intervals.py); without predictions, the weight-space analyzer only."""
-    if predictions:
-        import time
-        began = time.perf_counter()
-        metrics = analyze_predictions(predictions, weights=weights, only=None if only is None else _names(only, "predictions"))
-        if plan is None:
-            add_intervals(metrics, predictions, weights)
-        else:  # a plug-in re-run on resamples gets a tenth of what is left
-            add_intervals(metrics, predictions, weights, full=plan.full,
-                          allowance=min(GENERIC_SECONDS, max(plan.remaining() / 10, 1.0)))
-            plan.record("analyzers and intervals", seconds=round(time.perf_counter() - began, 2))
+    interval (intervals.py); without predictions, those that read only weights."""
+    import time
+    began = time.perf_counter()
+    metrics = analyze_predictions(predictions, weights=weights, only=None if only is None else _names(only, "predictions"),
+                                  without_data=no_data)
+    if not predictions:
         return metrics
-    from . import __version__
-    from .analysis import METRICS_SCHEMA
-    from .analysis.diversity import weight_similarity
-    results = {name: {"status": "skipped", "reason": no_data} for name in _names(only, "predictions")}
-    try:
-        results["weight-similarity"] = {"status": "ok", **weight_similarity(None, weights)}
-    except Skip as skip:
-        results["weight-similarity"] = {"status": "skipped", "reason": str(skip)}
-    return {"schema": METRICS_SCHEMA, "ensdiag_version": __version__, "splits": {}, "analyzers": results}
+    if plan is None:
+        add_intervals(metrics, predictions, weights)
+    else:  # a plug-in re-run on resamples gets a tenth of what is left
+        add_intervals(metrics, predictions, weights, full=plan.full,
+                      allowance=min(GENERIC_SECONDS, max(plan.remaining() / 10, 1.0)))
+        plan.record("analyzers and intervals", seconds=round(time.perf_counter() - began, 2))
+    return metrics
 
 
 def _names(only, needs: str) -> list[str]:
@@ -189,13 +163,26 @@ def _names(only, needs: str) -> list[str]:
     return [name for name, analyzer in all_analyzers().items() if analyzer.needs == needs and (only is None or name in only)]
 
 
+TRAINING_EXAMPLES = 10_000  # training inputs read from a loader or Dataset, for the probe's seeded samples
+
+
 def _training_split(train, limit) -> Split | None:
+    """The training data the probe samples from (BatchNorm statistics, the training loss along
+    paths): tensors and Splits whole, so its seeded sample covers every class; from a loader or
+    Dataset its first `TRAINING_EXAMPLES` (shuffle the loader if it is sorted by class)."""
     if train is None:
         return None
     if isinstance(train, Split):
         return train
+    import torch
+    if isinstance(train, (tuple, list)) and len(train) == 2 and all(isinstance(t, torch.Tensor) for t in train):
+        from .data.given import batches
+        batches(train, "train")  # checked as any split's pair is
+        return Split(train[0], train[1], "training inputs")
+    if isinstance(train, torch.Tensor):
+        return Split(train, None, "training inputs")
     from .data.given import first
-    found = first(train, limit or 2**62, "train")
+    found = first(train, max(limit or 0, TRAINING_EXAMPLES), "train")
     return None if found is None else Split(found[0], found[1], "training inputs")
 
 
@@ -203,7 +190,8 @@ GEOMETRY_EXAMPLES = 2000  # inputs per split diagnose() keeps for member geometr
 
 
 def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, train=None, normalize=None, layers=None,
-             num_members=None, member_weights=None, initial=None, titles=None, cost=None, geometry: bool = True,
+             num_members=None, member_weights=None, modules=None, initial=None, titles=None, cost=None,
+             geometry: bool = True,
              geometry_examples: int = GEOMETRY_EXAMPLES, device=None, seed: int = 0, progress: bool | None = None,
              path_points: int | str = 11, budget=None, precision=None) -> Diagnosis:
     """Every analyzer on any ensemble and any data, from Python (README: "From Python").
@@ -215,7 +203,8 @@ def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, tra
     batches. `normalize`: None applies the preprocessing an ensdiag model records (others get their
     inputs as given), "none" none, a (mean, std) pair per channel, or a function of a batch.
     `member_weights`: a function returning each member's effective weights, for ensembles whose
-    members share parameters (your own BatchEnsemble). `initial`: the members before training (the
+    members share parameters (your own BatchEnsemble). `modules`: the `nn.Module`s a callable
+    runs, so they are measured in eval mode too (their modes restored). `initial`: the members before training (the
     same kinds as `members`), a `Tracker` (its epoch 0) or a number: the weight cosine the trained
     one is read against. `titles`: {split: what the data is}. `cost`: {"parameters", "train_seconds"}
     for the report's cost table (parameters are counted when not given). `layers`: the modules CKA
@@ -226,16 +215,21 @@ def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, tra
     step stops reading examples; each step then reads the examples its measured cost affords, and
     `metrics["budget"]` says what was measured, with what precision, and what was skipped and why."""
     from .planning import Plan
+    from .numbers import integer, seed as checked_seed
     from .quickcheck import path_points_option
-    path_points = path_points_option(path_points)
+    path_points, seed = path_points_option(path_points, "path_points"), checked_seed(seed, "seed")
+    if isinstance(geometry_examples, bool) or not isinstance(geometry_examples, int):
+        raise InputTypeError(f"geometry_examples must be a whole number, got {type(geometry_examples).__name__}")
+    geometry_examples = integer(geometry_examples, "geometry_examples", 1)
     plan = Plan.of(budget, precision, geometry)
     if test is not None and id is not None:
         raise EnsdiagError("give the test data once: test= (id= is its older name)")
     test = test if test is not None else id
     if test is None:
         raise EnsdiagError("diagnose needs in-distribution test data: test=(x, y)")
-    ensemble = as_ensemble(members, layers=layers, num_members=num_members, member_weights=member_weights)
-    device = ensemble.device if device is None else _device(device)
+    ensemble = as_ensemble(members, layers=layers, num_members=num_members, member_weights=member_weights,
+                           modules=modules)
+    device = ensemble.device if device is None else checked_device(device, ensemble)
     given = {"id": test, "shift": shift, "ood": ood, "val": val}
     names = {name: f"{name} (given to diagnose)" for name, data in given.items() if data is not None}
     return inspect(ensemble, given, preprocess=preprocessing(normalize, ensemble, device), device=device, seed=seed,
@@ -279,7 +273,11 @@ def initial_cosine(initial, ensemble, seed: int) -> dict | None:
             raise EnsdiagError(f"initial: a cosine is in [−1, 1], got {initial!r}")
         return {"mean": float(initial), "source": "given to diagnose"}
     from .analysis import metrics as M
-    weights = member_weights(as_ensemble(initial), seed)
+    try:
+        weights = member_weights(as_ensemble(initial), seed)
+    except InputTypeError:
+        raise InputTypeError(f"initial must be the members before training (as members are given), a Tracker or a "
+                             f"cosine, not {type(initial).__name__}") from None
     if isinstance(weights, Skip):
         raise EnsdiagError(f"initial: {weights}")
     if len(weights) != ensemble.num_members and ensemble.num_members is not None:
@@ -302,23 +300,35 @@ def count_parameters(ensemble) -> int | None:
 def _cost(ensemble, cost) -> dict:
     from .diagnosis import checked_cost
     counted = count_parameters(ensemble)
-    return checked_cost({**({"parameters": counted} if counted is not None else {}), **(cost or {})})
+    return checked_cost({**({"parameters": counted} if counted is not None else {}), **checked_cost(cost or {})})
 
 
 def _checked_titles(titles) -> dict:
     if titles is None:
         return {}
     if not isinstance(titles, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in titles.items()):
-        raise EnsdiagError("titles must map split names (test, id, ood, shift, val) to strings")
+        raise InputTypeError("titles must map split names (test, id, ood, shift, val) to strings")
+    from .errors import unknown
+    for name in titles:
+        if name not in ("test", "id", "ood", "shift", "val"):
+            raise unknown("split in titles", name, ("test", "id", "ood", "shift", "val"))
     return {("id" if name == "test" else name): text for name, text in titles.items()}
 
 
-def _device(device):
+def checked_device(device, ensemble=None):
+    """The device inputs go to: a real one, and where the members are (ensdiag never moves them)."""
     import torch
     try:
-        return torch.device(device)
+        device = torch.device(device)
     except (RuntimeError, TypeError):
         raise EnsdiagError(f"device {device!r} is not a device (cpu, cuda, cuda:1, …)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise EnsdiagError(f"device {str(device)!r} asked for, but torch sees no CUDA device")
+    placed = {p.device for module in (ensemble.modules() if ensemble is not None else ()) for p in module.parameters()}
+    if placed and all(here.type != device.type or (device.index is not None and here != device) for here in placed):
+        raise EnsdiagError(f"device {str(device)!r}, but the members are on {', '.join(sorted(map(str, placed)))}: "
+                           "ensdiag never moves your modules; move them there, or leave device out")
+    return device
 
 
 def _bars(progress):

@@ -25,23 +25,15 @@ class Diagnosis:
     source: str = "ensdiag.diagnose"  # what made it, recorded in the saved run's meta.json
     cost: dict = field(default_factory=dict)
 
-    def save(self, folder, method: str = "ensemble", seed: int = 0) -> Path:
+    def save(self, folder, method: str = "ensemble", seed: int = 0, overwrite: bool = False) -> Path:
         """Write this diagnosis as `folder/<method>/seed-<seed>/` (metrics.json, predictions, meta.json)
-        and list it in `folder/experiment.json`, so `ensdiag report folder` reads it beside others."""
-        from .io import atomic_write_json
-        from .predictions import save_predictions
-        from .runs import add_diagnosis, check_run_name
-        check_run_name(method, seed)
-        folder = Path(folder)
-        add_diagnosis(folder, method, seed, self.titles)
-        run = folder / method / f"seed-{seed}"
-        run.mkdir(parents=True, exist_ok=True)
-        if self.predictions:
-            save_predictions(self.predictions, run / "predictions.safetensors", {"ensdiag.splits": self.titles})
-        atomic_write_json(run / "metrics.json", self.metrics)
-        atomic_write_json(run / "meta.json", {"run": method, "method": method, "seed": seed, "splits": self.titles,
-                                              "source": self.source, **checked_cost(self.cost)})  # last: marks the run finished
-        return run
+        and list it in `folder/experiment.json`, so `ensdiag report folder` reads it beside others. An
+        analysis already saved there is replaced only with `overwrite=True`; a LoRA weight-space part of
+        the same run (lora.json) stays beside it (runs.save_result)."""
+        from .runs import PREDICTIONS, save_result
+        return save_result(folder, method, seed, PREDICTIONS, self.metrics, {
+            "run": method, "method": method, "seed": seed, "splits": self.titles, "source": self.source,
+            **checked_cost(self.cost)}, self.titles, self.predictions or None, overwrite)
 
     def write_files(self, folder, spec=None) -> Path:
         """predictions.safetensors and metrics.json into `folder` (`ensdiag evaluate --out`); the pooled
@@ -111,6 +103,9 @@ class Diagnosis:
 
 def checked_cost(cost: dict) -> dict:
     """{"parameters": int, "train_seconds": float} as given (either may be absent), checked."""
+    if not isinstance(cost, dict):
+        from .errors import InputTypeError
+        raise InputTypeError(f"cost must be a dict {{'parameters': …, 'train_seconds': …}}, got {type(cost).__name__}")
     unknown = sorted(set(cost) - {"parameters", "train_seconds"})
     if unknown:
         raise EnsdiagError(f"cost takes parameters and train_seconds, not {', '.join(map(repr, unknown))}")

@@ -9,13 +9,12 @@ Whether data fits a model is asked of the network itself (a forward on the meta 
 memory), not of the input size its file records: torchvision's ResNet-18 takes CIFAR's 32×32.
 """
 
-import math
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 import torch
 
-from .config import PRESETS, preset_config
+from .config import PRESETS, preset_config, preset_for
 from .data.batching import Normalize
 from .data.preset import PresetData, load_preset_data, ood_set, shift_set
 from .data.registry import Split
@@ -25,10 +24,9 @@ from .errors import DataNotFound, EnsdiagError
 
 def guess_preset(spec) -> str:
     """The preset whose architecture, input shape and classes match the model's."""
-    for name, config in PRESETS.items():
-        if config.arch == spec.arch and tuple(config.input_shape) == tuple(spec.input_shape) \
-                and config.num_classes == spec.num_classes:
-            return name
+    found = preset_for(spec)
+    if found is not None:
+        return found
     raise EnsdiagError(f"no preset fits a {spec.arch} on inputs {tuple(spec.input_shape)} with {spec.num_classes} "
                        f"classes; pass --preset ({', '.join(PRESETS)})")
 
@@ -108,14 +106,8 @@ def normalization(model, choice: DataChoice, config) -> tuple[tuple, tuple]:
         return tuple(config.mean), tuple(config.std)
     if choice.normalize == "none":
         return (0.0,) * channels, (1.0,) * channels
-    try:
-        mean, std = (tuple(float(v) for v in part.split(",")) for part in choice.normalize.split(":"))
-    except ValueError:
-        raise EnsdiagError(f"--normalize must be MEAN,…:STD,… or none, got {choice.normalize!r}") from None
-    if len(mean) != channels or len(std) != channels or not all(v > 0 and math.isfinite(v) for v in std) \
-            or not all(math.isfinite(v) for v in mean):
-        raise EnsdiagError(f"--normalize needs {channels} finite means and {channels} positive stds, got {choice.normalize!r}")
-    return mean, std
+    from .numbers import normalize_option
+    return normalize_option(choice.normalize, channels)
 
 
 def load_data(model, choice: DataChoice | str | None = None, data_dir="data", download=False, with_train=False):
@@ -159,20 +151,13 @@ def _your_data(model, choice, config, data_dir, download) -> PresetData:
 
 def prepare(model, choice: DataChoice | str | None = None, data_dir="data", download=False, device="auto",
             with_train=False, data: PresetData | None = None) -> Inputs:
-    """The core's `Inputs` for a model (ensdiag's own: loaded or imported, moved to `device` here)."""
+    """The core's `Inputs` for a model (ensdiag's own: loaded or imported) on `device` (the caller puts
+    the model there: it is ensdiag's object, not the user's)."""
     choice = choice if isinstance(choice, DataChoice) else DataChoice(preset=choice)
     config = _checked_config(model, choice)
     mean, std = normalization(model, choice, config)
     device = resolve_device(device) if isinstance(device, str) else device
     data = data if data is not None else load_data(model, choice, data_dir, download, with_train)
-    return Inputs(data.eval_splits(), Normalize(mean, std, device), device, data.titles, data.skipped, data.train)
-
-
-def evaluate_model(model, choice: DataChoice | str | None = None, data_dir="data", download=False, device="auto", seed=0,
-                   data=None):
-    """(predictions with pooled shift, split titles, skipped splits {name: reason}) for a model."""
-    from .core import inspect
-    inputs = prepare(model, choice, data_dir, download, device, data=data)
-    diagnosis = inspect(model.to(inputs.device), inputs.splits, preprocess=inputs.preprocess, device=inputs.device,
-                        seed=seed, geometry=False, only=[])
-    return diagnosis.predictions, inputs.titles, inputs.skipped
+    from .data.preset import training_examples
+    return Inputs(data.eval_splits(), Normalize(mean, std, device), device, data.titles, data.skipped,
+                  training_examples(model, data.train))

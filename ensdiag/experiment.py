@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -19,11 +20,11 @@ from . import __version__, distributed
 from .checkpoint import save_model
 from .config import TrainConfig
 from .data.batching import Normalize
-from .data.preset import PresetData, holdout, load_preset_data
+from .data.preset import PresetData, holdout, load_preset_data, training_source
 from .data.registry import Split
 from .errors import EnsdiagError
 from .geometry.tracking import DiversityTracker
-from .io import atomic_write_json, atomic_write_text, locked_folder, remove_stale_temporaries
+from .io import atomic_write_json, atomic_write_text, inner_folder, locked_folder, remove_stale_temporaries
 from .nn import build_model
 from .nn.methods import members_for
 from .nn.members import fastest
@@ -32,28 +33,58 @@ from .precision import policy as precision_policy, uses_bf16
 from .predictions import save_predictions
 from .progress import TrainProgress
 from .provenance import environment
-from .runs import EXPERIMENT_FORMAT, RUN_FILES, STATE_FILE, read_experiment
+from .runs import DIAGNOSIS, EXPERIMENT_FORMAT, RUN_FILES, STATE_FILE, read_experiment
 from .train import Diverged, FitData, fit
 
+GROWS = ("methods", "seeds", "method_options")  # what a rerun into a run folder may add to
+
+
 def stored_config(out: Path, config: TrainConfig) -> TrainConfig | None:
-    """The config of the run already in `out` (which must be this experiment), or None."""
+    """The config of the run already in `out`, or None: the same experiment, or the same with more
+    methods or seeds (a grid grows; whatever it already holds stays as it is)."""
     if (out / "experiment.json").exists():
-        stored = TrainConfig.from_dict(read_experiment(out)["config"], source=str(out / "experiment.json"))
-        if stored != config:
-            differ = [f"{name} {getattr(stored, name)!r} there, {getattr(config, name)!r} here"
-                      for name in stored.to_dict() if name != "overrides" and getattr(stored, name) != getattr(config, name)]
+        experiment = read_experiment(out)
+        if experiment.get("kind") == DIAGNOSIS:
+            raise EnsdiagError(f"{out} holds diagnoses saved by `ensdiag analyze --method`, `diversity --save` or "
+                               "ensdiag.diagnose, not a training run; train into another --out")
+        stored = TrainConfig.from_dict(experiment["config"], source=str(out / "experiment.json"))
+        differ = [f"{name} {getattr(stored, name)!r} there, {getattr(config, name)!r} here"
+                  for name in stored.to_dict() if name not in ("overrides", *GROWS)
+                  and getattr(stored, name) != getattr(config, name)]
+        changed = {name: options for name, options in config.method_options.items()
+                   if name in stored.methods and options != stored.method_options.get(name)}
+        differ += [f"options of {name} {stored.method_options.get(name)!r} there, {options!r} here"
+                   for name, options in changed.items()]
+        if differ:
             raise EnsdiagError(f"{out} holds a different experiment ({'; '.join(differ)[:300]}); use --resume {out} "
                                "to continue it with its own settings, or choose another --out")
-        return stored
+        return grown(stored, config)
     if out.exists() and not out.is_dir():
         raise EnsdiagError(f"--out {out} exists and is not a directory")
     return None
 
 
+def grown(stored: TrainConfig, config: TrainConfig) -> TrainConfig:
+    """The stored experiment with the methods and seeds of `config` it lacks added after its own (and
+    the options of the methods added)."""
+    methods = (*stored.methods, *(m for m in config.methods if m not in stored.methods))
+    seeds = (*stored.seeds, *(s for s in config.seeds if s not in stored.seeds))
+    if (methods, seeds) == (stored.methods, stored.seeds):
+        return stored
+    options = {**stored.method_options, **{name: value for name, value in config.method_options.items()
+                                           if name not in stored.methods}}
+    overrides = {**stored.overrides, "methods": list(methods), "seeds": list(seeds)}
+    return replace(stored, methods=methods, seeds=seeds, method_options=options, overrides=overrides)
+
+
 def prepare_run_dir(out: Path, config: TrainConfig, argv) -> TrainConfig:
-    """Create the run folder (or check that an existing one holds the same experiment)."""
+    """Create the run folder, or check that an existing one holds the same experiment (recording
+    the methods and seeds a rerun adds to it)."""
     stored = stored_config(out, config)
     if stored is not None:
+        experiment = read_experiment(out)
+        if stored.to_dict() != experiment["config"]:
+            atomic_write_json(out / "experiment.json", {**experiment, "config": stored.to_dict()})
         return stored
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -89,13 +120,16 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     train_index, val_index = holdout(len(data.train), config.val_fraction, seed)
+    # recorded in the model file: geometry's training loss (diversity, diagnose) then skips the validation examples
+    model.holdout = {"seed": seed, "fraction": float(config.val_fraction), "train_size": len(data.train)} \
+        if len(val_index) else None
     normalize = Normalize(config.mean, config.std, device)
     fit_data = FitData(data.train.images[train_index].to(device), data.train.labels[train_index].to(device),
                        data.train.images[val_index].to(device), data.train.labels[val_index].to(device),
                        normalize, augment=config.augment)
     state_path = run_dir / STATE_FILE
     # one member has no diversity to track (a single model among ensembles: no diversity.jsonl)
-    tracker = DiversityTracker(model, seed) if config.track_diversity and model.num_members > 1 else None
+    tracker = DiversityTracker(model) if config.track_diversity and model.num_members > 1 else None
     parallel = None
     if ddp:
         parallel = distributed.DataParallel(model, device)
@@ -116,7 +150,8 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
         splits["val"] = Split(data.train.images[val_index], data.train.labels[val_index], "validation split")
     flush_denormals()
     diagnosis = inspect(model, splits, preprocess=normalize, device=device, seed=seed, geometry=config.geometry,
-                        train=Split(data.train.images[train_index], data.train.labels[train_index], "training split"),
+                        train=Split(data.train.images[train_index], data.train.labels[train_index],
+                                    training_source(len(train_index), len(val_index), seed)),
                         titles=data.titles, skipped=data.skipped, spread=ddp)
     if diagnosis is None:
         distributed.barrier()  # rank 0 writes the run's files
@@ -199,13 +234,16 @@ def _prepare(config, out, data_dir, download, argv, held: ExitStack):
         remove_stale_temporaries(out, RUN_FILES, ["*/seed-*", "figures"])
     try:
         stored = stored_config(out, config)  # again, under the lock
+        for run in (stored or config).methods:  # every folder of the grid a real one inside --out, before any training
+            for seed in (stored or config).seeds:
+                inner_folder(out, run, f"seed-{seed}", what="run", create=False)
         data = load_preset_data(stored or config, data_dir, download)
     except BaseException:
         for folder in new_folders:  # no empty run folder left behind by a failed start
             if folder.exists() and not any(folder.iterdir()):
                 folder.rmdir()
         raise
-    return stored or prepare_run_dir(out, config, argv), data
+    return prepare_run_dir(out, stored or config, argv), data
 
 
 def run_cost(config: TrainConfig, run: str) -> int:
@@ -293,7 +331,7 @@ def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet:
         for run, seed in grid:
             if (run, seed) not in mine:
                 continue
-            run_dir = Path(out) / run / f"seed-{seed}"
+            run_dir = inner_folder(out, run, f"seed-{seed}", what="run", create=False)
             if (run_dir / "meta.json").exists():
                 progress.skip_run(run, seed)
                 continue

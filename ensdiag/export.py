@@ -73,7 +73,8 @@ def headline_entries() -> list[dict]:
     return list(entries.values())
 
 
-def _lookup(node, path):
+def lookup(node, path):
+    """(the value at `path` in nested dicts, True) or (None, False) where the path breaks."""
     for key in path:
         if not isinstance(node, dict) or key not in node:
             return None, False
@@ -104,7 +105,7 @@ def _status_reason(entry: dict) -> str:
 NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
-def _read(metrics: dict, entry: dict) -> tuple[float, str | None]:
+def read_entry(metrics: dict, entry: dict) -> tuple[float, str | None]:
     """(value, None) or (NaN, why it is missing) of one headline entry in a metrics dict."""
     result = metrics.get("analyzers", {}).get(entry["analyzer"])
     if not isinstance(result, dict):
@@ -120,7 +121,7 @@ def _read(metrics: dict, entry: dict) -> tuple[float, str | None]:
     if split is not None and split not in metrics.get("splits", {}):
         return math.nan, f"no {split} split"
     path = entry["path"]
-    holder, found = _lookup(result, path[:-1] if path[-1] == "value" else path)
+    holder, found = lookup(result, path[:-1] if path[-1] == "value" else path)
     if not found:
         return math.nan, "not in the analyzer's result"
     if isinstance(holder, dict) and "value" in holder:
@@ -151,7 +152,7 @@ def metric_entries(metrics: dict, full: bool = False) -> list[dict]:
     headline numbers always; with `full`, every other scalar the analyzers stored)."""
     entries = []
     for entry in headline_entries():
-        value, reason = _read(metrics, entry)
+        value, reason = read_entry(metrics, entry)
         entries.append({key: entry[key] for key in ("name", "analyzer", "split", "label", "definition", "tables")}
                        | {"value": value, "reason": reason})
     if full:
@@ -267,22 +268,6 @@ def example_rows(predictions: dict, probabilities: bool = False) -> list[dict]:
     return rows
 
 
-def run_example_rows(run_dirs, probabilities: bool = False) -> list[dict]:
-    """`example_rows` of every finished run of one or more run folders, each row led by its
-    `method` and `seed` (the stored splits: per-corruption shift splits, not their pool)."""
-    from .predictions import load_predictions
-    from .report.merge import load_folders
-    rows = []
-    for method, seeds in load_folders(run_dirs if isinstance(run_dirs, (list, tuple)) else [run_dirs])["runs"].items():
-        for seed, run in seeds.items():
-            path = run["folder"] / "predictions.safetensors" if run is not None else None
-            if path is None or not path.is_file():  # LoRA adapters compared by weights: no predictions
-                continue
-            predictions, _ = load_predictions(path)
-            rows += [{"method": method, "seed": seed, **row} for row in example_rows(predictions, probabilities)]
-    return rows
-
-
 # ---------------------------------------------------------------- writing
 
 def to_csv(rows: list[dict], fields=None) -> str:
@@ -335,9 +320,3 @@ def frame(rows: list[dict], fields=None):
         raise EnsdiagError("DataFrames need pandas (pip install 'ensdiag[pandas]'); the flat dict "
                            "(flat_metrics) and CSV (to_csv) work without it") from None
     return data_frame(rows, columns(rows, fields))
-
-
-def report_frame(run_dirs):
-    """A DataFrame of one or more run folders' reports (the long rows of `report_rows`)."""
-    from .report import make_report
-    return frame(report_rows(make_report(run_dirs, write=False)), REPORT_FIELDS)

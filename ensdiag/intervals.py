@@ -58,7 +58,7 @@ def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: 
     its size} where the predictions are a subsample of a split (a budget), for `full_split`."""
     from .analysis.registry import without_ood_labels
     predictions = without_ood_labels(predictions)
-    analyzers, notes, seconds = all_analyzers(), {}, {}
+    analyzers, notes = all_analyzers(), {}
     for name, result in metrics["analyzers"].items():
         analyzer = analyzers.get(name)
         if analyzer is None or analyzer.needs != "predictions" or result.get("status") != "ok" \
@@ -67,7 +67,6 @@ def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: 
         wanted = targets(analyzer, result, predictions)
         if not wanted:
             continue
-        began = time.perf_counter()
         found = _vectorised(analyzer, result, predictions, weights, wanted, resamples) if analyzer.resampler else {}
         rest = [(path, reads) for path, reads in wanted if path not in found]
         if rest:
@@ -82,8 +81,8 @@ def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: 
             elif name in notes:
                 _metric(result, path)["interval"] = {"low": None, "high": None, "level": B.LEVEL,
                                                      "n": _size(reads, predictions), "note": notes[name]}
-        seconds[name] = round(time.perf_counter() - began, 3)
-    metrics["intervals"] = {**DEFINITION, "resamples": resamples, "seconds": seconds, **({"skipped": notes} if notes else {})}
+    # no timings here: the same predictions give the same metrics.json (a budget records its seconds)
+    metrics["intervals"] = {**DEFINITION, "resamples": resamples, **({"skipped": notes} if notes else {})}
     return notes
 
 

@@ -1,14 +1,21 @@
-"""File I/O: atomic writes, JSON and safetensors reading with one-line errors, the run-folder lock.
+"""File I/O: atomic writes, JSON and safetensors reading with one-line errors, the run-folder lock,
+and the rules for files and folders from anywhere.
 
 Atomic writes go to a temporary file in the same folder, fsync, then rename into place: a
 crash or Ctrl-C at any moment leaves either the old file or the new one, never half.
 safetensors files are written byte-for-byte reproducibly (`safetensors_bytes_deterministic`).
+
+Files are read as untrusted: only regular files are opened (a FIFO or a device would block or
+never end), JSON is bounded in size and nesting (`read_json`, `parse_json`: one error for all),
+and every folder ensdiag writes below the one it was given is a real folder there, never a
+link that leads elsewhere (`inner_folder`).
 """
 
 import fcntl
 import json
 import os
 import re
+import stat
 import struct
 import tempfile
 from contextlib import contextmanager
@@ -53,31 +60,172 @@ def atomic_write_json(path, data) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
-def read_json(path, what="file"):
+# ------------------------------------------------------------------ reading files from anywhere
+
+MAX_JSON_BYTES = 64 << 20  # a shard index of a 400B model is a few MiB; ensdiag's own files far less
+MAX_JSON_DEPTH = 64  # ensdiag's files and PEFT's configs nest a few levels; deeper is damage or malice
+
+
+def regular_file(path, what="file") -> Path:
+    """`path`, if it is a regular file (links followed). A folder, FIFO, device or socket is refused
+    before anything opens it: opening a FIFO waits for a writer for ever, a device never ends."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise EnsdiagError(f"{what} {path} does not exist") from None
-    except EnsdiagError:
-        raise  # already one line for the user
-    except (OSError, ValueError) as error:
-        raise EnsdiagError(f"{what} {path} is not readable JSON ({error})") from None
+    except OSError as error:
+        raise EnsdiagError(f"cannot read {what} {path}: {error.strerror or error}") from None
+    if stat.S_ISDIR(mode):
+        raise EnsdiagError(f"{what} {path} is a folder, not a file")
+    if not stat.S_ISREG(mode):
+        raise EnsdiagError(f"{what} {path} is not a regular file (a pipe, device or socket): ensdiag reads files only")
+    return path
+
+
+def open_regular(path, what="file"):
+    """A binary file object of the regular file `path`: opened without waiting (O_NONBLOCK: a FIFO
+    put in its place after `regular_file` looked does not block) and checked again once open."""
+    regular_file(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as error:
+        raise EnsdiagError(f"cannot read {what} {path}: {error.strerror or error}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise EnsdiagError(f"{what} {path} is not a regular file (a pipe, device or socket): ensdiag reads files only")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_bounded(path, what="file", limit: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; a longer one is refused after reading
+    `limit` + 1 (its stated size is not trusted: files in /proc state 0)."""
+    with open_regular(path, what) as handle:
+        try:
+            data = handle.read(limit + 1)
+        except OSError as error:
+            raise EnsdiagError(f"cannot read {what} {path}: {error.strerror or error}") from None
+    if len(data) > limit:
+        raise UnreadableJson(f"{what} {path}", f"larger than {limit:,} bytes")
+    return data
+
+
+class UnreadableJson(EnsdiagError):
+    """A JSON file or text that is not JSON ensdiag reads: "<where> is not readable JSON (<reason>)"."""
+
+    def __init__(self, where: str, reason: str):
+        super().__init__(f"{where} is not readable JSON ({reason})")
+        self.where, self.reason = where, reason
+
+
+def _depth(value) -> int:
+    """How deeply arrays and objects nest in a parsed value (iteratively: no recursion to exhaust)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_JSON_DEPTH:
+                stack.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def parse_json(text, where: str):
+    """JSON text (str or UTF-8 bytes) parsed, nested at most `MAX_JSON_DEPTH` levels; anything
+    else is one `UnreadableJson` line naming `where`."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise UnreadableJson(where, f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except UnicodeDecodeError:
+        raise UnreadableJson(where, "not UTF-8 text") from None
+    except ValueError as error:  # JSONDecodeError, or an integer of thousands of digits
+        reason = getattr(error, "msg", None) or str(error).splitlines()[0]
+        at = f" at line {error.lineno} column {error.colno}" if hasattr(error, "colno") else ""
+        raise UnreadableJson(where, f"{reason[:80]}{at}") from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise UnreadableJson(where, f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def read_json(path, what="file", limit: int = MAX_JSON_BYTES):
+    """A JSON file from anywhere: a regular file of at most `limit` bytes, nested at most
+    `MAX_JSON_DEPTH` levels, or one line naming it."""
+    return parse_json(read_bounded(path, what, limit), f"{what} {path}")
+
+
+def text_lines(path, what: str, max_lines: int, max_line_bytes: int, unit: str):
+    """(number, text) of every non-blank line of a text file from anywhere: a regular file (never a
+    FIFO waited on), at most `max_lines` lines of at most `max_line_bytes` bytes, strict UTF-8, a
+    byte-order mark on line 1 skipped; anything else one line "<path>, line N: …" (`unit` says what a
+    line holds, e.g. "one question per line")."""
+    def fail(number, message):
+        raise EnsdiagError(f"{path}, line {number}: {message}")
+
+    with open_regular(path, what) as handle:
+        number = 0
+        while raw := handle.readline(max_line_bytes + 1):
+            number += 1
+            if number > max_lines:
+                fail(number, f"more than {max_lines:,} lines ({unit})")
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                fail(number, f"longer than {max_line_bytes:,} bytes ({unit})")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                fail(number, f"not UTF-8 text (byte {error.start + 1} of the line)")
+            text = text.removeprefix("\ufeff") if number == 1 else text  # a byte-order mark some editors write
+            if text.strip():
+                yield number, text
+
+
+# ------------------------------------------------------------------ writing inside a folder
+
+def inner_folder(root, *parts, what="folder", create=True) -> Path:
+    """`root/part/…`, created as needed (unless not `create`: only checked), every folder below
+    `root` a real folder inside it: an existing link (or file) on the way is refused in one line,
+    so nothing is ever written through a link to somewhere else. `root` itself is the user's
+    choice and may be anything that is a folder."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise EnsdiagError(f"{root} exists and is not a directory")
+    folder = root
+    for part in parts:
+        folder = folder / part
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            kind = "a link" if folder.is_symlink() else "a file"
+            raise EnsdiagError(f"{folder} is {kind}, not a folder of {root}: ensdiag writes {what}s only inside the "
+                               "folder it is given and never through a link; remove it or choose another folder")
+    if create:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise EnsdiagError(f"cannot create {folder}: {error.strerror or error}") from None
+    return folder
 
 
 def remove_stale_temporaries(folder, names, subfolders=()) -> list[Path]:
     """Delete the hidden temporaries that a process killed mid-write left for the files `names`
     in `folder` and in each of the glob patterns `subfolders` below it (never deeper, never
-    any other file). Call it only while holding the folder's lock (`locked_folder`)."""
+    any other file, never through a link). Call it only while holding the folder's lock (`locked_folder`)."""
     pattern = re.compile(rf"\.({'|'.join(map(re.escape, names))})\.[A-Za-z0-9_]+{re.escape(TEMPORARY_SUFFIX)}")
     removed = []
-    folders = [Path(folder), *(sub for glob in subfolders for sub in Path(folder).glob(glob) if sub.is_dir())]
+    folder = Path(folder)
+    folders = [folder, *(sub for glob in subfolders for sub in folder.glob(glob)
+                         if sub.is_dir() and not _through_link(folder, sub))]
     for place in folders:
         for path in place.iterdir():
             if pattern.fullmatch(path.name) and path.is_file() and not path.is_symlink():
                 path.unlink(missing_ok=True)
                 removed.append(path)
     return removed
+
+
+def _through_link(folder: Path, below: Path) -> bool:
+    """Whether the path `below` (inside `folder`) passes through a link on the way."""
+    parts = below.relative_to(folder).parts
+    return any(folder.joinpath(*parts[:end]).is_symlink() for end in range(1, len(parts) + 1))
 
 
 @contextmanager
@@ -129,11 +277,9 @@ def read_safetensors(path, what="file", only=None) -> tuple[dict, dict[str, str]
     predictions file is mostly shift logits)."""
     from safetensors import SafetensorError, safe_open
 
-    path = Path(path)
-    if path.is_dir():
+    if Path(path).is_dir():
         raise EnsdiagError(f"{what} {path} is a directory, not a .safetensors file")
-    if not path.exists():
-        raise EnsdiagError(f"{what} {path} does not exist")
+    path = regular_file(path, what)
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             metadata = handle.metadata() or {}

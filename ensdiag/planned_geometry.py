@@ -69,6 +69,17 @@ def _geometry_facts(name, result, probe) -> dict:
     return {}
 
 
+def _walks(probe) -> int:
+    """Paths a pair walks: one per distinct alignment of weight matching's restarts (alignment has
+    run by then), one where members are compared as trained."""
+    from .analysis.registry import Skip
+    try:
+        found = probe.aligned()[2]
+    except Skip:
+        return 1
+    return max((len(entries) for entries in found["restarts"].values()), default=1)
+
+
 def _timed_forward(probe) -> float:
     """Seconds per image of one member network's forward (the unit of a path's cost)."""
     networks = probe.members()
@@ -86,7 +97,7 @@ def _timed_forward(probe) -> float:
 def _timed_point(probe, per_image: float) -> float:
     """Seconds a path point costs beyond its images' forwards: loading the interpolated weights,
     recomputing BatchNorm in training mode, the losses; one point timed on `PILOT` images each."""
-    from .geometry.paths import _evaluate
+    from .geometry.paths import evaluate_point
     networks = probe.members()
     if len(networks) < 2:
         return 0.0
@@ -97,7 +108,7 @@ def _timed_point(probe, per_image: float) -> float:
     has_norm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in scratch.modules())
     images = train[:len(split)] if has_norm and train is not None and len(train) >= 2 else None
     began = time.perf_counter()
-    _evaluate(scratch, states[0], states[1], 0.5, split, probe.normalize, images, split)
+    evaluate_point(scratch, states[0], states[1], 0.5, split, probe.normalize, images, split)
     spent = time.perf_counter() - began
     return max(spent - per_image * len(split) * (3 if images is not None else 2), 0.0)
 
@@ -133,9 +144,10 @@ def cka_seconds(n: float, costs: dict, splits: int) -> float:
 def paths_seconds(n: float, costs: dict, pairs: int, points, batchnorm: bool = True) -> float:
     """A path's cost: every point reads n test examples, n training-sample images and (with
     BatchNorm) n images to recompute its statistics, at one member's forward cost, and pays its
-    fixed cost (weights, BatchNorm in training mode, losses) as timed on a pilot point."""
+    fixed cost (weights, BatchNorm in training mode, losses) as timed on a pilot point; each pair
+    walks one path per distinct alignment weight matching's restarts found."""
     per_point = ADAPTIVE_POINTS if points == "adaptive" else points
-    return pairs * per_point * ((3 if batchnorm else 2) * n * costs.get("member forward per image", 0.0)
+    return pairs * costs.get("walks per pair", 1) * per_point * ((3 if batchnorm else 2) * n * costs.get("member forward per image", 0.0)
                                 + costs.get("path point fixed", 0.0))
 
 
@@ -168,6 +180,7 @@ def _plan_geometry(plan: Plan, probe, steps: list) -> None:
         forward, interval, width = _cka_pilot(plan, probe)
         plan.costs.update({"cka per example and split": forward, "cka interval on the pilot": interval})
     if "paths" in steps:
+        plan.costs["walks per pair"] = _walks(probe)
         plan.costs["member forward per image"] = _timed_forward(probe)
         plan.costs["path point fixed"] = _timed_point(probe, plan.costs["member forward per image"])
     seconds, k = plan.remaining(), probe.ensemble.num_members or 2
@@ -251,7 +264,8 @@ def estimate_full(plan: Plan, metrics: dict, geometry_examples, path_points=11) 
     if "member forward per image" in plan.costs and "id" in sizes:
         k = metrics.get("ensemble", {}).get("num_members") or 2
         n = min(PATH_EXAMPLES, limit(sizes["id"]))
-        points = min(PATH_PAIRS, k - 1) * (ADAPTIVE_POINTS if path_points == "adaptive" else path_points)
+        points = (min(PATH_PAIRS, k - 1) * plan.costs.get("walks per pair", 1)
+                  * (ADAPTIVE_POINTS if path_points == "adaptive" else path_points))
         total += points * ((n + 2 * BATCHNORM_EXAMPLES) * plan.costs["member forward per image"]
                            + plan.costs.get("path point fixed", 0.0))
     total += sum(read[name]["seconds"] for name in ("alignment", "rank-structure") if name in read)

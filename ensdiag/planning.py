@@ -295,9 +295,14 @@ def _analysis_cost(chunk: dict) -> tuple[float, float]:
     return max(timed[0] - per_example * n, 0.0), per_example
 
 
+HEADLINE_TABLES = ("id", "shift", "ood", "diversity", "gain")  # the numbers a precision target is met on
+
+
 def _widest(predictions: dict, split: str) -> dict:
     """{"half_width", "column"} of the widest example-level interval among the headline numbers
-    that read `split` (vectorised analyzers only; a quick check with `CHECK_RESAMPLES`)."""
+    (columns of the `HEADLINE_TABLES`; detail tables such as MCE's, which rests on its sparsest
+    bin, still get intervals but do not hold a split back) that read `split` (vectorised analyzers
+    only; a quick check with `CHECK_RESAMPLES`)."""
     from .analysis import all_analyzers, analyze_predictions
     from .checks import check_predictions
     from .intervals import add_intervals, targets
@@ -307,6 +312,7 @@ def _widest(predictions: dict, split: str) -> dict:
     except EnsdiagError:
         return {}
     names = [name for name, analyzer in all_analyzers().items() if analyzer.needs == "predictions" and analyzer.resampler]
+    from types import SimpleNamespace
     metrics = analyze_predictions(checked, only=names)
     add_intervals(metrics, checked, resamples=CHECK_RESAMPLES, only=names)
     widest = {}
@@ -314,7 +320,9 @@ def _widest(predictions: dict, split: str) -> dict:
         result = metrics["analyzers"].get(name, {})
         if result.get("status") != "ok":
             continue
-        for path, reads in targets(all_analyzers()[name], result, checked):
+        headline = SimpleNamespace(columns=[column for column in all_analyzers()[name].columns
+                                            if set(column.tables) & set(HEADLINE_TABLES)])
+        for path, reads in targets(headline, result, checked):
             if split not in reads:
                 continue
             node = result

@@ -1,84 +1,122 @@
 """An ensemble × data -> member logits per split: the one prediction loop every path runs
-(`inspect`, training's evaluation, `evaluate`, `diversity`, `diagnose()`, the Tracker, the bench).
-The file that carries the logits: predictions.py."""
+(`core.inspect`, hence training's evaluation, `evaluate`, `diversity` and `diagnose()`; the
+Tracker; the bench). The file that carries the logits: predictions.py.
+
+    found, kept = predict_splits(ensemble, {"id": test, "ood": ood}, preprocess, device, seed=0)
+
+Batches go to the device the members are on (the members are never moved), are copied there
+when that would alias the caller's tensor (a preprocessing step or member that works in place
+cannot change the user's data), and run in exact fp32 (precision.py) with the ensemble in eval
+mode and the random state forked and seeded (`ensembles.measuring`).
+"""
 
 import torch
 
 from . import distributed
+from .data.given import batches, image_batches
+from .data.registry import Split
 from .errors import EnsdiagError, InputTypeError
 from .nn.model import flush_denormals
 from .precision import exact_math
 from .predictions import PREDICTIONS_FORMAT, load_predictions, save_predictions, with_pooled_shift  # noqa: F401
 
-BATCH = 1000  # images per forward when the data is a tensor of images
-
-
-def image_batches(images: torch.Tensor, labels=None, batch_size: int = BATCH):
-    """(images, labels) batches of a split held in memory (labels None: unlabelled)."""
-    for start in range(0, len(images), batch_size):
-        yield images[start:start + batch_size], None if labels is None else labels[start:start + batch_size]
+SPLIT_ORDER = ("id", "shift", "ood", "val")  # MC Dropout draws its masks split after split, in this order
+GEOMETRY_SPLITS = ("id", "ood")  # what member geometry reads (CKA on both, paths on id)
 
 
 @torch.no_grad()
 def predict_batches(ensemble, batches, preprocess, device, keep: int = 0, name: str = "data", progress=None):
     """(logits float32 [k, N, C] on the CPU, labels int [N] | None, (kept inputs, kept labels) | None).
 
-    Each batch goes to `device` (where the members are: they are never moved), through
-    `preprocess`, then the ensemble, in exact fp32 (precision.py). The first `keep` inputs are kept
-    on the CPU for member geometry. `progress`: a function wrapping the batch iterator (a bar)."""
-    chunks, labels, kept_x, kept_y, unlabelled, classes = [], [], [], [], False, None
+    The first `keep` inputs are kept (copied, on the CPU) for member geometry. `progress`: a
+    function wrapping the batch iterator (a bar)."""
+    chunks, labels, kept_x, kept_y, labelled, classes = [], [], [], [], set(), None
     batches = progress(batches) if progress is not None else batches
     with exact_math():
         for x, y in batches:
-            if not isinstance(x, torch.Tensor):
-                raise InputTypeError(f"{name}: inputs must be tensors, got {type(x).__name__}")
-            logits = ensemble(preprocess(x.to(device)))
-            if not isinstance(logits, torch.Tensor):
-                raise InputTypeError(f"{name}: the ensemble returned a {type(logits).__name__}, not logits [k, B, C]")
+            if not isinstance(x, torch.Tensor) or x.dim() == 0:
+                raise InputTypeError(f"{name}: inputs must be tensors [B, …], got {type(x).__name__} "
+                                     f"{tuple(getattr(x, 'shape', ()))}")
+            labelled.add(y is not None)
+            if len(labelled) > 1:
+                raise EnsdiagError(f"{name}: some batches have labels and some do not; give labels for all or none")
+            inputs = x.to(device)
+            if inputs.data_ptr() == x.data_ptr():  # the caller's own tensor: never handed on to be changed
+                inputs = inputs.clone()
+            logits = _forward(ensemble, preprocess(inputs), x, name)
             if logits.dim() != 3 or logits.shape[1] != len(x) or (classes is not None and logits.shape[2] != classes):
                 raise EnsdiagError(f"{name}: the members must return logits [k, B, C] for a batch of {len(x)}, got "
                                    f"{tuple(logits.shape)}" + (f" after batches of C = {classes}" if classes else ""))
             classes = logits.shape[2]
             chunks.append(logits.float().cpu())
-            unlabelled |= y is None
             labels.append(y)
             room = keep - sum(len(k) for k in kept_x)
             if room > 0:
-                kept_x.append(x[:room].cpu())
+                kept_x.append(x[:room].detach().cpu().clone())
                 kept_y.append(None if y is None else y[:room].cpu())
     if not chunks:
         raise EnsdiagError(f"{name}: no data (an empty split)")
+    unlabelled = labelled == {False}
     labels = None if unlabelled else torch.cat([y.cpu() for y in labels])
     kept = (torch.cat(kept_x), None if unlabelled else torch.cat(kept_y)) if kept_x else None
     return torch.cat(chunks, dim=1), labels, kept
 
 
-def predict_split(model, images, normalize, device, batch_size=BATCH) -> torch.Tensor:
+def _forward(ensemble, inputs, given, name):
+    """The ensemble's logits for one batch; a failure of the members on the user's inputs is one line."""
+    try:
+        logits = ensemble(inputs)
+    except RuntimeError as error:  # shapes, dtypes, devices: what the user's data and members disagree on
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise EnsdiagError(f"{name}: the members could not run on inputs of shape {tuple(given.shape)} "
+                           f"({given.dtype}): {first}") from None
+    if not isinstance(logits, torch.Tensor):
+        raise InputTypeError(f"{name}: the ensemble returned a {type(logits).__name__}, not logits [k, B, C]")
+    return logits
+
+
+def predict_split(model, images, normalize, device, batch_size: int = 1000) -> torch.Tensor:
     """Member logits float32 [k, N, C] for images [N, ...] (uint8 or float in [0, 1])."""
     if len(images) == 0:  # no images: one empty batch gives [k, 0, C]
         return predict_batches(model, [(images, None)], normalize, device)[0]
     return predict_batches(model, image_batches(images, None, batch_size), normalize, device)[0]
 
 
-def predict(model, splits, normalize, device, seed=0, spread=False) -> dict[str, dict]:
-    """{split: {"logits": [k,N,C], "labels": [N] | None}} for `Split`s of images; seeded, so MC
-    Dropout repeats.
+def predict_splits(ensemble, splits: dict, preprocess, device, seed: int = 0, spread: bool = False, progress=None,
+                   keep: int = 0) -> tuple[dict, dict]:
+    """({split: {"logits", "labels"}}, {split: kept Split}) for splits of data in any form
+    `data.given` reads, in `SPLIT_ORDER`, under one seed (MC Dropout's masks repeat).
 
-    With `spread` (under torchrun) every rank predicts its contiguous share of each split and
-    every rank gets all the logits back, in order: large shift sets (CIFAR-10-C's 950,000
-    images) take 1/world of the time. MC Dropout's masks then differ from one process's
+    With `spread` (under torchrun) every rank predicts its contiguous share of each split of
+    images and every rank gets all the logits back, in order: large shift sets (CIFAR-10-C's
+    950,000 images) take 1/world of the time. MC Dropout's masks then differ from one process's
     (each rank draws its own from the seed and its rank), the other methods' logits do not."""
     from .ensembles import as_ensemble, measuring
+    ensemble = as_ensemble(ensemble)
+    preprocess = preprocess or (lambda x: x)
+    found, kept = {}, {}
+    rank = distributed.ranks().rank if spread else 0
+    order = sorted(splits, key=lambda s: SPLIT_ORDER.index(s.split("/")[0]) if s.split("/")[0] in SPLIT_ORDER else 9)
+    with measuring(ensemble, seed + 1_000_003 * rank):
+        for name in order:
+            data = splits[name]
+            if data is None:
+                continue
+            if spread and isinstance(data, Split):
+                local = predict_split(ensemble, data.images[distributed.shard(len(data))], preprocess, device)
+                found[name] = {"logits": distributed.gather_rows(local.to(device), dim=1).cpu(), "labels": data.labels}
+                continue
+            bar = progress(name) if progress is not None else None
+            sample = keep if name in GEOMETRY_SPLITS and not isinstance(data, Split) else 0
+            logits, labels, first = predict_batches(ensemble, batches(data, name), preprocess, device, sample, name, bar)
+            found[name] = {"logits": logits, "labels": labels}
+            if first is not None:
+                kept[name] = Split(*first, f"the first {len(first[0])} of {name}")
+    return found, kept
+
+
+def predict(model, splits, normalize, device, seed=0, spread=False) -> dict[str, dict]:
+    """{split: {"logits": [k,N,C], "labels": [N] | None}} of an ensdiag model on `Split`s of
+    images (the bench's and tests' entry; the core checks and pools what it predicts)."""
     flush_denormals()
-    ensemble = as_ensemble(model)
-    result = {}
-    # spread over ranks, each draws its own MC Dropout masks (the same seed would repeat rows' masks)
-    with measuring(ensemble, seed + 1_000_003 * distributed.ranks().rank if spread else seed):
-        for name, split in splits.items():
-            if spread:
-                local = predict_split(ensemble, split.images[distributed.shard(len(split.images))], normalize, device)
-                logits = distributed.gather_rows(local.to(device), dim=1).cpu()
-            else:
-                logits = predict_split(ensemble, split.images, normalize, device)
-            result[name] = {"logits": logits, "labels": split.labels}
-    return result
+    return predict_splits(model, splits, normalize, device, seed, spread)[0]

@@ -13,7 +13,7 @@ import json
 
 import torch
 
-from .analysis.registry import is_ood_split, without_ood_labels
+from .analysis.registry import is_ood_split
 from .errors import EnsdiagError
 from .io import atomic_write_bytes, read_safetensors, safetensors_bytes_deterministic
 
@@ -52,31 +52,11 @@ def load_predictions(path) -> tuple[dict[str, dict], dict]:
         splits.setdefault(name, {"logits": None, "labels": None})[kind] = tensor
     if not splits:
         raise EnsdiagError(f"{path} holds no '<split>/logits' tensors")
-    num_classes = None
     for name, split in splits.items():
-        logits, labels = split["logits"], split["labels"]
-        if logits is None:
+        if split["logits"] is None:
             raise EnsdiagError(f"{path}: split {name!r} has labels but no logits")
-        if logits.dim() != 3 or not logits.is_floating_point():
-            raise EnsdiagError(f"{path}: {name}/logits must be float [k, N, C], got {logits.dtype} {tuple(logits.shape)}")
-        from .foreign.predictions import check_analysis_size
-        check_analysis_size(*logits.shape, f"{path}: {name}/logits")
-        if not torch.isfinite(logits).all():
-            raise EnsdiagError(f"{path}: {name}/logits contains NaN or infinite values")
-        if num_classes is not None and logits.shape[2] != num_classes:
-            raise EnsdiagError(f"{path}: {name}/logits has {logits.shape[2]} classes, other splits {num_classes}")
-        num_classes = logits.shape[2]
-        split["logits"] = logits.float()
-        if labels is not None:
-            if labels.dim() != 1 or labels.shape[0] != logits.shape[1] or labels.is_floating_point():
-                raise EnsdiagError(f"{path}: {name}/labels must be integer [N={logits.shape[1]}], got {labels.dtype} {tuple(labels.shape)}")
-            if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
-                raise EnsdiagError(f"{path}: {name}/labels out of range 0..{num_classes - 1} (found {int(labels.min())}..{int(labels.max())})")
-            split["labels"] = labels.long()
-    members = {split["logits"].shape[0] for split in splits.values()}
-    if len(members) != 1:
-        raise EnsdiagError(f"{path}: splits disagree on the number of members {sorted(members)}")
-    return with_pooled_shift(without_ood_labels(splits)), metadata
+    from .checks import check_predictions  # shapes, dtypes, finiteness, labels, k and C: the one place
+    return with_pooled_shift(check_predictions(splits, str(path))), metadata
 
 
 def with_pooled_shift(splits: dict[str, dict]) -> dict[str, dict]:

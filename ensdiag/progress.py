@@ -12,6 +12,7 @@ run stay. `stage` names a step that shows no epochs (predicting and analysing af
 
 import sys
 import time
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -113,3 +114,17 @@ class TrainProgress:
     def close(self):
         if self.bar is not None:
             self.bar.stop()  # transient: the bars leave the screen, nothing stale stays
+
+
+
+@contextmanager
+def step_bar(description: str, console=None):
+    """A transient bar on stderr for a long step of known length, given as a callback
+    `advance(done, total)`; nothing where stderr is not a terminal (logs and pipes get no bar)."""
+    shown = console or Console(stderr=True)
+    if not shown.is_terminal:
+        yield lambda done, total: None
+        return
+    with Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(), console=shown, transient=True) as progress:
+        task = progress.add_task(description, total=None)
+        yield lambda done, total: progress.update(task, completed=done, total=total)

@@ -14,6 +14,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from .config import is_path  # noqa: F401  (callers ask it here too)
+from .numbers import INTEGER, decimal, integer, integer_list, normalize_option, seed  # noqa: F401  (the same)
 from .errors import EnsdiagError, unknown
 
 PACKAGE = Path(__file__).parent
@@ -61,18 +63,12 @@ def dataset_names() -> tuple[str, ...]:
     return tuple(names)
 
 
-def is_path(value: str) -> bool:
-    """Whether an --ood/--shift/--data value names files rather than a registered dataset."""
-    return value.endswith((".npz", ".npy")) or "/" in value or "\\" in value or Path(value).is_dir()
-
-
 def check_set(option: str, value: str | None):
     """--shift/--ood: a registered dataset's name, or files that exist."""
     if value is None:
         return
     if is_path(value):
-        if not Path(value).exists():
-            raise EnsdiagError(f"{option} {value} does not exist")
+        check_inputs(option, [value], folders=True)
     elif value not in dataset_names():
         raise unknown(f"{option} dataset", value, dataset_names())
 
@@ -97,23 +93,25 @@ def check_train(preset: str, methods: list[str] | None, out: Path | None, resume
 
 
 def check_inputs(what: str, paths, folders: bool = False):
-    """Every named input exists (and is a file, unless `folders`)."""
+    """Every named input exists and is a folder (where `folders` allows one) or a regular file: a
+    FIFO or a device is refused here, before anything would wait on it for ever."""
+    from .io import regular_file
     for path in paths or ():
         path = Path(path)
         if not path.exists():
             raise EnsdiagError(f"{what} {path} does not exist")
-        if not folders and path.is_dir():
-            raise EnsdiagError(f"{what} {path} is a folder, not a file")
+        if not (folders and path.is_dir()):
+            regular_file(path, what)
 
 
-def path_points_option(value) -> int | str:
+def path_points_option(value, what: str = "--path-points") -> int | str:
     """--path-points: an integer from 2 to 101 (an even grid from t = 0 to 1), or "adaptive"."""
     text = str(value).strip().lower()
     if text == "adaptive":
         return text
-    if text.isdigit() and 2 <= int(text) <= 101:
+    if INTEGER.fullmatch(text) and len(text) < 6 and 2 <= int(text) <= 101:
         return int(text)
-    raise EnsdiagError(f"--path-points must be an integer from 2 to 101, or 'adaptive'; got {value!r}")
+    raise EnsdiagError(f"{what} must be an integer from 2 to 101, or 'adaptive'; got {value!r}")
 
 
 def parse_seconds(given) -> float | None:

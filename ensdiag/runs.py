@@ -7,6 +7,16 @@
         diversity.jsonl               (with --track-diversity: per-epoch diversity, epoch 0 = initialisation)
         training-state.pt             (only while the run is unfinished: the resume point)
 
+A folder of diagnoses (`"kind": "diagnosis"`) holds in each <method>/seed-<seed>/ up to two parts,
+each written by its own command and touching only its own files:
+        metrics.json  predictions.safetensors  meta.json    the predictions part (`analyze --method`,
+                                                            `Diagnosis.save`); meta.json last
+        lora.json                                           the weight-space part of LoRA adapters
+                                                            (`diversity ADAPTER_DIR… --save`)
+so one adapter ensemble's function space (its lm-eval predictions) and weight space sit in one
+run. ensdiag 0.6 kept the weight-space part in metrics.json (`lora` beside empty analyzers):
+still read, and moved to lora.json before a predictions part is saved over it.
+
 Training (experiment.py) writes these; reports read them through this module alone, so a
 report is rebuilt without importing any training code.
 """
@@ -18,12 +28,13 @@ from pathlib import Path
 from . import __version__
 from .config import TrainConfig
 from .errors import EnsdiagError
-from .io import atomic_write_json, read_json
+from .io import atomic_write_json, inner_folder, locked_folder, read_json
 
 EXPERIMENT_FORMAT = "ensdiag.experiment/1"
+MAX_RUNS = 100_000  # (method, seed) pairs of one run folder: far beyond any real grid
 STATE_FILE = "training-state.pt"
 RUN_FILES = ("experiment.json", "report.md", "report.html", "model.safetensors", "predictions.safetensors",
-             "metrics.json", "history.jsonl", "diversity.jsonl", "meta.json", STATE_FILE, "diversity.png", "diversity.svg",
+             "metrics.json", "history.jsonl", "diversity.jsonl", "meta.json", "lora.json", STATE_FILE, "diversity.png", "diversity.svg",
              "reliability.png", "reliability.svg", "ood-scores.png", "ood-scores.svg", "training.png", "training.svg",
              "risk-coverage.png", "risk-coverage.svg", *(f"{name}.{ext}" for name in (
                  "cka-layers", "cka-heatmaps", "alignment", "paths", "tracking") for ext in ("png", "svg")))
@@ -63,28 +74,110 @@ def read_experiment(run_dir) -> dict:
         _check_diagnosis_config(path, data.get("config"))
     else:
         TrainConfig.from_dict(data.get("config"), source=str(path))
+    config = data["config"]
+    if len(config["methods"]) * len(config["seeds"]) > MAX_RUNS:  # a report visits every (method, seed)
+        raise EnsdiagError(f"{path} lists {len(config['methods']):,} methods × {len(config['seeds']):,} seeds, more "
+                           f"than the {MAX_RUNS:,} runs ensdiag reads in one folder (damaged or not ensdiag's)")
     return data
 
 
 DIAGNOSIS = "diagnosis"
-METHOD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # it names a folder
+METHOD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", re.ASCII)  # it names a folder; no dot-files
+# what the run folder itself holds beside its methods' folders (compared case-blind: macOS and
+# Windows file systems are)
+RESERVED = ("experiment.json", "figures", "report")
 
 
 def check_run_name(method, seed):
     """A diagnosis run's method and seed, as they will name its folder `<method>/seed-<seed>`."""
     if not isinstance(method, str) or not METHOD_NAME.match(method):
-        raise EnsdiagError(f"method name {method!r} must be 1-64 letters, digits, '.', '_' or '-' (it names a folder)")
+        raise EnsdiagError(f"method name {str(method)[:80]!r} must be 1-64 letters, digits, '.', '_' or '-' "
+                           "(it names a folder)")
+    if _reserved(method):
+        raise EnsdiagError(f"method name {method!r} is a name the run folder itself uses (experiment.json, "
+                           "report.*, figures); choose another")
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
-        raise EnsdiagError(f"seed must be an integer in 0..2³¹−1, got {seed!r}")
+        raise EnsdiagError(f"seed must be an integer in 0..2³¹−1, got {str(seed)[:40]}")
+
+
+def _reserved(method: str) -> bool:
+    folded = method.casefold()
+    return folded in RESERVED or folded.startswith("report.")
+
+
+# ------------------------------------------------------------------ what a METHOD/seed-N folder holds
+
+LORA_FILE = "lora.json"
+LORA_FORMAT = "ensdiag.lora-run/1"
+
+PREDICTIONS, LORA, TRAINING = "predictions", "lora", "training"
+KINDS = {PREDICTIONS: "an analysis of predictions", LORA: "a LoRA weight-space diagnosis",
+         TRAINING: "a trained model", "unknown": "a result ensdiag cannot read"}
+# The kinds one run may hold side by side: a LoRA ensemble's function space (predictions) and weight space
+PAIRED = frozenset({PREDICTIONS, LORA})
+
+
+def saved_kinds(run) -> set[str]:
+    """The kinds of result a `<method>/seed-<seed>` folder holds (empty for a new or empty one): a
+    training run's files; the predictions part (metrics.json, predictions.safetensors, meta.json);
+    the LoRA weight-space part (lora.json, or the section in a 0.6 metrics.json)."""
+    run = Path(run)
+    kinds = set()
+    if any((run / name).exists() for name in ("model.safetensors", "history.jsonl", STATE_FILE)):
+        kinds.add(TRAINING)
+    if (run / LORA_FILE).exists():
+        kinds.add(LORA)
+    if (run / "predictions.safetensors").exists():
+        kinds.add(PREDICTIONS)
+    if (run / "metrics.json").exists():
+        try:
+            metrics = read_json(run / "metrics.json", "metrics file")
+        except EnsdiagError:
+            metrics = None
+        if not isinstance(metrics, dict):
+            kinds.add("unknown")
+        else:
+            kinds |= {PREDICTIONS} if metrics.get("analyzers") else set()
+            kinds |= {LORA} if isinstance(metrics.get("lora"), dict) else set()  # written by ensdiag 0.6
+    return kinds
+
+
+def saved_parts(run_folder) -> set[str]:
+    """Which of the two parts a diagnosis run holds (`PAIRED`): "predictions" and "lora"."""
+    return saved_kinds(run_folder) & PAIRED
+
+
+def claim_run(folder, method: str, seed: int, kind: str, overwrite: bool = False, create: bool = True) -> Path:
+    """`folder/<method>/seed-<seed>/`, made ready to save a result of `kind` into: every folder on
+    the way a real folder inside `folder` (`io.inner_folder`); a folder holding a training run
+    refused; a result of the same kind already there refused unless `overwrite`; and no mixing of
+    kinds beyond `PAIRED`. Call it before writing anything, with the kind the save writes (and,
+    with `create=False`, before computing what to save: it then only checks)."""
+    check_run_name(method, seed)
+    folder = Path(folder)
+    if (folder / "experiment.json").exists() and read_experiment(folder).get("kind") != DIAGNOSIS:
+        raise EnsdiagError(f"{folder} holds a training run; save diagnoses into a folder of their own")
+    run = inner_folder(folder, method, f"seed-{seed}", what="result", create=create)
+    held = saved_kinds(run) - ({"unknown"} if overwrite else set())
+    found = kind if kind in held else "unknown" if "unknown" in held else None
+    if found is not None and not overwrite:
+        raise EnsdiagError(f"{run} already holds {KINDS[found]}; pass --overwrite (overwrite=True from Python) to "
+                           "replace it, or save under another --method or --seed")
+    mixed = sorted(held - {kind})
+    if mixed and {kind, *mixed} - PAIRED:
+        raise EnsdiagError(f"{run} holds {KINDS[mixed[0]]}; a run never mixes it with {KINDS[kind]}: save under "
+                           "another --method or --seed")
+    return run
 
 
 def _check_diagnosis_config(path, config):
     if not isinstance(config, dict) or config.get("preset") != "custom" or not isinstance(config.get("methods"), list) \
             or not isinstance(config.get("seeds"), list):
         raise EnsdiagError(f"{path}: a diagnosis folder's config must hold preset 'custom', methods and seeds")
-    if not all(isinstance(m, str) and METHOD_NAME.match(m) for m in config["methods"]) \
+    if not all(isinstance(m, str) and METHOD_NAME.match(m) and not _reserved(m) for m in config["methods"]) \
             or len(set(config["methods"])) != len(config["methods"]):
-        raise EnsdiagError(f"{path}: methods must be distinct names of letters, digits, '.', '_' or '-'")
+        raise EnsdiagError(f"{path}: methods must be distinct names of letters, digits, '.', '_' or '-', none of "
+                           "them a name the folder itself uses (experiment.json, report.*, figures)")
     if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**31 for s in config["seeds"]) \
             or len(set(config["seeds"])) != len(config["seeds"]):
         raise EnsdiagError(f"{path}: seeds must be distinct integers in 0..2³¹−1")
@@ -113,3 +206,61 @@ def add_diagnosis(folder, method: str, seed: int, titles: dict) -> dict:
     data["skipped"] = {split: "no run saved here has this split" for split in ("shift", "ood") if split not in data["splits"]}
     atomic_write_json(folder / "experiment.json", data)
     return data
+
+
+
+def _legacy_lora(run_folder: Path):
+    """The `lora` section of a metrics.json written by ensdiag 0.6's `diversity --save`, or None."""
+    path = Path(run_folder) / "metrics.json"
+    if not path.is_file():
+        return None
+    data = read_json(path, "metrics file")
+    return data["lora"] if isinstance(data, dict) and isinstance(data.get("lora"), dict) \
+        and not data.get("analyzers") else None
+
+
+def lora_record(method: str, seed: int, source: str, section: dict) -> dict:
+    return {"format": LORA_FORMAT, "run": method, "method": method, "seed": seed, "source": source, "lora": section}
+
+
+def keep_lora_apart(run_folder) -> None:
+    """Before a predictions part is written: a 0.6 lora-only metrics.json's section moves to lora.json
+    (unless one is there), so the weight-space part is not lost under the analysis."""
+    folder = Path(run_folder)
+    section = _legacy_lora(folder)
+    if section is None or (folder / LORA_FILE).exists():
+        return
+    meta = read_json(folder / "meta.json", "meta file") if (folder / "meta.json").is_file() else {}
+    source = meta.get("source") if isinstance(meta, dict) and isinstance(meta.get("source"), str) else "ensdiag 0.6"
+    atomic_write_json(folder / LORA_FILE, lora_record(folder.parent.name, _seed_of(folder), source, section))
+
+
+def _seed_of(run_folder: Path) -> int:
+    text = run_folder.name.removeprefix("seed-")
+    return int(text) if text.isdigit() else 0
+
+
+def save_result(folder, method: str, seed: int, kind: str, record: dict, meta: dict | None = None,
+                titles: dict | None = None, predictions: dict | None = None, overwrite: bool = False) -> Path:
+    """Save one part of a diagnosis run `folder/<method>/seed-<seed>/`, under the folder's lock:
+    checked by `claim_run` before anything is written, listed in experiment.json, touching only its
+    own files. `kind` PREDICTIONS: `record` is metrics.json, with `meta` (written last: it marks the
+    run finished; an overwrite removes the old one first, so a save cut short never looks finished)
+    and `predictions`; a 0.6 run's LoRA section moves to lora.json first. `kind` LORA: `record` is
+    lora.json (`lora_record`)."""
+    check_run_name(method, seed)  # before anything is created
+    root = inner_folder(folder)
+    with locked_folder(root, "run folder"):
+        run = claim_run(root, method, seed, kind, overwrite)
+        add_diagnosis(root, method, seed, titles or {})
+        if kind == LORA:
+            atomic_write_json(run / LORA_FILE, record)  # one file: written whole or not
+            return run
+        keep_lora_apart(run)  # the run's weight-space part is not this save's to touch
+        (run / "meta.json").unlink(missing_ok=True)
+        if predictions is not None:
+            from .predictions import save_predictions
+            save_predictions(predictions, run / "predictions.safetensors", {"ensdiag.splits": titles or {}})
+        atomic_write_json(run / "metrics.json", record)
+        atomic_write_json(run / "meta.json", meta or {})
+    return run

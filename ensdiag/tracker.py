@@ -28,16 +28,16 @@ from .predict import predict_batches
 
 class Tracker:
     def __init__(self, members, val, path=None, normalize=None, device=None, seed: int = 0, num_members=None,
-                 member_weights=None):
+                 member_weights=None, modules=None):
+        from .core import checked_device
         from .geometry.tracking import DiversityTracker
-        self.ensemble = as_ensemble(members, num_members=num_members, member_weights=member_weights)
-        self.val, self.seed = val, seed
-        self.device = self.ensemble.device if device is None else device
-        self.normalize = preprocessing(normalize, self.ensemble, self.device) or (lambda x: x)
+        self.ensemble = as_ensemble(members, num_members=num_members, member_weights=member_weights, modules=modules)
+        self.val, self.seed, self.given_normalize = val, seed, normalize
+        self.given_device = None if device is None else checked_device(device, self.ensemble)
         self.path = Path(path) if path is not None else None
         self.rows = self._read() if self.path is not None and self.path.exists() else []
         with measuring(self.ensemble, seed=None):  # building plain networks draws random initial weights
-            self._rows = DiversityTracker(self.ensemble if self.ensemble.runnable else None, seed)
+            self._rows = DiversityTracker(self.ensemble if self.ensemble.runnable else None)
 
     @property
     def weights_skipped(self) -> str | None:
@@ -45,15 +45,18 @@ class Tracker:
         return getattr(self._rows, "weights_skipped", None)
 
     def _read(self) -> list[dict]:
+        """The rows an earlier (interrupted) loop wrote: a bounded regular file, one JSON object per line."""
+        from .io import MAX_JSON_BYTES, UnreadableJson, parse_json, read_bounded
         try:
-            rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
-        except EnsdiagError:
-            raise  # already one line for the user
-        except (OSError, ValueError) as error:
-            raise EnsdiagError(f"{self.path} is not a diversity record ({type(error).__name__}); "
-                               "move it away or pass another path") from None
-        if not all(isinstance(row, dict) and isinstance(row.get("epoch"), int) for row in rows):
-            raise EnsdiagError(f"{self.path} is not a diversity record (rows without an epoch)")
+            text = read_bounded(self.path, "diversity record", 64 * MAX_JSON_BYTES).decode("utf-8")
+            rows = [parse_json(line, f"line {number}") for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+        except (UnreadableJson, UnicodeDecodeError) as error:
+            reason = str(error) if isinstance(error, UnreadableJson) else "not UTF-8 text"
+            raise EnsdiagError(f"{self.path} is not a diversity record ({reason}); move it away or pass another "
+                               "path") from None
+        if not all(isinstance(row, dict) and isinstance(row.get("epoch"), int) and not isinstance(row["epoch"], bool)
+                   and 0 <= row["epoch"] <= 10**6 for row in rows):
+            raise EnsdiagError(f"{self.path} is not a diversity record (rows without an epoch in 0..10⁶)")
         return rows
 
     def measure(self, epoch: int) -> dict:
@@ -61,8 +64,10 @@ class Tracker:
         of the same or a later epoch, left by an interrupted loop, is replaced)."""
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise EnsdiagError(f"epoch must be a non-negative integer, got {epoch!r}")
+        device = self.given_device or self.ensemble.device  # where the members are now (a loop may move them)
+        normalize = preprocessing(self.given_normalize, self.ensemble, device) or (lambda x: x)
         with measuring(self.ensemble, self.seed):
-            logits, _, _ = predict_batches(self.ensemble, batches(self.val, "val"), self.normalize, self.device, name="val")
+            logits, _, _ = predict_batches(self.ensemble, batches(self.val, "val"), normalize, device, name="val")
             row = self._rows.measure(epoch, logits)
         self.rows = [r for r in self.rows if r["epoch"] < epoch] + [row]
         if self.path is not None:

@@ -26,7 +26,7 @@ from . import distributed
 from .analysis.metrics import mean_log_probs
 from .data.batching import Normalize, TrainingImages, batch_indices, epoch_permutations
 from .errors import EnsdiagError
-from .io import atomic_write_bytes
+from .io import atomic_write_bytes, regular_file
 from .nn.model import EnsembleModel, flush_denormals
 from .precision import exact_math, training_math
 
@@ -201,6 +201,7 @@ def _resume(state_path: Path, model, optimizer, scheduler, generator, device, se
     optimiser state move to the model's device as they are loaded. A state saved on another
     kind of device resumes here; the last value returned says what it could not carry over."""
     device = torch.device(device)
+    regular_file(state_path, "training state")  # a FIFO in its place would block torch.load for ever
     try:
         saved = torch.load(state_path, map_location="cpu", weights_only=True)
         model.load_state_dict(saved["model"])

@@ -66,7 +66,7 @@ def test_the_aligned_null_is_weight_matching_of_untrained_independent_members(ar
         biases = model.member_state_dict(0)
         networks = [model.plain_network(biases_of=biases) for _ in range(3)]
     states = [network.state_dict() for network in networks]
-    aligned = align_to_first(states, permutation_groups(networks[0]), 3)
+    aligned = align_to_first(states, permutation_groups(networks[0]))
     compared = [name for name, module in networks[0].body.named_modules() if isinstance(module, (torch.nn.Linear, torch.nn.Conv2d))]
     keys = [f"body.{name}.{kind}" for name in compared for kind in ("weight", "bias") if f"body.{name}.{kind}" in states[0]]
     assert null["raw"] == pytest.approx(_dense_cosine([{k: s[k] for k in keys} for s in states]), abs=1e-9)

@@ -289,3 +289,65 @@ def test_bad_data_from_python_is_a_documented_error(data, error, match):
     with pytest.raises(error, match=match) as caught:
         ensdiag.diagnose([nn.Linear(12, 3), nn.Linear(12, 3)], test=data)
     assert isinstance(caught.value, EnsdiagError)
+
+
+def test_a_deliberate_eval_mode_mc_dropout_is_measured_as_it_is():
+    """A module in eval mode with its dropout switched back on (the usual MC Dropout recipe) keeps
+    it while measured; its BatchNorm statistics still never update."""
+    torch.manual_seed(0)
+
+    class MCDropout(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.drop = nn.Sequential(nn.Linear(12, 16), nn.BatchNorm1d(16)), nn.Dropout(0.5)
+            self.head = nn.Linear(16, 3)
+
+        def forward(self, x):  # k = 4 stochastic passes, members first
+            return torch.stack([self.head(self.drop(self.body(x))) for _ in range(4)])
+
+    model = MCDropout().eval()
+    model.drop.train()  # dropout on at test time, on purpose
+    model.body[1].train()  # a stray BatchNorm in training mode: measured in eval mode all the same
+    before = _snapshot([model])
+    found = ensdiag.diagnose(model, test=_data(), geometry=False).metrics["analyzers"]
+    assert found["disagreement"]["splits"]["id"]["mean"]["value"] > 0  # the members differ: dropout was on
+    _assert_untouched(before, [model])
+
+
+def test_the_users_tensors_are_never_changed_in_place():
+    x, y = _data()
+    original = x.clone()
+    ensdiag.diagnose([nn.Linear(12, 3), nn.Linear(12, 3)], test=(x, y), normalize=lambda b: b.sub_(0.5), geometry=False)
+    assert torch.equal(x, original)
+
+
+def test_disjoint_slices_of_one_buffer_are_not_shared_parameters():
+    from ensdiag.ensembles.modules import shared_storage
+    flat = torch.randn(2 * 36)
+    members = [nn.Linear(12, 3) for _ in range(2)]
+    for i, member in enumerate(members):  # member i's weight and bias live in their own slice of `flat`
+        member.weight = nn.Parameter(flat[36 * i:36 * i + 36].view(3, 12))
+        del member.bias
+        member.register_parameter("bias", None)
+    assert shared_storage(members) is None
+    assert shared_storage([members[0], members[0]]) is not None  # the same module twice is
+
+
+def test_members_of_other_layouts_are_compared_on_what_they_share_and_say_so():
+    wide, narrow = (nn.Sequential(nn.Linear(12, width), nn.ReLU(), nn.Linear(width, 3)) for width in (32, 16))
+    found = ensdiag.diagnose([wide, narrow], test=_data(), train=_data(seed=1)).metrics["analyzers"]
+    assert set(found["weight-similarity"]["layers"]) == {"2"} and "1 of 4 parameters" in found["weight-similarity"]["scope"]
+    assert found["paths"]["status"] == "skipped" and "different layers or shapes" in found["paths"]["reason"]
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"device": "meta"}, ValueError, "never moves your modules"),
+    ({"cost": 5}, TypeError, "cost must be a dict"),
+    ({"geometry_examples": 0}, ValueError, "geometry_examples must be a whole number in 1"),
+    ({"titles": {"tset": "x"}}, ValueError, "did you mean 'test'"),
+    ({"num_members": 3}, ValueError, "num_members = 3 but 2 member modules"),
+    ({"normalize": ([0.5, 0.5], [0.2, 0.2])}, ValueError, "cannot be normalised per channel"),
+])
+def test_arguments_from_python_are_checked_in_one_line(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ensdiag.diagnose([nn.Linear(12, 3), nn.Linear(12, 3)], test=_data(), geometry=False, **kwargs)

@@ -116,7 +116,7 @@ def test_the_report_csv_reads_into_pandas(run_dir, capsys):  # noqa: F811
     assert list(frame.columns) == list(REPORT_FIELDS)
     means = frame[frame.table == "id"].groupby(["method", "column"])["value"].mean()
     assert means[("deep-ensemble", "Acc")] == pytest.approx(np.mean(ACCURACY["deep-ensemble"]))
-    assert ensdiag.export.report_frame(run_dir).shape == frame.shape
+    assert ensdiag.report.report_frame(run_dir).shape == frame.shape
 
 
 def test_a_diagnosis_as_data_frames_and_parquet(tmp_path):

@@ -177,3 +177,39 @@ def test_bias_variance_diversity_sum_to_the_expected_loss_and_match_dense_loops(
     assert result["cross_entropy"]["diversity"] == pytest.approx(diversity, rel=1e-9)
     assert result["squared"]["diversity"] == pytest.approx(
         float(((q - q.mean(1, keepdim=True)) ** 2).sum(-1).mean()), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_arithmetic_mean_decomposition_holds_exactly_and_shares_bias_and_variance(seed):
+    """CE with the arithmetic mean p̄_s: loss = bias + variance − diversity, the diversity being the members'
+    mean CE minus p̄'s (label-dependent); both CE decompositions name their combiner."""
+    from ensdiag.report.bvd import decompose
+    generator = torch.Generator().manual_seed(seed)
+    s, k, n, c = 3, 4, 12, 5
+    log_q = torch.log_softmax(torch.randn(s, k, n, c, generator=generator, dtype=torch.float64) * 2, -1)
+    labels = torch.randint(0, c, (n,), generator=generator)
+    result = decompose(log_q, labels)
+    arithmetic, geometric = result["cross_entropy_arithmetic"], result["cross_entropy"]
+    assert arithmetic["bias"] + arithmetic["variance"] - arithmetic["diversity"] == pytest.approx(arithmetic["loss"],
+                                                                                                abs=1e-12)
+    member_loss = arithmetic_loss = 0.0  # explicit loops
+    for a in range(s):
+        for x in range(n):
+            y = int(labels[x])
+            member_loss += sum(-float(log_q[a, i, x, y]) for i in range(k)) / (k * s * n)
+            arithmetic_loss += -math.log(sum(math.exp(float(log_q[a, i, x, y])) for i in range(k)) / k) / (s * n)
+    assert arithmetic["loss"] == pytest.approx(arithmetic_loss, rel=1e-12)
+    assert arithmetic["diversity"] == pytest.approx(member_loss - arithmetic_loss, rel=1e-12)
+    assert geometric["bias"] + geometric["variance"] == pytest.approx(member_loss, rel=1e-12)  # the members' own loss
+    assert arithmetic["diversity"] >= 0  # Jensen: p̄'s NLL is never above the members' mean NLL
+    assert "arithmetic" in arithmetic["combiner"] and "geometric" in geometric["combiner"]
+    assert "arithmetic" in result["squared"]["combiner"]
+
+
+def test_ensemble_gain_names_the_combiner_of_every_term():
+    logits, labels = random_case(0)
+    result = analyze_predictions({"id": {"logits": logits.float(), "labels": labels}})["analyzers"]["ensemble-gain"]
+    combiners = result["combiners"]
+    assert result["version"] == 2 and set(combiners) == {"arithmetic", "geometric"}
+    named = [term for entry in combiners.values() for term in entry["terms"]]
+    assert sorted(named) == sorted(key for key in result["splits"]["id"] if "gibbs" not in key and "member" not in key)

@@ -225,7 +225,7 @@ def test_diversity_shows_member_geometry_for_deep_and_batch_ensembles(tracked_ru
         assert (tmp_path / f"{method}-cka-layers.png").is_file() and (tmp_path / f"{method}-paths.png").is_file()
         code, out, _ = run_cli(capsys, "diversity", model, "--format", "json", "--max-examples", "50")
         geometry = json.loads(out)["analyzers"]
-        assert set(geometry) - {"disagreement", "weight-similarity"} == set(MODEL_ANALYZERS)
+        assert set(geometry) - {"disagreement", "member-pairs", "weight-similarity"} == set(MODEL_ANALYZERS)
         assert geometry["cka"]["splits"]["id"]["n"] == 50
     code, out, _ = run_cli(capsys, "diversity", model, "--no-geometry", "--format", "json")
     assert code == 0 and "cka" not in json.loads(out)["analyzers"]
@@ -271,3 +271,32 @@ def test_path_and_tracking_figures_name_the_seed_and_member_pair_of_every_line()
     assert [text.get_text() for text in figure.legends[0].get_texts()] == [
         "batch-ensemble, seed 42", "batch-ensemble, seed 69"]
     assert len({line.get_marker() for line in figure.axes[0].get_lines()}) == 2
+
+
+def test_train_diversity_and_diagnose_report_the_same_barrier_for_the_same_weights(tracked_runs, capsys):
+    """Alignment restarts from fixed group orders and the training sample is drawn from a fixed seed,
+    so the barrier training recorded (run seed 3), `ensdiag diversity` (seed 0) and `ensdiag.diagnose()`
+    agree; each reads the training split without its validation examples and says so."""
+    import ensdiag
+    from ensdiag.checkpoint import load_model
+    from ensdiag.data.preset import holdout
+    from ensdiag.data.sets.digits import Digits
+    folder = tracked_runs / "tracked" / "deep-ensemble" / "seed-3"
+    trained = json.loads((folder / "metrics.json").read_text())["analyzers"]
+    code, out, err = run_cli(capsys, "diversity", folder / "model.safetensors", "--format", "json", "--seed", "0")
+    assert code == 0, err
+    measured = json.loads(out)["analyzers"]
+    train, test = Digits().load(split="train"), Digits().load(split="test")
+    kept, held = holdout(len(train), 0.1, 3)
+    diagnosed = ensdiag.diagnose(load_model(folder / "model.safetensors"), test=(test.images, test.labels),
+                                 train=(train.images[kept], train.labels[kept]), progress=False).metrics["analyzers"]
+    for key in ("loss_barrier", "train_loss_barrier", "accuracy_barrier", "loss_barrier_max"):
+        values = [found["paths"][key]["value"] for found in (trained, measured, diagnosed)]
+        assert values[0] is not None and values == pytest.approx([values[0]] * 3, abs=1e-9), key
+    assert [found["alignment"]["aligned"]["mean"]["value"] for found in (measured, diagnosed)] == \
+        pytest.approx([trained["alignment"]["aligned"]["mean"]["value"]] * 2, abs=1e-12)
+    paths = trained["paths"]
+    assert f"without its {len(held)} validation examples" in paths["train_examples"]
+    assert f"without its {len(held)} validation examples" in measured["paths"]["train_examples"]
+    assert paths["train_n"] == len(kept) and all(len(pair["restarts"]) >= 1 for pair in paths["pairs"])
+    assert all(pair["loss_barrier"] == min(r["loss_barrier"] for r in pair["restarts"]) for pair in paths["pairs"])

@@ -390,3 +390,24 @@ def test_path_points_other_than_an_integer_or_adaptive_are_refused(value, capsys
     model = tmp_path / "model.safetensors"
     model.write_bytes(b"")  # refused for its option before it is read
     assert_one_line_error(capsys, "diversity", model, "--path-points", value, match="^error: --path-points must be")
+
+
+def test_the_rank_tolerance_is_float_rounding_not_a_fixed_fraction():
+    """A ratio whose smallest singular value is 5e-6 of the largest (independent members can give
+    that) has full rank: float32 rounding can add only ~δ‖R‖_F ≈ 3e-7; the rank-1 ratio of a rebuilt
+    float32 BatchEnsemble weight stays rank 1; and the tolerance is recorded per layer."""
+    generator = torch.Generator().manual_seed(0)
+    u, _ = torch.linalg.qr(torch.randn(6, 6, generator=generator, dtype=torch.float64))
+    v, _ = torch.linalg.qr(torch.randn(6, 6, generator=generator, dtype=torch.float64))
+    sigma = torch.tensor([1.0, 0.5, 0.2, 0.1, 0.01, 5e-6], dtype=torch.float64)
+    ratio = u @ torch.diag(sigma) @ v.T
+    w_j = (1 + torch.rand(6, 6, generator=generator, dtype=torch.float64)) * torch.sign(torch.randn(6, 6, generator=generator))
+    found = layer_structure((ratio * w_j).float(), w_j.float())
+    assert found["rank"] == 6 and found["singular_values"][0] == 1.0
+    delta = 4 * torch.finfo(torch.float32).eps / 2
+    assert found["tolerance"] == pytest.approx(delta * float(sigma.pow(2).sum().sqrt()) / 1.0, rel=0.01)
+    r, s = torch.rand(6, generator=generator) + 0.5, torch.rand(6, generator=generator) + 0.5
+    w = torch.randn(6, 6, generator=generator)
+    rebuilt = w * r[:, None] * s[None, :]  # float32: each entry rounded twice, as a member's effective weight
+    assert layer_structure(rebuilt, w)["rank"] == 1
+    assert layer_structure(rebuilt.half(), w.half())["tolerance"] > 1000 * layer_structure(rebuilt, w)["tolerance"]

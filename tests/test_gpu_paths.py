@@ -372,7 +372,6 @@ def test_bf16_training_is_recorded_and_its_predictions_are_exact_fp32(bf16_run):
     from safetensors.torch import load_file
 
     from ensdiag.checkpoint import load_model
-    from ensdiag.evaluate import evaluate_model
     for method in ("deep-ensemble", "batch-ensemble"):
         run = bf16_run / method / "seed-1"
         meta = json.loads((run / "meta.json").read_text())
@@ -380,8 +379,16 @@ def test_bf16_training_is_recorded_and_its_predictions_are_exact_fp32(bf16_run):
                                      "cudnn_benchmark": False, "predict": "fp32 (no TF32)"}
         assert json.loads((bf16_run / "experiment.json").read_text())["config"]["precision"] == "bf16"
         stored = load_file(run / "predictions.safetensors")["id/logits"]
-        again, _, _ = evaluate_model(load_model(run / "model.safetensors"), "digits", "data", device="cpu")
+        again = _evaluated(load_model(run / "model.safetensors"))
         torch.testing.assert_close(stored, again["id"]["logits"], rtol=0, atol=0)
+
+
+def _evaluated(model):
+    """The predictions `ensdiag evaluate` makes of a model on the digits preset's data."""
+    from ensdiag.core import inspect
+    from ensdiag.evaluate import prepare
+    inputs = prepare(model, "digits", "data", device="cpu")
+    return inspect(model, inputs.splits, preprocess=inputs.preprocess, geometry=False, only=[]).predictions
 
 
 def test_bf16_and_fp32_predictions_of_one_model_give_metrics_within_the_stated_tolerance(bf16_run, monkeypatch):
@@ -391,11 +398,10 @@ def test_bf16_and_fp32_predictions_of_one_model_give_metrics_within_the_stated_t
     from ensdiag import predict as predict_module
     from ensdiag.analysis import analyze_predictions
     from ensdiag.checkpoint import load_model
-    from ensdiag.evaluate import evaluate_model
     model = load_model(bf16_run / "batch-ensemble" / "seed-1" / "model.safetensors")
-    exact, _, _ = evaluate_model(model, "digits", "data", device="cpu")
+    exact = _evaluated(model)
     monkeypatch.setattr(predict_module, "exact_math", lambda: torch.autocast("cpu", dtype=torch.bfloat16))
-    rounded, _, _ = evaluate_model(model, "digits", "data", device="cpu")
+    rounded = _evaluated(model)
     assert not torch.equal(exact["id"]["logits"], rounded["id"]["logits"])  # bf16 did change the logits
     a, b = (analyze_predictions(p, only=["calibration", "uncertainty", "disagreement"])["analyzers"] for p in (exact, rounded))
     value = lambda result, analyzer, key: result[analyzer]["splits"]["id"][key]["value"]  # noqa: E731

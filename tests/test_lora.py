@@ -5,6 +5,7 @@ mismatched members are refused with one line; the CLI prints, plots and saves; r
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -176,7 +177,8 @@ def test_diversity_prints_the_lora_tables_and_json(capsys):
         assert text in out, text
     code, out, _ = run_cli(capsys, "diversity", *ADAPTERS, "--format", "json")
     assert code == 0
-    assert json.loads(out)["summary"]["delta_cosine"] == diagnosed(ADAPTERS)["summary"]["delta_cosine"]
+    found = json.loads(out)["analyzers"]["lora"]  # the metrics layout every command prints
+    assert found["status"] == "ok" and found["summary"]["delta_cosine"] == diagnosed(ADAPTERS)["summary"]["delta_cosine"]
 
 
 def test_names_from_the_files_are_printed_literally(tmp_path, capsys):
@@ -226,11 +228,35 @@ def test_saved_lora_diagnoses_make_a_report(tmp_path, capsys):
 def test_a_damaged_lora_section_is_a_one_line_error(tmp_path, capsys):
     folder = tmp_path / "report"
     run_cli(capsys, "diversity", *ADAPTERS[:2], "--save", folder)
-    path = folder / "lora" / "seed-0" / "metrics.json"
-    metrics = json.loads(path.read_text())
-    metrics["lora"]["layers"] = "nonsense"
-    path.write_text(json.dumps(metrics))
-    assert_one_line_error(capsys, "report", folder, "--format", "markdown", match="lora section is not of the expected layout")
+    path = folder / "lora" / "seed-0" / "lora.json"
+    record = json.loads(path.read_text())
+    record["lora"]["layers"] = "nonsense"
+    path.write_text(json.dumps(record))
+    assert_one_line_error(capsys, "report", folder, "--format", "markdown", match="its lora section has no list of layers")
+    path.write_text(json.dumps({**record, "format": "something else"}))
+    assert_one_line_error(capsys, "report", folder, "--format", "markdown", match="lora.json is damaged")
+
+
+def test_a_lora_save_writes_only_its_own_part_and_reads_back_in_the_old_layout_too(tmp_path, capsys):
+    """`diversity --save` writes lora.json alone (no metrics.json, no meta.json: the run's predictions
+    part is another command's); a run saved by ensdiag 0.6 (the section in metrics.json) reports alike."""
+    new, old = tmp_path / "new", tmp_path / "old"
+    assert run_cli(capsys, "diversity", *ADAPTERS, "--save", new, "--method", "lora-r4")[0] == 0
+    assert sorted(p.name for p in (new / "lora-r4" / "seed-0").iterdir()) == ["lora.json"]
+    record = json.loads((new / "lora-r4" / "seed-0" / "lora.json").read_text())
+    assert record["format"] == "ensdiag.lora-run/1" and record["method"] == "lora-r4" and record["seed"] == 0
+    shutil.copytree(new, old)
+    run = old / "lora-r4" / "seed-0"
+    (run / "lora.json").unlink()
+    (run / "metrics.json").write_text(json.dumps({"analyzers": {}, "splits": {}, "num_members": 3, "lora": record["lora"]}))
+    (run / "meta.json").write_text(json.dumps({"run": "lora-r4", "method": "lora-r4", "seed": 0, "splits": {},
+                                               "source": "ensdiag diversity (LoRA adapters)"}))
+    tables = []
+    for folder in (new, old):
+        code, out, err = run_cli(capsys, "report", folder, "--format", "json", "--no-figures")
+        assert code == 0, err
+        tables.append([table for table in json.loads(out)["tables"]])
+    assert tables[0] == tables[1] and tables[0][0]["id"] == "lora"
 
 
 def test_the_readme_lora_commands_run(tmp_path, capsys, monkeypatch):

@@ -336,3 +336,130 @@ def test_overconfidence_has_the_sign_of_the_miscalibration():
     assert M.ece(wrong, torch.tensor([1, 1]))[0] == pytest.approx(0.9)
     timid = torch.log(torch.tensor([[[0.6, 0.4], [0.6, 0.4]]], dtype=torch.float64))  # right both times at 0.6
     assert M.overconfidence(timid, torch.tensor([0, 0])) == pytest.approx(-0.4)
+
+
+# --- issue 38: MCE, the ECE's direction, AUGRC, OOD scores of logits and votes, SmoothECE -----------
+
+def test_mce_is_the_largest_bin_gap_of_a_dense_loop():
+    logits, labels = random_logits(k=3, n=300, c=4, seed=4)
+    confidence, predicted = M.mean_probs(logits).max(1)
+    gaps = []
+    for b in range(15):  # the ECE's bins: [0, 1/15], then (lo, hi]
+        lo, hi = b / 15, (b + 1) / 15
+        inside = [(c, p == y) for c, p, y in zip(confidence.tolist(), predicted.tolist(), labels.tolist())
+                  if (lo < c <= hi) or (b == 0 and c == 0)]
+        if inside:
+            gaps.append(abs(sum(float(ok) for _, ok in inside) / len(inside) - sum(c for c, _ in inside) / len(inside)))
+    assert M.max_calibration_error(logits, labels) == pytest.approx(max(gaps), abs=1e-12)
+
+
+def test_mce_and_direction_hand_computed():
+    # confidences 0.9 (right), 0.9 (wrong), 0.6 (right): bins (0.8667, 0.9333] acc ½ conf 0.9, (0.5333, 0.6] acc 1 conf 0.6
+    p = [[0.9, 0.1], [0.9, 0.1], [0.6, 0.4]]
+    logits, labels = probs_to_logits(p), torch.tensor([0, 1, 0])
+    assert M.max_calibration_error(logits, labels) == pytest.approx(0.4)
+    ece, _ = M.ece(logits, labels)
+    assert ece == pytest.approx((2 * 0.4 + 0.4) / 3)
+    assert M.overconfidence(logits, labels) / ece == pytest.approx((2 * 0.4 - 0.4) / (2 * 0.4 + 0.4))  # ⅓
+
+
+def test_ece_direction_is_plus_one_when_every_bin_is_over_confident():
+    from ensdiag.analysis.calibration import calibration
+    logits = probs_to_logits([[0.9, 0.1], [0.8, 0.2], [0.7, 0.3]])
+    result = calibration({"id": {"logits": logits, "labels": torch.tensor([1, 1, 1])}})["splits"]["id"]
+    assert result["ece_direction"]["value"] == pytest.approx(1.0)
+    result = calibration({"id": {"logits": probs_to_logits([[0.6, 0.4]] * 2), "labels": torch.tensor([0, 0])}})
+    assert result["splits"]["id"]["ece_direction"]["value"] == pytest.approx(-1.0)
+
+
+def test_augrc_by_hand_and_against_every_order_of_tied_samples():
+    import itertools
+    # confidences 0.9, 0.8, 0.8, 0.5 with errors 0, 1, 0, 1: the two at 0.8 tie
+    confidence, errors = torch.tensor([0.9, 0.8, 0.8, 0.5]), torch.tensor([0, 1, 0, 1])
+    risk, _ = M.risk_coverage(confidence, errors)
+    orders = []
+    for middle in itertools.permutations([1, 2]):
+        order = [0, *middle, 3]
+        wrong = [int(errors[i]) for i in order]
+        orders.append(sum(sum(wrong[:j]) / 4 for j in range(1, 5)) / 4)  # generalised risk: wrong and accepted, of all N
+    assert M.augrc(risk) == pytest.approx(sum(orders) / len(orders))
+    assert M.augrc(risk) == pytest.approx((0 + 0.5 / 4 + 1 / 4 + 2 / 4) / 4)
+
+
+@pytest.mark.parametrize("n", [2, 7, 50])
+def test_trapezoid_augrc_is_sklearn_auc_of_the_generalised_risk_divided_by_the_span(n):
+    from sklearn.metrics import auc
+    g = torch.Generator().manual_seed(n)
+    risk, _ = M.risk_coverage(torch.rand(n, generator=g, dtype=torch.float64), torch.randint(0, 2, (n,), generator=g))
+    coverage = np.arange(1, n + 1) / n
+    assert M.augrc_trapezoid(risk) == pytest.approx(auc(coverage, coverage * risk.numpy()) / (1 - 1 / n), abs=1e-12)
+
+
+def test_energy_and_max_logit_of_the_mean_logits_against_scipy():
+    from scipy.special import logsumexp
+
+    from ensdiag.analysis import scores as S
+    logits, _ = random_logits(k=4, n=50, c=6, seed=2)
+    mean = logits.double().numpy().mean(0)
+    np.testing.assert_allclose(S.energy(logits).numpy(), -logsumexp(mean, axis=1), rtol=1e-12)
+    np.testing.assert_allclose(S.energy(logits, temperature=2.0).numpy(), -2 * logsumexp(mean / 2, axis=1), rtol=1e-12)
+    np.testing.assert_allclose(S.max_logit(logits).numpy(), -mean.max(1), rtol=1e-12)
+
+
+def test_variation_ratio_hand_computed():
+    from ensdiag.analysis import scores as S
+    # 4 members, 3 classes; sample 0: votes 0,0,0,0 -> 0; sample 1: 0,0,1,2 -> 1 − 2/4; sample 2: 0,1,1,0 -> 1 − 2/4
+    votes = torch.tensor([[0, 0, 0], [0, 0, 1], [0, 1, 1], [0, 2, 0]])  # [k, N]
+    logits = torch.nn.functional.one_hot(votes, 3).float() * 5
+    assert S.variation_ratio(logits).tolist() == pytest.approx([0.0, 0.5, 0.5])
+
+
+def dense_smooth_ece(f, y, sigma, points=20001):
+    """∫|Σ_i K(t, f_i)(f_i − y_i)|/N dt with the Gaussian reflected at 0 and 1 (images up to ±4), quadrature on a
+    fine mesh: the definition, without the authors' grid."""
+    from scipy.stats import norm
+    t = np.linspace(0, 1, points)
+    kernel = sum(norm.pdf(t[:, None] - f[None, :] - 2 * m, scale=sigma) + norm.pdf(t[:, None] + f[None, :] - 2 * m,
+                                                                                  scale=sigma) for m in range(-2, 3))
+    return np.trapezoid(np.abs(kernel @ (f - y)), t) / len(f)
+
+
+@pytest.mark.parametrize("sigma", [0.02, 0.05, 0.1, 0.3])
+def test_smooth_ece_at_a_bandwidth_is_the_kernel_integral_of_its_definition(sigma):
+    from ensdiag.analysis import smooth_ece as SE
+    rng = np.random.default_rng(1)
+    f = rng.beta(4, 1.5, 300)
+    y = (rng.uniform(size=300) < f ** 1.5).astype(float)
+    assert SE.smooth_ece_at(f, y, sigma) == pytest.approx(dense_smooth_ece(f, y, sigma), rel=5e-3)  # the grid's error
+
+
+def test_smooth_ece_bandwidth_is_the_fixed_point():
+    from ensdiag.analysis import smooth_ece as SE
+    rng = np.random.default_rng(3)
+    f = rng.uniform(0.3, 1, 500)
+    y = (rng.uniform(size=500) < f - 0.1).astype(float)
+    found = SE.smooth_ece(f, y)
+    sigma = found["bandwidth"]
+    assert SE.smooth_ece_at(f, y, sigma) <= sigma  # not too small …
+    assert SE.smooth_ece_at(f, y, sigma - 2**-10) > sigma - 2**-10  # … and the next smaller step is
+    assert found["value"] == pytest.approx(sigma, abs=2**-10 + 1e-3)
+
+
+def test_smooth_ece_hand_cases():
+    from ensdiag.analysis import smooth_ece as SE
+    # calibrated: confidence ½ and half of the samples right: the smoothed gap is 0 at every σ, so the search
+    # halves σ down to its floor: 2⁻⁹, the last step not below 0.001
+    assert SE.smooth_ece(np.full(10, 0.5), np.array([0, 1] * 5)) == {"value": pytest.approx(0.0, abs=1e-12),
+                                                                     "bandwidth": 2**-9}
+    # always wrong at confidence 1: the gap is 1 wherever there is mass
+    assert SE.smooth_ece(np.ones(20), np.zeros(20))["value"] == pytest.approx(1.0, abs=1e-3)
+    assert math.isnan(SE.smooth_ece(np.array([]), np.array([]))["value"])
+    assert math.isnan(SE.smooth_ece(np.array([0.5, math.nan]), np.array([1, 0]))["value"])
+
+
+def test_variation_ratio_is_nan_where_a_vote_is_undefined():
+    from ensdiag.analysis import scores as S
+    logits, _ = random_logits(k=3, n=5, c=4, seed=1)
+    logits[2, 3] = math.nan
+    ratio = S.variation_ratio(logits)
+    assert ratio[3].isnan() and not ratio[[0, 1, 2, 4]].isnan().any()

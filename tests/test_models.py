@@ -188,3 +188,31 @@ def test_bad_build_arguments_are_clear_errors(call, message):
 def test_every_method_is_registered():
     assert set(METHODS) == {"single", "mc-dropout", "deep-ensemble", "batch-ensemble", "packed-ensemble", "mimo",
                             "snapshot-ensemble", "checkpoint-ensemble"}
+
+
+def test_the_conv_bias_layout_gives_every_count_of_the_papers_table_4():
+    """torch-uncertainty's ResNet-18 with a bias on every convolution: 4,800 conv biases on top of the
+    default layout; the paper's 11.17 M / 44.71 M / 11.22 M are these counts cut to 0.01 M, which the
+    default Deep Ensemble (44,695,848: 44.69 M) cannot give. Built on the meta device: no memory."""
+    import math
+
+    from ensdiag.cli.catalog import PAPER_TABLE_4, paper_layout_counts
+    counts = paper_layout_counts()
+    assert counts == {"single": 11_178_762, "mc-dropout": 11_178_762, "deep-ensemble": 44_715_048,
+                      "batch-ensemble": 11_221_532}
+    conv_outputs = 64 + 4 * 64 + (4 * 128 + 128) + (4 * 256 + 256) + (4 * 512 + 512)  # stem, blocks, shortcuts
+    assert counts["single"] == 11_173_962 + conv_outputs and counts["deep-ensemble"] == 4 * counts["single"]
+    for method, count in counts.items():
+        assert math.floor(count / 1e4) / 100 == PAPER_TABLE_4[method], method
+    assert math.floor(44_695_848 / 1e4) / 100 != PAPER_TABLE_4["deep-ensemble"]
+    with torch.device("meta"):
+        with pytest.raises(EnsdiagError, match="conv_bias: packed-ensemble builds its convolutions' biases"):
+            ensdiag.build_model("resnet18", "packed-ensemble", 4, 10, (3, 32, 32), arch_options={"conv_bias": True})
+
+
+def test_a_deep_ensemble_member_with_conv_biases_is_its_own_plain_network():
+    model = ensdiag.build_model("resnet18", "deep-ensemble", 2, 10, (3, 32, 32), arch_options={"conv_bias": True,
+                                                                                                "width": 4}).eval()
+    x = torch.randn(2, 3, 32, 32)
+    assert model.body.conv1.bias is not None
+    torch.testing.assert_close(model.forward_members(torch.stack([x, x]))[1], model.member_network(1).eval()(x)[0])

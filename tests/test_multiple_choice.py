@@ -225,7 +225,8 @@ def test_control_characters_of_an_id_are_shown_escaped(tmp_path, capsys):
 
 
 def test_lines_and_files_are_bounded(tmp_path, capsys, monkeypatch):
-    from ensdiag.foreign import jsonl, predictions
+    from ensdiag import checks
+    from ensdiag.foreign import jsonl
     path = tmp_path / "big.jsonl"
     path.write_text("\n".join(GOOD for _ in range(12)))
     monkeypatch.setattr(jsonl, "MAX_LINES", 10)
@@ -233,7 +234,7 @@ def test_lines_and_files_are_bounded(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", len(GOOD) - 1)
     assert_one_line_error(capsys, "analyze", path, match=rf"line 1: longer than {len(GOOD) - 1} bytes")
     monkeypatch.undo()
-    monkeypatch.setattr(predictions, "MAX_MEMBERS", 1)
+    monkeypatch.setattr(checks, "MAX_MEMBERS", 1)
     assert_one_line_error(capsys, "analyze", path, match=r"line 1: 2 members; ensdiag compares every pair and takes at most 1")
     monkeypatch.undo()
     write_jsonl(path, {"id": arrays(3, 30, 4, 0)})
@@ -396,5 +397,5 @@ def test_the_readme_example_runs_as_written(tmp_path, capsys, monkeypatch):
     for block in re.findall(r"```text\n(.*?)```", section, flags=re.S):  # the output the README shows
         for line in block.strip().splitlines():
             assert line in printed, line
-    assert "its diversity term is 0.08× [" in printed  # as the README says after the verdict
+    assert "like a single model — 0.08× [" in printed  # the diversity term the README quotes after the verdict
     assert (tmp_path / "runs" / "mc" / "figures" / "reliability.png").is_file()

@@ -81,7 +81,16 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
 def test_every_import_of_the_package_comes_from_a_declared_dependency():
-    assert undeclared(ROOT / "ensdiag", PROJECT["dependencies"], skip=("integrations",)) == []
+    assert undeclared(ROOT / "ensdiag", PROJECT["dependencies"], skip=("integrations", "harness.py")) == []
+
+
+def test_the_lm_eval_harness_imports_only_the_dependencies_and_the_llm_extra():
+    """ensdiag/lora/harness.py (`evaluate ADAPTER_DIR…`) imports lm-eval, which the `llm` extra brings
+    (with transformers and peft, which lm-eval imports itself) and which not every test
+    environment has; nothing else it imports is undeclared."""
+    assert {_distribution(requirement) for requirement in PROJECT["optional-dependencies"]["llm"]} == {"lm-eval"}
+    found = undeclared(ROOT / "ensdiag" / "lora" / "harness.py", [*PROJECT["dependencies"], "lm-eval"])
+    assert found in ([], ["lm_eval: not installed here (harness.py)"])
 
 
 @pytest.mark.parametrize("integration", sorted(p.stem for p in (ROOT / "ensdiag" / "integrations").glob("[!_]*.py")))

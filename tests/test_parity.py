@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import ensdiag
+from ensdiag.data.constants import DIGITS_MEAN, DIGITS_STD
 from tests.cli import run_cli
 
 QUANTITIES = [("calibration", "splits", "id", "accuracy"), ("calibration", "splits", "id", "nll"),
@@ -59,6 +60,7 @@ def test_diagnose_without_the_recorded_preprocessing_measures_something_else(fin
 
 
 def test_a_damaged_preprocessing_record_counts_as_not_recorded(finished_run, tmp_path):
+    """As in a file written before the record existed: the preset ensdiag trained it on says."""
     from safetensors.torch import load_file, save_file
     from safetensors import safe_open
     path = finished_run / "batch-ensemble" / "seed-1" / "model.safetensors"
@@ -66,7 +68,9 @@ def test_a_damaged_preprocessing_record_counts_as_not_recorded(finished_run, tmp
         metadata = handle.metadata()
     for damaged in ('{"mean": [0.5], "std": [0]}', '{"mean": "x"}', "[[[[", '{"mean": [1e999], "std": [1]}'):
         save_file(load_file(path), str(tmp_path / "m.safetensors"), {**metadata, "ensdiag.preprocess": damaged})
-        assert ensdiag.load_model(tmp_path / "m.safetensors").preprocess is None, damaged
+        assert ensdiag.load_model(tmp_path / "m.safetensors").preprocess == (DIGITS_MEAN, DIGITS_STD), damaged
+    built = ensdiag.build_model("mlp", "deep-ensemble", 2, 10, (1, 8, 8))  # not trained by ensdiag: nothing assumed
+    assert built.preprocess is None and ensdiag.ensembles.as_ensemble(built).preprocess is None
 
 
 def test_torchvision_members_take_cifar_sized_data(tmp_path, capsys):

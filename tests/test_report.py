@@ -170,7 +170,8 @@ def test_figures_exist_and_are_images(run_dir):
     assert all(figure["svg"] is None for figure in make_report(run_dir)["figures"])  # PNG unless asked
     report = make_report(run_dir, svg=True)
     names = {f["name"] for f in report["figures"]}
-    assert names == {"diversity", "reliability", "ood-scores", "training", "risk-coverage"}
+    assert names == {"diversity", "member-pairs", "reliability", "smooth-reliability", "ood-scores", "training",
+                     "risk-coverage"}
     for figure in report["figures"]:
         png, svg = run_dir / figure["png"], run_dir / figure["svg"]
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
@@ -382,3 +383,66 @@ def test_figures_label_each_colour_scale_and_say_which_methods_they_leave_out(fi
     report = make_report(run)
     titles = {figure["name"]: figure["title"] for figure in report["figures"]}
     assert "Not drawn: Single" in titles["cka-layers"]  # single has one weight set: said, not silently absent
+
+
+def seed_values(run_dir, method, *path, seeds=SEEDS):
+    values = []
+    for seed in seeds:
+        node = json.loads((run_dir / method / f"seed-{seed}" / "metrics.json").read_text())["analyzers"]
+        for key in path:
+            node = node[key]
+        values.append(node)
+    return values
+
+
+def test_the_ood_table_shows_the_score_asked_for(run_dir, capsys):
+    from tests.cli import assert_one_line_error
+    default = make_report(run_dir, write=False)
+    assert default["ood_score"] == "msp" and "score 1 − MSP" in next(t for t in default["tables"] if t["id"] == "ood")["title"]
+    report = make_report(run_dir, write=False, ood_score="energy")
+    table = next(t for t in report["tables"] if t["id"] == "ood")
+    assert report["ood_score"] == "energy" and "score energy" in table["title"]
+    values = seed_values(run_dir, "deep-ensemble", "ood", "scores", "energy", "auroc", "value")
+    assert cell(report, "ood", "deep-ensemble", "AUROC")["mean"] == pytest.approx(sum(values) / 3)
+    assert cell(report, "ood", "deep-ensemble", "AUROC")["mean"] != cell(default, "ood", "deep-ensemble", "AUROC")["mean"]
+    votes = make_report(run_dir, write=False, ood_score="variation_ratio")  # one member has no vote to vary
+    assert cell(votes, "ood", "single", "AUROC")["mean"] is None and cell(votes, "ood", "deep-ensemble", "AUROC")["n"] == 3
+    assert make_report(run_dir, write=False, ood_score="mutual_information")["ood_score"] == "jsd"
+    assert_one_line_error(capsys, "report", run_dir, "--ood-score", "energi", "--no-figures",
+                          match="unknown --ood-score 'energi'; did you mean 'energy'")
+
+
+def test_an_ood_score_that_older_runs_lack_is_na_there_not_an_error(run_dir):
+    path = run_dir / "deep-ensemble" / f"seed-{SEEDS[0]}" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    ood = metrics["analyzers"]["ood"]
+    ood["version"] = 1
+    for name in ("energy", "max_logit", "variation_ratio", "expected_entropy"):
+        del ood["scores"][name]
+    atomic_write_json(path, metrics)
+    found = cell(make_report(run_dir, write=False, ood_score="max_logit"), "ood", "deep-ensemble", "AUROC")
+    assert found["n"] == 2 and found["mean"] == pytest.approx(
+        sum(seed_values(run_dir, "deep-ensemble", "ood", "scores", "max_logit", "auroc", "value", seeds=SEEDS[1:])) / 2)
+
+
+def test_new_calibration_and_pair_columns_and_their_peer_values(run_dir):
+    ours = make_report(run_dir, write=False)
+    theirs = make_report(run_dir, write=False, conventions="torch-uncertainty")
+    smooth = seed_values(run_dir, "deep-ensemble", "calibration", "splits", "id", "smooth_ece_tu", "value")
+    assert cell(theirs, "calibration", "deep-ensemble", "SmoothECE (torch-uncertainty)")["mean"] == pytest.approx(
+        sum(smooth) / 3)
+    assert cell(ours, "calibration", "deep-ensemble", "MCE")["n"] == 3
+    assert cell(ours, "id", "deep-ensemble", "AUGRC")["mean"] == pytest.approx(
+        sum(seed_values(run_dir, "deep-ensemble", "selective", "splits", "id", "augrc", "value")) / 3)
+    pairs = next(t for t in ours["tables"] if t["id"] == "pairs")
+    assert [c["name"] for c in pairs["columns"]] == ["KL (id)", "JSD (id)", "ambiguity (id)", "double-fault (id)",
+                                                    "error corr (id)", "Yule's Q (id)"]
+    jsd = seed_values(run_dir, "deep-ensemble", "member-pairs", "splits", "id", "jsd", "mean", "value")
+    assert cell(ours, "pairs", "deep-ensemble", "JSD (id)")["mean"] == pytest.approx(sum(jsd) / 3)
+    assert cell(ours, "pairs", "single", "JSD (id)")["mean"] is None  # k = 1: skipped
+
+
+def test_the_ood_histogram_draws_the_chosen_score(run_dir):
+    report = make_report(run_dir, ood_score="energy")
+    titles = {figure["name"]: figure["title"] for figure in report["figures"]}
+    assert "energy" in titles["ood-scores"] and "σ*" in titles["smooth-reliability"]

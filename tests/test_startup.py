@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.cli import assert_one_line_error, run_cli
+from tests.cli import run_cli
 
 TYPOS = [
     (["train", "--preset", "digts"], "did you mean 'digits'"),

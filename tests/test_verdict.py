@@ -9,7 +9,8 @@ import torch
 
 from ensdiag.predictions import save_predictions
 from ensdiag.report.load import load_runs
-from ensdiag.report.verdict import sentence, verdict
+from ensdiag.report.verdict import verdict
+from ensdiag.report.verdict_text import answer, sentence
 
 from .cli import run_cli
 
@@ -57,20 +58,46 @@ def test_no_share_is_given_when_the_deep_ensemble_gains_nothing(tmp_path):
     entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]
     assert entry["nll"]["value"] is None and entry["nll"]["reference_gain"] == pytest.approx(0.0)
     assert entry["nll"]["undetermined"] == "no gain"
-    assert "not determined by these seeds (the Deep Ensemble gains nothing" in sentence("BatchEnsemble", entry)
+    assert "No share of the NLL and ECE gains: the Deep Ensemble gains nothing" in sentence("BatchEnsemble", entry)
 
 
-def _t_interval(values):
-    from scipy import stats
-    mean, sd = sum(values) / len(values), torch.tensor(values, dtype=torch.float64).std().item()
-    half = stats.t.ppf(0.975, len(values) - 1) * sd / math.sqrt(len(values))
-    return mean - half, mean + half
+def _fieller_by_inverting_the_paired_t_test(a, b, level=0.95):
+    """The ρ where SciPy's paired t-test of a − ρ·b = 0 has p = 1 − level, found by root search on
+    either side of mean(a)/mean(b): an independent computation of Fieller's interval."""
+    from scipy import optimize, stats
+    a, b = torch.tensor(a, dtype=torch.float64).numpy(), torch.tensor(b, dtype=torch.float64).numpy()
+    estimate = a.mean() / b.mean()
+    pvalue = lambda rho: stats.ttest_1samp(a - rho * b, 0.0).pvalue - (1 - level)  # noqa: E731
+    step = 1.0
+    while pvalue(estimate - step) > 0 or pvalue(estimate + step) > 0:
+        step *= 2
+        assert step < 1e6, "unbounded"
+    return [optimize.brentq(pvalue, estimate - step, estimate, xtol=1e-12),
+            optimize.brentq(pvalue, estimate, estimate + step, xtol=1e-12)]
 
 
-def test_with_three_seeds_no_interval_is_narrower_than_the_t_interval_of_its_per_seed_shares(tmp_path):
+@pytest.mark.parametrize("seed", range(6))
+def test_fieller_equals_the_inverted_paired_t_test(seed):
+    from ensdiag.report.stats import fieller
+    generator = torch.Generator().manual_seed(seed)
+    n = 3 + seed
+    b = (1.0 + 0.2 * torch.randn(n, generator=generator, dtype=torch.float64)).tolist()
+    a = [0.4 * value + 0.1 * noise for value, noise in zip(b, torch.randn(n, generator=generator, dtype=torch.float64))]
+    assert fieller(a, b) == pytest.approx(_fieller_by_inverting_the_paired_t_test(a, b), abs=1e-8)
+
+
+def test_fieller_gives_no_interval_when_the_denominator_is_not_told_from_zero():
+    from ensdiag.report.stats import fieller
+    assert fieller([0.5, 0.4, 0.6], [0.3, -0.2, 0.1]) is None  # mean 0.067, t-interval holds 0: unbounded
+    assert fieller([1.0], [2.0]) is None  # one pair: no spread to speak of
+    assert fieller([1.0, 1.0], [2.0, 2.0]) == pytest.approx([0.5, 0.5])
+
+
+def test_every_printed_share_interval_holds_fiellers_interval_for_the_ratio_of_means(tmp_path):
     """Per-seed shares 4 %, 83 %, 83 % (the case a reviewer found): the bootstrap alone gave
-    [4 %, 98 %]; the interval must hold Student-t's [−57 %, 169 %]-like spread, and then it is
-    wider than 0–100 %, so the share is not determined."""
+    [4 %, 98 %]; the interval printed must hold Fieller's for the printed ratio of means (here the
+    Deep Ensemble's gain is the same every seed, so it is Student-t's over the per-seed shares), and
+    an interval that straddles the lines answers nothing."""
     single, deep = 0.6, 0.9
     shares = [0.04, 0.83, 0.83, 0.5, 0.6, 0.55]
     method = [math.exp(math.log(single) + share * (math.log(deep) - math.log(single))) for share in shares]
@@ -78,13 +105,86 @@ def test_with_three_seeds_no_interval_is_narrower_than_the_t_interval_of_its_per
         root = write_run(tmp_path / f"run-{picked[0]:.4f}", {"single": (1, single), "deep-ensemble": (3, deep),
                                                            "batch-ensemble": (3, picked)}, seeds=seeds)
         entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]["nll"]
-        per_seed = [(math.log(single) - math.log(p)) / (math.log(single) - math.log(deep)) for p in picked]
-        low, high = _t_interval(per_seed)
+        gain = math.log(deep) - math.log(single)
+        mine = [math.log(p) - math.log(single) for p in picked]
+        low, high = _fieller_by_inverting_the_paired_t_test(mine, [gain] * 3)
         assert entry["interval"][0] <= low + 1e-6 and entry["interval"][1] >= high - 1e-6  # float32 logits
-        if high - low > 1:
-            assert entry["value"] is None and entry["undetermined"] == "wide"
-        else:
-            assert entry["value"] == pytest.approx(sum(per_seed) / 3, abs=0.02) and entry["undetermined"] is None
+        assert entry["value"] == pytest.approx(sum(mine) / 3 / gain, abs=1e-6)
+        from ensdiag.report.stats import settles
+        assert entry["answer"] == settles(entry["interval"])
+        if low < 0.5 < high:
+            assert entry["answer"] == "unsettled"
+
+
+def _spread_logits(k, p_label, spread, n=N):
+    """k members whose label probabilities are p_label ± spread (member i: evenly spaced), every example alike."""
+    rows = []
+    for i in range(k):
+        p = p_label + spread * ((i - (k - 1) / 2) / max((k - 1) / 2, 1))
+        rows.append(torch.tensor([math.log(p), math.log(1 - p)]).expand(n, 2))
+    return torch.stack(rows).clone()
+
+
+def write_spread_run(root, methods, seeds=(1, 2, 3)):
+    """{run: (k, p_label or [p_label per seed], [spread per seed])}: members that disagree, by seed."""
+    from ensdiag.config import preset_config
+    config = preset_config("digits", methods=list(methods), seeds=list(seeds))
+    root.mkdir()
+    (root / "experiment.json").write_text(json.dumps({"format": "ensdiag.experiment/1", "config": config.to_dict()}))
+    for run, (k, p, spreads) in methods.items():
+        for index, (seed, spread) in enumerate(zip(seeds, spreads)):
+            folder = root / run / f"seed-{seed}"
+            folder.mkdir(parents=True)
+            p_seed = p[index] if isinstance(p, (list, tuple)) else p
+            save_predictions({"id": {"logits": _spread_logits(k, p_seed, spread), "labels": torch.zeros(N, dtype=torch.long)}},
+                             folder / "predictions.safetensors")
+            (folder / "metrics.json").write_text(json.dumps({"analyzers": {}, "splits": {"id": {"n": N}}}))
+            (folder / "meta.json").write_text(json.dumps({"run": run, "seed": seed}))
+    return root
+
+
+def test_a_diversity_far_below_the_deep_ensembles_reads_like_a_single_model_while_its_gains_are_open(tmp_path):
+    root = write_spread_run(tmp_path / "run", {"single": (1, 0.7, [0, 0, 0]),
+                                               "deep-ensemble": (3, 0.75, [0.2, 0.21, 0.19]),
+                                               "batch-ensemble": (3, [0.66, 0.8, 0.7], [0.05, 0.055, 0.05])})
+    entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]
+    diversity = entry["diversity"]
+    assert diversity["answer"] == "single" and diversity["interval"][1] <= 0.25
+    assert entry["nll"]["answer"] == "unsettled"
+    kl = [float(-torch.logsumexp(torch.log_softmax(_spread_logits(3, p, s, 1), -1).mean(0), -1))
+          for p, s in ((0.66, 0.05), (0.8, 0.055), (0.7, 0.05), (0.75, 0.2), (0.75, 0.21), (0.75, 0.19))]
+    low, high = _fieller_by_inverting_the_paired_t_test(kl[:3], kl[3:])
+    assert diversity["value"] == pytest.approx(sum(kl[:3]) / sum(kl[3:]), rel=1e-5)
+    assert diversity["interval"][0] <= low + 1e-6 and diversity["interval"][1] >= high - 1e-6
+    line = answer("BatchEnsemble", entry)
+    assert line.startswith("BatchEnsemble: like a single model on diversity") and line.count("not settled") <= 1
+    assert "Diversity: like a single model — " in sentence("BatchEnsemble", entry)
+
+
+def test_a_diversity_interval_never_holds_negative_values(tmp_path):
+    """Per-seed diversities that vary wildly: Fieller's lower bound would fall below 0, which a KL
+    diversity ratio cannot take; the printed interval starts at 0 and still holds the rest."""
+    root = write_spread_run(tmp_path / "run", {"single": (1, 0.7, [0, 0, 0]),
+                                               "deep-ensemble": (3, 0.75, [0.2, 0.18, 0.22]),
+                                               "mc-dropout": (3, 0.7, [0.01, 0.25, 0.002])})
+    diversity = verdict(root, load_runs(root)["runs"])["mc-dropout"]["diversity"]
+    assert diversity["interval"][0] == 0.0 and diversity["interval"][1] > diversity["value"] > 0
+
+
+def test_a_diversity_above_the_deep_ensembles_says_what_drives_it(tmp_path):
+    """Members that are individually worse (label probability 0.6 ± 0.3 against the Deep Ensemble's
+    0.8 ± 0.15): more KL diversity, and the sentence says it comes from weaker members."""
+    root = write_spread_run(tmp_path / "run", {"single": (1, 0.8, [0, 0, 0]),
+                                               "deep-ensemble": (3, 0.8, [0.15, 0.16, 0.14]),
+                                               "mc-dropout": (3, 0.6, [0.3, 0.31, 0.29])})
+    entry = verdict(root, load_runs(root)["runs"])["mc-dropout"]
+    assert entry["diversity"]["value"] > 1
+    drivers = entry["diversity"]["drivers"]
+    assert drivers["member_nll_difference"]["interval"][0] > 0
+    assert drivers["member_nll"]["value"] - drivers["reference_member_nll"]["value"] == pytest.approx(
+        drivers["member_nll_difference"]["value"])
+    text = sentence("MC Dropout", entry)
+    assert "its members are individually worse" in text and "makes up for weaker members" in text
 
 
 def test_shares_outside_0_to_100_percent_say_what_they_mean(tmp_path):
@@ -92,9 +192,9 @@ def test_shares_outside_0_to_100_percent_say_what_they_mean(tmp_path):
                                         "packed-ensemble": (3, 0.9)})
     found = verdict(root, load_runs(root)["runs"])
     worse, beyond = sentence("BatchEnsemble", found["batch-ensemble"]), sentence("Packed", found["packed-ensemble"])
-    assert found["batch-ensemble"]["nll"]["value"] < 0 and "below 0 % is worse than the single model" in worse
-    assert found["packed-ensemble"]["nll"]["value"] > 1 and "above 100 % is more than the Deep Ensemble gains" in beyond
-    assert "the Deep Ensemble's gain: 0.288" in worse  # the Deep Ensemble's own NLL gain, log(0.8/0.6), printed with its share
+    assert found["batch-ensemble"]["nll"]["value"] < 0 and "Below 0 % is worse than the single model" in worse
+    assert found["packed-ensemble"]["nll"]["value"] > 1 and "Above 100 % is more than the Deep Ensemble gains" in beyond
+    assert "of the Deep Ensemble's (0.288" in worse  # the Deep Ensemble's own NLL gain, log(0.8/0.6), printed with its share
 
 
 def test_a_deep_ensemble_worse_than_the_single_model_gets_no_share(tmp_path):
@@ -172,16 +272,22 @@ def test_members_table_and_analyzer_notes_in_the_report(trio_run, tmp_path, caps
 
 
 def test_the_one_line_answer_follows_the_intervals():
-    from ensdiag.report.verdict import answer
 
     def entry(**shares):
-        found = {key: {"value": sum(bounds) / 2, "interval": bounds} for key, bounds in shares.items()}
+        from ensdiag.report.stats import settles
+        found = {key: {"value": sum(bounds) / 2, "interval": bounds, "answer": settles(bounds)}
+                 for key, bounds in shares.items()}
         return {"seeds": 3, "diversity": found.pop("diversity", {"value": None, "interval": None}), **found}
 
-    assert "behaves like an ensemble" in answer("X", entry(nll=(0.6, 0.9), diversity=(0.7, 1.1)))
-    assert "behaves like a single model" in answer("X", entry(nll=(-0.1, 0.2), auroc=(0.0, 0.1)))
-    assert "between a single model and an ensemble" in answer("X", entry(nll=(0.1, 0.9)))
-    assert "not determined" in answer("X", {"seeds": 3, "diversity": {"value": None, "interval": None}})
+    assert answer("X", entry(nll=(0.6, 0.9), diversity=(0.7, 1.1))) == "X: like an ensemble on NLL and diversity."
+    assert answer("X", entry(nll=(-0.1, 0.2), auroc=(0.0, 0.1))) == "X: like a single model on NLL and OOD AUROC."
+    assert answer("X", entry(nll=(0.1, 0.9), diversity=(0.0, 0.1))) == \
+        "X: like a single model on diversity; NLL not settled by 3 seeds."
+    assert answer("X", entry(nll=(0.6, 0.9), diversity=(0.0, 0.1))) == \
+        "X: mixed — like an ensemble on NLL; like a single model on diversity."
+    assert answer("X", entry(ece=(0.3, 0.45))) == "X: between a single model and an ensemble on ECE."
+    assert answer("X", {"seeds": 3, "diversity": {"value": None, "interval": None}}) == \
+        "X: not settled by 3 seeds on any question."
 
 
 def test_terminal_notes_never_split_an_interval_or_a_percentage():

@@ -21,8 +21,10 @@ for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 
-def analyze_predictions(predictions, weights=None, only=None) -> dict:
-    """Every registered analyzer (or those named in `only`) on the predictions; metrics.json's content."""
+def analyze_predictions(predictions, weights=None, only=None, without_data: str | None = None) -> dict:
+    """Every registered analyzer (or those named in `only`) on the predictions; metrics.json's content.
+    `without_data`: there are no predictions, and why: analyzers that read them are skipped with it
+    (those that read only the member weights, `reads_data=False`, still run)."""
     analyzers = all_analyzers()
     names = [name for name, analyzer in analyzers.items() if analyzer.needs == "predictions"] if only is None else list(only)
     predictions = without_ood_labels(predictions)  # OOD is unlabelled for every analyzer
@@ -32,14 +34,18 @@ def analyze_predictions(predictions, weights=None, only=None) -> dict:
                         for name, error in PLUGIN_ERRORS.items()})
     for name in names:
         analyzer = analyzers[name]
+        if without_data and analyzer.reads_data:
+            results[name] = {"status": "skipped", "description": analyzer.description, "reason": without_data}
+            continue
         try:
             results[name] = {"status": "ok", "description": analyzer.description, "version": analyzer.version,
                              **analyzer(predictions, weights)}
         except Skip as reason:
             results[name] = {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
-    first = next(iter(predictions.values()))["logits"]
-    return {"schema": METRICS_SCHEMA, "ensdiag_version": __version__, "num_members": first.shape[0],
-            "num_classes": first.shape[2],
+    first = next(iter(predictions.values()))["logits"] if predictions else None
+    return {"schema": METRICS_SCHEMA, "ensdiag_version": __version__,
+            "num_members": first.shape[0] if first is not None else len(weights) if isinstance(weights, list) else None,
+            "num_classes": first.shape[2] if first is not None else None,
             "splits": {name: {"n": split["logits"].shape[1], "labelled": split["labels"] is not None}
                        for name, split in predictions.items()},
             "conventions": {"log": "natural", "p̄": "mean of member softmax probabilities",

@@ -1,6 +1,7 @@
-"""`disagreement` (function space) and `weight-similarity` (parameter space) of members."""
+"""`disagreement` and `member-pairs` (function space) and `weight-similarity` (parameter space) of members."""
 
 from . import metrics as M
+from . import pairwise as P
 from .registry import Column, Skip, empty_metric, finite, metric, register_analyzer
 
 MAX_STORED_MATRIX = 256  # members up to which the k×k disagreement matrices are stored (metrics.json stays small)
@@ -39,13 +40,69 @@ def disagreement(predictions, weights=None):
     return {"splits": splits, **({"note": note} if note else {})}
 
 
+MAX_PAIR_MEMBERS = 64  # the pair matrices cost k²·N·C; above this many members only the disagreement is computed
+PAIRS = {  # key: (matrix function, needs labels, definition of the matrix)
+    "kl": (P.kl_matrix, False, "K[i,j] = mean over samples of KL(p_i ‖ p_j) (natural log): row i against column j, so "
+                               "K and its transpose are the two directions"),
+    "jsd": (P.jsd_matrix, False, "J[i,j] = mean over samples of JS(p_i, p_j) = H((p_i+p_j)/2) − (H(p_i)+H(p_j))/2, "
+                                 "in [0, log 2]"),
+    "double_fault": (P.double_fault, True, "DF[i,j] = fraction of samples both members i and j get wrong (Giacinto & "
+                                           "Roli); DF[i,i] = member i's error rate"),
+    "error_correlation": (P.error_correlation, True, "ρ[i,j] = Pearson correlation over samples of the error indicators "
+                                                     "1[argmax p_i ≠ y] and 1[argmax p_j ≠ y]; null where a member's "
+                                                     "errors do not vary"),
+    "yule_q": (P.yule_q, True, "Q[i,j] = (N¹¹N⁰⁰ − N¹⁰N⁰¹)/(N¹¹N⁰⁰ + N¹⁰N⁰¹) over samples members i, j get right (1) "
+                               "or wrong (0) (Yule's Q; Kuncheva & Whitaker 2003): 1 never wrong apart, −1 never wrong "
+                               "together; null where the denominator is 0"),
+}
+PAIR_MEAN = "mean of the off-diagonal entries (over the pairs where it is defined)"
+AMBIGUITY = ("Krogh–Vedelsby ambiguity: the mean over samples of mean_i ‖p_i − p̄‖², what averaging the probabilities "
+             "removes from the members' mean Brier score, whatever the label")
+
+
+@register_analyzer("member-pairs", description="Member pairs (mean off-diagonal of the k×k matrices on the "
+                   "in-distribution test set; every split's matrices in metrics.json)", columns=[
+                       Column(f"{label} (id)", ("splits", "id", key, *(("mean",) if key in PAIRS else ()), "value"),
+                              direction, definition, ("pairs",), 10 * index, "id")
+                       for index, (label, key, direction, definition) in enumerate([
+                           ("KL", "kl", None, "mean over pairs i ≠ j of mean_x KL(p_i ‖ p_j)"),
+                           ("JSD", "jsd", None, "mean over pairs of mean_x JS(p_i, p_j)"),
+                           ("ambiguity", "ambiguity", None, AMBIGUITY),
+                           ("double-fault", "double_fault", "down", "mean over pairs of the fraction both get wrong"),
+                           ("error corr", "error_correlation", None, "mean over pairs of the correlation of errors"),
+                           ("Yule's Q", "yule_q", None, "mean over pairs of Yule's Q of right/wrong")], start=1)])
+def member_pairs(predictions, weights=None):
+    k = next(iter(predictions.values()))["logits"].shape[0]
+    if k < 2:
+        raise Skip("needs at least two members (k = 1)")
+    if k > MAX_PAIR_MEMBERS:
+        raise Skip(f"k = {k} > {MAX_PAIR_MEMBERS}: the pair matrices cost k²·N·C (the disagreement analyzer still runs)")
+    splits = {}
+    for name, split in predictions.items():
+        logits, labels = split["logits"], split["labels"]
+        chosen = {key: entry for key, entry in PAIRS.items() if labels is not None or not entry[1]}
+        if logits.shape[1] == 0:
+            splits[name] = {**{key: {"matrix": empty_metric(definition), "mean": empty_metric(PAIR_MEAN)}
+                               for key, (_, _, definition) in chosen.items()}, "ambiguity": empty_metric(AMBIGUITY)}
+            continue
+        undefined = bool(M.undefined_predictions(logits).any())  # NaN logits: no mean over "the defined pairs"
+        entry = {}
+        for key, (function, labelled, definition) in chosen.items():
+            matrix = function(logits, labels) if labelled else function(logits)
+            mean = float("nan") if undefined else P.mean_defined_off_diagonal(matrix)
+            entry[key] = {"matrix": metric(matrix.tolist(), definition), "mean": metric(mean, PAIR_MEAN)}
+        entry["ambiguity"] = metric(P.ambiguity(logits), AMBIGUITY)
+        splits[name] = entry
+    return {"splits": splits}
+
+
 INITIAL = ("mean off-diagonal cosine of the members' weights at initialisation, before any training step: what the "
            "trained cosine is read against (BatchEnsemble's members share one W and start far above 0, "
            "independent members near 0)")
 
 
 @register_analyzer("weight-similarity", description="k×k cosine similarity of members' effective weights, overall and per layer",
-                   version=2,  # 2: the cosine at initialisation
+                   reads_data=False, version=2,  # 2: the cosine at initialisation
                    columns=[Column("weight cosine", ("mean", "value"), None, "mean off-diagonal cosine of members' weights",
                                    ("diversity",), 20),
                             Column("weight cosine at init", ("initial", "value"), None, INITIAL, ("diversity",), 20,
@@ -72,7 +129,7 @@ def weight_similarity(predictions, weights=None):
                          for layer, matrix in per_layer.items()}}  # NaN weights: null
     initial = getattr(weights, "initial", None)
     result["initial"] = (metric(initial["mean"], INITIAL, source=initial["source"]) if initial is not None else
-                         metric(None, INITIAL, note="no spec to rebuild the members from"))
+                         metric(None, INITIAL, note="not known: no spec to rebuild the members from, and none given (diagnose(initial=…))"))
     if scope:
         result["scope"] = scope
     return result if store else {**result, "note": note}

@@ -5,7 +5,7 @@ confidence ranks its own mistakes.
   (Gibbs), the ensemble's loss and their difference, with each identity stated (metrics.py,
   `ensemble_gain`); and each member's accuracy, NLL and ECE.
 - selective: risk–coverage of the ensemble (confidence max p̄) and of each member (its own max
-  softmax), and the area under it (AURC; lower is better).
+  softmax), the area under it (AURC) and under the generalised risk (AUGRC); lower is better.
 """
 
 import torch
@@ -13,6 +13,8 @@ import torch
 from . import metrics as M
 from .registry import Column, Skip, finite, metric, register_analyzer
 
+AUGRC = ("area under the generalised risk–coverage curve (Traub et al. 2024): mean over coverages j/N of (j/N)·risk_j, "
+         "the fraction of all samples accepted and wrong (ties share their mean error)")
 MAX_MEMBER_CURVES = 64  # members' risk–coverage curves are stored up to this k (their AURCs always)
 
 GAIN_DEFINITIONS = {
@@ -35,8 +37,21 @@ GAIN_DEFINITIONS = {
 }
 
 
+COMBINERS = {  # which ensemble each decomposition is of (Wood et al. 2023: the loss fixes the combiner it is exact for)
+    "arithmetic": {"ensemble": "p̄ = mean_i p_i, the arithmetic mean of the members' probabilities (ensdiag's prediction)",
+                   "terms": ["nll_ensemble", "nll_gap", "brier_ensemble", "brier_spread", "error_ensemble", "error_gap"],
+                   "identities": "Gibbs NLL − NLL(p̄) = nll_gap, Jensen's gap, which depends on the label (no "
+                                 "label-free diversity exists for cross-entropy with this combiner); Gibbs Brier − "
+                                 "Brier(p̄) = brier_spread = mean_i ‖p_i − p̄‖² exactly, label-free"},
+    "geometric": {"ensemble": "q̄ ∝ exp(mean_i log p_i), the normalised geometric mean of the members' probabilities",
+                  "terms": ["nll_geometric", "kl_diversity"],
+                  "identities": "Gibbs NLL − NLL(q̄) = kl_diversity = mean_i KL(q̄ ‖ p_i) exactly, label-free"},
+}
+
+
 @register_analyzer("ensemble-gain", description="Gibbs vs ensemble loss for NLL, Brier and 0-1 loss: what the "
-                   "members' diversity buys", columns=[
+                   "members' diversity buys", version=2,  # 2: the combiners named
+                   columns=[
                        Column("NLL gap", ("splits", "id", "nll_gap", "value"), "up", GAIN_DEFINITIONS["nll_gap"],
                               ("gain",), 10, split="id"),
                        Column("KL diversity", ("splits", "id", "kl_diversity", "value"), "up",
@@ -62,15 +77,18 @@ def ensemble_gain(predictions, weights=None):
         splits[name] = {key: metric(value, GAIN_DEFINITIONS[key]) for key, value in gain.items()}
     if not splits:
         raise Skip("no split has labels")
-    return {"splits": splits}
+    return {"splits": splits, "combiners": COMBINERS}
 
 
 @register_analyzer("selective", description="Risk–coverage of the ensemble and of each member; AURC",
-                   version=2,  # 2: torch-uncertainty's trapezoid AURC beside ensdiag's
+                   version=3,  # 2: torch-uncertainty's trapezoid AURC beside ensdiag's; 3: AUGRC
                    columns=[Column("AURC", ("splits", "{split}", "aurc", "value"), "down",
                                    "area under the risk–coverage curve of p̄ (samples accepted by decreasing max p̄)",
                                    ("id", "shift"), 35, peer=("splits", "{split}", "aurc_trapezoid", "value"),
-                                   peer_since=2)])
+                                   peer_since=2),
+                            Column("AUGRC", ("splits", "{split}", "augrc", "value"), "down", AUGRC,
+                                   ("id", "shift"), 36, since=3, peer=("splits", "{split}", "augrc_trapezoid", "value"),
+                                   peer_since=3)])
 def selective(predictions, weights=None, points=101):
     splits = {}
     for name, split in predictions.items():
@@ -93,6 +111,9 @@ def selective(predictions, weights=None, points=101):
                                  "(ties share their mean error)"),
             "aurc_trapezoid": metric(M.aurc_trapezoid(risk), "torch-uncertainty's AURC: the trapezoid rule over the "
                                      "same risks at coverages 1/N..1, divided by 1 − 1/N"),
+            "augrc": metric(M.augrc(risk), AUGRC),
+            "augrc_trapezoid": metric(M.augrc_trapezoid(risk), "torch-uncertainty's AUGRC: the trapezoid rule over the "
+                                      "generalised risks (j/N)·risk_j at coverages 1/N..1, divided by 1 − 1/N"),
             "member_aurc": metric(member_aurc, "each member's AURC with its own max softmax as confidence"),
             "curve": finite({"coverage": ((at + 1) / len(labels)).tolist(), "risk": risk[at].tolist(),
                              "member_risk": member_curves}),

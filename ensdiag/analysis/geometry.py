@@ -9,6 +9,10 @@ They read the model through a `ModelProbe`:
 
     probe = ModelProbe(ensemble, {"id": test_split, "ood": ood_split}, normalize, train_images=images)
     analyze_model(probe)["cka"]["splits"]["id"]["layers"]["hidden.0"]["linear"]["value"]   # k×k
+
+Nothing here depends on a user-visible seed: the training sample, the alignment's restarts and the
+null baseline draw from fixed seeds (`GEOMETRY_SEED`, align.RESTARTS), so `train`, `diversity` and
+`diagnose()` give the same numbers for the same weights and data.
 """
 
 from dataclasses import dataclass, field
@@ -23,6 +27,7 @@ PATH_PAIRS = 3  # member 0 with members 1..3
 PATH_EXAMPLES = 5000  # test images each point of a path is evaluated on (at most)
 BATCHNORM_EXAMPLES = 2000  # training images BatchNorm statistics are recomputed on, at every point
 MAX_MEMBERS = 64  # every pair is compared (k×k matrices per layer, k − 1 alignments): beyond this, skipped
+GEOMETRY_SEED = 0  # the training sample's and the null baseline's draws: fixed, the same on every path
 CKA_REPRESENTATION = ("each representation point's output (linear layers before their activation; convolutional "
                       "feature maps averaged over positions), features centred over the examples")
 
@@ -31,20 +36,22 @@ CKA_REPRESENTATION = ("each representation point's output (linear layers before 
 class ModelProbe:
     """An ensemble (anything `ensembles.as_ensemble` takes) with the data model analyzers read:
     `splits` maps "id" (labelled test images) and "ood" to `Split`s; `train_images` (or None) are
-    for BatchNorm statistics and, with `train_labels`, for the training loss along paths;
-    `max_examples` caps the images per split."""
+    for BatchNorm statistics and, with `train_labels`, for the training loss along paths
+    (`train_source` says which examples they are, e.g. the training split without its validation
+    examples); `max_examples` caps the images per split; `restarts`: weight matching's group orders."""
 
     ensemble: object
     splits: dict
     normalize: object
     train_images: torch.Tensor | None = None
     max_examples: int | None = None
-    seed: int = 0
     train_labels: torch.Tensor | None = None
     path_pairs: int = PATH_PAIRS
     path_points: int | str = PATH_POINTS  # or "adaptive" (geometry/paths.py)
     limits: dict = field(default_factory=dict)  # a budget's examples per step: "cka", "paths", "batchnorm" (planning.py)
     enough: object = None  # a budget's precision target for paths: enough(per-example curves) -> bool
+    train_source: str | None = None
+    restarts: int | None = None  # None: align.RESTARTS
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -59,7 +66,7 @@ class ModelProbe:
         return split.subset(slice(0, limit)) if limit < len(split) else split
 
     def _training_pick(self):
-        pick = torch.randperm(len(self.train_images), generator=torch.Generator().manual_seed(self.seed))
+        pick = torch.randperm(len(self.train_images), generator=torch.Generator().manual_seed(GEOMETRY_SEED))
         return pick[:self.limits.get("batchnorm", BATCHNORM_EXAMPLES)].sort().values
 
     def batchnorm_images(self):
@@ -74,7 +81,8 @@ class ModelProbe:
         if self.train_images is None or self.train_labels is None or len(self.train_images) == 0:
             return None
         pick = self._training_pick()
-        return Split(self.train_images[pick], self.train_labels[pick], "training sample")
+        return Split(self.train_images[pick], self.train_labels[pick],
+                     f"{len(pick)} of {self.train_source or f'{len(self.train_images)} training examples'}")
 
     def members(self) -> list:
         """Every member as a plain network (one set of weights per member), or Skip."""
@@ -88,7 +96,8 @@ class ModelProbe:
         return self._cache["members"]
 
     def aligned(self):
-        """(groups, member states aligned to member 0) for members that own their weights, or Skip."""
+        """(groups, member states, `cosine_before_and_after`'s result: every member aligned to member 0
+        by its best restart, and each restart) for members that own their weights, or Skip."""
         if not self.ensemble.own_weights:
             self.members()  # the reason members cannot be compared comes first
             raise Skip(f"{self.ensemble.method} members share weights, so their units are already in one order")
@@ -103,7 +112,9 @@ class ModelProbe:
             states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
             if not all_finite(states):
                 raise Skip("non-finite weights: no permutation matches them")
-            self._cache["aligned"] = (groups, states, cosine_before_and_after(networks[0], states, groups, self.seed))
+            from ..geometry.align import RESTARTS
+            found = cosine_before_and_after(networks[0], states, groups, self.restarts or RESTARTS)
+            self._cache["aligned"] = (groups, states, found)
         return self._cache["aligned"]
 
 
@@ -171,7 +182,7 @@ def alignment(probe):
                 scratch.load_state_dict(state)
                 change = max(change, (scratch(x) - network(x)).abs().max().item())
     from ..geometry.baselines import aligned_null
-    null = aligned_null(probe.ensemble, probe.seed) or {"raw": None, "aligned": None, "members": None, "layers": {}}
+    null = aligned_null(probe.ensemble, GEOMETRY_SEED) or {"raw": None, "aligned": None, "members": None, "layers": {}}
     return {"raw": {"matrix": metric(raw.tolist(), "cosine of members' weights as trained"),
                     "mean": metric(M.mean_off_diagonal(raw), "mean off-diagonal cosine, as trained")},
             "aligned": {"matrix": metric(after.tolist(), "cosine after aligning every member to member 0"),
@@ -183,24 +194,40 @@ def alignment(probe):
             "null": {"raw": metric(null["raw"], "mean off-diagonal cosine of independently initialised, untrained "
                                                "members as built"),
                      "aligned": metric(null["aligned"], NULL_ALIGNED), "members": null["members"]},
-            "groups": len(groups),
+            "groups": len(groups), "restarts": probe.restarts or _restarts(),
             "max_output_change": metric(change, "largest |logit change| of an aligned member on up to 256 test images "
                                                 "(0 up to float rounding: alignment keeps every function)")}
 
 
-@register_analyzer("paths", needs="model", description="loss and accuracy on the straight line between members' weights",
-                   version=2,  # 2: the example-level interval of each barrier
+def _restarts() -> int:
+    from ..geometry.align import RESTARTS
+    return RESTARTS
+
+
+BARRIERS = ("loss_barrier", "accuracy_barrier", "train_loss_barrier")
+
+
+@register_analyzer("paths", needs="model", version=3,  # 2: least over alignment restarts, their range; 3: intervals
+                   description="loss and accuracy on the straight line between members' weights",
                    columns=[Column("test-loss barrier", ("loss_barrier", "value"), "down",
-                                   "largest rise of the test loss above the line between two members (mean over pairs); "
-                                   "0 can mean averaged weights temper over-confident logits, not connectivity",
+                                   "largest rise of the test loss above the line between two members (per pair the "
+                                   "least over weight matching's restarts, then the mean over pairs); 0 can mean "
+                                   "averaged weights temper over-confident logits, not connectivity",
                                    ("geometry",), 40, "id"),
+                            Column("test-loss barrier, worst restart", ("loss_barrier_max", "value"), None,
+                                   "the same with the largest barrier over weight matching's restarts (mean over "
+                                   "pairs): beside the least, how much the barrier depends on the alignment's "
+                                   "local optimum", ("geometry",), 40, "id", since=2),
                             Column("error barrier", ("accuracy_barrier", "value"), "down",
-                                   "largest rise of the test error above the line between two members (mean over pairs; "
-                                   "Frankle et al.)", ("geometry",), 41, "id"),
+                                   "largest rise of the test error above the line between two members (least over "
+                                   "restarts, mean over pairs; Frankle et al.)", ("geometry",), 41, "id"),
                             Column("train-loss barrier", ("train_loss_barrier", "value"), "down",
-                                   "largest rise of the training loss, on a fixed training sample, above the line between "
-                                   "two members (mean over pairs; Ainsworth et al.)", ("geometry",), 42, "id")])
+                                   "largest rise of the training loss, on a fixed sample of training examples (never "
+                                   "validation ones where the model file says which they were), above the line "
+                                   "between two members (least over restarts, mean over pairs; Ainsworth et al.)",
+                                   ("geometry",), 42, "id")])
 def paths(probe):
+    from ..geometry.align import permute_state
     from ..geometry.paths import barrier, describe_points, path
     networks = probe.members()
     test = probe.split("id", limit=probe.limits.get("paths", PATH_EXAMPLES))
@@ -210,58 +237,81 @@ def paths(probe):
     train = probe.batchnorm_images()
     if has_norm and (train is None or len(train) < 2):
         raise Skip("the network has BatchNorm, whose statistics along a path need training images (two or more; none loaded)")
+    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
     try:
-        ends, how = probe.aligned()[2]["states"], "aligned to member 0 by weight matching"
+        groups, _, found = probe.aligned()
+        how = f"aligned to member 0 by weight matching, {probe.restarts or _restarts()} restarts"
+        ends = {j: [(entry["seeds"], permute_state(states[j], groups, entry["perms"])) for entry in found["restarts"][j]]
+                for j in found["restarts"]}
     except Skip:
-        ends = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
         how = "as trained (members share weights or have no permutation rule)"
+        ends = {j: [(None, states[j])] for j in range(1, len(states))}
     scratch = probe.ensemble.member_network(0)
     sample = probe.training_sample()
     pairs = []
     for j in range(1, min(len(networks), probe.path_pairs + 1)):
-        found = path(scratch, ends[0], ends[j], test, probe.normalize, train if has_norm else None, probe.path_points, sample,
-                     enough=probe.enough if j == 1 else None)
-        test = test.subset(slice(0, found.pop("n")))  # a precision target stopped the first pair: the others read as many
-        pairs.append({"members": [0, j], **found, "loss_barrier": barrier(found["t"], found["loss"]),
-                      "accuracy_barrier": barrier(found["t"], found["accuracy"], higher_is_worse=False),
-                      **({"train_loss_barrier": barrier(found["t"], found["train_loss"])} if sample is not None else {})})
-    intervals = barrier_intervals(pairs)  # the per-example losses leave the pairs here
+        walked = []
+        for seeds, end in ends[j]:  # every distinct alignment: each can give another barrier
+            curve = path(scratch, states[0], end, test, probe.normalize, train if has_norm else None, probe.path_points,
+                         sample, enough=probe.enough if j == 1 and not walked else None)
+            test = test.subset(slice(0, curve.pop("n")))  # a precision target stopped the first walk: the rest read as many
+            barriers = {"loss_barrier": barrier(curve["t"], curve["loss"]),
+                        "accuracy_barrier": barrier(curve["t"], curve["accuracy"], higher_is_worse=False),
+                        **({"train_loss_barrier": barrier(curve["t"], curve["train_loss"])} if sample is not None else {})}
+            walked.append((seeds, curve, barriers))
+        # each barrier's interval is that of the restart giving its least value (per-example curves leave here)
+        least_of = {key: min(walked, key=lambda item: item[2][key])[1] for key in walked[0][2]}
+        examples = {key: (curve["t"], curve["examples"]) for key, curve in least_of.items()}
+        for _, curve, _ in walked:
+            curve.pop("examples")
+        _, lowest, _ = min(walked, key=lambda item: item[2]["loss_barrier"])  # the curve shown: the lowest test loss
+        pairs.append({"members": [0, j], **lowest,
+                      **{key: min(b[key] for _, _, b in walked) for key in walked[0][2]},
+                      **{f"{key}_max": max(b[key] for _, _, b in walked) for key in walked[0][2]},
+                      "restarts": [{"seeds": seeds, **b} for seeds, _, b in walked], "examples": examples})
+    intervals = barrier_intervals(pairs)  # the per-example curves leave the pairs here
     mean = lambda key: sum(pair[key] for pair in pairs) / len(pairs) if key in pairs[0] else None  # noqa: E731
     batchnorm = (f"BatchNorm statistics recomputed on {len(train)} training images at every point" if has_norm
                  else "no BatchNorm in the network")
+    least = "least over the alignment's restarts per pair, then the mean over pairs"
     return {"pairs": pairs, "ends": how, "points": describe_points(probe.path_points), "batchnorm": batchnorm, "n": len(test),
             "train_n": len(sample) if sample is not None else 0,
-            "loss_barrier": metric(mean("loss_barrier"), "max_t L(θ(t)) − ((1−t)L(θ_0) + tL(θ_1)) on the test set, mean "
-                                   "over pairs; can be 0 without connectivity (averaging tempers over-confident logits)",
+            "train_examples": sample.source if sample is not None else None,
+            "loss_barrier": metric(mean("loss_barrier"), f"max_t L(θ(t)) − ((1−t)L(θ_0) + tL(θ_1)) on the test set, {least}; "
+                                   "can be 0 without connectivity (averaging tempers over-confident logits)",
                                    **intervals.get("loss_barrier", {})),
             "accuracy_barrier": metric(mean("accuracy_barrier"), "error barrier: max_t of test accuracy below the line "
-                                       "between the ends (= test error above it), mean over pairs",
+                                       f"between the ends (= test error above it), {least}",
                                        **intervals.get("accuracy_barrier", {})),
             "train_loss_barrier": metric(mean("train_loss_barrier"), "max_t of the training loss above the line between "
-                                         "the ends, on a fixed training sample, mean over pairs (null without training labels)",
-                                         **intervals.get("train_loss_barrier", {}))}
+                                         f"the ends, on a fixed training sample, {least} (null without training labels)",
+                                         **intervals.get("train_loss_barrier", {})),
+            **{f"{key}_max": metric(mean(f"{key}_max"), f"as {key}, with the largest over the restarts per pair")
+               for key in BARRIERS}}
 
 
 def barrier_intervals(pairs: list) -> dict:
-    """{barrier key: {"interval": entry}} from the pairs' per-example curves, which are removed from the pairs."""
+    """{barrier key: {"interval": entry}} from each pair's per-example curves of the restart giving
+    that barrier (they are removed from the pairs)."""
     from ..geometry.paths import excess
     from ..geometry.resampled import barrier_interval
     found = {}
     curves = [pair.pop("examples") for pair in pairs]
     for key, values, split, worse in (("loss_barrier", "loss", "id", True), ("accuracy_barrier", "accuracy", "id", False),
                                       ("train_loss_barrier", "train_loss", "train", True)):
-        if all(values in curve for curve in curves):
-            found[key] = {"interval": barrier_interval([(pair["t"], excess(pair["t"], curve[values], worse))
-                                                        for pair, curve in zip(pairs, curves)], split)}
+        if all(key in curve and values in curve[key][1] for curve in curves):
+            found[key] = {"interval": barrier_interval([(curve[key][0], excess(curve[key][0], curve[key][1][values], worse))
+                                                        for curve in curves], split)}
     return found
 
 
-@register_analyzer("rank-structure", needs="model", reads_data=False, description="rank of W_i ⊘ W_j per layer (1 for BatchEnsemble members)",
+@register_analyzer("rank-structure", needs="model", reads_data=False, version=2,  # 2: a tolerance from float rounding
+                   description="rank of W_i ⊘ W_j per layer (1 for BatchEnsemble members)",
                    columns=[Column("rank-1 layers", ("rank_one", "value"), None,
                                    "fraction of weight layers whose member-weight ratio W_i ⊘ W_0 has rank 1",
                                    ("geometry",), 50)])
 def rank_structure(probe):
-    from ..geometry.rank import RELATIVE_TOLERANCE, rank_structure as structure
+    from ..geometry.rank import ROUNDINGS, TOLERANCE_RULE, rank_structure as structure
     weights = probe.ensemble.member_weights()
     if len(weights) < 2:
         raise Skip("one set of weights shared by all members (single model / MC Dropout)")
@@ -281,6 +331,9 @@ def rank_structure(probe):
     if by_construction and rank_one is not None:
         summary += (" (true by construction for this method: a check of the rebuilt members, "
                     "not evidence about their diversity)")
-    return {**found, "tolerance": RELATIVE_TOLERANCE, "summary": summary, "construction_check": by_construction,
-            "rank_one": metric(rank_one, "fraction of weight layers whose ratio W_i ⊘ W_0 has rank 1 (σ_r/σ_1 > tolerance "
-                                         "counted; layers whose ratio has one row or column tell nothing and are left out)")}
+    dtype = next((tensor.dtype for tensor in weights[0].values() if tensor.is_floating_point()), torch.float32)
+    delta = ROUNDINGS * torch.finfo(dtype).eps / 2
+    return {**found, "tolerance": delta, "tolerance_rule": TOLERANCE_RULE, "summary": summary,
+            "construction_check": by_construction,
+            "rank_one": metric(rank_one, "fraction of weight layers whose ratio W_i ⊘ W_0 has rank 1 (singular values above "
+                                         "what float rounding can add counted, `tolerance_rule`; layers whose ratio has one row or column tell nothing and are left out)")}

@@ -104,10 +104,26 @@ def overconfidence(logits, labels, num_bins: int = 15) -> float:
     return _calibration_error(bin_statistics(confidence, predicted == labels, num_bins), len(labels), signed=True)
 
 
+def max_calibration_error(logits, labels, num_bins: int = 15) -> float:
+    """MCE: max over the non-empty equal-width bins of max p̄ of |acc_b − conf_b| (the ECE's bins)."""
+    confidence, predicted = mean_probs(logits).max(dim=1)
+    stats = bin_statistics(confidence, predicted == labels, num_bins)
+    filled = stats["count"] > 0
+    gap = (stats["confidence"][filled] - stats["target"][filled]).abs() / stats["count"][filled]
+    return gap.max().item() if filled.any() else math.nan
+
+
 def classwise_ece(logits, labels, num_bins: int = 15) -> float:
-    """Mean over classes c of Σ_b |B_b|/N · |mean 1[y = c] − mean p̄_c| over equal-width bins of p̄_c."""
+    """Mean over classes c of Σ_b |B_b|/N · |mean 1[y = c] − mean p̄_c| over equal-width bins of p̄_c.
+
+    The mean is over the classes that occur: the label of some sample, or p̄_c > 0 on some sample
+    (every class, for softmax outputs of finite logits). A choice that no question has (padding,
+    `PAD_LOGIT`) has p̄_c = 0 everywhere and is never the label: no class, so padding a question
+    set to more choices leaves this number as it was."""
     p = mean_probs(logits)
-    per_class = [_calibration_error(bin_statistics(p[:, c], labels == c, num_bins), len(labels)) for c in range(p.shape[1])]
+    present = (p > 0).any(0) | (torch.bincount(labels, minlength=p.shape[1]) > 0)
+    per_class = [_calibration_error(bin_statistics(p[:, c], labels == c, num_bins), len(labels))
+                 for c in range(p.shape[1]) if present[c]]
     return sum(per_class) / len(per_class)
 
 
@@ -336,6 +352,19 @@ def risk_coverage(confidence: torch.Tensor, errors: torch.Tensor) -> tuple[torch
     group_mean = torch.zeros(len(counts), dtype=torch.float64).index_add_(0, inverse, errs) / counts
     risk = torch.cumsum(group_mean[inverse], 0) / torch.arange(1, n + 1, dtype=torch.float64)
     return risk, risk.mean().item()
+
+
+def augrc(risk: torch.Tensor) -> float:
+    """AUGRC (Traub et al. 2024) from the risks of `risk_coverage`: the mean over coverages j/N of
+    the generalised risk (j/N)·risk_j, the fraction of all N samples accepted and wrong."""
+    n = len(risk)
+    coverage = torch.arange(1, n + 1, dtype=torch.float64) / n
+    return (coverage * risk).mean().item() if n else math.nan
+
+
+def augrc_trapezoid(risk: torch.Tensor) -> float:
+    """torch-uncertainty's AUGRC: `aurc_trapezoid` of the generalised risks (j/N)·risk_j."""
+    return aurc_trapezoid(torch.arange(1, len(risk) + 1, dtype=torch.float64) / max(len(risk), 1) * risk)
 
 
 def aurc_trapezoid(risk: torch.Tensor) -> float:

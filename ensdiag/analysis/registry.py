@@ -109,7 +109,7 @@ class Analyzer:
     source: str = "built-in"
     columns: tuple[Column, ...] = ()
     needs: str = "predictions"  # or "model": called with a ModelProbe
-    reads_data: bool = True  # a model analyzer that reads only the weights says False (it runs without data)
+    reads_data: bool = True  # an analyzer that reads only the member weights says False (it runs without data)
 
     def __call__(self, predictions, weights=None):
         return self.function(predictions, weights)
@@ -139,8 +139,8 @@ def register_resampler(name: str):
 def register_analyzer(name: str, description: str = "", version: int = 1, source: str = "built-in", columns=(),
                       needs: str = "predictions", reads_data: bool = True):
     """Register `function(predictions, weights) -> result` (or `function(probe)` with `needs="model"`);
-    `columns` declare what reports show of it; `reads_data=False`: a model analyzer that needs only
-    the members' weights (it runs where there is no data)."""
+    `columns` declare what reports show of it; `reads_data=False`: an analyzer that needs only the
+    members' weights (it runs where there is no data)."""
     if needs not in ("predictions", "model"):
         raise ValueError(f"analyzer {name!r}: needs must be 'predictions' or 'model', not {needs!r}")
 

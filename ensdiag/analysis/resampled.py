@@ -10,7 +10,8 @@ block of resamples is a few matrix products over per-example quantities computed
 - binned calibration errors (ECE, classwise, adaptive): per-bin sums from the counts, returned
   as a `bootstrap.Folded` (bin masses and mean gaps) for the bias-aware ray interval;
 - AUROC, AUPR and FPR95: the tie groups of one sort, weighted by the counts;
-- AURC: tie groups of the confidence, with the sum of risks over a group's positions in closed
+- SmoothECE: every kernel sum weighted by the counts (smooth_ece.py's row form);
+- AURC and AUGRC: tie groups of the confidence, with the sum of risks over a group's positions in closed
   form (harmonic numbers), so duplicated examples are exactly what re-running would see.
 
 With counts of ones each function gives its analyzer's own value; `tests/test_intervals.py`
@@ -87,6 +88,29 @@ def _binned(index: torch.Tensor, gap: torch.Tensor, width: int):
     return of
 
 
+def _max_gap(index: torch.Tensor, gap: torch.Tensor, width: int):
+    """counts -> [b] MCE: the largest |mean gap| over the bins the resample fills. A percentile
+    interval, not the ray: the maximum rests on the sparsest bins, whose resampled gaps are the
+    spread a reader should see (inverted along the ray it collapses to the noise floor)."""
+    binned = _binned(index, gap, width)
+
+    def of(counts):
+        found = binned(counts)
+        return torch.where(found.mass > 0, found.means.abs(), found.means.new_tensor(-math.inf)).amax(-1)
+    return of
+
+
+def _direction(index: torch.Tensor, gap: torch.Tensor, width: int):
+    """counts -> over-confidence / ECE from the same bin sums (undefined where the ECE is 0)."""
+    gap, groups = gap.double(), _Groups(index, width)
+
+    def of(counts):
+        totals = groups.sums(counts, gap)
+        ece = totals.abs().sum(1)
+        return torch.where(ece > 0, totals.sum(1) / ece.clamp(min=1e-300), ece.new_tensor(math.nan))
+    return of
+
+
 def _classwise(probs, labels, bins=ECE_BINS):
     """Classwise ECE: class c's examples binned by p̄_c, every class's bins side by side, the mean
     over classes (one product with all classes' memberships where it fits, else class by class)."""
@@ -156,10 +180,22 @@ def calibration(predictions, weights, result, wanted):
                        ("nll",): lambda log_p=log_p, labels=labels: _mean(-log_p.gather(1, labels[:, None]).squeeze(1)),
                        ("ece",): lambda c=confidence, r=correct: _binned(_equal_width(c), c - r, ECE_BINS),
                        ("overconfidence",): lambda c=confidence, r=correct: _mean(c - r),
+                       ("mce",): lambda c=confidence, r=correct: _max_gap(_equal_width(c), c - r, ECE_BINS),
+                       ("ece_direction",): lambda c=confidence, r=correct: _direction(_equal_width(c), c - r, ECE_BINS),
                        ("ece_adaptive",): lambda c=confidence, r=correct: _equal_mass(c, r),
                        ("ece_adaptive_tu",): lambda c=confidence, r=correct: _equal_mass(c, r, extra_first=True),
-                       ("ece_classwise",): lambda log_p=log_p, labels=labels: _classwise(log_p.exp(), labels)}
+                       ("ece_classwise",): lambda log_p=log_p, labels=labels: _classwise(log_p.exp(), labels),
+                       ("smooth_ece",): lambda c=confidence, r=correct: _smooth(c, r, "reflected"),
+                       ("smooth_ece_tu",): lambda c=confidence, r=correct: _smooth(c, r, "logit")}
     return _per_split(parts, wanted, lazy=True)
+
+
+def _smooth(confidence, correct, kernel: str):
+    """SmoothECE of each resample: the examples weighted by their counts in every kernel sum (its
+    bandwidth search run for all resamples at once, smooth_ece.py)."""
+    from .smooth_ece import smooth_ece_resampled
+    f, y = confidence.double().numpy(), correct.double().nan_to_num(0.0).numpy()
+    return lambda counts: torch.from_numpy(smooth_ece_resampled(f, y, counts.double().numpy(), kernel))
 
 
 def _per_split(parts, wanted, lazy=False):
@@ -225,10 +261,12 @@ def ensemble_gain(predictions, weights, result, wanted):
 
 
 def _aurc(confidence, errors):
-    """counts -> (AURC, trapezoid AURC) of the resampled risk–coverage curve, tie groups in closed form."""
+    """counts -> (AURC, trapezoid AURC, AUGRC, trapezoid AUGRC) of the resampled risk–coverage
+    curve, tie groups in closed form. The generalised risk at coverage j/n is E_j/n, E_j the
+    errors accepted by then: a group adds size·E_before + wrong·(size + 1)/2 to Σ_j E_j."""
     if confidence.isnan().any():
         nan = lambda counts: torch.full((len(counts),), math.nan, dtype=torch.float64)  # noqa: E731
-        return lambda counts: (nan(counts), nan(counts))
+        return lambda counts: (nan(counts),) * 4
     keys = M.sortable_key(confidence)
     _, inverse = torch.unique(keys, sorted=True, return_inverse=True)
     groups = int(inverse.max()) + 1
@@ -249,7 +287,9 @@ def _aurc(confidence, errors):
         first = torch.gather(rate, 1, (size > 0).double().argmax(1, keepdim=True)).squeeze(1)  # risk at coverage 1/n
         last = wrong.sum(1) / n
         trapezoid = (total - (first + last) / 2) / (n - 1) if n > 1 else total
-        return total / n, trapezoid
+        accepted = (size * wrong_before + wrong * (size + 1) / 2).sum(1) / n  # Σ_j of the generalised risk E_j/n
+        general = (accepted - (first + wrong.sum(1)) / n / 2) / (n - 1) if n > 1 else accepted
+        return total / n, trapezoid, accepted / n, general
     return of
 
 
@@ -267,9 +307,9 @@ def selective(predictions, weights, result, wanted):
         found = {}
         for split, curve in curves.items():
             if split in counts:
-                aurc, trapezoid = curve(counts[split])
-                found[("splits", split, "aurc", "value")] = aurc
-                found[("splits", split, "aurc_trapezoid", "value")] = trapezoid
+                values = curve(counts[split])
+                for key, value in zip(("aurc", "aurc_trapezoid", "augrc", "augrc_trapezoid"), values):
+                    found[("splits", split, key, "value")] = value
         return found
     return resample
 

@@ -49,14 +49,14 @@ def headline(metrics: dict) -> dict:
     """{flat name: {"value", "low", "high", "n", "method"}} of every headline number that was measured."""
     import math
 
-    from ..export import _lookup, _read, headline_entries
+    from ..export import headline_entries, lookup, read_entry
     found = {}
     for entry in headline_entries():
-        value, _ = _read(metrics, entry)
+        value, _ = read_entry(metrics, entry)
         if not math.isfinite(value):
             continue
         result = metrics["analyzers"][entry["analyzer"]]
-        interval, _ = _lookup(result, (*entry["path"][:-1], "interval"))
+        interval, _ = lookup(result, (*entry["path"][:-1], "interval"))
         row = {"value": value}
         if isinstance(interval, dict):
             row.update({key: interval.get(key) for key in ("low", "high", "n", "method") if key in interval})

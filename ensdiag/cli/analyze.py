@@ -5,6 +5,7 @@ from pathlib import Path
 import typer
 
 from ..console import check_format, note, output_file
+from ..errors import EnsdiagError
 from .app import app
 from .options import FORMAT, check_saving
 from .show import show_metrics
@@ -28,29 +29,50 @@ def analyze(
     method: str = typer.Option(None, help="Save as run METHOD of the folder --out (OUT/METHOD/seed-SEED/), for "
                                           "`ensdiag report OUT`; the verdict needs runs named single and deep-ensemble."),
     seed: int = typer.Option(None, help="With --method: the seed this run is saved under (default 0)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="With --method: replace the analysis already saved as "
+                                   "that run (without it, an existing one is never replaced)."),
+    task: str = typer.Option(None, help="lm-eval logs: the task (or group) to read, where a folder holds several."),
+    ood_task: str = typer.Option(None, "--ood-task", help="lm-eval logs: the task whose questions are the OOD split "
+                                 "(from the same folders, or from --ood)."),
+    filter_name: str = typer.Option(None, "--filter", help="lm-eval logs: the filter whose answers to read "
+                                    "(default: the first in the file, named in the output)."),
+    score: str = typer.Option("loglikelihood", help="lm-eval logs: each choice's score: loglikelihood, acc_norm "
+                              "(log-likelihood per character, lm-eval's) or mutual_info (minus the unconditional one)."),
 ):
     """Every metric from member predictions made anywhere.
 
-    File layouts are in the README ("Bring your own ensemble", "Multiple-choice predictions")."""
+    File layouts are in the README ("Bring your own ensemble", "Multiple-choice predictions", "LLM ensembles").
+    PREDICTIONS may be k lm-evaluation-harness runs (--log_samples), one member each: sample files or output folders;
+    with --out DIR and no --method, the run's name comes from the members' model paths."""
     check_format(fmt)
     from ..quickcheck import check_inputs
-    check_inputs("PREDICTIONS", sources)
+    check_inputs("PREDICTIONS", sources, folders=True)
     check_inputs("--labels", [labels] if labels is not None else [])
-    check_inputs("--ood", ood)
-    check_saving(out, method, seed)
+    check_inputs("--ood", ood, folders=True)
+    check_saving(out, method, seed, overwrite)
     from ..core import inspect_predictions
-    from ..foreign.predictions import load_any_predictions
+    from ..foreign.lm_eval import LmEvalOptions
+    from ..foreign.readers import load_any_predictions
     from ..io import atomic_write_json
 
-    predictions, warnings = load_any_predictions(sources, labels, ood or (), inputs)
-    for warning in warnings:
-        note(f"warning: {warning}")
+    about = {}  # what the lm-eval reader found: run names, split titles, notes
+    predictions, warnings = load_any_predictions(sources, labels, ood or (), inputs,
+                                                 LmEvalOptions(task, ood_task, filter_name, score), about)
+    if "lm_eval" in about and method is None and out is not None and out.suffix.lower() != ".json":
+        from ..foreign.lm_eval import run_name_of
+        method, seed = run_name_of(about["lm_eval"], seed)  # from the members' model paths
+    if method is None and seed is not None:
+        raise EnsdiagError("--seed names the run --method saves: give --method too (and --out)")
+    for line in [*about.get("notes", []), *(f"warning: {warning}" for warning in warnings)]:
+        note(line)
     source = f"ensdiag analyze {' '.join(path.name for path in [*sources, *(ood or ())])}"
-    diagnosis = inspect_predictions(predictions, ", ".join(map(str, sources)), source=source)
+    diagnosis = inspect_predictions(predictions, ", ".join(map(str, sources)), about.get("titles"), source)
     if warnings:
         diagnosis.metrics["input_warnings"] = warnings
+    if "lm_eval" in about:
+        diagnosis.metrics["lm_eval"] = about["lm_eval"]
     if method is not None:
-        run = diagnosis.save(out, method, seed or 0)
+        run = diagnosis.save(out, method, seed or 0, overwrite)
         note(f"saved to {run}; `ensdiag report {out}` reports every run saved there")
     elif out is not None:
         atomic_write_json(output_file(out, "metrics.json"), diagnosis.metrics)

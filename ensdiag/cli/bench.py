@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from .app import app, csv_list
 from ..console import check_format, note, print_json
+from .app import app, csv_list
 
 
 @app.command()

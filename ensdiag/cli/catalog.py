@@ -20,7 +20,9 @@ def models(
 ):
     """Architectures × methods ensdiag builds, with parameter counts.
 
-    The paper's Table 4 counts, for every architecture and registered method."""
+    Every architecture and registered method, then the ResNet-18 layout whose counts the paper's Table 4 gives."""
+    import torch
+
     from ..nn import ARCHITECTURES, METHODS, build_model
     from ..nn.methods import members_for
 
@@ -46,16 +48,54 @@ def models(
         shape = shapes.get(name, (1, 28, 28))
         for method, kit in METHODS.items():
             for options in kit.model_variants(ARCHITECTURES[name].convolutional):
-                model = build_model(name, method, members_for(method, members), num_classes, shape, **options)
+                with torch.device("meta"):  # counted, never allocated
+                    model = build_model(name, method, members_for(method, members), num_classes, shape, **options)
                 described = ", ".join(f"{value} {key}" if key == "layout" else str(value) if isinstance(value, str)
                                       else f"{key} {value:g}" for key, value in options.items())
                 label = f"{method} ({described})" if options else method
                 count = sum(p.numel() for p in model.parameters())
                 table.add_row(name, "×".join(map(str, shape)), label, str(model.num_members), f"{count:,}")
     show(Console(), table)
+    if (arch in (None, "resnet18")) and members == 4 and num_classes == 10:
+        show(Console(), paper_layout_table())
     for name in whole:
         note(f"{name}:NAME — any torchvision classification model, imported as a Deep Ensemble (ensdiag import --arch "
              f"{name}:resnet18 …); its size is the model's")
+
+
+PAPER_TABLE_4 = {"single": 11.17, "mc-dropout": 11.17, "deep-ensemble": 44.71, "batch-ensemble": 11.22}  # M, as printed
+PAPER_LAYOUT = {"single": ({"conv_bias": True}, {}), "mc-dropout": ({"conv_bias": True}, {}),
+                "deep-ensemble": ({"conv_bias": True}, {}),
+                "batch-ensemble": ({}, {"layout": "paper", "shortcut_bias": True})}
+
+
+def paper_layout_counts() -> dict:
+    """{method: parameters} of ResNet-18 (k = 4, CIFAR shapes) in torch-uncertainty's layout with convolution
+    biases, which gives all of the paper's Table 4 counts (built on the meta device: no memory)."""
+    import torch
+
+    from ..nn import build_model
+    from ..nn.methods import members_for
+    found = {}
+    with torch.device("meta"):
+        for method, (arch_options, options) in PAPER_LAYOUT.items():
+            model = build_model("resnet18", method, members_for(method, 4), 10, (3, 32, 32), arch_options=arch_options,
+                                **options)
+            found[method] = sum(p.numel() for p in model.parameters())
+    return found
+
+
+def paper_layout_table() -> Table:
+    """The paper's layout beside its Table 4: its numbers are these counts cut (not rounded) to 0.01 M."""
+    table = Table(title="ResNet-18 as the paper counted it (Table 4): torch-uncertainty's layout, a bias on every "
+                        "convolution (build_model(…, arch_options={'conv_bias': True}); BatchEnsemble: layout=paper, shortcut_bias)")
+    for column in ("method", "options", "parameters", "paper (M)"):
+        table.add_column(column, justify="left" if column in ("method", "options") else "right")
+    for method, count in paper_layout_counts().items():
+        arch_options, options = PAPER_LAYOUT[method]
+        described = ", ".join(f"{key}={value}" for key, value in {**arch_options, **options}.items())
+        table.add_row(method, described, f"{count:,}", f"{PAPER_TABLE_4[method]:.2f}")
+    return table
 
 
 @app.command()

@@ -8,10 +8,10 @@ from ..console import check_format, loading, note, print_json
 from ..errors import DataNotFound, EnsdiagError
 from .app import app
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
-from .options import SEED, SHIFT, data_choice, plan_of, quick_checks
+from .options import SEED, SHIFT, checked_seed, data_choice, plan_of, quick_checks
 from .show import show_items
 
-MEASURED = ["disagreement", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
+MEASURED = ["disagreement", "member-pairs", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
 
 
 @app.command()
@@ -42,6 +42,8 @@ def diversity(
     method: str = typer.Option("lora", help="LoRA adapters with --save: the run's name (--seed: its seed)."),
     budget: str = BUDGET,
     precision_target: float = PRECISION,
+    overwrite: bool = typer.Option(False, "--overwrite", help="LoRA adapters with --save: replace the LoRA diagnosis "
+                                   "already saved as that run (without it, an existing one is never replaced)."),
 ):
     """How different the members really are, in outputs and weights.
 
@@ -49,6 +51,7 @@ def diversity(
     adapter folders as PEFT saves them (ADAPTER_DIR…: adapter_config.json and the weights), compared
     by their weights (docs/conventions.md, "LoRA ensembles")."""
     check_format(fmt)
+    seed = checked_seed(seed)
     quick_checks(model_path, data, shift, ood)
     from ..lora import adapter_folders
     if adapter_folders(model_path):  # before anything imports torch: their configs are checked first
@@ -56,9 +59,12 @@ def diversity(
         return lora_diversity(model_path, base, fmt, plot, save, method, seed, {
             "--preset": preset, "--data": data, "--shift": shift, "--ood": ood, "--normalize": normalize,
             "--num-classes": num_classes, "--max-examples": max_examples, "--budget": budget,
-            "--precision-target": precision_target})
-    if base is not None or save is not None:
-        raise EnsdiagError("--base and --save are for LoRA adapter folders (ADAPTER_DIR…, each with adapter_config.json)")
+            "--precision-target": precision_target}, overwrite)
+    if base is not None or save is not None or overwrite:
+        raise EnsdiagError("--base, --save and --overwrite are for LoRA adapter folders (ADAPTER_DIR…, each with "
+                           "adapter_config.json)")
+    from ..device import resolve_device
+    device = resolve_device(device)  # --device cuda without a GPU: one line, not a disagreement section skipped
     from ..quickcheck import path_points_option
     points = path_points_option(path_points)
     plan = plan_of(budget, precision_target, geometry)
@@ -93,10 +99,8 @@ def _geometry_names(geometry: bool) -> list[str]:
 def _inputs(model, preset, data, shift, ood, normalize, data_dir, device, geometry):
     """(the core's `Inputs` with the model moved to its device, None, skipped splits) or (None, why there
     is no data — the weights still tell a story —, skipped splits)."""
-    from ..device import resolve_device
     from ..evaluate import prepare
     from ..foreign.checkpoints import RawEnsemble
-    device = resolve_device(device)  # before the data: a missing GPU is an error, not "no data"
     if isinstance(model, RawEnsemble):  # foreign tensors no architecture runs
         return None, (f"{model.reason}: disagreement needs a model that runs (ensdiag runs its mlp and CIFAR-style "
                       "resnet18, and torchvision members with --arch torchvision:NAME)"), {}

@@ -5,9 +5,10 @@ from pathlib import Path
 import typer
 
 from ..console import check_format, output_folder
+from ..errors import EnsdiagError
 from .app import app
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
-from .options import SEED, SHIFT, data_choice, plan_of, quick_checks
+from .options import SHIFT, checked_seed, data_choice, plan_of, quick_checks
 from .show import show_metrics
 
 
@@ -26,16 +27,38 @@ def evaluate(
     normalize: str = NORMALIZE,
     device: str = DEVICE,
     out: Path = typer.Option(None, help="Folder to write predictions.safetensors and metrics.json into (created if missing)."),
-    seed: int = SEED,
+    seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic); LoRA adapters: "
+                             "the run's seed."),
     fmt: str = FORMAT,
     budget: str = BUDGET,
     precision_target: float = PRECISION,
+    base: Path = typer.Option(None, help="LoRA adapters: the base model's local folder, loaded by lm-eval with each adapter."),
+    tasks: str = typer.Option(None, help="LoRA adapters: the lm-eval task (or group) to score them on."),
+    ood_task: str = typer.Option(None, "--ood-task", help="LoRA adapters: an lm-eval task whose questions are the OOD split."),
+    include_path: Path = typer.Option(None, "--include-path", help="LoRA adapters: a folder of lm-eval task YAML files."),
+    method: str = typer.Option(None, help="LoRA adapters: the run's name in --out (default: the adapters' parent folder)."),
+    limit: int = typer.Option(None, min=1, help="LoRA adapters: lm-eval's --limit (the first N documents per task)."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="LoRA adapters: lm-eval's batch size."),
 ):
     """Predictions and every metric of one model on its data.
 
-    The matching preset's test, shift and OOD data, or your own (--data, --shift, --ood)."""
+    The matching preset's test, shift and OOD data, or your own (--data, --shift, --ood). MODEL may instead be
+    k ≥ 2 LoRA adapter folders of one base (ADAPTER_DIR… --base MODEL_DIR --tasks NAME): lm-evaluation-harness
+    scores each (pip install 'ensdiag[llm]'), and the run saved to --out holds their predictions and weight space."""
     check_format(fmt)
+    seed = checked_seed(seed)
     quick_checks(model_path, data, shift, ood)
+    from ..lora import adapter_folders
+    if adapter_folders(model_path):
+        from ..lora.harness import evaluate_command
+        return evaluate_command(model_path, base, tasks, ood_task, include_path, out, method, seed, device, batch_size,
+                                limit, fmt, {"--preset": preset, "--data": data, "--shift": shift, "--ood": ood,
+                                               "--normalize": normalize, "--num-classes": num_classes, "--download": download,
+                                               "--from": family != "auto", "--arch": arch != "auto",
+                                               "--budget": budget, "--precision-target": precision_target})
+    if any(value is not None for value in (base, tasks, ood_task, include_path, method, limit)):
+        raise EnsdiagError("--base, --tasks, --ood-task, --include-path, --method and --limit are for LoRA adapter "
+                           "folders (ADAPTER_DIR…, each with adapter_config.json)")
     plan = plan_of(budget, precision_target, geometry=False)
     out = None if out is None else output_folder(out)
     from .. import distributed

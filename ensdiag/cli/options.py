@@ -68,16 +68,23 @@ def guessed_preset(model) -> str:
     return preset
 
 
-def check_saving(out, method, seed):
-    """--method saves a diagnosis-kind run folder (as `Diagnosis.save`); --seed only goes with it."""
+def check_saving(out, method, seed, overwrite=False):
+    """--method saves a diagnosis-kind run folder (as `Diagnosis.save`); --seed and --overwrite only go
+    with it (lm-eval logs name their run themselves: --seed with --out is checked after reading them)."""
     from ..console import output_folder
     from ..errors import EnsdiagError
     if method is None:
-        if seed is not None:
-            raise EnsdiagError("--seed names the run --method saves: give --method too (and --out)")
+        if (seed is not None and out is None) or overwrite:
+            raise EnsdiagError(f"{'--overwrite' if overwrite else '--seed'} names the run --method saves: give "
+                               "--method too (and --out)")
         return
     if out is None:
         raise EnsdiagError("--method saves the analysis as a run of a folder: give that folder with --out DIR")
-    from ..runs import check_run_name
-    check_run_name(method, 0 if seed is None else seed)
-    output_folder(out)
+    from ..runs import PREDICTIONS, claim_run
+    claim_run(output_folder(out), method, checked_seed(0 if seed is None else seed), PREDICTIONS, overwrite, create=False)
+
+
+def checked_seed(value) -> int:
+    """A seed option: a whole number in 0..2³¹−1, one line otherwise (`--seed 2**70`)."""
+    from ..numbers import seed
+    return seed(value)

@@ -10,7 +10,7 @@ from ..console import check_format, loading, note, output_file, show
 from ..errors import EnsdiagError, unknown
 from .app import app
 
-REPORT_FORMATS = ("table", "markdown", "json", "latex", "html", "csv")  # report/__init__.py's FORMATS (a test keeps them equal)
+REPORT_FORMATS = ("table", "markdown", "json", "latex", "html", "csv", "summary")  # report/__init__.py's FORMATS (a test keeps them equal)
 
 
 @app.command()
@@ -18,13 +18,16 @@ def report(
     run_dirs: list[Path] = typer.Argument(None, metavar="RUN_DIR", help="A run folder (default: the newest under ./runs), "
                                           "or several: their methods and seeds in one report (none of them is written to)."),
     fmt: str = typer.Option(None, "--format", help="table (default in a terminal), markdown, json, latex, html or csv "
-                            "(every number as long rows: table, method, column, seed, value, mean, 95 % interval)."),
+                            "(every number as long rows: table, method, column, seed, value, mean, 95 % interval) or summary (the verdict's "
+                            "lines, where the report was written and the command that opens it)."),
     examples: Path = typer.Option(None, "--examples", help="Also write every run's per-example predictions and "
                                   "uncertainty (confidence, entropy, JSD, member agreement) to this .csv or .parquet file."),
     out: Path = typer.Option(None, help="Write the report in --format to this file (or to report.<ext> in this folder) instead of stdout."),
     reference: str = typer.Option(None, help="'paper': add the paper's published numbers (cifar10 preset)."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Rebuild RUN_DIR's figures/, report.md and report.html (--no-figures: leave the run folder untouched)."),
     svg: bool = typer.Option(False, "--svg", help="Also write every figure as SVG (vector, for papers; doubles the drawing time)."),
+    ood_score: str = typer.Option("msp", "--ood-score", help="The OOD table's score: msp (1 − MSP), entropy, jsd "
+                                  "(mutual information), expected_entropy, energy, max_logit or variation_ratio."),
     conventions: str = typer.Option("ensdiag", help="Whose definitions of adaptive ECE and AURC the tables show: ensdiag or "
                                     "torch-uncertainty (to compare with papers that used it; docs/conventions.md)."),
 ):
@@ -47,16 +50,27 @@ def report(
     from ..io import atomic_write_text
     from ..report import make_report, render, to_rich
 
-    extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html", "csv": "csv"}[fmt]
+    extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html", "csv": "csv",
+                 "summary": "txt"}[fmt]
     target = None if out is None else output_file(out, f"report.{extension}")
     with loading("building the report (verdict bootstrap, figures) …"):
-        result = make_report(list(run_dirs or []) or None, reference, write=figures, conventions=conventions, svg=svg)
+        result = make_report(list(run_dirs or []) or None, reference, write=figures, conventions=conventions, svg=svg,
+                             ood_score=ood_score)
     if examples is not None:
-        from ..export import EXAMPLE_FIELDS, run_example_rows
-        from ..export import write_table
+        from ..export import EXAMPLE_FIELDS, write_table
+        from ..report.examples import run_example_rows
         write_table(run_example_rows(list(run_dirs) if run_dirs else [Path(result["run"])]), examples, EXAMPLE_FIELDS)
         note(f"per-example predictions written to {examples}")
     written = result.pop("written")  # a note for the terminal, not part of the report
+    if fmt == "summary":
+        from ..report import to_summary
+        text = to_summary(result, written)
+        if target is not None:
+            atomic_write_text(target, text)
+            note(f"report written to {target}")
+        else:
+            sys.stdout.write(text)
+        return
     if fmt == "table":
         buffer = io.StringIO() if target is not None else None
         console = Console(file=buffer, width=160) if buffer is not None else Console()

@@ -57,8 +57,8 @@ def train(
     """Train every method × seed of a preset into a run folder.
 
     Writes models, predictions and metrics per run; rerun into the folder to resume."""
-    from ..quickcheck import check_train
-    options = dict(methods=csv_list(method, what="--method"), seeds=csv_list(seeds, int, "--seeds"), epochs=epochs, lr=lr,
+    from ..quickcheck import check_train, integer_list
+    options = dict(methods=csv_list(method, what="--method"), seeds=integer_list(seeds, "--seeds"), epochs=epochs, lr=lr,
                    batch_size=batch_size, members=members, dropout=dropout, mc_dropout_train=mc_dropout_train, be_variant=be_variant,
                    be_init=be_init, be_layout=be_layout, be_loss=be_loss, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
                    early_stopping=early_stopping, patience=patience, val_fraction=val_fraction,
@@ -108,7 +108,7 @@ def _set(value):
     """A --shift/--ood value as stored in the run: a dataset name as given, files as an absolute path."""
     if value is None:
         return None
-    from ..quickcheck import is_path
+    from ..config import is_path
     return str(Path(value).resolve()) if is_path(value) else value
 
 

@@ -85,6 +85,10 @@ class Normalize:
         self.std = torch.tensor(std, dtype=torch.float32, device=device)[:, None, None]
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        if images.dim() != 4 or images.shape[1] != len(self.mean):  # broadcasting would silently mix channels
+            from ..errors import EnsdiagError
+            raise EnsdiagError(f"images of shape {tuple(images.shape)} cannot be normalised per channel with "
+                               f"{len(self.mean)} means and stds: give images [N, {len(self.mean)}, H, W]")
         if images.dtype == torch.uint8:
             images = images.float().div_(255)
         return (images - self.mean) / self.std

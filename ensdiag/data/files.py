@@ -10,7 +10,8 @@ Images are [N, C, H, W] or [N, H, W] (one channel), uint8 0..255 or float in [0,
 [N, H, W, C] with C in (1, 3) and H, W not is read channels-last and says so. Normalisation is
 the caller's (`--normalize`, or the preset's): the preprocessing is stated in the split's title
 and recorded with the results. Arrays are read without pickles, their headers checked against
-the file sizes before anything is allocated.
+the file sizes before anything is allocated; an image folder is walked as untrusted
+(image_folder.py).
 """
 
 from pathlib import Path
@@ -19,11 +20,8 @@ import numpy as np
 import torch
 
 from ..errors import EnsdiagError
-from ..quickcheck import is_path  # noqa: F401  (the readers' callers ask it here too)
+from ..config import is_path  # noqa: F401  (the readers' callers ask it here too)
 from .registry import Split
-
-MAX_DECODED_BYTES = 8 * 2**30  # an image folder decoded to float32 beyond this: use the Python API's DataLoader
-
 
 def load_files(path, input_shape, what: str = "--data", exact: bool = True) -> Split:
     """The images (and labels) at `path` as a `Split`, checked against the model's input shape
@@ -57,6 +55,8 @@ def _images(array: np.ndarray, where: str) -> torch.Tensor:
         array = array[:, None]
     if array.ndim != 4 or 0 in array.shape[1:]:
         raise EnsdiagError(f"{where}: images must be [N, C, H, W] or [N, H, W], got shape {list(array.shape)}")
+    if len(array) == 0:
+        raise EnsdiagError(f"{where} holds no images (N = 0): there is nothing to measure")
     tensor = torch.from_numpy(np.ascontiguousarray(array if array.dtype.kind == "u" else array.astype(np.float32)))
     if tensor.is_floating_point() and not torch.isfinite(tensor).all():
         raise EnsdiagError(f"{where}: images hold NaN or infinite values")
@@ -84,26 +84,5 @@ def _npz(path: Path, what: str) -> Split:
 
 
 def _image_folder(path: Path, input_shape, what: str) -> Split:
-    from PIL import Image
-    from torchvision import datasets, transforms
-    channels, height, width = input_shape
-    if channels not in (1, 3):
-        raise EnsdiagError(f"{what} {path}: image folders give 1 or 3 channels, the model takes {channels}")
-    transform = transforms.Compose([transforms.Grayscale() if channels == 1 else transforms.Lambda(lambda im: im.convert("RGB")),
-                                    transforms.Resize((height, width)), transforms.PILToTensor()])
-    try:
-        folder = datasets.ImageFolder(str(path), transform=transform)
-    except (FileNotFoundError, OSError) as error:  # no class folders, or none with an image in it
-        raise EnsdiagError(f"{what} {path}: not an image folder ({str(error).splitlines()[0][:160]})") from None
-    if len(folder) * channels * height * width > MAX_DECODED_BYTES:
-        raise EnsdiagError(f"{what} {path}: {len(folder):,} images are more than ensdiag decodes into memory; "
-                           "diagnose them from Python with a DataLoader (ensdiag.diagnose)")
-    images, labels = [], []
-    for index in range(len(folder)):
-        try:
-            image, label = folder[index]
-        except (OSError, ValueError, Image.DecompressionBombError) as error:  # a damaged or hostile image
-            raise EnsdiagError(f"{what} {folder.samples[index][0]}: not a readable image ({type(error).__name__})") from None
-        images.append(image)
-        labels.append(label)
-    return Split(torch.stack(images), torch.tensor(labels, dtype=torch.long))
+    from .image_folder import read_image_folder
+    return Split(*read_image_folder(path, input_shape, what))

@@ -10,24 +10,42 @@ from .registry import Split
 DATASET_BATCH = 256
 
 
+BATCH = 1000  # inputs per forward when the data is held in memory (tensors, a Split)
+
+
+def image_batches(images, labels=None, batch_size: int = BATCH):
+    """(inputs, labels) batches of data held in memory (labels None: unlabelled)."""
+    for start in range(0, len(images), batch_size):
+        yield images[start:start + batch_size], None if labels is None else labels[start:start + batch_size]
+
+
 def batches(data, name: str):
-    """An iterator of (x, y | None) batches from any of the accepted forms."""
-    from ..predict import image_batches
+    """An iterator of (x, y | None) batches from any of the accepted forms; tensors in memory are
+    cut into batches of `BATCH`, as ensdiag's own splits are (so MC Dropout's masks, drawn batch
+    after batch, are the same whichever way the same images come in)."""
     if isinstance(data, Split):
         return image_batches(data.images, data.labels)
     if isinstance(data, torch.Tensor):
-        return iter([(data, None)])
+        return image_batches(_inputs(data, name))
     if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(d, torch.Tensor) for d in data):
-        x, y = data
+        x, y = _inputs(data[0], name), data[1]
+        if y.dim() != 1:
+            raise EnsdiagError(f"{name}: labels must be one class index per input [N], got shape {tuple(y.shape)}")
         if len(x) != len(y):
             raise EnsdiagError(f"{name}: {len(x)} inputs but {len(y)} labels")
-        return iter([(x, y)])
+        return image_batches(x, y)
     if isinstance(data, torch.utils.data.Dataset) and hasattr(data, "__len__"):
         data = torch.utils.data.DataLoader(data, batch_size=DATASET_BATCH)
     if not hasattr(data, "__iter__") or isinstance(data, (str, bytes, dict)):
         raise InputTypeError(f"{name}: give (x, y) tensors, a tensor x, a Dataset or an iterable of batches, "
                              f"not {type(data).__name__}")
     return (_batch(item, name) for item in data)
+
+
+def _inputs(x, name):
+    if x.dim() == 0:
+        raise InputTypeError(f"{name}: inputs must be a tensor [N, …] of examples, got a single number")
+    return x
 
 
 def _batch(item, name):

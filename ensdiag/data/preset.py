@@ -90,6 +90,27 @@ def ood_set(config, data_dir, download, titles, skipped) -> Split | None:
     return Split(ood.images, None, ood.source)
 
 
+def training_source(kept: int, held: int, seed: int) -> str:
+    """What a training split is, in words: the examples the members trained on."""
+    if not held:
+        return f"the training split ({kept} examples, none held out)"
+    return f"the training split without its {held} validation examples ({kept} examples; held out at training, seed {seed})"
+
+
+def training_examples(model, train):
+    """The training split as `model` was trained on it: without the validation examples its file
+    records holding out (`ensdiag.holdout`), else whole, and its `source` says which."""
+    if train is None:
+        return None
+    from .registry import Split
+    recorded = getattr(model, "holdout", None)
+    if recorded is not None and recorded["train_size"] == len(train):
+        kept, held = holdout(len(train), recorded["fraction"], recorded["seed"])
+        return Split(train.images[kept], train.labels[kept], training_source(len(kept), len(held), recorded["seed"]))
+    return Split(train.images, train.labels, f"the whole training split ({len(train)} examples; the model file does not "
+                                             "record which were held out for validation, so they may be among them)")
+
+
 def holdout(n: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(train indices, validation indices): a seeded split of 0..n-1; no validation for fraction 0."""
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))

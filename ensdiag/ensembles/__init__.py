@@ -10,9 +10,9 @@ registering itself with `@adapter(name, order)`; nothing keeps a list.
 import importlib
 import pkgutil
 
-from .base import ADAPTERS, Ensemble, adapter, as_ensemble, forked_rng, measuring
+from .base import ADAPTERS, Ensemble, adapter, as_ensemble, forked_rng, measuring, seeded
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["ADAPTERS", "Ensemble", "adapter", "as_ensemble", "forked_rng", "measuring"]
+__all__ = ["ADAPTERS", "Ensemble", "adapter", "as_ensemble", "forked_rng", "measuring", "seeded"]

@@ -102,24 +102,47 @@ def as_ensemble(members, **hints) -> Ensemble:
 @contextmanager
 def measuring(ensemble: Ensemble, seed: int | None = 0):
     """The ensemble's modules in eval mode and the random state forked (and seeded with `seed`):
-    afterwards every module's mode and the global RNG are what they were."""
-    modules = [m for module in ensemble.modules() for m in module.modules()]
-    modes = [(m, m.training) for m in modules]
-    with forked_rng(ensemble):
-        if seed is not None:
-            torch.manual_seed(seed)
-        for m in modules:
-            m.training = False
+    afterwards every module's mode and the random state (CPU, CUDA) are what they were.
+
+    A module in training mode is put in eval mode through its own `eval()` (so an override of
+    `train()` runs); in a module already in eval mode a submodule left in training mode stays so
+    (MC Dropout: `model.eval()`, then dropout switched back on, or torch-uncertainty's `MCDropout`),
+    except normalisation layers with running statistics, which never update while measured."""
+    modes = [(m, m.training) for module in ensemble.modules() for m in module.modules()]
+    with seeded(ensemble, seed):
         try:
+            for module in ensemble.modules():
+                if module.training:
+                    module.eval()
+            for m, _ in modes:
+                if isinstance(m, torch.nn.modules.batchnorm._NormBase):  # BatchNorm, InstanceNorm: statistics stay
+                    m.training = False
             yield
         finally:
             for m, training in modes:
                 m.training = training
 
 
-def forked_rng(ensemble: Ensemble):
-    """The global random state (CPU, and the CUDA devices the members are on) forked: what runs
-    inside draws from it, and it is as it was afterwards."""
-    cuda = sorted({p.device.index or 0 for module in ensemble.modules() for p in module.parameters()
+def cuda_devices(ensemble: Ensemble) -> list[int]:
+    """The CUDA devices the ensemble's parameters are on."""
+    return sorted({p.device.index or 0 for module in ensemble.modules() for p in module.parameters()
                    if p.device.type == "cuda"})
-    return torch.random.fork_rng(devices=cuda)
+
+
+def forked_rng(ensemble: Ensemble | None = None):
+    """The global random state (the CPU's, and that of the CUDA devices the members are on) forked:
+    what runs inside draws from it, and it is as it was afterwards."""
+    return torch.random.fork_rng(devices=cuda_devices(ensemble) if ensemble is not None else [])
+
+
+@contextmanager
+def seeded(ensemble: Ensemble | None, seed: int | None):
+    """`forked_rng`, with exactly the forked generators seeded (never `torch.manual_seed`, which
+    would reseed, or queue a reseed of, every CUDA device the user has)."""
+    devices = cuda_devices(ensemble) if ensemble is not None else []
+    with torch.random.fork_rng(devices=devices):
+        if seed is not None:
+            torch.default_generator.manual_seed(seed)
+            for index in devices:
+                torch.cuda.default_generators[index].manual_seed(seed)
+        yield

@@ -17,7 +17,7 @@ class ModelEnsemble(Ensemble):
         kit = model.kit
         self.own_weights, self.one_weight_set = kit.own_weights, kit.one_weight_set
         self.rank_one_by_construction = getattr(kit, "rank_one_by_construction", False)
-        self.preprocess = getattr(model, "preprocess", None) or _preset_normalization(model.spec)
+        self.preprocess = getattr(model, "preprocess", None)  # what the model file records (checkpoint.py)
         if self.one_weight_set or model.num_members < 2:
             self.networks_skip = "one set of weights shared by all members (single model / MC Dropout)"
 
@@ -34,22 +34,10 @@ class ModelEnsemble(Ensemble):
         return recorded_or_rebuilt(self.model, seed)
 
     def untrained_members(self, count: int, seed: int = 0) -> list:
-        import torch
         biases = self.model.member_state_dict(0)  # the trained members' tensors, so both compare the same keys
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        from .base import seeded
+        with seeded(self, seed):  # plain networks initialise on the model's device
             return [self.model.plain_network(biases_of=biases).eval() for _ in range(count)]
-
-
-def _preset_normalization(spec) -> tuple | None:
-    """(mean, std) of the preset whose architecture, inputs and classes fit the spec (files
-    written before ensdiag recorded the preprocessing), or None."""
-    from ..config import PRESETS
-    for config in PRESETS.values():
-        if (config.arch, tuple(config.input_shape), config.num_classes) == (spec.arch, tuple(spec.input_shape),
-                                                                          spec.num_classes):
-            return tuple(config.mean), tuple(config.std)
-    return None
 
 
 class WeightsOnly(Ensemble):

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..errors import EnsdiagError, InputTypeError
-from .base import Ensemble, adapter
+from .base import Ensemble, adapter, seeded
 
 LAYOUTS = ("channels-first", "channels-last", "tokens")
 DECLARE = ("declare each member's effective weights (diagnose(member_weights=…), or a member_weights() method "
@@ -60,16 +60,24 @@ def declared_weights(function, k: int | None):
 
 
 def shared_storage(members) -> str | None:
-    """How two members share parameter storage ("member 0's 'w' is member 1's 'w'"), or None."""
-    seen = {}
+    """How two members share parameters ("member 0's 'w' overlaps member 1's 'w'"), or None: the
+    memory their parameters occupy overlaps. Disjoint slices of one buffer (stacked member states,
+    flat-parameter optimisers) share storage but no parameter, and are not flagged; a module listed
+    twice, or views of one module, are."""
+    spans = []  # (first byte, end, member, name) of every parameter with memory of its own
     for i, member in enumerate(members):
         for name, parameter in member.named_parameters():
-            if parameter.numel() == 0:
+            if parameter.numel() == 0 or parameter.device.type == "meta":
                 continue
-            pointer = parameter.untyped_storage().data_ptr()
-            first = seen.setdefault(pointer, (i, name))
-            if first[0] != i:
-                return f"member {first[0]}'s {first[1]!r} is member {i}'s {name!r}"
+            start = parameter.data_ptr()
+            spans.append((start, start + parameter.numel() * parameter.element_size(), i, name))
+    spans.sort()
+    reach = None  # the span reaching furthest so far
+    for span in spans:
+        if reach is not None and span[0] < reach[1] and span[2] != reach[2]:
+            return f"member {reach[2]}'s {reach[3]!r} overlaps member {span[2]}'s {span[3]!r}"
+        if reach is None or span[1] > reach[1]:
+            reach = span
     return None
 
 
@@ -81,6 +89,8 @@ class ModuleEnsemble(Ensemble):
 
     def __init__(self, members, layers=None, member_weights=None):
         members = tuple(members)
+        if member_weights is not None and not callable(member_weights):
+            raise InputTypeError("member_weights must be a function returning one {name: tensor} dict per member")
         super().__init__(len(members), self._forward_members, members)
         self.members = members
         self.layers = user_layers(members[0], layers)
@@ -98,19 +108,29 @@ class ModuleEnsemble(Ensemble):
                                  f"the members share parameter storage ({shared}), so their parameters are not their "
                                  f"effective weights: {DECLARE}")
         else:
-            self.weights_skip = self.networks_skip = None
+            self.weights_skip = None
+            layouts = {tuple((key, tuple(value.shape)) for key, value in member.state_dict().items()) for member in members}
+            self.networks_skip = None if len(layouts) == 1 else (
+                "the members have different layers or shapes (other architectures or widths): a path between "
+                "them, CKA and alignment need members of one architecture")
+            if len(layouts) > 1:
+                self.own_weights = False
+        self.devices = [next(member.parameters(), torch.empty(0)).device for member in members]
 
     def _forward_members(self, x):
-        outputs = [member(x) for member in self.members]
+        first = self.devices[0]
+        outputs = [member(x if device == x.device else x.to(device)) for member, device in zip(self.members, self.devices)]
         for i, output in enumerate(outputs):
             if not isinstance(output, torch.Tensor):
                 raise InputTypeError(f"member {i} returned a {type(output).__name__}, not a logits tensor [B, C] "
                                      "(wrap it, e.g. lambda x: net(x)[0])")
-            if output.dim() != 2 or output.shape != outputs[0].shape:
+            if output.dim() != 2:
+                raise EnsdiagError(f"member {i} returned logits of shape {tuple(output.shape)}: every member must map "
+                                   "a batch [B, …] to logits [B, C]")
+            if output.shape != outputs[0].shape:
                 raise EnsdiagError(f"member {i} returned logits of shape {tuple(output.shape)}, member 0 "
-                                   f"{tuple(outputs[0].shape)}: every member must map a batch [B, …] to logits [B, C] "
-                                   "over the same classes")
-        return torch.stack(outputs)
+                                   f"{tuple(outputs[0].shape)}: every member must give logits over the same classes")
+        return torch.stack([output.to(first) for output in outputs])
 
     def member_weights(self):
         if self.weights_skip:
@@ -129,8 +149,7 @@ class ModuleEnsemble(Ensemble):
         seeded: the aligned cosine's null baseline (for modules that declare a permutation rule)."""
         if self.networks_skip:
             return None
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeded(self, seed):
             networks = []
             for _ in range(count):
                 network = Member(copy.deepcopy(self.members[0]), self.layers).eval()
@@ -142,12 +161,19 @@ class ModuleEnsemble(Ensemble):
 
 
 def common_parameters(members):
-    """Each member's floating-point parameters that every member has under the same name and shape."""
+    """Each member's floating-point parameters that every member has under the same name and shape;
+    where the members differ, what is compared is said (`MemberWeights.scope`)."""
+    from ..analysis.registry import Skip
     from ..nn.model import MemberWeights
     states = [dict(member.named_parameters()) for member in members]
     shared = [key for key, value in states[0].items() if value.is_floating_point()
               and all(key in state and state[key].shape == value.shape for state in states[1:])]
-    return MemberWeights([{key: state[key].detach().clone() for key in shared} for state in states])
+    if not shared:
+        raise Skip("the members have no parameter in common (by name and shape): their weights cannot be compared")
+    every = {key for state in states for key in state}
+    scope = None if len(shared) == len(every) else (f"{len(shared)} of {len(every)} parameters, those every member "
+                                                    "has under the same name and shape")
+    return MemberWeights([{key: state[key].detach().clone() for key in shared} for state in states], scope)
 
 
 def _has(module, name) -> bool:
@@ -183,5 +209,7 @@ def user_layers(module, layers) -> dict:
 @adapter("a list of nn.Modules", order=30)
 def _module_list(obj, hints):
     if isinstance(obj, (list, tuple, nn.ModuleList)) and len(obj) and all(isinstance(m, nn.Module) for m in obj):
+        if hints.get("num_members") not in (None, len(obj)):
+            raise EnsdiagError(f"num_members = {hints['num_members']} but {len(obj)} member modules were given")
         return ModuleEnsemble(obj, hints.get("layers"), hints.get("member_weights"))
     return None

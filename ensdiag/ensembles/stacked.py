@@ -21,7 +21,7 @@ from .modules import DECLARE, Member, declared_weights, user_layers
 NETWORKS = "declare member_network(i) on your module (member i as a plain nn.Module) for paths, CKA and alignment"
 
 
-def _members_first(logits, k: int | None):
+def members_first(logits, k: int | None):
     if not isinstance(logits, torch.Tensor):
         raise InputTypeError(f"the ensemble returned a {type(logits).__name__}, not a logits tensor [k, B, C]")
     if logits.dim() == 2 and k is not None:
@@ -51,7 +51,7 @@ class StackedEnsemble(Ensemble):
         self.networks_skip = None if callable(getattr(function, "member_network", None)) else NETWORKS
 
     def _forward_stacked(self, x):
-        logits = _members_first(self.function(x), self.num_members)
+        logits = members_first(self.function(x), self.num_members)
         if self.num_members is None:
             self.num_members = logits.shape[0]
         elif logits.shape[0] != self.num_members:
@@ -83,7 +83,15 @@ def _one_module(obj, hints):
 def _callable(obj, hints):
     if callable(obj) and not isinstance(obj, (nn.Module, type)):
         ensemble = StackedEnsemble(obj, hints.get("num_members"), hints.get("member_weights"), hints.get("layers"),
-                                   hints.get("modules", ()))
+                                   _modules(hints.get("modules")))
         ensemble.method = "user callable"
         return ensemble
     return None
+
+
+def _modules(given) -> tuple:
+    """The `nn.Module`s a callable runs (`modules=`: one or a list), measured in eval mode like any member."""
+    given = () if given is None else (given,) if isinstance(given, nn.Module) else tuple(given)
+    if not all(isinstance(module, nn.Module) for module in given):
+        raise InputTypeError("modules must be the nn.Module(s) the callable runs")
+    return given

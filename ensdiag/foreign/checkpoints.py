@@ -33,7 +33,7 @@ FAMILIES = ("auto", "torch-uncertainty", "state-dicts")
 STATS = ("running_mean", "running_var", "num_batches_tracked")
 
 
-def _check_zip_sizes(path, inflation=8):
+def check_zip_sizes(path, inflation=8):
     """torch.save writes an uncompressed zip; one whose records inflate far beyond the file is refused
     before torch.load decompresses it (a zip bomb)."""
     import zipfile
@@ -48,6 +48,27 @@ def _check_zip_sizes(path, inflation=8):
         raise EnsdiagError(f"{path} decompresses to {total:,} bytes from {path.stat().st_size:,} (refused: a zip bomb?)")
 
 
+def load_tensors(path, what="PyTorch checkpoint", mmap=False):
+    """What `torch.load(weights_only=True)` reads from a file, or one line: torch's warnings (a
+    pickle protocol it does not know) stay quiet, and a refused pickle is said as ensdiag says it,
+    naming what the file wanted to run, never quoting torch's advice to turn the protection off."""
+    import warnings
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as error:  # pickle.UnpicklingError and whatever a damaged zip raises
+        text = str(error).strip()
+        if "weights_only" in text or "GLOBAL" in text or "Unsupported" in text:
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            wanted = next((line for line in lines if "GLOBAL" in line or "Unsupported" in line), "")
+            raise EnsdiagError(f"{path} needs more than tensors to load{f' ({wanted[:120]})' if wanted else ''}; "
+                               "ensdiag loads it with torch.load(weights_only=True) and never runs pickled code: "
+                               "save a state_dict of tensors") from None
+        reason = text.splitlines()[0] if text else type(error).__name__
+        raise EnsdiagError(f"{path} is not a readable {what} ({reason[:160]})") from None
+
+
 def read_state_dict(path) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint file, read without running pickled code."""
     path = Path(path)
@@ -57,16 +78,8 @@ def read_state_dict(path) -> dict[str, torch.Tensor]:
         from ..io import read_safetensors
         state, _ = read_safetensors(path, "checkpoint")
         return _network_keys(state)
-    _check_zip_sizes(path)
-    try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # pickle.UnpicklingError and whatever a damaged zip raises
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        if "weights_only" in str(error) or "GLOBAL" in str(error) or "Unsupported" in str(error):
-            raise EnsdiagError(f"{path} needs more than tensors to load ({reason[:120]}); ensdiag reads checkpoints "
-                               "with torch.load(weights_only=True) and never runs pickled code: save a state_dict"
-                               ) from None
-        raise EnsdiagError(f"{path} is not a readable PyTorch checkpoint ({reason[:160]})") from None
+    check_zip_sizes(path)
+    loaded = load_tensors(path)
     if isinstance(loaded, dict) and isinstance(loaded.get("state_dict"), dict):  # Lightning, and many trainers
         loaded = loaded["state_dict"]
     if not isinstance(loaded, dict) or not loaded:

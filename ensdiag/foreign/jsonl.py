@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..errors import EnsdiagError
+from ..io import text_lines
 from .predictions import INPUTS, ROW_SUM_TOLERANCE, as_logits, check_analysis_size
 
 MAX_LINE_BYTES = 2**20  # a question with 4,096 members of 5 choices each fits with room to spare
@@ -87,21 +88,7 @@ class _Reader:
 
     def _lines(self):
         """(number, text) of every non-blank line: bounded length and count, strict UTF-8."""
-        with open(self.path, "rb") as handle:
-            number = 0
-            while raw := handle.readline(MAX_LINE_BYTES + 1):
-                number += 1
-                if number > MAX_LINES:
-                    self.fail(number, f"more than {MAX_LINES:,} lines (one question per line)")
-                if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                    self.fail(number, f"longer than {MAX_LINE_BYTES:,} bytes (one question per line)")
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    self.fail(number, f"not UTF-8 text (byte {error.start + 1} of the line)")
-                text = text.removeprefix("\ufeff") if number == 1 else text  # a byte-order mark some editors write
-                if text.strip():
-                    yield number, text
+        return text_lines(self.path, "predictions file", MAX_LINES, MAX_LINE_BYTES, "one question per line")
 
     def _parse(self, number, text) -> dict:
         try:

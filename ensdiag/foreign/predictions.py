@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..budget import require
+from ..checks import ANALYSIS_BYTES_PER_LOGIT, MAX_MEMBERS, check_analysis_size, check_labels, check_predictions  # noqa: F401
 from ..errors import EnsdiagError
 
 ROW_SUM_TOLERANCE = 1e-3  # |Σ_c p_c − 1| allowed per row (float32 softmax outputs, rounding in files)
@@ -27,10 +28,12 @@ INPUTS = ("logits", "probs")
 
 
 MAX_ARRAYS = 1024  # arrays in one .npz (a few per split): far above any real file
-MAX_MEMBERS = 4096  # as model files: the k×k matrices of every pair stay small
-# What the predictions analyzers hold at once, in bytes per logit of a [k, N, C] split: the
-# float32 logits, float64 probabilities and log-probabilities, and a float64 working copy.
-ANALYSIS_BYTES_PER_LOGIT = 4 + 3 * 8
+
+# A choice a question does not have (questions with fewer choices than the most any has): a finite
+# logit so far below any score that its probability is exactly 0 in float32 and float64, and
+# stays so after temperature scaling (T ≥ 0.02); finite, so that predictions files (which refuse
+# non-finite logits) keep it and 0·(log 0 − log 0) in KL terms is 0, not NaN (docs/conventions.md).
+PAD_LOGIT = -1e30
 
 PICKLE = "holds Python objects (a pickle), which ensdiag never loads; save plain numeric arrays"
 
@@ -57,14 +60,6 @@ def _refuse_sparse(path, claimed: int):
     if blocks is not None and claimed > 2**20 and blocks * 512 < claimed // 2:
         raise EnsdiagError(f"{path} claims {claimed:,} bytes but stores {blocks * 512:,} on disk (a sparse file): "
                            "refused; copy it without holes if it is real")
-
-
-def check_analysis_size(k: int, n: int, c: int, where: str):
-    """Refuse, before any analyzer runs, predictions whose analysis would not fit: more members
-    than model files allow, or more memory than the budget."""
-    if k > MAX_MEMBERS:
-        raise EnsdiagError(f"{where}: {k:,} members; ensdiag compares every pair and takes at most {MAX_MEMBERS:,}")
-    require(k * n * c * ANALYSIS_BYTES_PER_LOGIT, f"{where}: analysing [k={k:,}, N={n:,}, C={c:,}] predictions")
 
 
 def _refuse_unless(ok, where, what):
@@ -137,11 +132,8 @@ def _scores(array: np.ndarray, where: str) -> torch.Tensor:
         raise EnsdiagError(f"{where} needs at least one member and two classes, got shape {list(array.shape)}")
     if array.shape[1] == 0:
         raise EnsdiagError(f"{where} holds no examples (shape {list(array.shape)})")
-    check_analysis_size(*array.shape, where)
-    scores = torch.from_numpy(np.ascontiguousarray(_native(array))).float()
-    if not torch.isfinite(scores).all():
-        raise EnsdiagError(f"{where} contains NaN or infinite values")
-    return scores
+    check_analysis_size(*array.shape, where)  # before the float copy is allocated
+    return torch.from_numpy(np.ascontiguousarray(_native(array))).float()  # the rest: check_predictions
 
 
 def _labels(array: np.ndarray, n: int, num_classes: int, where: str) -> torch.Tensor:
@@ -151,10 +143,7 @@ def _labels(array: np.ndarray, n: int, num_classes: int, where: str) -> torch.Te
         raise EnsdiagError(f"{where} must be [N={n}], got shape {list(array.shape)}")
     if array.dtype.kind == "u" and array.dtype.itemsize == 8 and n and int(array.max()) >= 2**63:
         raise EnsdiagError(f"{where} out of range 0..{num_classes - 1} (found {int(array.max())})")
-    labels = torch.from_numpy(np.ascontiguousarray(_native(array).astype(np.int64))).long()
-    if n and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
-        raise EnsdiagError(f"{where} out of range 0..{num_classes - 1} (found {int(labels.min())}..{int(labels.max())})")
-    return labels
+    return check_labels(torch.from_numpy(np.ascontiguousarray(_native(array).astype(np.int64))), n, num_classes, where)
 
 
 def _row_sums_are_one(values: torch.Tensor) -> bool:
@@ -196,8 +185,7 @@ def load_array_predictions(sources, labels=None, ood=(), inputs="logits") -> tup
         splits["id"]["labels"] = _labels(read_array(labels), logits.shape[1], logits.shape[2], f"labels {labels}")
     if ood:
         splits["ood"] = {"logits": _members([Path(p) for p in ood], inputs, warnings), "labels": None}
-    _check_consistent(splits, "these files")
-    return splits, warnings
+    return check_predictions(splits, "these files"), warnings
 
 
 def _members(paths, inputs, warnings) -> torch.Tensor:
@@ -241,37 +229,5 @@ def _from_npz(path, inputs, warnings) -> dict[str, dict]:
         if "labels" in arrays_of_split:
             labels = _labels(arrays_of_split["labels"], logits.shape[1], logits.shape[2], f"{path}: {name}/labels")
         result[name] = {"logits": logits, "labels": labels}
-    _check_consistent(result, str(path))
-    from ..analysis.registry import without_ood_labels
     from ..predictions import with_pooled_shift
-    return with_pooled_shift(without_ood_labels(result))
-
-
-def _check_consistent(splits, where):
-    members = {split["logits"].shape[0] for split in splits.values()}
-    classes = {split["logits"].shape[2] for split in splits.values()}
-    if len(members) != 1 or len(classes) != 1:
-        raise EnsdiagError(f"{where}: splits disagree on members {sorted(members)} or classes {sorted(classes)}")
-
-
-def load_any_predictions(sources, labels=None, ood=(), inputs="logits") -> tuple[dict[str, dict], list[str]]:
-    """({split: {"logits", "labels"}}, warnings) from whatever `ensdiag analyze` was given: an
-    ensdiag .safetensors predictions file, a .jsonl of multiple-choice scores (foreign/jsonl.py),
-    or .npy / .npz arrays."""
-    sources, ood = [Path(s) for s in sources], [Path(p) for p in ood]
-    if inputs not in INPUTS:
-        raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
-    if len(sources) == 1 and sources[0].suffix == ".safetensors":
-        from ..predictions import load_predictions
-        if labels is not None or ood or inputs != "logits":
-            raise EnsdiagError("a .safetensors predictions file holds logits, labels and splits itself; "
-                               "drop --labels, --ood and --inputs")
-        return load_predictions(sources[0])[0], []
-    is_jsonl = [path.suffix.lower() == ".jsonl" for path in [*sources, *ood]]
-    if any(is_jsonl):
-        from .jsonl import load_jsonl_predictions
-        if len(sources) != 1 or not all(is_jsonl) or labels is not None or len(ood) > 1:
-            raise EnsdiagError("a .jsonl file holds every member's scores and each question's answer: pass one "
-                               "(no --labels), and OOD questions in it or in one --ood .jsonl")
-        return load_jsonl_predictions(sources[0], ood[0] if ood else None, inputs)
-    return load_array_predictions(sources, labels, ood, inputs)
+    return with_pooled_shift(check_predictions(result, str(path)))  # OOD labels dropped there

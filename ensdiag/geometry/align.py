@@ -8,10 +8,18 @@ residual stream, BatchNorm included), the permutation of member b's units that m
 Σ ⟨W_a, P W_b⟩ over every tensor the group touches, one group at a time with the others
 fixed (a linear assignment problem, solved by SciPy), until no group improves.
 
+Each group order ends in a local optimum of its own: restarts from other orders reach nearly the
+same aligned cosine (±0.003) but can give very different loss barriers along the path between
+the members. So matching is restarted from `RESTARTS` group orders, seeded 0, 1, … — fixed, so
+that every way in (`train`, `diversity`, `diagnose()`) aligns the same weights the same way —
+and every distinct result is kept: the cosine reads the one of highest matching objective, the
+paths walk each of them (analysis/geometry.py).
+
     groups = permutation_groups(network)                 # from the architecture
     perms = weight_matching(state_a, state_b, groups)    # {group: index tensor}
     aligned = permute_state(state_b, groups, perms)      # member b, same function, a's unit order
-    states = align_to_first(member_states, groups)       # every member in member 0's order
+    found = restarts(state_a, state_b, groups)           # [{"seeds", "objective", "perms"}], best first
+    states = align_to_first(member_states, groups)       # every member in member 0's order (best restart)
     found = cosine_before_and_after(networks, states, groups)   # raw and aligned weight cosine, one place
 """
 
@@ -19,6 +27,8 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from ..errors import EnsdiagError
+
+RESTARTS = 3  # weight matching from this many group orders (seeds 0..RESTARTS−1)
 
 
 def permutation_groups(network) -> dict[str, list[tuple[str, int]]]:
@@ -103,9 +113,32 @@ def all_finite(states: list[dict]) -> bool:
     return all(torch.isfinite(value).all() for state in states for value in state.values() if value.is_floating_point())
 
 
-def align_to_first(states: list[dict], groups: dict, seed: int = 0) -> list[dict]:
-    """Every state permuted to match the first (which is returned as it is)."""
-    return [states[0]] + [permute_state(state, groups, weight_matching(states[0], state, groups, seed=seed))
+def matching_objective(reference: dict, other: dict, groups: dict) -> float:
+    """Σ ⟨W_a, W_b⟩ over every weight a permutation group touches: what weight matching maximises."""
+    keys = {key for entries in groups.values() for key, _ in entries if not key.endswith(("running_mean", "running_var"))}
+    return float(sum((reference[key].detach().double().cpu() * other[key].detach().double().cpu()).sum() for key in keys))
+
+
+def restarts(reference: dict, other: dict, groups: dict, count: int = RESTARTS) -> list[dict]:
+    """The distinct permutations weight matching reaches from `count` group orders (seeds 0..count−1):
+    [{"seeds": [the seeds that reached it], "objective", "perms"}], highest objective first (ties:
+    the smallest seed first)."""
+    found = []
+    for seed in range(count):
+        perms = weight_matching(reference, other, groups, seed=seed)
+        same = next((entry for entry in found if all(torch.equal(entry["perms"][g], perms[g]) for g in groups)), None)
+        if same is not None:
+            same["seeds"].append(seed)
+            continue
+        found.append({"seeds": [seed], "objective": matching_objective(reference, permute_state(other, groups, perms), groups),
+                      "perms": perms})
+    return sorted(found, key=lambda entry: (-entry["objective"], entry["seeds"][0]))
+
+
+def align_to_first(states: list[dict], groups: dict, count: int = RESTARTS) -> list[dict]:
+    """Every state permuted to match the first (which is returned as it is), by the restart of
+    highest matching objective."""
+    return [states[0]] + [permute_state(state, groups, restarts(states[0], state, groups, count)[0]["perms"])
                           for state in states[1:]]
 
 
@@ -123,10 +156,13 @@ def state_cosines(states: list[dict], keys: list[str]):
     return weight_cosine([{key.removeprefix("body."): state[key] for key in keys} for state in states])
 
 
-def cosine_before_and_after(network, states: list[dict], groups: dict, seed: int = 0) -> dict:
+def cosine_before_and_after(network, states: list[dict], groups: dict, count: int = RESTARTS) -> dict:
     """The members' weight cosine as given and after aligning every member to the first, the one
-    computation the alignment analyzer, its null baseline and training's tracking share:
-    {"raw": (matrix, layers), "aligned": (matrix, layers), "states": aligned states}."""
+    computation the alignment analyzer, its null baseline, the paths and training's tracking share:
+    {"raw": (matrix, layers), "aligned": (matrix, layers), "states": aligned states (each member by
+    its restart of highest objective), "restarts": {member j: restarts(states[0], states[j])}}."""
     keys = weight_keys(network)
-    aligned = align_to_first(states, groups, seed)
-    return {"raw": state_cosines(states, keys), "aligned": state_cosines(aligned, keys), "states": aligned}
+    found = {j: restarts(states[0], states[j], groups, count) for j in range(1, len(states))}
+    aligned = [states[0]] + [permute_state(states[j], groups, found[j][0]["perms"]) for j in range(1, len(states))]
+    return {"raw": state_cosines(states, keys), "aligned": state_cosines(aligned, keys), "states": aligned,
+            "restarts": found}

@@ -16,8 +16,6 @@ what alignment alone produces.
     null = aligned_null(model, seed=0)             # {"raw", "aligned", "layers"} or None (no permutation rule)
 """
 
-import torch
-
 from ..analysis import metrics as M
 from ..errors import EnsdiagError
 
@@ -48,21 +46,12 @@ def recorded_or_rebuilt(model, seed: int = 0) -> dict | None:
     return None if found is None else {"mean": found["mean"], "source": f"a fresh build of the model's spec, seed {seed}"}
 
 
-def weights_with_initial(model, seed: int = 0):
-    """`model.member_weights()` carrying their cosine at initialisation (`MemberWeights.initial`),
-    which the weight-similarity analyzer reports beside the trained one."""
-    weights = model.member_weights()
-    if len(weights) > 1:
-        weights.initial = recorded_or_rebuilt(model, seed)
-    return weights
-
-
 def initial_cosine_of_spec(spec, seed: int = 0) -> dict | None:
     """`initial_cosine` of a fresh model built from `spec` after `torch.manual_seed(seed)`
     (the global RNG is left as it was)."""
+    from ..ensembles import seeded
     from ..nn.model import build_from_spec
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(None, seed):  # the CPU generator alone, as training seeds it before building
         return initial_cosine(build_from_spec(spec))
 
 
@@ -82,7 +71,7 @@ def aligned_null(ensemble, seed: int = 0, members: int | None = None) -> dict | 
     except EnsdiagError:
         return None
     states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
-    found = cosine_before_and_after(networks[0], states, groups, seed)
+    found = cosine_before_and_after(networks[0], states, groups)
     (raw, raw_layers), (after, after_layers) = found["raw"], found["aligned"]
     return {"raw": M.mean_off_diagonal(raw), "aligned": M.mean_off_diagonal(after), "members": count,
             "layers": {layer: {"raw": M.mean_off_diagonal(raw_layers[layer]),

@@ -81,7 +81,9 @@ def describe_points(points) -> str:
     return f"{points} evenly spaced points"
 
 
-def _evaluate(network, state_a, state_b, t, test, normalize, train_images, train) -> dict:
+def evaluate_point(network, state_a, state_b, t, test, normalize, train_images, train) -> dict:
+    """One point t of the path: `network` loaded with the interpolated weights, its BatchNorm
+    statistics recomputed on `train_images`, the test (and training-sample) losses per example."""
     network.load_state_dict(interpolate(state_a, state_b, t))
     recomputed = recompute_batchnorm(network, train_images, normalize) if train_images is not None else False
     found = {"batchnorm_recomputed": recomputed}
@@ -125,7 +127,7 @@ def path(network, state_a, state_b, test, normalize, train_images=None, points: 
     says True (a precision target); the points, and their BatchNorm statistics, are the first
     chunk's."""
     full, test = test, (test.subset(slice(0, first)) if enough is not None and len(test) > first else test)
-    evaluate = lambda t: _evaluate(network, state_a, state_b, t, test, normalize, train_images, train)  # noqa: E731
+    evaluate = lambda t: evaluate_point(network, state_a, state_b, t, test, normalize, train_images, train)  # noqa: E731
     grid = torch.linspace(0, 1, 11 if points == ADAPTIVE else points).tolist()  # adaptive: a subset of the 11-point grid
     chosen = grid[::2] if points == ADAPTIVE else grid
     found = {t: evaluate(t) for t in chosen}

@@ -25,14 +25,32 @@ max_rank always), `pair_ranks` as the min, median and max of the pairs' ranks, a
 import numpy as np
 import torch
 
-RELATIVE_TOLERANCE = 1e-4  # a singular value counts when σ / σ_1 exceeds it (float32 weights: ~1e-7 noise)
+ROUNDINGS = 4  # relative error of one ratio entry, in the weights' unit roundoffs (below)
 SHOWN = 4  # singular values stored per layer (divided by the largest)
+TOLERANCE_RULE = ("a singular value counts when it exceeds δ·‖R‖_F + max(m, n)·ε₆₄·σ₁, the most float rounding "
+                  "can add to a rank-deficient ratio R (Weyl): each entry of R = W_i ⊘ W_j carries a relative error "
+                  "of at most δ = 4u, u the unit roundoff of the weights' dtype (a rebuilt member weight W ∘ r sᵀ is "
+                  "rounded twice, the two in a ratio four times; the ratio itself is taken in float64), so the "
+                  "perturbation is at most δ‖R‖_F in spectral norm; the second term is the SVD's own rounding")
 
 
-def numerical_rank(singular_values: torch.Tensor, tolerance: float = RELATIVE_TOLERANCE) -> int:
+def rounding(dtype) -> float:
+    """δ: the largest relative error float rounding leaves in one entry of a ratio of two weights of `dtype`."""
+    return ROUNDINGS * torch.finfo(dtype).eps / 2
+
+
+def rank_threshold(singular_values: torch.Tensor, delta: float) -> float:
+    """The singular value below which float rounding alone can explain it (`TOLERANCE_RULE`)."""
+    if singular_values.numel() == 0:
+        return 0.0
+    frobenius = float(singular_values.pow(2).sum().sqrt())
+    return delta * frobenius + len(singular_values) * torch.finfo(torch.float64).eps * float(singular_values[0])
+
+
+def numerical_rank(singular_values: torch.Tensor, delta: float) -> int:
     if singular_values.numel() == 0 or singular_values[0] <= 0:
         return 0
-    return int((singular_values > tolerance * singular_values[0]).sum())
+    return int((singular_values > rank_threshold(singular_values, delta)).sum())
 
 
 NEGLIGIBLE = 1e-3  # below this fraction of the layer's median |weight|, an entry counts as 0
@@ -103,16 +121,20 @@ def layer_structure(w_i: torch.Tensor, w_j: torch.Tensor) -> dict:
     if ratio.numel() == 0:
         return {"rank": None, "max_rank": None, "singular_values": [], "entries_used": 0.0,
                 "note": "no entry carries a ratio (zero or negligible weights)"}
-    values = torch.linalg.svdvals(ratio) if ratio.numel() else torch.zeros(0, dtype=torch.float64)
-    result = {"rank": numerical_rank(values), "max_rank": min(ratio.shape) if ratio.numel() else 0,
-              "singular_values": (values[:SHOWN] / values[0]).tolist() if values.numel() and values[0] > 0 else [],
+    delta = rounding(w_i.dtype if w_i.is_floating_point() else torch.float32)
+    values = torch.linalg.svdvals(ratio)
+    result = {"rank": numerical_rank(values, delta), "max_rank": min(ratio.shape),
+              "singular_values": (values[:SHOWN] / values[0]).tolist() if values[0] > 0 else [],
+              "tolerance": rank_threshold(values, delta) / float(values[0]) if values[0] > 0 else None,
               "entries_used": used}
     if w_i.dim() == 4:  # kernel by kernel (a 1×1 kernel is rank 1 whatever it holds), those with every ratio defined
         a, b = w_i.detach().double().cpu().flatten(0, 1), w_j.detach().double().cpu().flatten(0, 1)  # [out·in, kh, kw]
         whole = (_not_negligible(a) & _not_negligible(b)).flatten(1).all(1)
         if whole.any():
-            per_kernel = torch.linalg.svdvals(a[whole] / b[whole])
-            result["kernel_rank"] = int((per_kernel > RELATIVE_TOLERANCE * per_kernel[:, :1]).sum(1).max())
+            per_kernel = torch.linalg.svdvals(a[whole] / b[whole])  # [kernels, min(kh, kw)]
+            thresholds = delta * per_kernel.pow(2).sum(1, keepdim=True).sqrt() \
+                + per_kernel.shape[1] * torch.finfo(torch.float64).eps * per_kernel[:, :1]
+            result["kernel_rank"] = int((per_kernel > thresholds).sum(1).max())
     return result
 
 
@@ -130,7 +152,8 @@ def rank_structure(member_weights: list[dict], max_pairs: int = 8) -> dict:
         ranks = sorted(f["rank"] for f in found)
         entry = {"rank": ranks[-1], "max_rank": max(f["max_rank"] for f in found),
                  "pair_ranks": {"min": ranks[0], "median": ranks[(len(ranks) - 1) // 2], "max": ranks[-1]},
-                 "singular_values": found[0]["singular_values"], "entries_used": min(f["entries_used"] for f in found)}
+                 "singular_values": found[0]["singular_values"], "tolerance": found[0]["tolerance"],
+                 "entries_used": min(f["entries_used"] for f in found)}
         if all("kernel_rank" in f for f in found):
             entry["kernel_rank"] = max(f["kernel_rank"] for f in found)
         layers[key.rpartition(".")[0]] = entry

@@ -20,11 +20,11 @@ MAX_ALIGNED_MEMBERS = 64  # as member geometry: beyond it, no aligned cosine
 
 
 class DiversityTracker:
-    def __init__(self, ensemble, seed: int = 0):
+    def __init__(self, ensemble):
         """`ensemble`: anything `ensembles.as_ensemble` takes (None: predictions only, no weight cosine)."""
         from ..ensembles import as_ensemble
         self.model = as_ensemble(ensemble) if ensemble is not None else None
-        self.seed, self.groups = seed, None
+        self.groups = None
         model = self.model
         if model is not None and model.own_weights and 1 < (model.num_members or 0) <= MAX_ALIGNED_MEMBERS:
             from ..analysis.registry import Skip
@@ -43,7 +43,7 @@ class DiversityTracker:
         states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
         if not all_finite(states):
             return None
-        return M.mean_off_diagonal(cosine_before_and_after(networks[0], states, self.groups, self.seed)["aligned"][0])
+        return M.mean_off_diagonal(cosine_before_and_after(networks[0], states, self.groups)["aligned"][0])
 
     def _weights(self):
         from ..analysis.registry import Skip

@@ -52,7 +52,7 @@ def diagnosis_records(metrics: dict, prefix: str = "ensdiag") -> Records:
     return records
 
 
-VERDICT_KEYS = ("nll", "ece", "auroc", "diversity")
+VERDICT_KEYS = ("nll", "ece", "auroc", "shift_nll", "diversity")
 
 
 def report_records(report: dict, run_dir=None, prefix: str = "ensdiag") -> Records:

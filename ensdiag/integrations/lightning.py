@@ -40,6 +40,8 @@ class DiversityCallback(lightning.Callback):
         super().__init__()
         if num_members is not None and (not isinstance(num_members, int) or num_members < 1):
             raise EnsdiagError(f"num_members must be a positive integer, got {num_members!r}")
+        if not isinstance(every_n_epochs, int) or isinstance(every_n_epochs, bool) or every_n_epochs < 1:
+            raise EnsdiagError(f"every_n_epochs must be a positive integer, got {every_n_epochs!r}")
         self.val, self.num_members, self.members_of, self.every = val, num_members, members, every_n_epochs
         self.path = Path(path) if path is not None else None
         self.rows: list[dict] = []

@@ -1,7 +1,7 @@
 """Rows (export.py) as a pandas DataFrame (`pip install 'ensdiag[pandas]'`).
 
     diagnosis.to_frame()                      # one row per number
-    ensdiag.export.report_frame("runs/demo")  # a report's long rows
+    ensdiag.report.report_frame("runs/demo")  # a report's long rows
 """
 
 import pandas

@@ -16,7 +16,7 @@ import torch
 
 from ..budget import require
 from ..errors import EnsdiagError
-from .config import AdapterConfig
+from .config import AdapterConfig, check_targets
 
 PREFIX = "base_model.model."  # what PEFT's wrapper puts before the base model's module names
 FACTOR = re.compile(r"^(?P<module>.+)\.lora_(?P<which>[AB])\.weight$")
@@ -50,14 +50,9 @@ def _bin_state(path) -> dict:
 def _loaded_bin(path, mtime, size) -> dict:
     import zipfile
 
-    from ..foreign.checkpoints import _check_zip_sizes
-    _check_zip_sizes(path)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
-    except Exception as error:  # pickle.UnpicklingError and whatever a damaged file raises
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise EnsdiagError(f"{path} is not a readable adapter_model.bin ({reason[:160]}); ensdiag loads it with "
-                           "torch.load(weights_only=True) and never runs pickled code") from None
+    from ..foreign.checkpoints import check_zip_sizes, load_tensors
+    check_zip_sizes(path)
+    state = load_tensors(path, "adapter_model.bin", mmap=zipfile.is_zipfile(path))
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise EnsdiagError(f"{path} holds no state_dict of named tensors")
     return state
@@ -124,6 +119,7 @@ def adapted_modules(configs: list[AdapterConfig]) -> tuple[list[Module], list[st
     """The modules every member adapts, in the model's order (layer numbers compared as numbers), and
     the other tensors of the first member's file (not compared)."""
     first, other = _modules_of(configs[0])
+    check_targets(configs[0], list(first))  # every member's config names the same modules (config.py)
     for config in configs[1:]:
         modules, _ = _modules_of(config)
         for name in sorted(set(first) ^ set(modules)):

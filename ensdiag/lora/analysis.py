@@ -12,6 +12,7 @@ import re
 import torch
 
 from ..analysis.registry import finite
+from ..budget import require
 from . import maths
 from .adapters import adapted_modules, read_factors
 from .config import AdapterConfig
@@ -48,8 +49,9 @@ def layer_depth(name: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def diagnose_adapters(configs: list[AdapterConfig], base=None) -> dict:
-    """The `lora` section for k checked adapter configs; `base`: the base's safetensors (optional)."""
+def diagnose_adapters(configs: list[AdapterConfig], base=None, progress=None) -> dict:
+    """The `lora` section for k checked adapter configs; `base`: the base's safetensors (optional);
+    `progress(done, total)`: called after each adapted layer (long adapter sets take minutes)."""
     from .base import BaseWeights
     modules, other = adapted_modules(configs)
     weights = BaseWeights(base) if base is not None else None
@@ -57,13 +59,18 @@ def diagnose_adapters(configs: list[AdapterConfig], base=None) -> dict:
     if weights is not None:  # every adapted weight found and fitting before anything is computed
         for module in modules:
             weights.check_weight(weights.weight_of(module.name), module.shape[::-1] if transposed else module.shape)
-    k = len(configs)
-    scales = torch.tensor([config.scale for config in configs], dtype=maths.FLOAT)
-    totals = {"gram": torch.zeros(k, k, dtype=maths.FLOAT), "null": torch.zeros(k, k, dtype=maths.FLOAT),
-              "effective": torch.zeros(k, k, dtype=maths.FLOAT), "orthogonal": torch.zeros(k, k, dtype=maths.FLOAT),
-              "base": 0.0}
-    layers = [_layer(module, [read_factors(config, module) for config in configs], scales, weights, transposed, totals)
-              for module in modules]
+    k, rank = len(configs), configs[0].rank
+    for module in modules:  # every layer's maths within the memory budget, before any factor is read
+        require(maths.layer_bytes(k, *module.shape, rank), f"the LoRA maths of {module.name} (k = {k}, r = {rank})")
+    log_scales = torch.tensor([config.log_scale for config in configs], dtype=maths.FLOAT)
+    signs = torch.tensor([math.copysign(1.0, config.alpha) for config in configs], dtype=maths.FLOAT)
+    totals = {"delta": maths.ScaledGram(k), "null": maths.ScaledGram(k), "joint": maths.ScaledGram(k + 1)}
+    layers = []
+    for done, module in enumerate(modules, 1):
+        factors = [read_factors(config, module) for config in configs]
+        layers.append(_layer(module, factors, log_scales, signs, weights, transposed, totals))
+        if progress is not None:
+            progress(done, len(modules))
     first = configs[0]
     section = {"format": FORMAT, "members": [str(config.folder) for config in configs],
                "files": [config.weights.name for config in configs], "k": k, "rank": first.rank, "alpha": first.alpha,
@@ -76,39 +83,46 @@ def diagnose_adapters(configs: list[AdapterConfig], base=None) -> dict:
     return finite(section)
 
 
-def _layer(module, factors, scales, weights, transposed, totals) -> dict:
-    """Every quantity of one adapted layer; `totals` gathers the sums over layers."""
+def _layer(module, factors, log_scales, signs, weights, transposed, totals) -> dict:
+    """Every quantity of one adapted layer; `totals` gathers the sums over layers. Each member's update
+    is a unit direction and a log size (maths.unit_factors): the scale never meets a product."""
     A = torch.stack([a for a, _ in factors])
     B = torch.stack([b for _, b in factors])
     m, n = module.shape
     if transposed:  # fan_in_fan_out: W is stored [n, m], so compare (B·A)ᵀ = Aᵀ·Bᵀ with it
         A, B = B.transpose(1, 2), A.transpose(1, 2)
     k = len(factors)
-    gram = maths.update_gram(A, B, scales)
-    spaces = [maths.factored_svd(B[i], A[i], float(scales[i])) for i in range(k)]
+    A, B, log_size = maths.unit_factors(A, B, log_scales)
+    unit = maths.unit_gram(A, B) * torch.outer(signs, signs)
+    delta = maths.ScaledGram(k)
+    delta.add(unit, log_size)
+    spaces = [maths.factored_svd(B[i], A[i]) for i in range(k)]  # directions and ranks: the scale plays no part
     left = _subspaces([u for u, _, _ in spaces], B.shape[1])
     right = _subspaces([v for _, _, v in spaces], A.shape[2])
     column, row = (right, left) if transposed else (left, right)
-    norms = torch.sqrt(torch.clamp(torch.diagonal(gram), min=0))  # ‖ΔW_i‖, never below 0 by rounding
     layer = {"name": module.name, "type": module_type(module.name), "depth": layer_depth(module.name), "shape": [m, n],
-             "delta_cosine": _matrix(maths.cosines(gram), null_rms=maths.cosine_null_rms(m, n)),
+             "delta_cosine": _matrix(maths.cosines(delta.total), null_rms=maths.cosine_null_rms(m, n)),
              "column_overlap": column, "row_overlap": row,
              "effective_rank": [maths.effective_rank(sigma) for _, sigma, _ in spaces],
-             "rank": [int(sigma.numel()) for _, sigma, _ in spaces], "norm": norms.tolist()}
-    totals["gram"] += gram
-    totals["null"] += torch.outer(norms, norms).square() / (m * n)
+             "rank": [int(sigma.numel()) for _, sigma, _ in spaces], "norm": delta.norms()}
+    totals["delta"].add(unit, log_size)
+    squares = torch.clamp(torch.diagonal(unit), min=0)  # ‖ΔW_i‖² / e^{2·log size_i}
+    totals["null"].add(torch.outer(squares, squares) / (m * n), 2 * log_size)
     if weights is not None:
         name = weights.weight_of(module.name)
-        squared, inner = maths.base_products(weights.row_blocks(name, (B.shape[1], A.shape[2])), A, B, scales)
-        effective = maths.effective_gram(squared, inner, gram)
-        orthogonal = maths.orthogonal_gram(squared, gram)
+        log_base, inner = maths.base_products(weights.row_blocks(name, (B.shape[1], A.shape[2])), A, B)
+        joint_unit = torch.zeros(k + 1, k + 1, dtype=maths.FLOAT)
+        joint_unit[0, 0] = 1.0 if log_base > -math.inf else 0.0
+        joint_unit[0, 1:] = joint_unit[1:, 0] = inner * signs
+        joint_unit[1:, 1:] = unit
+        joint = maths.ScaledGram(k + 1)
+        joint.add(joint_unit, torch.cat([torch.tensor([log_base], dtype=maths.FLOAT), log_size]))
+        effective, orthogonal = maths.with_base(joint)
         layer["base_weight"] = name
         layer["effective_cosine"] = _matrix(maths.cosines(effective),
                                             orthogonal_baseline=maths.mean(maths.off_diagonal(maths.cosines(orthogonal))))
-        layer["relative_norm"] = (norms / math.sqrt(squared)).tolist() if squared > 0 else [None] * k
-        totals["effective"] += effective
-        totals["orthogonal"] += orthogonal
-        totals["base"] += squared
+        layer["relative_norm"] = maths.relative_norms(joint)
+        totals["joint"].add(joint_unit, joint.log_scale)
     return layer
 
 
@@ -127,20 +141,18 @@ def _matrix(matrix, **extra) -> dict:
 
 
 def _summary(layers, totals, with_base, rank) -> dict:
-    gram = totals["gram"]
-    norms = torch.sqrt(torch.clamp(torch.diagonal(gram), min=0))
-    k = gram.shape[0]
-    null = [float(torch.sqrt(totals["null"][i, j]) / (norms[i] * norms[j])) if norms[i] > 0 and norms[j] > 0 else None
-            for i in range(k) for j in range(i + 1, k)]
-    summary = {"layers": len(layers), "delta_cosine": _matrix(maths.cosines(gram), null_rms=maths.mean(null)),
+    delta = totals["delta"]
+    summary = {"layers": len(layers),
+               "delta_cosine": _matrix(maths.cosines(delta.total),
+                                       null_rms=maths.mean(maths.null_cosines(delta, totals["null"]))),
                "column_overlap": _mean_of(layers, "column_overlap"), "row_overlap": _mean_of(layers, "row_overlap"),
                "effective_rank": {"mean": maths.mean(r for layer in layers for r in layer["effective_rank"]), "r": rank},
-               "norm": norms.tolist(), "effective_cosine": None, "relative_norm": None}
+               "norm": delta.norms(), "effective_cosine": None, "relative_norm": None}
     if with_base:
-        orthogonal = maths.cosines(totals["orthogonal"])
-        summary["effective_cosine"] = _matrix(maths.cosines(totals["effective"]),
-                                              orthogonal_baseline=maths.mean(maths.off_diagonal(orthogonal)))
-        members = (norms / math.sqrt(totals["base"])).tolist() if totals["base"] > 0 else [None] * k
+        effective, orthogonal = maths.with_base(totals["joint"])
+        summary["effective_cosine"] = _matrix(maths.cosines(effective),
+                                              orthogonal_baseline=maths.mean(maths.off_diagonal(maths.cosines(orthogonal))))
+        members = maths.relative_norms(totals["joint"])
         summary["relative_norm"] = {"members": members, "mean": maths.mean(members)}
     return summary
 

@@ -8,7 +8,6 @@ never has to be in memory (nor its pages resident) at once.
     for start, rows in base.row_blocks(name): ...                # float64 blocks [c, n]
 """
 
-import json
 import math
 import re
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 
 from ..budget import require
 from ..errors import EnsdiagError
+from ..io import read_json
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -73,12 +73,8 @@ class BaseWeights:
                                "model's safetensors file or the folder transformers saved it in")
         if index.stat().st_size > MAX_INDEX_BYTES:
             raise EnsdiagError(f"{index} is {index.stat().st_size:,} bytes, far more than a shard index")
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
-        except EnsdiagError:
-            raise  # already one line for the user
-        except (OSError, ValueError, AttributeError) as error:
-            raise EnsdiagError(f"{index} is not a readable shard index ({type(error).__name__})") from None
+        data = read_json(index, "shard index", MAX_INDEX_BYTES)
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not weight_map or not all(
                 isinstance(name, str) and isinstance(shard, str) for name, shard in weight_map.items()):
             raise EnsdiagError(f"{index}: weight_map must map tensor names to shard file names")

@@ -1,4 +1,4 @@
-"""`ensdiag diversity ADAPTER_DIR…`: a LoRA ensemble compared by its weights (cli_inspect.py hands
+"""`ensdiag diversity ADAPTER_DIR…`: a LoRA ensemble compared by its weights (cli/diversity.py hands
 adapter folders here). Configs are checked before torch is imported; `--save DIR` writes a
 diagnosis run that `ensdiag report DIR` renders."""
 
@@ -13,29 +13,36 @@ from .config import read_adapter_folders
 SOURCE = "ensdiag diversity (LoRA adapters)"
 
 
-def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, not_for_adapters: dict):
-    """`not_for_adapters`: {option: value} of the command's options that need runnable members."""
+def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, not_for_adapters: dict,
+                   overwrite: bool = False):
+    """`not_for_adapters`: {option: value} of the command's options that need runnable members;
+    `overwrite`: replace a LoRA diagnosis already saved as `save/method/seed-<seed>`."""
     given = [option for option, value in not_for_adapters.items() if value is not None]
     if given:
         raise EnsdiagError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to LoRA adapters: "
                            "ensdiag compares their weights and does not run them")
+    if overwrite and save is None:
+        raise EnsdiagError("--overwrite replaces a run --save saved: give --save DIR too")
     if base is not None and not Path(base).exists():
         raise EnsdiagError(f"--base {base} does not exist")
     configs = read_adapter_folders(folders)
-    if save is not None:
-        from ..runs import check_run_name
-        check_run_name(method, seed)
-        output_folder(save)
+    if save is not None:  # refused now, not after the whole diagnosis (nothing is created yet)
+        from ..runs import LORA, claim_run
+        claim_run(output_folder(save), method, seed, LORA, overwrite, create=False)
     if plot is not None:
         _check_plot(plot)
+    from ..progress import step_bar
     from .analysis import diagnose_adapters
-    section = diagnose_adapters(configs, base)
+    with step_bar(f"comparing {len(configs)} adapters, layer by layer") as advance:
+        section = diagnose_adapters(configs, base, progress=advance)
     if save is not None:
-        run = save_lora_run(save, method, seed, section)
+        run = save_lora_run(save, method, seed, section, overwrite)
         note(f"saved to {run}; `ensdiag report {save}` reports every run saved there")
     drawn = draw(section, plot, folders) if plot is not None else []
     if fmt == "json":
-        print_json(section)
+        from ..report.load import lora_result
+        print_json({"analyzers": {"lora": lora_result(section)}, "splits": {},  # the one metrics layout
+                    "ensemble": {"method": "LoRA adapters", "num_members": section["k"]}})
     else:
         from .present import lora_renderables
         console = Console()
@@ -63,15 +70,9 @@ def draw(section: dict, plot: Path, folders) -> list[Path]:
     return drawn + save_figure(lora_depth_figure({label: section}), target)
 
 
-def save_lora_run(folder, method: str, seed: int, section: dict) -> Path:
-    """`folder/<method>/seed-<seed>/` with metrics.json (no analyzer ran; the `lora` section) and
-    meta.json, listed in the folder's experiment.json like any diagnosis (`runs.add_diagnosis`)."""
-    from ..io import atomic_write_json
-    from ..runs import add_diagnosis
-    add_diagnosis(folder, method, seed, {})
-    run = Path(folder) / method / f"seed-{seed}"
-    run.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run / "metrics.json", {"analyzers": {}, "splits": {}, "num_members": section["k"], "lora": section})
-    atomic_write_json(run / "meta.json", {"run": method, "method": method, "seed": seed, "splits": {},
-                                          "source": SOURCE})  # last: marks the run finished
-    return run
+def save_lora_run(folder, method: str, seed: int, section: dict, overwrite: bool = False) -> Path:
+    """`folder/<method>/seed-<seed>/lora.json`: the run's weight-space part, listed in the folder's
+    experiment.json like any diagnosis (`runs.save_result`: a predictions part of the same run is left
+    as it is, a LoRA diagnosis already there is replaced only with `overwrite`)."""
+    from ..runs import LORA, lora_record, save_result
+    return save_result(folder, method, seed, LORA, lora_record(method, seed, SOURCE, section), overwrite=overwrite)

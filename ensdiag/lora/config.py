@@ -5,17 +5,25 @@ runs before torch is imported, and members that cannot form one ensemble are ref
     adapters = read_adapter_folders([Path("run-a"), Path("run-b")])   # [AdapterConfig], checked alike
 """
 
-import json
 import math
+import re
+import signal
+import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EnsdiagError
+from ..io import read_json, regular_file
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
 MAX_CONFIG_BYTES = 1 << 20  # PEFT's configs are ~1 KiB; anything near this is not one
 MAX_RANK = 1 << 16
+MAX_ADAPTERS = 64  # every pair of members is compared in every layer (k×k matrices), as member geometry does
+MAX_PATTERN_CHARS = 1000
+PATTERN_SECONDS = 2.0  # a regular expression from a file may backtrack for ever: matching is timed
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,11 @@ class AdapterConfig:
     def scale(self) -> float:
         """PEFT's scaling of B·A: α/r, or α/√r with rank-stabilised LoRA."""
         return self.alpha / (math.sqrt(self.rank) if self.use_rslora else self.rank)
+
+    @property
+    def log_scale(self) -> float:
+        """log |scale|, exact where the scale itself underflows (α = 5e-324 gives a scale of 0.0)."""
+        return math.log(abs(self.alpha)) - (0.5 if self.use_rslora else 1.0) * math.log(self.rank)
 
 
 def is_adapter_folder(path) -> bool:
@@ -57,6 +70,9 @@ def read_adapter_folders(folders) -> list[AdapterConfig]:
     folders = [Path(folder) for folder in folders]
     if len(folders) < 2:
         raise EnsdiagError(f"a LoRA ensemble needs k ≥ 2 adapter folders, got {len(folders)}")
+    if len(folders) > MAX_ADAPTERS:
+        raise EnsdiagError(f"{len(folders):,} adapter folders; ensdiag compares every pair of members in every layer "
+                           f"and takes at most {MAX_ADAPTERS} (diagnose a sample of them)")
     if len({folder.resolve() for folder in folders}) != len(folders):
         raise EnsdiagError("the same adapter folder is given twice: its members would be one model")
     configs = [read_adapter_config(folder) for folder in folders]
@@ -66,15 +82,10 @@ def read_adapter_folders(folders) -> list[AdapterConfig]:
 
 
 def read_adapter_config(folder: Path) -> AdapterConfig:
-    path = folder / CONFIG_FILE
+    path = regular_file(folder / CONFIG_FILE, "adapter config")
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise EnsdiagError(f"{path} is {path.stat().st_size:,} bytes, not a PEFT adapter config")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except EnsdiagError:
-        raise  # already one line for the user
-    except (OSError, ValueError) as error:
-        raise EnsdiagError(f"{path} is not readable JSON ({type(error).__name__})") from None
+    data = read_json(path, "adapter config", MAX_CONFIG_BYTES)
     if not isinstance(data, dict):
         raise EnsdiagError(f"{path} holds a JSON {type(data).__name__}, not a PEFT adapter config")
     if data.get("peft_type", "LORA") != "LORA":
@@ -107,7 +118,15 @@ def read_adapter_config(folder: Path) -> AdapterConfig:
 
 
 def _targets(path, targets):
-    if targets is None or isinstance(targets, str):
+    if targets is None:
+        return targets
+    if isinstance(targets, str):
+        if len(targets) > MAX_PATTERN_CHARS:
+            raise EnsdiagError(f"{path}: target_modules is a pattern of {len(targets):,} characters, not a PEFT one")
+        try:
+            re.compile(targets)
+        except (re.error, RecursionError, OverflowError) as error:
+            raise EnsdiagError(f"{path}: target_modules {targets[:40]!r} is not a regular expression ({error})"[:300]) from None
         return targets
     if not isinstance(targets, list) or not all(isinstance(name, str) for name in targets):
         raise EnsdiagError(f"{path}: target_modules must be a list of module names or one pattern")
@@ -119,6 +138,60 @@ def _weights_file(folder: Path) -> Path:
     if not found:
         raise EnsdiagError(f"{folder} has {CONFIG_FILE} but no {' or '.join(WEIGHT_FILES)}")
     return found[0]  # PEFT loads the safetensors file when both are there, and so does ensdiag
+
+
+def check_targets(config: AdapterConfig, names: list[str]):
+    """Every module the weights adapt is one target_modules names, as PEFT chose them: a list entry
+    is a module's name or its last dotted parts, a string a regular expression the whole name
+    matches, "all-linear" every linear layer. A config that does not name them does not describe
+    these weights. A pattern is matched under a time limit where one can be set (the main thread
+    on Unix; elsewhere it is not matched at all): a hostile one could backtrack for ever."""
+    targets = config.target_modules
+    if targets is None or targets == "all-linear":
+        return
+    if isinstance(targets, tuple):
+        missing = next((name for name in names if not any(name == t or name.endswith("." + t) for t in targets)), None)
+    else:
+        pattern = re.compile(targets)
+        with _time_limit(PATTERN_SECONDS) as limited:
+            if not limited:
+                return
+            try:
+                missing = next((name for name in names if pattern.fullmatch(name) is None), None)
+            except _TooSlow:
+                raise EnsdiagError(f"{config.folder / CONFIG_FILE}: target_modules {targets[:40]!r} takes more than "
+                                   f"{PATTERN_SECONDS:g} s to match a module name (a pattern that backtracks for ever)"
+                                   ) from None
+    if missing is not None:
+        raise EnsdiagError(f"{config.folder / CONFIG_FILE}: target_modules ({_shown(targets)}) does not name {missing}, "
+                           f"which {config.weights.name} adapts: the config does not describe these weights")
+
+
+class _TooSlow(Exception):
+    pass
+
+
+@contextmanager
+def _time_limit(seconds: float):
+    """Yields whether `seconds` of real time are enforced (by SIGALRM, raising _TooSlow); any timer
+    and handler set before are restored after."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield False
+        return
+
+    def expired(*_):
+        raise _TooSlow
+
+    handler = signal.signal(signal.SIGALRM, expired)
+    earlier, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    began = time.monotonic()
+    try:
+        yield True
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, handler)
+        if earlier > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(earlier - (time.monotonic() - began), 0.001))
 
 
 def _shown(value) -> str:

@@ -1,54 +1,187 @@
-"""The weight-space maths of LoRA ensembles, on the factors alone: no ΔW = s·B·A is ever formed.
+"""The weight-space maths of LoRA ensembles, on the factors alone: no ΔW = s·B·A is ever formed
+where it would be larger than its factors.
 
 Member i of a layer is the update ΔW_i = s_i·B_i·A_i (B_i [m, r], A_i [r, n], s_i PEFT's scale).
 Every function takes float64 tensors and returns tensors or plain numbers; nothing here reads a
 file. The definitions are in docs/conventions.md ("LoRA ensembles").
+
+Scale invariance: the factors are normalised first (`unit_factors`), each update carried as a
+unit-size direction and the logarithm of its size, and sums over layers are held relative to the
+largest size seen (`ScaledGram`). A cosine, an overlap or an effective rank never depends on
+the scale s = α/r or on how large the factors' entries are, and here it never meets a product of
+scales either: α = 1e308 or 5e-324 gives the cosine of α = 8, where s² would overflow to inf or
+underflow to 0 first.
 """
 
 import math
 
 import torch
 
+from ..budget import require
+
 FLOAT = torch.float64
+BYTES = 8  # float64
 
 
-def update_gram(A: torch.Tensor, B: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """G[i, j] = ⟨ΔW_i, ΔW_j⟩ for A [k, r, n], B [k, m, r]: s_i s_j tr((B_iᵀB_j)(A_jA_iᵀ)), which costs
-    O(k²r²(m+n)) instead of the O(k²mn) of comparing the updates themselves."""
-    left = torch.einsum("imr,jms->ijrs", B, B)   # B_iᵀ B_j
-    right = torch.einsum("irn,jsn->ijrs", A, A)  # A_i A_jᵀ, so the sum below is tr((B_iᵀB_j)(A_jA_iᵀ))
-    return (left * right).sum((2, 3)) * torch.outer(scales, scales)
+def layer_bytes(k: int, m: int, n: int, rank: int) -> int:
+    """What one adapted layer's maths holds at once, for the budget: the k members' factors (read and
+    normalised), their singular bases, and the Gram matrix's largest intermediate (`unit_gram`)."""
+    factors = 2 * k * rank * (m + n)
+    bases = k * (m + n) * min(rank, m, n)
+    return BYTES * (factors + bases + 3 * k * min(rank * rank, m * n))
 
 
-def base_products(row_chunks, A: torch.Tensor, B: torch.Tensor, scales: torch.Tensor) -> tuple[float, torch.Tensor]:
-    """(‖W‖², [⟨W, ΔW_i⟩]) from W streamed as (first row, rows [c, n]) chunks: ⟨W, B_iA_i⟩ = tr(B_iᵀ W A_iᵀ)
-    adds up over row blocks, so only one block of W is ever held."""
-    squared, inner = 0.0, torch.zeros(A.shape[0], dtype=FLOAT)
-    for start, rows in row_chunks:
-        flat = rows.reshape(-1)
-        squared += float(torch.dot(flat, flat))  # no temporary the size of the block
-        projected = torch.einsum("cn,irn->icr", rows, A)  # W_rows A_iᵀ
-        inner += (B[:, start:start + rows.shape[0], :] * projected).sum((1, 2))
-    return squared, inner * scales
+def _peak_and_norm(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(max |x_i|, ‖x_i / max |x_i|‖_F) per member of x [k, …]: the Frobenius norm is their product,
+    computed without squaring entries that could overflow or underflow."""
+    peak = x.abs().flatten(1).amax(dim=1)
+    scaled = x / torch.where(peak > 0, peak, 1).reshape(-1, *[1] * (x.dim() - 1))
+    return peak, torch.linalg.vector_norm(scaled.flatten(1), dim=1)
 
 
-def effective_gram(base_squared: float, base_inner: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
-    """⟨W+ΔW_i, W+ΔW_j⟩ = ‖W‖² + ⟨W,ΔW_i⟩ + ⟨W,ΔW_j⟩ + ⟨ΔW_i,ΔW_j⟩."""
-    return base_squared + base_inner[:, None] + base_inner[None, :] + gram
+def unit_factors(A: torch.Tensor, B: torch.Tensor, log_scales: torch.Tensor):
+    """(Ã, B̃, log size) for A [k, r, n], B [k, m, r] and log |s_i|: |s_i|·B_i·A_i = e^{log size_i}·B̃_i·Ã_i
+    with ‖Ã_i‖_F = ‖B̃_i‖_F = 1 (zero factors stay zero, their log size −inf). The sign of s_i is the
+    caller's (`signs` below)."""
+    peak_a, norm_a = _peak_and_norm(A)
+    peak_b, norm_b = _peak_and_norm(B)
+    zero = (peak_a == 0) | (peak_b == 0)
+    one = torch.ones_like(peak_a)
+    unit_a = A / torch.where(zero, one, peak_a)[:, None, None] / torch.where(zero, one, norm_a)[:, None, None]
+    unit_b = B / torch.where(zero, one, peak_b)[:, None, None] / torch.where(zero, one, norm_b)[:, None, None]
+    logs = log_scales + sum(torch.log(torch.where(zero, one, value)) for value in (peak_a, norm_a, peak_b, norm_b))
+    unit_a[zero], unit_b[zero] = 0, 0
+    return unit_a, unit_b, torch.where(zero, -math.inf, logs)
 
 
-def orthogonal_gram(base_squared: float, gram: torch.Tensor) -> torch.Tensor:
-    """The effective-weight Gram matrix the members would have if every update were orthogonal to W
-    and to the other updates: ‖W‖² off the diagonal, ‖W‖² + ‖ΔW_i‖² on it."""
-    return base_squared + torch.diag(torch.diagonal(gram))
+def unit_gram(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """G[i, j] = ⟨B_iA_i, B_jA_j⟩ for A [k, r, n], B [k, m, r], by whichever exact way holds less:
+    tr((B_iᵀB_j)(A_jA_iᵀ)) one row of G at a time (k r×r blocks, O(k²r²(m+n)) work), or the k products
+    B_iA_i themselves (k·m·n numbers) when they are smaller than r×r (a rank above the layer's size).
+    Never the [k, k, r, r] block of every pair; its size is checked against the memory budget."""
+    k, m, rank = B.shape
+    n = A.shape[2]
+    if m * n <= rank * rank:
+        require(BYTES * 2 * k * m * n, f"the LoRA updates of a {m}×{n} layer (k = {k})")
+        flat = torch.bmm(B, A).reshape(k, m * n)
+        return flat @ flat.T
+    require(BYTES * 3 * k * rank * rank, f"the LoRA Gram blocks of rank {rank} (k = {k})")
+    gram = torch.empty(k, k, dtype=FLOAT)
+    for i in range(k):
+        left = torch.einsum("mr,jms->jrs", B[i], B)   # B_iᵀ B_j
+        right = torch.einsum("rn,jsn->jrs", A[i], A)  # A_i A_jᵀ, so the sum below is tr((B_iᵀB_j)(A_jA_iᵀ))
+        gram[i] = (left * right).sum((1, 2))
+    return gram
+
+
+def _ratio(log_a: torch.Tensor, log_b: torch.Tensor) -> torch.Tensor:
+    """e^{a − b}, 0 where a = −inf (then b, a maximum over a, may be −inf too)."""
+    return torch.where(torch.isneginf(log_a), 0.0, torch.exp(log_a - torch.where(torch.isneginf(log_b), 0.0, log_b)))
+
+
+class ScaledGram:
+    """A Gram matrix of vectors v_0…v_{d−1} summed over layers, Σ_l ⟨v_il, v_jl⟩, held as
+    e^{M_i + M_j}·T_ij with M_i the largest log size of v_i seen: no product of sizes is ever
+    formed. `add(unit, log_size)` adds one layer whose vectors are e^{log_size_i}·u_i with
+    unit[i, j] = ⟨u_i, u_j⟩."""
+
+    def __init__(self, size: int):
+        self.total = torch.zeros(size, size, dtype=FLOAT)
+        self.log_scale = torch.full((size,), -math.inf, dtype=FLOAT)
+
+    def add(self, unit: torch.Tensor, log_size: torch.Tensor):
+        scale = torch.maximum(self.log_scale, log_size)
+        keep, take = _ratio(self.log_scale, scale), _ratio(log_size, scale)
+        self.total = self.total * torch.outer(keep, keep) + unit * torch.outer(take, take)
+        self.log_scale = scale
+
+    def norms(self) -> list[float | None]:
+        """‖v_i‖ over all layers; None where it is beyond float64 (a scale near 1e308)."""
+        return [_exp(float(log) + 0.5 * math.log(float(square))) if square > 0 else 0.0
+                for log, square in zip(self.log_scale, torch.diagonal(self.total))]
+
+
+def _exp(log: float) -> float | None:
+    try:
+        return math.exp(log)
+    except OverflowError:
+        return None
 
 
 def cosines(gram: torch.Tensor) -> list[list[float | None]]:
-    """gram[i, j] / √(gram[i, i] gram[j, j]); None where a vector is zero (an update still at PEFT's B = 0)."""
+    """gram[i, j] / √(gram[i, i] gram[j, j]); None where a vector is zero (an update still at PEFT's B = 0).
+    The same for any rescaling D·gram·D, so a `ScaledGram`'s total gives its cosines."""
     norms = torch.sqrt(torch.clamp(torch.diagonal(gram), min=0))
     k = gram.shape[0]
-    return [[float(torch.clamp(gram[i, j] / (norms[i] * norms[j]), -1, 1)) if norms[i] > 0 and norms[j] > 0 else None
+    return [[float(torch.clamp(gram[i, j] / norms[i] / norms[j], -1, 1)) if norms[i] > 0 and norms[j] > 0 else None
              for j in range(k)] for i in range(k)]
+
+
+def null_cosines(delta: ScaledGram, null: ScaledGram) -> list[float | None]:
+    """Over member pairs i < j: √(Σ_l ‖ΔW_il‖²‖ΔW_jl‖²/(m_l n_l)) / (‖ΔW_i‖‖ΔW_j‖), the RMS cosine of
+    updates with independent random singular vectors; `null` sums the numerator's terms, with log
+    sizes twice the updates'."""
+    gram, diagonal = null.total, torch.diagonal(delta.total)
+    k = gram.shape[0]
+    found = []
+    for i in range(k):
+        for j in range(i + 1, k):
+            if diagonal[i] > 0 and diagonal[j] > 0 and gram[i, j] > 0:
+                log = 0.5 * float(null.log_scale[i] + null.log_scale[j]) - float(delta.log_scale[i] + delta.log_scale[j])
+                found.append(_exp(log + 0.5 * math.log(float(gram[i, j] / diagonal[i] / diagonal[j]))))
+            else:
+                found.append(None)
+    return found
+
+
+def base_products(row_chunks, A: torch.Tensor, B: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """(log ‖W‖, [⟨W/‖W‖, B_iA_i⟩]) from W streamed as (first row, rows [c, n]) chunks: ⟨W, B_iA_i⟩ =
+    tr(B_iᵀ W A_iᵀ) adds up over row blocks, so only one block of W is ever held. Each block is
+    divided by its largest entry and the sums kept relative to the largest so far, so no square of
+    an entry (a float64 base of 1e200) overflows. log ‖W‖ = −inf for W = 0."""
+    log_peak, squares, inner = -math.inf, 0.0, torch.zeros(A.shape[0], dtype=FLOAT)
+    for start, rows in row_chunks:
+        peak = float(rows.abs().max()) if rows.numel() else 0.0
+        if peak == 0:
+            continue
+        scaled = rows / peak
+        flat = scaled.reshape(-1)
+        block_squares = float(torch.dot(flat, flat))  # no temporary the size of the block
+        projected = torch.einsum("cn,irn->icr", scaled, A)  # W_rows A_iᵀ
+        block_inner = (B[:, start:start + rows.shape[0], :] * projected).sum((1, 2))
+        log = math.log(peak)
+        if log > log_peak:  # the running sums move to the new, larger unit
+            shrink = math.exp(log_peak - log) if log_peak > -math.inf else 0.0
+            squares, inner, log_peak = squares * shrink * shrink, inner * shrink, log
+        grow = math.exp(log - log_peak)
+        squares, inner = squares + block_squares * grow * grow, inner + block_inner * grow
+    if squares <= 0:
+        return -math.inf, inner * 0
+    return log_peak + 0.5 * math.log(squares), inner / math.sqrt(squares)
+
+
+def with_base(joint: ScaledGram) -> tuple[torch.Tensor, torch.Tensor]:
+    """(effective, orthogonal) Gram matrices of the members, each rescaled (cosines unchanged), from
+    a `ScaledGram` of [W, ΔW_1, …, ΔW_k]: effective ⟨W+ΔW_i, W+ΔW_j⟩ = ‖W‖² + ⟨W,ΔW_i⟩ + ⟨W,ΔW_j⟩ +
+    ⟨ΔW_i,ΔW_j⟩; orthogonal: what it would be if every update were orthogonal to W and to the other
+    updates (‖W‖² off the diagonal, ‖W‖² + ‖ΔW_i‖² on it). Row i is divided by e^{max(M_W, M_i)}."""
+    total, log = joint.total, joint.log_scale
+    unit = torch.maximum(log[0], log[1:])
+    w, d = _ratio(log[0].expand_as(unit), unit), _ratio(log[1:], unit)  # e^{M_W − μ_i}, e^{M_i − μ_i}
+    cross = total[0, 1:]
+    effective = (total[0, 0] * torch.outer(w, w) + torch.outer(w, d) * cross[None, :] + torch.outer(d, w) * cross[:, None]
+                 + torch.outer(d, d) * total[1:, 1:])
+    orthogonal = total[0, 0] * torch.outer(w, w) + torch.diag(d * d * torch.diagonal(total)[1:])
+    return effective, orthogonal
+
+
+def relative_norms(joint: ScaledGram) -> list[float | None]:
+    """‖ΔW_i‖/‖W‖ from a `ScaledGram` of [W, ΔW_1, …]; None for W = 0 or beyond float64."""
+    total, log = joint.total, joint.log_scale
+    if not total[0, 0] > 0:
+        return [None] * (total.shape[0] - 1)
+    return [_exp(float(log[i] - log[0]) + 0.5 * math.log(float(total[i, i] / total[0, 0]))) if total[i, i] > 0 else 0.0
+            for i in range(1, total.shape[0])]
 
 
 def cosine_null_rms(m: int, n: int) -> float:
@@ -57,15 +190,19 @@ def cosine_null_rms(m: int, n: int) -> float:
     return 1 / math.sqrt(m * n)
 
 
-def factored_svd(B: torch.Tensor, A: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def factored_svd(B: torch.Tensor, A: torch.Tensor, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(U [m, ρ], σ [ρ], V [n, ρ]) with s·B·A = U diag(σ) Vᵀ and ρ its numerical rank: QR of B and of
-    Aᵀ leaves a small core R_B R_Aᵀ whose SVD rotates the two orthonormal bases into singular vectors."""
+    Aᵀ leaves a small core R_B R_Aᵀ whose SVD rotates the two orthonormal bases into singular vectors.
+    The core is decomposed unscaled (s only multiplies σ and signs U), so ρ and the bases never
+    depend on s; pass unit factors (`unit_factors`) and the rank and bases never depend on the
+    entries' size either."""
     q_left, r_left = torch.linalg.qr(B)
     q_right, r_right = torch.linalg.qr(A.T)
-    u, sigma, vh = torch.linalg.svd(scale * r_left @ r_right.T)
+    u, sigma, vh = torch.linalg.svd(r_left @ r_right.T)
     tolerance = (sigma.max() if sigma.numel() else 0.0) * max(B.shape[0], A.shape[1]) * torch.finfo(FLOAT).eps
     rank = int((sigma > tolerance).sum()) if sigma.numel() and sigma.max() > 0 else 0
-    return q_left @ u[:, :rank], sigma[:rank], q_right @ vh[:rank].T
+    sign = -1.0 if scale < 0 else 1.0
+    return sign * (q_left @ u[:, :rank]), abs(scale) * sigma[:rank], q_right @ vh[:rank].T
 
 
 def principal_cosines(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
@@ -87,11 +224,12 @@ def overlap_null(rank_i: int, rank_j: int, dimension: int) -> float | None:
 
 
 def effective_rank(sigma: torch.Tensor) -> float | None:
-    """exp of the entropy of σ/‖σ‖₁ (Roy & Vetterli 2007): 1 for one direction, ρ for ρ equal ones."""
-    total = float(sigma.sum())
-    if total <= 0:
+    """exp of the entropy of σ/‖σ‖₁ (Roy & Vetterli 2007): 1 for one direction, ρ for ρ equal ones.
+    σ is divided by its largest value first, so its size does not matter."""
+    if not sigma.numel() or not sigma.max() > 0 or not torch.isfinite(sigma).all():
         return None
-    p = sigma[sigma > 0] / total
+    scaled = sigma / sigma.max()
+    p = scaled[scaled > 0] / scaled.sum()
     return math.exp(float(-(p * p.log()).sum()))
 
 

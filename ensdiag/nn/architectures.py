@@ -73,18 +73,23 @@ class MLP(nn.Module):
         return {name: [(name, "out"), (after, "in")] for name, after in zip(names, names[1:])}
 
 
+def _conv(kit, *args, role, bias):
+    """kit.conv, with a bias only when the architecture asks (kits without one never see the keyword)."""
+    return kit.conv(*args, role=role, bias=True) if bias else kit.conv(*args, role=role)
+
+
 class BasicBlock(nn.Module):
-    def __init__(self, kit, in_channels, out_channels, stride):
+    def __init__(self, kit, in_channels, out_channels, stride, conv_bias=False):
         super().__init__()
-        self.conv1 = kit.conv(in_channels, out_channels, 3, stride, 1, role="entry")
+        self.conv1 = _conv(kit, in_channels, out_channels, 3, stride, 1, role="entry", bias=conv_bias)
         self.bn1 = kit.bn(out_channels)
         self.drop = kit.dropout()
-        self.conv2 = kit.conv(out_channels, out_channels, 3, 1, 1, role="block")
+        self.conv2 = _conv(kit, out_channels, out_channels, 3, 1, 1, role="block", bias=conv_bias)
         self.bn2 = kit.bn(out_channels)
         self.shortcut = nn.Sequential()
         if stride != 1 or in_channels != out_channels:
-            self.shortcut = nn.Sequential(kit.conv(in_channels, out_channels, 1, stride, 0, role="shortcut"),
-                                          kit.bn(out_channels))
+            self.shortcut = nn.Sequential(_conv(kit, in_channels, out_channels, 1, stride, 0, role="shortcut",
+                                                bias=conv_bias), kit.bn(out_channels))
 
     def forward(self, x):
         out = F.relu(self.drop(self.bn1(self.conv1(x))))
@@ -93,17 +98,20 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    def __init__(self, kit, num_classes, input_shape, widths=(64, 128, 256, 512), blocks=(2, 2, 2, 2)):
+    def __init__(self, kit, num_classes, input_shape, widths=(64, 128, 256, 512), blocks=(2, 2, 2, 2), conv_bias=False):
         super().__init__()
+        if conv_bias and not kit.conv_bias:
+            raise EnsdiagError(f"resnet18 option conv_bias: {kit.name} builds its convolutions' biases by its own layout "
+                               "(BatchEnsemble: its options layout=paper and shortcut_bias=true give the paper's counts)")
         self.kit = kit
-        self.conv1 = kit.conv(input_shape[0], widths[0], 3, 1, 1, role="stem")
+        self.conv1 = _conv(kit, input_shape[0], widths[0], 3, 1, 1, role="stem", bias=conv_bias)
         self.bn1 = kit.bn(widths[0])
         stages, in_channels = [], widths[0]
         for index, (width, count) in enumerate(zip(widths, blocks)):
             strides = [1 if index == 0 else 2] + [1] * (count - 1)
             stage = []
             for stride in strides:
-                stage.append(BasicBlock(kit, in_channels, width, stride))
+                stage.append(BasicBlock(kit, in_channels, width, stride, conv_bias))
                 in_channels = width
             stages.append(nn.Sequential(*stage))
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
@@ -187,6 +195,8 @@ def build_mlp(kit, num_classes, input_shape):
 
 @register_arch("resnet18", dropout=0.1, any_input_size=True, options=(
         Option("width", 64, "channels of the first stage (the stages have width, 2·, 4·, 8·width)", int,
-               low=1, high=1024),))
-def build_resnet18(kit, num_classes, input_shape, width=64):
-    return ResNet18(kit, num_classes, input_shape, widths=(width, 2 * width, 4 * width, 8 * width))
+               low=1, high=1024),
+        Option("conv_bias", False, "a bias on every convolution (torch-uncertainty's ResNet-18 with conv_bias: the "
+               "layout whose counts the paper's Table 4 gives; single, MC Dropout and Deep Ensemble)", bool)))
+def build_resnet18(kit, num_classes, input_shape, width=64, conv_bias=False):
+    return ResNet18(kit, num_classes, input_shape, widths=(width, 2 * width, 4 * width, 8 * width), conv_bias=conv_bias)

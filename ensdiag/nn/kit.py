@@ -83,10 +83,14 @@ class Option:
                 words = {"true": True, "on": True, "yes": True, "1": True,
                          "false": False, "off": False, "no": False, "0": False}
                 value = words[text.strip().lower()]
+            elif self.kind in (int, float):  # decimal digits only: int() also reads "²" and "٣"
+                from ..numbers import decimal, integer
+                value = (integer if self.kind is int else decimal)(text, name)
             else:
                 value = self.kind(text)
-        except (KeyError, ValueError):
-            raise EnsdiagError(f"{name} must be {self.describe()}, got {text!r}") from None
+        except (KeyError, ValueError):  # EnsdiagError is a ValueError too
+            digits = {int: " (in decimal digits)", float: " (finite, in decimal digits)"}.get(self.kind, "")
+            raise EnsdiagError(f"{name} must be {self.describe()}{digits}, got {text[:40]!r}") from None
         return self.check(value, method)
 
     def describe(self) -> str:
@@ -163,14 +167,15 @@ class Kit:
     # Members share no weight, so each may list its hidden units in its own order: member
     # geometry aligns them by permutation before comparing weights (geometry/align.py).
     own_weights = False
+    conv_bias = True  # `conv(…, bias=True)` builds a bias (an architecture's conv_bias option); False: refused
 
     def linear(self, in_features, out_features, bias=True, role="hidden"):
         """A linear layer; `role` (input | hidden | head) says where it sits."""
         return nn.Linear(in_features, out_features, bias=bias)
 
-    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
-        """A convolution without bias; `role` (stem | entry | block | shortcut) says where it sits."""
-        return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=False)
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block", bias=False):
+        """A convolution, without bias unless asked; `role` (stem | entry | block | shortcut) says where it sits."""
+        return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bias=bias)
 
     def bn(self, num_features):
         return nn.BatchNorm2d(num_features)
@@ -278,9 +283,9 @@ class MemberKit(Kit):
         return nn.Linear(in_features if role == "input" else self.width(in_features),
                          out_features if role == "head" else self.width(out_features), bias=bias)
 
-    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block", bias=False):
         return nn.Conv2d(in_channels if role == "stem" else self.width(in_channels), self.width(out_channels),
-                         kernel_size, stride, padding, bias=False)
+                         kernel_size, stride, padding, bias=bias)
 
     def bn(self, num_features):
         return nn.BatchNorm2d(self.width(num_features))

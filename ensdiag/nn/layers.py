@@ -9,7 +9,7 @@ import math
 import torch
 from torch import nn
 
-def _default_linear_init_(weight: torch.Tensor, bias: torch.Tensor | None, fan_in: int) -> None:
+def default_linear_init_(weight: torch.Tensor, bias: torch.Tensor | None, fan_in: int) -> None:
     """PyTorch's own nn.Linear / nn.Conv2d initialisation, for one member's slice."""
     nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
     if bias is not None:
@@ -17,7 +17,7 @@ def _default_linear_init_(weight: torch.Tensor, bias: torch.Tensor | None, fan_i
         nn.init.uniform_(bias, -bound, bound)
 
 
-def _members_first(h, num_members):
+def members_first(h, num_members):
     """[B, k*out] (members side by side) -> member-major [k*B, out]."""
     return h.unflatten(1, (num_members, -1)).transpose(0, 1).flatten(0, 1)
 

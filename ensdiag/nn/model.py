@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..errors import EnsdiagError, unknown
+from ..io import UnreadableJson, parse_json
 from .architectures import ARCHITECTURES
 from .kit import MemberKit
 from .layers import is_weight_layer
@@ -48,7 +49,7 @@ class ModelSpec:
     def from_json(cls, text: str) -> "ModelSpec":
         """A stored spec, checked like user input (types, names, ranges) before anything is built."""
         try:
-            data = json.loads(text)
+            data = parse_json(text, "model spec")  # bounded nesting: no RecursionError
             if not isinstance(data, dict):
                 raise TypeError("not a JSON object")
             integers = {key: data[key] for key in ("num_members", "num_classes")}
@@ -60,6 +61,8 @@ class ModelSpec:
                 raise TypeError("options must map names to plain values")
             spec = cls(arch=str(data["arch"]), method=str(data["method"]), input_shape=tuple(shape),
                        options=dict(options), arch_options=dict(arch_options), **integers)
+        except UnreadableJson as error:
+            raise EnsdiagError(f"model spec is not valid JSON of the expected form ({error.reason})"[:300]) from None
         except EnsdiagError:
             raise  # already one line for the user
         except (ValueError, KeyError, TypeError) as error:
@@ -112,6 +115,7 @@ class EnsembleModel(nn.Module):
         self.spec, self.kit, self.body = spec, kit, body
         self.initial_cosine = None  # {"mean", "seed"} recorded at training (model files carry it)
         self.preprocess = None  # (mean, std) per channel of images in [0, 1], recorded at training
+        self.holdout = None  # {"seed", "fraction", "train_size"}: the validation examples held out at training
         self.member_strategy = "stacked"  # members stacked | vmap | loop, where the kit offers them (members.py)
 
     method = property(lambda self: self.spec.method)

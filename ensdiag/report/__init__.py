@@ -16,19 +16,20 @@ from .aggregate import build_report
 from .load import dig, load_runs, newest_run
 from .merge import load_folders
 from .figures import (heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure, save_figure,
-                      training_curves_figure)
+                      smooth_reliability_figure, training_curves_figure)
 from .geometry_figures import add_report_figures
 from .lora import add_lora_figures
-from .render import to_html, to_json, to_latex, to_markdown, to_rich
+from .pairs import add_pair_figures
+from .render import to_html, to_json, to_latex, to_markdown, to_rich, to_summary
 
-FORMATS = ("table", "markdown", "json", "latex", "html", "csv")
+FORMATS = ("table", "markdown", "json", "latex", "html", "csv", "summary")
 
 
 def _first_complete(seeds: dict):
     return next(((seed, run) for seed, run in seeds.items() if run is not None), (None, None))
 
 
-def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False) -> list[dict]:
+def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood_score: str = "msp") -> list[dict]:
     """Write figures/*.png (and .svg with `svg`) into the run folder; return their entries (paths
     relative to it). Each figure is drawn once per format asked for: SVG doubles the cost, so it
     is drawn only on request (`report --svg`)."""
@@ -74,20 +75,24 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False) -> 
             curves.append((method, pooled))
     if curves:
         add("reliability", "Reliability diagrams on the in-distribution test set (seeds pooled)", reliability_figure(curves))
+    add_smooth_reliability(runs, add)
     if "ood" not in report["skipped_splits"]:
-        from ..analysis.metrics import max_softmax_probability
+        from ..analysis.ood import SCORES
         from ..predictions import load_predictions
+        from .ood_score import title
+        score = SCORES[ood_score][0]
         panels = []
         for method, seeds in runs.items():
             _, run = _first_complete(seeds)
             if run is None or "ood" not in run["metrics"]["splits"]:  # e.g. LoRA adapters: weights, no predictions
                 continue
             predictions, _ = load_predictions(run["folder"] / "predictions.safetensors")
-            if "ood" in predictions:
-                panels.append((method, *(1 - max_softmax_probability(predictions[s]["logits"]).float() for s in ("id", "ood"))))
+            if "ood" in predictions and not (SCORES[ood_score][2] and predictions["ood"]["logits"].shape[0] < 2):
+                panels.append((method, *(score(predictions[s]["logits"]).float() for s in ("id", "ood"))))
         if panels:
-            add("ood-scores", "Histograms of the OOD score 1 − MSP on ID and OOD data (first seed)",
-                ood_histogram_figure([(m, a.numpy(), b.numpy()) for m, a, b in panels]))
+            add("ood-scores", f"Histograms of the OOD score {title(ood_score)} on ID and OOD data (first seed)",
+                ood_histogram_figure([(m, a.numpy(), b.numpy()) for m, a, b in panels], title(ood_score),
+                                     (0, 1) if ood_score == "msp" else None))
     selective = []  # risk–coverage on the in-distribution test set, first complete seed of each method
     for method, seeds in runs.items():
         _, run = _first_complete(seeds)
@@ -97,6 +102,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False) -> 
     if selective:
         add("risk-coverage", "Risk–coverage on the in-distribution test set (first seed; AURC is the area)",
             risk_coverage_figure(selective))
+    add_pair_figures(runs, add)
     add_report_figures(runs, add)
     add_lora_figures(runs, add)
     histories = {method: [run["history"] for run in seeds.values() if run and run["history"]] for method, seeds in runs.items()}
@@ -106,7 +112,21 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False) -> 
     return figures
 
 
-def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag", svg=False) -> dict:
+def add_smooth_reliability(runs: dict, add) -> None:
+    """SmoothECE's smoothed reliability curve on the in-distribution test set, first finished seed of each method."""
+    curves = []
+    for method, seeds in runs.items():
+        _, run = _first_complete(seeds)
+        found = dig(run["metrics"], ("analyzers", "calibration", "splits", "id", "smooth_ece")) if run else None
+        curve = found.get("curve") if isinstance(found, dict) else None
+        if isinstance(curve, dict) and all(isinstance(curve.get(key), list) for key in ("confidence", "accuracy", "density")):
+            curves.append((method, curve, found.get("value"), found.get("bandwidth")))
+    if curves:
+        add("smooth-reliability", "SmoothECE reliability curves on the in-distribution test set: kernel-smoothed "
+            "accuracy at the bandwidth σ* = smECE (first seed)", smooth_reliability_figure(curves))
+
+
+def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag", svg=False, ood_score=None) -> dict:
     """Build the report of a run folder, or of several (a list: merged as merge.py says, and none of
     them written to); with `write`, rebuild the run folder's figures/, report.md and report.html.
 
@@ -115,7 +135,7 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
     says why nothing was written there."""
     if isinstance(run_dir, (list, tuple)) and len(run_dir) > 1:  # several folders (merge.py): none is written to
         data = load_folders(run_dir)
-        report = build_report(" + ".join(str(folder) for folder in run_dir), reference, data, conventions)
+        report = build_report(" + ".join(str(folder) for folder in run_dir), reference, data, conventions, ood_score)
         report["written"] = ("several run folders: none of them was changed (`ensdiag report FOLDER` rebuilds one "
                              "folder's report.md, report.html and figures/)") if write else None
         return report
@@ -123,12 +143,12 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
         run_dir = run_dir[0] if run_dir else None
     run_dir = Path(run_dir) if run_dir is not None else newest_run()
     data = load_runs(run_dir)
-    report = build_report(run_dir, reference, data, conventions)
+    report = build_report(run_dir, reference, data, conventions, ood_score)
     report["written"] = None
     if write and not os.access(run_dir, os.W_OK):
         report["written"] = f"{run_dir} is not writable: its report.md, report.html and figures/ were left as they were"
     elif write:
-        report["figures"] = make_figures(report, data["runs"], run_dir, svg)
+        report["figures"] = make_figures(report, data["runs"], run_dir, svg, report["ood_score"])
         atomic_write_text(run_dir / "report.md", to_markdown(report))
         atomic_write_text(run_dir / "report.html", to_html(report, run_dir))
         report["written"] = f"report.md, report.html and figures/ written to {run_dir}"
@@ -136,6 +156,8 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
 
 
 def render(report: dict, fmt: str, run_dir=None) -> str:
+    if fmt == "summary":
+        return to_summary(report, report.get("written"))
     if fmt == "csv":  # every number as long, tidy rows (export.py)
         from ..export import REPORT_FIELDS, report_rows, to_csv
         return to_csv(report_rows(report), REPORT_FIELDS)
@@ -143,4 +165,10 @@ def render(report: dict, fmt: str, run_dir=None) -> str:
         else to_html(report, run_dir or report["run"])
 
 
-__all__ = ["FORMATS", "build_report", "make_report", "newest_run", "render", "to_rich"]
+def report_frame(run_dirs):
+    """A DataFrame of one or more run folders' reports (the long rows of `report_rows`)."""
+    from ..export import REPORT_FIELDS, frame, report_rows
+    return frame(report_rows(make_report(run_dirs, write=False)), REPORT_FIELDS)
+
+
+__all__ = ["FORMATS", "build_report", "make_report", "newest_run", "render", "report_frame", "to_rich"]

@@ -5,18 +5,20 @@ t_{0.975, n−1} · s / √n. Seeds without metrics (a run in progress, a crashe
 seed) are counted and shown (n per cell), never averaged in as if complete.
 """
 
-import math
 
-from scipy import stats
 
 from ..analysis.registry import SPLIT_TABLES
 from ..errors import EnsdiagError, unknown
 from .example_level import EXAMPLES_DEFINITION, Declared, budget_notes, example_cell
+from .stats import mean_ci
 from .load import MISSING, _lookup, _number, dig, load_runs
-from .lora import lora_only, lora_tables
+from .llm import llm_tables
+from .lora import lora_tables
 
 REPORT_SCHEMA = "ensdiag.report/1"
 CI_DEFINITION = "mean ± t_{0.975,n−1}·s/√n over seeds (95 % Student-t interval; s = sample std, n seeds)"
+MARKS = ("descriptive: the best and second-best mean over seeds per ↑/↓ column, not a test of their difference "
+         "(marked means may lie within each other's intervals; the verdict's answers are tested)")
 
 # Published numbers of the reference paper (CIFAR-10 preset only), by report column.
 _SPLIT_LABELS, _OOD_LABELS = ("Acc", "NLL", "ECE", "H", "JSD"), ("AUPR", "AUROC", "FPR95 ID→OOD", "H", "JSD")
@@ -50,11 +52,11 @@ def declared_columns(table_id: str, split: str | None = None, skipped=(), conven
             for _, _, column, analyzer in sorted(found, key=lambda item: (item[0], item[1]))]
 
 
-def _analyzer_value(run, analyzer, path, label, split=None, since=1):
+def _analyzer_value(run, analyzer, path, label, split=None, since=1, optional=False):
     """The declared number of one run; None when the analyzer did not run (skipped, failed), ran
     in a version older than the column (`Column.since`), or the run has no such split (a seed
     trained before a shift set was on disk); an error when an analyzer that ran lacks a column
-    its version declares."""
+    its version declares, unless the column is `optional` (an OOD score a run may not have)."""
     result = run["metrics"]["analyzers"].get(analyzer)
     if not isinstance(result, dict) or result.get("status") != "ok":
         return None
@@ -64,22 +66,13 @@ def _analyzer_value(run, analyzer, path, label, split=None, since=1):
     if split is not None and split not in run["metrics"]["splits"]:
         return None
     value = _lookup(result, path)
+    if value is MISSING and optional:
+        return None
     if value is MISSING:
         raise EnsdiagError(f"{run['folder'] / 'metrics.json'}: the {analyzer} analyzer declares the report column "
                            f"{label!r} at {'.'.join(path)}, which its result lacks (written by another ensdiag or "
                            "plug-in version?); rerun `ensdiag evaluate` on that model")
     return value
-
-
-def mean_ci(values: list[float]) -> dict:
-    n = len(values)
-    if n == 0:
-        return {"mean": None, "ci": None, "n": 0, "values": []}
-    mean = sum(values) / n
-    if n == 1:
-        return {"mean": mean, "ci": None, "n": 1, "values": values}
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return {"mean": mean, "ci": float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n), "n": n, "values": values}
 
 
 def _cell(seeds: dict, value_of) -> dict:
@@ -128,11 +121,17 @@ def _label(run: str) -> str:
     return run_label(run)
 
 
-def _analyzer_columns(declared) -> list[tuple]:
+def _analyzer_columns(declared, optional=False) -> list[tuple]:
     from ..export import flat_name
-    return [(label, Declared(lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _analyzer_value(run, a, p, lb, sp, si),
-                             analyzer, path), direction, {"split": split, "key": flat_name(analyzer, path)})
+    return [(label, Declared(lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _analyzer_value(
+                run, a, p, lb, sp, si, optional), analyzer, path), direction, {"split": split, "key": flat_name(analyzer, path)})
             for label, analyzer, path, direction, _, split, since in declared]
+
+
+def _measured(table) -> bool:
+    """Whether any cell of the table holds a number (a table of nothing measured is left out: a
+    folder of LoRA weight-space runs has no predictions for the others)."""
+    return any(cell.get("mean") is not None for row in table["rows"] for cell in row["cells"])
 
 
 def _meta_column(label, key, direction):
@@ -154,24 +153,26 @@ def _within_folders(run_dir, runs, groups) -> dict:
 
 
 def _verdict_table(run_dir, runs, expected, groups=None):
-    """The verdict (verdict.py) as a table of shares, its sentences as the table's note."""
-    from .verdict import answer, sentence, verdict
+    """The verdict (verdict.py) as a table of ratios with their intervals; per method, its overall
+    line and what each question answers (verdict_text.py), then how to read them, as the note. The
+    table carries no best/second marks: the answers are the verdict's tests."""
+    from .verdict import verdict
+    from .verdict_text import answer, how_to_read, sentence
     found = verdict(run_dir, runs) if not groups else _within_folders(run_dir, runs, groups)
     if not found:
         return None, {}
     columns = [("NLL share", "nll", "up"), ("ECE share", "ece", "up"), ("OOD AUROC share", "auroc", "up"),
-               ("diversity ×", "diversity", "up")]
+               ("shift NLL share", "shift_nll", "up"), ("diversity ×", "diversity", "up")]
     rows = []
     for method, entry in found.items():
         entry["sentence"] = sentence(_label(method), entry)
         entry["answer"] = answer(_label(method), entry)
         rows.append({"method": method, "label": _label(method), "cells": [
             {"mean": entry.get(key, {}).get("value"), "ci": None, "n": entry["seeds"], "values": [],
-             "interval": entry.get(key, {}).get("interval"), "expected": expected} for _, key, _ in columns]})
-    _marks(rows, [(label, None, direction) for label, _, direction in columns], valid=lambda value: value >= 0)
-    # one paragraph per method's answer, then the numbers behind them
-    note = "\n\n".join([*(entry["answer"] for entry in found.values()), " ".join(entry["sentence"] for entry in found.values())])
-    table = {"id": "verdict", "title": "Verdict: share of the Deep Ensemble's gain over the single model",
+             "interval": entry.get(key, {}).get("interval"), "answer": entry.get(key, {}).get("answer"),
+             "expected": expected} for _, key, _ in columns]})
+    note = "\n\n".join([*(f"{entry['answer']}\n\n{entry['sentence']}" for entry in found.values()), how_to_read(found)])
+    table = {"id": "verdict", "title": "Verdict: is each efficient method an ensemble? (ratios to the Deep Ensemble)",
              "note": note, "columns": [{"name": label, "direction": direction} for label, _, direction in columns],
              "rows": rows}
     return table, found
@@ -228,15 +229,22 @@ def _bvd_table(runs):
     found = run_decompositions(runs)
     if not found:
         return None
-    columns = [(f"{name} {part}", loss, part) for loss, name in (("cross_entropy", "CE"), ("squared", "Brier"))
-               for part in ("bias", "variance", "diversity")]
+    columns = [("CE bias", "cross_entropy", "bias"), ("CE variance", "cross_entropy", "variance"),
+               ("CE diversity (geometric)", "cross_entropy", "diversity"),
+               ("CE diversity (arithmetic)", "cross_entropy_arithmetic", "diversity"),
+               ("Brier bias", "squared", "bias"), ("Brier variance", "squared", "variance"),
+               ("Brier diversity", "squared", "diversity")]
     rows = [{"method": method, "label": _label(method), "cells": [
         {"mean": entry[loss][part], "ci": None, "n": entry["seeds"], "values": []} for _, loss, part in columns]}
         for method, entry in found.items()]
     return {"id": "bvd", "title": "Bias, variance and diversity over seeds (in-distribution test set)",
-            "note": "Expected loss over seeds = bias + variance − diversity, exactly (Wood et al. 2023): CE with the "
-                    "normalised geometric mean of the members, Brier with their arithmetic mean; the bias includes "
-                    "label noise. Variance is what more seeds would average away; diversity what the members do.",
+            "note": "Expected loss over seeds = bias + variance − diversity, exactly (Wood et al. 2023), for each "
+                    "combiner of the members' probabilities: CE with their normalised geometric mean (the combiner "
+                    "whose diversity, mean_i KL(q̄ ‖ q_i), does not depend on the label) and with their arithmetic mean "
+                    "p̄, the ensemble ensdiag predicts with (its diversity, the members' mean CE minus the CE of p̄, "
+                    "depends on the label); Brier with their arithmetic mean. Bias and variance describe the members, "
+                    "so both CE decompositions share them; the bias includes label noise. Variance is what more seeds "
+                    "would average away; diversity what the members do.",
             "columns": [{"name": label, "direction": None} for label, _, _ in columns], "rows": rows}
 
 
@@ -253,11 +261,15 @@ def _plugin_tables() -> list[tuple[str, object]]:
     return list(seen.items())
 
 
-def build_report(run_dir, reference: str | None = None, data: dict | None = None, conventions: str = "ensdiag") -> dict:
+def build_report(run_dir, reference: str | None = None, data: dict | None = None, conventions: str = "ensdiag",
+                 ood_score: str | None = None) -> dict:
     """The report dict; `data` is `load_runs(run_dir)` when the caller already has it; `conventions`
-    picks whose definition of adaptive ECE and AURC the tables show (`CONVENTIONS`)."""
+    picks whose definition of adaptive ECE and AURC the tables show (`CONVENTIONS`); `ood_score` the
+    score of the OOD table (default 1 − MSP; report/ood_score.py)."""
+    from . import ood_score as scores
     if conventions not in CONVENTIONS:
         raise unknown("--conventions", conventions, CONVENTIONS)
+    ood_score = scores.resolve(ood_score)
     data = data if data is not None else load_runs(run_dir)
     experiment, runs = data["experiment"], data["runs"]
     config = experiment["config"]
@@ -267,8 +279,11 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
 
     def analyzer_table(table_id, title, split=None, subset=None, note="", declared_in=None):
         declared = declared_columns(declared_in or table_id, split, skipped, conventions)
+        if table_id == "ood":
+            declared = scores.columns(declared, ood_score)
         definitions.update({label: definition for label, _, _, _, definition, _, _ in declared})
-        return _table(table_id, title, _analyzer_columns(declared), subset or runs, expected, note)
+        optional = table_id == "ood" and ood_score != scores.DEFAULT_SCORE
+        return _table(table_id, title, _analyzer_columns(declared, optional), subset or runs, expected, note)
 
     tables = [analyzer_table("id", f"In-distribution ({titles.get('id', 'test')})", "id")]
     if "shift" not in skipped:
@@ -288,11 +303,13 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                  {"split": f"shift/{c}", "key": f"calibration/shift/{c}/accuracy"}) for c in corruptions],
                 runs, expected))
     if "ood" not in skipped:
-        tables.append(analyzer_table("ood", f"OOD detection ({titles.get('ood', 'ood')} vs ID; score 1 − MSP)", "ood",
+        tables.append(analyzer_table("ood", f"OOD detection ({titles.get('ood', 'ood')} vs ID; score "
+                                     f"{scores.title(ood_score)})", "ood",
                                      note="AUPR is AUPR-Out: average precision with OOD as the positive class. "
                                      "FPR95 OOD→ID: OOD accepted as ID at 95 % of ID accepted (the paper's text); "
                                      "FPR95 ID→OOD: ID flagged as OOD at 95 % of OOD flagged (the paper's code, whose "
-                                     "numbers --reference paper shows)."))
+                                     "numbers --reference paper shows). metrics.json holds every score's numbers "
+                                     "(analyzer ood, scores); `ensdiag report --ood-score NAME` shows another."))
     # the paper's Figure 2a: disagreement on in-distribution, shifted and OOD data, then weight cosine
     scopes = {_label(method): dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))
               for method, seeds in runs.items() for run in seeds.values()
@@ -320,8 +337,9 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
         tables.append(analyzer_table("be-variants", "BatchEnsemble channel- vs kernel-wise (in-distribution)", "id",
                                      {m: runs[m] for m in variants}, declared_in="id"))
     verdict_table, verdicts = _verdict_table(run_dir, runs, expected, data.get("groups"))
-    if verdict_table is not None:
-        tables.insert(0, verdict_table)
+    llm, llm_definitions = llm_tables(runs, verdicts, expected, _table)  # weight beside function space, subtasks
+    tables[:0] = [*([verdict_table] if verdict_table is not None else []), *llm]
+    definitions.update(llm_definitions)
     bvd = _bvd_table(runs)
     if bvd is not None:
         tables.append(bvd)
@@ -333,19 +351,19 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     lora, lora_definitions = lora_tables(runs, expected, _table)
     tables += lora
     definitions.update(lora_definitions)
-    if lora_only(runs):  # adapters compared by their weights alone: no predictions, so no other table applies
-        tables, verdicts, definitions = lora, {}, lora_definitions
+    tables = [table for table in tables if table["id"] == "verdict" or _measured(table)]  # e.g. weights only
     if reference == "paper":
         if config["preset"] != "cifar10":
             raise EnsdiagError(f"--reference paper compares with the paper's CIFAR-10 numbers; this run is the {config['preset']} preset")
-        for table in tables:
-            if table["id"] in PAPER:
+        for table in tables:  # the paper's OOD numbers are those of 1 − MSP
+            if table["id"] in PAPER and not (table["id"] == "ood" and ood_score != scores.DEFAULT_SCORE):
                 _reference_rows(table, table["id"])
     missing = {method: [seed for seed, run in seeds.items() if run is None] for method, seeds in runs.items()}
     budgets = budget_notes(runs)
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
-            "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION, "examples": EXAMPLES_DEFINITION, "verdict": verdicts,
-            "conventions": conventions, **({"budgets": budgets} if budgets else {}),
+            "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION,
+            "examples": EXAMPLES_DEFINITION, "marks": MARKS, "verdict": verdicts,
+            "conventions": conventions, "ood_score": ood_score, **({"budgets": budgets} if budgets else {}),
             "definitions": definitions,
             "tables": tables, "figures": []}

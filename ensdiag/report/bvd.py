@@ -10,19 +10,33 @@ test examples:
 - cross-entropy, normalised-geometric-mean ensemble q̄_s ∝ exp(mean_i log q_{s,i}), central
   model q° ∝ exp(mean_{s,i} log q_{s,i}):
       mean_s −log q̄_s(y) = −log q°(y)  +  mean_{s,i} KL(q° ‖ q_{s,i})  −  mean_{s,i} KL(q̄_s ‖ q_{s,i})
-Both hold exactly with the expectations over seeds taken as means over the run's seeds; the
+- cross-entropy, arithmetic-mean ensemble p̄_s = mean_i q_{s,i} (the ensemble ensdiag predicts
+  with), the same central model, bias and variance (they describe the members, not how they are
+  combined):
+      mean_s −log p̄_s(y) = −log q°(y)  +  mean_{s,i} KL(q° ‖ q_{s,i})  −  [mean_{s,i} −log q_{s,i}(y) − mean_s −log p̄_s(y)]
+  Here the diversity is the members' mean loss minus the ensemble's (Jensen's gap, ≥ 0): it
+  depends on the label, as Wood et al. show it must for a combiner that is not the loss's own
+  (for cross-entropy that is the normalised geometric mean).
+All three hold exactly with the expectations over seeds taken as means over the run's seeds; the
 bias includes the label noise, which labels alone cannot separate. Variance is what more
 seeds of the same method would average away; diversity is what the members already do.
 """
+
+import math
 
 import torch
 import torch.nn.functional as F
 
 from ..io import read_safetensors
 
+COMBINERS = {"squared": "arithmetic mean of the members' probabilities",
+             "cross_entropy": "normalised geometric mean of the members' probabilities",
+             "cross_entropy_arithmetic": "arithmetic mean of the members' probabilities"}
+
 
 def decompose(log_probs: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    """log_probs [S, k, N, C] (member log-softmax per seed), labels [N] -> the two decompositions."""
+    """log_probs [S, k, N, C] (member log-softmax per seed), labels [N] -> the three decompositions, each
+    with its combiner named."""
     log_q = log_probs.double()
     q = log_q.exp()
     onehot = F.one_hot(labels, q.shape[-1]).double()
@@ -45,7 +59,13 @@ def decompose(log_probs: torch.Tensor, labels: torch.Tensor) -> dict[str, float]
                      "bias": -log_central.gather(-1, labels[:, None]).mean().item(),
                      "variance": kl(log_central, central_q, log_q).mean().item(),
                      "diversity": kl(log_ensemble[:, None], log_ensemble.exp()[:, None], log_q).mean().item()}
-    return {"squared": squared, "cross_entropy": cross_entropy}
+    member_loss = -log_q.gather(-1, labels.expand(*log_q.shape[:2], -1)[..., None]).mean().item()
+    log_mean = torch.logsumexp(log_q, dim=1) - math.log(log_q.shape[1])  # log p̄_s [S, N, C]
+    arithmetic_loss = -log_mean.gather(-1, labels.expand(log_mean.shape[0], -1)[..., None]).mean().item()
+    arithmetic = {"loss": arithmetic_loss, "bias": cross_entropy["bias"], "variance": cross_entropy["variance"],
+                  "diversity": member_loss - arithmetic_loss}
+    decompositions = {"squared": squared, "cross_entropy": cross_entropy, "cross_entropy_arithmetic": arithmetic}
+    return {name: {**parts, "combiner": COMBINERS[name]} for name, parts in decompositions.items()}
 
 
 def run_decompositions(runs: dict) -> dict:

@@ -2,10 +2,12 @@
 
 - `heatmap_grid`: the paper's Figure 2 — rows of k×k matrices (disagreement per split,
   weight cosine) on one shared colour scale, e.g. Deep Ensemble above BatchEnsemble.
-- `reliability_figure`, `ood_histogram_figure`, `training_curves_figure` for reports.
+- `reliability_figure`, `smooth_reliability_figure` (SmoothECE's curve), `ood_histogram_figure`,
+  `training_curves_figure`, `risk_coverage_figure` for reports.
 """
 
 import io
+import math
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -53,18 +55,31 @@ def plottable(matrix):
     return [[float("nan") if value is None else value for value in row] for row in matrix]
 
 
-SCALES = {  # quantity: (vmin, vmax, colour map, colour bar label); high means opposite things for these two
+SCALES = {  # quantity: (vmin, vmax, colour map, colour bar label); vmax None: the largest value drawn
     "disagreement": (0.0, 1.0, "viridis", "disagreement (high: members differ)"),
     "cosine": (-1.0, 1.0, "RdBu_r", "weight cosine (high: members alike)"),
+    "kl": (0.0, None, "viridis", "KL(row ‖ column), nats"),
+    "jsd": (0.0, math.log(2), "viridis", "JSD, nats (max log 2)"),
+    "correlation": (-1.0, 1.0, "RdBu_r", "errors together (ρ, Q)"),
+    "double_fault": (0.0, None, "viridis", "both wrong"),
 }
+
+
+def _largest(rows, quantity) -> float:
+    """The largest finite entry of the panels of one quantity (1.0 when there is none above 0)."""
+    values = [value for _, panels in rows for _, matrix, *kind in panels if kind and kind[0] == quantity
+              for row in matrix for value in row if isinstance(value, (int, float)) and math.isfinite(value)]
+    return max([v for v in values if v > 0], default=1.0)
 
 
 def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", title=None) -> Figure:
     """rows: [(row label, [(panel title, k×k matrix[, quantity]), ...]), ...]. Panels of one quantity
     share one labelled colour scale (`SCALES`, or the arguments for panels without a quantity)."""
     ncols = max(len(panels) for _, panels in rows)
+    scales = {panel[2] if len(panel) > 2 else None for _, panels in rows for panel in panels}
+    width = 2.3 * ncols + 1.4 + 0.7 * (len(scales) - 1)  # room for one colour bar per quantity
     # one row is drawn at least 3.2 in high: the colour bars' labels are that long
-    figure = Figure(figsize=(2.3 * ncols + 1.4, max(2.3 * len(rows), 3.2) + (0.4 if title else 0)), layout="constrained")
+    figure = Figure(figsize=(width, max(2.3 * len(rows), 3.2) + (0.4 if title else 0)), layout="constrained")
     axes = figure.subplots(len(rows), ncols, squeeze=False)
     images = {}  # quantity -> (an image, its axes)
     for r, (label, panels) in enumerate(rows):
@@ -76,6 +91,7 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
             name, matrix, *quantity = panels[c]
             quantity = quantity[0] if quantity else None
             low, high, colours, _ = SCALES.get(quantity, (vmin, vmax, cmap, colorbar_label))
+            high = _largest(rows, quantity) if high is None else high
             image = ax.imshow(matrix, vmin=low, vmax=high, cmap=colours)
             images.setdefault(quantity, (image, []))[1].append(ax)
             k = len(matrix)
@@ -95,8 +111,8 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
             if c == 0:
                 ax.set_ylabel(label, fontsize=9)
     for quantity, (image, quantity_axes) in images.items():
-        figure.colorbar(image, ax=quantity_axes, shrink=0.8,
-                        label=SCALES.get(quantity, (None, None, None, colorbar_label))[3])
+        bar = figure.colorbar(image, ax=quantity_axes, shrink=0.8)
+        bar.set_label(SCALES.get(quantity, (None, None, None, colorbar_label))[3], fontsize=7)  # fits one row's height
     if title:
         figure.suptitle(title, fontsize=10)
     return figure
@@ -132,13 +148,16 @@ def reliability_figure(curves) -> Figure:
     return figure
 
 
-def ood_histogram_figure(panels, score_name="1 − MSP") -> Figure:
-    """panels: [(method, id scores, ood scores)] — overlaid histograms per method."""
+def ood_histogram_figure(panels, score_name="1 − MSP", value_range=(0, 1)) -> Figure:
+    """panels: [(method, id scores, ood scores)] — overlaid histograms per method; `value_range` None:
+    each panel's own range (scores that are not bounded, such as the energy)."""
     figure = Figure(figsize=(2.8 * len(panels), 2.6), layout="constrained")
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for ax, (name, id_scores, ood_scores) in zip(axes, panels):
-        ax.hist(id_scores, bins=30, range=(0, 1), alpha=0.6, density=True, label="ID")
-        ax.hist(ood_scores, bins=30, range=(0, 1), alpha=0.6, density=True, label="OOD")
+        both = [float(v) for v in [*id_scores, *ood_scores] if math.isfinite(v)]
+        span = value_range or ((min(both), max(both)) if both and min(both) < max(both) else None)
+        ax.hist(id_scores, bins=30, range=span, alpha=0.6, density=True, label="ID")
+        ax.hist(ood_scores, bins=30, range=span, alpha=0.6, density=True, label="OOD")
         ax.set_title(name, fontsize=9)
         ax.set_xlabel(score_name, fontsize=8)
     axes[0].set_ylabel("density", fontsize=8)
@@ -185,4 +204,28 @@ def risk_coverage_figure(curves) -> Figure:
     ax.set_xlabel("coverage (fraction accepted, most confident first)", fontsize=8)
     ax.set_ylabel("risk (error rate among the accepted)", fontsize=8)
     ax.legend(fontsize=7)
+    return figure
+
+
+def smooth_reliability_figure(curves) -> Figure:
+    """curves: [(method, {"confidence", "accuracy", "density"}, SmoothECE, bandwidth)] — one panel each: the
+    kernel-smoothed accuracy against confidence (SmoothECE's curve), the density of confidences below it."""
+    figure = Figure(figsize=(2.8 * len(curves), 2.9), layout="constrained")
+    axes = figure.subplots(1, len(curves), squeeze=False)[0]
+    for ax, (name, curve, value, sigma) in zip(axes, curves):
+        t, accuracy, density = curve["confidence"], curve["accuracy"], curve["density"]
+        accuracy = [math.nan if a is None else a for a in accuracy]
+        density = [0.0 if d is None else d for d in density]
+        peak = max(density, default=0.0) or 1.0
+        ax.fill_between(t, 0, [0.25 * d / peak for d in density], color="tab:grey", alpha=0.35, linewidth=0,
+                        label="density of confidence")
+        ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=0.8)
+        ax.plot(t, accuracy, color="tab:red", linewidth=1.4, label="smoothed accuracy")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        measured = f"smECE {value:.3f}, σ* {sigma:.3f}" if isinstance(value, float) and isinstance(sigma, float) else ""
+        ax.set_title(f"{plain(name)}\n{measured}".strip(), fontsize=9)
+        ax.set_xlabel("confidence max p̄", fontsize=8)
+    axes[0].set_ylabel("accuracy", fontsize=8)
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=7)
     return figure

@@ -52,6 +52,9 @@ def diversity_view(metrics: dict, name: str) -> tuple[list, list[str]]:
             items.append(heatmap_table(entry["matrix"]["value"], ""))
     elif disagreement:
         notes.append(f"disagreement: {disagreement.get('reason')}")
+    if "member-pairs" in analyzers:
+        from .pairs import pair_lines
+        items += pair_lines(analyzers["member-pairs"])
     similarity = analyzers.get("weight-similarity", {})
     if similarity.get("status") == "ok":
         initial = similarity.get("initial", {})
@@ -83,6 +86,8 @@ def diversity_figures(metrics: dict, plot, name: str) -> list:
         panels = [(split, matrix, "disagreement") for split in ("id", "shift", "ood")
                   if split in splits and (matrix := plottable(splits[split]["matrix"]["value"])) is not None]
         rows += [("disagreement", panels)] if panels else []
+    from .pairs import pair_rows
+    rows += pair_rows(analyzers.get("member-pairs"))
     similarity = analyzers.get("weight-similarity", {})
     cosine = plottable(similarity.get("matrix", {}).get("value")) if similarity.get("status") == "ok" else None
     if cosine is not None:

@@ -1,15 +1,21 @@
 """Reading a run folder for reports: every file checked like user input (a damaged one is a
-one-line error naming it and what to do), through runs.py and no training code.
+one-line error naming it and what to do), through runs.py and no training code. Files are read
+bounded in size and nesting (io.read_json), and every number read back is range-checked
+(ranges.py): a damaged value is an error, never a report's best.
 
     data = load_runs("runs/demo")   # {"experiment", "runs": {method: {seed: {"metrics", "meta", "history", ...}}}}
 """
 
-import json
 import math
 from pathlib import Path
 
 from ..errors import EnsdiagError
-from ..runs import read_experiment
+from ..io import UnreadableJson, parse_json, read_bounded, read_json
+from ..runs import DIAGNOSIS, LORA_FILE, LORA_FORMAT, read_experiment
+from .ranges import COSINE, NON_NEGATIVE, PROBABILITY, bad_number, meta_out_of_range, out_of_range
+
+MAX_FILE_BYTES = 256 << 20  # a run's metrics.json, meta.json or .jsonl rows: far beyond any ensdiag writes
+MAX_EPOCH = 10**6
 
 MISSING = object()
 
@@ -53,27 +59,64 @@ def load_runs(run_dir) -> dict:
         for seed in config["seeds"]:
             folder = run_dir / method / f"seed-{seed}"
             metrics_path = folder / "metrics.json"
-            if not (metrics_path.is_file() and (folder / "meta.json").is_file()):
+            analysed = metrics_path.is_file() and (folder / "meta.json").is_file()
+            lora = _read_lora(folder / LORA_FILE) if experiment.get("kind") == DIAGNOSIS else None
+            if not analysed and lora is None:
                 runs[method][seed] = None
                 continue
-            runs[method][seed] = {"metrics": _read_metrics(metrics_path), "meta": _read_object(folder / "meta.json"),
-                                  "history": _read_history(folder / "history.jsonl"), "folder": folder,
-                                  "tracking": _read_tracking(folder / "diversity.jsonl")}
+            metrics = _read_metrics(metrics_path) if analysed else {"analyzers": {}, "splits": {}}
+            meta = _read_meta(folder / "meta.json") if analysed else {
+                "run": method, "method": method, "seed": seed, "splits": {}, "source": lora["source"]}
+            if isinstance(metrics.get("lora"), dict):  # ensdiag 0.6 kept the section beside empty analyzers
+                metrics["analyzers"]["lora"] = lora_result(metrics.pop("lora"))
+            if lora is not None:  # the run's weight-space part, beside its predictions part (runs.py)
+                metrics["analyzers"]["lora"] = lora_result(lora["lora"])
+            runs[method][seed] = {"metrics": metrics, "meta": meta, "history": _read_history(folder / "history.jsonl"),
+                                  "folder": folder, "tracking": _read_tracking(folder / "diversity.jsonl")}
     return {"experiment": experiment, "runs": runs}
 
 
+def _read_lora(path):
+    """A run's lora.json ({"format", "method", "seed", "source", "lora"}), or None without one."""
+    if not path.is_file():
+        return None
+    data = _read_object(path)
+    if data.get("format") != LORA_FORMAT or not isinstance(data.get("lora"), dict) or not isinstance(data.get("source"), str):
+        raise _damaged(path, f"not an {LORA_FORMAT} record with a lora section")
+    check_lora(data["lora"], path)
+    return data
+
+
 def _damaged(path, what) -> EnsdiagError:
-    return EnsdiagError(f"{path} is damaged ({what}); delete that seed's folder ({path.parent}) and rerun "
-                        "`ensdiag train --resume` on the run to recompute it")
+    path = Path(path)
+    return EnsdiagError(f"{path} is damaged ({what}); {_remedy(path)}")
+
+
+def _remedy(path: Path) -> str:
+    """What recomputes a damaged run file: training resumes a training run's seed; a diagnosis
+    folder's run is saved again by whatever saved it."""
+    try:
+        diagnosis = read_json(path.parents[2] / "experiment.json", "experiment file").get("kind") == DIAGNOSIS
+    except (EnsdiagError, AttributeError, IndexError):
+        diagnosis = False
+    if diagnosis:
+        return (f"save that run ({path.parent}) again with --overwrite (`ensdiag analyze … --method`, "
+                "`ensdiag diversity ADAPTER_DIR… --save`, or Diagnosis.save(…, overwrite=True))")
+    return f"delete that seed's folder ({path.parent}) and rerun `ensdiag train --resume` on the run to recompute it"
+
+
+def _reason(error: EnsdiagError, path) -> str:
+    """An io error's words without the path it begins with (the damaged line names the file)."""
+    return str(error).replace(f"file {path} ", "").replace(f"cannot read file {path}: ", "")
 
 
 def _read_object(path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except EnsdiagError:
-        raise  # already one line for the user
-    except (OSError, ValueError) as error:
-        raise _damaged(path, f"not readable JSON: {type(error).__name__}") from None
+        data = read_json(path, "file", MAX_FILE_BYTES)
+    except UnreadableJson as error:
+        raise _damaged(path, f"not readable JSON: {error.reason}") from None
+    except EnsdiagError as error:  # not a regular file, not readable
+        raise _damaged(path, _reason(error, path)) from None
     if not isinstance(data, dict):
         raise _damaged(path, f"a JSON {type(data).__name__}, not an object")
     return data
@@ -84,6 +127,11 @@ def _read_metrics(path) -> dict:
     if not isinstance(metrics.get("analyzers"), dict) or not isinstance(metrics.get("splits"), dict) or not all(
             isinstance(result, dict) and isinstance(result.get("status"), str) for result in metrics["analyzers"].values()):
         raise _damaged(path, "no 'analyzers' and 'splits' of the ensdiag.metrics layout")
+    problem = out_of_range(metrics)
+    if problem is not None:
+        raise _damaged(path, problem)
+    if "lora" in metrics:
+        check_lora(metrics["lora"], path)
     for score in (dig(metrics, ("analyzers", "ood", "scores")) or {}).values():
         if isinstance(score, dict) and "fpr95" in score:  # before 0.2: one FPR95, the OOD→ID direction
             score.setdefault("fpr95_ood_as_id", score["fpr95"])
@@ -92,39 +140,117 @@ def _read_metrics(path) -> dict:
     return metrics
 
 
+def _read_meta(path) -> dict:
+    meta = _read_object(path)
+    problem = meta_out_of_range(meta)
+    if problem is not None:
+        raise _damaged(path, problem)
+    return meta
+
+
 def _read_rows(path, is_row, what) -> list[dict]:
-    """One JSON object per line, each checked by `is_row`; a missing file has no rows (they are only drawn)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
+    """One JSON object per line, each checked by `is_row`; a missing file has no rows (they are only drawn).
+    The file is bounded in size, its lines in nesting, every epoch an integer in 0..10⁶."""
+    if not path.exists() and not path.is_symlink():
         return []
-    except EnsdiagError:
-        raise  # already one line for the user
-    except (OSError, ValueError) as error:
-        raise _damaged(path, type(error).__name__) from None
+    try:
+        lines = read_bounded(path, "file", MAX_FILE_BYTES).decode("utf-8").splitlines()
+    except UnreadableJson as error:
+        raise _damaged(path, error.reason) from None
+    except EnsdiagError as error:  # not a regular file, not readable
+        raise _damaged(path, _reason(error, path)) from None
+    except UnicodeDecodeError:
+        raise _damaged(path, "not UTF-8 text") from None
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except ValueError:
+            row = parse_json(line, f"line {number}")
+        except UnreadableJson:
             raise _damaged(path, f"line {number} is not JSON") from None
         if not isinstance(row, dict) or not isinstance(row.get("epoch"), int) or isinstance(row["epoch"], bool) \
-                or not is_row(row):
+                or not 0 <= row["epoch"] <= MAX_EPOCH or not is_row(row):
             raise _damaged(path, f"line {number} is not {what}")
         rows.append(row)
     return rows
 
 
 def _read_history(path) -> list[dict]:
-    return _read_rows(path, lambda row: isinstance(row.get("loss"), (int, float)), "an epoch record")
+    return _read_rows(path, lambda row: _loss(row.get("loss")) and _in(row, HISTORY), "an epoch record")
 
 
-TRACKED_KEYS = ("disagreement", "jsd", "weight_cosine", "aligned_weight_cosine")
+def _loss(value) -> bool:
+    """A recorded training loss: any float (a diverged epoch's is NaN or infinite), or an integer of 64 bits."""
+    return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool) and bad_number(value) is None)
+
+
+HISTORY = {"accuracy": PROBABILITY, "val_accuracy": PROBABILITY, "val_nll": NON_NEGATIVE, "seconds": NON_NEGATIVE}
+
+
+TRACKED = {"disagreement": PROBABILITY, "jsd": NON_NEGATIVE, "weight_cosine": COSINE, "aligned_weight_cosine": COSINE}
+
+
+def _in(row: dict, ranges: dict) -> bool:
+    """Whether each of the row's `ranges` keys is absent, null, or a number in its range."""
+    return all(row.get(key) is None or (_number(row[key]) and bad_number(row[key], bounds) is None)
+               for key, bounds in ranges.items())
 
 
 def _read_tracking(path) -> list[dict]:
     """`train --track-diversity`'s rows (epoch 0 = initialisation)."""
-    return _read_rows(path, lambda row: all(row.get(key) is None or _number(row[key]) for key in TRACKED_KEYS),
-                      "a diversity record")
+    return _read_rows(path, lambda row: _in(row, TRACKED), "a diversity record")
+
+
+def lora_result(section: dict) -> dict:
+    """A LoRA weight-space section in the metrics layout: one analyzer result among the others."""
+    return {"status": "ok", "description": "LoRA adapters compared by their weights (lora/analysis.py)", **section}
+
+
+MAX_READ_MEMBERS = 4096  # as predictions: what a saved section may claim (ensdiag itself saves at most 64)
+
+
+def check_lora(section, path) -> None:
+    """A saved `lora` section checked like user input before any table or figure reads it: k, r and
+    every k×k matrix consistent, every number finite and in its range, or one `_damaged` line."""
+    def damaged(what):
+        return _damaged(path, f"its lora section {what}")
+
+    if not isinstance(section, dict):
+        raise damaged("is not an object")
+    k, rank = section.get("k"), section.get("rank")
+    if not isinstance(k, int) or isinstance(k, bool) or not 2 <= k <= MAX_READ_MEMBERS:
+        raise damaged(f"has k = {str(k)[:40]}, not a number of members from 2 to {MAX_READ_MEMBERS}")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 1 <= rank <= 1 << 16:
+        raise damaged(f"has r = {str(rank)[:40]}, not a rank from 1 to 65536")
+    for key in ("members", "files"):
+        if not isinstance(section.get(key), list) or len(section[key]) != k:
+            raise damaged(f"lists {key} that are not its k = {k}")
+    summary = section.get("summary")
+    if not isinstance(summary, dict):
+        raise damaged("has no summary")
+    problem = out_of_range({"lora": section})  # every number finite, no integer beyond 64 bits
+    if problem is not None:
+        raise damaged(f"has {problem}")
+    matrices = [("delta_cosine", summary.get("delta_cosine"))]
+    if summary.get("effective_cosine") is not None:
+        matrices.append(("effective_cosine", summary["effective_cosine"]))
+    for name, entry in matrices:
+        matrix = entry.get("matrix") if isinstance(entry, dict) else None
+        if not isinstance(matrix, list) or len(matrix) != k or not all(isinstance(row, list) and len(row) == k
+                                                                      for row in matrix):
+            raise damaged(f"has a {name} matrix that is not {k}×{k}")
+    checks = [(("delta_cosine", "mean"), COSINE), (("delta_cosine", "null_rms"), PROBABILITY),
+              (("column_overlap", "mean"), PROBABILITY), (("column_overlap", "null"), PROBABILITY),
+              (("row_overlap", "mean"), PROBABILITY), (("row_overlap", "null"), PROBABILITY),
+              (("effective_rank", "mean"), (1.0, float(rank))), (("effective_cosine", "mean"), COSINE),
+              (("effective_cosine", "orthogonal_baseline"), COSINE), (("relative_norm", "mean"), NON_NEGATIVE)]
+    values = [(".".join(where), dig(summary, where), bounds) for where, bounds in checks]
+    values += [(f"{name}.matrix", value, COSINE) for name, entry in matrices for row in entry["matrix"] for value in row]
+    for where, value, bounds in values:
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                                  or bad_number(value, bounds)):
+            raise damaged(f"has summary.{where} = {str(value)[:40]}, not a number in [{bounds[0]:g}, {bounds[1]:g}]")
+    for key in ("by_type", "by_depth", "layers"):
+        if not isinstance(section.get(key), list) or not all(isinstance(group, dict) for group in section[key]):
+            raise damaged(f"has no list of {key}")

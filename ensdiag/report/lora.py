@@ -1,7 +1,8 @@
-"""Reports of LoRA ensembles: runs saved by `ensdiag diversity ADAPTER_DIR… --save DIR` carry a `lora`
-section in their metrics.json (ensdiag/lora/analysis.py); here it becomes report tables (mean ±
-95 % CI over seeds, like every other table) and figures. A folder of such runs alone holds no
-predictions, so its report shows only these tables."""
+"""Reports of LoRA ensembles: runs saved by `ensdiag diversity ADAPTER_DIR… --save DIR` carry a
+weight-space part (lora.json, runs.py), read as the `lora` analyzer's result in the metrics layout
+(ensdiag/lora/analysis.py computes it); here it becomes report tables (mean ± 95 % CI over seeds,
+like every other table) and figures. A folder of such runs alone holds no predictions: its other
+tables have nothing measured and are left out, as any such table is."""
 
 from .load import _damaged, dig
 
@@ -27,13 +28,7 @@ GAPS = ("1 − eff. cosine", "orthogonal baseline")  # cosines of effective weig
 
 
 def has_lora(run) -> bool:
-    return run is not None and isinstance(dig(run["metrics"], ("lora",)), dict)
-
-
-def lora_only(runs: dict) -> bool:
-    """Whether every finished run of the folder is a LoRA comparison without predictions."""
-    finished = [run for seeds in runs.values() for run in seeds.values() if run is not None]
-    return bool(finished) and all(has_lora(run) and not run["metrics"]["analyzers"] for run in finished)
+    return run is not None and dig(run["metrics"], ("analyzers", "lora", "status")) == "ok"
 
 
 def _lora_runs(runs: dict) -> dict:
@@ -42,7 +37,7 @@ def _lora_runs(runs: dict) -> dict:
 
 def _value_of(path, gap=False):
     def value_of(run):
-        value = dig(run["metrics"], ("lora", *path)) if has_lora(run) else None
+        value = dig(run["metrics"], ("analyzers", "lora", *path)) if has_lora(run) else None
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             return None
         return 1 - value if gap else value
@@ -51,7 +46,7 @@ def _value_of(path, gap=False):
 
 def _type_groups(run) -> list[dict]:
     """The run's `by_type` entries that name their type (a damaged file has none)."""
-    groups = dig(run["metrics"], ("lora", "by_type")) if has_lora(run) else None
+    groups = dig(run["metrics"], ("analyzers", "lora", "by_type")) if has_lora(run) else None
     return [group for group in groups if isinstance(group, dict) and isinstance(group.get("type"), str)] \
         if isinstance(groups, list) else []
 
@@ -89,7 +84,7 @@ def add_lora_figures(runs: dict, add) -> None:
     first = {}
     for method, seeds in _lora_runs(runs).items():
         seed, run = next((seed, run) for seed, run in seeds.items() if has_lora(run))
-        first[f"{run_label(method)}, seed {seed}"] = (run["metrics"]["lora"], run["folder"])
+        first[f"{run_label(method)}, seed {seed}"] = (run["metrics"]["analyzers"]["lora"], run["folder"])
     if not first:
         return
     sections = {label: section for label, (section, _) in first.items()}

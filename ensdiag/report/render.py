@@ -48,6 +48,8 @@ def cell_text(cell, table_id, column_index):
         return text
     if cell.get("ci") is not None and not (table_id == "cost" and column_index == 0):  # counts need no interval
         text += f" ± {format_number(cell['ci'], table_id, column_index)}"
+    elif isinstance(cell.get("interval"), (list, tuple)) and len(cell["interval"]) == 2:  # an interval of its own (the verdict's)
+        text += " [" + ", ".join(format_number(bound, table_id, column_index) for bound in cell["interval"]) + "]"
     if cell.get("example"):  # the test set's own sampling error, beside the seeds' (report/example_level.py)
         text += example_text(cell["example"], lambda value: format_number(value, table_id, column_index))
     if cell.get("expected") and cell.get("n") is not None and cell["n"] < cell["expected"]:
@@ -74,7 +76,7 @@ def to_markdown(report) -> str:
     lines = [f"# ensdiag report — {report['preset']} preset", "",
              f"Run `{report['run']}`; methods {', '.join(report['methods'])}; seeds {', '.join(map(str, report['seeds']))}.",
              f"Cells: {report['aggregation']}" + (f"; {report['examples']}" if report.get("examples") else "")
-             + ". **Best** and <ins>second best</ins> per ↑/↓ column.", ""]
+             + f". **Best** and <ins>second best</ins>: {report.get('marks', 'per ↑/↓ column')}.", ""]
     for split, title in report["splits"].items():
         lines.append(f"- `{split}`: {title}")
     for split, reason in report["skipped_splits"].items():
@@ -114,7 +116,8 @@ def to_latex(report) -> str:
         return rf"\textbf{{{text}}}" if mark == "best" else rf"\underline{{{text}}}" if mark == "second" else text
 
     parts = [f"% ensdiag report: {report['preset']} preset, seeds {report['seeds']}; needs \\usepackage{{booktabs}}",
-             f"% cells: {_latex_escape(report['aggregation'])}"]
+             f"% cells: {_latex_escape(report['aggregation'])}",
+             f"% bold and underlined: {_latex_escape(report.get('marks', 'best and second best per column'))}"]
     for table in report["tables"]:
         header = [_latex_escape(h) for h in _header(table)]
         parts += [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{_latex_escape(table['title'])}}}",
@@ -144,7 +147,7 @@ def to_html(report, run_dir=None) -> str:
     body = [f"<h1>ensdiag report — {html.escape(report['preset'])} preset</h1>",
             f"<p>Run <code>{html.escape(report['run'])}</code>; methods {html.escape(', '.join(report['methods']))}; "
             f"seeds {html.escape(', '.join(map(str, report['seeds'])))}.<br>Cells: {html.escape(report['aggregation'])}. "
-            "<b>Best</b> and <u>second best</u> per ↑/↓ column.</p><ul>"]
+            f"<b>Best</b> and <u>second best</u>: {html.escape(report.get('marks', 'per ↑/↓ column'))}.</p><ul>"]
     body += [f"<li><code>{html.escape(s)}</code>: {html.escape(t)}</li>" for s, t in report["splits"].items()]
     body += [f"<li><code>{html.escape(s)}</code>: <b>skipped</b> — {html.escape(r)}</li>" for s, r in report["skipped_splits"].items()]
     body.append("</ul>")
@@ -174,6 +177,24 @@ def to_html(report, run_dir=None) -> str:
              "img{max-width:100%}figure{margin:1em 0}code{background:#f4f4f4;padding:0 3px}")
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>ensdiag report</title>"
             f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def to_summary(report, written: str | None = None) -> str:
+    """The short end of a run: the verdict's overall lines, where the report is, and the one command
+    that opens it (everything else is in the files)."""
+    from pathlib import PurePath
+    lines = [entry["answer"] for entry in report.get("verdict", {}).values() if entry.get("answer")]
+    if not lines:
+        from .verdict import BASELINE, REFERENCE
+        lines = [f"No verdict: it needs a single model (`{BASELINE}`) and a Deep Ensemble (`{REFERENCE}`) beside "
+                 "another method, with seeds in common."]
+    run = PurePath(report["run"])
+    if written and written.startswith("report.md"):
+        lines += [f"Report: {run / 'report.md'} and {run / 'report.html'} (every table, figure and number behind "
+                  "these lines)", f"Open it: python3 -m webbrowser {run / 'report.html'}"]
+    elif written:
+        lines.append(f"Report not written: {written}")
+    return "\n".join(lines) + "\n"
 
 
 def to_json(report) -> str:

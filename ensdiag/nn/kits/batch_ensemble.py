@@ -13,7 +13,7 @@ from torch import nn
 
 from ...errors import EnsdiagError
 from ..kit import Kit, Option, register_method
-from ..layers import _default_linear_init_, _members_first
+from ..layers import default_linear_init_, members_first
 
 DEFAULT_FAST_WEIGHT_INIT = "normal:0.5"
 
@@ -64,7 +64,7 @@ class BatchLinear(nn.Module):
         self.s = nn.Parameter(torch.empty(num_members, in_features))
         # Per-member bias: zero as in the original implementation, or random (the paper's code).
         self.bias = nn.Parameter(torch.zeros(num_members, out_features)) if bias else None
-        _default_linear_init_(self.weight, self.bias if random_bias else None, in_features)
+        default_linear_init_(self.weight, self.bias if random_bias else None, in_features)
         init_fast_weights_(self.r, init)
         init_fast_weights_(self.s, init)
 
@@ -95,7 +95,7 @@ class BatchLinear(nn.Module):
         """x [B, in], seen by every member -> member-major [k*B, out], as one wide matmul."""
         h = F.linear(x, self._scaled_weight().flatten(0, 1))
         bias = None if self.bias is None else self.bias.flatten()
-        return _members_first(self._output(h, self.r.flatten(), bias), self.num_members)
+        return members_first(self._output(h, self.r.flatten(), bias), self.num_members)
 
     def member_state(self, i):
         state = {"weight": self.member_weights()[i]}
@@ -130,7 +130,7 @@ class BatchConv2d(nn.Module):
         self.r = nn.Parameter(torch.empty(r_shape))
         self.s = nn.Parameter(torch.empty(s_shape))
         self.bias = nn.Parameter(torch.zeros(num_members, out_channels)) if bias else None
-        _default_linear_init_(self.weight, self.bias if random_bias else None, in_channels * kernel_size**2)
+        default_linear_init_(self.weight, self.bias if random_bias else None, in_channels * kernel_size**2)
         init_fast_weights_(self.r, init)
         init_fast_weights_(self.s, init)
 
@@ -179,6 +179,7 @@ class BatchEnsembleKit(Kit):
       random (uniform ±1/√fan_in, like nn.Linear's); the blocks' 3×3 convolutions carry
       per-member biases; shortcut convolutions are plain shared convolutions, not perturbed.
       ResNet-18 (k = 4, 10 classes) then has the paper's 11.22 M parameters."""
+    conv_bias = False  # its convolutions carry the biases its own layout defines
 
     label = "BatchEnsemble"
     order = 30

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..kit import Kit, register_method
-from ..layers import _default_linear_init_, _members_first, stack_channels
+from ..layers import default_linear_init_, members_first, stack_channels
 from ..members import FORWARDS
 
 
@@ -59,7 +59,7 @@ class EnsembleLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(num_members, out_features, in_features))
         self.bias = nn.Parameter(torch.empty(num_members, out_features)) if bias else None
         for i in range(num_members):  # each member initialised exactly like its own nn.Linear
-            _default_linear_init_(self.weight.data[i], None if self.bias is None else self.bias.data[i], in_features)
+            default_linear_init_(self.weight.data[i], None if self.bias is None else self.bias.data[i], in_features)
 
     def forward(self, x):
         return _MemberLinear.apply(x.unflatten(0, (self.num_members, -1)), self.weight, self.bias).flatten(0, 1)
@@ -67,7 +67,7 @@ class EnsembleLinear(nn.Module):
     def forward_shared(self, x):
         """x [B, in], seen by every member -> member-major [k*B, out], as one wide matmul."""
         bias = None if self.bias is None else self.bias.flatten()
-        return _members_first(F.linear(x, self.weight.flatten(0, 1), bias), self.num_members)
+        return members_first(F.linear(x, self.weight.flatten(0, 1), bias), self.num_members)
 
     def stacked_state(self):
         state = {"weight": self.weight}
@@ -144,8 +144,8 @@ class DeepEnsembleKit(Kit):
     def linear(self, in_features, out_features, bias=True, role="hidden"):
         return EnsembleLinear(in_features, out_features, self.num_members, bias=bias)
 
-    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block"):
-        return EnsembleConv2d(in_channels, out_channels, kernel_size, self.num_members, stride, padding)
+    def conv(self, in_channels, out_channels, kernel_size, stride=1, padding=0, role="block", bias=False):
+        return EnsembleConv2d(in_channels, out_channels, kernel_size, self.num_members, stride, padding, bias)
 
     def bn(self, num_features):
         return EnsembleBatchNorm2d(num_features, self.num_members)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..kit import Kit, Option, register_method
-from ..layers import _members_first, stack_channels
+from ..layers import members_first, stack_channels
 
 
 class MIMOInputLinear(nn.Linear):
@@ -64,7 +64,7 @@ class MIMOHead(nn.Linear):
         self.num_members = num_members
 
     def forward(self, h):
-        return _members_first(super().forward(h), self.num_members)
+        return members_first(super().forward(h), self.num_members)
 
     def member_state(self, i):
         rows = self.out_features // self.num_members
@@ -85,6 +85,7 @@ def mimo_rows(batch_size, num_members, input_repetition, batch_repetition, gener
 @register_method("mimo")
 class MIMOKit(Kit):
     label = "MIMO"
+    conv_bias = False  # its convolutions carry the biases its own layout defines
     order = 50
     declared = (Option("input_repetition", 0.0, "probability ρ that all members see the same example in training",
                        float, low=0.0, high=1.0, closed=True),

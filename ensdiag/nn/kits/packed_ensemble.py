@@ -32,7 +32,7 @@ from torch import nn
 
 from ...errors import EnsdiagError
 from ..kit import Kit, Option, register_method, shared_batch
-from ..layers import _default_linear_init_, _members_first, stack_channels
+from ..layers import default_linear_init_, members_first, stack_channels
 
 MIN_CHANNELS_PER_GROUP = 64  # torch-uncertainty's PackedConv2d: fewer subgroups below this
 
@@ -60,7 +60,7 @@ class PackedLinear(nn.Module):
         # stored as a grouped convolution stores it: [out, in / groups]
         self.weight = nn.Parameter(torch.empty(out_features, in_features // groups))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
-        _default_linear_init_(self.weight, self.bias, in_features // groups)
+        default_linear_init_(self.weight, self.bias, in_features // groups)
 
     def forward(self, x):
         if x.shape[1] == self.weight.shape[1]:  # the first layer on one input every member sees
@@ -70,7 +70,7 @@ class PackedLinear(nn.Module):
             h = torch.bmm(xg, self.weight.unflatten(0, (self.groups, -1)).transpose(1, 2)).transpose(0, 1).flatten(1)
             if self.bias is not None:
                 h = h + self.bias
-        return _members_first(h, self.num_members) if self.head else h
+        return members_first(h, self.num_members) if self.head else h
 
     def member_state(self, i):
         return {**self.distinct_state(i), "weight": _member_block_diagonal(self.weight, i, self.num_members, self.groups)}
@@ -123,6 +123,7 @@ class PackedBatchNorm2d(nn.BatchNorm2d):
 @register_method("packed-ensemble")
 class PackedEnsembleKit(Kit):
     label = "Packed-Ensembles"
+    conv_bias = False  # its convolutions carry the biases its own layout defines
     order = 40
     own_weights = True  # members are disjoint groups of channels
     declared = (Option("alpha", 2.0, "width multiplier α of the whole ensemble (the paper: 2)", float,

@@ -110,6 +110,7 @@ class _CapturingKit(Kit):
     """Plain layers that keep k snapshots; members are stored after the epochs `capture_epochs` says."""
 
     own_weights = True
+    conv_bias = False  # its convolutions carry the biases its own layout defines
     loss_over_members = "sum"  # one member trains at a time: sum and mean agree
     early_stopping = False
 

@@ -1,6 +1,6 @@
-"""Hostile files on the newer surfaces: memory bounded before allocation (foreign checkpoints on
-the meta device, predictions capped, sparse files, an absolute budget for archives), guarded
-shapes, no writes through a linked folder, and inputs no longer accepted silently."""
+"""Memory bounded before allocation on the newer surfaces (foreign checkpoints checked on the meta
+device, predictions capped, sparse files, an absolute budget for archives), guarded shapes, no
+writes through a linked folder, and inputs no longer accepted silently."""
 
 import json
 import os

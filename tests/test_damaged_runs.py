@@ -1,6 +1,6 @@
 """Hostile and damaged input: every case exits 0 or 2 with one line naming the file or option,
 never a traceback, never code execution, and nothing outside the run folder is touched.
-(Property-based cases: test_hostile_properties.py; output paths: test_outputs.py.)"""
+(Property-based cases: test_random_inputs.py; output paths: test_outputs.py.)"""
 
 import json
 

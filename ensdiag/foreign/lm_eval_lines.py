@@ -1,0 +1,207 @@
+"""One lm-eval samples file, read line by line for one filter (lm_eval.py joins the members).
+
+Every line is bounded and checked like user input: a JSON object of at most `MAX_LINE_BYTES`
+(a longer line is refused after reading that much of it), numbers that match a decimal pattern
+(lm-eval writes them as strings) and are finite, requests and answers that fit together; a
+refusal is one line naming the file and the line. docs/conventions.md, "lm-evaluation-harness
+logs", says what is read and how.
+"""
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import EnsdiagError
+from ..io import text_lines
+
+SCORES = ("loglikelihood", "acc_norm", "mutual_info")
+SCORE_TITLES = {"loglikelihood": "log-likelihoods", "acc_norm": "log-likelihood / characters (lm-eval's acc_norm)",
+                "mutual_info": "log-likelihood − unconditional log-likelihood (lm-eval's acc_mutual_info)"}
+LOGGED = {"loglikelihood": "acc", "acc_norm": "acc_norm", "mutual_info": "acc_mutual_info"}
+MAX_LINE_BYTES = 16 * 2**20  # a 25-shot prompt repeated for 5 choices is well under 1 MiB
+MAX_LINES = 4_000_000  # documents × filters in one file
+MAX_CHOICES = 1024
+MAX_SCORE = 1e20  # |log-likelihood| above this is no model's score (and would meet PAD_LOGIT)
+NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+HASH = re.compile(r"^[0-9a-f]{1,128}$")
+
+
+@dataclass
+class Doc:
+    """One document of one member, as needed after reading."""
+
+    line: int
+    doc_hash: str
+    prompt_hash: str | None
+    gold: int
+    scores: list  # the chosen score per choice
+    correct_logged: float | None  # lm-eval's own metric of the chosen score on this line
+
+
+def first_argmax(values) -> int:
+    """The index of the first maximum, as numpy's argmax (and lm-eval) take it."""
+    return max(range(len(values)), key=lambda i: (values[i], -i))
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _Lines:
+    """One samples file's lines for one filter: every line bounded, strict UTF-8 JSON objects."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, number, message):
+        raise EnsdiagError(f"{self.path}, line {number}: {message}")
+
+    def __iter__(self):
+        for number, text in text_lines(self.path, "lm-eval sample file", MAX_LINES, MAX_LINE_BYTES,
+                                       "one document and filter per line"):
+            try:
+                row = json.loads(text, parse_constant=lambda name: math.nan)
+            except RecursionError:
+                self.fail(number, "nests too deeply to be an lm-eval sample")
+            except ValueError as error:
+                self.fail(number, f"not JSON ({getattr(error, 'msg', str(error))[:80]})")
+            if not isinstance(row, dict):
+                self.fail(number, "not a JSON object (lm-eval writes one object per document and filter)")
+            yield number, row
+
+
+def _number(lines, number, value, what) -> float:
+    if isinstance(value, str) and len(value) <= 64 and NUMBER.fullmatch(value):
+        value = float(value)
+    elif type(value) not in (int, float):
+        lines.fail(number, f"{what} {_shown(value)} is not a number")
+    if not math.isfinite(value) or abs(value) > MAX_SCORE:
+        lines.fail(number, f"{what} {_shown(value)} is not a finite log-likelihood")
+    return float(value)
+
+
+class Reader:
+    """Reads the documents of one samples file (one subtask of one member) for one filter."""
+
+    def __init__(self, path: Path, wanted_filter: str | None, score: str, delimiter: str, labelled: bool):
+        self.lines, self.filter, self.score, self.delimiter = _Lines(path), wanted_filter, score, delimiter
+        self.labelled = labelled  # OOD questions are unlabelled: their targets are not read
+        self.filters: list[str] = []
+        self.docs: dict[int, Doc] = {}
+
+    def read(self, budget) -> "Reader":
+        for number, row in self.lines:
+            name = row.get("filter")
+            if not isinstance(name, str) or not name or len(name) > 128:
+                self.lines.fail(number, f'"filter" must name lm-eval\'s filter, got {_shown(name)}')
+            if name not in self.filters:
+                self.filters.append(name)
+            self.filter = self.filter or name  # the first filter, unless --filter names one
+            if name == self.filter:
+                budget(len(self.docs) + 1, len(self._doc(number, row).scores))
+        if not self.filters:
+            raise EnsdiagError(f"{self.lines.path} holds no documents (lm-eval writes one line per document and filter)")
+        if self.filter not in self.filters:
+            raise EnsdiagError(f"{self.lines.path} has no filter {self.filter!r} (it has {', '.join(map(repr, self.filters))})")
+        return self
+
+    def _doc(self, number, row) -> Doc:
+        fail = self.lines.fail
+        doc_id = row.get("doc_id")
+        if type(doc_id) is not int or not 0 <= doc_id < 2**63:
+            fail(number, f'"doc_id" must be lm-eval\'s document index, got {_shown(doc_id)}')
+        if doc_id in self.docs:
+            fail(number, f"doc_id {doc_id} repeats line {self.docs[doc_id].line} for filter {self.filter!r}")
+        doc_hash, prompt_hash = row.get("doc_hash"), row.get("prompt_hash")
+        if not isinstance(doc_hash, str) or not HASH.match(doc_hash):
+            fail(number, 'no "doc_hash" of hex digits (lm-eval writes one per line; members are joined on it)')
+        if prompt_hash is not None and (not isinstance(prompt_hash, str) or not HASH.match(prompt_hash)):
+            fail(number, f'"prompt_hash" must be hex digits, got {_shown(prompt_hash)}')
+        contexts, continuations = self._arguments(number, row)
+        lls = self._loglikelihoods(number, row, len(contexts))
+        unconditional = None
+        metrics = row.get("metrics") if isinstance(row.get("metrics"), list) else []
+        half = len(contexts) // 2
+        if "acc_mutual_info" in metrics and len(contexts) % 2 == 0 and all(
+                contexts[half + i] == "" and continuations[half + i] == continuations[i] for i in range(half)):
+            contexts, continuations, lls, unconditional = contexts[:half], continuations[:half], lls[:half], lls[half:]
+        if not 2 <= len(lls) <= MAX_CHOICES:
+            fail(number, f"{len(lls)} choice{'s' if len(lls) != 1 else ''}; a multiple-choice question has 2 to "
+                         f"{MAX_CHOICES:,}")
+        if len(set(continuations)) == 1 and len(set(contexts)) > 1:
+            fail(number, "every choice is in the context and the continuation is shared (a task like winogrande): "
+                         "the sample holds no index of the correct context; ensdiag cannot read its answer")
+        scores = self._scores(number, lls, unconditional, continuations)
+        gold = self._gold(number, row, continuations, lls) if self.labelled else -1
+        logged = row.get(LOGGED[self.score])
+        logged = float(logged) if type(logged) in (int, float) and logged in (0, 1) else None
+        self.docs[doc_id] = Doc(number, doc_hash, prompt_hash, gold, scores, logged)
+        return self.docs[doc_id]
+
+    def _arguments(self, number, row) -> tuple[list, list]:
+        arguments = row.get("arguments")
+        if not isinstance(arguments, dict) or not arguments:
+            self.lines.fail(number, 'no "arguments" ({"gen_args_0": {"arg_0": context, "arg_1": continuation}, ...})')
+        if len(arguments) > 2 * MAX_CHOICES:  # mutual information: two requests per choice
+            self.lines.fail(number, f"{len(arguments):,} requests; ensdiag reads at most {MAX_CHOICES:,} choices")
+        contexts, continuations = [], []
+        for index in range(len(arguments)):
+            pair = arguments.get(f"gen_args_{index}")
+            if not isinstance(pair, dict) or not isinstance(pair.get("arg_0"), str) or not isinstance(pair.get("arg_1"), str):
+                self.lines.fail(number, f'"arguments" lacks gen_args_{index} with a context and a continuation '
+                                        "(a log-likelihood request per choice; generation tasks have no choices)")
+            contexts.append(pair["arg_0"])
+            continuations.append(pair["arg_1"])
+        return contexts, continuations
+
+    def _loglikelihoods(self, number, row, count) -> list[float]:
+        answers = row.get("filtered_resps")
+        if not isinstance(answers, list):
+            self.lines.fail(number, 'no "filtered_resps" (one [log-likelihood, is_greedy] per choice)')
+        if len(answers) != count:
+            self.lines.fail(number, f"{len(answers)} log-likelihoods for {count} choices (a choice is missing)")
+        values = []
+        for index, answer in enumerate(answers):
+            value = answer[0] if isinstance(answer, list) and answer else answer
+            values.append(_number(self.lines, number, value, f"choice {index}'s log-likelihood"))
+        return values
+
+    def _scores(self, number, lls, unconditional, continuations) -> list[float]:
+        if self.score == "loglikelihood":
+            return lls
+        if self.score == "mutual_info":
+            if unconditional is None:
+                self.lines.fail(number, "--score mutual_info needs the task's unconditional log-likelihoods "
+                                        "(lm-eval logs them for tasks with the metric acc_mutual_info)")
+            return [c - u for c, u in zip(lls, unconditional)]
+        lengths = [len(text.removeprefix(self.delimiter)) for text in continuations]  # lm-eval: len(choice)
+        if 0 in lengths:
+            self.lines.fail(number, "an empty choice cannot be length-normalised (--score acc_norm)")
+        return [ll / length for ll, length in zip(lls, lengths)]
+
+    def _gold(self, number, row, continuations, lls) -> int:
+        """The answer's index: digits are an index (lm-eval's templates turn them into one), other
+        text the choice it names; where both readings fit, the one lm-eval's own `acc` agrees with."""
+        target = row.get("target")
+        if type(target) is int:
+            target = str(target)
+        if not isinstance(target, str):
+            self.lines.fail(number, f'"target" must be the answer (an index or a choice\'s text), got {_shown(target)}')
+        if target.startswith("[") and target.endswith("]"):
+            self.lines.fail(number, f"target {_shown(target)} names several correct choices: ensdiag needs one per question")
+        count = len(continuations)
+        candidates = [int(target)] if target.isdigit() and int(target) < count else []
+        candidates += [i for i, text in enumerate(continuations) if text == self.delimiter + target and i not in candidates]
+        if len(candidates) > 1:
+            acc = row.get("acc")
+            best = first_argmax(lls)
+            agree = [c for c in candidates if acc in (0, 1) and (best == c) == bool(acc)]
+            candidates = agree if len(agree) == 1 else candidates
+        if len(candidates) != 1:
+            what = "is neither a choice index 0.." + str(count - 1) + " nor a choice's text" if not candidates else \
+                f"is both choice {candidates[0]}'s index and choice {candidates[1]}'s text"
+            self.lines.fail(number, f"target {_shown(target)} {what}")
+        return candidates[0]

@@ -1,0 +1,46 @@
+"""Which OOD score the report's OOD table and histogram show (`ensdiag report --ood-score NAME`).
+
+metrics.json holds every score of the `ood` analyzer (analysis/ood.py); the report shows one,
+1 − MSP unless asked. The OOD table's declared columns read `scores.msp.…`; for another score
+they read `scores.<name>.…`, N/A for runs written before that score existed (ood analyzer
+version 1) and for scores a run cannot have (mutual information, variation ratio: k = 1).
+"""
+
+from ..analysis.ood import ALIASES, DEFAULT_SCORE, SCORES
+from ..errors import unknown
+
+SCORES_SINCE = {"msp": 1, "entropy": 1, "jsd": 1}  # the others came with the ood analyzer's version 2
+
+
+def resolve(name: str | None) -> str:
+    """The score's key in metrics.json (aliases such as `mutual_information` resolved); an
+    unknown name is a one-line error listing the choices."""
+    if name is None:
+        return DEFAULT_SCORE
+    key = ALIASES.get(name, name)
+    if key not in SCORES:
+        raise unknown("--ood-score", name, [*SCORES, *ALIASES])
+    return key
+
+
+TITLES = {"msp": "1 − MSP", "entropy": "entropy H(p̄)", "jsd": "mutual information (JSD)",
+          "expected_entropy": "mean member entropy", "energy": "energy −logsumexp(z̄)", "max_logit": "−max mean logit",
+          "variation_ratio": "variation ratio"}
+
+
+def title(score: str) -> str:
+    """How the table's title and the histogram name the score (its definition is SCORES[score][1])."""
+    return TITLES.get(score, score)
+
+
+def columns(declared: list[tuple], score: str) -> list[tuple]:
+    """The OOD table's declared columns reading `score` instead of the default."""
+    if score == DEFAULT_SCORE:
+        return declared
+    chosen = []
+    for label, analyzer, path, direction, definition, split, since in declared:
+        if analyzer == "ood" and path[:2] == ("scores", DEFAULT_SCORE):
+            path, since = ("scores", score, *path[2:]), max(since, SCORES_SINCE.get(score, 2))
+            definition = f"{definition}; score: {SCORES[score][1]}"
+        chosen.append((label, analyzer, path, direction, definition, split, since))
+    return chosen

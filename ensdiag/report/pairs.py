@@ -1,0 +1,77 @@
+"""The member-pair matrices (analyzer `member-pairs`) as heatmaps beside the disagreement matrices,
+in reports and in `ensdiag diversity`, and as terminal tables.
+
+    rows = pair_rows(metrics["analyzers"]["member-pairs"])     # heatmap_grid rows, one per split
+"""
+
+from .figures import heatmap_grid, plottable
+from .load import dig
+
+PANELS = (  # (key in the result, panel title, colour scale in figures.SCALES)
+    ("kl", "KL(row ‖ column)", "kl"),
+    ("jsd", "JSD", "jsd"),
+    ("error_correlation", "error correlation", "correlation"),
+    ("yule_q", "Yule's Q", "correlation"),
+    ("double_fault", "double-fault", "double_fault"),
+)
+
+
+def pair_panels(result: dict, split: str) -> list[tuple]:
+    """[(title, k×k matrix, scale)] of one split's stored matrices (unlabelled splits: KL and JSD)."""
+    found = dig(result, ("splits", split)) or {}
+    return [(title, matrix, scale) for key, title, scale in PANELS
+            if (matrix := plottable(dig(found, (key, "matrix", "value")))) is not None]
+
+
+def pair_rows(result: dict, splits=("id", "shift", "ood")) -> list[tuple]:
+    """heatmap_grid rows, one per split that has matrices; none when the analyzer did not run."""
+    if not isinstance(result, dict) or result.get("status") != "ok":
+        return []
+    return [(f"member pairs ({split})", panels) for split in splits if (panels := pair_panels(result, split))]
+
+
+def add_pair_figures(runs: dict, add) -> None:
+    """One row per method (its first finished seed), in-distribution test set: the disagreement matrix,
+    then the pair matrices beside it, each quantity on one labelled colour scale."""
+    from ..nn.methods import run_label
+    rows = []
+    for method, seeds in runs.items():
+        seed, run = next(((s, r) for s, r in seeds.items() if r is not None), (None, None))
+        analyzers = run["metrics"]["analyzers"] if run else {}
+        if dig(analyzers, ("member-pairs", "status")) != "ok":
+            continue
+        panels = pair_panels(analyzers["member-pairs"], "id")
+        disagreement = plottable(dig(analyzers, ("disagreement", "splits", "id", "matrix", "value")))
+        if disagreement is not None:
+            panels.insert(0, ("disagreement", disagreement, "disagreement"))
+        if panels:
+            rows.append((f"{run_label(method)} (seed {seed})", panels))
+    if rows:
+        add("member-pairs", "Member pairs on the in-distribution test set: disagreement, KL in both directions (row ‖ "
+            "column), JSD, error correlation, Yule's Q and double-fault (first seed)", heatmap_grid(rows))
+
+
+def pair_lines(result: dict, matrices_of=("id",)) -> list:
+    """For the terminal: per split, each matrix's mean off-diagonal and the ambiguity; the k×k tables
+    (rich Tables) of the splits in `matrices_of` (every split's are in the JSON); or one line
+    saying why there is nothing."""
+    from .terminal import cell, heatmap_table
+    if not isinstance(result, dict) or result.get("status") != "ok":
+        reason = result.get("reason", "not computed") if isinstance(result, dict) else "not computed"
+        return [f"member pairs: {reason}"]
+    shown = ["member pairs: KL(row ‖ column) and JSD between two members' predicted distributions (0: the same); "
+             "error correlation and Yule's Q: whether two members err on the same examples (1: always together, "
+             "−1: never); double-fault: the fraction both get wrong (diagonal: the member's own error); ambiguity: "
+             "mean_i ‖p_i − p̄‖²"]
+    for split, found in result["splits"].items():
+        if "/" in split:
+            continue
+        means = ", ".join(f"{title} {cell(found[key]['mean'])}" for key, title, _ in PANELS if key in found)
+        shown.append(f"member pairs on {split}: mean off-diagonal {means}; ambiguity {cell(found['ambiguity'])}")
+        for key, title, scale in PANELS if split in matrices_of else ():
+            if key in found:
+                matrix = found[key]["matrix"]["value"] or []
+                largest = max((v for row in matrix for v in row if v is not None), default=1.0)
+                low, high = (-1.0, 1.0) if scale == "correlation" else (0.0, max(largest, 1e-12) if scale == "kl" else 1.0)
+                shown.append(heatmap_table(found[key]["matrix"]["value"], f"{title} ({split})", low=low, high=high))
+    return shown

@@ -1,0 +1,95 @@
+"""The interval arithmetic reports share: the Student-t interval of a mean over seeds, Fieller's
+interval of a ratio of paired means, and the one rule that says what an interval of a ratio answers.
+
+    mean_ci([0.91, 0.93, 0.92])                 # {"mean", "ci" (half-width), "n", "values"}
+    fieller([a_1, …, a_n], [b_1, …, b_n])       # [low, high] for mean(a) / mean(b), or None (unbounded)
+    settles([0.07, 0.08])                       # "single": wholly below the 25 % line
+
+Fieller (1954): for paired values (a_s, b_s) and ρ = mean(a) / mean(b), the set of ρ for which the
+paired t-test of mean(a − ρ·b) = 0 does not reject at level α is
+    {ρ : (ā − ρ b̄)² ≤ t² (s_aa − 2ρ s_ab + ρ² s_bb) / n},   t = t_{1−α/2, n−1},
+a quadratic inequality in ρ. It is a bounded interval exactly when b̄ itself differs from 0 by the
+same t-test (b̄² > t² s_bb / n); otherwise the set is unbounded and no interval is given. It is an
+interval for the ratio of means — the estimate printed — not for the mean of per-seed ratios.
+"""
+
+import math
+
+from scipy import stats
+
+LEVEL = 0.95
+ENSEMBLE_LIKE, SINGLE_LIKE = 0.5, 0.25  # a ratio whose whole interval lies above / below these answers
+
+
+def t_quantile(n: int, level: float = LEVEL) -> float:
+    """t_{(1+level)/2, n−1}."""
+    return float(stats.t.ppf(0.5 + level / 2, n - 1))
+
+
+def mean_ci(values: list[float]) -> dict:
+    """Mean and the half-width of its Student-t interval (None below two values)."""
+    n = len(values)
+    if n == 0:
+        return {"mean": None, "ci": None, "n": 0, "values": []}
+    mean = sum(values) / n
+    if n == 1:
+        return {"mean": mean, "ci": None, "n": 1, "values": values}
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return {"mean": mean, "ci": t_quantile(n) * sd / math.sqrt(n), "n": n, "values": values}
+
+
+def t_interval(values: list[float]) -> list[float] | None:
+    """[mean − half, mean + half] over the finite values; None for fewer than two."""
+    found = mean_ci([value for value in values if math.isfinite(value)])
+    return None if found["ci"] is None else [found["mean"] - found["ci"], found["mean"] + found["ci"]]
+
+
+def fieller(numerators: list[float], denominators: list[float], level: float = LEVEL) -> list[float] | None:
+    """Fieller's interval for mean(numerators) / mean(denominators) from paired values; None with
+    fewer than two pairs or when the set is unbounded (the denominator's mean is not told from 0)."""
+    pairs = [(a, b) for a, b in zip(numerators, denominators) if math.isfinite(a) and math.isfinite(b)]
+    n = len(pairs)
+    if n < 2:
+        return None
+    a_bar, b_bar = sum(a for a, _ in pairs) / n, sum(b for _, b in pairs) / n
+    s_aa = sum((a - a_bar) ** 2 for a, _ in pairs) / (n - 1)
+    s_bb = sum((b - b_bar) ** 2 for _, b in pairs) / (n - 1)
+    s_ab = sum((a - a_bar) * (b - b_bar) for a, b in pairs) / (n - 1)
+    q = t_quantile(n, level) ** 2 / n
+    quadratic, half_linear, constant = b_bar ** 2 - q * s_bb, a_bar * b_bar - q * s_ab, a_bar ** 2 - q * s_aa
+    if quadratic <= 0:
+        return None
+    root = math.sqrt(max(half_linear ** 2 - quadratic * constant, 0.0))  # ≥ 0 up to rounding: ā/b̄ is inside
+    return [(half_linear - root) / quadratic, (half_linear + root) / quadratic]
+
+
+def envelope(*intervals) -> list[float] | None:
+    """The smallest interval holding every given one (None where none is given)."""
+    given = [interval for interval in intervals if interval is not None]
+    return [min(low for low, _ in given), max(high for _, high in given)] if given else None
+
+
+def percentiles(values, level: float = LEVEL) -> list[float] | None:
+    """The (1−level)/2 and (1+level)/2 percentiles of bootstrap draws (None without finite draws)."""
+    values = sorted(value for value in values if math.isfinite(value))
+    if not values:
+        return None
+    tail = (1 - level) / 2
+    return [values[int(tail * (len(values) - 1))], values[int(math.ceil((1 - tail) * (len(values) - 1)))]]
+
+
+def settles(interval) -> str:
+    """What a ratio's interval (a share of the Deep Ensemble's gain, or a multiple of its diversity)
+    answers — one rule for every ratio the verdict prints:
+    "ensemble" (wholly at or above 50 %), "single" (wholly at or below 25 %), "between" (wholly
+    between them) or "unsettled": too wide to say (an unbounded or missing interval included)."""
+    if interval is None or not all(math.isfinite(bound) for bound in interval):
+        return "unsettled"
+    low, high = interval
+    if low >= ENSEMBLE_LIKE:
+        return "ensemble"
+    if high <= SINGLE_LIKE:
+        return "single"
+    if low >= SINGLE_LIKE and high <= ENSEMBLE_LIKE:
+        return "between"
+    return "unsettled"

@@ -1,0 +1,181 @@
+"""The verdict in words: per method, what each question's interval answers, then one overall line
+naming its evidence; and once per report, how to read them (intervals, the rule, multiplicity).
+
+    answer("BatchEnsemble", entry)     # "BatchEnsemble: like a single model on diversity; NLL … not settled by 3 seeds."
+    sentence("BatchEnsemble", entry)   # "Diversity: like a single model — 0.07× [0.07, 0.08] of the Deep Ensemble's. …"
+    how_to_read(entries)               # the rule, the intervals and the multiplicity rule, once
+
+Questions with the same answer share one clause, so nothing is said twice.
+"""
+
+from .stats import ENSEMBLE_LIKE, SINGLE_LIKE
+
+QUESTIONS = (("nll", "NLL"), ("ece", "ECE"), ("auroc", "OOD AUROC"), ("shift_nll", "NLL under shift"),
+             ("diversity", "diversity"))
+SHARES = QUESTIONS[:4]
+SUBJECTS = {"nll": "NLL gain", "ece": "ECE gain", "auroc": "OOD AUROC gain", "shift_nll": "NLL gain under shift",
+            "diversity": "diversity"}
+WORDS = {"ensemble": "like an ensemble", "single": "like a single model",
+         "between": "between a single model and an ensemble"}
+WHY = {"no gain": "the Deep Ensemble gains nothing over the single model",
+       "worse": "the Deep Ensemble is worse than the single model",
+       "noise": "the Deep Ensemble's own gain is within noise"}
+
+
+def _join(items):
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed{'s' if n != 1 else ''}"
+
+
+def _unsettled(n: int) -> str:
+    return f"not settled by {_seeds(n)}"
+
+
+def _bounds(interval, percent: bool) -> str:
+    if interval is None:
+        return " [unbounded]"
+    return (f" [{interval[0] * 100:.0f} %, {interval[1] * 100:.0f} %]" if percent
+            else f" [{interval[0]:.2f}, {interval[1]:.2f}]")
+
+
+def _figure(key, found) -> str:
+    """'40 % [−31 %, 112 %]' for a share, '0.07× [0.07, 0.08]' for the diversity ratio."""
+    if key == "diversity":
+        return f"{found['value']:.2f}×" + _bounds(found["interval"], False)
+    return f"{found['value'] * 100:.0f} %" + _bounds(found["interval"], True)
+
+
+def _number(value, interval) -> str:
+    bounds = f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval is not None else ""
+    return f"{value:.3g}{bounds}"
+
+
+def _answers(entry) -> dict:
+    """{answer: [question key]} over the questions that have one (a share the Deep Ensemble's own
+    gain leaves undetermined has none), in the questions' order."""
+    found = {}
+    for key, _ in QUESTIONS:
+        answer = entry.get(key, {}).get("answer")
+        if answer is not None and entry[key].get("value") is not None:
+            found.setdefault(answer, []).append(key)
+    return found
+
+
+NAMES = dict(QUESTIONS)
+
+
+def answer(label: str, entry: dict) -> str:
+    """The overall line: what the settled questions say, naming them; what stays open, briefly."""
+    found = _answers(entry)
+    settled = [(category, found[category]) for category in WORDS if category in found]
+    open_ = [NAMES[key] for key in found.get("unsettled", [])]
+    n = entry["seeds"]
+    if not settled:
+        return f"{label}: {_unsettled(n)} on any question" + (f" ({_join(open_)})." if open_ else ".")
+    said = "; ".join(f"{WORDS[category]} on {_join(NAMES[key] for key in keys)}" for category, keys in settled)
+    text = f"{label}: {'mixed — ' if len(settled) > 1 else ''}{said}"
+    if open_:
+        text += f"; {_join(open_)} {_unsettled(n)}"
+    return text + "."
+
+
+def sentence(label: str, entry: dict) -> str:
+    """Each answered question with its number, questions of one answer in one clause; shares not
+    given and why; and, for a diversity above the Deep Ensemble's, what drives it."""
+    n = entry["seeds"]
+    clauses = []
+    for category, keys in _answers(entry).items():
+        words = WORDS.get(category) or _unsettled(n)
+        shares = [key for key in keys if key != "diversity"]
+        parts = []
+        if shares:
+            gains = _join(_number(entry[key]["reference_gain"], entry[key]["reference_gain_interval"]) for key in shares)
+            parts.append(f"{_join(_figure(key, entry[key]) for key in shares)} of the Deep Ensemble's ({gains})")
+        if "diversity" in keys:
+            parts.append(f"{_figure('diversity', entry['diversity'])} the Deep Ensemble's diversity")
+        subject = _join(SUBJECTS[key] for key in keys)
+        clauses.append(f"{subject[0].upper()}{subject[1:]}: {words} — {_join(parts)}.")
+    notes = _outside(entry)
+    if notes:
+        clauses.append(notes)
+    reasons = {}
+    for key, name in SHARES:
+        why = entry.get(key, {}).get("undetermined")
+        if why:
+            reasons.setdefault(why, []).append((name, _number(entry[key]["reference_gain"],
+                                                              entry[key]["reference_gain_interval"])))
+    for why, gains in reasons.items():
+        clauses.append(f"No share of the {_join(name for name, _ in gains)} gain{'s' if len(gains) > 1 else ''}: "
+                       f"{WHY[why]} ({', '.join(f'{name} {gain}' for name, gain in gains)}).")
+    diversity = entry.get("diversity", {})
+    if diversity.get("undetermined") == "rounding":
+        clauses.append("Diversity not compared: the Deep Ensemble's own diversity is at rounding level.")
+    elif diversity.get("value") is not None and diversity["value"] > 1:
+        clauses.append(drivers(diversity["drivers"]))
+    return f"{label} ({_seeds(n)}): " + " ".join(clauses)
+
+
+def _outside(entry) -> str:
+    """What a share outside 0–100 % means, said once for the method."""
+    printed = [bound for key, _ in SHARES if entry.get(key, {}).get("value") is not None
+               for bound in [entry[key]["value"], *(entry[key]["interval"] or [])]]
+    notes = [*(["below 0 % is worse than the single model"] if printed and min(printed) < 0 else []),
+             *(["above 100 % is more than the Deep Ensemble gains"] if printed and max(printed) > 1 else [])]
+    text = "; ".join(notes)
+    return f"{text[:1].upper()}{text[1:]}." if notes else ""
+
+
+def _direction(found, worse: str, better: str, neither: str) -> str:
+    low, high = found["interval"] or (None, None)
+    if low is not None and low > 0:
+        return worse
+    if high is not None and high < 0:
+        return better
+    return neither
+
+
+def drivers(found: dict) -> str:
+    """Why a diversity exceeds the Deep Ensemble's, from KL diversity = members' mean NLL − the NLL
+    of their normalised geometric mean (analysis/gain.py): weaker members, or a better ensemble."""
+    members, ensemble = found["member_nll_difference"], found["geometric_nll_difference"]
+    member_words = _direction(members, "its members are individually worse", "its members are individually better",
+                              "its members are individually neither better nor worse by these seeds")
+    ensemble_words = _direction(ensemble, "its geometric-mean ensemble is worse", "its geometric-mean ensemble is better",
+                                "its geometric-mean ensemble is no better")
+    text = (f"Diversity above the Deep Ensemble's (KL diversity = members' mean NLL − NLL of their geometric mean): "
+            f"{member_words} (member NLL {found['member_nll']['value']:.3f} vs {found['reference_member_nll']['value']:.3f}, "
+            f"{_signed(members)}) and {ensemble_words} ({found['geometric_nll']['value']:.3f} vs "
+            f"{found['reference_geometric_nll']['value']:.3f}, {_signed(ensemble)})")
+    if member_words.endswith("worse") and not ensemble_words.endswith("better"):
+        return text + ": the extra diversity makes up for weaker members, it is not a better ensemble."
+    if ensemble_words.endswith("better"):
+        return text + ": the extra diversity buys a better ensemble."
+    return text + "."
+
+
+def _signed(found) -> str:
+    interval = found["interval"]
+    bounds = f" [{interval[0]:+.3f}, {interval[1]:+.3f}]" if interval is not None else ""
+    return f"{found['value']:+.3f}{bounds}"
+
+
+def how_to_read(entries: dict) -> str:
+    """Once per report: the questions, the rule that answers them, the intervals, multiplicity."""
+    seeds = sorted({entry["seeds"] for entry in entries.values()})
+    questions = len({key for entry in entries.values() for key, _ in QUESTIONS if key in entry})
+    answers = questions * len(entries)
+    how = ("Fieller's interval for the ratio of means over seeds, widened by a paired bootstrap over seeds and test "
+           "examples" if max(seeds) > 1 else "a paired bootstrap over test examples only (one seed: the "
+           "seed-to-seed spread is unknown)")
+    return (f"How to read: each question is a ratio to the Deep Ensemble — a share of its gain over the single model "
+            f"(NLL and ECE on the test set, OOD AUROC, NLL under shift) or a multiple of its diversity. An answer needs the whole 95 % interval on one side: "
+            f"at or above {ENSEMBLE_LIKE * 100:.0f} % like an ensemble, at or below {SINGLE_LIKE * 100:.0f} % like a "
+            f"single model, wholly between them in between; otherwise not settled (too wide to say). Intervals: {how}. "
+            f"Multiplicity: each answer stands at 95 % on its own, not corrected for the {answers} answers here "
+            f"({questions} questions × {len(entries)} method{'s' if len(entries) != 1 else ''}); an overall line says "
+            f"\"like an ensemble\" or \"like a single model\" only where its settled questions agree, and \"mixed\" "
+            f"where they do not.")

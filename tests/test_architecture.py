@@ -1,0 +1,137 @@
+"""The shape of the package: its import graph (imports inside functions included) has at most one
+cycle, and no private name (`_x`) is imported across a package boundary. Read from the source with
+`ast`, so what a module imports lazily counts as much as what it imports at the top (imports under
+`if TYPE_CHECKING:` never run and do not count)."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "ensdiag"
+MAX_CYCLES = 1
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """{dotted name: (file, is a package)} of every module of ensdiag."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if package else parts)] = (path, package)
+    return found
+
+
+def _runtime_nodes(tree):
+    """Every node of the tree except those under `if TYPE_CHECKING:`."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            pending += node.orelse
+            continue
+        pending += list(ast.iter_child_nodes(node))
+
+
+def _imports(modules) -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
+    """(module -> the ensdiag modules it imports, [(importer, module, private name)])."""
+    edges, private = {name: set() for name in modules}, []
+    for name, (path, package) in modules.items():
+        for node in _runtime_nodes(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.ImportFrom):
+                base = name.split(".") if package else name.split(".")[:-1]
+                if node.level:
+                    base = base[:len(base) - node.level + 1]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                if not source.startswith("ensdiag"):
+                    continue
+                for alias in node.names:
+                    if f"{source}.{alias.name}" in modules:
+                        targets.append(f"{source}.{alias.name}")
+                    else:
+                        targets.append(source)
+                        if alias.name.startswith("_") and not alias.name.startswith("__"):
+                            private.append((name, source, alias.name))
+            elif isinstance(node, ast.Import):
+                targets += [alias.name for alias in node.names if alias.name.startswith("ensdiag")]
+            for target in targets:
+                while target not in modules and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in modules and target != name:
+                    edges[name].add(target)
+    return edges, private
+
+
+def _cycles(edges) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(node):
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for other in edges[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                other = stack.pop()
+                on_stack.discard(other)
+                component.append(other)
+                if other == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in edges:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _package_of(name, modules) -> str:
+    return name if modules[name][1] else name.rsplit(".", 1)[0]
+
+
+def test_the_import_graph_has_at_most_one_cycle():
+    modules = _modules()
+    cycles = _cycles(_imports(modules)[0])
+    assert len(cycles) <= MAX_CYCLES, f"{len(cycles)} import cycles: {cycles}"
+
+
+def test_no_private_name_crosses_a_package_boundary():
+    modules = _modules()
+    _, private = _imports(modules)
+    crossing = [(importer, source, name) for importer, source, name in private
+                if _package_of(importer, modules) != (_package_of(source, modules) if source in modules else source)]
+    assert not crossing, crossing
+
+
+def test_the_checks_find_what_they_look_for():
+    """The graph reader sees lazy imports and cycles (so the two tests above can fail)."""
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(edges) == [["a", "b", "c"]]
+    modules = _modules()
+    edges, _ = _imports(modules)
+    assert "ensdiag.core" in edges["ensdiag.cli.evaluate"]  # imported inside the command function
+
+
+def test_every_lazy_public_name_is_visible_to_type_checkers():
+    """`ensdiag.diagnose` & co. resolve on first use (torch-free start-up); a TYPE_CHECKING block
+    imports each from the module the lazy table names, so type checkers see their signatures."""
+    import ensdiag
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    guarded = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for statement in node.body:
+                guarded.update({alias.name: statement.module for alias in statement.names})
+    assert guarded == {name: module for name, module in ensdiag._LAZY.items()}
+    assert (PACKAGE / "py.typed").is_file()
