@@ -46,8 +46,8 @@ def targets(analyzer, result: dict, predictions: dict) -> list[tuple[tuple, tupl
             for path in paths:
                 key = tuple(part.replace("{split}", split or "") for part in path)
                 parent = _lookup(result, key[:-1])
-                if key[-1] == "value" and isinstance(parent, dict) and "value" in parent:
-                    found[key] = reads
+                if key[-1] == "value" and isinstance(parent, dict) and parent.get("value") is not None:
+                    found[key] = reads  # a number that is not there (JSD of one member) needs no interval
     return list(found.items())
 
 

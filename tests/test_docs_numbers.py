@@ -86,3 +86,12 @@ def test_the_install_size_in_the_readme_is_the_committed_measurement():
     expected = (f"A fresh environment takes {record['environment']:.1f} GiB, {record['nvidia']:.1f} GiB of it NVIDIA's "
                 f"CUDA libraries and\n{record['triton']:.1f} GiB Triton")
     assert expected in (ROOT / "README.md").read_text(), expected
+
+
+def test_the_readme_verdict_lines_are_the_example_summary():
+    summary = (ROOT / "examples" / "digits-report" / "summary.txt").read_text().splitlines()
+    verdicts = [line for line in summary if line.startswith(("MC Dropout:", "BatchEnsemble:"))]
+    block = (ROOT / "README.md").read_text().split("verdict lines", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    assert verdicts and block.strip().splitlines() == verdicts
+    report = (ROOT / "examples" / "digits-report" / "report.md").read_text()
+    assert all(line in report for line in verdicts)  # the same run's report says the same

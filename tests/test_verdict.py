@@ -325,3 +325,23 @@ def test_the_vectorised_bootstrap_equals_the_loop_over_resamples(tmp_path):
         for key, value in slow.items():
             if math.isfinite(value):
                 assert fast[key][r].item() == pytest.approx(value, rel=1e-9, abs=1e-12), (key, r)
+
+
+@pytest.mark.parametrize("members, ensemble, ending", [
+    ((0.1, -0.2, 0.4), (0.02, -0.05, 0.09), "what drives it is not settled by these seeds."),
+    ((0.1, -0.2, 0.4), (-0.05, -0.09, -0.01), "the extra diversity buys a better ensemble."),
+    ((0.3, 0.1, 0.5), (0.02, -0.05, 0.09), "makes up for weaker members, it is not a better ensemble."),
+])
+def test_what_drives_a_higher_diversity_follows_which_differences_are_settled(members, ensemble, ending):
+    """The conclusion names only what the intervals settle: an unsettled ensemble difference is
+    never read as a better ensemble (the words 'no better' once ended in 'better')."""
+    from ensdiag.report.verdict_text import drivers
+
+    def difference(value, low, high):
+        return {"value": value, "interval": [low, high]}
+    found = {"member_nll_difference": difference(*members), "geometric_nll_difference": difference(*ensemble),
+             "member_nll": {"value": 0.5}, "reference_member_nll": {"value": 0.4},
+             "geometric_nll": {"value": 0.3}, "reference_geometric_nll": {"value": 0.28}}
+    text = drivers(found)
+    assert text.endswith(ending), text
+    assert text.count("better ensemble") <= 1

@@ -145,16 +145,17 @@ def drivers(found: dict) -> str:
     member_words = _direction(members, "its members are individually worse", "its members are individually better",
                               "its members are individually neither better nor worse by these seeds")
     ensemble_words = _direction(ensemble, "its geometric-mean ensemble is worse", "its geometric-mean ensemble is better",
-                                "its geometric-mean ensemble is no better")
+                                "its geometric-mean ensemble is neither better nor worse by these seeds")
     text = (f"Diversity above the Deep Ensemble's (KL diversity = members' mean NLL − NLL of their geometric mean): "
             f"{member_words} (member NLL {found['member_nll']['value']:.3f} vs {found['reference_member_nll']['value']:.3f}, "
             f"{_signed(members)}) and {ensemble_words} ({found['geometric_nll']['value']:.3f} vs "
             f"{found['reference_geometric_nll']['value']:.3f}, {_signed(ensemble)})")
-    if member_words.endswith("worse") and not ensemble_words.endswith("better"):
-        return text + ": the extra diversity makes up for weaker members, it is not a better ensemble."
-    if ensemble_words.endswith("better"):
+    weaker, better = member_words.endswith(" worse"), ensemble_words.endswith(" is better")
+    if better:
         return text + ": the extra diversity buys a better ensemble."
-    return text + "."
+    if weaker:
+        return text + ": the extra diversity makes up for weaker members, it is not a better ensemble."
+    return text + ": what drives it is not settled by these seeds."
 
 
 def _signed(found) -> str:
