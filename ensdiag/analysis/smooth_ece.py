@@ -49,9 +49,18 @@ def _to_grid(positions, weights, points):
     return np.asarray(weights @ split)
 
 
-def _gaussian(points, sigma):
-    t = np.linspace(0, 1, points)
-    return np.exp(-(t - 0.5) ** 2 / (2 * sigma ** 2)) / (math.sqrt(2 * math.pi) * sigma)
+def _grid_points(width: float) -> int:
+    return max(2000, round(20 / width)) // 2 + 1
+
+
+def _mesh_points(sigma: float) -> int:
+    return max(round(10 / sigma), MESH_POINTS)
+
+
+def _convolve(grid, widths, reflect=True):
+    """Each row of `grid` [rows, points] convolved with the Gaussian density of its own width."""
+    smoother = _Smoother(grid, reflect)
+    return next(iter(smoother.sums(np.arange(len(grid)), np.asarray(widths, dtype=np.float64))))[1]
 
 
 def _interpolate(t, values):
@@ -63,64 +72,127 @@ def _interpolate(t, values):
     return values[..., index] * (1 - weight) + values[..., index + 1] * weight
 
 
-def _smoothed(positions, weights, t, sigma, reflect=True):
-    """Σ_i w_i K_σ(t, f_i) on the grid, at the points t, for each row of `weights` [rows, n]."""
-    from scipy.signal import fftconvolve  # here: importing scipy.signal costs every `import ensdiag.analysis`
-    points = max(2000, round(20 / sigma)) // 2 + 1
-    grid, kernel = _to_grid(positions, weights, points), _gaussian(points, sigma)[None]
-    if reflect:
-        extended = np.concatenate([grid[:, ::-1][:, :-1], grid, grid[:, ::-1][:, 1:]], 1)
-        smoothed = fftconvolve(extended, kernel, mode="valid", axes=1)[:, points // 2:points // 2 + points]
-    else:  # numpy's "same": the full convolution from (points − 1) // 2
-        smoothed = fftconvolve(grid, kernel, mode="full", axes=1)[:, (points - 1) // 2:(points - 1) // 2 + points]
-    return _interpolate(t, smoothed)
+class _Smoother:
+    """Gaussian smoothing of rows of grid weights, many widths at once, as scipy's fftconvolve
+    computes it (reflected: "valid" on the grid reflected at both ends; else numpy's "same"):
+    each grid size's row spectra are computed once and each distinct width's kernel spectrum
+    once, so a bisection over widths costs one inverse transform per row and step. `grids`: a
+    [rows, points] array, or (positions, weights [rows, n]) whose grids are made per size."""
+
+    def __init__(self, grids, reflect: bool = True):
+        self.grids, self.reflect, self.spectra = grids, reflect, {}
+
+    def _spectrum(self, points):
+        from scipy import fft
+        if points not in self.spectra:
+            grid = self.grids if isinstance(self.grids, np.ndarray) else _to_grid(*self.grids, points)
+            signal = np.concatenate([grid[:, ::-1][:, :-1], grid, grid[:, ::-1][:, 1:]], 1) if self.reflect else grid
+            size = fft.next_fast_len(signal.shape[1] + points - 1, True)
+            self.spectra[points] = fft.rfft(signal, size, axis=1), size
+        return self.spectra[points]
+
+    def sums(self, rows, widths):
+        """Yields (positions in `rows`, [len, points] smoothed grid) per grid size."""
+        from scipy import fft
+        sizes = np.array([_grid_points(width) for width in widths]) if isinstance(self.grids, tuple) else \
+            np.full(len(rows), self.grids.shape[1])
+        for points in np.unique(sizes):
+            chosen = np.flatnonzero(sizes == points)
+            spectrum, size = self._spectrum(points)
+            distinct, which = np.unique(widths[chosen], return_inverse=True)
+            t, width = np.linspace(0, 1, points)[None], distinct[:, None]
+            kernels = fft.rfft(np.exp(-(t - 0.5) ** 2 / (2 * width ** 2)) / (math.sqrt(2 * math.pi) * width), size, axis=1)
+            full = fft.irfft(spectrum[rows[chosen]] * kernels[which.reshape(-1)], size, axis=1)
+            start = points - 1 + points // 2 if self.reflect else (points - 1) // 2  # "valid", then the centre
+            yield chosen, full[:, start:start + points]
 
 
-def _reflected(f, residual, t, sigma, weights):
-    """(r̂(t), δ̂(t) up to a constant) per row of example weights, with the reflected kernel."""
-    density = _smoothed(f, weights, t, sigma) + FLOOR
-    return _smoothed(f, weights * residual, t, sigma) / density, density
+def _kernel_sums(smoother: _Smoother, rows, count: int, widths):
+    """Yields (positions in `rows`, Σ_i w_i K, Σ_i w_i r_i K) from a smoother over the stacked
+    weights [w; w·r] of `count` rows."""
+    stacked = np.concatenate([rows, rows + count])
+    for chosen, smoothed in smoother.sums(stacked, np.concatenate([widths, widths])):
+        half = chosen < len(rows)
+        yield chosen[half], smoothed[half], smoothed[~half]
 
 
-def _logit(f, residual, t, sigma, weights):
-    """(r̂(t), δ̂(t) up to a constant) with the Gaussian in log-odds space (torch-uncertainty's
-    default). Its log-odds range is that of the examples a row weights, so rows are taken in
-    groups of one range."""
-    inner = t[1:-1]
-    clipped = np.clip(f, 0.001, 0.999)
-    logit_t, logit_f = np.log(inner / (1 - inner)), np.log(clipped / (1 - clipped))
-    drawn = weights > 0
-    low = np.minimum(np.where(drawn, logit_f, np.inf).min(1), logit_t.min())
-    high = np.maximum(np.where(drawn, logit_f, -np.inf).max(1), logit_t.max())
-    ratio, density = np.empty((len(weights), len(inner))), np.empty((len(weights), len(inner)))
-    for lo, hi in np.unique(np.stack([low, high], 1), axis=0):
-        rows = (low == lo) & (high == hi)
-        at, of, width = (logit_t - lo) / (hi - lo), (logit_f - lo) / (hi - lo), sigma * 4 / (hi - lo)
-        density[rows] = _smoothed(of, weights[rows], at, width, reflect=False) + FLOOR
-        ratio[rows] = _smoothed(of, weights[rows] * residual, at, width, reflect=False) / density[rows]
-    density = density / (inner * (1 - inner))
-    density = density * len(f) * len(t) / density.sum(1, keepdims=True)
-    return np.concatenate([ratio[:, :1], ratio, ratio[:, -1:]], 1), np.concatenate([density[:, :1], density,
-                                                                                  density[:, -1:]], 1)
+def _logit_mesh(points):
+    inner = np.linspace(0, 1, points)[1:-1]
+    return inner, np.log(inner / (1 - inner))
 
 
-def _at(f, y, sigma: float, kernel: str, weights) -> np.ndarray:
-    """smECE_σ of each row of example weights [rows, n] (a row of ones: the examples as given)."""
-    t = np.linspace(0, 1, max(round(10 / sigma), MESH_POINTS))
-    gap, density = (_reflected if kernel == "reflected" else _logit)(f, f - y, t, sigma, weights)
-    return np.sum(np.abs(gap) * density, 1) / np.sum(density, 1)
+class _Rows:
+    """smECE of rows of example weights [rows, n] (a row of ones: the examples as given), each at
+    its own σ. Reflected: the Gaussian on [0, 1], reflected at both ends. Logit: the Gaussian in
+    log-odds, its width σ·4 over the log-odds range of the examples a row weights (rows are taken
+    in groups of one range) and the mesh's, not reflected, the density carried back by the
+    Jacobian 1/(t(1 − t)). The weighted grids' spectra are kept between calls (the bisection)."""
+
+    def __init__(self, f, y, kernel: str, weights):
+        self.f, self.kernel, self.weights = f, kernel, weights
+        stacked = np.concatenate([weights, weights * (f - y)])
+        self.smoother = _Smoother((f, stacked)) if kernel == "reflected" else None
+        self.stacked = stacked
+
+    def at(self, rows, sigmas) -> np.ndarray:
+        meshes = np.array([_mesh_points(sigma) for sigma in sigmas])
+        values = np.empty(len(rows))
+        if self.kernel == "reflected":
+            for chosen, density_sum, residual_sum in _kernel_sums(self.smoother, rows, len(self.weights), sigmas):
+                for points in np.unique(meshes[chosen]):
+                    part = meshes[chosen] == points
+                    t = np.linspace(0, 1, points)
+                    density = _interpolate(t, density_sum[part]) + FLOOR
+                    gap = _interpolate(t, residual_sum[part]) / density
+                    values[chosen[part]] = np.sum(np.abs(gap) * density, 1) / np.sum(density, 1)
+            return values
+        clipped = np.clip(self.f, 0.001, 0.999)
+        logit_f = np.log(clipped / (1 - clipped))
+        drawn = self.weights[rows] > 0
+        low, high = np.where(drawn, logit_f, np.inf).min(1), np.where(drawn, logit_f, -np.inf).max(1)
+        for points in np.unique(meshes):
+            _, logit_t = _logit_mesh(points)
+            chosen = meshes == points
+            low[chosen], high[chosen] = np.minimum(low[chosen], logit_t.min()), np.maximum(high[chosen], logit_t.max())
+        widths = sigmas * 4 / (high - low)
+        count = len(self.weights)
+        for lo, hi in np.unique(np.stack([low, high], 1), axis=0):
+            group = np.flatnonzero((low == lo) & (high == hi))
+            picked = np.concatenate([rows[group], rows[group] + count])
+            smoother = _Smoother(((logit_f - lo) / (hi - lo), self.stacked[picked]), reflect=False)
+            for local, density_sum, residual_sum in _kernel_sums(smoother, np.arange(len(group)), len(group), widths[group]):
+                chosen = group[local]
+                for points in np.unique(meshes[chosen]):
+                    part = meshes[chosen] == points
+                    inner, logit_t = _logit_mesh(points)
+                    at = (logit_t - lo) / (hi - lo)
+                    density = _interpolate(at, density_sum[part]) + FLOOR
+                    ratio = _interpolate(at, residual_sum[part]) / density
+                    density = density / (inner * (1 - inner))
+                    density = density * len(self.f) * points / density.sum(1, keepdims=True)
+                    ratio = np.concatenate([ratio[:, :1], ratio, ratio[:, -1:]], 1)
+                    density = np.concatenate([density[:, :1], density, density[:, -1:]], 1)
+                    values[chosen[part]] = np.sum(np.abs(ratio) * density, 1) / np.sum(density, 1)
+        return values
 
 
-def _bandwidths(f, y, kernel: str, weights) -> np.ndarray:
-    """σ* of each row, by the authors' bisection; rows at the same σ in a step are computed together."""
-    wide = _at(f, y, 1.0, kernel, weights) > 1.0  # σ = 1 is too small: σ* = 1
+def _at(f, y, sigmas, kernel: str, weights) -> np.ndarray:
+    """smECE of each row of example weights [rows, n], each at its own σ (`_Rows`)."""
+    sigmas = np.broadcast_to(np.asarray(sigmas, dtype=np.float64), (len(weights),))
+    return _Rows(f, y, kernel, weights).at(np.arange(len(weights)), sigmas)
+
+
+def _bandwidths(f, y, kernel: str, weights, rows: _Rows | None = None) -> np.ndarray:
+    """σ* of each row, by the authors' bisection, every row's step in one pass."""
+    rows = rows or _Rows(f, y, kernel, weights)
+    every = np.arange(len(weights))
+    wide = rows.at(every, np.ones(len(weights))) > 1.0  # σ = 1 is too small: σ* = 1
     low, high = np.zeros(len(weights)), np.ones(len(weights))
     for _ in range(SEARCH_STEPS):
         middle = (high + low) / 2
-        small = np.zeros(len(weights), dtype=bool)
-        for sigma in np.unique(middle[~wide]):
-            rows = ~wide & (middle == sigma)
-            small[rows] = True if sigma < SMALLEST_BANDWIDTH else sigma < _at(f, y, sigma, kernel, weights[rows])
+        small = ~wide & (middle < SMALLEST_BANDWIDTH)
+        checked = ~wide & ~small
+        small[checked] = middle[checked] < rows.at(every[checked], middle[checked])
         low, high = np.where(small, middle, low), np.where(small, high, middle)
     return np.where(wide, 1.0, high)
 
@@ -128,7 +200,7 @@ def _bandwidths(f, y, kernel: str, weights) -> np.ndarray:
 def smooth_ece_at(confidence, correct, sigma: float, kernel: str = "reflected") -> float:
     """smECE_σ at a fixed bandwidth σ (arrays or tensors of N confidences and 0/1 correctness)."""
     f, y = np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=np.float64)
-    return float(_at(f, y, sigma, kernel, np.ones((1, len(f))))[0])
+    return float(_at(f, y, np.array([sigma]), kernel, np.ones((1, len(f))))[0])
 
 
 def bandwidth(confidence, correct, kernel: str = "reflected") -> float:
@@ -158,10 +230,9 @@ def smooth_ece_resampled(confidence, correct, counts, kernel: str = "reflected")
     if not defined.any():
         return values
     f, y, weights = f[finite], y[finite], weights[defined][:, finite]
-    sigma, found = _bandwidths(f, y, kernel, weights), np.empty(len(weights))
-    for value in np.unique(sigma):
-        rows = sigma == value
-        found[rows] = _at(f, y, value, kernel, weights[rows])
+    distinct, inverse = np.unique(weights, axis=0, return_inverse=True)  # few examples: resamples repeat
+    rows = _Rows(f, y, kernel, distinct)
+    found = rows.at(np.arange(len(distinct)), _bandwidths(f, y, kernel, distinct, rows))[inverse.reshape(-1)]
     values[defined] = found
     return values
 
@@ -174,6 +245,7 @@ def smooth_reliability(confidence, correct, sigma: float, points: int = CURVE_PO
     t = np.linspace(0, 1, points)
     if len(f) == 0 or not np.isfinite(f).all() or not math.isfinite(sigma):
         return {"confidence": t.tolist(), "accuracy": [math.nan] * points, "density": [math.nan] * points}
-    total = _smoothed(f, np.ones((1, len(f))), t, sigma)[0]
-    return {"confidence": t.tolist(), "accuracy": (_smoothed(f, y[None], t, sigma)[0] / (total + FLOOR)).tolist(),
+    grid = _to_grid(f, np.stack([np.ones_like(f), y]), _grid_points(sigma))
+    total, hits = _interpolate(t, _convolve(grid, [sigma, sigma]))
+    return {"confidence": t.tolist(), "accuracy": (hits / (total + FLOOR)).tolist(),
             "density": (total / len(f)).tolist()}
