@@ -19,6 +19,7 @@ import torch
 
 from . import bootstrap as B
 from .analysis.registry import SPLIT_TABLES, all_analyzers
+from .export import lookup
 
 GENERIC_SECONDS = 30.0  # what re-running one analyzer over its resamples may take, without a budget
 MIN_GENERIC = 100  # re-runs below which a generic interval is not given (its 2.5th percentile would rest on 2 draws)
@@ -45,7 +46,7 @@ def targets(analyzer, result: dict, predictions: dict) -> list[tuple[tuple, tupl
                 continue
             for path in paths:
                 key = tuple(part.replace("{split}", split or "") for part in path)
-                parent = _lookup(result, key[:-1])
+                parent = lookup(result, key[:-1])[0]
                 if key[-1] == "value" and isinstance(parent, dict) and parent.get("value") is not None:
                     found[key] = reads  # a number that is not there (JSD of one member) needs no interval
     return list(found.items())
@@ -84,17 +85,6 @@ def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: 
     # no timings here: the same predictions give the same metrics.json (a budget records its seconds)
     metrics["intervals"] = {**DEFINITION, "resamples": resamples, **({"skipped": notes} if notes else {})}
     return notes
-
-
-_MISSING = object()
-
-
-def _lookup(node, path):
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return _MISSING
-        node = node[key]
-    return node
 
 
 def _metric(result, path):
@@ -187,7 +177,7 @@ def _generic(analyzer, predictions, weights, wanted, resamples, allowance) -> tu
         except (Skip, ArithmeticError, ValueError, RuntimeError):
             result = {}
         for path, _ in wanted:
-            value = _lookup(result, path)
+            value = lookup(result, path)[0]
             values[path].append(value if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan"))
         spent = time.perf_counter() - began
         if done == 0 and spent * MIN_GENERIC > allowance:

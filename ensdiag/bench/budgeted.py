@@ -20,14 +20,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..config import preset_config
 from ..data.batching import Normalize
-from ..data.registry import Split
 from ..nn import build_model, flush_denormals
 from ..nn.members import fastest
 from ..nn.methods import members_for
-from .diagnose import PROTOCOL_IMAGES
-from .harness import PROTOCOLS, synthetic_split
+from .diagnose import PROTOCOL_IMAGES, synthetic_protocol
 
 
 @dataclass
@@ -74,17 +71,11 @@ def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
     from ..core import inspect
     from ..planning import Plan
     flush_denormals()
-    preset, _ = PROTOCOLS[settings.arch]
-    config = preset_config(preset, members=settings.members, methods=list(settings.methods))
-    shape, classes = config.input_shape, config.num_classes
-    splits = {name: Split(*synthetic_split(settings.test_size, shape, classes, seed=1 + i), f"synthetic {name}")
-              for i, name in enumerate(("id", "shift", "ood", "val"))}
-    splits["ood"] = Split(splits["ood"].images, None, "synthetic ood")
-    train = Split(*synthetic_split(settings.train_size, shape, classes, seed=7), "synthetic training images")
+    config, splits, train = synthetic_protocol(settings, ("id", "shift", "ood", "val"))
     methods = {}
     for run in settings.methods:
         torch.manual_seed(0)
-        model = build_model(config.arch, run, members_for(run, settings.members), classes, shape,
+        model = build_model(config.arch, run, members_for(run, settings.members), config.num_classes, config.input_shape,
                             **config.model_options(run)[1]).to(device).eval()
         model.member_strategy = fastest(device.type, config.arch)
         load = os.getloadavg()

@@ -192,15 +192,22 @@ def _path_images(steps: MethodSteps) -> int:
     return sum(len(pair["t"]) for pair in result["pairs"]) * per_point
 
 
-def run_diagnose_bench(settings: DiagnoseSettings, device, log=None) -> dict:
-    flush_denormals()
+def synthetic_protocol(settings, names) -> tuple:
+    """(config, {split: Split}, training Split): the protocol's shapes filled with seeded synthetic
+    images, `settings.test_size` per split of `names` (OOD unlabelled), `settings.train_size` to train on."""
     preset, _ = PROTOCOLS[settings.arch]
     config = preset_config(preset, members=settings.members, methods=list(settings.methods))
     shape, classes = config.input_shape, config.num_classes
     splits = {name: Split(*synthetic_split(settings.test_size, shape, classes, seed=1 + i), f"synthetic {name}")
-              for i, name in enumerate(SPLITS)}
+              for i, name in enumerate(names)}
     splits["ood"] = Split(splits["ood"].images, None, "synthetic ood")
     train = Split(*synthetic_split(settings.train_size, shape, classes, seed=7), "synthetic training images")
+    return config, splits, train
+
+
+def run_diagnose_bench(settings: DiagnoseSettings, device, log=None) -> dict:
+    flush_denormals()
+    config, splits, train = synthetic_protocol(settings, SPLITS)
     methods = {run: MethodSteps(config, run, settings, splits, train, device) for run in settings.methods}
     timers = {(run, step): fn for run, steps in methods.items() for step, fn in steps.steps().items()}
     with tempfile.TemporaryDirectory() as scratch:

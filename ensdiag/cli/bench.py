@@ -44,7 +44,7 @@ def bench(
 
     Training and inference, ensdiag's fast path against the reference pipeline; with --diagnose,
     every diagnosis step as a multiple of one evaluation pass."""
-    from ..bench import BenchSettings, bench_record, bench_table, default_methods, write_result
+    from ..bench import BenchSettings, bench_table, default_methods, write_result
     from ..bench import bench as run
     from ..device import resolve_device
 
@@ -64,16 +64,7 @@ def bench(
                                   methods=tuple(csv_list(method, what="--method") or BudgetSettings.methods),
                                   **({"test_size": test_size} if test_size else {}),
                                   **({"train_size": train_size} if train_size else {}))
-        result = bench_record(run_budget_bench, settings, resolved, sys.argv, note if fmt == "table" else None)
-        path = write_result(result, results_dir)
-        if fmt == "json":
-            print_json(result)
-        else:
-            console = Console(width=max(Console().width, 120))
-            for table in budget_table(result):
-                console.print(table)
-        note(f"results written to {path}")
-        return
+        return _record(run_budget_bench, settings, resolved, fmt, results_dir, budget_table)
     if diagnose:
         from ..bench import diagnose_table
         from ..bench.diagnose import DiagnoseSettings, run_diagnose_bench
@@ -87,16 +78,7 @@ def bench(
                                     train_size=train_size or (250 if small else 2_000),
                                     rounds=epochs if epochs != 3 or not small else 1, path_points=path_points_option(path_points),
                                     **({"warmup": False, "path_pairs": 1} if small else {}))
-        result = bench_record(run_diagnose_bench, settings, resolved, sys.argv, note if fmt == "table" else None)
-        path = write_result(result, results_dir)
-        if fmt == "json":
-            print_json(result)
-        else:
-            console = Console(width=max(Console().width, 120))
-            for table in diagnose_table(result):
-                console.print(table)
-        note(f"results written to {path}")
-        return
+        return _record(run_diagnose_bench, settings, resolved, fmt, results_dir, diagnose_table)
     if arch == "resnet18" and resolved.type == "cpu":  # a full epoch takes the better part of an hour
         batches = 10 if batches is None else batches
         test_size = 1_000 if test_size is None else test_size
@@ -119,5 +101,19 @@ def bench(
         console = Console()
         console.width = max(console.width, 120)  # a wide table beats a truncated one in a pipe
         for table in bench_table(result):
+            console.print(table)
+    note(f"results written to {path}")
+
+
+def _record(run, settings, device, fmt: str, results_dir, tables) -> None:
+    """Run one bench, write its record, print it (tables or JSON) and say where it went."""
+    from ..bench import bench_record, write_result
+    result = bench_record(run, settings, device, sys.argv, note if fmt == "table" else None)
+    path = write_result(result, results_dir)
+    if fmt == "json":
+        print_json(result)
+    else:
+        console = Console(width=max(Console().width, 120))
+        for table in tables(result):
             console.print(table)
     note(f"results written to {path}")
