@@ -36,6 +36,8 @@ DEFINITIONS = {
                             Column("NLL", ("splits", "{split}", "nll", "value"), "down", "−log p̄(y|x)", ("id", "shift"), 20),
                             Column("ECE", ("splits", "{split}", "ece", "value"), "down", "15-bin expected calibration error",
                                    ("id", "shift"), 30),
+                            Column("Brier", ("splits", "{split}", "brier", "value"), "down", "Σ_c (p̄_c − 1[y=c])², mean "
+                                   "over samples", ("id", "shift"), 32),
                             Column("adaptive ECE", ("splits", "id", "ece_adaptive", "value"), "down",
                                    DEFINITIONS["ece_adaptive"], ("calibration",), 10, split="id", since=2,
                                    peer=("splits", "id", "ece_adaptive_tu", "value"), peer_since=3),

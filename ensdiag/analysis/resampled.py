@@ -178,6 +178,8 @@ def calibration(predictions, weights, result, wanted):
         correct = (predicted == labels).double().masked_fill(log_p.isnan().any(-1), math.nan)
         parts[name] = {("accuracy",): lambda r=correct: _mean(r),  # built only where wanted (one-hots cost memory)
                        ("nll",): lambda log_p=log_p, labels=labels: _mean(-log_p.gather(1, labels[:, None]).squeeze(1)),
+                       ("brier",): lambda log_p=log_p, labels=labels: _mean(
+                           (log_p.exp() - F.one_hot(labels, log_p.shape[1]).double()).pow(2).sum(1)),
                        ("ece",): lambda c=confidence, r=correct: _binned(_equal_width(c), c - r, ECE_BINS),
                        ("overconfidence",): lambda c=confidence, r=correct: _mean(c - r),
                        ("mce",): lambda c=confidence, r=correct: _max_gap(_equal_width(c), c - r, ECE_BINS),
