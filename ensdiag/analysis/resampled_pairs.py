@@ -20,13 +20,9 @@ from .debiased_ece import BINS
 from .metrics import entropy
 from .pairwise import errors
 from .registry import register_resampler
+from .resampled import _mean  # one weighted mean for every resampler
 
 TABLE_MEMBERS = 16  # the pair tables cost b·n·k² per block of b resamples
-
-
-def _mean(values: torch.Tensor):
-    values = values.double()
-    return lambda counts: counts @ values / values.new_tensor(counts.shape[1])
 
 
 def _per_example(logits) -> dict:
