@@ -17,6 +17,8 @@ import torch
 from ensdiag import bootstrap as B
 from ensdiag.analysis import all_analyzers, analyze_predictions
 
+pytestmark = pytest.mark.slow  # coverage simulations: the slow tier
+
 DRAWS = 300
 TOLERANCE = 3 * math.sqrt(0.95 * 0.05 / DRAWS)  # ≈ 0.038
 

@@ -91,6 +91,7 @@ def _synced_batchnorm_worker(rank, path, x, weight_grad_out):
     dist.destroy_process_group()
 
 
+@pytest.mark.slow  # process groups
 def test_batchnorm_synchronised_over_ranks_is_batchnorm_on_the_whole_batch(tmp_path):
     x = torch.randn(9, 3, 4, 4) * 2 + 1
     out_file = str(tmp_path / "rank{}.pt")
@@ -170,6 +171,7 @@ def _one_epoch_worker(rank, arch, store, out):
     os._exit(0)
 
 
+@pytest.mark.slow  # process groups
 @pytest.mark.parametrize("arch", ["mlp", "resnet18"])
 def test_ddp_steps_train_each_ranks_share_to_one_process_weights(arch, tmp_path):
     """Each rank's forward sees only its share (uneven: 5/4, then 3/2), and the weights after the

@@ -13,6 +13,8 @@ from torch import nn
 import ensdiag
 from ensdiag.errors import EnsdiagError
 
+pytestmark = pytest.mark.slow  # the loggers' own libraries: the slow tier
+
 
 def _data(n=90, seed=0):
     generator = torch.Generator().manual_seed(seed)

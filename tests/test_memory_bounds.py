@@ -56,6 +56,7 @@ def test_a_sparse_npy_whose_header_claims_gigabytes_is_refused(tmp_path, capsys)
     assert_one_line_error(capsys, "analyze", path, match="sparse file")
 
 
+@pytest.mark.slow  # every analysis of 20,000 examples of 100 classes
 def test_a_compressed_one_hot_archive_is_read_within_the_budget(tmp_path, capsys):
     probs = np.zeros((4, 20000, 100), dtype=np.float32)  # 32 MB that compresses to a few hundred kB
     probs[..., 0] = 1.0

@@ -49,6 +49,7 @@ def _data(n, seed=0):
     return x, (x[:, :4].argmax(1) + (torch.rand(n, generator=g) < 0.3).long()) % 4
 
 
+@pytest.mark.slow  # wall-clock budgets
 def test_a_budget_reads_a_seeded_random_subsample_and_says_so():
     x, y = _data(4000)
     diagnosis = ensdiag.diagnose(Ensemble(delay=5e-4), test=(x, y), ood=_data(4000, seed=1)[0], budget="2s",
@@ -66,6 +67,7 @@ def test_a_budget_reads_a_seeded_random_subsample_and_says_so():
     assert record["seconds"] == 2 and record["costs"]["predict per example"] > 0 and record["full_estimate_seconds"] > 0
 
 
+@pytest.mark.slow  # wall-clock budgets
 def test_a_precision_target_stops_a_split_once_its_headline_intervals_are_narrow():
     x, y = _data(40_000)
     diagnosis = ensdiag.diagnose(Ensemble(), test=(x, y), precision=0.03, progress=False)
@@ -104,6 +106,7 @@ def _intervals(node):
             yield from _intervals(child)
 
 
+@pytest.mark.slow  # wall-clock budgets
 def test_a_stream_is_read_in_its_own_order():
     x, y = _data(20_000)
     stream = ((x[i:i + 500], y[i:i + 500]) for i in range(0, 20_000, 500))
@@ -119,6 +122,7 @@ def _model_and_data():
     return model, (x, torch.randint(0, 4, (1500,), generator=g)), torch.rand(800, 1, 6, 6, generator=g)
 
 
+@pytest.mark.slow  # wall-clock budgets
 def test_geometry_steps_report_what_they_read_and_a_step_out_of_time_says_why():
     from ensdiag.report.inspection import diversity_view
     model, test, ood = _model_and_data()
@@ -139,6 +143,7 @@ def test_geometry_steps_report_what_they_read_and_a_step_out_of_time_says_why():
     assert any("skipped —" in note for note in notes)
 
 
+@pytest.mark.slow  # wall-clock budgets
 def test_the_commands_take_a_budget_and_refuse_a_bad_one(tmp_path, capsys):
     model = ensdiag.build_model("mlp", "deep-ensemble", 3, 10, (1, 8, 8))
     path = ensdiag.save_model(model, tmp_path / "de.safetensors")
