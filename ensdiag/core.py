@@ -17,7 +17,7 @@ from contextlib import nullcontext
 
 from . import distributed
 from .analysis import all_analyzers, analyze_model, analyze_predictions
-from .analysis.registry import Skip
+from .analysis.registry import Skip, without_ood_labels
 from .checks import check_predictions
 from .data.registry import Split
 from .diagnosis import Diagnosis
@@ -32,7 +32,7 @@ from .predictions import with_pooled_shift
 def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int = 0, geometry: bool = True,
             train=None, geometry_examples: int | None = None, path_points=11, only=None, titles=None, skipped=None,
             cost=None, initial=None, spread: bool = False, progress=None, status=None, no_data: str | None = None,
-            plan=None):
+            plan=None, detail: bool = False):
     """A `Diagnosis` of `ensemble` (anything `as_ensemble` takes) on `splits` ({name: data in any
     form `data.given` reads}; names id, shift, shift/<c>, ood, val).
 
@@ -44,7 +44,9 @@ def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int =
     Diagnosis, the others None). `progress(split)`: a function wrapping that split's batches (a bar);
     `status(text)`: a context manager around each slow step (a status line). `no_data`: there is
     nothing to predict on, and why (the weights alone are inspected). `plan`: a `planning.Plan`
-    (a time budget and/or a precision target) that chooses the examples each step reads."""
+    (a time budget and/or a precision target) that chooses the examples each step reads. `detail`:
+    intervals for the detail catalogue too (every declared column, CKA, barriers), not only the
+    headline tables'."""
     ensemble = as_ensemble(ensemble)
     device = device if device is not None else ensemble.device
     preprocess = preprocess or (lambda x: x)
@@ -61,14 +63,15 @@ def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int =
             return None
     with forked_rng(ensemble):  # geometry draws (paths' BatchNorm passes, plain networks): the user's state stays
         weights = member_weights(ensemble, seed, initial)
-        metrics = _analyze(predictions, weights, only, no_data, plan)
+        metrics = _analyze(predictions, weights, only, no_data, plan, detail)
         if geometry:
             from .analysis.geometry import ModelProbe
             probe_splits = {name: kept.get(name, splits.get(name)) for name in GEOMETRY_SPLITS if name in predictions}
             train_split = _training_split(train, geometry_examples)
             probe = ModelProbe(ensemble, probe_splits, preprocess, train_split.images if train_split else None,
                                geometry_examples, train_labels=train_split.labels if train_split else None,
-                               path_points=path_points, train_source=train_split.source if train_split else None)
+                               path_points=path_points, train_source=train_split.source if train_split else None,
+                               detail=detail)
             analyzers = all_analyzers()
             if plan is not None:
                 from .planned_geometry import run_geometry
@@ -88,12 +91,14 @@ def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int =
     return Diagnosis(metrics, predictions, titles, cost=dict(cost or {}))
 
 
-def inspect_predictions(predictions: dict, where: str = "predictions", titles=None, source="ensdiag analyze"):
+def inspect_predictions(predictions: dict, where: str = "predictions", titles=None, source="ensdiag analyze",
+                        detail: bool = False):
     """A `Diagnosis` of member logits made anywhere (files, arrays, JSON lines): checked in the one
-    place, then every predictions analyzer."""
+    place, then every predictions analyzer (`detail`: every declared column's interval too)."""
     predictions = with_pooled_shift(check_predictions(predictions, where, need_id=False))
-    metrics = analyze_predictions(predictions)
-    add_intervals(metrics, predictions)
+    examples = without_ood_labels(predictions)  # what the analyzers and the intervals share
+    metrics = analyze_predictions(examples)
+    add_intervals(metrics, examples, detail=detail)
     titles = {name: (titles or {}).get(name, name) for name in predictions}
     metrics["split_titles"], metrics["skipped_splits"] = titles, {}
     return Diagnosis(metrics, predictions, titles, source=source)
@@ -140,19 +145,20 @@ def _predict_planned(plan, ensemble, splits, preprocess, device, seed, spread, p
     return with_pooled_shift(check_predictions(found, "the data given", need_id=True)), kept
 
 
-def _analyze(predictions, weights, only, no_data, plan=None):
+def _analyze(predictions, weights, only, no_data, plan=None, detail=False):
     """The predictions analyzers' metrics dict, each headline number with its example-level
     interval (intervals.py); without predictions, those that read only weights."""
     import time
     began = time.perf_counter()
+    predictions = without_ood_labels(predictions)  # what the analyzers and the intervals share
     metrics = analyze_predictions(predictions, weights=weights, only=None if only is None else _names(only, "predictions"),
                                   without_data=no_data)
     if not predictions:
         return metrics
     if plan is None:
-        add_intervals(metrics, predictions, weights)
+        add_intervals(metrics, predictions, weights, detail=detail)
     else:  # a plug-in re-run on resamples gets a tenth of what is left
-        add_intervals(metrics, predictions, weights, full=plan.full,
+        add_intervals(metrics, predictions, weights, full=plan.full, detail=detail,
                       allowance=min(GENERIC_SECONDS, max(plan.remaining() / 10, 1.0)))
         plan.record("analyzers and intervals", seconds=round(time.perf_counter() - began, 2))
     return metrics
@@ -193,7 +199,7 @@ def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, tra
              num_members=None, member_weights=None, modules=None, initial=None, titles=None, cost=None,
              geometry: bool = True,
              geometry_examples: int = GEOMETRY_EXAMPLES, device=None, seed: int = 0, progress: bool | None = None,
-             path_points: int | str = 11, budget=None, precision=None) -> Diagnosis:
+             path_points: int | str = 11, budget=None, precision=None, detail: bool = False) -> Diagnosis:
     """Every analyzer on any ensemble and any data, from Python (README: "From Python").
 
     `members`: an `EnsembleModel` (ensdiag's, loaded or imported), a list of `nn.Module`s (each maps
@@ -213,7 +219,9 @@ def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, tra
     `path_points`: points on each path between members, or "adaptive". `budget`: a time the whole
     diagnosis may take ("5m", "90s", seconds) and/or `precision`: an interval half-width at which a
     step stops reading examples; each step then reads the examples its measured cost affords, and
-    `metrics["budget"]` says what was measured, with what precision, and what was skipped and why."""
+    `metrics["budget"]` says what was measured, with what precision, and what was skipped and why.
+    `detail`: intervals for the detail catalogue too (every declared column, CKA, barriers); the
+    headline tables' numbers always have theirs."""
     from .planning import Plan
     from .numbers import integer, seed as checked_seed
     from .quickcheck import path_points_option
@@ -235,7 +243,8 @@ def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, tra
     return inspect(ensemble, given, preprocess=preprocessing(normalize, ensemble, device), device=device, seed=seed,
                    geometry=geometry, train=train, geometry_examples=geometry_examples, path_points=path_points,
                    titles={**names, **_checked_titles(titles)}, cost=_cost(ensemble, cost),
-                   initial=initial_cosine(initial, ensemble, seed), progress=_bars(progress), plan=plan)
+                   initial=initial_cosine(initial, ensemble, seed), progress=_bars(progress), plan=plan,
+                   detail=bool(detail))
 
 
 def preprocessing(normalize, ensemble, device):

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from . import bootstrap as B
+from .analysis import bootstrap as B
 from .analysis.registry import SPLIT_TABLES, all_analyzers
 from .export import lookup
 
@@ -32,12 +32,15 @@ DEFINITION = {"level": B.LEVEL, "resamples": B.RESAMPLES,
               "methods": B.METHODS}
 
 
-def targets(analyzer, result: dict, predictions: dict) -> list[tuple[tuple, tuple]]:
+def targets(analyzer, result: dict, predictions: dict, detail: bool = False) -> list[tuple[tuple, tuple]]:
     """[(key path to the metric's value, splits it is a statistic of)] of the analyzer's declared
-    example-level columns (and their peer values) that its result holds."""
+    example-level columns that its result holds: the headline columns (`Column.headline`), and with
+    `detail` every other column and the peer conventions' values too."""
     found = {}
     for column in analyzer.columns:
-        paths = [path for path in (column.path, column.peer) if path is not None]
+        if not (detail or column.headline):
+            continue
+        paths = [path for path in (column.path, column.peer if detail else None) if path is not None]
         splits = ([split for split in SPLIT_TABLES if split in column.tables] or list(SPLIT_TABLES)
                   if "{split}" in "".join(column.path) else [None])  # as export.headline_entries names them
         for split in splits:
@@ -53,22 +56,23 @@ def targets(analyzer, result: dict, predictions: dict) -> list[tuple[tuple, tupl
 
 
 def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: int = B.RESAMPLES,
-                  allowance: float = GENERIC_SECONDS, full: dict | None = None, only=None) -> dict:
-    """Write an "interval" entry into each example-level metric of the predictions analyzers'
-    results in `metrics`; returns {analyzer: note} for those without intervals. `full`: {split:
-    its size} where the predictions are a subsample of a split (a budget), for `full_split`."""
+                  allowance: float = GENERIC_SECONDS, full: dict | None = None, only=None, detail: bool = False) -> dict:
+    """Write an "interval" entry into each headline example-level metric of the predictions
+    analyzers' results in `metrics` (`detail`: into every declared one); returns {analyzer: note}
+    for those without intervals. `full`: {split: its size} where the predictions are a subsample
+    of a split (a budget), for `full_split`."""
     from .analysis.registry import without_ood_labels
     predictions = without_ood_labels(predictions)
-    analyzers, notes = all_analyzers(), {}
+    analyzers, notes, draws = all_analyzers(), {}, B.Draws()
     for name, result in metrics["analyzers"].items():
         analyzer = analyzers.get(name)
         if analyzer is None or analyzer.needs != "predictions" or result.get("status") != "ok" \
                 or (only is not None and name not in only):
             continue
-        wanted = targets(analyzer, result, predictions)
+        wanted = targets(analyzer, result, predictions, detail)
         if not wanted:
             continue
-        found = _vectorised(analyzer, result, predictions, weights, wanted, resamples) if analyzer.resampler else {}
+        found = _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws) if analyzer.resampler else {}
         rest = [(path, reads) for path, reads in wanted if path not in found]
         if rest:
             generic, note = _generic(analyzer, predictions, weights, rest, resamples, allowance)
@@ -83,7 +87,9 @@ def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: 
                 _metric(result, path)["interval"] = {"low": None, "high": None, "level": B.LEVEL,
                                                      "n": _size(reads, predictions), "note": notes[name]}
     # no timings here: the same predictions give the same metrics.json (a budget records its seconds)
-    metrics["intervals"] = {**DEFINITION, "resamples": resamples, **({"skipped": notes} if notes else {})}
+    metrics["intervals"] = {**DEFINITION, "resamples": resamples, "columns": "every declared column" if detail else
+                            "the headline tables' columns (per-split tables, diversity, gain); --detail for the rest",
+                            **({"skipped": notes} if notes else {})}
     return notes
 
 
@@ -108,22 +114,38 @@ def _entry(result, path, reads, predictions, resampled, full) -> dict | None:
     if any(split in full for split in reads):  # a subsample: the full split's size (every stratum alike)
         of = sum(full.get(split, size) for split, size in sizes.items())
     if isinstance(values, B.Folded):
-        return B.interval(estimate, values, sum(sizes.values()), "ray", of=of, strata=strata)
-    value = _metric(result, path).get("value")
-    return B.interval(value if isinstance(value, (int, float)) else None, values, sum(sizes.values()), "percentile",
-                      of=of, strata=strata)
+        entry = B.interval(estimate, values, sum(sizes.values()), "ray", of=of, strata=strata)
+    else:
+        value = _metric(result, path).get("value")
+        entry = B.interval(value if isinstance(value, (int, float)) else None, values, sum(sizes.values()), "percentile",
+                           of=of, strata=strata)
+    clustered = {split: clusters for split in reads if (clusters := getattr(predictions[split], "clusters", None))}
+    if clustered:
+        entry["method"] += "; " + ", ".join(f"{split}: {count:,} inputs resampled, each with all its "
+                                            f"{sizes[split] // count} versions" for split, count in clustered.items())
+    return entry
 
 
 class _Streams:
-    """One draw stream per split (rows in order from `bootstrap.draws`' generator)."""
+    """One stream of resampled example indices per split (rows in order from `bootstrap.draws`' generator)."""
 
     def __init__(self, predictions, splits, resamples):
         self.sizes = {split: predictions[split]["logits"].shape[1] for split in splits}
-        self.generators = {split: torch.Generator().manual_seed(B.seed_of(split, n)) for split, n in self.sizes.items()}
+        self.clusters = {split: getattr(predictions[split], "clusters", None) or n for split, n in self.sizes.items()}
+        self.generators = {split: torch.Generator().manual_seed(B.seed_of(split, self.clusters[split]))
+                           for split in self.sizes}
         self.resamples = resamples
 
     def next(self, rows: int) -> dict:
-        return {split: torch.randint(0, n, (rows, n), generator=self.generators[split]) for split, n in self.sizes.items()}
+        return {split: self._spread(split, torch.randint(0, self.clusters[split], (rows, self.clusters[split]),
+                                                         generator=self.generators[split])) for split in self.sizes}
+
+    def _spread(self, split, drawn):
+        """Drawn inputs -> their examples: each input with all its blocks (Examples.clusters)."""
+        size, blocks = self.clusters[split], self.sizes[split] // self.clusters[split]
+        if blocks == 1:
+            return drawn
+        return (drawn.repeat(1, blocks) + torch.arange(blocks).repeat_interleave(size) * size)
 
 
 def _resamples(predictions, splits, wanted: int) -> tuple[int, int]:
@@ -132,24 +154,27 @@ def _resamples(predictions, splits, wanted: int) -> tuple[int, int]:
     return min(B.resamples_for(n, wanted) for n in sizes), min(B.block_size(n) for n in sizes)
 
 
-def _vectorised(analyzer, result, predictions, weights, wanted, resamples) -> dict:
-    """{path: (estimate, Tensor [R] | Folded)} from the analyzer's resampler."""
+def _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws: B.Draws) -> dict:
+    """{path: (estimate, Tensor [R] | Folded)} from the analyzer's resampler, on the shared draws."""
     splits = sorted({split for _, reads in wanted for split in reads})
     count, block = _resamples(predictions, splits, resamples)
     resample = analyzer.resampler(predictions, weights, result, {path for path, _ in wanted})
-    ones = resample({split: torch.ones(1, predictions[split]["logits"].shape[1], dtype=torch.float64) for split in splits})
-    streams, parts = _Streams(predictions, splits, count), {}
+    sizes, parts = {split: predictions[split]["logits"].shape[1] for split in splits}, {}
     for start in range(0, count, block):
-        rows = streams.next(min(block, count - start))
-        for path, values in resample({split: B.counts_of(r, streams.sizes[split]) for split, r in rows.items()}).items():
+        stop = min(start + block, count)
+        counts = {split: draws.counts(split, n, start, stop, getattr(predictions[split], "clusters", None))
+                  for split, n in sizes.items()}
+        for path, values in resample(counts).items():
             parts.setdefault(path, []).append(values)
-    found = {}
+    found, folded_paths = {}, {path for path, pieces in parts.items() if isinstance(pieces[0], B.Folded)}
+    ones = {split: torch.ones(1, predictions[split]["logits"].shape[1], dtype=torch.float64) for split in splits}
+    estimates = analyzer.resampler(predictions, weights, result, folded_paths)(ones) if folded_paths else {}
     for path, reads in wanted:
-        if path not in parts:
+        if path not in parts or any(piece is None for piece in parts[path]):
             continue
         pieces = parts[path]
         if isinstance(pieces[0], B.Folded):
-            estimate = ones[path]
+            estimate = estimates[path]
             folded = B.Folded(estimate.means[0], estimate.mass[0], estimate.combine)
             found[path] = (folded, B.Folded(torch.cat([p.means for p in pieces]), torch.cat([p.mass for p in pieces]),
                                             pieces[0].combine))

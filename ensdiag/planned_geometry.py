@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from . import bootstrap as B
+from .analysis import bootstrap as B
 from .planning import GEOMETRY_FLOOR, PATH_EXAMPLES_FLOOR, Plan
 
 

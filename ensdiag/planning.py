@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import bootstrap as B
+from .analysis import bootstrap as B
 from .errors import EnsdiagError
 from .quickcheck import parse_precision, parse_seconds
 

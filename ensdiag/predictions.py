@@ -61,11 +61,15 @@ def load_predictions(path) -> tuple[dict[str, dict], dict]:
 
 def with_pooled_shift(splits: dict[str, dict]) -> dict[str, dict]:
     """Add the pooled `shift` split (all `shift/<corruption>` concatenated) if it is absent;
-    order the splits id, shift, ood, then the per-corruption ones."""
+    order the splits id, shift, ood, then the per-corruption ones. Where every corruption holds the
+    same labelled images (one test set, corrupted each way), the pooled split says so (`clusters`:
+    the number of images), and its interval resamples images, each with all its corruptions."""
     parts = [name for name in splits if name.startswith("shift/")]
     splits = dict(splits)
     if "shift" not in splits and parts and all(splits[p]["labels"] is not None for p in parts):
-        splits["shift"] = {"logits": torch.cat([splits[p]["logits"] for p in parts], dim=1),
-                           "labels": torch.cat([splits[p]["labels"] for p in parts])}
+        labels = [splits[p]["labels"] for p in parts]
+        same = all(len(part) == len(labels[0]) and torch.equal(part, labels[0]) for part in labels)
+        splits["shift"] = {"logits": torch.cat([splits[p]["logits"] for p in parts], dim=1), "labels": torch.cat(labels),
+                           **({"clusters": len(labels[0])} if same and len(parts) > 1 and len(labels[0]) else {})}
     rank = {"id": 0, "shift": 1, "ood": 2}
     return dict(sorted(splits.items(), key=lambda item: rank.get(item[0], 3)))

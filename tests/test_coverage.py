@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from ensdiag import bootstrap as B
+from ensdiag.analysis import bootstrap as B
 from ensdiag.analysis import all_analyzers, analyze_predictions
 
 pytestmark = pytest.mark.slow  # coverage simulations: the slow tier
@@ -38,7 +38,7 @@ def _interval(analyzer, path, predictions, full):
     found = all_analyzers()[analyzer]
     result = {"status": "ok", **found(predictions)}
     reads = tuple(sorted({"id", "ood"} & set(predictions))) if analyzer == "ood" else ("id",)
-    resampled = _vectorised(found, result, predictions, None, [(path, reads)], B.RESAMPLES)
+    resampled = _vectorised(found, result, predictions, None, [(path, reads)], B.RESAMPLES, B.Draws())
     return _entry(result, path, reads, predictions, resampled[path], full)
 
 
@@ -103,7 +103,7 @@ def test_the_ece_interval_covers_a_well_calibrated_models_population_value_where
         pick = torch.randint(0, population, (m,), generator=g)
         predictions = {"id": {"logits": logits[:, pick], "labels": labels[pick]}}
         result = {"status": "ok", **calibration(predictions)}
-        resampled = _vectorised(calibration, result, predictions, None, [(path, ("id",))], B.RESAMPLES)[path]
+        resampled = _vectorised(calibration, result, predictions, None, [(path, ("id",))], B.RESAMPLES, B.Draws())[path]
         entry = _entry(result, path, ("id",), predictions, resampled, {})
         hits += entry["low"] <= target <= entry["high"]
         folded = resampled[1]

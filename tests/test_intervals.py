@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ensdiag import bootstrap as B
+from ensdiag.analysis import bootstrap as B
 from ensdiag.analysis import ANALYZERS, Column, all_analyzers, analyze_predictions, metric, register_analyzer
 from ensdiag.analysis.registry import without_ood_labels
 from ensdiag.intervals import _generic, _vectorised, add_intervals, targets
@@ -38,9 +38,9 @@ def test_every_built_in_resampler_is_its_analyzer_re_run_on_the_same_resamples(n
     analyzer = all_analyzers()[name]
     predictions = without_ood_labels(_predictions())
     result = {"status": "ok", **analyzer(predictions)}
-    wanted = targets(analyzer, result, predictions)
+    wanted = targets(analyzer, result, predictions, detail=True)
     assert wanted, f"{name} declares no example-level column"
-    fast = _vectorised(analyzer, result, predictions, None, wanted, 25)
+    fast = _vectorised(analyzer, result, predictions, None, wanted, 25, B.Draws())
     assert set(fast) == {path for path, _ in wanted}
     slow, note = _generic(analyzer, predictions, None, wanted, 25, math.inf)
     assert note is None

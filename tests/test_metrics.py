@@ -12,6 +12,37 @@ from sklearn.metrics import accuracy_score, average_precision_score, roc_auc_sco
 
 import ensdiag
 from ensdiag.analysis import metrics as M
+from ensdiag.analysis import weighted as W
+from ensdiag.analysis.calibration import reliability
+from ensdiag.analysis.examples import Examples
+
+
+def ood(score_id, score_ood) -> dict:
+    return {key: float(value) for key, value in W.ood_metrics(score_id, score_ood).items()}
+
+
+def ece(logits, labels) -> tuple[float, dict]:
+    split = Examples(logits, labels)
+    bins = W.calibration_bins(split.confidence, split.correct)
+    return float(bins.ece()), reliability(bins)
+
+
+def mean_of(logits, labels, key) -> float:
+    return float(W.mean(getattr(Examples(logits, labels), key)))
+
+
+def adaptive_ece(logits, labels, bins=15, extra_first=False) -> float:
+    split = Examples(logits, labels)
+    return float(W.adaptive_ece(split.confidence, split.correct, bins=bins, extra_first=extra_first))
+
+
+def binned(logits, labels, bins=15):
+    split = Examples(logits, labels)
+    return W.calibration_bins(split.confidence, split.correct, bins=bins)
+
+
+def areas(confidence, errors) -> dict:
+    return {key: float(value) for key, value in W.risk_coverage_areas(confidence, errors).items()}
 
 
 def random_logits(k=3, n=200, c=5, seed=0):
@@ -27,7 +58,7 @@ def test_ood_metrics_equal_scikit_learn(seed, tied):
     score_id, score_ood = rng.normal(0, 1, n_id), rng.normal(0.7, 1, n_ood)
     if tied:  # a handful of distinct values, ties across and within classes
         score_id, score_ood = np.round(score_id * 2) / 2, np.round(score_ood * 2) / 2
-    result = M.ood_metrics(torch.tensor(score_id), torch.tensor(score_ood))
+    result = ood(torch.tensor(score_id), torch.tensor(score_ood))
     y = np.r_[np.zeros(n_id), np.ones(n_ood)]
     s = np.r_[score_id, score_ood]
     assert result["auroc"] == pytest.approx(roc_auc_score(y, s), abs=1e-12)
@@ -42,30 +73,30 @@ def test_ood_metrics_equal_scikit_learn(seed, tied):
 def test_auroc_is_the_pairwise_probability_with_half_ties():
     score_id, score_ood = torch.tensor([0.1, 0.5, 0.5]), torch.tensor([0.5, 0.9])
     # pairs (ood > id): 0.5 vs 0.1 -> 1; vs 0.5, 0.5 -> ½ + ½; 0.9 beats all three -> 3
-    assert M.ood_metrics(score_id, score_ood)["auroc"] == pytest.approx((1 + 0.5 + 0.5 + 3) / 6)
+    assert ood(score_id, score_ood)["auroc"] == pytest.approx((1 + 0.5 + 0.5 + 3) / 6)
 
 
 def test_fpr95_hand_computed():
     score_id = torch.arange(1, 21, dtype=torch.float64)  # 1..20: τ = 19 accepts 19/20 = 95 %
     score_ood = torch.tensor([0.5, 10, 19, 19.5, 30, 40, 50, 60], dtype=torch.float64)
     # OOD accepted as ID: scores ≤ 19 -> 0.5, 10, 19 -> 3/8
-    assert M.ood_metrics(score_id, score_ood)["fpr95_ood_as_id"] == pytest.approx(3 / 8)
+    assert ood(score_id, score_ood)["fpr95_ood_as_id"] == pytest.approx(3 / 8)
     # the other direction: τ = 10 is the largest that flags ≥ 95 % of OOD (all 8: 7/8 < 95 %),
     # so τ = 0.5 flags every OOD sample; ID flagged at τ = 0.5: all 20 -> 1.0
-    assert M.ood_metrics(score_id, score_ood)["fpr95_id_as_ood"] == pytest.approx(1.0)
+    assert ood(score_id, score_ood)["fpr95_id_as_ood"] == pytest.approx(1.0)
 
 
 def test_fpr95_counts_ties_at_the_threshold_as_accepted():
     score_id = torch.tensor([0.0] * 10 + [1.0] * 10)  # τ = 1 is the first to reach 95 %
     score_ood = torch.tensor([1.0, 1.0, 2.0, 3.0])
-    assert M.ood_metrics(score_id, score_ood)["fpr95_ood_as_id"] == pytest.approx(0.5)
+    assert ood(score_id, score_ood)["fpr95_ood_as_id"] == pytest.approx(0.5)
 
 
 def test_fpr95_id_as_ood_hand_computed_with_ties_flagged():
     score_ood = torch.arange(1, 21, dtype=torch.float64)  # τ = 2 flags 19/20 = 95 % of OOD
     score_id = torch.tensor([0.0, 1.0, 2.0, 2.0, 5.0], dtype=torch.float64)
     # ID flagged as OOD: scores ≥ 2 -> 2, 2, 5 -> 3/5; the ID tied at τ count as flagged
-    result = M.ood_metrics(score_id, score_ood)
+    result = ood(score_id, score_ood)
     assert result["fpr95_id_as_ood"] == pytest.approx(3 / 5)
     # and the paper-text direction on the same scores: τ accepting ≥ 95 % of ID is 5; OOD ≤ 5: 5/20
     assert result["fpr95_ood_as_id"] == pytest.approx(5 / 20)
@@ -79,7 +110,7 @@ def test_ece_hand_computed_with_confidence_exactly_one():
     # confidences 1.0 (correct), 1.0 (wrong), 0.6 (correct), 0.5 (wrong); 15 bins
     p = [[1.0, 0.0], [1.0, 0.0], [0.6, 0.4], [0.5, 0.5]]
     labels = torch.tensor([0, 1, 0, 1])
-    value, bins = M.ece(probs_to_logits(p), labels)
+    value, bins = ece(probs_to_logits(p), labels)
     # bin 14 (last): conf 1, 1 -> acc 0.5 -> gap 0.5, weight 2/4
     # 0.6 lies in (8/15, 9/15] = bin 8: acc 1 -> gap 0.4; 0.5 in (7/15, 8/15] = bin 7: acc 0 -> gap 0.5
     assert value == pytest.approx(2 / 4 * 0.5 + 1 / 4 * 0.4 + 1 / 4 * 0.5)
@@ -89,18 +120,18 @@ def test_ece_hand_computed_with_confidence_exactly_one():
 def test_nll_accuracy_brier_against_direct_formulas():
     logits, labels = random_logits()
     p_bar = F.softmax(logits.double(), -1).mean(0)
-    assert M.nll(logits, labels) == pytest.approx(-torch.log(p_bar[torch.arange(len(labels)), labels]).mean().item(), rel=1e-9)
-    assert M.accuracy(logits, labels) == pytest.approx(accuracy_score(labels.numpy(), p_bar.argmax(1).numpy()))
+    assert mean_of(logits, labels, "nll") == pytest.approx(-torch.log(p_bar[torch.arange(len(labels)), labels]).mean().item(), rel=1e-9)
+    assert mean_of(logits, labels, "correct") == pytest.approx(accuracy_score(labels.numpy(), p_bar.argmax(1).numpy()))
     onehot = np.eye(5)[labels.numpy()]
-    assert M.brier(logits, labels) == pytest.approx(((p_bar.numpy() - onehot) ** 2).sum(1).mean())
+    assert mean_of(logits, labels, "brier") == pytest.approx(((p_bar.numpy() - onehot) ** 2).sum(1).mean())
     members = F.softmax(logits.double(), -1)
-    assert M.member_accuracy(logits, labels) == pytest.approx([(m.argmax(1) == labels).double().mean().item() for m in members])
-    assert M.member_nll(logits, labels)[1] == pytest.approx(F.cross_entropy(logits[1].double(), labels).item())
+    assert M.member_accuracy(Examples(logits, labels)) == pytest.approx([(m.argmax(1) == labels).double().mean().item() for m in members])
+    assert M.member_nll(Examples(logits, labels))[1] == pytest.approx(F.cross_entropy(logits[1].double(), labels).item())
 
 
 def test_nll_is_stable_for_extreme_logits():
     logits = torch.tensor([[[1000.0, -1000.0]], [[-1000.0, 1000.0]]])
-    assert M.nll(logits, torch.tensor([0])) == pytest.approx(math.log(2))
+    assert mean_of(logits, torch.tensor([0]), "nll") == pytest.approx(math.log(2))
 
 
 def test_entropies_against_scipy():
@@ -131,7 +162,7 @@ def test_jsd_ties_between_identical_member_samples_stay_ties_for_ood_ranking():
     assert (score[:30] == 0).all() and (score[30:] > 0).all()
     score_id, score_ood = score[:20], score[20:]  # 20 tied ID vs 10 tied + 10 positive OOD
     expected = roc_auc_score(np.r_[np.zeros(20), np.ones(20)], np.r_[np.zeros(20), np.zeros(10), np.ones(10)])
-    assert M.ood_metrics(score_id, score_ood)["auroc"] == pytest.approx(expected)
+    assert ood(score_id, score_ood)["auroc"] == pytest.approx(expected)
 
 
 def test_disagreement_matrix_hand_computed():
@@ -282,7 +313,7 @@ def test_ece_variants_match_dense_loops(seed):
         if members:
             adaptive += len(members) / n * abs(sum(float(correct[i]) for i in members) / len(members)
                                                - sum(float(confidence[i]) for i in members) / len(members))
-    assert M.adaptive_ece(logits, labels, bins) == pytest.approx(adaptive, abs=1e-12)
+    assert adaptive_ece(logits, labels, bins) == pytest.approx(adaptive, abs=1e-12)
     edges = [b / bins for b in range(bins + 1)]
     classwise = 0.0
     for c in range(4):
@@ -292,10 +323,10 @@ def test_ece_variants_match_dense_loops(seed):
             if members:
                 classwise += len(members) / n * abs(sum(float(labels[i] == c) for i in members) / len(members)
                                                     - sum(float(p[i, c]) for i in members) / len(members)) / 4
-    assert M.classwise_ece(logits, labels, bins) == pytest.approx(classwise, abs=1e-12)
+    assert float(W.classwise_ece(M.mean_probs(logits), labels, bins=bins)) == pytest.approx(classwise, abs=1e-12)
     which = _dense_bins(confidence.tolist(), edges)
     signed = sum(sum(float(confidence[i] - correct[i]) for i in range(n) if which[i] == b) / n for b in range(bins))
-    assert M.overconfidence(logits, labels, bins) == pytest.approx(signed, abs=1e-12)
+    assert float(binned(logits, labels, bins).signed()) == pytest.approx(signed, abs=1e-12)
 
 
 @pytest.mark.parametrize("n", [7, 15, 50, 61, 300])
@@ -310,9 +341,9 @@ def test_torch_uncertainty_adaptive_bins_are_numpy_array_split(n):
     correct = (predicted == labels).double().numpy()[order]
     expected = sum(len(part) / n * abs(correct[part].mean() - confidence.numpy()[order][part].mean())
                    for part in np.array_split(np.arange(n), 15) if len(part))
-    assert M.adaptive_ece(logits, labels, 15, extra_first=True) == pytest.approx(expected, abs=1e-12)
+    assert adaptive_ece(logits, labels, 15, extra_first=True) == pytest.approx(expected, abs=1e-12)
     if n % 15 == 0:  # the two conventions differ only in where the remainder goes
-        assert M.adaptive_ece(logits, labels, 15, extra_first=True) == pytest.approx(M.adaptive_ece(logits, labels, 15))
+        assert adaptive_ece(logits, labels, 15, extra_first=True) == pytest.approx(adaptive_ece(logits, labels, 15))
 
 
 @pytest.mark.parametrize("n", [1, 2, 9, 200])
@@ -320,22 +351,21 @@ def test_trapezoid_aurc_is_sklearn_auc_over_coverages_divided_by_the_span(n):
     from sklearn.metrics import auc
     generator = torch.Generator().manual_seed(n)
     confidence, errors = torch.rand(n, generator=generator), torch.rand(n, generator=generator) < 0.3
-    risk, mean = M.risk_coverage(confidence, errors)
-    assert mean == pytest.approx(risk.mean().item())
+    risk, found = M.risk_coverage(confidence, errors), areas(confidence, errors)
+    assert found["aurc"] == pytest.approx(risk.mean().item(), abs=1e-12)  # the closed form is the curve's mean
     if n == 1:
-        assert M.aurc_trapezoid(risk) == pytest.approx(risk[0].item())
+        assert found["aurc_trapezoid"] == pytest.approx(risk[0].item())
         return
     coverage = np.arange(1, n + 1) / n
-    assert M.aurc_trapezoid(risk) == pytest.approx(auc(coverage, risk.numpy()) / (1 - 1 / n), abs=1e-12)
+    assert found["aurc_trapezoid"] == pytest.approx(auc(coverage, risk.numpy()) / (1 - 1 / n), abs=1e-12)
 
 
 def test_overconfidence_has_the_sign_of_the_miscalibration():
-    from ensdiag.analysis import metrics as M
     wrong = torch.log(torch.tensor([[[0.9, 0.1], [0.9, 0.1]]], dtype=torch.float64))  # confident, both wrong
-    assert M.overconfidence(wrong, torch.tensor([1, 1])) == pytest.approx(0.9)
-    assert M.ece(wrong, torch.tensor([1, 1]))[0] == pytest.approx(0.9)
+    assert float(binned(wrong, torch.tensor([1, 1])).signed()) == pytest.approx(0.9)
+    assert ece(wrong, torch.tensor([1, 1]))[0] == pytest.approx(0.9)
     timid = torch.log(torch.tensor([[[0.6, 0.4], [0.6, 0.4]]], dtype=torch.float64))  # right both times at 0.6
-    assert M.overconfidence(timid, torch.tensor([0, 0])) == pytest.approx(-0.4)
+    assert float(binned(timid, torch.tensor([0, 0])).signed()) == pytest.approx(-0.4)
 
 
 # --- issue 38: MCE, the ECE's direction, AUGRC, OOD scores of logits and votes, SmoothECE -----------
@@ -350,17 +380,17 @@ def test_mce_is_the_largest_bin_gap_of_a_dense_loop():
                   if (lo < c <= hi) or (b == 0 and c == 0)]
         if inside:
             gaps.append(abs(sum(float(ok) for _, ok in inside) / len(inside) - sum(c for c, _ in inside) / len(inside)))
-    assert M.max_calibration_error(logits, labels) == pytest.approx(max(gaps), abs=1e-12)
+    assert float(binned(logits, labels).mce()) == pytest.approx(max(gaps), abs=1e-12)
 
 
 def test_mce_and_direction_hand_computed():
     # confidences 0.9 (right), 0.9 (wrong), 0.6 (right): bins (0.8667, 0.9333] acc ½ conf 0.9, (0.5333, 0.6] acc 1 conf 0.6
     p = [[0.9, 0.1], [0.9, 0.1], [0.6, 0.4]]
     logits, labels = probs_to_logits(p), torch.tensor([0, 1, 0])
-    assert M.max_calibration_error(logits, labels) == pytest.approx(0.4)
-    ece, _ = M.ece(logits, labels)
-    assert ece == pytest.approx((2 * 0.4 + 0.4) / 3)
-    assert M.overconfidence(logits, labels) / ece == pytest.approx((2 * 0.4 - 0.4) / (2 * 0.4 + 0.4))  # ⅓
+    assert float(binned(logits, labels).mce()) == pytest.approx(0.4)
+    value, _ = ece(logits, labels)
+    assert value == pytest.approx((2 * 0.4 + 0.4) / 3)
+    assert float(binned(logits, labels).signed()) / value == pytest.approx((2 * 0.4 - 0.4) / (2 * 0.4 + 0.4))  # ⅓
 
 
 def test_ece_direction_is_plus_one_when_every_bin_is_over_confident():
@@ -376,23 +406,24 @@ def test_augrc_by_hand_and_against_every_order_of_tied_samples():
     import itertools
     # confidences 0.9, 0.8, 0.8, 0.5 with errors 0, 1, 0, 1: the two at 0.8 tie
     confidence, errors = torch.tensor([0.9, 0.8, 0.8, 0.5]), torch.tensor([0, 1, 0, 1])
-    risk, _ = M.risk_coverage(confidence, errors)
     orders = []
     for middle in itertools.permutations([1, 2]):
         order = [0, *middle, 3]
         wrong = [int(errors[i]) for i in order]
         orders.append(sum(sum(wrong[:j]) / 4 for j in range(1, 5)) / 4)  # generalised risk: wrong and accepted, of all N
-    assert M.augrc(risk) == pytest.approx(sum(orders) / len(orders))
-    assert M.augrc(risk) == pytest.approx((0 + 0.5 / 4 + 1 / 4 + 2 / 4) / 4)
+    assert areas(confidence, errors)["augrc"] == pytest.approx(sum(orders) / len(orders))
+    assert areas(confidence, errors)["augrc"] == pytest.approx((0 + 0.5 / 4 + 1 / 4 + 2 / 4) / 4)
 
 
 @pytest.mark.parametrize("n", [2, 7, 50])
 def test_trapezoid_augrc_is_sklearn_auc_of_the_generalised_risk_divided_by_the_span(n):
     from sklearn.metrics import auc
     g = torch.Generator().manual_seed(n)
-    risk, _ = M.risk_coverage(torch.rand(n, generator=g, dtype=torch.float64), torch.randint(0, 2, (n,), generator=g))
+    confidence, errors = torch.rand(n, generator=g, dtype=torch.float64), torch.randint(0, 2, (n,), generator=g)
+    risk = M.risk_coverage(confidence, errors)
     coverage = np.arange(1, n + 1) / n
-    assert M.augrc_trapezoid(risk) == pytest.approx(auc(coverage, coverage * risk.numpy()) / (1 - 1 / n), abs=1e-12)
+    assert areas(confidence, errors)["augrc_trapezoid"] == pytest.approx(auc(coverage, coverage * risk.numpy()) / (1 - 1 / n),
+                                                                         abs=1e-12)
 
 
 def test_energy_and_max_logit_of_the_mean_logits_against_scipy():
@@ -438,7 +469,7 @@ def test_smooth_ece_bandwidth_is_the_fixed_point():
     rng = np.random.default_rng(3)
     f = rng.uniform(0.3, 1, 500)
     y = (rng.uniform(size=500) < f - 0.1).astype(float)
-    found = SE.smooth_ece(f, y)
+    found = {"value": float(SE.smooth_ece(f, y)), "bandwidth": SE.bandwidth(f, y)}
     sigma = found["bandwidth"]
     assert SE.smooth_ece_at(f, y, sigma) <= sigma  # not too small …
     assert SE.smooth_ece_at(f, y, sigma - 2**-10) > sigma - 2**-10  # … and the next smaller step is
@@ -449,12 +480,12 @@ def test_smooth_ece_hand_cases():
     from ensdiag.analysis import smooth_ece as SE
     # calibrated: confidence ½ and half of the samples right: the smoothed gap is 0 at every σ, so the search
     # halves σ down to its floor: 2⁻⁹, the last step not below 0.001
-    assert SE.smooth_ece(np.full(10, 0.5), np.array([0, 1] * 5)) == {"value": pytest.approx(0.0, abs=1e-12),
-                                                                     "bandwidth": 2**-9}
+    assert float(SE.smooth_ece(np.full(10, 0.5), np.array([0, 1] * 5))) == pytest.approx(0.0, abs=1e-12)
+    assert SE.bandwidth(np.full(10, 0.5), np.array([0, 1] * 5)) == 2**-9
     # always wrong at confidence 1: the gap is 1 wherever there is mass
-    assert SE.smooth_ece(np.ones(20), np.zeros(20))["value"] == pytest.approx(1.0, abs=1e-3)
-    assert math.isnan(SE.smooth_ece(np.array([]), np.array([]))["value"])
-    assert math.isnan(SE.smooth_ece(np.array([0.5, math.nan]), np.array([1, 0]))["value"])
+    assert float(SE.smooth_ece(np.ones(20), np.zeros(20))) == pytest.approx(1.0, abs=1e-3)
+    assert math.isnan(float(SE.smooth_ece(np.array([]), np.array([]))))
+    assert math.isnan(float(SE.smooth_ece(np.array([0.5, math.nan]), np.array([1, 0]))))
 
 
 def test_variation_ratio_is_nan_where_a_vote_is_undefined():

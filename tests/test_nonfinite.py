@@ -11,6 +11,8 @@ from safetensors.torch import save_file
 
 from ensdiag.analysis import analyze_predictions, metric
 from ensdiag.analysis import metrics as M
+from ensdiag.analysis import weighted as W
+from ensdiag.analysis.examples import Examples
 from ensdiag.report.render import cell_text, format_number, to_json
 from ensdiag.report.terminal import cell, heatmap_table, metrics_table, ood_table
 
@@ -70,9 +72,10 @@ def test_metrics_of_nan_logits_are_nan_not_numbers_that_look_measured():
     logits = torch.randn(3, 8, 4, generator=torch.Generator().manual_seed(1))
     labels = torch.zeros(8, dtype=torch.int64)
     logits[1, 2, 0] = NAN  # member 1, sample 2: torch's argmax would pick the NaN (class 0 = the label)
-    assert math.isnan(M.accuracy(logits, labels)) and math.isnan(M.nll(logits, labels)) and math.isnan(M.brier(logits, labels))
-    assert math.isnan(M.ece(logits, labels)[0])
-    member = M.member_accuracy(logits, labels)
+    split = Examples(logits, labels)
+    assert all(math.isnan(float(W.mean(values))) for values in (split.correct, split.nll, split.brier))
+    assert math.isnan(float(W.ece(split.confidence, split.correct)))
+    member = M.member_accuracy(split)
     assert math.isnan(member[1]) and not math.isnan(member[0]) and not math.isnan(member[2])
     d = M.disagreement_matrix(logits)
     assert torch.isnan(d[1, [0, 2]]).all() and torch.isnan(d[[0, 2], 1]).all() and (d.diagonal() == 0).all()

@@ -13,6 +13,7 @@ from scipy.special import rel_entr
 import ensdiag
 from ensdiag.analysis import all_analyzers, analyze_predictions
 from ensdiag.analysis import metrics as M
+from ensdiag.analysis.examples import Examples
 from ensdiag.analysis import pairwise as P
 
 from .cli import run_cli
@@ -95,7 +96,8 @@ def test_ambiguity_is_the_brier_gap_and_half_the_mean_pairwise_squared_distance(
     p = torch.softmax(logits, -1)
     k = len(p)
     pairwise = sum(((p[i] - p[j]) ** 2).sum(-1).mean().item() for i in range(k) for j in range(k)) / (2 * k * k)
-    gain = M.ensemble_gain(logits, labels)
+    terms = M.gain_terms(Examples(logits, labels))
+    gain = {key: terms[key].mean().item() for key in ("brier_gibbs", "brier_ensemble")}
     assert P.ambiguity(logits) == pytest.approx(pairwise, rel=1e-12)
     assert P.ambiguity(logits) == pytest.approx(gain["brier_gibbs"] - gain["brier_ensemble"], rel=1e-10)
 

@@ -363,7 +363,7 @@ def test_the_report_can_show_torch_uncertainty_conventions(run_dir, capsys):
     assert {"AURC (torch-uncertainty)"} <= labels and "AURC" not in labels
     assert [t["id"] for t in ours["tables"]] == [t["id"] for t in theirs["tables"]]
     metrics = json.loads((run_dir / "deep-ensemble" / f"seed-{SEEDS[0]}" / "metrics.json").read_text())["analyzers"]
-    got = cell(theirs, "id", "deep-ensemble", "AURC (torch-uncertainty)")
+    got = cell(theirs, "selective", "deep-ensemble", "AURC (torch-uncertainty)")
     values = [json.loads((run_dir / "deep-ensemble" / f"seed-{seed}" / "metrics.json").read_text())["analyzers"]
               ["selective"]["splits"]["id"]["aurc_trapezoid"]["value"] for seed in SEEDS]
     assert got["mean"] == pytest.approx(sum(values) / len(values)) and "aurc_trapezoid" in metrics["selective"]["splits"]["id"]
@@ -432,7 +432,7 @@ def test_new_calibration_and_pair_columns_and_their_peer_values(run_dir):
     assert cell(theirs, "calibration", "deep-ensemble", "SmoothECE (torch-uncertainty)")["mean"] == pytest.approx(
         sum(smooth) / 3)
     assert cell(ours, "calibration", "deep-ensemble", "MCE")["n"] == 3
-    assert cell(ours, "id", "deep-ensemble", "AUGRC")["mean"] == pytest.approx(
+    assert cell(ours, "selective", "deep-ensemble", "AUGRC")["mean"] == pytest.approx(
         sum(seed_values(run_dir, "deep-ensemble", "selective", "splits", "id", "augrc", "value")) / 3)
     pairs = next(t for t in ours["tables"] if t["id"] == "pairs")
     assert [c["name"] for c in pairs["columns"]] == ["KL (id)", "JSD (id)", "ambiguity (id)", "double-fault (id)",

@@ -298,9 +298,11 @@ def test_terminal_notes_never_split_an_interval_or_a_percentage():
             assert line.count("[") == line.count("]") and not line.startswith(("%", "×"))
 
 
-def test_the_vectorised_bootstrap_equals_the_loop_over_resamples(tmp_path):
-    """Every resample's shares, computed at once from example counts, equal the plain loop that
-    indexes each resample's examples (`_averaged`) on random predictions with ties and OOD data."""
+def test_the_verdicts_resamples_are_the_cells_draws_and_equal_the_loop_over_resamples(tmp_path):
+    """Every resample's shares, computed at once from the examples' counts, equal the plain loop that
+    indexes each resample's examples on random predictions with ties and OOD data; and the test-set
+    counts are the very draws behind the cells' intervals (bootstrap.Draws)."""
+    from ensdiag.analysis import bootstrap as B
     from ensdiag.report import verdict as V
     generator = torch.Generator().manual_seed(3)
     seeds, n, n_ood = (1, 2, 3), 60, 40
@@ -317,11 +319,15 @@ def test_the_vectorised_bootstrap_equals_the_loop_over_resamples(tmp_path):
                              folder / "predictions.safetensors")
             data[method][seed] = V._per_example(folder / "predictions.safetensors")
     trio = [data["single"], data["deep-ensemble"], data["batch-ensemble"]]
-    chosen, examples, ood_examples = V._resamples(len(seeds), n, n_ood)
-    fast = V._shares(*(V._bootstrap(group, list(seeds), chosen, examples, ood_examples) for group in trio))
-    for r in range(0, V.RESAMPLES, 37):  # the loop, resample by resample
+    counts, chosen = V.example_counts(trio[0][1], B.Draws()), V.chosen_seeds(len(seeds))
+    rows = B.draws("id", n, V.RESAMPLES), B.draws("ood", n_ood, V.RESAMPLES)  # the cells' draws, as indices
+    assert torch.equal(counts[0], B.counts_of(rows[0], n)) and torch.equal(counts[1], B.counts_of(rows[1], n_ood))
+    fast = V._shares(*(V._bootstrap(group, list(seeds), chosen, counts) for group in trio))
+    for r in range(0, V.RESAMPLES, 97):  # the loop, resample by resample: index the examples, average the seeds
         picked = [seeds[i] for i in chosen[r]]
-        slow = V._shares(*(V._averaged(group, picked, examples[r], ood_examples[r]) for group in trio))
+        resampled = [{seed: {key: values[rows[1][r]] if key == "ood_score" else values[rows[0][r]]
+                             for key, values in group[seed].items()} for seed in seeds} for group in trio]
+        slow = V._shares(*(V._averaged(group, picked) for group in resampled))
         for key, value in slow.items():
             if math.isfinite(value):
                 assert fast[key][r].item() == pytest.approx(value, rel=1e-9, abs=1e-12), (key, r)

@@ -1,9 +1,19 @@
-"""`calibration`: accuracy, NLL, ECE (with reliability bins), MCE, SmoothECE (with its smoothed
-reliability curve), the direction of miscalibration, Brier, per-member accuracy/NLL."""
+"""`calibration`: accuracy, NLL, ECE (with reliability bins), Brier and per-member scores on every
+labelled split; on the in-distribution test set also the detail catalogue: adaptive, classwise
+and torch-uncertainty's ECE, MCE, the direction of miscalibration, SmoothECE (with its curve).
+
+Each number is a statistic of the split's examples and their weights (weighted.py), so its value
+and its bootstrap interval come from the same function (resampled.py).
+"""
+
+import torch
 
 from . import metrics as M
 from . import smooth_ece as SE
-from .registry import Column, Skip, empty_metric, metric, register_analyzer
+from . import weighted as W
+from .examples import Examples
+from .registry import Column, Skip, empty_metric, finite, metric, register_analyzer, register_resampler
+from .resampled import per_split, value
 
 ECE_BINS = 15
 DEFINITIONS = {
@@ -26,6 +36,30 @@ DEFINITIONS = {
                   "point smECE_σ = σ (bisection, 2⁻¹⁰; relplot's numerics); `curve`: the smoothed accuracy at σ*",
     "smooth_ece_tu": "SmoothECE as torch-uncertainty computes it by default: the Gaussian kernel in log-odds space "
                      "(its fixed-point bandwidth the same way)",
+}
+
+
+def bins(split: Examples, w) -> W.Bins:
+    """The ECE's bins of this weighting, made once for every number read off them."""
+    return split.per_weighting("ece-bins", w, lambda: W.calibration_bins(split.confidence, split.correct, w, ECE_BINS))
+
+
+HEADLINE = {  # every labelled split: the per-split tables
+    "accuracy": lambda split, w: W.mean(split.correct, w),
+    "nll": lambda split, w: W.mean(split.nll, w),
+    "ece": lambda split, w: bins(split, w).folded(),
+    "brier": lambda split, w: W.mean(split.brier, w),
+}
+DETAIL = {  # the in-distribution test set only: the calibration table
+    "overconfidence": lambda split, w: bins(split, w).signed(),
+    "ece_direction": lambda split, w: bins(split, w).direction(),
+    "mce": lambda split, w: bins(split, w).mce(),
+    "ece_adaptive": lambda split, w: W.equal_mass_bins(split.confidence, split.correct, w, ECE_BINS).folded(),
+    "ece_adaptive_tu": lambda split, w: W.equal_mass_bins(split.confidence, split.correct, w, ECE_BINS,
+                                                          extra_first=True).folded(),
+    "ece_classwise": lambda split, w: W.classwise_bins(split.mean, split.labels, w, ECE_BINS).folded(),
+    "smooth_ece": lambda split, w: SE.smooth_ece(split.confidence, split.correct, w),
+    "smooth_ece_tu": lambda split, w: SE.smooth_ece(split.confidence, split.correct, w, kernel="logit"),
 }
 
 
@@ -55,44 +89,37 @@ DEFINITIONS = {
 def calibration(predictions, weights=None):
     splits = {}
     for name, split in predictions.items():
-        logits, labels = split["logits"], split["labels"]
-        if labels is None:
+        if split["labels"] is None:
             continue
-        ece, bins = M.ece(logits, labels, ECE_BINS)  # an empty split still has its (empty) bins
-        if len(labels) == 0:  # every metric is a mean over no samples: undefined
-            splits[name] = {key: empty_metric(definition, **({"bins": bins} if key == "ece" else {}))
-                            for key, definition in DEFINITIONS.items()}
+        split = Examples.of(split)
+        if split.size == 0:  # every metric is a mean over no samples: undefined (its bins are empty)
+            splits[name] = {key: empty_metric(definition, **({"bins": finite(reliability(bins(split, None)))} if key == "ece" else {}))
+                            for key, definition in DEFINITIONS.items() if key in HEADLINE or name == "id"}
             splits[name]["n"] = 0
             continue
-        over = M.overconfidence(logits, labels, ECE_BINS)
-        splits[name] = {
-            "accuracy": metric(M.accuracy(logits, labels), DEFINITIONS["accuracy"]),
-            "nll": metric(M.nll(logits, labels), DEFINITIONS["nll"]),
-            "ece": metric(ece, DEFINITIONS["ece"], bins=bins),
-            "brier": metric(M.brier(logits, labels), DEFINITIONS["brier"]),
-            "member_accuracy": metric(M.member_accuracy(logits, labels), DEFINITIONS["member_accuracy"]),
-            "member_nll": metric(M.member_nll(logits, labels), DEFINITIONS["member_nll"]),
-            "ece_adaptive": metric(M.adaptive_ece(logits, labels, ECE_BINS), DEFINITIONS["ece_adaptive"]),
-            "ece_adaptive_tu": metric(M.adaptive_ece(logits, labels, ECE_BINS, extra_first=True),
-                                      DEFINITIONS["ece_adaptive_tu"]),
-            "ece_classwise": metric(M.classwise_ece(logits, labels, ECE_BINS), DEFINITIONS["ece_classwise"]),
-            "overconfidence": metric(over, DEFINITIONS["overconfidence"]),
-            "n": len(labels),
-            **_new_in_version_4(logits, labels, ece, over),
-        }
+        entry = {key: metric(value(statistic(split, None)), DEFINITIONS[key]) for key, statistic in HEADLINE.items()}
+        entry["ece"]["bins"] = finite(reliability(bins(split, None)))
+        entry["member_accuracy"] = metric(M.member_accuracy(split), DEFINITIONS["member_accuracy"])
+        entry["member_nll"] = metric(M.member_nll(split), DEFINITIONS["member_nll"])
+        if name == "id":  # the detail catalogue: the report shows it for the in-distribution test set
+            entry.update({key: metric(value(statistic(split, None)), DEFINITIONS[key]) for key, statistic in DETAIL.items()})
+            if entry["ece_direction"]["status"] == "nan":  # ECE = 0: no direction to speak of
+                entry["ece_direction"] = metric(None, DEFINITIONS["ece_direction"])
+            smooth = SE.bandwidth(split.confidence, split.correct)
+            entry["smooth_ece"]["bandwidth"] = finite(smooth)
+            entry["smooth_ece"]["curve"] = finite(SE.smooth_reliability(split.confidence, split.correct, smooth))
+        splits[name] = {**entry, "n": split.size}
     if not splits:
         raise Skip("no split has labels")
     return {"splits": splits}
 
 
-def _new_in_version_4(logits, labels, ece, overconfidence) -> dict:
-    """MCE, the ECE's direction and SmoothECE (ensdiag's and torch-uncertainty's), with its curve."""
-    confidence, predicted = M.mean_probs(logits).max(dim=1)
-    correct = (predicted == labels).double()
-    smooth = SE.smooth_ece(confidence, correct)
-    curve = SE.smooth_reliability(confidence, correct, smooth["bandwidth"])
-    return {"mce": metric(M.max_calibration_error(logits, labels, ECE_BINS), DEFINITIONS["mce"]),
-            "ece_direction": metric(None if ece == 0 else overconfidence / ece, DEFINITIONS["ece_direction"]),
-            "smooth_ece": metric(smooth["value"], DEFINITIONS["smooth_ece"], bandwidth=smooth["bandwidth"], curve=curve),
-            "smooth_ece_tu": metric(SE.smooth_ece(confidence, correct, kernel="logit")["value"],
-                                    DEFINITIONS["smooth_ece_tu"])}
+def reliability(found: W.Bins) -> dict:
+    """The reliability diagram's bins: edges, counts, accuracy and mean confidence per bin."""
+    edges = torch.linspace(0, 1, ECE_BINS + 1, dtype=torch.float64)
+    safe = found.mass.clamp(min=1)
+    return {"lower": edges[:-1].tolist(), "upper": edges[1:].tolist(), "count": found.mass.long().tolist(),
+            "accuracy": (found.target / safe).tolist(), "confidence": (found.confidence / safe).tolist()}
+
+
+register_resampler("calibration")(per_split({**HEADLINE, **DETAIL}))

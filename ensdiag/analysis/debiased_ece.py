@@ -17,40 +17,18 @@ midway between neighbouring groups, the last at 1; an example goes into the firs
 edge is ≥ its confidence.
 """
 
-import torch
+from . import weighted as W
+from .examples import Examples
+from .registry import Column, Skip, metric, register_analyzer, register_resampler
+from .resampled import per_split, value
 
-from . import metrics as M
-from .registry import Column, Skip, metric, register_analyzer
-
-BINS = 15
+BINS = W.ECE_BINS
 DEFINITION = (f"Kumar et al.'s debiased ℓ2 calibration error of max p̄ over {BINS} equal-mass bins: "
               "sqrt(max(Σ_b n_b/n·[(conf_b − acc_b)² − acc_b(1 − acc_b)/(n_b − 1)], 0)); unbiased for the squared "
               "error, where the binned ECE grows as the test set shrinks")
-
-
-def equal_mass_edges(confidence: torch.Tensor, bins: int = BINS) -> torch.Tensor:
-    """The upper edges of `bins` equal-mass bins of `confidence` (fewer where confidences tie)."""
-    ordered = confidence.double().sort().values
-    parts = torch.tensor_split(ordered, min(bins, len(ordered)))  # numpy array_split's sizes
-    edges = [(left[-1] + right[0]) / 2 for left, right in zip(parts, parts[1:])]
-    return torch.unique(torch.stack([*edges, torch.tensor(1.0, dtype=torch.float64)]))
-
-
-def debiased_l2(confidence: torch.Tensor, correct: torch.Tensor, bins: int = BINS) -> dict:
-    """{"debiased_l2", "plugin_l2", "bins"} of top-label confidences and 0/1 correctness."""
-    confidence, correct = confidence.double(), correct.double()
-    n = len(confidence)
-    which = torch.searchsorted(equal_mass_edges(confidence, bins), confidence, side="left")
-    count = torch.bincount(which).double()
-    used = count > 0
-    conf = torch.bincount(which, weights=confidence)[used] / count[used]
-    acc = torch.bincount(which, weights=correct)[used] / count[used]
-    count = count[used]
-    gap = (conf - acc) ** 2
-    noise = torch.where(count > 1, acc * (1 - acc) / (count - 1).clamp(min=1), torch.zeros_like(acc))
-    squared = torch.where(count > 1, gap - noise, torch.zeros_like(gap))
-    return {"debiased_l2": float((count / n * squared).sum().clamp(min=0).sqrt()),
-            "plugin_l2": float((count / n * gap).sum().sqrt()), "bins": int(used.sum())}
+PLUGIN = f"plug-in ℓ2 calibration error of the same {BINS} equal-mass bins (biased upward)"
+STATISTICS = {key: (lambda split, w, key=key: W.debiased_l2(split.confidence, split.correct, w, BINS)[key])
+              for key in ("debiased_l2", "plugin_l2")}
 
 
 @register_analyzer("debiased-ece", description="Kumar et al.'s debiased ℓ2 calibration error beside the binned ECE",
@@ -59,15 +37,19 @@ def debiased_l2(confidence: torch.Tensor, correct: torch.Tensor, bins: int = BIN
 def debiased_ece(predictions, weights=None):
     splits = {}
     for name, split in predictions.items():
-        logits, labels = split["logits"], split["labels"]
-        if labels is None or len(labels) == 0:
+        if split["labels"] is None or len(split["labels"]) == 0:
             continue
-        confidence, predicted = M.mean_probs(logits).max(dim=1)
-        found = debiased_l2(confidence, (predicted == labels).double())
-        splits[name] = {"debiased_l2": metric(found["debiased_l2"], DEFINITION),
-                        "plugin_l2": metric(found["plugin_l2"], f"plug-in ℓ2 calibration error of the same {BINS} "
-                                                               "equal-mass bins (biased upward)"),
-                        "bins": found["bins"]}
+        split = Examples.of(split)
+        splits[name] = {"debiased_l2": metric(value(STATISTICS["debiased_l2"](split, None)), DEFINITION),
+                        "plugin_l2": metric(value(STATISTICS["plugin_l2"](split, None)), PLUGIN),
+                        "bins": _count(W.debiased_l2(split.confidence, split.correct, None, BINS)["bins"])}
     if not splits:
         raise Skip("no split has labels")
     return {"splits": splits}
+
+
+def _count(value) -> int | None:
+    return None if value.isnan() else int(value)
+
+
+register_resampler("debiased-ece")(per_split(STATISTICS))

@@ -1,14 +1,30 @@
-"""`disagreement` and `member-pairs` (function space) and `weight-similarity` (parameter space) of members."""
+"""`disagreement` and `member-pairs` (function space) and `weight-similarity` (parameter space) of members.
+
+The means are statistics of the examples (resampled.py): the mean over member pairs of a mean over
+examples is the mean over examples of a per-example mean over pairs, so each is one weighted mean
+(weighted.py) whatever the weighting; error correlation and Yule's Q come from each pair's 2×2 table
+of right/wrong, weighted the same way. The k×k matrices beside them are what the report draws.
+"""
+
+import math
+
+import torch
 
 from . import metrics as M
 from . import pairwise as P
-from .registry import Column, Skip, empty_metric, finite, metric, register_analyzer
+from . import weighted as W
+from .examples import Examples, entropy
+from .registry import Column, Skip, empty_metric, finite, metric, register_analyzer, register_resampler
+from .resampled import nan_for, per_split, value
 
 MAX_STORED_MATRIX = 256  # members up to which the k×k disagreement matrices are stored (metrics.json stays small)
 MATRIX = "D[i,j] = fraction of samples where members i and j predict different labels"
 MEAN = "mean of the off-diagonal entries of D"
 NORMALIZED = ("mean disagreement divided by the ensemble's error rate 1 − accuracy (Fort et al.); "
               "N/A when the ensemble makes no error")
+
+
+DISAGREEMENT = {"mean": lambda split, w: W.mean(split.pair_disagreement, w)}
 
 
 @register_analyzer("disagreement", description="k×k pairwise prediction disagreement per split, its mean and (1−acc)-normalised mean",
@@ -24,17 +40,18 @@ def disagreement(predictions, weights=None):
                                "status 'omitted'), only their means")
     splits = {}
     for name, split in predictions.items():
-        labelled = split["labels"] is not None
-        if split["logits"].shape[1] == 0:  # no samples: D is a mean over nothing
+        split = Examples.of(split)
+        labelled = split.labels is not None
+        if split.size == 0:  # no samples: D is a mean over nothing
             splits[name] = {"matrix": empty_metric(MATRIX), "mean": empty_metric(MEAN),
                             **({"normalized": empty_metric(NORMALIZED)} if labelled else {})}
             continue
-        matrix = M.disagreement_matrix(split["logits"])
-        mean = M.mean_off_diagonal(matrix)
+        matrix = M.disagreement_matrix(split.logits) if store else None
+        mean = value(DISAGREEMENT["mean"](split, None))
         entry = {"matrix": metric(matrix.tolist(), MATRIX) if store else metric(None, MATRIX, status="omitted", note=note),
                  "mean": metric(mean, MEAN)}
         if labelled:
-            error = 1 - M.accuracy(split["logits"], split["labels"])
+            error = 1 - value(W.mean(split.correct))
             entry["normalized"] = metric(None if error == 0 else mean / error, NORMALIZED)  # NaN accuracy: NaN
         splits[name] = entry
     return {"splits": splits, **({"note": note} if note else {})}
@@ -79,21 +96,108 @@ def member_pairs(predictions, weights=None):
         raise Skip(f"k = {k} > {MAX_PAIR_MEMBERS}: the pair matrices cost k²·N·C (the disagreement analyzer still runs)")
     splits = {}
     for name, split in predictions.items():
-        logits, labels = split["logits"], split["labels"]
+        split = Examples.of(split)
+        logits, labels = split.logits, split.labels
         chosen = {key: entry for key, entry in PAIRS.items() if labels is not None or not entry[1]}
-        if logits.shape[1] == 0:
+        if split.size == 0:
             splits[name] = {**{key: {"matrix": empty_metric(definition), "mean": empty_metric(PAIR_MEAN)}
                                for key, (_, _, definition) in chosen.items()}, "ambiguity": empty_metric(AMBIGUITY)}
             continue
-        undefined = bool(M.undefined_predictions(logits).any())  # NaN logits: no mean over "the defined pairs"
-        entry = {}
-        for key, (function, labelled, definition) in chosen.items():
-            matrix = function(logits, labels) if labelled else function(logits)
-            mean = float("nan") if undefined else P.mean_defined_off_diagonal(matrix)
-            entry[key] = {"matrix": metric(matrix.tolist(), definition), "mean": metric(mean, PAIR_MEAN)}
-        entry["ambiguity"] = metric(P.ambiguity(logits), AMBIGUITY)
+        statistics = PAIR_STATISTICS if labels is not None else {key: PAIR_STATISTICS[key] for key in LABEL_FREE_PAIRS}
+        means = {key: value(statistic(split, None)) for key, statistic in statistics.items()}
+        entry = {key: {"matrix": metric((function(logits, labels) if labelled else function(logits)).tolist(), definition),
+                       "mean": metric(means[key], PAIR_MEAN)}
+                 for key, (function, labelled, definition) in chosen.items()}
+        entry["ambiguity"] = metric(means["ambiguity"], AMBIGUITY)
         splits[name] = entry
     return {"splits": splits}
+
+
+def _pair_terms(split: Examples) -> dict:
+    """{key: [n]}: each example's mean over ordered member pairs i ≠ j (ambiguity: over members)."""
+    k, log_p = split.members, split.log_probs
+    p = log_p.exp()
+    own = torch.special.xlogy(p, p).sum(-1)  # [k, n]
+    kl = (k * own.sum(0) - (p.sum(0) * log_p.sum(0)).sum(-1)) / (k * (k - 1))
+    own_entropy = -own
+    mixed = sum(entropy((p[i] + p) / 2).sum(0) - entropy(p[i]) for i in range(k))  # Σ_{i≠j} H((p_i + p_j)/2)
+    terms = {"kl": kl.clamp(min=0), "jsd": (mixed - (k - 1) * own_entropy.sum(0)) / (k * (k - 1)),
+             "ambiguity": (p - split.mean).pow(2).sum(-1).mean(0)}
+    if split.labels is not None:
+        e = split.member_errors.nan_to_num(0.0)
+        terms["double_fault"] = (e.sum(0) ** 2 - e.sum(0)) / (k * (k - 1))  # Σ_{i≠j} e_i e_j of 0/1 errors
+    return terms
+
+
+def _pair_mean(key):
+    def statistic(split, w):
+        if split.undefined.any():  # no mean over "the defined pairs" once a prediction is undefined
+            return nan_for(w, split.size)
+        return W.mean(split.memo("pairs", lambda: _pair_terms(split))[key], w)
+    return statistic
+
+
+TABLE_MEMBERS = 16  # the 2×2 tables cost b·n·k² per block of b resamples: above, resampling re-runs the analyzer
+
+
+def _pair_tables(split: Examples, w) -> dict:
+    """{"error_correlation", "yule_q"}: the mean over the pairs where each is defined of the statistic of
+    each pair's weighted 2×2 table of right/wrong (Σ w e_i, Σ w e_i e_j)."""
+    weights, single = W.rows(w, split.size)
+    if split.undefined.any():
+        return {key: nan_for(w, split.size) for key in ("error_correlation", "yule_q")}
+    e, k = split.member_errors, split.members
+    n = weights.sum(1, keepdim=True)
+    wrong = weights @ e.T  # [b, k]
+    both = torch.stack([(weights * e[i]) @ e.T for i in range(k)], 1)  # [b, k, k]
+    i, j = torch.triu_indices(k, k, 1)
+    wi, wj, ww = wrong[:, i], wrong[:, j], both[:, i, j]
+    covariance = ww / n - wi * wj / n**2
+    variance = wrong / n - (wrong / n) ** 2
+    correlation = (covariance / (variance[:, i] * variance[:, j]).sqrt()).clamp(-1, 1)
+    both_right, only_i, only_j = n - wi - wj + ww, wj - ww, wi - ww
+    agree, differ = both_right * ww, only_i * only_j
+
+    def mean_defined(values):
+        defined = ~values.isnan()
+        total = torch.where(defined, values, torch.zeros_like(values)).sum(1)
+        found = torch.where(defined.any(1), total / defined.sum(1).clamp(min=1), values.new_tensor(math.nan))
+        return found[0] if single else found
+    return {"error_correlation": mean_defined(correlation), "yule_q": mean_defined((agree - differ) / (agree + differ))}
+
+
+def _table(key):
+    def statistic(split, w):
+        if w is not None and w.dim() == 2 and split.members > TABLE_MEMBERS:
+            return None  # left to re-running the analyzer
+        return _pair_tables(split, w)[key]
+    return statistic
+
+
+LABEL_FREE_PAIRS = ("kl", "jsd", "ambiguity")
+PAIR_STATISTICS = {**{key: _pair_mean(key) for key in (*LABEL_FREE_PAIRS, "double_fault")},
+                   "error_correlation": _table("error_correlation"), "yule_q": _table("yule_q")}
+
+
+def _pairs_resampler(predictions, weights, result, wanted):
+    """member-pairs' id means ("splits", "id", key, "mean", "value"; ambiguity without "mean")."""
+    split = predictions.get("id")
+    if split is None or "id" not in result.get("splits", {}) or split["logits"].shape[0] > MAX_PAIR_MEMBERS:
+        return lambda counts: {}
+    split = Examples.of(split)
+    statistics = PAIR_STATISTICS if split.labels is not None else {key: PAIR_STATISTICS[key] for key in LABEL_FREE_PAIRS}
+    paths = {key: ("splits", "id", key, *(() if key == "ambiguity" else ("mean",)), "value") for key in statistics}
+
+    def resample(counts):
+        if "id" not in counts:
+            return {}
+        found = {paths[key]: statistic(split, counts["id"]) for key, statistic in statistics.items() if paths[key] in wanted}
+        return {path: values for path, values in found.items() if values is not None}
+    return resample
+
+
+register_resampler("member-pairs")(_pairs_resampler)
+register_resampler("disagreement")(per_split(DISAGREEMENT))
 
 
 INITIAL = ("mean off-diagonal cosine of the members' weights at initialisation, before any training step: what the "

@@ -11,7 +11,10 @@ confidence ranks its own mistakes.
 import torch
 
 from . import metrics as M
-from .registry import Column, Skip, finite, metric, register_analyzer
+from . import weighted as W
+from .examples import Examples
+from .registry import Column, Skip, finite, metric, register_analyzer, register_resampler
+from .resampled import per_split, value
 
 AUGRC = ("area under the generalised risk–coverage curve (Traub et al. 2024): mean over coverages j/N of (j/N)·risk_j, "
          "the fraction of all samples accepted and wrong (ties share their mean error)")
@@ -65,59 +68,78 @@ COMBINERS = {  # which ensemble each decomposition is of (Wood et al. 2023: the 
 def ensemble_gain(predictions, weights=None):
     splits = {}
     for name, split in predictions.items():
-        logits, labels = split["logits"], split["labels"]
-        if labels is None or len(labels) == 0:
+        if split["labels"] is None or len(split["labels"]) == 0:
             continue
-        if logits.shape[0] < 2:
+        split = Examples.of(split)
+        if split.members < 2:
             raise Skip("one member: the ensemble is its member, there is no gain to decompose")
-        gain = M.ensemble_gain(logits, labels)
-        gain["nll_gap"] = gain["nll_gibbs"] - gain["nll_ensemble"]
+        gain = {key: value(statistic(split, None)) for key, statistic in GAIN.items()}
         gain["error_gap"] = gain["error_gibbs"] - gain["error_ensemble"]
-        gain["member_ece"] = [M.ece(member[None], labels)[0] for member in logits]
-        splits[name] = {key: metric(value, GAIN_DEFINITIONS[key]) for key, value in gain.items()}
+        gain["member_error"] = split.member_errors.mean(1).tolist()
+        gain["member_ece"] = [value(W.ece(member.confidence, member.correct)) for member in _members(split)]
+        splits[name] = {key: metric(found, GAIN_DEFINITIONS[key]) for key, found in gain.items()}
     if not splits:
         raise Skip("no split has labels")
     return {"splits": splits, "combiners": COMBINERS}
 
 
-@register_analyzer("selective", description="Risk–coverage of the ensemble and of each member; AURC",
-                   version=3,  # 2: torch-uncertainty's trapezoid AURC beside ensdiag's; 3: AUGRC
-                   columns=[Column("AURC", ("splits", "{split}", "aurc", "value"), "down",
+def _members(split: Examples) -> list[Examples]:
+    """Each member on its own, as a one-member ensemble of these examples."""
+    return [Examples(member[None], split.labels) for member in split.logits]
+
+
+def _term(key):
+    return lambda split, w: W.mean(split.memo("gain", lambda: M.gain_terms(split))[key], w)
+
+
+GAIN = {key: _term(key) for key in ("nll_gibbs", "nll_ensemble", "nll_geometric", "kl_diversity", "nll_gap", "brier_gibbs",
+                                    "brier_ensemble", "brier_spread", "error_gibbs", "error_ensemble")}
+register_resampler("ensemble-gain")(per_split(GAIN))
+
+
+@register_analyzer("selective", description="Risk–coverage of the ensemble and of each member (in-distribution test set)",
+                   version=4,  # 2: torch-uncertainty's trapezoid AURC beside ensdiag's; 3: AUGRC; 4: a table of its own
+                   columns=[Column("AURC", ("splits", "id", "aurc", "value"), "down",
                                    "area under the risk–coverage curve of p̄ (samples accepted by decreasing max p̄)",
-                                   ("id", "shift"), 35, peer=("splits", "{split}", "aurc_trapezoid", "value"),
+                                   ("selective",), 10, split="id", peer=("splits", "id", "aurc_trapezoid", "value"),
                                    peer_since=2),
-                            Column("AUGRC", ("splits", "{split}", "augrc", "value"), "down", AUGRC,
-                                   ("id", "shift"), 36, since=3, peer=("splits", "{split}", "augrc_trapezoid", "value"),
-                                   peer_since=3)])
+                            Column("AUGRC", ("splits", "id", "augrc", "value"), "down", AUGRC,
+                                   ("selective",), 20, split="id", since=3,
+                                   peer=("splits", "id", "augrc_trapezoid", "value"), peer_since=3)])
 def selective(predictions, weights=None, points=101):
     splits = {}
     for name, split in predictions.items():
-        logits, labels = split["logits"], split["labels"]
-        if labels is None or len(labels) == 0:
+        if split["labels"] is None or len(split["labels"]) == 0:
             continue
-        probs = M.mean_probs(logits)
-        confidence, predicted = probs.max(dim=1)
-        risk, aurc = M.risk_coverage(confidence, predicted != labels)
-        at = torch.linspace(1, len(labels), min(points, len(labels))).round().long() - 1  # the curves, thinned
+        split = Examples.of(split)
+        at = torch.linspace(1, split.size, min(points, split.size)).round().long() - 1  # the curves, thinned
         member_aurc, member_curves = [], []
-        for member in logits:
-            member_confidence, member_predicted = member.double().softmax(-1).max(dim=1)
-            member_risk, value = M.risk_coverage(member_confidence, member_predicted != labels)
-            member_aurc.append(value)
-            if len(logits) <= MAX_MEMBER_CURVES:
-                member_curves.append(member_risk[at].tolist())
-        splits[name] = {
-            "aurc": metric(aurc, "mean over coverages j/N of the error rate among the j most confident samples "
-                                 "(ties share their mean error)"),
-            "aurc_trapezoid": metric(M.aurc_trapezoid(risk), "torch-uncertainty's AURC: the trapezoid rule over the "
-                                     "same risks at coverages 1/N..1, divided by 1 − 1/N"),
-            "augrc": metric(M.augrc(risk), AUGRC),
-            "augrc_trapezoid": metric(M.augrc_trapezoid(risk), "torch-uncertainty's AUGRC: the trapezoid rule over the "
-                                      "generalised risks (j/N)·risk_j at coverages 1/N..1, divided by 1 − 1/N"),
-            "member_aurc": metric(member_aurc, "each member's AURC with its own max softmax as confidence"),
-            "curve": finite({"coverage": ((at + 1) / len(labels)).tolist(), "risk": risk[at].tolist(),
-                             "member_risk": member_curves}),
-        }
+        for member in _members(split):
+            member_aurc.append(value(W.risk_coverage_areas(member.confidence, _errors(member))["aurc"]))
+            if split.members <= MAX_MEMBER_CURVES:
+                member_curves.append(M.risk_coverage(member.confidence, _errors(member))[at].tolist())
+        risk = M.risk_coverage(split.confidence, _errors(split))
+        splits[name] = {**{key: metric(value(statistic(split, None)), SELECTIVE_DEFINITIONS[key])
+                           for key, statistic in SELECTIVE.items()},
+                        "member_aurc": metric(member_aurc, "each member's AURC with its own max softmax as confidence"),
+                        "curve": finite({"coverage": ((at + 1) / split.size).tolist(), "risk": risk[at].tolist(),
+                                         "member_risk": member_curves})}
     if not splits:
         raise Skip("no split has labels")
     return {"splits": splits}
+
+
+def _errors(split: Examples) -> torch.Tensor:
+    return (split.predicted != split.labels).double()
+
+
+SELECTIVE_DEFINITIONS = {
+    "aurc": "mean over coverages j/N of the error rate among the j most confident samples (ties share their mean error)",
+    "aurc_trapezoid": "torch-uncertainty's AURC: the trapezoid rule over the same risks at coverages 1/N..1, divided "
+                      "by 1 − 1/N",
+    "augrc": AUGRC,
+    "augrc_trapezoid": "torch-uncertainty's AUGRC: the trapezoid rule over the generalised risks (j/N)·risk_j at "
+                       "coverages 1/N..1, divided by 1 − 1/N"}
+SELECTIVE = {key: (lambda split, w, key=key: split.per_weighting(
+    "risk", w, lambda: W.risk_coverage_areas(split.confidence, _errors(split), w))[key]) for key in SELECTIVE_DEFINITIONS}
+register_resampler("selective")(per_split(SELECTIVE))

@@ -52,6 +52,7 @@ class ModelProbe:
     enough: object = None  # a budget's precision target for paths: enough(per-example curves) -> bool
     train_source: str | None = None
     restarts: int | None = None  # None: align.RESTARTS
+    detail: bool = False  # also the example-level intervals of the geometry table (CKA, barriers): on request
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -136,7 +137,7 @@ def cka(probe):
         split = probe.split(name, limit=probe.limits.get("cka"))
         if split is None:
             continue
-        found = layer_cka(networks, split.images, probe.normalize, retain=CKA_INTERVAL_EXAMPLES)
+        found = layer_cka(networks, split.images, probe.normalize, retain=CKA_INTERVAL_EXAMPLES if probe.detail else 0)
         layers = {}
         for layer, entry in found["layers"].items():
             layers[layer] = {"linear": metric(entry["linear"].tolist(), "linear CKA, k×k"),
@@ -146,7 +147,7 @@ def cka(probe):
                              "features": entry["features"]}
         means = [entry["mean_linear"]["value"] for entry in layers.values() if entry["mean_linear"]["value"] is not None]
         mean = sum(means) / len(means) if means else None
-        interval = cka_interval(found["kept"], len(split), name, mean) if means and found["kept"] else None
+        interval = cka_interval(found["kept"], len(split), name, mean) if probe.detail and means and found["kept"] else None
         splits[name] = {"n": len(split), "layers": layers, "skipped_layers": found["skipped"],
                         "mean": metric(mean, "mean over layers of the mean off-diagonal linear CKA",
                                        **({"interval": interval} if interval else {}))}
@@ -269,7 +270,8 @@ def paths(probe):
                       **{key: min(b[key] for _, _, b in walked) for key in walked[0][2]},
                       **{f"{key}_max": max(b[key] for _, _, b in walked) for key in walked[0][2]},
                       "restarts": [{"seeds": seeds, **b} for seeds, _, b in walked], "examples": examples})
-    intervals = barrier_intervals(pairs)  # the per-example curves leave the pairs here
+    curves = [pair.pop("examples") for pair in pairs]  # the per-example curves leave the pairs here
+    intervals = barrier_intervals(curves) if probe.detail else {}
     mean = lambda key: sum(pair[key] for pair in pairs) / len(pairs) if key in pairs[0] else None  # noqa: E731
     batchnorm = (f"BatchNorm statistics recomputed on {len(train)} training images at every point" if has_norm
                  else "no BatchNorm in the network")
@@ -290,13 +292,12 @@ def paths(probe):
                for key in BARRIERS}}
 
 
-def barrier_intervals(pairs: list) -> dict:
+def barrier_intervals(curves: list) -> dict:
     """{barrier key: {"interval": entry}} from each pair's per-example curves of the restart giving
-    that barrier (they are removed from the pairs)."""
+    that barrier."""
     from ..geometry.paths import excess
     from ..geometry.resampled import barrier_interval
     found = {}
-    curves = [pair.pop("examples") for pair in pairs]
     for key, values, split, worse in (("loss_barrier", "loss", "id", True), ("accuracy_barrier", "accuracy", "id", False),
                                       ("train_loss_barrier", "train_loss", "train", True)):
         if all(key in curve and values in curve[key][1] for curve in curves):

@@ -1,8 +1,11 @@
-"""Pure metric functions over member logits. Natural log throughout.
+"""Per-example quantities and member matrices over member logits. Natural log throughout.
 
 Shapes: member logits [k, N, C] (members first), labels int64 [N]. p̄ is the mean of the
-members' softmax probabilities. Every function here is independent of ensdiag's classes
-and is tested against scikit-learn, a hand-computed case, or a dense re-implementation.
+members' softmax probabilities. The per-example quantities are `Examples`' (examples.py: each
+computed once per split); the statistics over examples — accuracy, NLL, ECE and its variants,
+OOD AUROC, risk–coverage areas — are weighted functions in weighted.py, each written once for
+the value, its bootstrap resamples and the verdict. Everything here is tested against
+scikit-learn, a hand-computed case, or a dense re-implementation.
 """
 
 import math
@@ -10,14 +13,16 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .examples import Examples, entropy  # noqa: F401  (entropy: the one definition, imported from here too)
+
 
 def mean_log_probs(logits: torch.Tensor) -> torch.Tensor:
     """log p̄ [N, C], stably: logsumexp over members of log-softmax, minus log k."""
-    return torch.logsumexp(F.log_softmax(logits.double(), dim=-1), dim=0) - math.log(logits.shape[0])
+    return Examples(logits, None).log_mean
 
 
 def mean_probs(logits: torch.Tensor) -> torch.Tensor:
-    return mean_log_probs(logits).exp()
+    return Examples(logits, None).mean
 
 
 def undefined_predictions(logits) -> torch.Tensor:
@@ -25,148 +30,35 @@ def undefined_predictions(logits) -> torch.Tensor:
 
     Its argmax is then arbitrary (torch takes a NaN as the maximum), so the accuracies and the
     disagreement built on it are NaN rather than a number that looks measured."""
-    return ~torch.isfinite(logits.amax(-1))
-
-
-def accuracy(logits, labels) -> float:
-    """Accuracy of argmax p̄; NaN if p̄ is undefined (NaN) on some sample."""
-    log_p = mean_log_probs(logits)
-    correct = (log_p.argmax(-1) == labels).double()
-    return correct.masked_fill(log_p.isnan().any(-1), math.nan).mean().item()
-
-
-def nll(logits, labels) -> float:
-    """Mean over samples of −log p̄(y|x)."""
-    return -mean_log_probs(logits).gather(1, labels[:, None]).mean().item()
-
-
-def brier(logits, labels) -> float:
-    """Mean over samples of Σ_c (p̄_c − 1[y = c])²."""
-    p = mean_probs(logits)
-    return (p - F.one_hot(labels, p.shape[1]).double()).pow(2).sum(1).mean().item()
-
-
-def bin_statistics(confidence, target, num_bins: int = 15, equal_mass: bool = False, extra_first: bool = False) -> dict:
-    """The one binning routine of ECE, its variants and the reliability diagrams.
-
-    Equal-width bins on [0, 1]: the first is [0, 1/B], then (lo, hi]; 1.0 falls in the last.
-    Equal-mass bins: the samples sorted by confidence (stable), bin b holding samples
-    ⌊bN/B⌋..⌊(b+1)N/B⌋−1; with `extra_first` (torch-uncertainty's split, `torch.tensor_split`)
-    every bin holds ⌊N/B⌋ and the first N mod B bins one more. Returns counts and the sums of
-    confidence and target per bin."""
-    confidence, target = confidence.double().contiguous(), target.double()
-    if equal_mass:
-        order = torch.argsort(confidence, stable=True)
-        index = torch.empty_like(order)
-        bins, n = torch.arange(num_bins), len(confidence)
-        # bin b starts at sorted position ⌊bN/B⌋, or at b⌊N/B⌋ + min(b, N mod B) with the extras first
-        starts = bins * (n // num_bins) + bins.clamp(max=n % num_bins) if extra_first else bins * n // num_bins
-        index[order] = torch.searchsorted(starts, torch.arange(len(confidence)), right=True) - 1
-        lower = upper = None
-    else:
-        edges = torch.linspace(0, 1, num_bins + 1, dtype=torch.float64)
-        index = torch.searchsorted(edges[1:-1], confidence, right=False)  # x == edge -> lower bin
-        lower, upper = edges[:-1].tolist(), edges[1:].tolist()
-    return {"count": torch.bincount(index, minlength=num_bins).double(), "lower": lower, "upper": upper,
-            "confidence": torch.bincount(index, weights=confidence, minlength=num_bins),
-            "target": torch.bincount(index, weights=target, minlength=num_bins)}
-
-
-def _calibration_error(stats, n, signed=False) -> float:
-    gap = stats["confidence"] - stats["target"]
-    return ((gap if signed else gap.abs()).sum() / n).item()
-
-
-def ece(logits, labels, num_bins: int = 15) -> tuple[float, dict]:
-    """Expected calibration error of the top-label confidence max p̄, and its reliability bins.
-
-    Bins are equal-width on [0, 1]: the first is [0, 1/B], then (lo, hi]; a confidence of
-    exactly 1.0 falls in the last bin. ECE = Σ_b |B_b|/N · |acc_b − conf_b|."""
-    confidence, predicted = mean_probs(logits).max(dim=1)
-    stats = bin_statistics(confidence, predicted == labels, num_bins)
-    safe = stats["count"].clamp(min=1)
-    bins = {"lower": stats["lower"], "upper": stats["upper"], "count": stats["count"].long().tolist(),
-            "accuracy": (stats["target"] / safe).tolist(), "confidence": (stats["confidence"] / safe).tolist()}
-    return _calibration_error(stats, len(labels)), bins
-
-
-def adaptive_ece(logits, labels, num_bins: int = 15, extra_first: bool = False) -> float:
-    """ECE over equal-mass bins of max p̄ (each bin holds N/B samples, ±1); `extra_first`: the
-    bins of torch-uncertainty (the N mod B extra samples in the first bins)."""
-    confidence, predicted = mean_probs(logits).max(dim=1)
-    stats = bin_statistics(confidence, predicted == labels, num_bins, equal_mass=True, extra_first=extra_first)
-    return _calibration_error(stats, len(labels))
-
-
-def overconfidence(logits, labels, num_bins: int = 15) -> float:
-    """Σ_b |B_b|/N · (conf_b − acc_b) over equal-width bins: > 0 over-confident, < 0 under-confident."""
-    confidence, predicted = mean_probs(logits).max(dim=1)
-    return _calibration_error(bin_statistics(confidence, predicted == labels, num_bins), len(labels), signed=True)
-
-
-def max_calibration_error(logits, labels, num_bins: int = 15) -> float:
-    """MCE: max over the non-empty equal-width bins of max p̄ of |acc_b − conf_b| (the ECE's bins)."""
-    confidence, predicted = mean_probs(logits).max(dim=1)
-    stats = bin_statistics(confidence, predicted == labels, num_bins)
-    filled = stats["count"] > 0
-    gap = (stats["confidence"][filled] - stats["target"][filled]).abs() / stats["count"][filled]
-    return gap.max().item() if filled.any() else math.nan
-
-
-def classwise_ece(logits, labels, num_bins: int = 15) -> float:
-    """Mean over classes c of Σ_b |B_b|/N · |mean 1[y = c] − mean p̄_c| over equal-width bins of p̄_c.
-
-    The mean is over the classes that occur: the label of some sample, or p̄_c > 0 on some sample
-    (every class, for softmax outputs of finite logits). A choice that no question has (padding,
-    `PAD_LOGIT`) has p̄_c = 0 everywhere and is never the label: no class, so padding a question
-    set to more choices leaves this number as it was."""
-    p = mean_probs(logits)
-    present = (p > 0).any(0) | (torch.bincount(labels, minlength=p.shape[1]) > 0)
-    per_class = [_calibration_error(bin_statistics(p[:, c], labels == c, num_bins), len(labels))
-                 for c in range(p.shape[1]) if present[c]]
-    return sum(per_class) / len(per_class)
-
-
-def entropy(p: torch.Tensor) -> torch.Tensor:
-    """−Σ p log p over the last axis, with 0 log 0 = 0."""
-    return -torch.special.xlogy(p, p).sum(-1)
+    return Examples(logits, None).undefined
 
 
 def predictive_entropy(logits) -> torch.Tensor:
     """H(p̄) per sample [N]: total uncertainty."""
-    return entropy(mean_probs(logits))
+    return Examples(logits, None).entropy
 
 
 def expected_entropy(logits) -> torch.Tensor:
     """(1/k) Σ_i H(p_i) per sample [N]: aleatoric uncertainty."""
-    return entropy(F.softmax(logits.double(), dim=-1)).mean(0)
+    return Examples(logits, None).expected_entropy
 
 
 def jsd(logits) -> torch.Tensor:
-    """H(p̄) − (1/k) Σ_i H(p_i) per sample [N] (mutual information; epistemic).
-
-    Non-negative by concavity of entropy; clamped at 0 against float rounding. Samples on which
-    every member gives the same distribution get exactly 0: rounding in H(p̄) would otherwise
-    leave 1e-16-sized values that break ties between them when JSD ranks samples (OOD scores)."""
-    value = (predictive_entropy(logits) - expected_entropy(logits)).clamp(min=0)
-    log_p = F.log_softmax(logits.double(), dim=-1)
-    identical = (log_p == log_p[:1]).all(dim=2).all(dim=0)
-    return value.masked_fill(identical, 0.0)
+    """H(p̄) − (1/k) Σ_i H(p_i) per sample [N] (mutual information; epistemic; `Examples.jsd`)."""
+    return Examples(logits, None).jsd
 
 
 def max_softmax_probability(logits) -> torch.Tensor:
-    return mean_probs(logits).max(dim=1).values
+    return Examples(logits, None).confidence
 
 
-def member_accuracy(logits, labels) -> list[float]:
+def member_accuracy(examples: Examples) -> list[float]:
     """Accuracy of each member's argmax; NaN for a member whose prediction is undefined on some sample."""
-    correct = (logits.argmax(-1) == labels).double()
-    return correct.masked_fill(undefined_predictions(logits), math.nan).mean(1).tolist()
+    return (1 - examples.member_errors).mean(1).tolist()
 
 
-def member_nll(logits, labels) -> list[float]:
-    log_p = F.log_softmax(logits.double(), dim=-1)
-    return (-log_p.gather(2, labels.expand(logits.shape[0], -1)[..., None]).squeeze(-1).mean(1)).tolist()
+def member_nll(examples: Examples) -> list[float]:
+    return (-examples.member_log_likelihood.mean(1)).tolist()
 
 
 def sortable_key(scores: torch.Tensor) -> torch.Tensor:
@@ -180,50 +72,6 @@ def sortable_key(scores: torch.Tensor) -> torch.Tensor:
     bits = (scores + 0.0).view(as_int[scores.dtype])
     flip = torch.iinfo(bits.dtype).max  # all bits but the sign
     return torch.where(bits < 0, bits ^ flip, bits)
-
-
-def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor) -> dict[str, float]:
-    """AUROC, AUPR-Out, AUPR-In and FPR95 from one sort; exact with ties.
-
-    Scores are uncertainty scores (higher = more OOD); OOD is the positive class.
-    - AUROC = P(score_ood > score_id) + ½ P(equal).
-    - AUPR-Out / AUPR-In: average precision (step sum, scikit-learn's definition) with OOD
-      resp. ID as positive (ID ranked by the negated score).
-    - FPR95 in both directions (they differ; papers rarely say which they use):
-      `fpr95_ood_as_id`: the fraction of OOD samples accepted as ID (score ≤ τ) at the
-      smallest threshold τ that accepts at least 95 % of ID samples (ID is the "positive" kept
-      at TPR 95 %); samples tied at τ are accepted. The reference paper's text.
-      `fpr95_id_as_ood`: the fraction of ID samples flagged as OOD (score ≥ τ) at the largest
-      threshold τ that flags at least 95 % of OOD samples (OOD positive, recall 95 %); ties at
-      τ are flagged. scikit-learn's ROC point, torch-uncertainty's FPR95 and the paper's code.
-    """
-    n_id, n_ood = len(score_id), len(score_ood)
-    scores = torch.cat([score_id.flatten(), score_ood.flatten()])
-    if not scores.is_floating_point():
-        scores = scores.double()
-    is_ood = torch.cat([torch.zeros(n_id, dtype=torch.float64), torch.ones(n_ood, dtype=torch.float64)])
-    keys, order = torch.sort(sortable_key(scores))
-    is_ood = is_ood[order]
-    _, group_sizes = torch.unique_consecutive(keys, return_counts=True)  # ascending tie groups
-    group_ends = group_sizes.cumsum(0) - 1
-    cum_ood = is_ood.cumsum(0)[group_ends]  # OOD with score ≤ group value
-    cum_id = (group_ends + 1).double() - cum_ood
-    ood_in = torch.diff(cum_ood, prepend=cum_ood.new_zeros(1))
-    id_in = torch.diff(cum_id, prepend=cum_id.new_zeros(1))
-    id_below = cum_id - id_in
-    auroc = (ood_in * (id_below + 0.5 * id_in)).sum() / (n_id * n_ood)
-    # AUPR-Out: thresholds descending; at group g, TP = OOD with score ≥ g, FP = ID with score ≥ g
-    tp_out = n_ood - (cum_ood - ood_in)
-    fp_out = n_id - (cum_id - id_in)
-    aupr_out = (ood_in / n_ood * tp_out / (tp_out + fp_out)).sum()
-    # AUPR-In: ID positive, negated score, so thresholds ascend: TP = ID ≤ g, FP = OOD ≤ g
-    aupr_in = (id_in / n_id * cum_id / (cum_id + cum_ood)).sum()
-    first = torch.nonzero(cum_id * 100 >= 95 * n_id)[0, 0]  # integer-exact 95 %
-    fpr95_ood_as_id = cum_ood[first] / n_ood
-    last = torch.nonzero(tp_out * 100 >= 95 * n_ood)[-1, 0]  # OOD flagged (score ≥ g) falls as g rises
-    fpr95_id_as_ood = fp_out[last] / n_id
-    return {"auroc": auroc.item(), "aupr_out": aupr_out.item(), "aupr_in": aupr_in.item(),
-            "fpr95_ood_as_id": fpr95_ood_as_id.item(), "fpr95_id_as_ood": fpr95_id_as_ood.item()}
 
 
 DISAGREEMENT_CHUNK_BYTES = 64 * 2**20  # bound on the working tensors of one chunk of samples
@@ -307,73 +155,42 @@ def weight_cosine(member_weights: list[dict[str, torch.Tensor]]) -> tuple[torch.
     return cosine_matrix(overall), per_layer
 
 
-def ensemble_gain(logits, labels) -> dict[str, float]:
-    """The ensemble's losses against its members' mean loss (the Gibbs loss), per loss.
+def gain_terms(examples: Examples) -> dict[str, torch.Tensor]:
+    """The ensemble's losses against its members' mean loss (the Gibbs loss), per example [N].
 
-    NLL with the arithmetic mean p̄: gibbs − ensemble = mean_n [log p̄(y) − mean_i log p_i(y)] ≥ 0
-    (Jensen's gap). With the normalised geometric mean q̄ ∝ exp(mean_i log p_i) the gap is exactly
-    mean_n mean_i KL(q̄ ‖ p_i) (Wood et al.). Brier with p̄: the gap is exactly the members' spread
+    NLL with the arithmetic mean p̄: gibbs − ensemble = log p̄(y) − mean_i log p_i(y) ≥ 0 (Jensen's
+    gap). With the normalised geometric mean q̄ ∝ exp(mean_i log p_i) the gap is exactly
+    mean_i KL(q̄ ‖ p_i) (Wood et al.). Brier with p̄: the gap is exactly the members' spread
     mean_i ‖p_i − p̄‖². 0-1 loss: mean member error minus the error of argmax p̄ (no identity
-    holds; it can be negative)."""
-    log_p = F.log_softmax(logits.double(), dim=-1)  # [k, N, C]
-    k, n = logits.shape[:2]
-    member_log_y = log_p.gather(2, labels.expand(k, -1)[..., None]).squeeze(-1)  # [k, N]
-    log_mean = mean_log_probs(logits)  # log p̄
+    holds; it can be negative). Each term's mean over examples (weighted.mean) is the analyzer's."""
+    log_p, labels = examples.log_probs, examples.labels
     mean_log = log_p.mean(0)  # mean_i log p_i, the unnormalised log q̄
     log_z = torch.logsumexp(mean_log, dim=-1)  # q̄ = exp(mean_log − log Z)
-    probs, mean = log_p.exp(), log_mean.exp()
-    onehot = F.one_hot(labels, logits.shape[2]).double()
-    member_errors = (log_p.argmax(-1) != labels).double().mean(1)
-    return {
-        "nll_gibbs": -member_log_y.mean().item(),
-        "nll_ensemble": -log_mean.gather(1, labels[:, None]).mean().item(),
-        "nll_geometric": -(mean_log.gather(1, labels[:, None]).squeeze(1) - log_z).mean().item(),
-        "kl_diversity": -log_z.mean().item(),  # mean_i KL(q̄ ‖ p_i), averaged over samples
-        "brier_gibbs": (probs - onehot).pow(2).sum(-1).mean().item(),
-        "brier_ensemble": (mean - onehot).pow(2).sum(-1).mean().item(),
-        "brier_spread": (probs - mean).pow(2).sum(-1).mean().item(),
-        "error_gibbs": member_errors.mean().item(),
-        "error_ensemble": (log_mean.argmax(-1) != labels).double().mean().item(),
-        "member_error": member_errors.tolist(),
-    }
+    probs, onehot = log_p.exp(), F.one_hot(labels, log_p.shape[2]).double()
+    gibbs = -examples.member_log_likelihood.mean(0)
+    return {"nll_gibbs": gibbs, "nll_ensemble": examples.nll,
+            "nll_geometric": -(mean_log.gather(1, labels[:, None]).squeeze(1) - log_z),
+            "kl_diversity": -log_z,  # mean_i KL(q̄ ‖ p_i)
+            "nll_gap": gibbs - examples.nll,
+            "brier_gibbs": (probs - onehot).pow(2).sum(-1).mean(0), "brier_ensemble": examples.brier,
+            "brier_spread": (probs - examples.mean).pow(2).sum(-1).mean(0),
+            "error_gibbs": (examples.member_predicted != labels).double().mean(0),
+            "error_ensemble": (examples.predicted != labels).double()}
 
 
-def risk_coverage(confidence: torch.Tensor, errors: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """(risk at coverage j/N for j = 1..N, AURC = the mean of those risks).
+def risk_coverage(confidence: torch.Tensor, errors: torch.Tensor) -> torch.Tensor:
+    """The risk at coverage j/N for j = 1..N: the curve (its areas: weighted.risk_coverage_areas).
 
     Samples are accepted in decreasing confidence; within a group of tied confidences the order
     is arbitrary, so each of them counts the group's mean error (the expectation over tie orders)."""
     n = len(errors)
     if n == 0 or confidence.isnan().any():  # no samples, or undefined predictions: no ranking
-        return torch.full((n,), math.nan, dtype=torch.float64), math.nan
+        return torch.full((n,), math.nan, dtype=torch.float64)
     order = torch.argsort(sortable_key(confidence), descending=True, stable=True)
     keys, errs = sortable_key(confidence)[order], errors.double()[order]
     _, inverse, counts = torch.unique_consecutive(keys, return_inverse=True, return_counts=True)
     group_mean = torch.zeros(len(counts), dtype=torch.float64).index_add_(0, inverse, errs) / counts
-    risk = torch.cumsum(group_mean[inverse], 0) / torch.arange(1, n + 1, dtype=torch.float64)
-    return risk, risk.mean().item()
-
-
-def augrc(risk: torch.Tensor) -> float:
-    """AUGRC (Traub et al. 2024) from the risks of `risk_coverage`: the mean over coverages j/N of
-    the generalised risk (j/N)·risk_j, the fraction of all N samples accepted and wrong."""
-    n = len(risk)
-    coverage = torch.arange(1, n + 1, dtype=torch.float64) / n
-    return (coverage * risk).mean().item() if n else math.nan
-
-
-def augrc_trapezoid(risk: torch.Tensor) -> float:
-    """torch-uncertainty's AUGRC: `aurc_trapezoid` of the generalised risks (j/N)·risk_j."""
-    return aurc_trapezoid(torch.arange(1, len(risk) + 1, dtype=torch.float64) / max(len(risk), 1) * risk)
-
-
-def aurc_trapezoid(risk: torch.Tensor) -> float:
-    """torch-uncertainty's AURC from the same risks: the trapezoid rule over coverages 1/N..1,
-    divided by the span 1 − 1/N, i.e. (Σ_j risk_j − (risk_1 + risk_N)/2) / (N − 1)."""
-    n = len(risk)
-    if n < 2:
-        return risk.mean().item() if n else math.nan
-    return ((risk.sum() - (risk[0] + risk[-1]) / 2) / (n - 1)).item()
+    return torch.cumsum(group_mean[inverse], 0) / torch.arange(1, n + 1, dtype=torch.float64)
 
 
 def fit_temperature(log_probs: torch.Tensor, labels: torch.Tensor, low: float = 0.02, high: float = 50.0,

@@ -7,24 +7,32 @@ AUROC, AUPR-Out, AUPR-In and FPR95 in both directions.
 
 import torch
 
-from . import metrics as M
 from . import scores as S
-from .registry import Column, Skip, metric, register_analyzer
+from . import weighted as W
+from .examples import Examples
+from .registry import Column, Skip, metric, register_analyzer, register_resampler
+from .resampled import value
 
 DEFAULT_SCORE = "msp"
 ENERGY_TEMPERATURE = 1.0
-# name: (score of member logits [k, N, C] -> [N], description, ensemble only: absent for k = 1)
+# name: (score of a split's Examples -> [N], description, ensemble only: absent for k = 1)
 SCORES = {
-    "msp": (lambda logits: 1 - M.max_softmax_probability(logits), "1 − max_c p̄_c (1 − MSP)", False),
-    "entropy": (M.predictive_entropy, "predictive entropy H(p̄)", False),
-    "jsd": (M.jsd, "JSD = H(p̄) − mean_i H(p_i), the mutual information between the prediction and the member", True),
-    "expected_entropy": (M.expected_entropy, "mean member entropy mean_i H(p_i) (torch-uncertainty's 'entropy' "
-                                             "criterion)", False),
-    "energy": (S.energy, f"free energy −T·logsumexp_c(z̄_c/T) of the mean logits z̄ = mean_i z_i, T = "
-                         f"{ENERGY_TEMPERATURE:g}", False),
-    "max_logit": (S.max_logit, "−max_c z̄_c, the negated largest mean logit", False),
-    "variation_ratio": (S.variation_ratio, "1 − (members voting for the modal class)/k", True),
+    "msp": (lambda split: 1 - split.confidence, "1 − max_c p̄_c (1 − MSP)", False),
+    "entropy": (lambda split: split.entropy, "predictive entropy H(p̄)", False),
+    "jsd": (lambda split: split.jsd, "JSD = H(p̄) − mean_i H(p_i), the mutual information between the prediction and "
+                                     "the member", True),
+    "expected_entropy": (lambda split: split.expected_entropy, "mean member entropy mean_i H(p_i) (torch-uncertainty's "
+                                                               "'entropy' criterion)", False),
+    "energy": (lambda split: S.energy(split.logits, ENERGY_TEMPERATURE), f"free energy −T·logsumexp_c(z̄_c/T) of the mean "
+               f"logits z̄ = mean_i z_i, T = {ENERGY_TEMPERATURE:g}", False),
+    "max_logit": (lambda split: S.max_logit(split.logits), "−max_c z̄_c, the negated largest mean logit", False),
+    "variation_ratio": (lambda split: S.variation_ratio(split.logits), "1 − (members voting for the modal class)/k", True),
 }
+
+
+def score_of(name: str, logits: torch.Tensor) -> torch.Tensor:
+    """The OOD score `name` of member logits [k, N, C], per example [N]."""
+    return SCORES[name][0](Examples(logits, None))
 ALIASES = {"mutual_information": "jsd", "mi": "jsd", "1-msp": "msp"}  # other names --ood-score accepts
 DEFINITIONS = {
     "auroc": "P(score(OOD) > score(ID)) + ½ P(tie); OOD is the positive class",
@@ -55,20 +63,41 @@ BOTH = ("id", "ood")  # each number is a statistic of both samples: its interval
 def ood(predictions, weights=None):
     if "ood" not in predictions or "id" not in predictions:
         raise Skip("needs both an id and an ood split")
-    id_logits, ood_logits = predictions["id"]["logits"], predictions["ood"]["logits"]
-    empty = [name for name, logits in (("id", id_logits), ("ood", ood_logits)) if logits.shape[1] == 0]
+    id_split, ood_split = Examples.of(predictions["id"]), Examples.of(predictions["ood"])
+    empty = [name for name, split in (("id", id_split), ("ood", ood_split)) if split.size == 0]
     if empty:
         raise Skip(f"the {' and the '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty (N = 0): "
                    "AUROC, AUPR and FPR95 need samples of both")
     scores = {}
-    for name, (score, description, ensemble_only) in SCORES.items():
-        if ensemble_only and id_logits.shape[0] == 1:
+    for name, (_, description, ensemble_only) in SCORES.items():
+        if ensemble_only and id_split.members == 1:
             continue  # identically 0 for one member: not a score
-        score_id, score_ood = score(id_logits), score(ood_logits)
-        if torch.isnan(score_id).any() or torch.isnan(score_ood).any():  # NaN logits: the ranking is undefined
-            values = dict.fromkeys(DEFINITIONS, float("nan"))
-        else:
-            values = M.ood_metrics(score_id, score_ood)
-        scores[name] = {"score": description, **{key: metric(value, DEFINITIONS[key]) for key, value in values.items()}}
-    return {"default_score": DEFAULT_SCORE, "scores": scores, "aliases": dict(ALIASES), "n_id": id_logits.shape[1],
-            "n_ood": ood_logits.shape[1]}
+        found = detection(name, id_split, ood_split)
+        scores[name] = {"score": description, **{key: metric(value(found[key]), DEFINITIONS[key]) for key in DEFINITIONS}}
+    return {"default_score": DEFAULT_SCORE, "scores": scores, "aliases": dict(ALIASES), "n_id": id_split.size,
+            "n_ood": ood_split.size}
+
+
+def detection(name: str, id_split: Examples, ood_split: Examples, w_id=None, w_ood=None) -> dict:
+    """{metric: value} of score `name` separating the OOD split from the ID split under example weights
+    (weighted.ood_metrics); NaN throughout where a score is NaN (NaN logits: the ranking is undefined)."""
+    score = SCORES[name][0]
+    score_id, score_ood = score(id_split), score(ood_split)
+    if torch.isnan(score_id).any() or torch.isnan(score_ood).any():
+        rows, single = W.rows(w_id, id_split.size)
+        nan = torch.full((len(rows),), float("nan"), dtype=torch.float64)
+        return dict.fromkeys(DEFINITIONS, nan[0] if single else nan)
+    return W.ood_metrics(score_id, score_ood, w_id, w_ood)
+
+
+@register_resampler("ood")
+def _resampler(predictions, weights, result, wanted):
+    names = [name for name in result.get("scores", {}) if any(path[:2] == ("scores", name) for path in wanted)]
+    id_split, ood_split = Examples.of(predictions["id"]), Examples.of(predictions["ood"])
+
+    def resample(counts):
+        if "id" not in counts or "ood" not in counts:
+            return {}
+        return {("scores", name, key, "value"): values for name in names
+                for key, values in detection(name, id_split, ood_split, counts["id"], counts["ood"]).items()}
+    return resample

@@ -26,6 +26,8 @@ from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from numbers import Integral, Real
 
+from .examples import Examples
+
 ENTRY_POINT_GROUP = "ensdiag.analyzers"
 ANALYZERS: dict[str, "Analyzer"] = {}
 
@@ -37,8 +39,13 @@ def is_ood_split(name: str) -> bool:
 
 
 def without_ood_labels(predictions: dict) -> dict:
-    """The predictions with the labels of every OOD split dropped (a shallow copy)."""
-    return {name: {**split, "labels": None} if is_ood_split(name) else split for name, split in predictions.items()}
+    """{split: Examples} (examples.py), the labels of every OOD split dropped: what analyzers read.
+    Splits already wrapped keep what they computed, so analyzers and intervals share it."""
+    found = {}
+    for name, split in predictions.items():
+        split = Examples.of(split)
+        found[name] = split.without_labels() if is_ood_split(name) and split.labels is not None else split
+    return found
 
 
 class Skip(Exception):
@@ -46,6 +53,9 @@ class Skip(Exception):
 
 
 SPLIT_TABLES = ("id", "shift", "ood")  # the report's per-split tables; "{split}" in a path means theirs
+# The headline: the per-split tables, diversity and the ensemble's gain (the verdict reads them). Their
+# example-level columns get intervals on every run; every other table's (the detail catalogue) on request.
+HEADLINE_TABLES = (*SPLIT_TABLES, "diversity", "gain")
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,11 @@ class Column:
         if self.split is not None:
             return (self.split,)
         return tuple(table for table in self.tables if table in SPLIT_TABLES)
+
+    @property
+    def headline(self) -> bool:
+        """Shown in a headline table (`HEADLINE_TABLES`): its interval is computed on every run."""
+        return any(table in HEADLINE_TABLES for table in self.tables)
 
     def as_peer(self) -> "Column":
         """The column reading the peer convention's value (the same column without one)."""

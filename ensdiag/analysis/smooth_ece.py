@@ -204,37 +204,32 @@ def smooth_ece_at(confidence, correct, sigma: float, kernel: str = "reflected") 
 
 
 def bandwidth(confidence, correct, kernel: str = "reflected") -> float:
-    """σ*, the fixed point smECE_σ = σ, by the authors' bisection (module docstring)."""
+    """σ*, the fixed point smECE_σ = σ, by the authors' bisection (module docstring); NaN for no
+    samples or an undefined confidence."""
     f, y = np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=np.float64)
+    if len(f) == 0 or not np.isfinite(f).all():
+        return math.nan
     return float(_bandwidths(f, y, kernel, np.ones((1, len(f))))[0])
 
 
-def smooth_ece(confidence, correct, kernel: str = "reflected") -> dict:
-    """{"value": smECE at σ*, "bandwidth": σ*}; NaN for no samples or an undefined confidence."""
-    f = np.asarray(confidence, dtype=np.float64)
-    if len(f) == 0 or not np.isfinite(f).all():
-        return {"value": math.nan, "bandwidth": math.nan}
-    sigma = bandwidth(f, correct, kernel)
-    return {"value": smooth_ece_at(f, correct, sigma, kernel), "bandwidth": sigma}
-
-
-def smooth_ece_resampled(confidence, correct, counts, kernel: str = "reflected") -> np.ndarray:
-    """`smooth_ece(...)["value"]` of each bootstrap resample, from `counts` [b, n] (how often each
-    example was drawn): a drawn example weighs its count in every kernel sum, which is what
-    repeating it gives; NaN for a resample that draws an undefined confidence."""
+def smooth_ece(confidence, correct, w=None, kernel: str = "reflected"):
+    """smECE at σ* of the examples under weights w (weighted.py: None, [n] or counts [b, n]): a
+    0-d tensor, or [b]. A weighted example weighs w in every kernel sum, which is what repeating it
+    w times gives; NaN for no examples or a weighting that gives an undefined confidence weight."""
+    import torch
     f, y = np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=np.float64)
-    weights = np.asarray(counts, dtype=np.float64)
-    finite = np.isfinite(f)
+    single = w is None or np.ndim(w) == 1
+    weights = np.ones((1, len(f))) if w is None else np.asarray(w, dtype=np.float64).reshape(-1, len(f))
     values = np.full(len(weights), math.nan)
+    finite = np.isfinite(f)
     defined = ~(weights[:, ~finite] > 0).any(1) & (weights.sum(1) > 0)
-    if not defined.any():
-        return values
-    f, y, weights = f[finite], y[finite], weights[defined][:, finite]
-    distinct, inverse = np.unique(weights, axis=0, return_inverse=True)  # few examples: resamples repeat
-    rows = _Rows(f, y, kernel, distinct)
-    found = rows.at(np.arange(len(distinct)), _bandwidths(f, y, kernel, distinct, rows))[inverse.reshape(-1)]
-    values[defined] = found
-    return values
+    if defined.any():
+        f, y, kept = f[finite], np.nan_to_num(y[finite]), weights[defined][:, finite]
+        distinct, inverse = np.unique(kept, axis=0, return_inverse=True)  # few examples: resamples repeat
+        rows = _Rows(f, y, kernel, distinct)
+        values[defined] = rows.at(np.arange(len(distinct)), _bandwidths(f, y, kernel, distinct, rows))[inverse.reshape(-1)]
+    found = torch.from_numpy(values)
+    return found[0] if single else found
 
 
 def smooth_reliability(confidence, correct, sigma: float, points: int = CURVE_POINTS) -> dict:

@@ -9,13 +9,21 @@ Runs without a validation split (the cifar10 preset trains on all 50,000 images)
 import torch
 
 from . import metrics as M
-from .registry import Column, Skip, metric, register_analyzer
+from . import weighted as W
+from .examples import Examples
+from .registry import Column, Skip, metric, register_analyzer, register_resampler
+from .resampled import value
 
 NOTHING_CHANGES = 0.01  # |T − 1| below this: calibration changes (almost) nothing, and the result says so
+STATISTICS = {"ece": lambda split, w: W.calibration_bins(split.confidence, split.correct, w).folded(),
+              "nll": lambda split, w: W.mean(split.nll, w)}
 
 
-def _scores(logits, labels):
-    return {"ece": M.ece(logits, labels)[0], "nll": M.nll(logits, labels)}
+def scaled(split: Examples, pooled_t: float, member_t: list[float]) -> dict[str, Examples]:
+    """The split before scaling and after each way of scaling (one "member" for pool-then-calibrate)."""
+    z = split.logits.double()
+    return {"before": split, "pool_then_calibrate": Examples((split.log_mean / pooled_t)[None], split.labels),
+            "calibrate_then_pool": Examples(z / torch.tensor(member_t, dtype=torch.float64)[:, None, None], split.labels)}
 
 
 @register_analyzer("temperature", description="Temperature scaling fitted on the validation split: one T for the "
@@ -41,16 +49,27 @@ def temperature(predictions, weights=None):
     for name, split in predictions.items():
         if name == "val" or split["labels"] is None or len(split["labels"]) == 0:
             continue
-        z, y = split["logits"].double(), split["labels"]
-        pooled = (M.mean_log_probs(z) / pooled_t)[None]  # one "member": the rescaled pooled prediction
-        scaled = z / torch.tensor(member_t, dtype=torch.float64)[:, None, None]
-        splits[name] = {kind: {key: metric(value, f"{key.upper()} {kind.replace('_', ' ')}")
-                               for key, value in _scores(scored, y).items()}
-                        for kind, scored in (("before", z), ("pool_then_calibrate", pooled),
-                                             ("calibrate_then_pool", scaled))}
+        splits[name] = {kind: {key: metric(value(statistic(examples, None)), f"{key.upper()} {kind.replace('_', ' ')}")
+                               for key, statistic in STATISTICS.items()}
+                        for kind, examples in scaled(Examples.of(split), pooled_t, member_t).items()}
     result = {"temperature_pooled": metric(pooled_t, "T minimising the validation NLL of softmax(log p̄ / T)"),
               "temperature_members": metric(member_t, "each member's T minimising its validation NLL"),
               "splits": splits}
     if all(abs(t - 1) < NOTHING_CHANGES for t in [pooled_t, *member_t]):
         result["note"] = f"every fitted temperature is within {NOTHING_CHANGES} of 1: scaling changes almost nothing"
     return result
+
+
+@register_resampler("temperature")
+def _resampler(predictions, weights, result, wanted):
+    """The ECE and NLL before and after scaling over resampled test examples, given the temperatures
+    fitted on the validation split (which is not resampled)."""
+    pooled_t, member_t = result["temperature_pooled"]["value"], result["temperature_members"]["value"]
+    chosen = {name: scaled(Examples.of(predictions[name]), pooled_t, member_t) for name in result["splits"]
+              if any(path[:2] == ("splits", name) for path in wanted)}
+
+    def resample(counts):
+        return {path: statistic(examples, counts[name]) for name, kinds in chosen.items() if name in counts
+                for kind, examples in kinds.items() for key, statistic in STATISTICS.items()
+                if (path := ("splits", name, kind, key, "value")) in wanted}
+    return resample

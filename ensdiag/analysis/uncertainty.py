@@ -1,13 +1,16 @@
 """`uncertainty`: predictive entropy, expected entropy and JSD (means over samples)."""
 
-from . import metrics as M
-from .registry import SPLIT_TABLES, Column, empty_metric, metric, register_analyzer
+from . import weighted as W
+from .examples import Examples
+from .registry import SPLIT_TABLES, Column, empty_metric, metric, register_analyzer, register_resampler
+from .resampled import per_split, value
 
 DEFINITIONS = {
     "entropy": "mean over samples of H(p̄) = −Σ_c p̄_c log p̄_c (total uncertainty)",
     "expected_entropy": "mean over samples of (1/k) Σ_i H(p_i) (aleatoric)",
     "jsd": "mean over samples of H(p̄) − (1/k) Σ_i H(p_i) (Jensen–Shannon divergence = mutual information, epistemic)",
 }
+STATISTICS = {key: (lambda split, w, key=key: W.mean(getattr(split, key), w)) for key in DEFINITIONS}
 
 
 @register_analyzer("uncertainty", description="Predictive entropy H, expected entropy and JSD (mutual information) per split",
@@ -18,16 +21,16 @@ DEFINITIONS = {
 def uncertainty(predictions, weights=None):
     splits = {}
     for name, split in predictions.items():
-        logits = split["logits"]
-        single = logits.shape[0] == 1
-        if logits.shape[1] == 0:  # means over no samples: undefined
+        split = Examples.of(split)
+        single = split.members == 1
+        if split.size == 0:  # means over no samples: undefined
             splits[name] = {**{key: empty_metric(definition) for key, definition in DEFINITIONS.items()}, "n": 0}
             continue
-        splits[name] = {
-            "entropy": metric(M.predictive_entropy(logits).mean().item(), DEFINITIONS["entropy"]),
-            "expected_entropy": metric(M.expected_entropy(logits).mean().item(), DEFINITIONS["expected_entropy"]),
-            "jsd": metric(None if single else M.jsd(logits).mean().item(),
-                          DEFINITIONS["jsd"] + ("; N/A for k = 1" if single else "")),
-            "n": logits.shape[1],
-        }
+        splits[name] = {key: metric(None if single and key == "jsd" else value(statistic(split, None)),
+                                    DEFINITIONS[key] + ("; N/A for k = 1" if single and key == "jsd" else ""))
+                        for key, statistic in STATISTICS.items()}
+        splits[name]["n"] = split.size
     return {"splits": splits}
+
+
+register_resampler("uncertainty")(per_split(STATISTICS))

@@ -7,7 +7,7 @@ import typer
 from ..console import check_format, note, output_file
 from ..errors import EnsdiagError
 from .app import app
-from .options import FORMAT, check_saving
+from .options import DETAIL, FORMAT, check_saving
 from .show import show_metrics
 
 PREDICTIONS_HELP = ("A .safetensors predictions file ('<split>/logits' [k,N,C], '<split>/labels' [N]), an .npz with the "
@@ -38,6 +38,7 @@ def analyze(
                                     "(default: the first in the file, named in the output)."),
     score: str = typer.Option("loglikelihood", help="lm-eval logs: each choice's score: loglikelihood, acc_norm "
                               "(log-likelihood per character, lm-eval's) or mutual_info (minus the unconditional one)."),
+    detail: bool = DETAIL,
 ):
     """Every metric from member predictions made anywhere.
 
@@ -66,7 +67,7 @@ def analyze(
     for line in [*about.get("notes", []), *(f"warning: {warning}" for warning in warnings)]:
         note(line)
     source = f"ensdiag analyze {' '.join(path.name for path in [*sources, *(ood or ())])}"
-    diagnosis = inspect_predictions(predictions, ", ".join(map(str, sources)), about.get("titles"), source)
+    diagnosis = inspect_predictions(predictions, ", ".join(map(str, sources)), about.get("titles"), source, detail)
     if warnings:
         diagnosis.metrics["input_warnings"] = warnings
     if "lm_eval" in about:

@@ -8,7 +8,7 @@ from ..console import check_format, loading, note, print_json
 from ..errors import DataNotFound, EnsdiagError
 from .app import app
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
-from .options import SEED, SHIFT, checked_seed, data_choice, plan_of, quick_checks
+from .options import DETAIL, SEED, SHIFT, checked_seed, data_choice, plan_of, quick_checks
 from .show import show_items
 
 MEASURED = ["disagreement", "member-pairs", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
@@ -42,6 +42,7 @@ def diversity(
     method: str = typer.Option("lora", help="LoRA adapters with --save: the run's name (--seed: its seed)."),
     budget: str = BUDGET,
     precision_target: float = PRECISION,
+    detail: bool = DETAIL,
     overwrite: bool = typer.Option(False, "--overwrite", help="LoRA adapters with --save: replace the LoRA diagnosis "
                                    "already saved as that run (without it, an existing one is never replaced)."),
 ):
@@ -76,7 +77,7 @@ def diversity(
     diagnosis = inspect(model, inputs.splits if inputs else {}, preprocess=inputs and inputs.preprocess, seed=seed,
                         geometry=geometry, train=inputs and inputs.train, geometry_examples=max_examples,
                         path_points=points, only=MEASURED + _geometry_names(geometry), titles=inputs and inputs.titles,
-                        skipped=skipped, no_data=no_data, status=loading, plan=plan)
+                        skipped=skipped, no_data=no_data, status=loading, plan=plan, detail=detail)
     name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"
     drawn = []
     if plot is not None:

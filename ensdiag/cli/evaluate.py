@@ -8,7 +8,7 @@ from ..console import check_format, output_folder
 from ..errors import EnsdiagError
 from .app import app
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
-from .options import SHIFT, checked_seed, data_choice, plan_of, quick_checks
+from .options import DETAIL, SHIFT, checked_seed, data_choice, plan_of, quick_checks
 from .show import show_metrics
 
 
@@ -32,6 +32,7 @@ def evaluate(
     fmt: str = FORMAT,
     budget: str = BUDGET,
     precision_target: float = PRECISION,
+    detail: bool = DETAIL,
     base: Path = typer.Option(None, help="LoRA adapters: the base model's local folder, loaded by lm-eval with each adapter."),
     tasks: str = typer.Option(None, help="LoRA adapters: the lm-eval task (or group) to score them on."),
     ood_task: str = typer.Option(None, "--ood-task", help="LoRA adapters: an lm-eval task whose questions are the OOD split."),
@@ -76,7 +77,8 @@ def evaluate(
         if download and ranks.main:
             distributed.barrier()
         diagnosis = inspect(model.to(device), inputs.splits, preprocess=inputs.preprocess, seed=seed, geometry=False,
-                            titles=inputs.titles, skipped=inputs.skipped, spread=ranks.distributed, plan=plan)
+                            titles=inputs.titles, skipped=inputs.skipped, spread=ranks.distributed, plan=plan,
+                            detail=detail)
     finally:
         distributed.finish()
     if diagnosis is None:

@@ -28,6 +28,8 @@ SEED = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are d
 BUDGET = typer.Option(None, "--budget", help="A time the whole command may take (e.g. 5m, 90s, 1h): each split and "
                       "geometry step reads the examples its measured cost affords, in a seeded random order, and says "
                       "how many and with what precision.")
+DETAIL = typer.Option(False, "--detail", help="Intervals for the detail catalogue too (calibration variants, SmoothECE, "
+                      "debiased ECE, member pairs, AURC, CKA, barriers): the headline tables' numbers always have them.")
 PRECISION = typer.Option(None, "--precision-target", help="An interval half-width (e.g. 0.01): a split or geometry "
                          "step stops reading examples once every headline number it feeds is this precise.")
 

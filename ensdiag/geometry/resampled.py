@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from .. import bootstrap as B
+from ..analysis import bootstrap as B
 
 CKA_INTERVAL_EXAMPLES = 500  # features kept per split for CKA's interval (Gram matrices m × m; the cost grows as m²)
 CKA_RESAMPLES = 300  # each costs (k + k(k+1)/2) products of m × m by the block, per layer

@@ -77,10 +77,9 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
         add("reliability", "Reliability diagrams on the in-distribution test set (seeds pooled)", reliability_figure(curves))
     add_smooth_reliability(runs, add)
     if "ood" not in report["skipped_splits"]:
-        from ..analysis.ood import SCORES
+        from ..analysis.ood import SCORES, score_of
         from ..predictions import load_predictions
         from .ood_score import title
-        score = SCORES[ood_score][0]
         panels = []
         for method, seeds in runs.items():
             _, run = _first_complete(seeds)
@@ -88,7 +87,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
                 continue
             predictions, _ = load_predictions(run["folder"] / "predictions.safetensors")
             if "ood" in predictions and not (SCORES[ood_score][2] and predictions["ood"]["logits"].shape[0] < 2):
-                panels.append((method, *(score(predictions[s]["logits"]).float() for s in ("id", "ood"))))
+                panels.append((method, *(score_of(ood_score, predictions[s]["logits"]).float() for s in ("id", "ood"))))
         if panels:
             add("ood-scores", f"Histograms of the OOD score {title(ood_score)} on ID and OOD data (first seed)",
                 ood_histogram_figure([(m, a.numpy(), b.numpy()) for m, a, b in panels], title(ood_score),

@@ -16,9 +16,10 @@ Every point estimate is a ratio of means over the seeds the three methods share.
 is the envelope of two: Fieller's interval for that ratio of means over the paired per-seed values
 (inverting the paired t-test; none, and the question unsettled, when the set is unbounded), and
 a paired bootstrap of the same ratio of means over seeds and test examples (`RESAMPLES`
-resamples drawing seeds with replacement, the same for every method, and test examples with
-replacement, the same for every method and seed, from a fixed generator, so reports are
-reproducible). The bootstrap alone cannot leave the range of the observed seeds, which with 3 seeds
+resamples drawing seeds with replacement from a fixed generator, the same for every method, and
+test examples with the very draws behind every cell's interval — `bootstrap.Draws`, the same for
+every method and seed —, each statistic computed by the function behind the cell, weighted.py;
+so reports are reproducible and the verdict's test-set sampling is the tables'). The bootstrap alone cannot leave the range of the observed seeds, which with 3 seeds
 is far too narrow (Efron & Tibshirani 1993, §13); Fieller's carries the seed-to-seed variance, the
 bootstrap the test-set sampling with one seed or agreeing seeds. An interval never holds values the
 quantity cannot take (a diversity ratio is ≥ 0).
@@ -33,15 +34,17 @@ import math
 
 import torch
 
-from ..analysis import metrics as M
+from ..analysis import bootstrap as B
+from ..analysis import weighted as W
+from ..analysis.examples import Examples
+from ..analysis.metrics import gain_terms
 from ..io import read_safetensors
 from .stats import envelope, fieller, percentiles, settles, t_interval
 
 BASELINE, REFERENCE = "single", "deep-ensemble"
-RESAMPLES = 500
+RESAMPLES = B.RESAMPLES  # the first rows of the draws behind the cells' intervals
 NO_GAIN = 1e-12  # a Deep Ensemble gain this small is none (float rounding of equal numbers)
 NO_DIVERSITY = 1e-9  # nats: a Deep Ensemble KL diversity this small is rounding (float32 logits), not diversity
-ECE_BINS = 15
 
 
 class _Wanted:
@@ -59,72 +62,47 @@ def _per_example(path) -> dict | None:
         return None
     if "id/logits" not in tensors or "id/labels" not in tensors:
         return None
-    logits, labels = tensors["id/logits"].double(), tensors["id/labels"].long()
-    log_p = M.mean_log_probs(logits)
-    confidence, predicted = log_p.exp().max(1)
-    member_log_p = torch.log_softmax(logits, -1)
-    out = {"nll": -log_p.gather(1, labels[:, None]).squeeze(1), "confidence": confidence,
-           "correct": (predicted == labels).double(), "id_score": 1 - confidence,
-           "kl": -torch.logsumexp(member_log_p.mean(0), -1),  # mean_i KL(q̄ ‖ p_i), q̄ the normalised geometric mean
-           "gibbs": -member_log_p.gather(2, labels[None, :, None].expand(len(logits), -1, 1)).squeeze(2).mean(0)}
+    split = Examples(tensors["id/logits"], tensors["id/labels"].long())
+    terms = gain_terms(split)
+    out = {"nll": split.nll, "confidence": split.confidence, "correct": split.correct, "id_score": 1 - split.confidence,
+           "kl": terms["kl_diversity"],  # mean_i KL(q̄ ‖ p_i), q̄ the normalised geometric mean
+           "gibbs": terms["nll_gibbs"]}
     if "ood/logits" in tensors:
-        out["ood_score"] = 1 - M.mean_probs(tensors["ood/logits"].double()).max(1).values
+        out["ood_score"] = 1 - Examples(tensors["ood/logits"], None).confidence
     shift = _shift_nll(tensors)
     if shift is not None:
-        out["shift_nll"] = shift
+        out["shift_nll"], out["shift_family"] = shift
     return out
 
 
-def _shift_nll(tensors) -> torch.Tensor | None:
-    """The NLL under shift per test image: the corruptions of one image are one sample (they share
-    it), so where every corruption split holds the same labelled images, the mean over corruptions
-    per image (resampled by image); otherwise every shifted example on its own. None without shift."""
+def _shift_nll(tensors) -> tuple[torch.Tensor, str] | None:
+    """(the NLL under shift per example, the name its draws go by): where every corruption split holds
+    the same labelled images, the mean over corruptions per image (the corruptions of one image are
+    one sample: resampled together, as the pooled shift split's interval resamples them); otherwise
+    every shifted example on its own. None without shift."""
     names = sorted(name.removesuffix("/logits") for name in tensors
                    if name.startswith("shift/") and name.endswith("/logits") and f"{name[:-7]}/labels" in tensors)
     if not names and "shift/logits" in tensors and "shift/labels" in tensors:
         names = ["shift"]
     if not names:
         return None
-    found = []
-    for name in names:
-        labels = tensors[f"{name}/labels"].long()
-        found.append((-M.mean_log_probs(tensors[f"{name}/logits"].double()).gather(1, labels[:, None]).squeeze(1), labels))
+    found = [(Examples(tensors[f"{name}/logits"], tensors[f"{name}/labels"].long()).nll, tensors[f"{name}/labels"])
+             for name in names]
     if len({len(labels) for _, labels in found}) == 1 and all(torch.equal(labels, found[0][1]) for _, labels in found):
-        return torch.stack([nll for nll, _ in found]).mean(0)
-    return torch.cat([nll for nll, _ in found])
+        return torch.stack([nll for nll, _ in found]).mean(0), "shift"
+    return torch.cat([nll for nll, _ in found]), "shift"
 
 
-def _ece(confidence, correct):
-    stats = M.bin_statistics(confidence, correct, ECE_BINS)
-    return ((stats["confidence"] - stats["target"]).abs().sum() / len(correct)).item()
-
-
-def _auroc(id_score, ood_score):
-    """P(ood > id) + ½ P(tie), from midranks."""
-    scores = torch.cat([id_score, ood_score])
-    order = torch.argsort(scores)
-    ranks = torch.empty_like(scores)
-    ranks[order] = torch.arange(1, len(scores) + 1, dtype=scores.dtype)
-    _, inverse, counts = torch.unique(scores, return_inverse=True, return_counts=True)
-    summed = torch.zeros(len(counts), dtype=scores.dtype).index_add_(0, inverse, ranks)
-    ranks = (summed / counts)[inverse]  # ties share their mean rank
-    n_id, n_ood = len(id_score), len(ood_score)
-    return ((ranks[n_id:].sum() - n_ood * (n_ood + 1) / 2) / (n_id * n_ood)).item()
-
-
-def _metrics(run, examples, ood_examples, shift_examples=None):
-    values = {"nll": run["nll"][examples].mean().item(), "ece": _ece(run["confidence"][examples], run["correct"][examples]),
-              "kl": run["kl"][examples].mean().item(), "gibbs": run["gibbs"][examples].mean().item()}
+def _metrics(run, w=None, w_ood=None, w_shift=None) -> dict:
+    """NLL, ECE, KL diversity, the members' NLL (AUROC, NLL under shift) of one run under example
+    weights (None: as measured; counts [R, n]: each resample), by the functions behind the cells."""
+    values = {"nll": W.mean(run["nll"], w), "ece": W.ece(run["confidence"], run["correct"], w),
+              "kl": W.mean(run["kl"], w), "gibbs": W.mean(run["gibbs"], w)}
     if "ood_score" in run:
-        values["auroc"] = _auroc(run["id_score"][examples], run["ood_score"][ood_examples])
+        values["auroc"] = W.ood_metrics(run["id_score"], run["ood_score"], w, w_ood)["auroc"]
     if "shift_nll" in run:
-        values["shift_nll"] = run["shift_nll"][slice(None) if shift_examples is None else shift_examples].mean().item()
-    return values
-
-
-def _averaged(runs, seeds, examples, ood_examples, shift_examples=None):
-    per_seed = [_metrics(runs[seed], examples, ood_examples, shift_examples) for seed in seeds]
-    return {key: sum(values[key] for values in per_seed) / len(per_seed) for key in per_seed[0]}
+        values["shift_nll"] = W.mean(run["shift_nll"], w_shift)
+    return {key: value if value.dim() else value.item() for key, value in values.items()}
 
 
 def _shares(baseline, reference, method):
@@ -161,82 +139,31 @@ def _where(condition, value, otherwise):
     return value if condition else otherwise
 
 
-def _resamples(num_seeds: int, n: int, n_ood: int):
-    """The bootstrap's draws, [R, S] seeds, [R, n] test examples and [R, n_ood] OOD examples, from
-    one fixed generator in the order the resamples are taken (so reports are reproducible)."""
-    generator = torch.Generator().manual_seed(0)
-    chosen, examples, ood_examples = [], [], []
-    for _ in range(RESAMPLES):
-        chosen.append(torch.randint(0, num_seeds, (num_seeds,), generator=generator))
-        examples.append(torch.randint(0, n, (n,), generator=generator))
-        ood_examples.append(torch.randint(0, max(n_ood, 1), (n_ood,), generator=generator))
-    return torch.stack(chosen), torch.stack(examples), torch.stack(ood_examples)
+def chosen_seeds(num_seeds: int, resamples: int = RESAMPLES) -> torch.Tensor:
+    """[R, S]: the seeds each resample draws (with replacement), from a fixed generator, the same for
+    every method (paired), so reports are reproducible."""
+    return torch.randint(0, num_seeds, (resamples, num_seeds), generator=torch.Generator().manual_seed(0))
 
 
-def _shift_counts(n_shift: int) -> torch.Tensor | None:
-    """[R, n_shift]: how often each shifted test image was drawn per resample, from a generator of
-    its own (the id draws stay what they were)."""
-    if not n_shift:
-        return None
-    generator = torch.Generator().manual_seed(1)
-    return _counts(torch.stack([torch.randint(0, n_shift, (n_shift,), generator=generator) for _ in range(RESAMPLES)]),
-                   n_shift)
+def example_counts(run, draws: B.Draws, resamples: int = RESAMPLES) -> tuple:
+    """(id, OOD, shift counts [R, n]): the test examples' resamples, the draws behind the cells' intervals."""
+    n = len(run["nll"])
+    ood = draws.counts("ood", len(run["ood_score"]), 0, resamples) if "ood_score" in run else None
+    shift = draws.counts(run["shift_family"], len(run["shift_nll"]), 0, resamples) if "shift_nll" in run else None
+    return draws.counts("id", n, 0, resamples), ood, shift
 
 
-def _counts(draws: torch.Tensor, size: int) -> torch.Tensor:
-    """[R, size]: how often each example was drawn in each resample (float64)."""
-    rows = torch.arange(len(draws)).unsqueeze(1) * size
-    return torch.bincount((rows + draws).flatten(), minlength=len(draws) * size).view(len(draws), size).double()
+def _bootstrap(group, seeds, chosen, counts) -> dict:
+    """The seed-averaged metrics of every resample at once ({key: [R]}): each seed's metrics on the
+    resampled examples (weighted by their counts), then the mean over the seeds each resample chose."""
+    per_seed = [_metrics(group[seed], *counts) for seed in seeds]  # S × {key: [R]}
+    return {key: torch.stack([metrics[key] for metrics in per_seed], dim=1).gather(1, chosen).mean(1)
+            for key in per_seed[0]}
 
 
-def _bootstrap(group, seeds, chosen, examples, ood_examples, weights=None) -> dict:
-    """The `_averaged` metrics of every resample at once ({key: [R]}): each seed's metrics from the
-    resampled examples' counts (no Python loop over resamples), then the mean over the chosen seeds.
-    Equal to the loop up to float rounding (a test keeps the loop as the reference). `weights`:
-    the examples' and OOD examples' counts, when the caller has them already."""
-    weights, ood_weights, *shift = weights or _example_counts(examples, ood_examples)
-    per_seed = [_weighted_metrics(group[seed], weights, ood_weights, *shift) for seed in seeds]  # S × {key: [R]}
-    out = {}
-    for key in per_seed[0]:
-        stacked = torch.stack([metrics[key] for metrics in per_seed], dim=1)  # [R, S]
-        out[key] = stacked.gather(1, chosen).mean(1)
-    return out
-
-
-def _example_counts(examples, ood_examples):
-    """([R, n], [R, n_ood] or None): how often each test and OOD example was drawn per resample."""
-    return (_counts(examples, examples.shape[1]),
-            _counts(ood_examples, ood_examples.shape[1]) if ood_examples.shape[1] else None)
-
-
-def _weighted_metrics(run, weights, ood_weights, shift_weights=None) -> dict:
-    """NLL, ECE, KL diversity (AUROC, NLL under shift) of one run for every resample, from example counts."""
-    n = weights.shape[1]
-    out = {"nll": weights @ run["nll"] / n, "kl": weights @ run["kl"] / n, "gibbs": weights @ run["gibbs"] / n}
-    bins = torch.searchsorted(torch.linspace(0, 1, ECE_BINS + 1, dtype=torch.float64)[1:-1],
-                              run["confidence"].double().contiguous(), right=False)  # as bin_statistics bins
-    one_hot = torch.nn.functional.one_hot(bins, ECE_BINS).double()  # [n, B]
-    confidence = weights @ (one_hot * run["confidence"].double()[:, None])
-    correct = weights @ (one_hot * run["correct"].double()[:, None])
-    out["ece"] = (confidence - correct).abs().sum(1) / n
-    if "ood_score" in run and ood_weights is not None:
-        out["auroc"] = _weighted_auroc(run["id_score"], run["ood_score"], weights, ood_weights)
-    if "shift_nll" in run and shift_weights is not None and shift_weights.shape[1] == len(run["shift_nll"]):
-        out["shift_nll"] = shift_weights @ run["shift_nll"] / shift_weights.shape[1]
-    return out
-
-
-def _weighted_auroc(id_score, ood_score, weights, ood_weights) -> torch.Tensor:
-    """P(ood > id) + ½ P(tie) for every resample: the id scores sorted once, each OOD example's
-    count of smaller and equal id scores read from the resample's cumulative counts."""
-    order = torch.argsort(id_score)
-    ranked = id_score[order]
-    cumulative = torch.nn.functional.pad(weights[:, order].cumsum(1), (1, 0))  # [R, n + 1]
-    below = torch.searchsorted(ranked, ood_score, right=False)  # id scores < each OOD score
-    upto = torch.searchsorted(ranked, ood_score, right=True)  # id scores <= it
-    wins = cumulative[:, below] + 0.5 * (cumulative[:, upto] - cumulative[:, below])  # [R, n_ood]
-    n, n_ood = weights.shape[1], ood_weights.shape[1]
-    return (wins * ood_weights).sum(1) / (n * n_ood)
+def _averaged(group, seeds) -> dict:
+    per_seed = [_metrics(group[seed]) for seed in seeds]
+    return {key: sum(values[key] for values in per_seed) / len(per_seed) for key in per_seed[0]}
 
 
 def verdict(run_dir, runs: dict) -> dict:
@@ -246,10 +173,7 @@ def verdict(run_dir, runs: dict) -> dict:
     loaded = {method: {seed: data for seed, run in seeds.items() if run is not None
                        and (data := _per_example(run["folder"] / "predictions.safetensors")) is not None}
               for method, seeds in runs.items()}
-    result = {}
-    # The single model's and the Deep Ensemble's resampled metrics serve every other method that
-    # shares their seeds: the draws depend only on (seeds, n, n_ood), from one fixed generator.
-    draws_for, resampled_for = {}, {}
+    result, draws, resampled_for = {}, B.Draws(), {}
     for method in runs:
         if method in (BASELINE, REFERENCE):
             continue
@@ -257,33 +181,31 @@ def verdict(run_dir, runs: dict) -> dict:
         if not seeds:
             continue
         trio = [loaded[BASELINE], loaded[REFERENCE], loaded[method]]
-        n = len(trio[0][seeds[0]]["nll"])
-        n_ood = len(trio[0][seeds[0]].get("ood_score", []))
-        n_shift = len(trio[0][seeds[0]].get("shift_nll", []))
-        if any(len(group[seed]["nll"]) != n for group in trio for seed in seeds):
+        first = trio[0][seeds[0]]
+        sizes = {key: len(first.get(key, [])) for key in ("nll", "ood_score", "shift_nll")}
+        if any(len(group[seed]["nll"]) != sizes["nll"] for group in trio for seed in seeds):
             continue  # seeds measured on different test sets cannot be paired
-        if any(len(group[seed].get("shift_nll", [])) != n_shift for group in trio for seed in seeds):
-            trio = [{seed: {key: value for key, value in run.items() if key != "shift_nll"} for seed, run in group.items()}
-                    for group in trio]  # different shift sets: no shift question
-            n_shift = 0
-        everything, all_ood = torch.arange(n), torch.arange(n_ood)
-        point = _shares(*(_averaged(group, seeds, everything, all_ood) for group in trio))
-        size = (len(seeds), n, n_ood, n_shift)
-        if size not in draws_for:
-            chosen, examples, ood_examples = _resamples(*size[:3])
-            draws_for[size] = (chosen, examples, ood_examples,
-                               (*_example_counts(examples, ood_examples), _shift_counts(n_shift)))
-        chosen, examples, ood_examples, counts = draws_for[size]
+        if any(len(group[seed].get("ood_score", [])) != sizes["ood_score"] for group in trio for seed in seeds):
+            trio = _without(trio, ("ood_score",))  # different OOD sets: no OOD question
+        if any(len(group[seed].get("shift_nll", [])) != sizes["shift_nll"] for group in trio for seed in seeds):
+            trio = _without(trio, ("shift_nll", "shift_family"))  # different shift sets: no shift question
+        point = _shares(*(_averaged(group, seeds) for group in trio))
+        counts, chosen = example_counts(trio[0][seeds[0]], draws), chosen_seeds(len(seeds))
         resampled = []
         for name, group in zip((BASELINE, REFERENCE, method), trio):
-            key = (name, tuple(seeds), size)
-            if key not in resampled_for:
-                resampled_for[key] = _bootstrap(group, seeds, chosen, examples, ood_examples, counts)
+            key = (name, tuple(seeds), tuple(len(c) if c is not None else 0 for c in counts), tuple(sorted(group[seeds[0]])))
+            if key not in resampled_for:  # the single model's and the Deep Ensemble's serve every other method
+                resampled_for[key] = _bootstrap(group, seeds, chosen, counts)
             resampled.append(resampled_for[key])
-        draws = {key: value.tolist() for key, value in _shares(*resampled).items()}  # every entry over the resamples
-        per_seed = [_shares(*(_metrics(group[seed], everything, all_ood) for group in trio)) for seed in seeds]
-        result[method] = _entry(point, _intervals(point, draws, per_seed), len(seeds))
+        resampled_shares = {key: value.tolist() for key, value in _shares(*resampled).items()}
+        per_seed = [_shares(*(_metrics(group[seed]) for group in trio)) for seed in seeds]
+        result[method] = _entry(point, _intervals(point, resampled_shares, per_seed), len(seeds))
     return result
+
+
+def _without(trio, keys) -> list:
+    return [{seed: {key: value for key, value in run.items() if key not in keys} for seed, run in group.items()}
+            for group in trio]
 
 
 def _intervals(point, draws, per_seed) -> dict:

@@ -10,21 +10,35 @@
   averaged down to 8x8. Not FashionMNIST.
 """
 
-from functools import lru_cache
-
+from ..cache import images_in_unit_range, made
 from ..registry import Dataset, Split, register_dataset
 
 TEST_FRACTION, SPLIT_SEED = 0.2, 0
 NUM_PATCHES, PATCH_SIZE, PATCH_SEED = 500, 32, 0
+NUM_DIGITS = 1797
 
 
-@lru_cache(maxsize=1)
 def _all_digits():
+    """(images [1797, 1, 8, 8] in [0, 1], labels): scikit-learn's digits, read from scikit-learn once
+    (importing it takes seconds) and from ensdiag's cache after that (data/cache.py)."""
+    found = made("digits", {}, _load_digits, _digits_check)
+    return found["images"], found["labels"]
+
+
+def _load_digits():
     import torch
     from sklearn.datasets import load_digits
     bunch = load_digits()
-    images = torch.tensor(bunch.images, dtype=torch.float32).div_(16).unsqueeze(1)
-    return images, torch.tensor(bunch.target, dtype=torch.int64)
+    return {"images": torch.tensor(bunch.images, dtype=torch.float32).div_(16).unsqueeze(1),
+            "labels": torch.tensor(bunch.target, dtype=torch.int64)}
+
+
+def _digits_check(tensors) -> bool:
+    import torch
+    labels = tensors.get("labels")
+    return (images_in_unit_range({"images": tensors.get("images", torch.empty(0))}, {"images": (NUM_DIGITS, 1, 8, 8)})
+            and set(tensors) == {"images", "labels"} and labels.dtype == torch.int64 and labels.shape == (NUM_DIGITS,)
+            and bool(((labels >= 0) & (labels < 10)).all()))
 
 
 def _split_index(n):
@@ -65,11 +79,49 @@ class DigitsC(EmbeddedDataset):
 
     def load(self, data_dir=None, split="test", download=False, corruptions=None, seed=0):
         base = Digits().load(split=split)
-        from ..corruptions import CORRUPTIONS, corrupt
-        chosen = list(CORRUPTIONS) if corruptions is None else list(corruptions)
-        return {name: Split(corrupt(base.images, name, seed + index), base.labels.clone(),
-                            f"digits-C (procedural) {name}")
-                for index, name in enumerate(chosen)}
+        chosen = list(CORRUPTION_NAMES) if corruptions is None else list(corruptions)
+        found = made("digits-c", {"split": split, "seed": seed, "corruptions": chosen}, _Corrupted(split, seed, chosen),
+                     _Shapes({name: tuple(base.images.shape) for name in chosen}))
+        return {name: Split(found[name].clone(), base.labels.clone(), f"digits-C (procedural) {name}") for name in chosen}
+
+
+CORRUPTION_NAMES = ("gaussian_noise", "impulse_noise", "blur", "rotate", "shear", "scale", "translate", "brightness",
+                    "contrast", "stripe")  # corruptions.py's, in its order (a test checks): no torchvision import to list them
+
+
+class _Corrupted:
+    """make() of digits-C: the split under each corruption (hashable, so a process makes it once)."""
+
+    def __init__(self, split: str, seed: int, chosen: list):
+        self.key = (split, seed, tuple(chosen))
+
+    def __call__(self):
+        from ..corruptions import corrupt
+        split, seed, chosen = self.key
+        images = Digits().load(split=split).images
+        return {name: corrupt(images, name, seed + index) for index, name in enumerate(chosen)}
+
+    def __eq__(self, other):
+        return isinstance(other, _Corrupted) and other.key == self.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+
+class _Shapes:
+    """check() of images of known shapes in [0, 1] (hashable, as `_Corrupted`)."""
+
+    def __init__(self, shapes: dict):
+        self.shapes = tuple(sorted(shapes.items()))
+
+    def __call__(self, tensors) -> bool:
+        return images_in_unit_range(tensors, dict(self.shapes))
+
+    def __eq__(self, other):
+        return isinstance(other, _Shapes) and other.shapes == self.shapes
+
+    def __hash__(self):
+        return hash(self.shapes)
 
 
 def natural_patches(n=NUM_PATCHES, seed=PATCH_SEED, size=PATCH_SIZE):
@@ -100,6 +152,11 @@ class NaturalPatches(EmbeddedDataset):
     how_to_get = "Cut from the photographs that ship with scikit-learn; nothing to download."
 
     def load(self, data_dir=None, split="test", download=False):
-        images, _ = natural_patches()
-        return Split(images, None, f"natural-image patches ({NUM_PATCHES} from scikit-learn's sample photographs)")
+        images = made("natural-patches", {"n": NUM_PATCHES, "seed": PATCH_SEED, "size": PATCH_SIZE}, _patches,
+                      _Shapes({"images": (NUM_PATCHES, 1, 8, 8)}))["images"]
+        return Split(images.clone(), None, f"natural-image patches ({NUM_PATCHES} from scikit-learn's sample photographs)")
+
+
+def _patches():
+    return {"images": natural_patches()[0]}
 

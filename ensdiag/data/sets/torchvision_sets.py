@@ -16,7 +16,6 @@ verified download.
 
 import gzip
 import hashlib
-import os
 import struct
 from pathlib import Path
 
@@ -25,14 +24,11 @@ import numpy as np
 from ...errors import DataNotFound, EnsdiagError
 from ...io import atomic_write_bytes
 from .. import safe_pickle
+from ..cache import cache_dir
 from ..registry import Dataset, Split, register_dataset
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC = 2051, 2049
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("ENSDIAG_CACHE", Path.home() / ".cache" / "ensdiag"))
 
 
 def _wrap_torchvision(what, folder, call):

@@ -95,6 +95,34 @@ def counts_of(rows: torch.Tensor, n: int) -> torch.Tensor:
     return torch.bincount((offsets + rows).flatten(), minlength=len(rows) * n).view(len(rows), n).double()
 
 
+KEPT_ENTRIES = 2**23  # a split's counts are kept for every statistic up to this size (64 MiB of float64)
+
+
+class Draws:
+    """The bootstrap counts of every split, drawn once for all the statistics that resample it (each
+    analyzer, the verdict): rows in order from the split's generator (`seed_of`), so whoever asks
+    for resamples start..stop of (split, n) gets the same counts. Kept up to `KEPT_ENTRIES` per split;
+    larger ones are drawn again when asked (the same rows, from the start of the stream)."""
+
+    def __init__(self):
+        self.kept = {}
+
+    def counts(self, split: str, n: int, start: int, stop: int, clusters: int | None = None) -> torch.Tensor:
+        """[stop − start, n] float64: how often each example was drawn in resamples start..stop−1.
+        `clusters`: the n examples are blocks of the same `clusters` inputs (examples.Examples), and
+        each input is drawn with all its blocks: its counts repeated per block."""
+        if clusters:
+            return self.counts(split, clusters, start, stop).repeat(1, n // clusters)
+        key = (family(split), n)
+        found = self.kept.get(key)
+        if found is None or len(found) < stop:
+            if stop * n > KEPT_ENTRIES:
+                return counts_of(draws(split, n, stop, start, stop), n)
+            found = counts_of(draws(split, n, stop), n)
+            self.kept[key] = found
+        return found[start:stop]
+
+
 def finite_population(n: int, of: int | None) -> float:
     """√((N − n)/(N − 1)): how much less a subsample of n of N varies about the whole's value."""
     if of is None or of <= n or of < 2:
@@ -221,5 +249,5 @@ def half_width(entry: dict | None) -> float | None:
     return (entry["high"] - entry["low"]) / 2
 
 
-__all__ = ["Folded", "LEVEL", "RESAMPLES", "blocks", "counts_of", "draws", "family", "finite_population", "half_width",
+__all__ = ["Draws", "Folded", "LEVEL", "RESAMPLES", "blocks", "counts_of", "draws", "family", "finite_population", "half_width",
            "interval", "resamples_for", "seed_of"]

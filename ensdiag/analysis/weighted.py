@@ -1,0 +1,337 @@
+"""Every example-level statistic once, with example weights: the value, its resamples, the verdict.
+
+    mean(split.nll)                           # a 0-d tensor: the value on the examples as measured
+    mean(split.nll, w=counts)                 # counts [b, n]: one value per bootstrap resample, [b]
+    ece(split.confidence, split.correct, w)   # the same function, whatever w is
+
+`w` follows scikit-learn's `sample_weight`, batched: None (every example once), [n], or [b, n]
+(b weightings at once; in a bootstrap resample w[r, i] is how often example i was drawn, and
+the statistic of weights w is exactly the statistic of the examples repeated that often).
+Functions that rank or bin by position (adaptive ECE, the risk–coverage areas) take counts
+whose rows sum to n, as a resample's do. The analyzers call these with w = None, their
+resamplers with blocks of counts (`bootstrap.counts_of`), the verdict with the same draws:
+`tests/test_weighted.py` checks each against re-running on the resampled examples and against
+scikit-learn or a hand-computed case.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .bootstrap import Folded
+from .metrics import sortable_key
+
+ECE_BINS = 15
+
+
+def rows(w, n: int) -> tuple[torch.Tensor, bool]:
+    """(w as [b, n] float64, whether one row was asked for: w None or [n])."""
+    if w is None:
+        return torch.ones(1, n, dtype=torch.float64), True
+    w = torch.as_tensor(w).double()
+    if w.dim() == 1:
+        return w[None], True
+    if w.dim() != 2 or w.shape[1] != n:
+        raise ValueError(f"example weights of shape {tuple(w.shape)} for {n} examples (expected None, [n] or [b, n])")
+    return w, False
+
+
+def _out(values: torch.Tensor, single: bool) -> torch.Tensor:
+    return values[0] if single else values
+
+
+def mean(values: torch.Tensor, w=None) -> torch.Tensor:
+    """Σ w·v / Σ w over the examples (NaN where a value is NaN, whatever its weight)."""
+    weights, single = rows(w, len(values))
+    values = values.double()
+    return _out(weights @ values / weights.sum(1), single)
+
+
+class Groups:
+    """Examples in ordered groups (bins, tie groups): weighted sums per group for b weightings.
+    Few groups: one product with the one-hot membership; many: one sort and one cumulative sum."""
+
+    ONE_HOT_GROUPS, ONE_HOT_ENTRIES = 256, 2**24
+
+    def __init__(self, group: torch.Tensor, groups: int):
+        self.groups = groups
+        if groups <= self.ONE_HOT_GROUPS and len(group) * groups <= self.ONE_HOT_ENTRIES:
+            self.one_hot = F.one_hot(group, groups).double()
+        else:
+            self.one_hot = None
+            self.order = torch.argsort(group, stable=True)
+            self.ends = torch.searchsorted(group[self.order].contiguous(), torch.arange(groups), right=True)
+
+    def sums(self, weights: torch.Tensor, values: torch.Tensor | None = None) -> torch.Tensor:
+        """[b, n] -> [b, groups]: Σ w·v over each group's examples (v = 1 when None)."""
+        if self.one_hot is not None:  # a NaN value stays in its own group (0 · NaN would spread it)
+            return weights @ (self.one_hot if values is None else
+                              torch.where(self.one_hot > 0, values.double()[:, None], self.one_hot.new_zeros(())))
+        return torch.diff(self.cumulative(weights, values), dim=1, prepend=weights.new_zeros(len(weights), 1))
+
+    def cumulative(self, weights: torch.Tensor, values: torch.Tensor | None = None) -> torch.Tensor:
+        """[b, n] -> [b, groups]: the same sums over the groups up to and including each."""
+        if self.one_hot is not None:
+            return torch.cumsum(self.sums(weights, values), 1)
+        weighted = weights if values is None else weights * values.double()
+        return F.pad(torch.cumsum(weighted[:, self.order], 1), (1, 0))[:, self.ends]
+
+
+def tie_groups(scores: torch.Tensor, descending: bool = False) -> tuple[torch.Tensor, int]:
+    """(the tie group of each score [n], the number of groups), groups in ascending score order
+    (descending: group 0 holds the largest); exact on the floats' bits (`sortable_key`)."""
+    _, inverse = torch.unique(sortable_key(scores), sorted=True, return_inverse=True)
+    groups = int(inverse.max()) + 1 if len(inverse) else 0
+    return (groups - 1 - inverse if descending else inverse), groups
+
+
+# ------------------------------------------------------------------ calibration over bins
+
+def equal_width_bins(confidence: torch.Tensor, bins: int = ECE_BINS) -> torch.Tensor:
+    """The bin of each confidence: equal-width on [0, 1], the first [0, 1/B], then (lo, hi]; 1.0 in the last."""
+    edges = torch.linspace(0, 1, bins + 1, dtype=torch.float64)
+    return torch.searchsorted(edges[1:-1], confidence.double().contiguous(), right=False)
+
+
+@dataclass
+class Bins:
+    """Per-bin weighted sums [.., B] of one binning: mass Σw, confidence Σw·conf, target Σw·y; and
+    every binned calibration number of them (the ECE, its signed form, MCE, direction, the folded
+    form for a bias-aware interval). Shapes [B] for one weighting, [b, B] for b."""
+
+    mass: torch.Tensor
+    confidence: torch.Tensor
+    target: torch.Tensor
+    total: torch.Tensor  # Σw over all examples, [] or [b]
+
+    def gap(self) -> torch.Tensor:
+        return self.confidence - self.target
+
+    def ece(self) -> torch.Tensor:
+        """Σ_b |B_b|/N·|conf_b − acc_b| = Σ_b |Σ w(conf − y)| / Σ w."""
+        return self.gap().abs().sum(-1) / self.total
+
+    def signed(self) -> torch.Tensor:
+        """Σ_b |B_b|/N·(conf_b − acc_b): > 0 over-confident (the mean gap)."""
+        return self.gap().sum(-1) / self.total
+
+    def mce(self) -> torch.Tensor:
+        """max over the filled bins of |conf_b − acc_b| (NaN when no bin is filled)."""
+        gaps = torch.where(self.mass > 0, self.gap().abs() / self.mass.clamp(min=1e-300), self.mass.new_tensor(-math.inf))
+        top = gaps.amax(-1)
+        return torch.where(torch.isinf(top), top.new_tensor(math.nan), top)
+
+    def direction(self) -> torch.Tensor:
+        """signed / ECE in [−1, 1]; NaN where the ECE is 0."""
+        ece = self.ece()
+        return torch.where(ece > 0, self.signed() / ece.clamp(min=1e-300), ece.new_tensor(math.nan))
+
+    def mean_gaps(self) -> torch.Tensor:
+        return torch.where(self.mass > 0, self.gap() / self.mass.clamp(min=1e-300), torch.zeros_like(self.mass))
+
+    def folded(self) -> Folded:
+        """The ECE as φ(bin means, bin masses), for ray inversion (bootstrap.py)."""
+        return Folded(self.mean_gaps(), self.mass / self.total[..., None], absolute_sum)
+
+
+def absolute_sum(means: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
+    """Σ mass·|mean|: a folded calibration error of per-bin mean gaps."""
+    return (mass * means.abs()).sum(-1)
+
+
+def binned(index: torch.Tensor, confidence: torch.Tensor, target: torch.Tensor, bins: int, w=None) -> Bins:
+    """`Bins` of examples placed in bins by `index` (any binning)."""
+    weights, single = rows(w, len(index))
+    groups = Groups(index, bins)
+    found = Bins(groups.sums(weights), groups.sums(weights, confidence), groups.sums(weights, target), weights.sum(1))
+    return Bins(*(_out(part, single) for part in (found.mass, found.confidence, found.target, found.total)))
+
+
+def calibration_bins(confidence: torch.Tensor, correct: torch.Tensor, w=None, bins: int = ECE_BINS) -> Bins:
+    """The ECE's equal-width bins of top-label confidences and their 0/1 correctness."""
+    return binned(equal_width_bins(confidence, bins), confidence, correct, bins, w)
+
+
+def ece(confidence: torch.Tensor, correct: torch.Tensor, w=None, bins: int = ECE_BINS) -> torch.Tensor:
+    """Expected calibration error over `bins` equal-width bins (`calibration_bins`)."""
+    return calibration_bins(confidence, correct, w, bins).ece()
+
+
+def classwise_bins(probs: torch.Tensor, labels: torch.Tensor, w=None, bins: int = ECE_BINS) -> Bins:
+    """Every present class's equal-width bins of p̄_c against 1[y = c], side by side [.., C'·B], with
+    the total mass counted once per class: `ece()` of them is the mean over the present classes of
+    each class's ECE. A class is present where it is some example's label or has p̄_c > 0 somewhere
+    (a padded choice, `PAD_LOGIT`, is neither: padding leaves the number as it was)."""
+    present = ((probs > 0).any(0) | (torch.bincount(labels, minlength=probs.shape[1]) > 0)).nonzero().flatten()
+    index = torch.stack([equal_width_bins(probs[:, c], bins) + i * bins for i, c in enumerate(present.tolist())], 1)
+    n, width = len(labels), len(present) * bins
+    weights, single = rows(w, n)
+    member = torch.zeros(n, width, dtype=torch.float64).scatter_(1, index, 1.0)
+    conf = torch.zeros(n, width, dtype=torch.float64).scatter_(1, index, probs[:, present].double())
+    target = torch.zeros(n, width, dtype=torch.float64).scatter_(1, index, F.one_hot(labels, probs.shape[1])[:, present].double())
+    total = weights.sum(1) * len(present)  # Σ over classes of Σw: the mean over classes of each class's ECE
+    found = [weights @ part for part in (member, conf, target)]
+    return Bins(*(_out(part, single) for part in (*found, total)))
+
+
+def classwise_ece(probs: torch.Tensor, labels: torch.Tensor, w=None, bins: int = ECE_BINS) -> torch.Tensor:
+    """Mean over the present classes c of Σ_b |B_b|/N·|freq(y = c) − mean p̄_c| over bins of p̄_c."""
+    return classwise_bins(probs, labels, w, bins).ece()
+
+
+def _counts_of_a_resample(weights: torch.Tensor, what: str) -> None:
+    n = weights.shape[1]
+    if not torch.all((weights.sum(1) - n).abs() < 1e-6) or not torch.equal(weights, weights.round()):
+        raise ValueError(f"{what} takes counts of a resample (whole numbers summing to n), not general weights")
+
+
+def equal_mass_bins(confidence: torch.Tensor, correct: torch.Tensor, w=None, bins: int = ECE_BINS,
+                    extra_first: bool = False) -> Bins:
+    """Adaptive ECE's bins: the examples sorted by confidence (stable), bin b holding positions
+    ⌊bN/B⌋..⌊(b+1)N/B⌋−1 (`extra_first`: torch-uncertainty's, ⌊N/B⌋ each and the N mod B extra in
+    the first bins). An example drawn w times fills w consecutive positions and may straddle two
+    bins (its mass split between them). w: None or counts of a resample."""
+    n = len(confidence)
+    weights, single = rows(w, n)
+    if w is not None:
+        _counts_of_a_resample(weights, "the adaptive ECE")
+    order = torch.argsort(confidence.double(), stable=True)
+    conf, gap_target = confidence.double()[order], correct.double()[order]
+    counts = weights[:, order]
+    b = len(counts)
+    edges = torch.arange(bins + 1, dtype=torch.float64)
+    starts = (edges * (n // bins) + edges.clamp(max=n % bins)) if extra_first else torch.floor(edges * n / bins)
+    ends = torch.cumsum(counts, 1)  # example i covers positions [ends_i − counts_i, ends_i)
+
+    def upto(values):  # Σ value over positions < each start, [b, B + 1]
+        cumulative = F.pad(torch.cumsum(counts * values, 1), (1, 0))
+        position = starts.expand(b, -1).contiguous()
+        example = torch.searchsorted(ends, position, right=True).clamp(max=n - 1)
+        before = torch.gather(F.pad(ends, (1, 0)), 1, example)
+        partial = (position - before).clamp(min=0) * values[example]
+        found = torch.gather(cumulative, 1, example) + torch.where(position >= ends[:, -1:], 0.0, partial)
+        found[:, -1] = cumulative[:, -1]
+        return torch.diff(found, dim=1)
+
+    mass = torch.diff(starts).expand(b, -1)
+    found = Bins(mass, upto(conf), upto(gap_target), weights.sum(1))
+    return Bins(*(_out(part, single) for part in (found.mass, found.confidence, found.target, found.total)))
+
+
+def adaptive_ece(confidence: torch.Tensor, correct: torch.Tensor, w=None, bins: int = ECE_BINS,
+                 extra_first: bool = False) -> torch.Tensor:
+    """ECE over equal-mass bins of the confidence (`equal_mass_bins`)."""
+    return equal_mass_bins(confidence, correct, w, bins, extra_first).ece()
+
+
+def debiased_l2(confidence: torch.Tensor, correct: torch.Tensor, w=None, bins: int = ECE_BINS) -> dict:
+    """Kumar et al.'s debiased ℓ2 calibration error and its plug-in twin over the authors' equal-mass
+    bins (`get_equal_bins`: the sorted confidences cut into numpy array_split's near-equal groups,
+    each edge midway between neighbouring groups, the last at 1; an example goes into the first bin
+    whose edge is ≥ its confidence). Each resample's edges come from its own order statistics.
+    {"debiased_l2", "plugin_l2", "bins"}; w: None or counts of a resample."""
+    n = len(confidence)
+    weights, single = rows(w, n)
+    if w is not None:
+        _counts_of_a_resample(weights, "the debiased ECE")
+    if confidence.isnan().any():  # undefined predictions: no order to bin them by
+        nan = torch.full((len(weights),), math.nan, dtype=torch.float64)
+        return {key: _out(nan, single) for key in ("debiased_l2", "plugin_l2", "bins")}
+    order = torch.argsort(confidence.double(), stable=True)
+    value, right = confidence.double()[order], correct.double()[order]
+    counts = weights[:, order]
+    b = len(counts)
+    parts = min(bins, n)
+    sizes = torch.full((parts,), n // parts, dtype=torch.float64)
+    sizes[:n % parts] += 1  # array_split's sizes: the first parts one longer
+    last = torch.cumsum(sizes, 0)[:-1]  # the position (1-based) ending each part but the last
+    ends = torch.cumsum(counts, 1)
+    at = lambda position: torch.searchsorted(ends, position.expand(b, -1).contiguous()).clamp(max=n - 1)  # noqa: E731
+    edges = torch.cat([(value[at(last)] + value[at(last + 1)]) / 2, value.new_ones(b, 1)], 1)
+    which = torch.searchsorted(edges, value.expand(b, -1).contiguous(), side="left")
+    count = torch.zeros(b, parts, dtype=torch.float64).scatter_add_(1, which, counts)
+    conf = torch.zeros(b, parts, dtype=torch.float64).scatter_add_(1, which, counts * value)
+    acc = torch.zeros(b, parts, dtype=torch.float64).scatter_add_(1, which, counts * right)
+    used = count > 0
+    conf, acc = conf / count.clamp(min=1e-300), acc / count.clamp(min=1e-300)
+    gap = torch.where(used, (conf - acc) ** 2, torch.zeros_like(conf))
+    noise = torch.where(count > 1, acc * (1 - acc) / (count - 1).clamp(min=1), torch.zeros_like(acc))
+    squared = torch.where(used & (count > 1), gap - noise, torch.zeros_like(gap))
+    return {"debiased_l2": _out((count / n * squared).sum(1).clamp(min=0).sqrt(), single),
+            "plugin_l2": _out((count / n * gap).sum(1).sqrt(), single), "bins": _out(used.sum(1), single)}
+
+
+# ------------------------------------------------------------------ rankings
+
+def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor, w_id=None, w_ood=None) -> dict[str, torch.Tensor]:
+    """AUROC, AUPR-Out, AUPR-In and FPR95 (both directions) of uncertainty scores (higher = more
+    OOD; OOD is the positive class), exact with ties, from the tie groups of one sort:
+    - AUROC = P(score_ood > score_id) + ½ P(equal);
+    - AUPR-Out / AUPR-In: average precision (step sum, scikit-learn's definition) with OOD resp.
+      ID as positive (ID ranked by the negated score);
+    - `fpr95_ood_as_id`: the fraction of OOD accepted as ID (score ≤ τ) at the smallest τ that
+      accepts ≥ 95 % of ID, ties at τ accepted (the reference paper's text);
+      `fpr95_id_as_ood`: the fraction of ID flagged as OOD (score ≥ τ) at the largest τ that flags
+      ≥ 95 % of OOD, ties at τ flagged (scikit-learn's ROC point, torch-uncertainty, the paper's code).
+    ID and OOD weightings must have as many rows (a stratified resample draws both)."""
+    n_id = len(score_id)
+    weights_id, single = rows(w_id, n_id)
+    weights_ood, _ = rows(w_ood, len(score_ood))
+    scores = torch.cat([score_id.flatten().double(), score_ood.flatten().double()])
+    group, groups = tie_groups(scores)  # ascending
+    cum_id = Groups(group[:n_id], groups).cumulative(weights_id)  # ID with score ≤ each group's
+    cum_ood = Groups(group[n_id:], groups).cumulative(weights_ood)
+    id_in = torch.diff(cum_id, dim=1, prepend=cum_id[:, :1] * 0)
+    ood_in = torch.diff(cum_ood, dim=1, prepend=cum_ood[:, :1] * 0)
+    total_id, total_ood = cum_id[:, -1:], cum_ood[:, -1:]
+    auroc = (ood_in * (cum_id - id_in + 0.5 * id_in)).sum(1) / (total_id * total_ood).squeeze(1)
+    tp_out, fp_out = total_ood - (cum_ood - ood_in), total_id - (cum_id - id_in)  # OOD resp. ID with score ≥ group
+    aupr_out = (ood_in / total_ood * tp_out / (tp_out + fp_out).clamp(min=1e-300)).sum(1)
+    aupr_in = (id_in / total_id * cum_id / (cum_id + cum_ood).clamp(min=1e-300)).sum(1)
+    first = (cum_id * 100 >= 95 * total_id).double().argmax(1, keepdim=True)  # integer-exact 95 % for counts
+    last = groups - 1 - (tp_out * 100 >= 95 * total_ood).double().flip(1).argmax(1, keepdim=True)
+    found = {"auroc": auroc, "aupr_out": aupr_out, "aupr_in": aupr_in,
+             "fpr95_ood_as_id": (torch.gather(cum_ood, 1, first) / total_ood).squeeze(1),
+             "fpr95_id_as_ood": (torch.gather(fp_out, 1, last) / total_id).squeeze(1)}
+    return {key: _out(value, single) for key, value in found.items()}
+
+
+def risk_coverage_areas(confidence: torch.Tensor, errors: torch.Tensor, w=None) -> dict[str, torch.Tensor]:
+    """{"aurc", "aurc_trapezoid", "augrc", "augrc_trapezoid"} of the risk–coverage curve: examples
+    accepted by decreasing confidence, tied ones each counting their group's mean error (the
+    expectation over tie orders). The risk at coverage j/N is the error rate of the j accepted;
+    AURC its mean over j (AUGRC: of the generalised risk (j/N)·risk_j, Traub et al. 2024); the
+    trapezoid twins are torch-uncertainty's (the trapezoid rule over coverages 1/N..1, divided
+    by 1 − 1/N). Tie groups in closed form (a group adds its mean error at each of its positions,
+    summed with harmonic numbers), so an example drawn w times is w examples. w: None or counts."""
+    n = len(confidence)
+    weights, single = rows(w, n)
+    if w is not None:
+        _counts_of_a_resample(weights, "the risk–coverage areas")
+    if n == 0 or confidence.isnan().any():  # no examples, or undefined predictions: no ranking
+        nan = torch.full((len(weights),), math.nan, dtype=torch.float64)
+        return {key: _out(nan, single) for key in ("aurc", "aurc_trapezoid", "augrc", "augrc_trapezoid")}
+    group, groups = tie_groups(confidence, descending=True)  # group 0 is accepted first
+    tied = Groups(group, groups)
+    upto, wrong_upto = tied.cumulative(weights), tied.cumulative(weights, errors.double())
+    size = torch.diff(upto, dim=1, prepend=upto[:, :1] * 0)
+    wrong = torch.diff(wrong_upto, dim=1, prepend=upto[:, :1] * 0)
+    before, wrong_before = upto - size, wrong_upto - wrong  # positions and errors before each group
+    rate = torch.where(size > 0, wrong / size.clamp(min=1), torch.zeros_like(wrong))
+    harmonic = lambda x: torch.special.digamma(x + 1) + 0.5772156649015329  # noqa: E731
+    risks = (wrong_before - before * rate) * (harmonic(before + size) - harmonic(before)) + wrong  # Σ risk_j per group
+    total = risks.sum(1)
+    first = torch.gather(rate, 1, (size > 0).double().argmax(1, keepdim=True)).squeeze(1)  # the risk at coverage 1/N
+    errors_total = wrong.sum(1)
+    accepted = (size * wrong_before + wrong * (size + 1) / 2).sum(1)  # Σ_j E_j, the errors accepted by position j
+    found = {"aurc": total / n, "augrc": accepted / n / n,
+             "aurc_trapezoid": (total - (first + errors_total / n) / 2) / (n - 1) if n > 1 else total,
+             "augrc_trapezoid": (accepted / n - (first + errors_total) / n / 2) / (n - 1) if n > 1 else accepted / n}
+    return {key: _out(value, single) for key, value in found.items()}
+
+
+__all__ = ["Bins", "ECE_BINS", "Groups", "absolute_sum", "adaptive_ece", "binned", "calibration_bins", "classwise_bins",
+           "classwise_ece", "debiased_l2", "ece", "equal_mass_bins", "equal_width_bins", "mean", "ood_metrics",
+           "risk_coverage_areas", "rows", "tie_groups"]
