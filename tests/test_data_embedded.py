@@ -85,3 +85,45 @@ def test_crop_flip_matches_pad_crop_flip_by_hand():
     for i in range(2):
         crop = padded[i, :, top[i]:top[i] + 5, left[i]:left[i] + 5]
         torch.testing.assert_close(out[i], crop.flip(-1) if mirrored[i] else crop)
+
+
+# --- made once: in the process and on disk (data/cache.py) -----------------------------------------
+
+def test_digits_c_lists_every_corruption_without_importing_them():
+    from ensdiag.data.sets.digits import CORRUPTION_NAMES
+    assert CORRUPTION_NAMES == tuple(CORRUPTIONS)
+
+
+def _fresh_load(cache, monkeypatch):
+    """The embedded sets as a new process would read them from the cache folder `cache`."""
+    from ensdiag.data import cache as C
+    monkeypatch.setenv("ENSDIAG_CACHE", str(cache))
+    C._made.cache_clear()
+    return {name: get_dataset(name).load(split="test") for name in ("digits", "digits-c", "natural-patches")}
+
+
+def test_the_embedded_sets_are_cached_read_back_equal_and_remade_when_the_cache_is_damaged(tmp_path, monkeypatch):
+    from ensdiag.data.corruptions import corrupt
+    made = _fresh_load(tmp_path, monkeypatch)
+    files = sorted((tmp_path / "made").glob("*.safetensors"))
+    assert [f.name.rsplit("-", 1)[0] for f in files] == ["digits", "digits-c", "natural-patches"]
+    again = _fresh_load(tmp_path, monkeypatch)  # read from the files
+    assert torch.equal(again["digits"].images, made["digits"].images)
+    assert torch.equal(again["natural-patches"].images, natural_patches()[0])
+    assert torch.equal(again["digits-c"]["blur"].images, corrupt(made["digits"].images, "blur", 2))  # its seed: 0 + index
+    # a damaged file, a file of other shapes, values out of range: each is made again, never believed
+    from safetensors.torch import save_file
+    digits_c = next(f for f in files if f.name.startswith("digits-c"))
+    for damage in (lambda f: f.write_bytes(b"not safetensors"),
+                   lambda f: save_file({"blur": torch.zeros(3, 1, 8, 8)}, str(f)),
+                   lambda f: save_file({name: torch.full((359, 1, 8, 8), 7.0) for name in CORRUPTIONS}, str(f))):
+        damage(digits_c)
+        found = _fresh_load(tmp_path, monkeypatch)["digits-c"]
+        assert set(found) == set(CORRUPTIONS) and torch.equal(found["blur"].images, made["digits-c"]["blur"].images)
+
+
+def test_an_unwritable_cache_only_costs_the_time_to_make_the_sets(tmp_path, monkeypatch):
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache folder would be")
+    found = _fresh_load(blocked, monkeypatch)
+    assert len(found["digits"]) == 359 and len(found["digits-c"]) == len(CORRUPTIONS)
