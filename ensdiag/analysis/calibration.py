@@ -12,7 +12,7 @@ from . import metrics as M
 from . import smooth_ece as SE
 from . import weighted as W
 from .examples import Examples
-from .registry import Column, Skip, empty_metric, finite, metric, register_analyzer, register_resampler
+from .registry import SPLIT_TABLES, Column, Skip, empty_metric, finite, metric, register_analyzer, register_resampler
 from .resampled import per_split, value
 
 ECE_BINS = 15
@@ -98,7 +98,8 @@ def calibration(predictions, weights=None):
             splits[name]["n"] = 0
             continue
         entry = {key: metric(value(statistic(split, None)), DEFINITIONS[key]) for key, statistic in HEADLINE.items()}
-        entry["ece"]["bins"] = finite(reliability(bins(split, None)))
+        if name in SPLIT_TABLES:  # the reliability bins of the per-split tables' splits (not of every corruption)
+            entry["ece"]["bins"] = finite(reliability(bins(split, None)))
         entry["member_accuracy"] = metric(M.member_accuracy(split), DEFINITIONS["member_accuracy"])
         entry["member_nll"] = metric(M.member_nll(split), DEFINITIONS["member_nll"])
         if name == "id":  # the detail catalogue: the report shows it for the in-distribution test set

@@ -14,7 +14,7 @@ from . import metrics as M
 from . import pairwise as P
 from . import weighted as W
 from .examples import Examples, entropy
-from .registry import Column, Skip, empty_metric, finite, metric, register_analyzer, register_resampler
+from .registry import SPLIT_TABLES, Column, Skip, empty_metric, finite, metric, register_analyzer, register_resampler
 from .resampled import nan_for, per_split, value
 
 MAX_STORED_MATRIX = 256  # members up to which the k×k disagreement matrices are stored (metrics.json stays small)
@@ -78,7 +78,8 @@ AMBIGUITY = ("Krogh–Vedelsby ambiguity: the mean over samples of mean_i ‖p_i
 
 
 @register_analyzer("member-pairs", description="Member pairs (mean off-diagonal of the k×k matrices on the "
-                   "in-distribution test set; every split's matrices in metrics.json)", columns=[
+                   "in-distribution test set; the id, shift and ood matrices in metrics.json)", version=2,  # 2: those splits only
+                   columns=[
                        Column(f"{label} (id)", ("splits", "id", key, *(("mean",) if key in PAIRS else ()), "value"),
                               direction, definition, ("pairs",), 10 * index, "id")
                        for index, (label, key, direction, definition) in enumerate([
@@ -96,6 +97,8 @@ def member_pairs(predictions, weights=None):
         raise Skip(f"k = {k} > {MAX_PAIR_MEMBERS}: the pair matrices cost k²·N·C (the disagreement analyzer still runs)")
     splits = {}
     for name, split in predictions.items():
+        if name not in SPLIT_TABLES:  # the per-split tables' splits: not every corruption's or the validation split's
+            continue
         split = Examples.of(split)
         logits, labels = split.logits, split.labels
         chosen = {key: entry for key, entry in PAIRS.items() if labels is not None or not entry[1]}

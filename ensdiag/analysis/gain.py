@@ -112,18 +112,19 @@ def selective(predictions, weights=None, points=101):
         if split["labels"] is None or len(split["labels"]) == 0:
             continue
         split = Examples.of(split)
-        at = torch.linspace(1, split.size, min(points, split.size)).round().long() - 1  # the curves, thinned
-        member_aurc, member_curves = [], []
-        for member in _members(split):
-            member_aurc.append(value(W.risk_coverage_areas(member.confidence, _errors(member))["aurc"]))
-            if split.members <= MAX_MEMBER_CURVES:
-                member_curves.append(M.risk_coverage(member.confidence, _errors(member))[at].tolist())
-        risk = M.risk_coverage(split.confidence, _errors(split))
+        members = _members(split)
         splits[name] = {**{key: metric(value(statistic(split, None)), SELECTIVE_DEFINITIONS[key])
                            for key, statistic in SELECTIVE.items()},
-                        "member_aurc": metric(member_aurc, "each member's AURC with its own max softmax as confidence"),
-                        "curve": finite({"coverage": ((at + 1) / split.size).tolist(), "risk": risk[at].tolist(),
-                                         "member_risk": member_curves})}
+                        "member_aurc": metric([value(W.risk_coverage_areas(member.confidence, _errors(member))["aurc"])
+                                               for member in members],
+                                              "each member's AURC with its own max softmax as confidence")}
+        if name == "id":  # the curves the report draws (thinned to `points` coverages)
+            at = torch.linspace(1, split.size, min(points, split.size)).round().long() - 1
+            member_curves = [M.risk_coverage(member.confidence, _errors(member))[at].tolist() for member in members] \
+                if split.members <= MAX_MEMBER_CURVES else []
+            splits[name]["curve"] = finite({"coverage": ((at + 1) / split.size).tolist(),
+                                            "risk": M.risk_coverage(split.confidence, _errors(split))[at].tolist(),
+                                            "member_risk": member_curves})
     if not splits:
         raise Skip("no split has labels")
     return {"splits": splits}

@@ -265,9 +265,14 @@ def debiased_l2(confidence: torch.Tensor, correct: torch.Tensor, w=None, bins: i
 
 # ------------------------------------------------------------------ rankings
 
-def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor, w_id=None, w_ood=None) -> dict[str, torch.Tensor]:
+OOD_METRICS = ("auroc", "aupr_out", "aupr_in", "fpr95_ood_as_id", "fpr95_id_as_ood")
+
+
+def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor, w_id=None, w_ood=None,
+                only=OOD_METRICS) -> dict[str, torch.Tensor]:
     """AUROC, AUPR-Out, AUPR-In and FPR95 (both directions) of uncertainty scores (higher = more
-    OOD; OOD is the positive class), exact with ties, from the tie groups of one sort:
+    OOD; OOD is the positive class), exact with ties, from the tie groups of one sort (`only`: those
+    wanted, e.g. the verdict's AUROC alone):
     - AUROC = P(score_ood > score_id) + ½ P(equal);
     - AUPR-Out / AUPR-In: average precision (step sum, scikit-learn's definition) with OOD resp.
       ID as positive (ID ranked by the negated score);
@@ -286,16 +291,17 @@ def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor, w_id=None, w_oo
     id_in = torch.diff(cum_id, dim=1, prepend=cum_id[:, :1] * 0)
     ood_in = torch.diff(cum_ood, dim=1, prepend=cum_ood[:, :1] * 0)
     total_id, total_ood = cum_id[:, -1:], cum_ood[:, -1:]
-    auroc = (ood_in * (cum_id - id_in + 0.5 * id_in)).sum(1) / (total_id * total_ood).squeeze(1)
-    tp_out, fp_out = total_ood - (cum_ood - ood_in), total_id - (cum_id - id_in)  # OOD resp. ID with score ≥ group
-    aupr_out = (ood_in / total_ood * tp_out / (tp_out + fp_out).clamp(min=1e-300)).sum(1)
-    aupr_in = (id_in / total_id * cum_id / (cum_id + cum_ood).clamp(min=1e-300)).sum(1)
-    first = (cum_id * 100 >= 95 * total_id).double().argmax(1, keepdim=True)  # integer-exact 95 % for counts
-    last = groups - 1 - (tp_out * 100 >= 95 * total_ood).double().flip(1).argmax(1, keepdim=True)
-    found = {"auroc": auroc, "aupr_out": aupr_out, "aupr_in": aupr_in,
-             "fpr95_ood_as_id": (torch.gather(cum_ood, 1, first) / total_ood).squeeze(1),
-             "fpr95_id_as_ood": (torch.gather(fp_out, 1, last) / total_id).squeeze(1)}
-    return {key: _out(value, single) for key, value in found.items()}
+    tp_out = lambda: total_ood - (cum_ood - ood_in)  # noqa: E731  OOD with score ≥ each group's
+    fp_out = lambda: total_id - (cum_id - id_in)  # noqa: E731  ID with score ≥ each group's
+    metrics = {
+        "auroc": lambda: (ood_in * (cum_id - 0.5 * id_in)).sum(1) / (total_id * total_ood).squeeze(1),
+        "aupr_out": lambda: (ood_in / total_ood * tp_out() / (tp_out() + fp_out()).clamp(min=1e-300)).sum(1),
+        "aupr_in": lambda: (id_in / total_id * cum_id / (cum_id + cum_ood).clamp(min=1e-300)).sum(1),
+        "fpr95_ood_as_id": lambda: (torch.gather(cum_ood, 1, (cum_id * 100 >= 95 * total_id).double().argmax(
+            1, keepdim=True)) / total_ood).squeeze(1),  # the first group accepting ≥ 95 % of ID (integer-exact)
+        "fpr95_id_as_ood": lambda: (torch.gather(fp_out(), 1, groups - 1 - (tp_out() * 100 >= 95 * total_ood).double()
+                                                 .flip(1).argmax(1, keepdim=True)) / total_id).squeeze(1)}
+    return {key: _out(metrics[key](), single) for key in only}
 
 
 def risk_coverage_areas(confidence: torch.Tensor, errors: torch.Tensor, w=None) -> dict[str, torch.Tensor]:
@@ -332,6 +338,6 @@ def risk_coverage_areas(confidence: torch.Tensor, errors: torch.Tensor, w=None) 
     return {key: _out(value, single) for key, value in found.items()}
 
 
-__all__ = ["Bins", "ECE_BINS", "Groups", "absolute_sum", "adaptive_ece", "binned", "calibration_bins", "classwise_bins",
+__all__ = ["OOD_METRICS", "Bins", "ECE_BINS", "Groups", "absolute_sum", "adaptive_ece", "binned", "calibration_bins", "classwise_bins",
            "classwise_ece", "debiased_l2", "ece", "equal_mass_bins", "equal_width_bins", "mean", "ood_metrics",
            "risk_coverage_areas", "rows", "tie_groups"]

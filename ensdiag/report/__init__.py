@@ -15,8 +15,8 @@ from ..io import atomic_write_text
 from .aggregate import build_report
 from .load import dig, load_runs, newest_run
 from .merge import load_folders
-from .figures import (heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure, save_figure,
-                      smooth_reliability_figure, training_curves_figure)
+from .figures import (Drawn, heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure,
+                      save_figure, smooth_reliability_figure, training_curves_figure)
 from .geometry_figures import add_report_figures
 from .lora import add_lora_figures
 from .pairs import add_pair_figures
@@ -32,16 +32,20 @@ def _first_complete(seeds: dict):
 def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood_score: str = "msp") -> list[dict]:
     """Write figures/*.png (and .svg with `svg`) into the run folder; return their entries (paths
     relative to it). Each figure is drawn once per format asked for: SVG doubles the cost, so it
-    is drawn only on request (`report --svg`)."""
+    is drawn only on request (`report --svg`). A figure whose inputs are what they were when its
+    files were drawn is not drawn again (`Drawn`: the report after `train`, or a second report)."""
     folder = Path(run_dir) / "figures"
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):  # never write through a link out of the run
         raise EnsdiagError(f"{folder} is a link or a file, not a folder of the run: ensdiag writes figures only inside "
                            "the run folder; remove it (or pass --no-figures)")
     folder.mkdir(exist_ok=True)
-    figures = []
+    figures, drawn, formats = [], Drawn(folder), ("png", "svg") if svg else ("png",)
 
-    def add(name, title, figure):
-        save_figure(figure, folder / name, formats=("png", "svg") if svg else ("png",))
+    def add(name, title, draw, *inputs):
+        """Save figure `name`, `draw(*inputs)`, unless its files were drawn from these very inputs."""
+        if drawn.stale(name, formats, inputs):
+            save_figure(draw(*inputs), folder / name, formats=formats)
+            drawn.done(name, formats, inputs)
         figures.append({"name": name, "title": title, "png": f"figures/{name}.png",
                         "svg": f"figures/{name}.svg" if svg else None})
 
@@ -62,7 +66,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
         rows.append((f"{run_label(method)} (seed {seed})", panels))
     if rows:
         add("diversity", "Member disagreement per split and weight-space cosine (a labelled colour scale each)",
-            heatmap_grid(rows))
+            heatmap_grid, rows)
     curves = []
     for method, seeds in runs.items():
         bins = [found for run in seeds.values() if run
@@ -74,7 +78,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
                 pooled[key] = [sum(b[key][i] * b["count"][i] for b in bins) / count[i] if count[i] else 0.0 for i in range(len(count))]
             curves.append((method, pooled))
     if curves:
-        add("reliability", "Reliability diagrams on the in-distribution test set (seeds pooled)", reliability_figure(curves))
+        add("reliability", "Reliability diagrams on the in-distribution test set (seeds pooled)", reliability_figure, curves)
     add_smooth_reliability(runs, add)
     if "ood" not in report["skipped_splits"]:
         from ..analysis.ood import SCORES, score_of
@@ -90,8 +94,8 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
                 panels.append((method, *(score_of(ood_score, predictions[s]["logits"]).float() for s in ("id", "ood"))))
         if panels:
             add("ood-scores", f"Histograms of the OOD score {title(ood_score)} on ID and OOD data (first seed)",
-                ood_histogram_figure([(m, a.numpy(), b.numpy()) for m, a, b in panels], title(ood_score),
-                                     (0, 1) if ood_score == "msp" else None))
+                ood_histogram_figure, [(m, a.numpy(), b.numpy()) for m, a, b in panels], title(ood_score),
+                (0, 1) if ood_score == "msp" else None)
     selective = []  # risk–coverage on the in-distribution test set, first complete seed of each method
     for method, seeds in runs.items():
         _, run = _first_complete(seeds)
@@ -100,14 +104,14 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
             selective.append((method, curve))
     if selective:
         add("risk-coverage", "Risk–coverage on the in-distribution test set (first seed; AURC is the area)",
-            risk_coverage_figure(selective))
+            risk_coverage_figure, selective)
     add_pair_figures(runs, add)
     add_report_figures(runs, add)
     add_lora_figures(runs, add)
     histories = {method: [run["history"] for run in seeds.values() if run and run["history"]] for method, seeds in runs.items()}
     if any(histories.values()):
         add("training", "Training loss and validation accuracy per epoch (every seed)",
-            training_curves_figure({m: h for m, h in histories.items() if h}))
+            training_curves_figure, {m: h for m, h in histories.items() if h})
     return figures
 
 
@@ -122,7 +126,7 @@ def add_smooth_reliability(runs: dict, add) -> None:
             curves.append((method, curve, found.get("value"), found.get("bandwidth")))
     if curves:
         add("smooth-reliability", "SmoothECE reliability curves on the in-distribution test set: kernel-smoothed "
-            "accuracy at the bandwidth σ* = smECE (first seed)", smooth_reliability_figure(curves))
+            "accuracy at the bandwidth σ* = smECE (first seed)", smooth_reliability_figure, curves)
 
 
 def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag", svg=False, ood_score=None) -> dict:

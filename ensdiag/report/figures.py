@@ -6,18 +6,29 @@
   `training_curves_figure`, `risk_coverage_figure` for reports.
 """
 
+import hashlib
 import io
+import json
 import math
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from ..errors import EnsdiagError
 from ..io import atomic_write_bytes
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 
 FIGURE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg")
+
+
+def new_figure(figsize) -> "Figure":
+    """A matplotlib Figure with constrained layout (matplotlib is imported here, when something is drawn:
+    a report whose figures are all up to date never imports it)."""
+    from matplotlib.figure import Figure
+    return Figure(figsize=figsize, layout="constrained")
 
 
 def plain(text) -> str:
@@ -25,9 +36,10 @@ def plain(text) -> str:
     return str(text).replace("$", r"\$")
 
 
-def save_figure(figure: Figure, path, formats=None) -> list[Path]:
+def save_figure(figure: "Figure", path, formats=None) -> list[Path]:
     """Write the figure atomically: in the format its path names (`heat.pdf`, no suffix: PNG),
     or as each of `formats` (the path's suffix replaced)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     FigureCanvasAgg(figure)
     path = Path(path)
     if path.is_dir():
@@ -45,6 +57,60 @@ def save_figure(figure: Figure, path, formats=None) -> list[Path]:
         written.append(atomic_write_bytes(path if len(formats) == 1 and path.suffix.lower() == f".{fmt}"
                                           else path.with_suffix(f".{fmt}"), buffer.getvalue()))
     return written
+
+
+def fingerprint(value) -> str:
+    """A digest of a figure's inputs (nested dicts, lists, numbers, strings, arrays): equal inputs, equal digest."""
+    digest = hashlib.sha256()
+
+    def feed(x):
+        if isinstance(x, dict):
+            digest.update(b"{")
+            for key in sorted(x, key=str):
+                feed(key)
+                feed(x[key])
+            digest.update(b"}")
+        elif isinstance(x, (list, tuple)):
+            digest.update(b"[")
+            for item in x:
+                feed(item)
+            digest.update(b"]")
+        elif hasattr(x, "tobytes") and hasattr(x, "dtype"):  # NumPy arrays
+            digest.update(f"<{x.dtype}{x.shape}>".encode())
+            digest.update(x.tobytes())
+        else:
+            digest.update(repr(x).encode())
+        digest.update(b",")
+    feed(value)
+    return digest.hexdigest()
+
+
+class Drawn:
+    """The record of which inputs each figure of a folder was drawn from (`drawn.json` beside them),
+    so a report redraws only what changed. The record is read like any file of a run folder: a
+    damaged or foreign one only means every figure is drawn again."""
+
+    def __init__(self, folder: Path):
+        from .. import __version__
+        self.path, self.version = Path(folder) / "drawn.json", __version__
+        try:
+            from ..io import read_json
+            found = read_json(self.path, "figure record") if self.path.is_file() else {}
+        except Exception:
+            found = {}
+        self.keys = found if isinstance(found, dict) and all(isinstance(v, str) for v in found.values()) else {}
+
+    def _key(self, name, formats, inputs) -> str:
+        return fingerprint([self.version, name, list(formats), list(inputs)])
+
+    def stale(self, name: str, formats, inputs) -> bool:
+        files = [self.path.parent / f"{name}.{fmt}" for fmt in formats]
+        return self.keys.get(name) != self._key(name, formats, inputs) or not all(f.is_file() for f in files)
+
+    def done(self, name: str, formats, inputs) -> None:
+        from ..io import atomic_write_text
+        self.keys[name] = self._key(name, formats, inputs)
+        atomic_write_text(self.path, json.dumps(self.keys, indent=1, sort_keys=True) + "\n")
 
 
 def plottable(matrix):
@@ -72,14 +138,14 @@ def _largest(rows, quantity) -> float:
     return max([v for v in values if v > 0], default=1.0)
 
 
-def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", title=None) -> Figure:
+def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", title=None) -> "Figure":
     """rows: [(row label, [(panel title, k×k matrix[, quantity]), ...]), ...]. Panels of one quantity
     share one labelled colour scale (`SCALES`, or the arguments for panels without a quantity)."""
     ncols = max(len(panels) for _, panels in rows)
     scales = {panel[2] if len(panel) > 2 else None for _, panels in rows for panel in panels}
     width = 2.3 * ncols + 1.4 + 0.7 * (len(scales) - 1)  # room for one colour bar per quantity
     # one row is drawn at least 3.2 in high: the colour bars' labels are that long
-    figure = Figure(figsize=(width, max(2.3 * len(rows), 3.2) + (0.4 if title else 0)), layout="constrained")
+    figure = new_figure((width, max(2.3 * len(rows), 3.2) + (0.4 if title else 0)))
     axes = figure.subplots(len(rows), ncols, squeeze=False)
     images = {}  # quantity -> (an image, its axes)
     for r, (label, panels) in enumerate(rows):
@@ -118,10 +184,10 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
     return figure
 
 
-def reliability_figure(curves) -> Figure:
+def reliability_figure(curves) -> "Figure":
     """curves: [(method, bins dict with lower/upper/count/accuracy/confidence)] — one panel each, and
     below it the examples in each bin (log scale), so a bar of 3 examples does not look like one of 300."""
-    figure = Figure(figsize=(2.8 * len(curves), 3.9), layout="constrained")
+    figure = new_figure((2.8 * len(curves), 3.9))
     grid = figure.subplots(2, len(curves), squeeze=False, sharex="col", gridspec_kw={"height_ratios": [3, 1]})
     axes, count_axes = grid[0], grid[1]
     for ax, counts, (name, bins) in zip(axes, count_axes, curves):
@@ -148,10 +214,10 @@ def reliability_figure(curves) -> Figure:
     return figure
 
 
-def ood_histogram_figure(panels, score_name="1 − MSP", value_range=(0, 1)) -> Figure:
+def ood_histogram_figure(panels, score_name="1 − MSP", value_range=(0, 1)) -> "Figure":
     """panels: [(method, id scores, ood scores)] — overlaid histograms per method; `value_range` None:
     each panel's own range (scores that are not bounded, such as the energy)."""
-    figure = Figure(figsize=(2.8 * len(panels), 2.6), layout="constrained")
+    figure = new_figure((2.8 * len(panels), 2.6))
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for ax, (name, id_scores, ood_scores) in zip(axes, panels):
         both = [float(v) for v in [*id_scores, *ood_scores] if math.isfinite(v)]
@@ -165,9 +231,9 @@ def ood_histogram_figure(panels, score_name="1 − MSP", value_range=(0, 1)) -> 
     return figure
 
 
-def training_curves_figure(curves) -> Figure:
+def training_curves_figure(curves) -> "Figure":
     """curves: {method: [history rows of one seed each]} — loss and validation accuracy per epoch."""
-    figure = Figure(figsize=(7.5, 2.8), layout="constrained")
+    figure = new_figure((7.5, 2.8))
     loss_ax, acc_ax = figure.subplots(1, 2)
     no_validation = False
     for index, (name, histories) in enumerate(curves.items()):
@@ -190,10 +256,10 @@ def training_curves_figure(curves) -> Figure:
     return figure
 
 
-def risk_coverage_figure(curves) -> Figure:
+def risk_coverage_figure(curves) -> "Figure":
     """curves: [(method, {"coverage", "risk", "member_risk"})] — every method on one axis (first seed), its
     members as thin lines of the same colour."""
-    figure = Figure(figsize=(4.2, 3.2), layout="constrained")
+    figure = new_figure((4.2, 3.2))
     ax = figure.subplots()
     for name, curve in curves:
         line, = ax.plot(curve["coverage"], curve["risk"], linewidth=1.4, label=name)
@@ -207,10 +273,10 @@ def risk_coverage_figure(curves) -> Figure:
     return figure
 
 
-def smooth_reliability_figure(curves) -> Figure:
+def smooth_reliability_figure(curves) -> "Figure":
     """curves: [(method, {"confidence", "accuracy", "density"}, SmoothECE, bandwidth)] — one panel each: the
     kernel-smoothed accuracy against confidence (SmoothECE's curve), the density of confidences below it."""
-    figure = Figure(figsize=(2.8 * len(curves), 2.9), layout="constrained")
+    figure = new_figure((2.8 * len(curves), 2.9))
     axes = figure.subplots(1, len(curves), squeeze=False)[0]
     for ax, (name, curve, value, sigma) in zip(axes, curves):
         t, accuracy, density = curve["confidence"], curve["accuracy"], curve["density"]

@@ -1,5 +1,4 @@
 """Figures of member geometry (analysis/geometry.py), for `ensdiag diversity --plot` and reports.
-
 Each takes {name: result} — a method's (report) or a split's (diversity) analyzer result —
 and draws one line per name:
 - `cka_layers_figure`: mean off-diagonal CKA per layer, ID solid and OOD dashed;
@@ -9,10 +8,13 @@ and draws one line per name:
 - `tracking_figure`: disagreement, JSD and weight cosine per epoch (`train --track-diversity`).
 """
 
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 from ..nn.methods import run_label
-from .figures import heatmap_grid, plottable
+from .figures import heatmap_grid, new_figure, plottable
 
 NAN = float("nan")
 
@@ -22,9 +24,9 @@ def _value(entry):
     return NAN if value is None else value
 
 
-def cka_layers_figure(results: dict) -> Figure:
+def cka_layers_figure(results: dict) -> "Figure":
     """results: {name: cka result}; one panel, layers on the x axis."""
-    figure = Figure(figsize=(6.0, 3.0), layout="constrained")
+    figure = new_figure((6.0, 3.0))
     ax = figure.subplots()
     layers = []
     for index, (name, result) in enumerate(results.items()):
@@ -43,15 +45,15 @@ def cka_layers_figure(results: dict) -> Figure:
     return figure
 
 
-def cka_heatmaps(result: dict, title=None) -> Figure | None:
+def cka_heatmaps(result: dict, title=None) -> "Figure | None":
     """One row per split, one k×k linear-CKA panel per layer."""
     rows = [(split, [(layer, plottable(entry["linear"]["value"])) for layer, entry in found["layers"].items()])
             for split, found in result.get("splits", {}).items() if found["layers"]]
     return heatmap_grid(rows, title=title, colorbar_label="linear CKA") if rows else None
 
 
-def alignment_figure(results: dict) -> Figure:
-    figure = Figure(figsize=(8.0, 3.0), layout="constrained")
+def alignment_figure(results: dict) -> "Figure":
+    figure = new_figure((8.0, 3.0))
     ax = figure.subplots()
     layers = []
     for index, (name, result) in enumerate(results.items()):
@@ -73,10 +75,10 @@ def alignment_figure(results: dict) -> Figure:
 PAIR_STYLES = ("-", "--", ":", "-.")  # the pairs of one method (and the seeds of one method) told apart
 
 
-def paths_figure(results: dict) -> Figure:
+def paths_figure(results: dict) -> "Figure":
     """Test loss and accuracy along each pair's path: a method's colour, a line style per member
     pair, every line named in the legend (method, seed, pair)."""
-    figure = Figure(figsize=(9.5, 2.8), layout="constrained")
+    figure = new_figure((9.5, 2.8))
     loss_ax, accuracy_ax = figure.subplots(1, 2)
     for index, (name, result) in enumerate(results.items()):
         for number, pair in enumerate(result["pairs"]):
@@ -107,11 +109,11 @@ def _left_out(runs: dict, drawn: dict, name: str) -> str:
     return f". Not drawn: {'; '.join(missing)}" if missing else ""
 
 
-def tracking_figure(curves: dict) -> Figure:
+def tracking_figure(curves: dict) -> "Figure":
     """curves: {method: {seed: rows}}, rows {"epoch", "disagreement", "jsd", "weight_cosine",
     "aligned_weight_cosine"}: a method's colour, a marker per seed (named in the legend); aligned
     cosine dashed."""
-    figure = Figure(figsize=(11.0, 2.8), layout="constrained")
+    figure = new_figure((11.0, 2.8))
     axes = figure.subplots(1, 3)
     markers = ("o", "s", "^", "v", "D", "x")
     for index, (name, seeds) in enumerate(curves.items()):
@@ -135,7 +137,7 @@ def tracking_figure(curves: dict) -> Figure:
 
 def add_report_figures(runs: dict, add) -> None:
     """The report's member-geometry figures from each method's first complete seed (tracking: every
-    seed); `add(name, title, figure)` saves one. A result of the wrong layout is a damaged file."""
+    seed); `add(name, title, draw, *inputs)` saves one. A result of the wrong layout is a damaged file."""
     from .load import _damaged, dig
 
     def first(name):
@@ -150,7 +152,7 @@ def add_report_figures(runs: dict, add) -> None:
         if not results:
             return
         try:
-            add(file, title, make({method: result for method, (result, _) in results.items()}))
+            add(file, title, make, {method: result for method, (result, _) in results.items()})
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
             method, (_, folder) = next(iter(results.items()))
             raise _damaged(folder / "metrics.json", f"its {name} result is not of the expected layout") from None
@@ -184,4 +186,4 @@ def add_report_figures(runs: dict, add) -> None:
                      for row in run["history"] if isinstance(row.get("seconds"), (int, float)))
         cost = f"; measuring took {spent / epochs:.1%} of the epochs' time" if epochs > 0 else ""
         add("tracking", f"Diversity over training on the validation split (epoch 0: initialisation; every seed{cost})",
-            tracking_figure({run_label(method): rows for method, rows in tracked.items() if rows}))
+            tracking_figure, {run_label(method): rows for method, rows in tracked.items() if rows})

@@ -90,8 +90,8 @@ def add_lora_figures(runs: dict, add) -> None:
     sections = {label: section for label, (section, _) in first.items()}
     try:
         add("lora-cosine", "LoRA ensembles: k×k cosine of the members' updates ΔW over all adapted layers (first seed)",
-            lora_heatmaps(sections))
+            lora_heatmaps, sections)
         add("lora-depth", "LoRA ensembles per layer index: ΔW cosine and column/row-space overlap, one line per "
-                          "module type, null baselines dashed (first seed)", lora_depth_figure(sections))
+                          "module type, null baselines dashed (first seed)", lora_depth_figure, sections)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
         raise _damaged(next(iter(first.values()))[1] / "metrics.json", "its lora section is not of the expected layout") from None
