@@ -19,17 +19,17 @@ declared effective weights get no weight cosine (`weights_skipped` says why).
 import json
 from pathlib import Path
 
-from .core import preprocessing
+from .core.diagnose import preprocessing
 from .data.given import batches
 from .ensembles import as_ensemble, measuring
 from .errors import EnsdiagError
-from .predict import predict_batches
+from .core.predict import predict_batches
 
 
 class Tracker:
     def __init__(self, members, val, path=None, normalize=None, device=None, seed: int = 0, num_members=None,
                  member_weights=None, modules=None):
-        from .core import checked_device
+        from .core.diagnose import checked_device
         from .geometry.tracking import DiversityTracker
         self.ensemble = as_ensemble(members, num_members=num_members, member_weights=member_weights, modules=modules)
         self.val, self.seed, self.given_normalize = val, seed, normalize

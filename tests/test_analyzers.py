@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 
 import ensdiag
 from ensdiag.analysis import ANALYZERS, Skip, all_analyzers, analyze_predictions, load_plugins
-from ensdiag.predict import save_predictions
+from ensdiag.predictions import save_predictions
 
 from .cli import assert_one_line_error, run_cli
 
@@ -142,7 +142,7 @@ def test_analyze_cli_json_matches_library(tmp_path, capsys):
     assert code == 0
     data = json.loads(out)
     assert "shift" in data["splits"]  # pooled from shift/<corruption>
-    expected = analyze_predictions(ensdiag.predict.load_predictions(path)[0])
+    expected = analyze_predictions(ensdiag.predictions.load_predictions(path)[0])
     assert data["analyzers"]["ood"]["scores"]["msp"]["auroc"]["value"] == pytest.approx(
         expected["analyzers"]["ood"]["scores"]["msp"]["auroc"]["value"])
 

@@ -97,7 +97,7 @@ def test_read_spec_without_loading_weights(saved):
 
 WRITE_BOTH = """
 import sys, torch, ensdiag
-from ensdiag.predict import save_predictions
+from ensdiag.predictions import save_predictions
 torch.manual_seed(0)
 model = ensdiag.build_model("mlp", "batch-ensemble", num_classes=3, input_shape=(1, 4, 4))
 extra = {"run": "r1", "seed": "7", "dataset": "digits", "note": "caf\\u00e9", "epochs": "2"}

@@ -31,7 +31,7 @@ def test_cuda_bf16_channels_last_training_step_gives_fp32_logits(tmp_path):
     from ensdiag.experiment import run_experiment
     config = preset_config("digits", methods=["deep-ensemble", "batch-ensemble"], seeds=[1], epochs=2)
     run_experiment(config, tmp_path, "data", device="cuda", quiet=True)
-    from ensdiag.predict import load_predictions
+    from ensdiag.predictions import load_predictions
     predictions, _ = load_predictions(tmp_path / "batch-ensemble" / "seed-1" / "predictions.safetensors")
     assert predictions["id"]["logits"].dtype == torch.float32
     model = ensdiag.build_model("resnet18", "batch-ensemble", 4, 10, (3, 32, 32)).cuda().to(memory_format=torch.channels_last)

@@ -34,7 +34,7 @@ def _ensemble_outputs(n, k=4, classes=5, temperature=1.4, seed=0):
 
 def _interval(analyzer, path, predictions, full):
     """ensdiag's interval entry for one column, through the analyzer's registered resampler."""
-    from ensdiag.intervals import _entry, _vectorised
+    from ensdiag.core.intervals import _entry, _vectorised
     found = all_analyzers()[analyzer]
     result = {"status": "ok", **found(predictions)}
     reads = tuple(sorted({"id", "ood"} & set(predictions))) if analyzer == "ood" else ("id",)
@@ -90,7 +90,7 @@ def test_a_stratified_auroc_interval_covers_the_full_test_set_value():
 def test_the_ece_interval_covers_a_well_calibrated_models_population_value_where_percentiles_never_do():
     """ECE folds noise into an upward bias as large as a small ECE itself: the percentile interval
     of 1,500 examples misses the population's ECE almost always, ensdiag's ray inversion does not."""
-    from ensdiag.intervals import _entry, _vectorised
+    from ensdiag.core.intervals import _entry, _vectorised
     population, m, draws = 60_000, 1500, 150
     logits, labels = _ensemble_outputs(population, temperature=1.0, seed=7)
     calibration = all_analyzers()["calibration"]

@@ -138,7 +138,7 @@ def _one_epoch(arch, parallel_ranks=None, store=None, out=None):
     with parallel or _Nothing():
         loss, _ = train_epoch(model, optimizer, data, orders, config, torch.Generator().manual_seed(1), parallel=parallel)
     from ensdiag.data.registry import Split
-    from ensdiag.predict import predict
+    from ensdiag.core.predict import predict
     seen_then, seen[:] = list(seen), []
     logits = predict(model, {"id": Split(images, labels)}, data.normalize, torch.device("cpu"),
                      spread=parallel_ranks is not None)["id"]["logits"]

@@ -121,7 +121,7 @@ def test_predictions_and_model_analyzers_run_in_exact_fp32_inside_a_training_con
     from ensdiag.analysis import analyze_model
     from ensdiag.analysis.geometry import ModelProbe
     from ensdiag.data.registry import Split
-    from ensdiag.predict import predict
+    from ensdiag.core.predict import predict
     model = _model("resnet18", "deep-ensemble").to(memory_format=torch.channels_last)
     seen = []
     model.body.conv1.register_forward_hook(lambda module, args, output: seen.append(
@@ -386,7 +386,7 @@ def test_bf16_training_is_recorded_and_its_predictions_are_exact_fp32(bf16_run):
 def _evaluated(model):
     """The predictions `ensdiag evaluate` makes of a model on the digits preset's data."""
     from ensdiag.core import inspect
-    from ensdiag.evaluate import prepare
+    from ensdiag.core.inputs import prepare
     inputs = prepare(model, "digits", "data", device="cpu")
     return inspect(model, inputs.splits, preprocess=inputs.preprocess, geometry=False, only=[]).predictions
 

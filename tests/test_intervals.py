@@ -10,7 +10,7 @@ import torch
 from ensdiag.analysis import bootstrap as B
 from ensdiag.analysis import ANALYZERS, Column, all_analyzers, analyze_predictions, metric, register_analyzer
 from ensdiag.analysis.registry import without_ood_labels
-from ensdiag.intervals import _generic, _vectorised, add_intervals, targets
+from ensdiag.core.intervals import _generic, _vectorised, add_intervals, targets
 
 
 def _predictions(seed=0, k=4, classes=5, n=(70, 60, 50, 40)):

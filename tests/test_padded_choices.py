@@ -16,7 +16,7 @@ from scipy.stats import entropy
 from sklearn.metrics import roc_auc_score
 
 from ensdiag.analysis import analyze_predictions
-from ensdiag.diagnosis import Diagnosis
+from ensdiag.core.diagnosis import Diagnosis
 from ensdiag.foreign.predictions import PAD_LOGIT
 from ensdiag.report import make_report
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ensdiag
-from ensdiag.planning import random_order
+from ensdiag.core.planning import random_order
 from ensdiag.quickcheck import parse_precision, parse_seconds
 from ensdiag.errors import EnsdiagError
 
@@ -83,8 +83,8 @@ def _headline_intervals(metrics):
     from types import SimpleNamespace
 
     from ensdiag.analysis import all_analyzers
-    from ensdiag.intervals import targets
-    from ensdiag.planning import HEADLINE_TABLES
+    from ensdiag.core.intervals import targets
+    from ensdiag.core.planning import HEADLINE_TABLES
     for name, analyzer in all_analyzers().items():
         result = metrics["analyzers"].get(name, {})
         if analyzer.needs != "predictions" or result.get("status") != "ok":

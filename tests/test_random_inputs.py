@@ -157,7 +157,7 @@ def test_random_train_option_values(options):
 
 @pytest.fixture(scope="module")
 def predictions_bytes(tmp_path_factory):
-    from ensdiag.predict import save_predictions
+    from ensdiag.predictions import save_predictions
     g = torch.Generator().manual_seed(0)
     path = tmp_path_factory.mktemp("predictions") / "p.safetensors"
     save_predictions({"id": {"logits": torch.randn(3, 20, 4, generator=g), "labels": torch.randint(0, 4, (20,), generator=g)},

@@ -17,7 +17,7 @@ from ensdiag.analysis import analyze_predictions
 from ensdiag.config import preset_config
 from ensdiag.experiment import prepare_run_dir
 from ensdiag.io import atomic_write_json
-from ensdiag.predict import save_predictions
+from ensdiag.predictions import save_predictions
 from ensdiag.report import make_report, render
 
 from .cli import run_cli
@@ -47,7 +47,7 @@ def run_dir(tmp_path):
             folder = out / method / f"seed-{seed}"
             predictions = fake_predictions(k, seed)
             save_predictions(predictions, folder / "predictions.safetensors")
-            from ensdiag.predict import with_pooled_shift
+            from ensdiag.predictions import with_pooled_shift
             metrics = analyze_predictions(with_pooled_shift(predictions))
             calibration = metrics["analyzers"]["calibration"]["splits"]["id"]
             calibration["accuracy"]["value"] = ACCURACY[method][index]
@@ -307,7 +307,7 @@ def toy_analyzer():
 
 
 def add_toy_results(run_dir, toy):
-    from ensdiag.predict import load_predictions
+    from ensdiag.predictions import load_predictions
     for folder in run_dir.glob("*/seed-*"):
         metrics = json.loads((folder / "metrics.json").read_text())
         predictions, _ = load_predictions(folder / "predictions.safetensors")

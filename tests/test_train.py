@@ -315,7 +315,7 @@ def test_training_prediction_and_bench_flush_denormals(stage, tmp_path, capsys):
             fit(model, small(epochs=1), digits_fit_data(64), 1, tmp_path / "state.pt", "cpu")
         elif stage == "predict":
             from ensdiag.data.registry import Split
-            from ensdiag.predict import predict
+            from ensdiag.core.predict import predict
             predict(ensdiag.build_model("mlp", "single", 1, 10, (1, 8, 8)),
                     {"id": Split(torch.zeros(4, 1, 8, 8), None)}, Normalize((0.0,), (1.0,)), torch.device("cpu"))
         else:

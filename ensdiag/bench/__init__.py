@@ -154,7 +154,7 @@ def diagnose_table(result: dict) -> list[Table]:
 
 def budget_table(result: dict) -> list[Table]:
     """`bench --diagnose --budget`: what each step read within the budget, and the headline numbers."""
-    from ..report.terminal import budget_lines
+    from ..report.example_level import budget_lines
     tables = []
     for run, row in result["methods"].items():
         table = Table(title=f"{run}, k = {row['members']}: {row['wall_seconds']:.0f} s within a budget of "

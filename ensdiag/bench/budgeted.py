@@ -69,7 +69,7 @@ def skipped(metrics: dict) -> dict:
 
 def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
     from ..core import inspect
-    from ..planning import Plan
+    from ..core.planning import Plan
     flush_denormals()
     config, splits, train = synthetic_protocol(settings, ("id", "shift", "ood", "val"))
     methods = {}

@@ -38,11 +38,11 @@ from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES, PATH_PAIRS, P
 from ..config import preset_config
 from ..data.batching import Normalize
 from ..data.registry import Split
-from ..diagnosis import Diagnosis
+from ..core.diagnosis import Diagnosis
 from ..nn import build_model, flush_denormals
 from ..nn.members import fastest
 from ..nn.methods import members_for
-from ..predict import predict
+from ..core.predict import predict
 from ..predictions import with_pooled_shift
 from .harness import PROTOCOLS, synthetic_split
 

@@ -100,7 +100,7 @@ def _geometry_names(geometry: bool) -> list[str]:
 def _inputs(model, preset, data, shift, ood, normalize, data_dir, device, geometry):
     """(the core's `Inputs` with the model moved to its device, None, skipped splits) or (None, why there
     is no data — the weights still tell a story —, skipped splits)."""
-    from ..evaluate import prepare
+    from ..core.inputs import prepare
     from ..foreign.checkpoints import RawEnsemble
     if isinstance(model, RawEnsemble):  # foreign tensors no architecture runs
         return None, (f"{model.reason}: disagreement needs a model that runs (ensdiag runs its mlp and CIFAR-style "

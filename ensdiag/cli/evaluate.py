@@ -64,7 +64,7 @@ def evaluate(
     out = None if out is None else output_folder(out)
     from .. import distributed
     from ..core import inspect
-    from ..evaluate import prepare
+    from ..core.inputs import prepare
     from ..foreign.checkpoints import open_ensemble
 
     model = open_ensemble(model_path, family, raw_ok=False, arch=arch, num_classes=num_classes)

@@ -40,7 +40,7 @@ def plan_of(budget, precision, geometry=True):
     parse_seconds(budget), parse_precision(precision)
     if budget is None and precision is None:
         return None
-    from ..planning import Plan
+    from ..core.planning import Plan
     return Plan.of(budget, precision, geometry)
 
 
@@ -55,7 +55,7 @@ def quick_checks(model_path, data, shift, ood):
 
 def data_choice(model, preset, data, shift, ood, normalize):
     """The `DataChoice` of the command line (its paths were checked by `quick_checks`)."""
-    from ..evaluate import DataChoice
+    from ..core.inputs import DataChoice
     return DataChoice(preset=preset or (None if data is not None else guessed_preset(model)),
                       data=None if data is None else str(data), shift=shift, ood=ood, normalize=normalize)
 
@@ -63,7 +63,7 @@ def data_choice(model, preset, data, shift, ood, normalize):
 def guessed_preset(model) -> str:
     """The preset whose architecture, inputs and classes fit; said aloud for imported models, whose
     shapes need not say which data they were trained on."""
-    from ..evaluate import guess_preset
+    from ..core.inputs import guess_preset
     preset = guess_preset(model.spec)
     if getattr(model, "imported_from", None):
         note(f"no --preset given: measuring on the {preset} preset's data, whose inputs and classes fit this model")

@@ -159,7 +159,7 @@ def _device(device: str) -> str:
 
 def _save(out, method, seed, members, configs, base, tasks, ood_task):
     from ..analysis import analyze_predictions
-    from ..diagnosis import Diagnosis
+    from ..core.diagnosis import Diagnosis
     from ..foreign.lm_eval import LmEvalOptions, load_lm_eval_predictions
     from .analysis import diagnose_adapters
     from .command import save_lora_run

@@ -6,7 +6,8 @@
     drawn = diversity_figures(diagnosis.metrics, Path("heatmaps.png"), "model.safetensors")
 """
 
-from .terminal import (budget_lines, cell, geometry_tables, heatmap_table, interval_lines, metrics_table, ood_table,
+from .example_level import budget_lines
+from .terminal import (cell, geometry_tables, heatmap_table, interval_lines, metrics_table, ood_table,
                        skipped_lines)
 
 DISAGREEMENT = ("disagreement: the fraction of examples on which two members predict different classes "

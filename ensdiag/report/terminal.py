@@ -115,48 +115,6 @@ def interval_lines(metrics: dict) -> list[str]:
     return [INTERVALS] + [f"{name}: {note}" for name, note in record.get("skipped", {}).items()]
 
 
-def _duration(seconds) -> str:
-    seconds = float(seconds)
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
-
-
-def budget_lines(metrics: dict) -> list[str]:
-    """What a budget or precision target chose (planning.py): every step's examples and the precision
-    reached, and every skipped step with its reason; [] for a diagnosis without one."""
-    record = metrics.get("budget")
-    if not isinstance(record, dict):
-        return []
-    asked = " and ".join(part for part in (
-        f"a budget of {_duration(record['seconds'])}" if record.get("seconds") else "",
-        f"a target half-width of {record['precision_target']:g}" if record.get("precision_target") else "") if part)
-    lines = [f"{asked}: {_duration(record.get('spent_seconds', 0))} spent"
-             + (f"; every example would take about {_duration(record['full_estimate_seconds'])}"
-                if record.get("full_estimate_seconds") else "")]
-    for step in record.get("steps", []):
-        name, n = step["step"], step.get("n")
-        if name.startswith("predict "):
-            of = f" of {step['of']:,}" if step.get("of") else ""
-            widest = (f", widest interval ±{step['half_width']:.3g} ({step['column']})" if step.get("half_width") is not None
-                      else "")
-            lines.append(f"{name}: {n:,}{of} examples ({step.get('stopped')}){widest}")
-        elif name == "cka" and isinstance(n, dict):
-            widths = step.get("half_width", {})
-            lines.append("cka: " + ", ".join(f"{split} {count:,} examples" + (f" (±{widths[split]:.3g})" if widths.get(split)
-                                                                               is not None else "")
-                                             for split, count in n.items()))
-        elif name == "paths" and n is not None:
-            points = step.get("points", [])
-            lines.append(f"paths: {step['pairs']} pair{'s' * (step['pairs'] != 1)} × {'/'.join(map(str, points))} points on "
-                         f"{n:,} test examples" + (f", BatchNorm on {step['batchnorm_images']:,} training images"
-                                                   if step.get("batchnorm_images") else "")
-                         + (f" (test-loss barrier ±{step['half_width']:.3g})" if step.get("half_width") is not None else ""))
-        elif step.get("seconds") is not None:
-            lines.append(f"{name}: {_duration(step['seconds'])}" + (f" ({step['status']}: {step['reason']})"
-                                                                    if step.get("reason") else ""))
-    lines += [f"{name}: skipped — {reason}" for name, reason in record.get("skipped", {}).items()]
-    return lines
-
-
 def skipped_lines(metrics: dict) -> list[str]:
     """One line per analyzer that did not run: skipped (inputs missing) or failed (a broken plug-in)."""
     return [f"{name}: {result['status']} — {result['reason']}" for name, result in metrics["analyzers"].items()

@@ -17,9 +17,9 @@ import time
 
 import torch
 
-from .analysis import bootstrap as B
-from .analysis.registry import SPLIT_TABLES, all_analyzers
-from .export import lookup
+from ..analysis import bootstrap as B
+from ..analysis.registry import SPLIT_TABLES, all_analyzers
+from ..export import lookup
 
 GENERIC_SECONDS = 30.0  # what re-running one analyzer over its resamples may take, without a budget
 MIN_GENERIC = 100  # re-runs below which a generic interval is not given (its 2.5th percentile would rest on 2 draws)
@@ -61,7 +61,7 @@ def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: 
     analyzers' results in `metrics` (`detail`: into every declared one); returns {analyzer: note}
     for those without intervals. `full`: {split: its size} where the predictions are a subsample
     of a split (a budget), for `full_split`."""
-    from .analysis.registry import without_ood_labels
+    from ..analysis.registry import without_ood_labels
     predictions = without_ood_labels(predictions)
     analyzers, notes, draws = all_analyzers(), {}, B.Draws()
     for name, result in metrics["analyzers"].items():
@@ -185,7 +185,7 @@ def _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws
 
 def _generic(analyzer, predictions, weights, wanted, resamples, allowance) -> tuple[dict, str | None]:
     """({path: (None, Tensor [R])}, note): the analyzer re-run on resampled predictions."""
-    from .analysis.registry import Skip
+    from ..analysis.registry import Skip
     splits = sorted({split for _, reads in wanted for split in reads})
     count, _ = _resamples(predictions, splits, resamples)
     streams = _Streams(predictions, splits, count)

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from .analysis import bootstrap as B
+from ..analysis import bootstrap as B
 from .planning import GEOMETRY_FLOOR, PATH_EXAMPLES_FLOOR, Plan
 
 
@@ -34,7 +34,7 @@ def geometry_order(names: list, analyzers: dict) -> list:
 def run_geometry(plan: Plan, probe, names: list, analyze, status) -> dict:
     """{name: result} of the model analyzers within the plan; each step's examples chosen from
     measured costs and recorded, a step that does not fit skipped with its reason."""
-    from .analysis import all_analyzers
+    from ..analysis import all_analyzers
     analyzers = all_analyzers()
     results = {}
     for name in geometry_order(names, analyzers):
@@ -72,7 +72,7 @@ def _geometry_facts(name, result, probe) -> dict:
 def _walks(probe) -> int:
     """Paths a pair walks: one per distinct alignment of weight matching's restarts (alignment has
     run by then), one where members are compared as trained."""
-    from .analysis.registry import Skip
+    from ..analysis.registry import Skip
     try:
         found = probe.aligned()[2]
     except Skip:
@@ -97,7 +97,7 @@ def _timed_forward(probe) -> float:
 def _timed_point(probe, per_image: float) -> float:
     """Seconds a path point costs beyond its images' forwards: loading the interpolated weights,
     recomputing BatchNorm in training mode, the losses; one point timed on `PILOT` images each."""
-    from .geometry.paths import evaluate_point
+    from ..geometry.paths import evaluate_point
     networks = probe.members()
     if len(networks) < 2:
         return 0.0
@@ -116,8 +116,8 @@ def _timed_point(probe, per_image: float) -> float:
 def _cka_pilot(plan, probe) -> tuple[float, float, float | None]:
     """(seconds per example and split of CKA's forward passes, seconds of its interval on `PILOT`
     examples, that interval's half-width)."""
-    from .geometry.representations import layer_cka
-    from .geometry.resampled import cka_interval
+    from ..geometry.representations import layer_cka
+    from ..geometry.resampled import cka_interval
     split = probe.split("id", limit=PILOT)
     warm = layer_cka(probe.members(), split.images[:8], probe.normalize, retain=8)  # first calls pay one-time costs
     if warm["kept"]:
@@ -135,7 +135,7 @@ def _cka_pilot(plan, probe) -> tuple[float, float, float | None]:
 def cka_seconds(n: float, costs: dict, splits: int) -> float:
     """CKA's cost on n examples per split: its forward passes, and its interval, whose Gram
     matrices grow as the square of the examples it keeps (at most `CKA_INTERVAL_EXAMPLES`)."""
-    from .geometry.resampled import CKA_INTERVAL_EXAMPLES
+    from ..geometry.resampled import CKA_INTERVAL_EXAMPLES
     kept = min(n, CKA_INTERVAL_EXAMPLES)
     return splits * (n * costs.get("cka per example and split", 0.0)
                      + costs.get("cka interval on the pilot", 0.0) * (kept / PILOT) ** 2)
@@ -164,8 +164,8 @@ def _largest(cost, limit: float, seconds: float) -> int:
 
 def _plan_geometry(plan: Plan, probe, steps: list) -> None:
     """Examples (and path pairs and points) for CKA and paths from their measured costs."""
-    from .analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES
-    from .analysis.registry import Skip
+    from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES
+    from ..analysis.registry import Skip
     plan.costs["geometry"] = 1.0
     try:
         probe.members()
@@ -218,7 +218,7 @@ def _plan_geometry(plan: Plan, probe, steps: list) -> None:
 
 def _refit_paths(plan: Plan, probe) -> None:
     """The paths' examples, pairs and points again, for the time actually left."""
-    from .analysis.geometry import BATCHNORM_EXAMPLES
+    from ..analysis.geometry import BATCHNORM_EXAMPLES
     if "member forward per image" not in plan.costs or "paths" not in probe.limits:
         return
     seconds, k = plan.remaining(), probe.ensemble.num_members or 2
@@ -240,8 +240,8 @@ def _refit_paths(plan: Plan, probe) -> None:
 
 
 def _barrier_precise(curves, target) -> bool:
-    from .geometry.paths import excess
-    from .geometry.resampled import barrier_interval
+    from ..geometry.paths import excess
+    from ..geometry.resampled import barrier_interval
     width = B.half_width(barrier_interval([(curves["t"], excess(curves["t"], curves["loss"]))], "id"))
     return width is not None and width <= target
 
@@ -250,7 +250,7 @@ def estimate_full(plan: Plan, metrics: dict, geometry_examples, path_points=11) 
     """Seconds the same diagnosis would take on every example (no budget), from the measured costs:
     predictions of every split, CKA on the examples it would keep, paths on the protocol's pairs,
     points and examples, the weights-only steps as they ran, the analyzers scaled to every example."""
-    from .analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES, PATH_PAIRS
+    from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES, PATH_PAIRS
     sizes = {name: size for name, size in plan.sizes.items() if size is not None}
     read = {step["step"]: step for step in plan.steps}
     total = plan.costs.get("predict per example", 0.0) * sum(sizes.values())

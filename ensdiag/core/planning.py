@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .analysis import bootstrap as B
-from .errors import EnsdiagError
-from .quickcheck import parse_precision, parse_seconds
+from ..analysis import bootstrap as B
+from ..errors import EnsdiagError
+from ..quickcheck import parse_precision, parse_seconds
 
 PREDICTION_SHARE = 0.5  # of the budget, for predictions, when member geometry follows
 RESERVE = 0.1  # of the budget, held back for the last analyzers and what measured costs underestimate
@@ -115,7 +115,7 @@ def random_order(name: str, size: int) -> torch.Tensor:
 
 def length(data) -> int | None:
     """Examples in data given in any form `data.given` reads; None for a stream of unknown length."""
-    from .data.registry import Split
+    from ..data.registry import Split
     if isinstance(data, Split) or isinstance(data, torch.Tensor):
         return len(data)
     if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(d, torch.Tensor) for d in data):
@@ -127,7 +127,7 @@ def length(data) -> int | None:
 
 def take(data, index: torch.Tensor):
     """The examples `index` of random-access data, in the same form."""
-    from .data.registry import Split
+    from ..data.registry import Split
     if isinstance(data, Split):
         return data.subset(index)
     if isinstance(data, torch.Tensor):
@@ -222,7 +222,7 @@ def _read(plan, ensemble, name, data, size, wanted, preprocess, device, keep, fo
     doubling chunks, stopping early once the precision target is met or the time is spent;
     (logits, labels, kept, why it stopped). `timing(chunk, seconds)`: called after the first chunk,
     returns how many examples to read in all."""
-    from .data.given import batches
+    from ..data.given import batches
     from .predict import predict_batches
     index = random_order(name, size) if size is not None else None
     stream = _Stream(batches(data, name)) if index is None else None
@@ -279,7 +279,7 @@ def _analysis_cost(chunk: dict) -> tuple[float, float]:
     """(fixed seconds, seconds per example) of the analyzers and their intervals on one split,
     fitted to two timed runs: on the chunk, and on the chunk repeated `ANALYSIS_TILES` times (what
     they cost depends on how many examples there are, hardly on their values)."""
-    from .analysis import analyze_predictions
+    from ..analysis import analyze_predictions
     from .intervals import add_intervals
     n = chunk["logits"].shape[1]
     if n < 8:
@@ -303,10 +303,10 @@ def _widest(predictions: dict, split: str) -> dict:
     (columns of the `HEADLINE_TABLES`; detail tables such as MCE's, which rests on its sparsest
     bin, still get intervals but do not hold a split back) that read `split` (vectorised analyzers
     only; a quick check with `CHECK_RESAMPLES`)."""
-    from .analysis import all_analyzers, analyze_predictions
-    from .checks import check_predictions
+    from ..analysis import all_analyzers, analyze_predictions
+    from ..checks import check_predictions
     from .intervals import add_intervals, targets
-    from .predictions import with_pooled_shift
+    from ..predictions import with_pooled_shift
     try:
         checked = with_pooled_shift(check_predictions(dict(predictions), "the examples read so far", need_id=False))
     except EnsdiagError:

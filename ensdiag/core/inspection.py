@@ -15,17 +15,17 @@ works on copies.
 
 from contextlib import nullcontext
 
-from . import distributed
-from .analysis import all_analyzers, analyze_model, analyze_predictions
-from .analysis.registry import Skip, without_ood_labels
-from .checks import check_predictions
-from .data.registry import Split
+from .. import distributed
+from ..analysis import all_analyzers, analyze_model, analyze_predictions
+from ..analysis.registry import Skip, without_ood_labels
+from ..checks import check_predictions
+from ..data.registry import Split
+from ..ensembles import as_ensemble, forked_rng, measuring
+from ..errors import EnsdiagError
+from ..predictions import with_pooled_shift
 from .diagnosis import Diagnosis
-from .ensembles import as_ensemble, forked_rng, measuring
-from .errors import EnsdiagError, InputTypeError
 from .intervals import GENERIC_SECONDS, add_intervals
 from .predict import GEOMETRY_SPLITS, predict_splits
-from .predictions import with_pooled_shift
 
 
 
@@ -65,7 +65,7 @@ def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int =
         weights = member_weights(ensemble, seed, initial)
         metrics = _analyze(predictions, weights, only, no_data, plan, detail)
         if geometry:
-            from .analysis.geometry import ModelProbe
+            from ..analysis.geometry import ModelProbe
             probe_splits = {name: kept.get(name, splits.get(name)) for name in GEOMETRY_SPLITS if name in predictions}
             train_split = _training_split(train, geometry_examples)
             probe = ModelProbe(ensemble, probe_splits, preprocess, train_split.images if train_split else None,
@@ -182,169 +182,11 @@ def _training_split(train, limit) -> Split | None:
         return train
     import torch
     if isinstance(train, (tuple, list)) and len(train) == 2 and all(isinstance(t, torch.Tensor) for t in train):
-        from .data.given import batches
+        from ..data.given import batches
         batches(train, "train")  # checked as any split's pair is
         return Split(train[0], train[1], "training inputs")
     if isinstance(train, torch.Tensor):
         return Split(train, None, "training inputs")
-    from .data.given import first
+    from ..data.given import first
     found = first(train, max(limit or 0, TRAINING_EXAMPLES), "train")
     return None if found is None else Split(found[0], found[1], "training inputs")
-
-
-GEOMETRY_EXAMPLES = 2000  # inputs per split diagnose() keeps for member geometry (CKA, paths)
-
-
-def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, train=None, normalize=None, layers=None,
-             num_members=None, member_weights=None, modules=None, initial=None, titles=None, cost=None,
-             geometry: bool = True,
-             geometry_examples: int = GEOMETRY_EXAMPLES, device=None, seed: int = 0, progress: bool | None = None,
-             path_points: int | str = 11, budget=None, precision=None, detail: bool = False) -> Diagnosis:
-    """Every analyzer on any ensemble and any data, from Python (README: "From Python").
-
-    `members`: an `EnsembleModel` (ensdiag's, loaded or imported), a list of `nn.Module`s (each maps
-    a batch [B, …] to logits [B, C]), one `nn.Module` returning [k, B, C] (or [k·B, C] with
-    `num_members`), a callable returning [k, B, C], or model file paths. `test` (alias `id`),
-    `ood`, `shift`, `val`, `train`: `(x, y)` tensors, a tensor `x`, a Dataset or an iterable of
-    batches. `normalize`: None applies the preprocessing an ensdiag model records (others get their
-    inputs as given), "none" none, a (mean, std) pair per channel, or a function of a batch.
-    `member_weights`: a function returning each member's effective weights, for ensembles whose
-    members share parameters (your own BatchEnsemble). `modules`: the `nn.Module`s a callable
-    runs, so they are measured in eval mode too (their modes restored). `initial`: the members before training (the
-    same kinds as `members`), a `Tracker` (its epoch 0) or a number: the weight cosine the trained
-    one is read against. `titles`: {split: what the data is}. `cost`: {"parameters", "train_seconds"}
-    for the report's cost table (parameters are counted when not given). `layers`: the modules CKA
-    reads, as names or {name: layout}. `device`: where inputs go (default: where the members are;
-    the members are never moved). `progress`: a bar per split (default: when stderr is a terminal).
-    `path_points`: points on each path between members, or "adaptive". `budget`: a time the whole
-    diagnosis may take ("5m", "90s", seconds) and/or `precision`: an interval half-width at which a
-    step stops reading examples; each step then reads the examples its measured cost affords, and
-    `metrics["budget"]` says what was measured, with what precision, and what was skipped and why.
-    `detail`: intervals for the detail catalogue too (every declared column, CKA, barriers); the
-    headline tables' numbers always have theirs."""
-    from .planning import Plan
-    from .numbers import integer, seed as checked_seed
-    from .quickcheck import path_points_option
-    path_points, seed = path_points_option(path_points, "path_points"), checked_seed(seed, "seed")
-    if isinstance(geometry_examples, bool) or not isinstance(geometry_examples, int):
-        raise InputTypeError(f"geometry_examples must be a whole number, got {type(geometry_examples).__name__}")
-    geometry_examples = integer(geometry_examples, "geometry_examples", 1)
-    plan = Plan.of(budget, precision, geometry)
-    if test is not None and id is not None:
-        raise EnsdiagError("give the test data once: test= (id= is its older name)")
-    test = test if test is not None else id
-    if test is None:
-        raise EnsdiagError("diagnose needs in-distribution test data: test=(x, y)")
-    ensemble = as_ensemble(members, layers=layers, num_members=num_members, member_weights=member_weights,
-                           modules=modules)
-    device = ensemble.device if device is None else checked_device(device, ensemble)
-    given = {"id": test, "shift": shift, "ood": ood, "val": val}
-    names = {name: f"{name} (given to diagnose)" for name, data in given.items() if data is not None}
-    return inspect(ensemble, given, preprocess=preprocessing(normalize, ensemble, device), device=device, seed=seed,
-                   geometry=geometry, train=train, geometry_examples=geometry_examples, path_points=path_points,
-                   titles={**names, **_checked_titles(titles)}, cost=_cost(ensemble, cost),
-                   initial=initial_cosine(initial, ensemble, seed), progress=_bars(progress), plan=plan,
-                   detail=bool(detail))
-
-
-def preprocessing(normalize, ensemble, device):
-    """The function each batch goes through (module docstring of `diagnose`: `normalize`)."""
-    from .data.batching import Normalize
-    if normalize is None:
-        return Normalize(*ensemble.preprocess, device) if ensemble.preprocess is not None else None
-    if isinstance(normalize, str):
-        if normalize != "none":
-            raise EnsdiagError(f"normalize must be None, 'none', (mean, std) or a function, not {normalize!r}")
-        return None
-    if callable(normalize):
-        return normalize
-    try:
-        mean, std = ([float(v) for v in part] for part in normalize)
-    except (TypeError, ValueError):
-        raise EnsdiagError("normalize must be None, 'none', a (mean, std) pair of per-channel sequences or a function")
-    if len(mean) != len(std) or not all(v > 0 for v in std):
-        raise EnsdiagError("normalize: one mean and one positive std per channel")
-    return Normalize(mean, std, device)
-
-
-def initial_cosine(initial, ensemble, seed: int) -> dict | None:
-    """{"mean", "source"} of the members' weight cosine before training, from what the user gave."""
-    from numbers import Real
-    if initial is None:
-        return None  # the ensemble's own record, where it has one (inspect asks it)
-    if hasattr(initial, "rows") and hasattr(initial, "measure"):  # a Tracker
-        row = next((row for row in initial.rows if row["epoch"] == 0), None)
-        if row is None or row.get("weight_cosine") is None:
-            raise EnsdiagError("initial: the Tracker has no weight cosine at epoch 0 (measure(0) before training)")
-        return {"mean": row["weight_cosine"], "source": "the Tracker's epoch 0"}
-    if isinstance(initial, Real) and not isinstance(initial, bool):
-        if not -1 <= float(initial) <= 1:
-            raise EnsdiagError(f"initial: a cosine is in [−1, 1], got {initial!r}")
-        return {"mean": float(initial), "source": "given to diagnose"}
-    from .analysis import metrics as M
-    try:
-        weights = member_weights(as_ensemble(initial), seed)
-    except InputTypeError:
-        raise InputTypeError(f"initial must be the members before training (as members are given), a Tracker or a "
-                             f"cosine, not {type(initial).__name__}") from None
-    if isinstance(weights, Skip):
-        raise EnsdiagError(f"initial: {weights}")
-    if len(weights) != ensemble.num_members and ensemble.num_members is not None:
-        raise EnsdiagError(f"initial: {len(weights)} members at initialisation, {ensemble.num_members} trained")
-    return {"mean": M.mean_off_diagonal(M.weight_cosine(weights)[0]), "source": "the initial members given to diagnose"}
-
-
-def count_parameters(ensemble) -> int | None:
-    """Distinct parameters (by storage) of the ensemble's modules; None for a callable."""
-    seen, total = set(), 0
-    for module in ensemble.modules():
-        for parameter in module.parameters():
-            key = (parameter.untyped_storage().data_ptr(), parameter.storage_offset(), parameter.shape)
-            if key not in seen:
-                seen.add(key)
-                total += parameter.numel()
-    return total if seen else None
-
-
-def _cost(ensemble, cost) -> dict:
-    from .diagnosis import checked_cost
-    counted = count_parameters(ensemble)
-    return checked_cost({**({"parameters": counted} if counted is not None else {}), **checked_cost(cost or {})})
-
-
-def _checked_titles(titles) -> dict:
-    if titles is None:
-        return {}
-    if not isinstance(titles, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in titles.items()):
-        raise InputTypeError("titles must map split names (test, id, ood, shift, val) to strings")
-    from .errors import unknown
-    for name in titles:
-        if name not in ("test", "id", "ood", "shift", "val"):
-            raise unknown("split in titles", name, ("test", "id", "ood", "shift", "val"))
-    return {("id" if name == "test" else name): text for name, text in titles.items()}
-
-
-def checked_device(device, ensemble=None):
-    """The device inputs go to: a real one, and where the members are (ensdiag never moves them)."""
-    import torch
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise EnsdiagError(f"device {device!r} is not a device (cpu, cuda, cuda:1, …)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise EnsdiagError(f"device {str(device)!r} asked for, but torch sees no CUDA device")
-    placed = {p.device for module in (ensemble.modules() if ensemble is not None else ()) for p in module.parameters()}
-    if placed and all(here.type != device.type or (device.index is not None and here != device) for here in placed):
-        raise EnsdiagError(f"device {str(device)!r}, but the members are on {', '.join(sorted(map(str, placed)))}: "
-                           "ensdiag never moves your modules; move them there, or leave device out")
-    return device
-
-
-def _bars(progress):
-    import sys
-    if not (sys.stderr.isatty() if progress is None else progress):
-        return None
-    from rich.console import Console
-    from rich.progress import track
-    return lambda name: (lambda items: track(items, description=f"diagnose: {name}", transient=True,
-                                             console=Console(stderr=True)))

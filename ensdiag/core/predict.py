@@ -12,13 +12,12 @@ mode and the random state forked and seeded (`ensembles.measuring`).
 
 import torch
 
-from . import distributed
-from .data.given import batches, image_batches
-from .data.registry import Split
-from .errors import EnsdiagError, InputTypeError
-from .nn.model import flush_denormals
-from .precision import exact_math
-from .predictions import PREDICTIONS_FORMAT, load_predictions, save_predictions, with_pooled_shift  # noqa: F401
+from .. import distributed
+from ..data.given import batches, image_batches
+from ..data.registry import Split
+from ..errors import EnsdiagError, InputTypeError
+from ..nn.model import flush_denormals
+from ..precision import exact_math
 
 SPLIT_ORDER = ("id", "shift", "ood", "val")  # MC Dropout draws its masks split after split, in this order
 GEOMETRY_SPLITS = ("id", "ood")  # what member geometry reads (CKA on both, paths on id)
@@ -91,7 +90,7 @@ def predict_splits(ensemble, splits: dict, preprocess, device, seed: int = 0, sp
     images and every rank gets all the logits back, in order: large shift sets (CIFAR-10-C's
     950,000 images) take 1/world of the time. MC Dropout's masks then differ from one process's
     (each rank draws its own from the seed and its rank), the other methods' logits do not."""
-    from .ensembles import as_ensemble, measuring
+    from ..ensembles import as_ensemble, measuring
     ensemble = as_ensemble(ensemble)
     preprocess = preprocess or (lambda x: x)
     found, kept = {}, {}

@@ -1,6 +1,6 @@
 """What `ensdiag evaluate` and `diversity` measure a model on — a preset's data (given, or the
 one whose architecture, inputs and classes fit the model) or yours, with any set replaced — and
-the preprocessing: the inputs the inspection core (core.py) takes.
+the preprocessing: the inputs the inspection core (core/inspection.py) takes.
 
     inputs = prepare(model, DataChoice(data="mine.npz"), data_dir="data")
     diagnosis = inspect(model, inputs.splits, preprocess=inputs.preprocess, device=inputs.device, …)
@@ -14,12 +14,12 @@ from types import SimpleNamespace
 
 import torch
 
-from .config import PRESETS, preset_config, preset_for
-from .data.batching import Normalize
-from .data.preset import PresetData, load_preset_data, ood_set, shift_set
-from .data.registry import Split
-from .device import resolve_device
-from .errors import DataNotFound, EnsdiagError
+from ..config import PRESETS, preset_config, preset_for
+from ..data.batching import Normalize
+from ..data.preset import PresetData, load_preset_data, ood_set, shift_set
+from ..data.registry import Split
+from ..device import resolve_device
+from ..errors import DataNotFound, EnsdiagError
 
 
 def guess_preset(spec) -> str:
@@ -60,7 +60,7 @@ class Inputs:
 def fits(model, input_shape) -> str | None:
     """None when the model maps images of `input_shape` to logits, else why not: asked of the network
     by a forward on the meta device (nothing allocated, nothing computed)."""
-    from .nn.model import build_from_spec
+    from ..nn.model import build_from_spec
     try:
         with torch.device("meta"):
             skeleton = build_from_spec(model.spec)
@@ -106,7 +106,7 @@ def normalization(model, choice: DataChoice, config) -> tuple[tuple, tuple]:
         return tuple(config.mean), tuple(config.std)
     if choice.normalize == "none":
         return (0.0,) * channels, (1.0,) * channels
-    from .numbers import normalize_option
+    from ..numbers import normalize_option
     return normalize_option(choice.normalize, channels)
 
 
@@ -127,7 +127,7 @@ def load_data(model, choice: DataChoice | str | None = None, data_dir="data", do
 
 def _your_data(model, choice, config, data_dir, download) -> PresetData:
     """--data as the test split; shift and OOD from --shift/--ood, else the fitting preset's, else none."""
-    from .data.files import load_files
+    from ..data.files import load_files
     test = load_files(choice.data, model.spec.input_shape, "--data", exact=False)
     shape = tuple(test.images.shape[1:])
     if shape != tuple(model.spec.input_shape) and (reason := fits(model, shape)) is not None:
@@ -158,6 +158,6 @@ def prepare(model, choice: DataChoice | str | None = None, data_dir="data", down
     mean, std = normalization(model, choice, config)
     device = resolve_device(device) if isinstance(device, str) else device
     data = data if data is not None else load_data(model, choice, data_dir, download, with_train)
-    from .data.preset import training_examples
+    from ..data.preset import training_examples
     return Inputs(data.eval_splits(), Normalize(mean, std, device), device, data.titles, data.skipped,
                   training_examples(model, data.train))

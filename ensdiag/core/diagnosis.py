@@ -1,4 +1,4 @@
-"""`Diagnosis`: what the inspection core found (core.py), the one result every path returns.
+"""`Diagnosis`: what the inspection core found (core/inspection.py), the one result every path returns.
 
     diagnosis = ensdiag.diagnose(members, test=(x, y))
     diagnosis.metrics                  # metrics.json's layout: {"analyzers": {name: result}, "splits", …}
@@ -11,7 +11,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import EnsdiagError
+from ..errors import EnsdiagError
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Diagnosis:
         and list it in `folder/experiment.json`, so `ensdiag report folder` reads it beside others. An
         analysis already saved there is replaced only with `overwrite=True`; a LoRA weight-space part of
         the same run (lora.json) stays beside it (runs.save_result)."""
-        from .runs import PREDICTIONS, save_result
+        from ..runs import PREDICTIONS, save_result
         return save_result(folder, method, seed, PREDICTIONS, self.metrics, {
             "run": method, "method": method, "seed": seed, "splits": self.titles, "source": self.source,
             **checked_cost(self.cost)}, self.titles, self.predictions or None, overwrite)
@@ -38,8 +38,8 @@ class Diagnosis:
     def write_files(self, folder, spec=None) -> Path:
         """predictions.safetensors and metrics.json into `folder` (`ensdiag evaluate --out`); the pooled
         shift split is left out (it is rebuilt on load)."""
-        from .io import atomic_write_json
-        from .predictions import save_predictions
+        from ..io import atomic_write_json
+        from ..predictions import save_predictions
         folder = Path(folder)
         pooled = "shift" in self.predictions and any(name.startswith("shift/") for name in self.predictions)
         metadata = {"ensdiag.splits": self.titles, **({"ensdiag.spec": spec.to_json()} if spec is not None else {})}
@@ -49,7 +49,7 @@ class Diagnosis:
         return folder
 
     def _report(self, fmt: str) -> str:
-        from .report import make_report, render
+        from ..report import make_report, render
         with tempfile.TemporaryDirectory() as scratch:
             self.save(scratch, "ensemble", 0)
             report = make_report(scratch, write=False)
@@ -60,23 +60,23 @@ class Diagnosis:
         return self._report("markdown")
 
     def to_json(self) -> str:
-        from .analysis import finite
+        from ..analysis import finite
         return json.dumps(finite(self.metrics), indent=2, allow_nan=False) + "\n"
 
     def _repr_html_(self) -> str:  # Jupyter: a compact summary scoped to its own element (report/notebook.py)
-        from .report.notebook import diagnosis_html
+        from ..report.notebook import diagnosis_html
         return diagnosis_html(self.metrics)
 
     def flat(self, full: bool = False) -> dict:
         """{name: value} of every headline number, the same names for every k; NaN where not measured,
         with the reason in `.reasons` (export.py); `full`: every other stored scalar too."""
-        from .export import flat_metrics
+        from ..export import flat_metrics
         return flat_metrics(self.metrics, full)
 
     def to_frame(self, what: str = "metrics", full: bool = False):
         """A pandas DataFrame: "metrics" (one row per number: name, value, reason, definition) or
         "examples" (one row per example: prediction, confidence, entropy, JSD, member agreement)."""
-        from .export import EXAMPLE_FIELDS, example_rows, frame, metric_entries
+        from ..export import EXAMPLE_FIELDS, example_rows, frame, metric_entries
         if what == "examples":
             return frame(example_rows(self.predictions), EXAMPLE_FIELDS[2:])
         if what != "metrics":
@@ -86,13 +86,13 @@ class Diagnosis:
 
     def save_examples(self, path) -> Path:
         """Per-example predictions and uncertainty as a .csv or .parquet file (pyarrow) at `path`."""
-        from .export import EXAMPLE_FIELDS, example_rows, write_table
+        from ..export import EXAMPLE_FIELDS, example_rows, write_table
         return write_table(example_rows(self.predictions), path, EXAMPLE_FIELDS[2:])
 
     def log_to(self, target, step: int | None = None, prefix: str = "ensdiag") -> None:
         """Log every headline number, the heatmaps and the summary to TensorBoard (a SummaryWriter),
         MLflow (mlflow, a run), W&B (wandb, a run) or a Lightning logger (integrations/)."""
-        from .integrations import log_to
+        from ..integrations import log_to
         log_to(self, target, step, prefix)
 
     def __repr__(self) -> str:
@@ -104,7 +104,7 @@ class Diagnosis:
 def checked_cost(cost: dict) -> dict:
     """{"parameters": int, "train_seconds": float} as given (either may be absent), checked."""
     if not isinstance(cost, dict):
-        from .errors import InputTypeError
+        from ..errors import InputTypeError
         raise InputTypeError(f"cost must be a dict {{'parameters': …, 'train_seconds': …}}, got {type(cost).__name__}")
     unknown = sorted(set(cost) - {"parameters", "train_seconds"})
     if unknown:
