@@ -395,7 +395,7 @@ def test_bf16_and_fp32_predictions_of_one_model_give_metrics_within_the_stated_t
     """What ensdiag no longer does, measured: predicting under bf16 autocast moves NLL and ECE by
     about 1e-4 and JSD by a few per cent on digits (docs/gpu.md states these tolerances), which
     is why every prediction is fp32."""
-    from ensdiag import predict as predict_module
+    from ensdiag.core import predict as predict_module
     from ensdiag.analysis import analyze_predictions
     from ensdiag.checkpoint import load_model
     model = load_model(bf16_run / "batch-ensemble" / "seed-1" / "model.safetensors")

@@ -72,7 +72,7 @@ def test_training_and_reporting_code_name_no_method():
     import ensdiag
     root = Path(ensdiag.__file__).parent
     # (cli.py's help texts list the built-in methods for the reader; its code names none either)
-    generic = ["train.py", "predict.py", "predictions.py", "evaluate.py", "nn/model.py", "nn/kit.py",
+    generic = ["train.py", "core/predict.py", "predictions.py", "core/inputs.py", "nn/model.py", "nn/kit.py",
                "nn/architectures.py", "report/__init__.py", "report/render.py", "report/terminal.py"]
     for name in generic:
         tree = ast.parse((root / name).read_text())
