@@ -103,7 +103,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
               progress: TrainProgress, argv, ranks=distributed.Ranks(), ddp=False) -> dict | None:
     """Train, predict and analyse one (method, seed); write its files, meta.json last. With `ddp`
     every rank trains it together and rank 0 writes (the others return None)."""
-    from .core import inspect  # analysis imports nothing from training
+    from .core import Context, Measure, inspect  # analysis imports nothing from training
     from .geometry.baselines import initial_cosine
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -149,10 +149,11 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     if len(val_index):  # last, so MC Dropout's masks on the other splits are what they always were
         splits["val"] = Split(data.train.images[val_index], data.train.labels[val_index], "validation split")
     flush_denormals()
-    diagnosis = inspect(model, splits, preprocess=normalize, device=device, seed=seed, geometry=config.geometry,
+    diagnosis = inspect(model, splits, preprocess=normalize,
                         train=Split(data.train.images[train_index], data.train.labels[train_index],
                                     training_source(len(train_index), len(val_index), seed)),
-                        titles=data.titles, skipped=data.skipped, spread=ddp)
+                        measure=Measure(geometry=config.geometry, seed=seed),
+                        context=Context(device=device, titles=data.titles, skipped=data.skipped, spread=ddp))
     if diagnosis is None:
         distributed.barrier()  # rank 0 writes the run's files
         return None

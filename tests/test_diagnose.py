@@ -172,3 +172,66 @@ def test_unknown_layers_are_named():
         ensdiag.diagnose([TwoLayer(), TwoLayer()], id=_data(), layers=["nope"])
     with pytest.raises(EnsdiagError, match="layout must be one of"):
         ensdiag.diagnose([TwoLayer(), TwoLayer()], id=_data(), layers={"hidden": "sideways"})
+
+
+# --- a Ctrl-C keeps what was finished --------------------------------------------------------------
+
+def _members_that_stop_on(marker: float):
+    """Two linear members whose forward is a Ctrl-C on inputs holding `marker` (one split's)."""
+    torch.manual_seed(0)
+    members = [nn.Linear(4, 3), nn.Linear(4, 3)]
+
+    def run(x):
+        if bool((x == marker).any()):
+            raise KeyboardInterrupt
+        return torch.stack([member(x) for member in members])
+    return run, members
+
+
+def test_a_ctrl_c_while_predicting_keeps_the_splits_read_before_it():
+    run, members = _members_that_stop_on(7.0)
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    diagnosis = ensdiag.diagnose(run, test=(x, y), shift=(x * 2, y), ood=torch.full((20, 4), 7.0), modules=members,
+                                 geometry=False, progress=False)
+    metrics = diagnosis.metrics
+    assert metrics["interrupted"].startswith("Ctrl-C while predicting ood")
+    assert set(diagnosis.predictions) == {"id", "shift"} and "interrupted" in metrics["skipped_splits"]["ood"]
+    assert metrics["analyzers"]["calibration"]["splits"]["shift"]["nll"]["interval"]["low"] is not None
+    assert "interrupted" in repr(diagnosis)
+    with pytest.raises(KeyboardInterrupt):  # nothing finished: nothing to keep
+        ensdiag.diagnose(run, test=(torch.full((10, 4), 7.0), torch.zeros(10, dtype=torch.long)), modules=members,
+                         geometry=False, progress=False)
+
+
+def test_a_ctrl_c_during_member_geometry_keeps_the_steps_finished(monkeypatch):
+    from ensdiag.core import inspection
+    real = inspection.analyze_model
+
+    def stop_at_paths(probe, only, without_data=None):
+        if only == ["paths"]:
+            raise KeyboardInterrupt
+        return real(probe, only=only, without_data=without_data)
+    monkeypatch.setattr(inspection, "analyze_model", stop_at_paths)
+    model = ensdiag.build_model("mlp", "deep-ensemble", 2, 3, (1, 4, 4))
+    x, y = torch.rand(60, 1, 4, 4), torch.randint(0, 3, (60,))
+    metrics = ensdiag.diagnose(model, test=(x, y), train=(x, y), progress=False).metrics
+    analyzers = metrics["analyzers"]
+    assert analyzers["alignment"]["status"] == "ok" and analyzers["cka"]["status"] == "ok"
+    assert analyzers["paths"]["status"] == "skipped" and "interrupted" in analyzers["paths"]["reason"]
+    assert "member geometry" in metrics["interrupted"] and analyzers["calibration"]["status"] == "ok"
+
+
+def test_evaluate_interrupted_shows_and_saves_what_it_finished_then_exits_130(finished_run, tmp_path, capsys, monkeypatch):
+    from ensdiag.core import predict
+    real = predict.predict_batches
+
+    def stop_at_ood(ensemble, batches, preprocess, device, keep=0, name="", bar=None):
+        if name == "ood":
+            raise KeyboardInterrupt
+        return real(ensemble, batches, preprocess, device, keep, name, bar)
+    monkeypatch.setattr(predict, "predict_batches", stop_at_ood)
+    code, out, err = run_cli(capsys, "evaluate", finished_run / "batch-ensemble" / "seed-1" / "model.safetensors",
+                             "--out", tmp_path / "partial")
+    assert code == 130 and "Ctrl-C while predicting ood" in err and "NLL" in out
+    saved = json.loads((tmp_path / "partial" / "metrics.json").read_text())
+    assert saved["interrupted"] and "ood" in saved["skipped_splits"] and "shift" in saved["split_titles"]

@@ -385,10 +385,10 @@ def test_bf16_training_is_recorded_and_its_predictions_are_exact_fp32(bf16_run):
 
 def _evaluated(model):
     """The predictions `ensdiag evaluate` makes of a model on the digits preset's data."""
-    from ensdiag.core import inspect
+    from ensdiag.core import Measure, inspect
     from ensdiag.core.inputs import prepare
     inputs = prepare(model, "digits", "data", device="cpu")
-    return inspect(model, inputs.splits, preprocess=inputs.preprocess, geometry=False, only=[]).predictions
+    return inspect(model, inputs.splits, preprocess=inputs.preprocess, measure=Measure(geometry=False, only=())).predictions
 
 
 def test_bf16_and_fp32_predictions_of_one_model_give_metrics_within_the_stated_tolerance(bf16_run, monkeypatch):

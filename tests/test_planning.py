@@ -70,7 +70,7 @@ def test_a_budget_reads_a_seeded_random_subsample_and_says_so():
 @pytest.mark.slow  # wall-clock budgets
 def test_a_precision_target_stops_a_split_once_its_headline_intervals_are_narrow():
     x, y = _data(40_000)
-    diagnosis = ensdiag.diagnose(Ensemble(), test=(x, y), precision=0.03, progress=False)
+    diagnosis = ensdiag.diagnose(Ensemble(), test=(x, y), precision=0.03, progress=False, detail=True)
     step = next(step for step in diagnosis.metrics["budget"]["steps"] if step["step"] == "predict id")
     assert step["stopped"] == "precision reached" and step["n"] < 40_000 and step["half_width"] <= 0.03
     widths = [(entry["high"] - entry["low"]) / 2 for entry in _headline_intervals(diagnosis.metrics)]
@@ -126,7 +126,7 @@ def _model_and_data():
 def test_geometry_steps_report_what_they_read_and_a_step_out_of_time_says_why():
     from ensdiag.report.inspection import diversity_view
     model, test, ood = _model_and_data()
-    roomy = ensdiag.diagnose(model, test=test, ood=ood, train=test, budget="10m", progress=False)
+    roomy = ensdiag.diagnose(model, test=test, ood=ood, train=test, budget="10m", progress=False, detail=True)
     steps = {step["step"]: step for step in roomy.metrics["budget"]["steps"]}
     assert steps["paths"]["pairs"] == 2 and steps["paths"]["points"] == [11, 11] and steps["paths"]["n"] > 0
     assert set(steps["cka"]["n"]) == {"id", "ood"} and steps["cka"]["half_width"]["id"] is not None

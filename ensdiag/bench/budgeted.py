@@ -68,7 +68,7 @@ def skipped(metrics: dict) -> dict:
 
 
 def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
-    from ..core import inspect
+    from ..core import Context, Measure, inspect
     from ..core.planning import Plan
     flush_denormals()
     config, splits, train = synthetic_protocol(settings, ("id", "shift", "ood", "val"))
@@ -80,8 +80,9 @@ def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
         model.member_strategy = fastest(device.type, config.arch)
         load = os.getloadavg()
         began = time.perf_counter()
-        diagnosis = inspect(model, splits, preprocess=Normalize(config.mean, config.std, device), device=device, seed=0,
-                            train=train, geometry_examples=None, plan=Plan.of(settings.budget, settings.precision))
+        diagnosis = inspect(model, splits, preprocess=Normalize(config.mean, config.std, device), train=train,
+                            measure=Measure(plan=Plan.of(settings.budget, settings.precision)),
+                            context=Context(device=device))
         wall = time.perf_counter() - began
         metrics = diagnosis.metrics
         methods[run] = {"members": model.num_members, "wall_seconds": round(wall, 1),

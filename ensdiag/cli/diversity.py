@@ -9,7 +9,7 @@ from ..errors import DataNotFound, EnsdiagError
 from .app import app
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
 from .options import DETAIL, SEED, SHIFT, checked_seed, data_choice, plan_of, quick_checks
-from .show import show_items
+from .show import ended_by_interruption, show_items
 
 MEASURED = ["disagreement", "member-pairs", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
 
@@ -69,15 +69,17 @@ def diversity(
     from ..quickcheck import path_points_option
     points = path_points_option(path_points)
     plan = plan_of(budget, precision_target, geometry)
-    from ..core import inspect
+    from ..core import Context, Measure, inspect
     from ..foreign.checkpoints import open_ensemble
 
     model = open_ensemble(model_path, family, arch=arch, num_classes=num_classes)
     inputs, no_data, skipped = _inputs(model, preset, data, shift, ood, normalize, data_dir, device, geometry)
-    diagnosis = inspect(model, inputs.splits if inputs else {}, preprocess=inputs and inputs.preprocess, seed=seed,
-                        geometry=geometry, train=inputs and inputs.train, geometry_examples=max_examples,
-                        path_points=points, only=MEASURED + _geometry_names(geometry), titles=inputs and inputs.titles,
-                        skipped=skipped, no_data=no_data, status=loading, plan=plan, detail=detail)
+    diagnosis = inspect(model, inputs.splits if inputs else {}, preprocess=inputs and inputs.preprocess,
+                        train=inputs and inputs.train,
+                        measure=Measure(geometry=geometry, geometry_examples=max_examples, path_points=points,
+                                        only=tuple(MEASURED + _geometry_names(geometry)), detail=detail, seed=seed,
+                                        plan=plan),
+                        context=Context(titles=inputs and inputs.titles, skipped=skipped, no_data=no_data, status=loading))
     name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"
     drawn = []
     if plot is not None:
@@ -90,6 +92,7 @@ def diversity(
         show_items(*diversity_view(diagnosis.metrics, ", ".join(map(str, model_path))))
     if drawn:
         note(f"figures written to {', '.join(map(str, drawn))}")
+    ended_by_interruption(diagnosis.metrics)
 
 
 def _geometry_names(geometry: bool) -> list[str]:

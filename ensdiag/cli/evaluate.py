@@ -9,7 +9,7 @@ from ..errors import EnsdiagError
 from .app import app
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
 from .options import DETAIL, SHIFT, checked_seed, data_choice, plan_of, quick_checks
-from .show import show_metrics
+from .show import ended_by_interruption, show_metrics
 
 
 @app.command()
@@ -63,7 +63,7 @@ def evaluate(
     plan = plan_of(budget, precision_target, geometry=False)
     out = None if out is None else output_folder(out)
     from .. import distributed
-    from ..core import inspect
+    from ..core import Context, Measure, inspect
     from ..core.inputs import prepare
     from ..foreign.checkpoints import open_ensemble
 
@@ -76,9 +76,9 @@ def evaluate(
                          device)
         if download and ranks.main:
             distributed.barrier()
-        diagnosis = inspect(model.to(device), inputs.splits, preprocess=inputs.preprocess, seed=seed, geometry=False,
-                            titles=inputs.titles, skipped=inputs.skipped, spread=ranks.distributed, plan=plan,
-                            detail=detail)
+        diagnosis = inspect(model.to(device), inputs.splits, preprocess=inputs.preprocess,
+                            measure=Measure(geometry=False, detail=detail, seed=seed, plan=plan),
+                            context=Context(titles=inputs.titles, skipped=inputs.skipped, spread=ranks.distributed))
     finally:
         distributed.finish()
     if diagnosis is None:
@@ -87,3 +87,4 @@ def evaluate(
         diagnosis.write_files(out, spec=model.spec)
     show_metrics(diagnosis.metrics, fmt, f"{', '.join(map(str, model_path))} ({model.spec.arch}, {model.method}, "
                                          f"k={model.num_members})")
+    ended_by_interruption(diagnosis.metrics)

@@ -31,3 +31,14 @@ def show_items(items: list, notes: list):
             console.print(literal(item), soft_wrap=True)
     for line in notes:
         note(line)
+
+
+def ended_by_interruption(metrics: dict) -> None:
+    """A diagnosis a Ctrl-C cut short was shown (and saved) with what it finished: say so, and end
+    with the interrupted exit code (130)."""
+    if metrics.get("interrupted"):
+        import typer
+
+        from ..console import EXIT_INTERRUPTED
+        note(metrics["interrupted"])
+        raise typer.Exit(EXIT_INTERRUPTED)

@@ -17,6 +17,6 @@ The core imports nothing from report/, export or integrations: those read a `Dia
 
 from .diagnose import diagnose
 from .diagnosis import Diagnosis
-from .inspection import describe, inspect, inspect_predictions, member_weights
+from .inspection import Context, Measure, describe, inspect, inspect_predictions, member_weights
 
-__all__ = ["Diagnosis", "describe", "diagnose", "inspect", "inspect_predictions", "member_weights"]
+__all__ = ["Context", "Diagnosis", "Measure", "describe", "diagnose", "inspect", "inspect_predictions", "member_weights"]

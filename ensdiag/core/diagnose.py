@@ -10,7 +10,7 @@ from ..ensembles import as_ensemble
 from ..analysis.registry import Skip
 from ..errors import EnsdiagError, InputTypeError
 from .diagnosis import Diagnosis
-from .inspection import inspect, member_weights
+from .inspection import Context, Measure, inspect, member_weights
 
 GEOMETRY_EXAMPLES = 2000  # inputs per split diagnose() keeps for member geometry (CKA, paths)
 
@@ -60,11 +60,11 @@ def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, tra
     device = ensemble.device if device is None else checked_device(device, ensemble)
     given = {"id": test, "shift": shift, "ood": ood, "val": val}
     names = {name: f"{name} (given to diagnose)" for name, data in given.items() if data is not None}
-    return inspect(ensemble, given, preprocess=preprocessing(normalize, ensemble, device), device=device, seed=seed,
-                   geometry=geometry, train=train, geometry_examples=geometry_examples, path_points=path_points,
-                   titles={**names, **_checked_titles(titles)}, cost=_cost(ensemble, cost),
-                   initial=initial_cosine(initial, ensemble, seed), progress=_bars(progress), plan=plan,
-                   detail=bool(detail))
+    return inspect(ensemble, given, preprocess=preprocessing(normalize, ensemble, device), train=train,
+                   measure=Measure(geometry=geometry, geometry_examples=geometry_examples, path_points=path_points,
+                                   detail=bool(detail), seed=seed, plan=plan),
+                   context=Context(device=device, titles={**names, **_checked_titles(titles)}, cost=_cost(ensemble, cost),
+                                   initial=initial_cosine(initial, ensemble, seed), progress=_bars(progress)))
 
 
 def preprocessing(normalize, ensemble, device):

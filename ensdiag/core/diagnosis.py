@@ -98,7 +98,8 @@ class Diagnosis:
     def __repr__(self) -> str:
         splits = ", ".join(f"{name} n={split['logits'].shape[1]}" for name, split in self.predictions.items())
         k = self.metrics.get("num_members", self.metrics.get("ensemble", {}).get("num_members"))
-        return f"Diagnosis(k={k}, {splits}, analyzers: {', '.join(self.metrics['analyzers'])})"
+        interrupted = "; interrupted: the rest was not measured" if self.metrics.get("interrupted") else ""
+        return f"Diagnosis(k={k}, {splits}, analyzers: {', '.join(self.metrics['analyzers'])}{interrupted})"
 
 
 def checked_cost(cost: dict) -> dict:

@@ -14,81 +14,131 @@ works on copies.
 """
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 from .. import distributed
 from ..analysis import all_analyzers, analyze_model, analyze_predictions
 from ..analysis.registry import Skip, without_ood_labels
 from ..checks import check_predictions
 from ..data.registry import Split
-from ..ensembles import as_ensemble, forked_rng, measuring
+from ..ensembles import as_ensemble, forked_rng
 from ..errors import EnsdiagError
 from ..predictions import with_pooled_shift
 from .diagnosis import Diagnosis
 from .intervals import GENERIC_SECONDS, add_intervals
-from .predict import GEOMETRY_SPLITS, predict_splits
+from .planning import Plan
+from .predict import GEOMETRY_SPLITS, Interrupted
 
 
+@dataclass(frozen=True)
+class Measure:
+    """What an inspection measures (the defaults are the commands')."""
 
-def inspect(ensemble, splits: dict, *, preprocess=None, device=None, seed: int = 0, geometry: bool = True,
-            train=None, geometry_examples: int | None = None, path_points=11, only=None, titles=None, skipped=None,
-            cost=None, initial=None, spread: bool = False, progress=None, status=None, no_data: str | None = None,
-            plan=None, detail: bool = False):
+    geometry: bool = True  # member geometry (CKA, alignment, paths, rank) where a model is at hand
+    geometry_examples: int | None = None  # inputs per split member geometry reads (None: all)
+    path_points: int | str = 11  # points on each path between members, or "adaptive"
+    only: tuple | None = None  # the analyzers to run (None: every registered one)
+    detail: bool = False  # intervals for the detail catalogue too, not only the headline tables'
+    seed: int = 0  # MC Dropout's masks (geometry's own draws are fixed)
+    plan: Plan | None = None  # a time budget and/or a precision target (planning.py); None: every example
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where an inspection runs, how it shows progress, and what its outputs say of the data."""
+
+    device: object = None  # where inputs go (default: where the members are; they are never moved)
+    spread: bool = False  # under torchrun, every rank predicts a share (rank 0 gets the Diagnosis)
+    titles: dict | None = None  # {split: what the data is}
+    skipped: dict | None = None  # {split: why it is absent}
+    cost: dict | None = None  # {"parameters", "train_seconds"} for the report's cost table
+    initial: dict | None = None  # {"mean", "source"}: the members' weight cosine before training
+    no_data: str | None = None  # there is nothing to predict on, and why (the weights alone are inspected)
+    progress: object = None  # progress(split) -> a wrapper of that split's batches (a bar)
+    status: object = None  # status(text) -> a context manager around each slow step (a status line)
+
+
+INTERRUPTED = "interrupted (Ctrl-C) before this step"
+
+
+def inspect(ensemble, splits: dict, *, preprocess=None, train=None, measure: Measure = Measure(),
+            context: Context = Context()):
     """A `Diagnosis` of `ensemble` (anything `as_ensemble` takes) on `splits` ({name: data in any
-    form `data.given` reads}; names id, shift, shift/<c>, ood, val).
+    form `data.given` reads}; names id, shift, shift/<c>, ood, val). `preprocess`: applied to each
+    batch on the members' device (None: as given); `train`: labelled training inputs (BatchNorm
+    statistics and the training loss along paths).
 
-    `preprocess`: applied to each batch on the members' device (None: as given). `train`: labelled
-    training inputs (BatchNorm statistics and the training loss along paths). `geometry_examples`:
-    inputs per split member geometry reads (None: all). `only`: the analyzers to run (default
-    all). `initial`: {"mean", "source"}, the members' weight cosine before training (default: what
-    the ensemble knows). `spread`: under torchrun, every rank predicts a share (rank 0 gets the
-    Diagnosis, the others None). `progress(split)`: a function wrapping that split's batches (a bar);
-    `status(text)`: a context manager around each slow step (a status line). `no_data`: there is
-    nothing to predict on, and why (the weights alone are inspected). `plan`: a `planning.Plan`
-    (a time budget and/or a precision target) that chooses the examples each step reads. `detail`:
-    intervals for the detail catalogue too (every declared column, CKA, barriers), not only the
-    headline tables'."""
-    ensemble = as_ensemble(ensemble)
-    device = device if device is not None else ensemble.device
+    Interrupted (Ctrl-C) after the in-distribution split was read, it keeps what it finished: the
+    splits read so far are analysed, the steps not reached say so, and `metrics["interrupted"]`
+    says where it stopped (the commands print or save it, then exit 130)."""
+    ensemble, plan = as_ensemble(ensemble), measure.plan or Plan()
+    device = context.device if context.device is not None else ensemble.device
     preprocess = preprocess or (lambda x: x)
-    status = status or (lambda text: nullcontext())
-    predictions, kept = {}, {}
-    if no_data is None:
-        with status("predicting every split …"):
-            keep = (2**62 if geometry_examples is None else geometry_examples) if geometry else 0
-            if plan is not None:
-                predictions, kept = _predict_planned(plan, ensemble, splits, preprocess, device, seed, spread, progress, keep)
-            else:
-                predictions, kept = _predict(ensemble, splits, preprocess, device, seed, spread, progress, keep)
-        if spread and not distributed.ranks().main:
+    status = context.status or (lambda text: nullcontext())
+    predictions, kept, skipped, interrupted = {}, {}, dict(context.skipped or {}), None
+    if context.no_data is None:
+        keep = (2**62 if measure.geometry_examples is None else measure.geometry_examples) if measure.geometry else 0
+        try:
+            with status("predicting every split …"):
+                found, kept = plan.predict(ensemble, splits, preprocess, device, measure.seed, context.spread,
+                                           context.progress, keep)
+        except Interrupted as stopped:
+            if "id" not in stopped.found:  # nothing measured yet: nothing to keep
+                raise KeyboardInterrupt from None
+            found, kept, interrupted = stopped.found, stopped.kept, f"while predicting {stopped.split}"
+            skipped.update({name: INTERRUPTED for name in stopped.left})
+        if context.spread and not distributed.ranks().main:
             return None
+        if "id" not in found:
+            raise EnsdiagError("nothing to measure on: in-distribution data (the test split) is needed")
+        predictions = with_pooled_shift(check_predictions(found, "the data given", need_id=True))
     with forked_rng(ensemble):  # geometry draws (paths' BatchNorm passes, plain networks): the user's state stays
-        weights = member_weights(ensemble, seed, initial)
-        metrics = _analyze(predictions, weights, only, no_data, plan, detail)
-        if geometry:
-            from ..analysis.geometry import ModelProbe
-            probe_splits = {name: kept.get(name, splits.get(name)) for name in GEOMETRY_SPLITS if name in predictions}
-            train_split = _training_split(train, geometry_examples)
-            probe = ModelProbe(ensemble, probe_splits, preprocess, train_split.images if train_split else None,
-                               geometry_examples, train_labels=train_split.labels if train_split else None,
-                               path_points=path_points, train_source=train_split.source if train_split else None,
-                               detail=detail)
-            analyzers = all_analyzers()
-            if plan is not None:
-                from .planned_geometry import run_geometry
-                metrics["analyzers"].update(run_geometry(plan, probe, _names(only, "model"), lambda name: analyze_model(
-                    probe, only=[name], without_data=no_data), status))
-            else:
-                for name in _names(only, "model"):
-                    with status(f"member geometry: {analyzers[name].description} …"):  # paths on a ResNet take minutes
-                        metrics["analyzers"].update(analyze_model(probe, only=[name], without_data=no_data))
-    if plan is not None:
+        weights = member_weights(ensemble, measure.seed, context.initial)
+        metrics = _analyze(predictions, weights, measure, context.no_data, plan)
+        if measure.geometry:
+            results, stopped = _geometry(ensemble, splits, kept, predictions, train, preprocess, measure, context,
+                                         plan, status, interrupted)
+            metrics["analyzers"].update(results)
+            interrupted = interrupted or stopped
+    if plan.limited:
         from .planned_geometry import estimate_full
-        estimate_full(plan, {**metrics, "ensemble": describe(ensemble)}, geometry_examples, path_points)
+        estimate_full(plan, {**metrics, "ensemble": describe(ensemble)}, measure.geometry_examples, measure.path_points)
         metrics["budget"] = plan.to_json()
-    titles = dict(titles) if titles is not None else {name: name for name in predictions}
-    metrics["split_titles"], metrics["skipped_splits"] = titles, dict(skipped or {})
+    if interrupted:
+        metrics["interrupted"] = f"Ctrl-C {interrupted}: what was finished before is kept, the rest says so"
+    titles = dict(context.titles) if context.titles is not None else {name: name for name in predictions}
+    metrics["split_titles"], metrics["skipped_splits"] = titles, skipped
     metrics["ensemble"] = describe(ensemble)
-    return Diagnosis(metrics, predictions, titles, cost=dict(cost or {}))
+    return Diagnosis(metrics, predictions, titles, cost=dict(context.cost or {}))
+
+
+def _geometry(ensemble, splits, kept, predictions, train, preprocess, measure, context, plan, status, interrupted):
+    """({name: result} of the model analyzers, where a Ctrl-C stopped them or None): each step run
+    through the plan; once interrupted, the steps not reached are skipped saying so."""
+    from ..analysis.geometry import ModelProbe
+    names = _names(measure.only, "model")
+    if interrupted:
+        return {name: _skipped(name, INTERRUPTED) for name in names}, None
+    probe_splits = {name: kept.get(name, splits.get(name)) for name in GEOMETRY_SPLITS if name in predictions}
+    train_split = _training_split(train, measure.geometry_examples)
+    probe = ModelProbe(ensemble, probe_splits, preprocess, train_split.images if train_split else None,
+                       measure.geometry_examples, train_labels=train_split.labels if train_split else None,
+                       path_points=measure.path_points, train_source=train_split.source if train_split else None,
+                       detail=measure.detail)
+    results = {}
+    try:
+        plan.run_geometry(probe, names, lambda name: analyze_model(probe, only=[name], without_data=context.no_data),
+                          status, results)
+    except KeyboardInterrupt:
+        done = ", ".join(results) or "none"
+        results.update({name: _skipped(name, INTERRUPTED) for name in names if name not in results})
+        return results, f"during member geometry (steps finished: {done})"
+    return results, None
+
+
+def _skipped(name: str, reason: str) -> dict:
+    analyzer = all_analyzers()[name]
+    return {"status": "skipped", "description": analyzer.description, "reason": reason}
 
 
 def inspect_predictions(predictions: dict, where: str = "predictions", titles=None, source="ensdiag analyze",
@@ -123,43 +173,20 @@ def describe(ensemble) -> dict:
             **({"arch": spec.arch, "input_shape": list(spec.input_shape)} if spec is not None else {})}
 
 
-def _predict(ensemble, splits, preprocess, device, seed, spread, progress, keep):
-    """({split: {"logits", "labels"}} checked and with the pooled shift, {split: kept Split})."""
-    found, kept = predict_splits(ensemble, splits, preprocess, device, seed, spread, progress, keep)
-    if "id" not in found:
-        raise EnsdiagError("nothing to measure on: in-distribution data (the test split) is needed")
-    return with_pooled_shift(check_predictions(found, "the data given", need_id=True)), kept
-
-
-def _predict_planned(plan, ensemble, splits, preprocess, device, seed, spread, progress, keep):
-    """`_predict` on the examples a plan affords (planning.py), each split's choice recorded."""
-    from .planning import predict_within
-    if spread:
-        raise EnsdiagError("a budget or precision target chooses examples in one process: run it without torchrun")
-    with measuring(ensemble, seed):
-        found, first = predict_within(plan, ensemble, splits, preprocess, device, keep, progress)
-    if "id" not in found:
-        raise EnsdiagError("nothing to measure on: in-distribution data (the test split) is needed")
-    kept = {name: Split(*pair, f"{len(pair[0])} examples of {name}") for name, pair in first.items()
-            if name in GEOMETRY_SPLITS}
-    return with_pooled_shift(check_predictions(found, "the data given", need_id=True)), kept
-
-
-def _analyze(predictions, weights, only, no_data, plan=None, detail=False):
+def _analyze(predictions, weights, measure: Measure, no_data, plan: Plan):
     """The predictions analyzers' metrics dict, each headline number with its example-level
     interval (intervals.py); without predictions, those that read only weights."""
     import time
     began = time.perf_counter()
     predictions = without_ood_labels(predictions)  # what the analyzers and the intervals share
-    metrics = analyze_predictions(predictions, weights=weights, only=None if only is None else _names(only, "predictions"),
-                                  without_data=no_data)
+    only = None if measure.only is None else _names(measure.only, "predictions")
+    metrics = analyze_predictions(predictions, weights=weights, only=only, without_data=no_data)
     if not predictions:
         return metrics
-    if plan is None:
-        add_intervals(metrics, predictions, weights, detail=detail)
-    else:  # a plug-in re-run on resamples gets a tenth of what is left
-        add_intervals(metrics, predictions, weights, full=plan.full, detail=detail,
-                      allowance=min(GENERIC_SECONDS, max(plan.remaining() / 10, 1.0)))
+    # a plug-in re-run on resamples gets a tenth of what a budget has left
+    add_intervals(metrics, predictions, weights, full=plan.full, detail=measure.detail,
+                  allowance=plan.allowance(GENERIC_SECONDS))
+    if plan.limited:
         plan.record("analyzers and intervals", seconds=round(time.perf_counter() - began, 2))
     return metrics
 

@@ -31,12 +31,12 @@ def geometry_order(names: list, analyzers: dict) -> list:
     return sorted(names, key=lambda name: (0 if not analyzers[name].reads_data else rank.get(name, 4)))
 
 
-def run_geometry(plan: Plan, probe, names: list, analyze, status) -> dict:
-    """{name: result} of the model analyzers within the plan; each step's examples chosen from
-    measured costs and recorded, a step that does not fit skipped with its reason."""
+def run_geometry(plan: Plan, probe, names: list, analyze, status, results: dict) -> dict:
+    """The model analyzers within the plan, each result put into `results` as it is found; each
+    step's examples chosen from measured costs and recorded, a step that does not fit skipped with
+    its reason."""
     from ..analysis import all_analyzers
     analyzers = all_analyzers()
-    results = {}
     for name in geometry_order(names, analyzers):
         if name in ("cka", "paths") and "geometry" not in plan.costs:
             _plan_geometry(plan, probe, [step for step in ("cka", "paths") if step in names])

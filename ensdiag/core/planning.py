@@ -1,8 +1,11 @@
 """A time budget and a precision target: how many examples each step of a diagnosis reads.
 
-    plan = Plan.of(budget="5m", precision=0.01)      # either may be None
-    diagnosis = inspect(ensemble, splits, plan=plan)  # core.py asks the plan at every step
+    plan = Plan.of(budget="5m", precision=0.01)      # either may be None: Plan() reads everything
+    diagnosis = inspect(ensemble, splits, measure=Measure(plan=plan))  # inspection.py asks the plan at every step
     diagnosis.metrics["budget"]                       # what was measured, with what precision, what was skipped
+
+Every inspection has a plan: one without a budget or a target (`Plan()`, `limited` False) reads
+every example of every split in order and runs every geometry step, so the core has one flow.
 
 Every step's cost is measured, not guessed: the test split's first chunk times the ensemble
 and the analyzers per example, CKA's pilot and one member's forward time member geometry, and
@@ -58,9 +61,51 @@ class Plan:
     sizes: dict = field(default_factory=dict)  # split -> its size (None: a stream of unknown length)
 
     @classmethod
-    def of(cls, budget=None, precision=None, geometry=True) -> "Plan | None":
-        seconds, target = parse_seconds(budget), parse_precision(precision)
-        return None if seconds is None and target is None else cls(seconds, target, geometry)
+    def of(cls, budget=None, precision=None, geometry=True) -> "Plan":
+        """The plan of a budget ("5m", "90s", seconds) and/or a precision target (either may be None)."""
+        return cls(parse_seconds(budget), parse_precision(precision), geometry)
+
+    @property
+    def limited(self) -> bool:
+        """A budget or a precision target chooses the examples (otherwise every one is read)."""
+        return self.seconds is not None or self.precision is not None
+
+    def predict(self, ensemble, splits: dict, preprocess, device, seed: int, spread: bool, progress, keep: int):
+        """({split: {"logits", "labels"}}, {split: kept Split for geometry}) of the examples this plan reads."""
+        from ..data.registry import Split
+        from ..ensembles import measuring
+        from .predict import GEOMETRY_SPLITS, Interrupted, predict_splits
+        if not self.limited:
+            return predict_splits(ensemble, splits, preprocess, device, seed, spread, progress, keep)
+        if spread:
+            raise EnsdiagError("a budget or precision target chooses examples in one process: run it without torchrun")
+        def as_splits(first):
+            return {name: Split(*pair, f"{len(pair[0])} examples of {name}") for name, pair in first.items()
+                    if name in GEOMETRY_SPLITS}
+        try:
+            with measuring(ensemble, seed):
+                found, first = predict_within(self, ensemble, splits, preprocess, device, keep, progress)
+        except Interrupted as stopped:
+            stopped.kept = as_splits(stopped.kept)
+            raise
+        return found, as_splits(first)
+
+    def allowance(self, generic: float) -> float:
+        """Seconds an analyzer without a vectorised resampler may spend re-running for its intervals."""
+        return generic if self.seconds is None else min(generic, max(self.remaining() / 10, 1.0))
+
+    def run_geometry(self, probe, names: list, analyze, status, results: dict) -> dict:
+        """The model analyzers `names` (`analyze(name)` runs one) within this plan, each result put into
+        `results` as it is found (an interrupted run keeps the steps finished)."""
+        if self.limited:
+            from .planned_geometry import run_geometry
+            return run_geometry(self, probe, names, analyze, status, results)
+        from ..analysis import all_analyzers
+        analyzers = all_analyzers()
+        for name in names:
+            with status(f"member geometry: {analyzers[name].description} …"):  # paths on a ResNet take minutes
+                results.update(analyze(name))
+        return results
 
     def spent(self) -> float:
         return time.perf_counter() - self.started
@@ -173,9 +218,13 @@ def predict_within(plan: Plan, ensemble, splits: dict, preprocess, device, keep:
         for name in names:
             began = time.perf_counter()
             timing = (lambda n, seconds, group=group: first_chunk(group, n, seconds)) if not per_family else None
-            logits, labels, first, why = _read(plan, ensemble, name, splits[name], plan.sizes[name],
-                                               FIRST_CHUNK if timing else share(group), preprocess, device, keep, found,
-                                               progress, timing)
+            try:
+                logits, labels, first, why = _read(plan, ensemble, name, splits[name], plan.sizes[name],
+                                                   FIRST_CHUNK if timing else share(group), preprocess, device, keep,
+                                                   found, progress, timing)
+            except KeyboardInterrupt:
+                from .predict import Interrupted
+                raise Interrupted(found, kept, name, order[order.index(name):]) from None
             found[name] = {"logits": logits, "labels": labels}
             if first is not None:
                 kept[name] = first

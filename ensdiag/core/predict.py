@@ -81,6 +81,15 @@ def predict_split(model, images, normalize, device, batch_size: int = 1000) -> t
     return predict_batches(model, image_batches(images, None, batch_size), normalize, device)[0]
 
 
+class Interrupted(Exception):
+    """Ctrl-C while predicting: the splits finished so far (`found`, `kept`), the one being read and
+    those left (it among them), so that an inspection keeps what it finished (inspection.py)."""
+
+    def __init__(self, found: dict, kept: dict, split: str, left: list):
+        super().__init__(f"interrupted while predicting {split}")
+        self.found, self.kept, self.split, self.left = found, kept, split, left
+
+
 def predict_splits(ensemble, splits: dict, preprocess, device, seed: int = 0, spread: bool = False, progress=None,
                    keep: int = 0) -> tuple[dict, dict]:
     """({split: {"logits", "labels"}}, {split: kept Split}) for splits of data in any form
@@ -97,17 +106,23 @@ def predict_splits(ensemble, splits: dict, preprocess, device, seed: int = 0, sp
     rank = distributed.ranks().rank if spread else 0
     order = sorted(splits, key=lambda s: SPLIT_ORDER.index(s.split("/")[0]) if s.split("/")[0] in SPLIT_ORDER else 9)
     with measuring(ensemble, seed + 1_000_003 * rank):
-        for name in order:
+        for position, name in enumerate(order):
             data = splits[name]
             if data is None:
                 continue
-            if spread and isinstance(data, Split):
+            if spread and isinstance(data, Split):  # every rank takes part in the gather: no one stops alone
                 local = predict_split(ensemble, data.images[distributed.shard(len(data))], preprocess, device)
                 found[name] = {"logits": distributed.gather_rows(local.to(device), dim=1).cpu(), "labels": data.labels}
                 continue
             bar = progress(name) if progress is not None else None
             sample = keep if name in GEOMETRY_SPLITS and not isinstance(data, Split) else 0
-            logits, labels, first = predict_batches(ensemble, batches(data, name), preprocess, device, sample, name, bar)
+            try:
+                logits, labels, first = predict_batches(ensemble, batches(data, name), preprocess, device, sample, name,
+                                                        bar)
+            except KeyboardInterrupt:
+                if spread:
+                    raise
+                raise Interrupted(found, kept, name, [n for n in order[position:] if splits[n] is not None]) from None
             found[name] = {"logits": logits, "labels": labels}
             if first is not None:
                 kept[name] = Split(*first, f"the first {len(first[0])} of {name}")
