@@ -132,15 +132,32 @@ def test_geometry_steps_report_what_they_read_and_a_step_out_of_time_says_why():
     assert set(steps["cka"]["n"]) == {"id", "ood"} and steps["cka"]["half_width"]["id"] is not None
     assert roomy.metrics["analyzers"]["paths"]["loss_barrier"]["interval"]["n"] == steps["paths"]["n"]
     assert roomy.metrics["analyzers"]["cka"]["splits"]["id"]["mean"]["interval"]["low"] is not None
-    tight = ensdiag.diagnose(model, test=test, ood=ood, train=test, budget="0.2s", progress=False)
+    tight = ensdiag.diagnose(model, test=test, ood=ood, train=test, budget="0.6s", progress=False)
     record = tight.metrics["budget"]
     for name in ("cka", "paths", "alignment", "rank-structure"):
         result = tight.metrics["analyzers"][name]
         assert result["status"] == "ok" or (result["status"] == "skipped" and result["reason"].startswith("budget: ")
                                             and record["skipped"][name])
-    assert record["skipped"], "a 0.2 s budget leaves member geometry out, and says so"
+    assert record["skipped"], "a 0.6 s budget leaves member geometry out, and says so"
+    assert record["spent_seconds"] <= 0.6 * 1.1 + 0.2  # a budget is a limit (and 0.2 s for what it cannot stop)
     items, notes = diversity_view(tight.metrics, "toy")
     assert any("skipped —" in note for note in notes)
+
+
+@pytest.mark.slow  # wall-clock budgets
+def test_a_budget_that_cannot_hold_the_least_is_refused_before_it_is_spent():
+    """Reading 32 examples of each of 5 splits takes this ensemble about 1.6 s (10 ms per example): a
+    budget of 1 s is refused after its pilot, naming what it would need; 4 s holds it, and ends in time."""
+    x, y = _data(400)
+    splits = {"test": (x, y), "ood": _data(400, seed=1)[0], "shift": (x + 1, y), "val": (x - 1, y)}
+    began = time.perf_counter()
+    with pytest.raises(EnsdiagError, match=r"a budget of 1 s cannot hold the least .* give at least \d+ s"):
+        ensdiag.diagnose(Ensemble(delay=0.01), budget="1s", progress=False, **splits)
+    assert time.perf_counter() - began < 1.5  # said after the pilot, not after the budget
+    began = time.perf_counter()
+    diagnosis = ensdiag.diagnose(Ensemble(delay=0.01), budget="4s", progress=False, **splits)
+    assert time.perf_counter() - began <= 4 * 1.1 + 1  # within the budget and 10 % (and Python's own start of it)
+    assert all(diagnosis.metrics["splits"][name]["n"] >= 32 for name in ("id", "ood", "shift", "val"))
 
 
 @pytest.mark.slow  # wall-clock budgets

@@ -40,7 +40,9 @@ from ..quickcheck import parse_precision, parse_seconds
 
 PREDICTION_SHARE = 0.5  # of the budget, for predictions, when member geometry follows
 RESERVE = 0.1  # of the budget, held back for the last analyzers and what measured costs underestimate
-FIRST_CHUNK = 128  # examples of a split's first chunk (the ensemble's cost per example is timed on it)
+FIRST_CHUNK = 32  # examples of the pilot (the first split's first chunk times the ensemble and the analysis) and of
+# every split's first chunk, doubling after it: small, so that a short budget is not spent before any choice is made
+MIN_PER_SPLIT = 32  # examples every split reads at least: fewer say nothing (a budget that cannot afford it is refused)
 PATH_EXAMPLES_FLOOR = 200  # below this many test examples per path point, fewer points and pairs
 GEOMETRY_FLOOR = 50  # below this many examples a geometry step is skipped
 CHECK_RESAMPLES = 200  # resamples of the precision checks while a split is read (the stored intervals use 1,000)
@@ -198,9 +200,9 @@ def predict_within(plan: Plan, ensemble, splits: dict, preprocess, device, keep:
     plan.deadline = start + budget  # predictions and their analysis end here (seconds since the plan started)
     per_family = {}
 
-    def share(group):  # every split reads at least a first chunk: fewer examples would say nothing
+    def share(group):  # every split reads at least `MIN_PER_SPLIT`: fewer examples would say nothing
         chosen = per_family.get(group)
-        return None if chosen is None else max(FIRST_CHUNK, chosen // len(families[group]))
+        return None if chosen is None else max(MIN_PER_SPLIT, chosen // len(families[group]))
 
     def first_chunk(group, chunk, seconds):  # the costs per example, from the first split's first chunk
         n = chunk["logits"].shape[1]
@@ -209,6 +211,8 @@ def predict_within(plan: Plan, ensemble, splits: dict, preprocess, device, keep:
         plan.costs["analysis per example"] = per_example
         reserve = fixed * len(order)  # the analyzers' fixed part, once per split
         plan.costs["analysis fixed"] = reserve
+        _refuse_a_budget_below_the_minimum(plan, {name: plan.sizes[name] for name in order}, reserve,
+                                           plan.costs["predict per example"] + per_example)
         per_family.update(plan.examples_per_family(family_sizes, max(budget - reserve - (plan.spent() - start), 0.0),
                                                    plan.costs["predict per example"] + per_example))
         return share(group)
@@ -234,6 +238,19 @@ def predict_within(plan: Plan, ensemble, splits: dict, preprocess, device, keep:
             plan.record(f"predict {name}", n=n, of=size, seconds=round(time.perf_counter() - began, 2), stopped=why,
                         **_widest(found, name))
     return found, kept
+
+
+def _refuse_a_budget_below_the_minimum(plan: Plan, sizes: dict, fixed: float, per_example: float) -> None:
+    """Before the budget is spent: refuse one that cannot hold `MIN_PER_SPLIT` examples of every split
+    and their analysis at the costs the pilot measured (member geometry is skipped before that)."""
+    if plan.seconds is None:
+        return
+    least = fixed + per_example * sum(MIN_PER_SPLIT if size is None else min(size, MIN_PER_SPLIT) for size in sizes.values())
+    if least > plan.remaining():  # what is left after the pilot, less the reserve
+        need = (plan.spent() + least) / (1 - RESERVE)
+        raise EnsdiagError(f"a budget of {plan.seconds:g} s cannot hold the least this diagnosis reads: {MIN_PER_SPLIT} "
+                           f"examples of each of its {len(sizes)} splits and their analysis take about {least:.1f} s here "
+                           f"(measured on a pilot of {FIRST_CHUNK}); give at least {math.ceil(need)} s")
 
 
 def _analysis_left(plan, found, reading) -> float:
