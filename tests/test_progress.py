@@ -23,10 +23,43 @@ def test_the_run_and_grid_estimates_come_from_measured_epochs_and_runs(monkeypat
         progress.epoch(_row(epoch), 10)
     assert progress.run_left() == pytest.approx(16.0)  # 8 epochs left at 2 s each: an upper bound
     assert progress.grid_left() == pytest.approx(16.0 + (4.0 + 16.0) * 2)  # no run finished yet: the bound for all
-    progress.end_run("done")  # the run stopped early after 4 s
+    progress.stage("predicting and analysing …")
+    now[0] += 3.0
+    progress.end_run("done")  # the run stopped early after 4 s of training and 3 s of analysis
     progress.start_run("deep-ensemble", 2, epochs=10)
     now[0] += 1.0
-    assert progress.grid_left() == pytest.approx((4.0 - 1.0) + 4.0 * 1)  # measured runs, not the bound
+    assert progress.grid_left() == pytest.approx((7.0 - 1.0) + 7.0 * 1)  # measured runs, not the bound
+    now[0] += 2.0
+    progress.epoch(_row(1), 10)
+    assert progress.run_left() == pytest.approx(9 * 2.0 + 3.0)  # its epochs left and an analysis like the last one's
+    progress.stage("predicting and analysing …")
+    now[0] += 1.0
+    assert progress.run_left() == pytest.approx(2.0)  # the analysis is under way
+    now[0] += 5.0  # longer than the one before: no false 0:00:00
+    assert progress.run_left() is None and progress.grid_left() == pytest.approx(7.0 * 1)
+
+
+def test_a_passed_estimate_shows_how_long_the_step_has_run_not_zero(monkeypatch):
+    import io
+
+    from rich.console import Console
+    now = [50.0]
+    monkeypatch.setattr("ensdiag.progress.time.perf_counter", lambda: now[0])
+    screen = io.StringIO()
+    progress = TrainProgress(2, early_stopping=True, console=Console(file=screen, force_terminal=True, width=150))
+    progress.start_run("single", 1, epochs=2)
+    now[0] += 1.0
+    progress.epoch(_row(1), 2)
+    progress.stage("predicting and analysing …")
+    now[0] += 1.0
+    progress.end_run("done")
+    progress.start_run("single", 2, epochs=2)
+    progress.stage("predicting and analysing …")
+    now[0] += 75.0
+    progress._show()
+    fields = progress.bar.tasks[progress.epochs].fields
+    assert fields["left"] == "analysing for 0:01:15" and progress.bar.tasks[progress.grid].fields["left"] == "last run"
+    progress.close()
 
 
 def test_bars_are_transient_and_a_stage_is_named():
