@@ -160,9 +160,14 @@ def wrapped(text: str, width: int) -> str:
 
 
 def loading(text: str, quiet: bool = False):
-    """A transient status line on the terminal while a slow step prints nothing (torch's import):
-    it leaves nothing behind, and shows nothing when stderr is not a terminal or with --quiet."""
+    """A transient status line on the terminal while a slow step prints nothing (torch's import, a
+    geometry step), with the time it has been running: it leaves nothing behind, and shows nothing
+    when stderr is not a terminal or with --quiet."""
     from contextlib import nullcontext
     if quiet or not err_console.is_terminal:
         return nullcontext()
-    return err_console.status(text, spinner="dots")
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    progress = Progress(SpinnerColumn("dots"), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=err_console, transient=True)
+    progress.add_task(text, total=None)
+    return progress
