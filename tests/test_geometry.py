@@ -300,3 +300,38 @@ def test_train_diversity_and_diagnose_report_the_same_barrier_for_the_same_weigh
     assert f"without its {len(held)} validation examples" in measured["paths"]["train_examples"]
     assert paths["train_n"] == len(kept) and all(len(pair["restarts"]) >= 1 for pair in paths["pairs"])
     assert all(pair["loss_barrier"] == min(r["loss_barrier"] for r in pair["restarts"]) for pair in paths["pairs"])
+
+
+# --- weight cosine over the weights that carry the function (normalisation layers left out) ------
+
+def _cnn():
+    from torch import nn
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
+                         nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+
+
+def test_independent_networks_with_batchnorm_read_a_weight_cosine_near_zero():
+    """Four independently initialised CNNs with BatchNorm, as a user writes them: their γ = 1 and β = 0
+    vectors would dominate a small network's norm (0.7 with them); without them the cosine is the
+    null's, near 0, and the result says what was left out."""
+    import ensdiag
+    torch.manual_seed(0)
+    members = [_cnn() for _ in range(4)]
+    x, y = torch.rand(64, 1, 8, 8), torch.randint(0, 10, (64,))
+    weights = ensdiag.diagnose(members, test=(x, y), geometry=False, progress=False).metrics["analyzers"]["weight-similarity"]
+    assert abs(weights["mean"]["value"]) < 0.1 and "normalisation layers' scales and shifts left out" in weights["scope"]
+    with_norm = torch.stack([torch.cat([p.flatten() for p in m.parameters()]) for m in members])
+    unit = torch.nn.functional.normalize(with_norm.double(), dim=1)
+    assert (unit @ unit.T)[0, 1] > 0.5  # what counting them would have read
+
+
+def test_the_headline_weight_cosine_is_the_alignment_analyzers_raw_cosine():
+    """The same members, the same weights compared: the diversity table's cosine and the alignment's
+    raw one are one number, on a ResNet with BatchNorm (untrained: both the null's, near 0)."""
+    probe = _probe("deep-ensemble", arch="resnet18")
+    results = analyze_model(probe, only=["alignment"])
+    similarity = analyze_predictions({"id": {"logits": torch.zeros(3, 1, 4), "labels": torch.zeros(1, dtype=torch.long)}},
+                                     weights=probe.ensemble.member_weights(), only=["weight-similarity"])
+    raw = results["alignment"]["raw"]["mean"]["value"]
+    assert similarity["analyzers"]["weight-similarity"]["mean"]["value"] == pytest.approx(raw, abs=1e-12)
+    assert abs(raw) < 0.05

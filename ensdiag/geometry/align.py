@@ -143,11 +143,11 @@ def align_to_first(states: list[dict], groups: dict, count: int = RESTARTS) -> l
 
 
 def weight_keys(network) -> list[str]:
-    """The state-dict keys (under `body.`) of a plain network's conv and linear weights and biases:
-    what weight cosine compares."""
-    from ..nn.layers import is_weight_layer
-    return [f"body.{name}.{key}" for name, module in network.body.named_modules() if is_weight_layer(module)
-            for key, _ in module.named_parameters(recurse=False)]
+    """The state-dict keys (under `body.`) of a plain network's parameters that carry its function
+    (`nn.layers.function_parameters`: all but normalisation layers' scales and shifts): what weight
+    cosine compares, here as in the weight-similarity analyzer."""
+    from ..nn.layers import function_parameters
+    return [f"body.{name}" for name in function_parameters(network.body)]
 
 
 def state_cosines(states: list[dict], keys: list[str]):

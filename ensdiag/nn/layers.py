@@ -44,6 +44,24 @@ def shared_input_linear(layer, x, num_members):
     return layer(x).expand(num_members, *x.shape[:-1], -1).flatten(0, 1)
 
 
+NORMALISATION = tuple(cls for cls in (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm,
+                                      getattr(nn, "RMSNorm", None)) if cls is not None)
+
+
+def is_normalisation(module) -> bool:
+    """A normalisation layer (BatchNorm, LayerNorm, GroupNorm, InstanceNorm, RMSNorm): its scales start
+    at 1 and its shifts at 0 in every member, by construction, so they say nothing of how members differ."""
+    return isinstance(module, NORMALISATION)
+
+
+def function_parameters(network: nn.Module) -> list[str]:
+    """The names of a network's floating-point parameters that carry its function: every one but the
+    normalisation layers' scales and shifts (`is_normalisation`). What weight cosine compares, in the
+    weight-similarity and alignment analyzers alike."""
+    return [f"{owner}.{name}" if owner else name for owner, module in network.named_modules() if not is_normalisation(module)
+            for name, value in module.named_parameters(recurse=False) if value.is_floating_point()]
+
+
 def is_weight_layer(module) -> bool:
     """Whether the module's weights and biases belong to a member's parameter vector (weight cosine):
     plain linear and conv layers, their subclasses, and ensemble layers that say so."""
