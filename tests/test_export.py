@@ -135,12 +135,34 @@ def test_a_diagnosis_as_data_frames_and_parquet(tmp_path):
     assert pandas.read_parquet(tmp_path / "examples.parquet")["prediction"].tolist() == examples["prediction"].tolist()
 
 
-def _save(folder, methods, seeds, ood=True):
+def _save(folder, methods, seeds, ood=True, titles=None):
     x, y = _data(60)
     for method, k in methods:
         for seed in seeds:
             ensdiag.diagnose(_members(k, seed), id=(x, y), ood=torch.randn(30, 12) * 3 if ood else None,
-                             geometry=False).save(folder, method, seed)
+                             geometry=False, titles=titles).save(folder, method, seed)
+
+
+def test_folders_of_different_data_are_reported_side_by_side_never_averaged(tmp_path, capsys):
+    """A digits folder and a FashionMNIST folder: every method kept apart by folder (no row pools their
+    seeds), each folder's verdict formed within it, and the report says why; a folder without a single
+    model and a Deep Ensemble says why its methods get no verdict line."""
+    _save(tmp_path / "digits", [("single", 1), ("deep-ensemble", 3), ("batch-ensemble", 3)], [0, 1],
+          titles={"test": "digits (scikit-learn) test"})
+    _save(tmp_path / "fashion", [("deep-ensemble", 3), ("batch-ensemble", 3)], [2, 3],
+          titles={"test": "FashionMNIST test"})
+    report = make_report([tmp_path / "digits", tmp_path / "fashion"], write=False)
+    assert set(report["methods"]) == {"single@digits", "deep-ensemble@digits", "batch-ensemble@digits",
+                                      "deep-ensemble@fashion", "batch-ensemble@fashion"}
+    for table in report["tables"]:
+        for row in table["rows"]:
+            assert all(cell.get("n", 0) <= 2 for cell in row["cells"]), (table["id"], row["method"])  # 2 seeds each
+    assert "never averaged" in report["notes"][0] and "FashionMNIST test" in report["notes"][0]
+    assert report["verdict"]["batch-ensemble@digits"]["seeds"] == 2 and "batch-ensemble@fashion" not in report["verdict"]
+    verdict = next(table for table in report["tables"] if table["id"] == "verdict")
+    assert "BatchEnsemble (fashion): no verdict — no `single` run beside it to compare with." in verdict["note"]
+    code, out, err = run_cli(capsys, "report", tmp_path / "digits", tmp_path / "fashion", "--format", "markdown")
+    assert code == 0 and "never averaged" in out
 
 
 def test_a_report_of_two_folders_merges_methods_and_seeds(tmp_path, capsys):

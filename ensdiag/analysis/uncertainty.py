@@ -26,9 +26,11 @@ def uncertainty(predictions, weights=None):
         if split.size == 0:  # means over no samples: undefined
             splits[name] = {**{key: empty_metric(definition) for key, definition in DEFINITIONS.items()}, "n": 0}
             continue
-        splits[name] = {key: metric(None if single and key == "jsd" else value(statistic(split, None)),
-                                    DEFINITIONS[key] + ("; N/A for k = 1" if single and key == "jsd" else ""))
-                        for key, statistic in STATISTICS.items()}
+        splits[name] = {key: metric(value(statistic(split, None)), DEFINITIONS[key]) for key, statistic in STATISTICS.items()
+                        if not (single and key == "jsd")}
+        if single:  # one member: no spread between members to measure
+            splits[name]["jsd"] = metric(None, DEFINITIONS["jsd"] + "; N/A for k = 1", note="one member (k = 1): "
+                                         "nothing between members to measure")
         splits[name]["n"] = split.size
     return {"splits": splits}
 

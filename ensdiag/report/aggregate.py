@@ -75,6 +75,48 @@ def _analyzer_value(run, analyzer, path, label, split=None, since=1, optional=Fa
     return value
 
 
+def absent_reason(run, analyzer, path, split=None, since=1) -> str | None:
+    """Why a run's declared number is absent, in words (None where it is there)."""
+    from ..export import STATUS_REASONS
+    if run is None:
+        return "not finished"
+    result = run["metrics"]["analyzers"].get(analyzer)
+    if not isinstance(result, dict):
+        return f"the {analyzer} analyzer did not run"
+    if result.get("status") != "ok":
+        return str(result.get("reason") or result.get("status"))
+    version = result.get("version", 1)
+    if isinstance(version, int) and not isinstance(version, bool) and version < since:
+        return f"measured by an ensdiag whose {analyzer} analyzer did not have it yet"
+    if split is not None and split not in run["metrics"]["splits"]:
+        return f"no {split} split"
+    node = _lookup(result, path[:-1]) if path and path[-1] == "value" else MISSING
+    if isinstance(node, dict) and node.get("value") is None:
+        return str(node.get("note") or STATUS_REASONS.get(node.get("status"), "not defined for these inputs"))
+    return None
+
+
+def absent_note(table: dict, declared: list, runs: dict) -> str:
+    """'N/A: <column> for <methods> — <why>' for every column a method has no number in (every
+    absent number says why), one clause per reason."""
+    clauses = {}
+    for column, (label, analyzer, path, _, _, split, since) in zip(table["columns"], declared):
+        for row, method in ((row, row["method"]) for row in table["rows"] if not row.get("reference")):
+            index = table["columns"].index(column)
+            if row["cells"][index].get("mean") is not None:
+                continue
+            seeds = runs.get(method, {})
+            reasons = {why for run in seeds.values() if (why := absent_reason(run, analyzer, path, split, since))}
+            for reason in sorted(reasons):
+                clauses.setdefault(reason, {}).setdefault(row["label"], []).append(label)
+    grouped = {}  # (reason, methods) -> columns: one clause for what several columns miss alike
+    for reason, methods in clauses.items():
+        for method, labels in methods.items():
+            grouped.setdefault((reason, tuple(labels)), []).append(method)
+    return " ".join(f"N/A for {', '.join(methods)}: {', '.join(labels)} — {reason}."
+                    for (reason, labels), methods in grouped.items())
+
+
 def _cell(seeds: dict, value_of) -> dict:
     """mean_ci over the seeds that have the number, and which seeds those are (`seeds`, beside `values`)."""
     found = [(seed, value) for seed, run in seeds.items() if run is not None and _number(value := value_of(run))]
@@ -138,17 +180,22 @@ def _meta_column(label, key, direction):
     return label, lambda run: dig(run["meta"], (key,)), direction
 
 
-def _within_folders(run_dir, runs, groups) -> dict:
+def _within_folders(run_dir, runs, groups, reasons: dict | None = None) -> dict:
     """The verdict of each folder's methods on their own (several folders whose single model or Deep
     Ensemble are kept apart, merge.py), under their merged names; a method found in several folders
     keeps the verdict of the most seeds."""
     from .verdict import verdict
     found = {}
     for group in groups:
-        for method, entry in verdict(run_dir, {original: runs[name] for name, original in group.items()}).items():
+        found_reasons = {}
+        for method, entry in verdict(run_dir, {original: runs[name] for name, original in group.items()},
+                                     found_reasons).items():
             name = next(name for name, original in group.items() if original == method)
             if name not in found or entry["seeds"] > found[name]["seeds"]:
                 found[name] = entry
+        if reasons is not None:  # named as the report names the method (merge.py)
+            reasons.update({next(name for name, original in group.items() if original == method): why
+                            for method, why in found_reasons.items()})
     return found
 
 
@@ -158,9 +205,14 @@ def _verdict_table(run_dir, runs, expected, groups=None):
     table carries no best/second marks: the answers are the verdict's tests."""
     from .verdict import verdict
     from .verdict_text import answer, how_to_read, sentence
-    found = verdict(run_dir, runs) if not groups else _within_folders(run_dir, runs, groups)
+    reasons = {}
+    found = verdict(run_dir, runs, reasons) if not groups else _within_folders(run_dir, runs, groups, reasons)
+    missing = [f"{_label(method)}: no verdict — {reason}." for method, reason in reasons.items() if method not in found]
     if not found:
-        return None, {}
+        if not missing or not groups:
+            return None, {}
+        return {"id": "verdict", "title": "Verdict: is each efficient method an ensemble? (ratios to the Deep Ensemble)",
+                "note": "\n\n".join(missing), "columns": [], "rows": []}, {}
     columns = [("NLL share", "nll", "up"), ("ECE share", "ece", "up"), ("OOD AUROC share", "auroc", "up"),
                ("shift NLL share", "shift_nll", "up"), ("diversity ×", "diversity", "up")]
     rows = []
@@ -171,7 +223,8 @@ def _verdict_table(run_dir, runs, expected, groups=None):
             {"mean": entry.get(key, {}).get("value"), "ci": None, "n": entry["seeds"], "values": [],
              "interval": entry.get(key, {}).get("interval"), "answer": entry.get(key, {}).get("answer"),
              "expected": expected} for _, key, _ in columns]})
-    note = "\n\n".join([*(f"{entry['answer']}\n\n{entry['sentence']}" for entry in found.values()), how_to_read(found)])
+    note = "\n\n".join([*(f"{entry['answer']}\n\n{entry['sentence']}" for entry in found.values()), *missing,
+                        how_to_read(found)])
     table = {"id": "verdict", "title": "Verdict: is each efficient method an ensemble? (ratios to the Deep Ensemble)",
              "note": note, "columns": [{"name": label, "direction": direction} for label, _, direction in columns],
              "rows": rows}
@@ -283,7 +336,10 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             declared = scores.columns(declared, ood_score)
         definitions.update({label: definition for label, _, _, _, definition, _, _ in declared})
         optional = table_id == "ood" and ood_score != scores.DEFAULT_SCORE
-        return _table(table_id, title, _analyzer_columns(declared, optional), subset or runs, expected, note)
+        table = _table(table_id, title, _analyzer_columns(declared, optional), subset or runs, expected, note)
+        absent = absent_note(table, declared, subset or runs)
+        table["note"] = f"{table['note']} {absent}".strip() if absent else table["note"]
+        return table
 
     tables = [analyzer_table("id", f"In-distribution ({titles.get('id', 'test')})", "id")]
     if "shift" not in skipped:
@@ -364,6 +420,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
             "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION,
             "examples": EXAMPLES_DEFINITION, "marks": MARKS, "verdict": verdicts,
+            **({"notes": experiment["notes"]} if experiment.get("notes") else {}),
             "conventions": conventions, "ood_score": ood_score, **({"budgets": budgets} if budgets else {}),
             "definitions": definitions,
             "tables": tables, "figures": []}

@@ -10,8 +10,10 @@ dates or projects of the same grid stand side by side. Methods of one folder onl
 names. The verdict compares each method with the single model and the Deep Ensemble: when those
 two are kept apart by folder, it is computed within each folder (`data["groups"]`).
 
-Split titles that differ between folders (other test sets) are shown joined, each with its
-folder, so the report says the rows were measured on different data.
+Only like is pooled with like: folders measured on different data or under different protocols
+(preset, dataset, the test, shift and OOD sets, the training settings) never share a row. Every
+method is then kept apart by folder, the verdict is computed within each folder, and the report
+says why (`experiment["notes"]`); split titles that differ are shown joined, each with its folder.
 """
 
 from pathlib import Path
@@ -44,6 +46,14 @@ def load_folders(run_dirs) -> dict:
             for seed, run in seeds.items():
                 holders.setdefault(method, {}).setdefault(seed, []).extend([index] if run is not None else [])
     apart = {method for method, seeds in holders.items() if any(len(found) > 1 for found in seeds.values())}
+    kinds = [_kind(data["experiment"]) for data in loaded]
+    notes = []
+    if len(set(kinds)) > 1:  # other data or another protocol: side by side, never averaged
+        apart = set(holders)
+        notes.append("These folders were measured on different data or under different protocols ("
+                     + "; ".join(f"{tag}: {_describe(kind)}" for tag, kind in zip(tags, kinds))
+                     + "): each method is kept apart by folder, never averaged across them, and the verdict is "
+                       "formed within each folder.")
     runs, groups = {}, [{} for _ in folders]
     for index, data in enumerate(loaded):
         for method, seeds in data["runs"].items():
@@ -57,8 +67,30 @@ def load_folders(run_dirs) -> dict:
     presets = list(dict.fromkeys(experiment["config"]["preset"] for experiment in experiments))
     seeds = list(dict.fromkeys(seed for method in runs.values() for seed in method))
     config = {"preset": " + ".join(presets), "methods": list(runs), "seeds": seeds}
-    return {"experiment": {"config": config, "splits": _titles(experiments, tags), "skipped": _skipped(experiments)},
-            "runs": runs, "groups": groups if apart & {"single", "deep-ensemble"} else None}
+    return {"experiment": {"config": config, "splits": _titles(experiments, tags), "skipped": _skipped(experiments),
+                           "notes": notes},
+            "runs": runs, "groups": groups if apart & {"single", "deep-ensemble"} or notes else None}
+
+
+PROTOCOL_FREE = ("methods", "seeds", "method_options", "device", "download", "quiet", "track_diversity", "data_dir")
+
+
+def _kind(experiment: dict) -> str:
+    """What a folder's numbers are measurements of: its preset and dataset, its test, shift and OOD
+    sets, and the training settings (not which methods or seeds ran), as one comparable string."""
+    import json
+    config = experiment.get("config", {}) if isinstance(experiment.get("config"), dict) else {}
+    protocol = {key: value for key, value in config.items() if key not in PROTOCOL_FREE}
+    splits = experiment.get("splits", {}) if isinstance(experiment.get("splits"), dict) else {}
+    return json.dumps({"protocol": protocol, "data": {split: splits.get(split) for split in ("id", "shift", "ood")}},
+                      sort_keys=True, default=str)
+
+
+def _describe(kind: str) -> str:
+    import json
+    found = json.loads(kind)
+    protocol, data = found["protocol"], found["data"]
+    return ", ".join([f"preset {protocol.get('preset')}", *(f"{split} {title}" for split, title in data.items() if title)])
 
 
 def _titles(experiments, tags) -> dict:

@@ -81,6 +81,7 @@ def to_markdown(report) -> str:
         lines.append(f"- `{split}`: {title}")
     for split, reason in report["skipped_splits"].items():
         lines.append(f"- `{split}`: **skipped** — {reason}")
+    lines += [f"- {note}" for note in report.get("notes", [])]
     for method, seeds in report["missing_seeds"].items():
         lines.append(f"- {method}: no metrics yet for seed(s) {', '.join(map(str, seeds))} (n per cell shows it)")
     for table in report["tables"]:
@@ -150,6 +151,7 @@ def to_html(report, run_dir=None) -> str:
             f"<b>Best</b> and <u>second best</u>: {html.escape(report.get('marks', 'per ↑/↓ column'))}.</p><ul>"]
     body += [f"<li><code>{html.escape(s)}</code>: {html.escape(t)}</li>" for s, t in report["splits"].items()]
     body += [f"<li><code>{html.escape(s)}</code>: <b>skipped</b> — {html.escape(r)}</li>" for s, r in report["skipped_splits"].items()]
+    body += [f"<li>{html.escape(note)}</li>" for note in report.get("notes", [])]
     body.append("</ul>")
     for table in report["tables"]:
         body.append(f"<h2>{html.escape(table['title'])}</h2>")

@@ -166,9 +166,14 @@ def _averaged(group, seeds) -> dict:
     return {key: sum(values[key] for values in per_seed) / len(per_seed) for key in per_seed[0]}
 
 
-def verdict(run_dir, runs: dict) -> dict:
-    """{method: {"nll" | "ece" | "auroc" | "diversity": {"value", "interval", "answer", …}, "seeds": n}}."""
+def verdict(run_dir, runs: dict, reasons: dict | None = None) -> dict:
+    """{method: {"nll" | "ece" | "auroc" | "diversity": {"value", "interval", "answer", …}, "seeds": n}};
+    `reasons` ({method: why}) receives, for every other method, why no verdict could be formed."""
+    reasons = {} if reasons is None else reasons
     if BASELINE not in runs or REFERENCE not in runs:
+        missing = " and ".join(f"`{name}`" for name in (BASELINE, REFERENCE) if name not in runs)
+        reasons.update({method: f"no {missing} run beside it to compare with" for method in runs
+                        if method not in (BASELINE, REFERENCE)})
         return {}
     loaded = {method: {seed: data for seed, run in seeds.items() if run is not None
                        and (data := _per_example(run["folder"] / "predictions.safetensors")) is not None}
@@ -179,11 +184,14 @@ def verdict(run_dir, runs: dict) -> dict:
             continue
         seeds = sorted(set(loaded[BASELINE]) & set(loaded[REFERENCE]) & set(loaded[method]))
         if not seeds:
+            reasons[method] = (f"it shares no finished seed with `{BASELINE}` and `{REFERENCE}` (with their predictions "
+                               "files)")
             continue
         trio = [loaded[BASELINE], loaded[REFERENCE], loaded[method]]
         first = trio[0][seeds[0]]
         sizes = {key: len(first.get(key, [])) for key in ("nll", "ood_score", "shift_nll")}
         if any(len(group[seed]["nll"]) != sizes["nll"] for group in trio for seed in seeds):
+            reasons[method] = "its runs and those it is compared with were measured on test sets of different sizes"
             continue  # seeds measured on different test sets cannot be paired
         if any(len(group[seed].get("ood_score", [])) != sizes["ood_score"] for group in trio for seed in seeds):
             trio = _without(trio, ("ood_score",))  # different OOD sets: no OOD question
