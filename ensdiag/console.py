@@ -16,14 +16,16 @@ import typer
 from rich.console import Console
 
 from .errors import EnsdiagError, unknown
+from .text import terminal
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 err_console = Console(stderr=True)
 
 
 def note(text: str):
-    """A line for the person at the terminal (stderr), printed as it is, never wrapped mid-path."""
-    err_console.print(text, markup=False, highlight=False, soft_wrap=True)
+    """A line for the person at the terminal (stderr), printed literally (control characters of
+    names in it escaped: text.terminal), never wrapped mid-path."""
+    err_console.print(terminal(text, keep="\n"), markup=False, highlight=False, soft_wrap=True)
 
 
 def show(console: Console, renderable):
@@ -39,9 +41,10 @@ def show(console: Console, renderable):
 
 
 def literal(text):
-    """A user-controlled string (a path, a split name) shown as it is, never read as markup."""
+    """A user-controlled string (a path, a split name) shown as it is, never read as markup, its
+    control characters escaped (text.terminal)."""
     from rich.text import Text
-    return Text(str(text))
+    return Text(terminal(text, keep="\n"))
 
 
 def output_file(out: Path, default_name: str) -> Path:
@@ -80,7 +83,7 @@ def _is_a(error: BaseException, class_name: str) -> bool:
 
 
 def _fail(message: str, code: int):
-    sys.stderr.write(f"error: {' '.join(message.split())}\n")
+    sys.stderr.write(f"error: {terminal(' '.join(message.split()))}\n")
     sys.exit(code)
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .analysis.registry import SPLIT_TABLES
 from .errors import EnsdiagError
+from .text import csv_cell
 
 STATUS_REASONS = {"n/a": "not defined for these inputs", "empty": "the split has no samples",
                   "omitted": "not stored for this many members", "missing": "not computed by the ensdiag that wrote it",
@@ -275,19 +276,22 @@ def to_csv(rows: list[dict], fields=None) -> str:
     which pandas.read_csv reads as NaN."""
     fields = columns(rows, fields)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+    writer = csv.DictWriter(buffer, fieldnames=[csv_cell(field) for field in fields], lineterminator="\n",
+                            extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({key: _csv_cell(row.get(key)) for key in fields})
+        writer.writerow({csv_cell(key): _csv_cell(row.get(key)) for key in fields})
     return buffer.getvalue()
 
 
 def _csv_cell(value):
+    """Empty for a missing number, every digit of a float, text through the CSV sink (text.csv_cell:
+    a name from a file such as `=1+1` or `@SUM(…)` is never a formula in a spreadsheet)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, float):
         return repr(value)  # every digit: a CSV round-trips the float exactly
-    return value
+    return csv_cell(value)
 
 
 def write_table(rows: list[dict], path, fields=None) -> Path:

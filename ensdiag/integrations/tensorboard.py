@@ -9,6 +9,7 @@ and what was not measured as text. Any writer with TensorBoard's `add_scalar`, `
 `.experiment`).
 """
 
+from ..text import markdown
 from ._records import Records, diagnosis_records
 
 
@@ -18,7 +19,7 @@ def log(records: Records, writer, step: int | None = None) -> None:
     for name, image in records.images.items():
         writer.add_image(name, image, step, dataformats="HWC")
     for name, text in records.texts.items():
-        writer.add_text(name, text.replace("\n", "  \n"), step)  # TensorBoard's text is Markdown
+        writer.add_text(name, markdown(text, keep="\n").replace("\n", "  \n"), step)  # TensorBoard's text is Markdown
     writer.flush()
 
 

@@ -44,9 +44,10 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
         print_json({"analyzers": {"lora": lora_result(section)}, "splits": {},  # the one metrics layout
                     "ensemble": {"method": "LoRA adapters", "num_members": section["k"]}})
     else:
+        from ..text import terminal_safe
         from .present import lora_renderables
         console = Console()
-        for item in lora_renderables(section):
+        for item in lora_renderables(terminal_safe(section)):  # layer and module names come from files
             show(console, item) if not isinstance(item, str) else console.print(literal(item), soft_wrap=True)
     if drawn:
         note(f"figures written to {', '.join(map(str, drawn))}")
