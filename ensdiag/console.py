@@ -47,21 +47,36 @@ def literal(text):
     return Text(terminal(text, keep="\n"))
 
 
-def output_file(out: Path, default_name: str) -> Path:
+def not_a_link(out: Path, option: str = "--out") -> Path:
+    """`out` unless it is itself a link (to a folder, a file, or nowhere): ensdiag writes into the
+    folders and files it is given, never through a link to somewhere else (docs/conventions.md,
+    "Run folders"); the folder the link leads to can be given instead."""
+    if Path(out).is_symlink():
+        raise EnsdiagError(f"{option} {out} is a link: ensdiag never writes through a link; give the folder or file "
+                           "it leads to instead")
+    return Path(out)
+
+
+def output_file(out: Path, default_name: str | None, option: str = "--out") -> Path:
     """`--out` of a command that writes one file: that file, or `default_name` inside it when
-    it names an existing folder. Missing parent folders are created."""
+    it names an existing folder (without one, a folder is refused); never a link (`not_a_link`).
+    Missing parent folders are created."""
+    out = not_a_link(out, option)
     if out.is_dir():
-        return out / default_name
+        if default_name is None:
+            raise EnsdiagError(f"{option} {out} is a folder; name a file")
+        return not_a_link(out / default_name, option)
     for parent in out.parents:
         if parent.exists() and not parent.is_dir():
-            raise EnsdiagError(f"cannot write --out {out}: {parent} is a file, not a folder")
+            raise EnsdiagError(f"cannot write {option} {out}: {parent} is a file, not a folder")
     return out
 
 
-def output_folder(out: Path) -> Path:
-    """`--out` of a command that writes several files into a folder."""
+def output_folder(out: Path, option: str = "--out") -> Path:
+    """`--out` of a command that writes several files into a folder; never a link (`not_a_link`)."""
+    not_a_link(out, option)
     if out.exists() and not out.is_dir():
-        raise EnsdiagError(f"--out {out} is a file; this command writes a folder of files (give a folder)")
+        raise EnsdiagError(f"{option} {out} is a file; this command writes a folder of files (give a folder)")
     return out
 
 

@@ -20,10 +20,11 @@ what ran). pandas is optional: these are plain dicts and lists; `frame` makes a 
 import csv
 import io
 import math
+import os
 from pathlib import Path
 
 from .analysis.registry import SPLIT_TABLES
-from .errors import EnsdiagError
+from .errors import EnsdiagError, InputTypeError
 from .text import csv_cell
 
 STATUS_REASONS = {"n/a": "not defined for these inputs", "empty": "the split has no samples",
@@ -297,8 +298,12 @@ def _csv_cell(value):
 def write_table(rows: list[dict], path, fields=None) -> Path:
     """The rows as `path`: CSV (`.csv`), or Parquet (`.parquet`: the parquet extra, pyarrow), written atomically."""
     from .io import atomic_write_text
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputTypeError(f"path must be a file name (str or Path), got {type(path).__name__}")
     path = Path(path)
     suffix = path.suffix.lower()
+    if path.is_dir():
+        raise EnsdiagError(f"{path} is a folder; name a .csv or .parquet file")
     if suffix == ".csv":
         return atomic_write_text(path, to_csv(rows, fields))
     if suffix == ".parquet":

@@ -40,6 +40,9 @@ def atomic_write_bytes(path, data: bytes) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as error:  # a folder in the file's place, a full disk: one line naming the file, not the temporary
+        Path(tmp).unlink(missing_ok=True)
+        raise EnsdiagError(f"cannot write {path}: {error.strerror or type(error).__name__}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -178,6 +181,32 @@ def text_lines(path, what: str, max_lines: int, max_line_bytes: int, unit: str):
             text = text.removeprefix("\ufeff") if number == 1 else text  # a byte-order mark some editors write
             if text.strip():
                 yield number, text
+
+
+# ------------------------------------------------------------------ members given as files or folders
+
+def identity(path):
+    """What a file or folder is, whatever it was called: its device and inode (a link, a hard link or
+    another spelling of the path gives the same), or its resolved path where it cannot be looked at."""
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):
+        return ("path", os.path.realpath(path))
+    return ("inode", found.st_dev, found.st_ino)
+
+
+def distinct_members(paths, what: str = "member") -> list[Path]:
+    """`paths`, each one member of an ensemble, refused in one line when two of them are the same file or
+    folder (after links): one member given twice would count twice, with a disagreement of 0 between them."""
+    seen = {}
+    for path in map(Path, paths):
+        key = identity(path)
+        if key in seen:
+            which = f"{path} is given twice" if str(seen[key]) == str(path) else \
+                f"{seen[key]} and {path} are the same file or folder (after links)"
+            raise EnsdiagError(f"{which}: one {what} would count as two members; give each {what} once")
+        seen[key] = path
+    return [Path(path) for path in paths]
 
 
 # ------------------------------------------------------------------ writing inside a folder

@@ -80,6 +80,7 @@ def hostile(tmp_path_factory):
     return logs, root / "runs"
 
 
+@pytest.mark.slow
 def test_analyze_shows_every_name_as_text(hostile, capsys):
     logs, runs = hostile
     code, out, err = run_cli(capsys, "analyze", logs, "--task", "ensgroup")
@@ -125,6 +126,7 @@ def test_two_run_folders_named_like_attacks_report_as_text(hostile, capsys, tmp_
         assert_clean(err)
 
 
+@pytest.mark.slow
 def test_per_example_csv_and_the_python_outputs_write_names_as_text(hostile, capsys, tmp_path):
     from ensdiag.core import inspect_predictions
     from ensdiag.foreign.lm_eval import LmEvalOptions, load_lm_eval_predictions

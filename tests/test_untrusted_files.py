@@ -84,6 +84,18 @@ def test_a_fifo_named_like_an_image_in_a_class_folder_is_refused(tmp_path, capsy
                               match=r"c1/f.png is not a regular file")
 
 
+@pytest.mark.parametrize("name", ["samples_ensq_2026-01-01T00-00-00.jsonl", "results_2026-01-01T00-00-00.json"])
+def test_an_lm_eval_log_that_is_a_fifo_in_a_member_folder_is_named(tmp_path, capsys, name):
+    import shutil
+    lm_eval = Path(__file__).parent / "fixtures" / "lm_eval" / "out" / "lora-r4"
+    out = shutil.copytree(lm_eval, tmp_path / "out")
+    fifo(out / "lora-r4__adapter-1" / name)
+    with deadline(10):  # in a member folder given, and in an output folder's model folder
+        for args in ([out / "lora-r4__adapter-0", out / "lora-r4__adapter-1"], [out]):
+            assert_one_line_error(capsys, "analyze", *args, "--task", "ensq",
+                                  match=f"lm-eval (sample|results) file .*adapter-1/{name} is not a regular file")
+
+
 def test_a_report_never_waits_on_a_fifo_in_a_run(run, capsys):
     fifo(run / "single" / "seed-1" / "diversity.jsonl")
     with deadline(10):

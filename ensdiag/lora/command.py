@@ -28,7 +28,7 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
     configs = read_adapter_folders(folders)
     if save is not None:  # refused now, not after the whole diagnosis (nothing is created yet)
         from ..runs import LORA, claim_run
-        claim_run(output_folder(save), method, seed, LORA, overwrite, create=False)
+        claim_run(output_folder(save, "--save"), method, seed, LORA, overwrite, create=False)
     if plot is not None:
         _check_plot(plot)
     from ..progress import step_bar
