@@ -106,7 +106,8 @@ class Diagnosis:
     def __repr__(self) -> str:
         splits = ", ".join(f"{name} n={split['logits'].shape[1]}" for name, split in self.predictions.items())
         k = self.metrics.get("num_members", self.metrics.get("ensemble", {}).get("num_members"))
-        return f"Diagnosis(k={k}, {splits}, analyzers: {', '.join(self.metrics['analyzers'])})"
+        from .text import terminal  # split names may come from files: a REPL prints this as it is
+        return terminal(f"Diagnosis(k={k}, {splits}, analyzers: {', '.join(self.metrics['analyzers'])})")
 
 
 def _folder(folder) -> Path:

@@ -138,6 +138,7 @@ def test_per_example_csv_and_the_python_outputs_write_names_as_text(hostile, cap
     predictions, _ = load_lm_eval_predictions([logs], options=LmEvalOptions(task="ensgroup"), about=about)
     diagnosis = inspect_predictions(predictions, "logs", about["titles"])
     assert_clean(diagnosis._repr_html_(), "html")
+    assert_clean(repr(diagnosis))
     assert_clean(diagnosis.to_markdown(), "markdown")
     assert_clean(diagnosis.save_examples(tmp_path / "d.csv").read_text(), "csv")
     from ensdiag.export import to_csv

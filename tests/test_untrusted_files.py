@@ -162,10 +162,10 @@ def test_a_broken_png_that_makes_pil_raise_syntax_error_is_one_line(tmp_path, ca
 
 
 def test_an_image_folder_beyond_the_memory_budget_is_refused_before_decoding(tmp_path, capsys, model_file, monkeypatch):
-    data = image_folder(tmp_path / "imgs")
-    monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "2K")
+    data = image_folder(tmp_path / "imgs", per_class=150)
+    monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "60K")  # the model file's 53 KiB fit (its header is checked too)
     assert_one_line_error(capsys, "evaluate", model_file, "--data", data, "--normalize", "none",
-                          match="images or more needs about .* more than the memory budget of 2.0 KiB")
+                          match="images or more needs about .* more than the memory budget of 60.0 KiB")
 
 
 def test_pils_pixel_limit_comes_from_the_memory_budget(tmp_path, capsys, model_file, monkeypatch):

@@ -88,7 +88,9 @@ def load_lm_eval_predictions(sources, ood=(), options: LmEvalOptions = LmEvalOpt
         splits["ood"] = {"logits": ood_splits["ood"]["logits"], "labels": None}
         section["ood_task"], section["ood_documents"] = ood_section["task"], ood_section["documents"]
     width = max(split["logits"].shape[2] for split in splits.values())
-    for split in splits.values():  # one C for every split: pad with choices of probability 0
+    for name, split in splits.items():  # one C for every split: pad with choices of probability 0
+        k, n, _ = split["logits"].shape  # an OOD task of many 2-choice questions padded to the ID's C: checked first
+        check_analysis_size(k, n, width, f"{name} ({n:,} documents padded to {width:,} choices)")
         split["logits"] = _padded(split["logits"], width)
     if about is not None:
         about.update({"titles": _titles(splits, section), "lm_eval": section, "notes": _notes(section)})
