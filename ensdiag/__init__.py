@@ -36,11 +36,18 @@ _SUBMODULES = {"analysis", "bench", "checkpoint", "checks", "config", "core", "d
                "foreign", "io", "nn", "predictions", "report", "train"}
 
 
+_CLASSES = {"EnsembleModel", "ModelSpec", "Diagnosis", "Tracker"}
+
+
 def __getattr__(name):
     from importlib import import_module
     if name in _LAZY:
-        return getattr(import_module(f".{_LAZY[name]}", __name__), name) if _LAZY[name] != name \
-            else import_module(f".{name}", __name__)
+        found = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        if name not in _CLASSES:  # the public functions: every failure on bad input an EnsdiagError (errors.public)
+            from .errors import public
+            found = public(found)
+        globals()[name] = found  # resolved once
+        return found
     if name in _SUBMODULES:  # `import ensdiag; ensdiag.nn` works as it did with eager imports
         return import_module(f".{name}", __name__)
     raise AttributeError(f"module 'ensdiag' has no attribute {name!r}")

@@ -47,10 +47,30 @@ def human(size: float) -> str:
     return f"{size:.1f} TiB"
 
 
+def over_budget(size: int, what: str) -> str | None:
+    """Why `what` (`size` bytes) cannot be allocated, or None when it fits the budget: the sentence a
+    refusal says, or that a step skipped for memory keeps as its reason ("needs about 36.0 GiB, more
+    than the memory budget of 8.0 GiB (…)")."""
+    budget = memory_budget()
+    if size <= budget:
+        return None
+    origin = f"{VARIABLE}" if os.environ.get(VARIABLE, "").strip() else "half this machine's memory"
+    return (f"{what} needs about {human(size)}, more than the memory budget of {human(budget)} "
+            f"({origin}; set {VARIABLE}=SIZE to allow more)")
+
+
 def require(size: int, what: str) -> None:
     """Refuse (one line, with the numbers) when `what` would need more than the budget."""
-    budget = memory_budget()
-    if size > budget:
-        origin = f"{VARIABLE}" if os.environ.get(VARIABLE, "").strip() else "half this machine's memory"
-        raise EnsdiagError(f"{what} needs about {human(size)}, more than the memory budget of {human(budget)} "
-                           f"({origin}; set {VARIABLE}=SIZE to allow more)")
+    reason = over_budget(size, what)
+    if reason is not None:
+        raise EnsdiagError(reason)
+
+
+def affordable(bytes_each: int, wanted: int, share: float = 1.0) -> int:
+    """How many of `wanted` items of `bytes_each` bytes fit in `share` of the budget at once (0 when not
+    even one does): the size of a block of resamples, say, so that work whose size grows with the
+    input (examples × choices × members) is split, or skipped with `over_budget`'s reason, instead of
+    failing in the allocator. Torch-free: callers pass sizes they computed before allocating."""
+    if bytes_each <= 0:
+        return wanted
+    return max(0, min(wanted, int(memory_budget() * share) // bytes_each))

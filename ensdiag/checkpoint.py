@@ -19,7 +19,7 @@ import json
 import torch
 
 from . import __version__
-from .errors import EnsdiagError
+from .errors import EnsdiagError, InputTypeError, path_argument
 from .io import atomic_write_bytes, parse_json, read_safetensors, safetensors_bytes_deterministic
 from .nn.model import EnsembleModel, ModelSpec, build_from_spec
 
@@ -27,6 +27,9 @@ MODEL_FORMAT = "ensdiag.model/1"
 
 
 def save_model(model: EnsembleModel, path, extra_metadata: dict[str, str] | None = None):
+    if not isinstance(model, EnsembleModel):
+        raise InputTypeError(f"save_model saves an ensdiag EnsembleModel, not a {type(model).__name__}")
+    path = path_argument(path, "model file")
     tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in model.state_dict().items()}
     metadata = {"ensdiag.format": MODEL_FORMAT, "ensdiag.spec": model.spec.to_json(),
                 "ensdiag.version": __version__, **(extra_metadata or {})}
@@ -61,6 +64,7 @@ def load_model(path, device="cpu") -> EnsembleModel:
     """The model a file describes, checked against the tensors actually in it before anything
     is allocated: the architecture is first built on the `meta` device (no memory), so a spec
     asking for terabytes fails as a mismatch instead of an allocation."""
+    path = path_argument(path, "model file")
     tensors, metadata = read_safetensors(path, "model file")
     spec = _spec_from_metadata(path, metadata)
     with torch.device("meta"):

@@ -16,14 +16,16 @@ import typer
 from rich.console import Console
 
 from .errors import EnsdiagError, unknown
+from .text import terminal
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 err_console = Console(stderr=True)
 
 
 def note(text: str):
-    """A line for the person at the terminal (stderr), printed as it is, never wrapped mid-path."""
-    err_console.print(text, markup=False, highlight=False, soft_wrap=True)
+    """A line for the person at the terminal (stderr), printed literally (control characters of
+    names in it escaped: text.terminal), never wrapped mid-path."""
+    err_console.print(terminal(text, keep="\n"), markup=False, highlight=False, soft_wrap=True)
 
 
 def show(console: Console, renderable):
@@ -39,26 +41,42 @@ def show(console: Console, renderable):
 
 
 def literal(text):
-    """A user-controlled string (a path, a split name) shown as it is, never read as markup."""
+    """A user-controlled string (a path, a split name) shown as it is, never read as markup, its
+    control characters escaped (text.terminal)."""
     from rich.text import Text
-    return Text(str(text))
+    return Text(terminal(text, keep="\n"))
 
 
-def output_file(out: Path, default_name: str) -> Path:
+def not_a_link(out: Path, option: str = "--out") -> Path:
+    """`out` unless it is itself a link (to a folder, a file, or nowhere): ensdiag writes into the
+    folders and files it is given, never through a link to somewhere else (docs/conventions.md,
+    "Run folders"); the folder the link leads to can be given instead."""
+    if Path(out).is_symlink():
+        raise EnsdiagError(f"{option} {out} is a link: ensdiag never writes through a link; give the folder or file "
+                           "it leads to instead")
+    return Path(out)
+
+
+def output_file(out: Path, default_name: str | None, option: str = "--out") -> Path:
     """`--out` of a command that writes one file: that file, or `default_name` inside it when
-    it names an existing folder. Missing parent folders are created."""
+    it names an existing folder (without one, a folder is refused); never a link (`not_a_link`).
+    Missing parent folders are created."""
+    out = not_a_link(out, option)
     if out.is_dir():
-        return out / default_name
+        if default_name is None:
+            raise EnsdiagError(f"{option} {out} is a folder; name a file")
+        return not_a_link(out / default_name, option)
     for parent in out.parents:
         if parent.exists() and not parent.is_dir():
-            raise EnsdiagError(f"cannot write --out {out}: {parent} is a file, not a folder")
+            raise EnsdiagError(f"cannot write {option} {out}: {parent} is a file, not a folder")
     return out
 
 
-def output_folder(out: Path) -> Path:
-    """`--out` of a command that writes several files into a folder."""
+def output_folder(out: Path, option: str = "--out") -> Path:
+    """`--out` of a command that writes several files into a folder; never a link (`not_a_link`)."""
+    not_a_link(out, option)
     if out.exists() and not out.is_dir():
-        raise EnsdiagError(f"--out {out} is a file; this command writes a folder of files (give a folder)")
+        raise EnsdiagError(f"{option} {out} is a file; this command writes a folder of files (give a folder)")
     return out
 
 
@@ -80,7 +98,7 @@ def _is_a(error: BaseException, class_name: str) -> bool:
 
 
 def _fail(message: str, code: int):
-    sys.stderr.write(f"error: {' '.join(message.split())}\n")
+    sys.stderr.write(f"error: {terminal(' '.join(message.split()))}\n")
     sys.exit(code)
 
 

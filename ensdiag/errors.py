@@ -35,3 +35,37 @@ def unknown(kind: str, value, choices) -> EnsdiagError:
     hint = f"; did you mean {close[0]!r}?" if close else ""
     text = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
     return EnsdiagError(f"unknown {kind} {text}{hint} (choose from {', '.join(choices)})"[:400])
+
+
+def path_argument(value, what: str = "path"):
+    """A path argument from Python as a `Path`: a str or os.PathLike (an InputTypeError otherwise)
+    without NUL bytes, which no file system takes (an EnsdiagError)."""
+    import os
+    from pathlib import Path
+    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
+        raise InputTypeError(f"{what} must be a path (str or pathlib.Path), got {type(value).__name__}")
+    path = Path(value)
+    if "\x00" in str(path):
+        raise EnsdiagError(f"{what} {str(path)[:80]!r} holds a NUL byte: no file system takes it")
+    return path
+
+
+def public(function):
+    """`function`, whose failures on bad input from Python are all EnsdiagErrors, as the module
+    docstring promises: an OSError (a path the system refuses: too long, a file in a folder's place,
+    no permission) or an OverflowError (a number beyond what a float or an index holds) becomes one
+    EnsdiagError saying so, chained to it; everything else passes as it was raised."""
+    import functools
+
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except EnsdiagError:
+            raise
+        except OSError as error:
+            where = f"{error.filename}: " if error.filename else ""
+            raise EnsdiagError(f"{where}{error.strerror or error}"[:400]) from error
+        except OverflowError as error:
+            raise EnsdiagError(f"a number is too large for this machine ({error})") from error
+    return checked

@@ -20,10 +20,12 @@ what ran). pandas is optional: these are plain dicts and lists; `frame` makes a 
 import csv
 import io
 import math
+import os
 from pathlib import Path
 
 from .analysis.registry import SPLIT_TABLES
-from .errors import EnsdiagError
+from .errors import EnsdiagError, InputTypeError
+from .text import csv_cell
 
 STATUS_REASONS = {"n/a": "not defined for these inputs", "empty": "the split has no samples",
                   "omitted": "not stored for this many members", "missing": "not computed by the ensdiag that wrote it",
@@ -275,26 +277,33 @@ def to_csv(rows: list[dict], fields=None) -> str:
     which pandas.read_csv reads as NaN."""
     fields = columns(rows, fields)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+    writer = csv.DictWriter(buffer, fieldnames=[csv_cell(field) for field in fields], lineterminator="\n",
+                            extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({key: _csv_cell(row.get(key)) for key in fields})
+        writer.writerow({csv_cell(key): _csv_cell(row.get(key)) for key in fields})
     return buffer.getvalue()
 
 
 def _csv_cell(value):
+    """Empty for a missing number, every digit of a float, text through the CSV sink (text.csv_cell:
+    a name from a file such as `=1+1` or `@SUM(…)` is never a formula in a spreadsheet)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, float):
         return repr(value)  # every digit: a CSV round-trips the float exactly
-    return value
+    return csv_cell(value)
 
 
 def write_table(rows: list[dict], path, fields=None) -> Path:
     """The rows as `path`: CSV (`.csv`), or Parquet (`.parquet`: the parquet extra, pyarrow), written atomically."""
     from .io import atomic_write_text
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputTypeError(f"path must be a file name (str or Path), got {type(path).__name__}")
     path = Path(path)
     suffix = path.suffix.lower()
+    if path.is_dir():
+        raise EnsdiagError(f"{path} is a folder; name a .csv or .parquet file")
     if suffix == ".csv":
         return atomic_write_text(path, to_csv(rows, fields))
     if suffix == ".parquet":

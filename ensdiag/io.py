@@ -40,6 +40,9 @@ def atomic_write_bytes(path, data: bytes) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as error:  # a folder in the file's place, a full disk: one line naming the file, not the temporary
+        Path(tmp).unlink(missing_ok=True)
+        raise EnsdiagError(f"cannot write {path}: {error.strerror or type(error).__name__}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -180,6 +183,32 @@ def text_lines(path, what: str, max_lines: int, max_line_bytes: int, unit: str):
                 yield number, text
 
 
+# ------------------------------------------------------------------ members given as files or folders
+
+def identity(path):
+    """What a file or folder is, whatever it was called: its device and inode (a link, a hard link or
+    another spelling of the path gives the same), or its resolved path where it cannot be looked at."""
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):
+        return ("path", os.path.realpath(path))
+    return ("inode", found.st_dev, found.st_ino)
+
+
+def distinct_members(paths, what: str = "member") -> list[Path]:
+    """`paths`, each one member of an ensemble, refused in one line when two of them are the same file or
+    folder (after links): one member given twice would count twice, with a disagreement of 0 between them."""
+    seen = {}
+    for path in map(Path, paths):
+        key = identity(path)
+        if key in seen:
+            which = f"{path} is given twice" if str(seen[key]) == str(path) else \
+                f"{seen[key]} and {path} are the same file or folder (after links)"
+            raise EnsdiagError(f"{which}: one {what} would count as two members; give each {what} once")
+        seen[key] = path
+    return [Path(path) for path in paths]
+
+
 # ------------------------------------------------------------------ writing inside a folder
 
 def inner_folder(root, *parts, what="folder", create=True) -> Path:
@@ -271,6 +300,25 @@ def safetensors_bytes_deterministic(tensors: dict, metadata: dict[str, str] | No
     return struct.pack("<Q", len(text)) + text + raw[8 + length:]
 
 
+# bytes per element of safetensors' dtypes (its header names them)
+SAFETENSORS_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+                     "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8}
+
+
+def _check_tensor_bytes(handle, names, where: str):
+    """The memory budget (budget.py) against what reading `names` allocates, from the header's shapes and
+    dtypes: a sparse file (or one whose size is no reason to trust it) is refused before it is read."""
+    from .budget import require
+    total = 0
+    for name in names:
+        found = handle.get_slice(name)
+        count = 1
+        for size in found.get_shape():
+            count *= size
+        total += count * SAFETENSORS_BYTES.get(str(found.get_dtype()).upper(), 8)
+    require(total, f"{where}: reading its tensors")
+
+
 def read_safetensors(path, what="file", only=None) -> tuple[dict, dict[str, str]]:
     """The tensors (all, or those of `only` that the file has) and the metadata of a safetensors
     file, or one clear EnsdiagError. `only` spares reading what a caller does not need (a CIFAR-10-C
@@ -283,7 +331,9 @@ def read_safetensors(path, what="file", only=None) -> tuple[dict, dict[str, str]
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             metadata = handle.metadata() or {}
-            tensors = {name: handle.get_tensor(name) for name in handle.keys() if only is None or name in only}
+            names = [name for name in handle.keys() if only is None or name in only]
+            _check_tensor_bytes(handle, names, f"{what} {path}")  # from the header, before anything is read
+            tensors = {name: handle.get_tensor(name) for name in names}
     except EnsdiagError:
         raise  # already one line for the user
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:

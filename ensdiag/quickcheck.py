@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .config import is_path  # noqa: F401  (callers ask it here too)
-from .numbers import INTEGER, decimal, integer, integer_list, normalize_option, seed  # noqa: F401  (the same)
+from .numbers import DECIMAL, INTEGER, decimal, integer, integer_list, normalize_option, seed  # noqa: F401  (the same)
 from .errors import EnsdiagError, unknown
 
 PACKAGE = Path(__file__).parent
@@ -114,30 +114,54 @@ def path_points_option(value, what: str = "--path-points") -> int | str:
     raise EnsdiagError(f"{what} must be an integer from 2 to 101, or 'adaptive'; got {value!r}")
 
 
+# A duration: a number of seconds, or hours, minutes and seconds each at most once and in that order
+# ("1h30m", "90s", "1.5h"); ASCII digits only (a bare \d also reads "٣" as 3), few enough to mean a time.
+DURATION = re.compile(r"(?:(?P<h>[0-9]{1,9}(?:\.[0-9]{1,9})?)h)?(?:(?P<m>[0-9]{1,9}(?:\.[0-9]{1,9})?)m)?"
+                      r"(?:(?P<s>[0-9]{1,9}(?:\.[0-9]{1,9})?)s)?", re.ASCII)
+SECONDS = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9})?", re.ASCII)
+
+
 def parse_seconds(given) -> float | None:
-    """--budget: seconds from "5m", "90s", "1h30m", "1.5h", "300" or a number; None for None."""
+    """--budget: seconds from "5m", "90s", "1h30m", "1.5h", "300" or a number; None for None.
+    "1h30m5" and "5m5m" are refused (a unit left out or repeated is a typo, not a sum)."""
     if given is None:
         return None
     if isinstance(given, (int, float)) and not isinstance(given, bool):
-        seconds = float(given)
+        seconds = _finite(given)
     else:
         text = str(given).strip().lower().replace(" ", "")
-        parts = re.findall(r"(\d+(?:\.\d+)?)([hms]?)", text)
-        if not text or "".join(number + unit for number, unit in parts) != text:
-            raise EnsdiagError(f"budget {given!r} is not a duration (e.g. 5m, 90s, 1h30m or a number of seconds)")
-        seconds = sum(float(number) * {"h": 3600, "m": 60, "s": 1, "": 1}[unit] for number, unit in parts)
+        match = DURATION.fullmatch(text)
+        if SECONDS.fullmatch(text):
+            seconds = float(text)
+        elif text and match:
+            seconds = sum(float(match[unit] or 0) * factor for unit, factor in (("h", 3600), ("m", 60), ("s", 1)))
+        else:
+            raise EnsdiagError(f"budget {str(given)[:40]!r} is not a duration (e.g. 5m, 90s, 1h30m or a number of "
+                               "seconds, in ASCII digits)")
     if not math.isfinite(seconds) or seconds <= 0:
-        raise EnsdiagError(f"budget {given!r}: a duration above 0 seconds")
+        raise EnsdiagError(f"budget {str(given)[:40]!r}: a finite duration above 0 seconds")
     return seconds
 
 
+def _finite(number) -> float:
+    """A Python number as a float, or inf when it is beyond a float's range (10**400): refused by the caller."""
+    try:
+        return float(number)
+    except OverflowError:
+        return math.inf
+
+
 def parse_precision(given) -> float | None:
+    """--precision-target (or `precision=`): a positive finite half-width, in ASCII decimal digits."""
     if given is None:
         return None
-    try:
-        value = float(given)
-    except (TypeError, ValueError):
-        raise EnsdiagError(f"precision target {given!r} is not a number (an interval half-width, e.g. 0.01)") from None
+    if isinstance(given, (int, float)) and not isinstance(given, bool):
+        value = _finite(given)
+    elif isinstance(given, str) and DECIMAL.fullmatch(given.strip()) and len(given.strip()) <= 80:
+        value = float(given.strip())
+    else:
+        raise EnsdiagError(f"precision target {str(given)[:40]!r} is not a number in decimal digits (an interval "
+                           "half-width, e.g. 0.01)")
     if not math.isfinite(value) or value <= 0:
-        raise EnsdiagError(f"precision target {given!r}: an interval half-width above 0 (e.g. 0.01)")
+        raise EnsdiagError(f"precision target {str(given)[:40]!r}: a finite interval half-width above 0 (e.g. 0.01)")
     return value

@@ -170,6 +170,26 @@ def claim_run(folder, method: str, seed: int, kind: str, overwrite: bool = False
     return run
 
 
+def claim_files(folder, names, overwrite: bool = False, option: str = "--out") -> Path:
+    """`folder`, checked before the result files `names` (`evaluate --out`'s predictions.safetensors
+    and metrics.json, `analyze --out`'s metrics.json) are written into it: never a run folder's root
+    (its results live in METHOD/seed-N), never beside a training run or a LoRA diagnosis (kinds these
+    files would corrupt), and a result already there replaced only with `overwrite`. Nothing is created."""
+    folder = Path(folder)
+    if (folder / "experiment.json").exists():
+        raise EnsdiagError(f"{option} {folder} is a run folder (it holds experiment.json, and its results live in "
+                           "METHOD/seed-N folders): write into a folder of its own")
+    foreign = sorted(saved_kinds(folder) - {PREDICTIONS, "unknown"})
+    if foreign:
+        raise EnsdiagError(f"{option} {folder} holds {KINDS[foreign[0]]}, which these files would replace: write into "
+                           "a folder of its own")
+    held = [name for name in names if (folder / name).exists() or (folder / name).is_symlink()]
+    if held and not overwrite:
+        raise EnsdiagError(f"{option} {folder} already holds {held[0]} (saved results); pass --overwrite to replace "
+                           "them, or write into another folder")
+    return folder
+
+
 def _check_diagnosis_config(path, config):
     if not isinstance(config, dict) or config.get("preset") != "custom" or not isinstance(config.get("methods"), list) \
             or not isinstance(config.get("seeds"), list):
@@ -237,7 +257,7 @@ def keep_lora_apart(run_folder) -> None:
 
 def _seed_of(run_folder: Path) -> int:
     text = run_folder.name.removeprefix("seed-")
-    return int(text) if text.isdigit() else 0
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else 0
 
 
 def save_result(folder, method: str, seed: int, kind: str, record: dict, meta: dict | None = None,

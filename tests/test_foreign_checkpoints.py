@@ -128,7 +128,8 @@ class _Payload:
 def test_a_malicious_pickle_is_refused_without_running_it(tmp_path, capsys):
     marker = tmp_path / "ran"
     torch.save({"layer.weight": torch.zeros(2), "x": _Payload(marker)}, tmp_path / "evil.pt")
-    assert_one_line_error(capsys, "diversity", tmp_path / "evil.pt", tmp_path / "evil.pt",
+    (tmp_path / "evil2.pt").write_bytes((tmp_path / "evil.pt").read_bytes())  # two members (one given twice is refused)
+    assert_one_line_error(capsys, "diversity", tmp_path / "evil.pt", tmp_path / "evil2.pt",
                           match=r"needs more than tensors.*weights_only=True.*never runs pickled code")
     assert_one_line_error(capsys, "import", tmp_path / "evil.pt", "--out", tmp_path / "m.safetensors", match="pickled")
     assert not marker.exists()

@@ -1,10 +1,15 @@
 """A diagnosis logged to TensorBoard, MLflow and W&B by the real libraries into local folders, and
-read back with each one's own reader: TensorBoard's EventAccumulator, MLflow's client on its file
-store, W&B's offline run folder (its protobuf records). Directly from a Diagnosis, and through
-Lightning's loggers by DiversityCallback at fit and test end. Each test skips without its library."""
+read back with each one's own reader: TensorBoard's EventAccumulator, MLflow's client on a local
+SQLite store (what the pinned MLflow accepts without MLFLOW_ALLOW_FILE_STORE, with the `[mlflow]`
+extra's SQLAlchemy and Alembic), W&B's offline run read by `wandb leet inspect` and listed by
+`wandb sync --dry-run`. Directly from a Diagnosis, and through Lightning's loggers by
+DiversityCallback at fit and test end. Each test skips without its library."""
 
+import json
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -67,11 +72,28 @@ def test_tensorboard_gets_every_measured_number_the_heatmaps_and_the_summary(dia
 
 @pytest.fixture
 def mlflow_store(tmp_path, monkeypatch):
+    """The README's local store: a SQLite database (artifacts in ./mlruns beside the working folder).
+    The file store stays refused, as on a fresh machine: MLFLOW_ALLOW_FILE_STORE is not set."""
     mlflow = pytest.importorskip("mlflow")
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps its file store behind this switch
-    mlflow.set_tracking_uri((tmp_path / "mlruns").as_uri())
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     yield mlflow
     mlflow.set_tracking_uri(None)
+
+
+def read_offline_run(folder) -> dict:
+    """What W&B's own reader (`wandb leet inspect --summary --json`, wandb-core's) finds in an offline run
+    folder: its state, and the summary of every key logged (the last value of each); `wandb sync
+    --dry-run` lists it as a run to upload."""
+    def wandb(*args):
+        done = subprocess.run([sys.executable, "-m", "wandb", *args], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "WANDB_SILENT": "true"})
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+    found = json.loads(wandb("leet", "inspect", "--summary", "--json", str(folder)))
+    assert "Would sync 1 run" in wandb("sync", "--dry-run", str(folder))
+    return found
 
 
 def test_mlflow_keeps_every_measured_number_the_heatmaps_and_metrics_json(diagnosis, mlflow_store, tmp_path):
@@ -96,7 +118,6 @@ def test_mlflow_keeps_every_measured_number_the_heatmaps_and_metrics_json(diagno
 
 def test_wandb_offline_run_holds_every_measured_number_and_the_heatmaps(diagnosis, tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
-    from tests.wandb_offline import read_offline_run
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_MODE", "offline")
     run = wandb.init(mode="offline", dir=str(tmp_path), project="ensdiag-test")
@@ -105,11 +126,12 @@ def test_wandb_offline_run_holds_every_measured_number_and_the_heatmaps(diagnosi
     wandb.teardown()
     (folder,) = (tmp_path / "wandb").glob("offline-run-*")
     found = read_offline_run(folder)
-    (logged,) = found["history"]
-    measured = _measured(diagnosis)
+    assert found["state"] == "finished" and found["project"] == "ensdiag-test"
+    logged, measured = found["summary"], _measured(diagnosis)
     assert all(logged[f"ensdiag/{name}"] == pytest.approx(value) for name, value in measured.items())
-    assert "members disagree" in found["summary"]["ensdiag/summary"]
-    assert [path.name.split("_")[0] for path in found["media"]] == ["heatmaps"]
+    assert "members disagree" in logged["ensdiag/summary"]
+    image = logged["ensdiag/heatmaps"]
+    assert image["_type"] == "image-file" and (folder / "files" / image["path"]).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_run_folders_report_goes_to_tensorboard_with_the_verdict_and_figures(tmp_path):
@@ -210,10 +232,9 @@ def test_the_callback_logs_through_mlflow_and_wandb_loggers(tmp_path, monkeypatc
     monkeypatch.setenv("WANDB_MODE", "offline")
     from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
     from ensdiag.integrations.lightning import DiversityCallback
-    from tests.wandb_offline import read_offline_run
     callback = DiversityCallback(_data(seed=1), members=lambda m: list(m.members), path=tmp_path / "d.jsonl",
                                  geometry=False)
-    mlflow_logger = MLFlowLogger(tracking_uri=(tmp_path / "mlruns").as_uri())
+    mlflow_logger = MLFlowLogger(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     wandb_logger = WandbLogger(offline=True, save_dir=str(tmp_path))
     _trainer([mlflow_logger, wandb_logger], callback).fit(Members(), _loader(0))
     wandb_logger.experiment.finish()
@@ -223,7 +244,6 @@ def test_the_callback_logs_through_mlflow_and_wandb_loggers(tmp_path, monkeypatc
     assert all(stored[f"ensdiag/val/{name}"] == pytest.approx(value) for name, value in measured.items())
     artifacts = {item.path for item in mlflow_logger.experiment.list_artifacts(mlflow_logger.run_id, "ensdiag/val")}
     assert "ensdiag/val/heatmaps.png" in artifacts
-    found = read_offline_run(next((tmp_path / "wandb").glob("offline-run-*")))
-    logged = next(row for row in found["history"] if "ensdiag/val/calibration/id/accuracy" in row)
-    assert logged["ensdiag/val/calibration/id/accuracy"] == pytest.approx(measured["calibration/id/accuracy"])
-    assert os.path.basename(found["media"][0]).startswith("heatmaps")
+    found = read_offline_run(next((tmp_path / "wandb").glob("offline-run-*")))["summary"]
+    assert found["ensdiag/val/calibration/id/accuracy"] == pytest.approx(measured["calibration/id/accuracy"])
+    assert os.path.basename(found["ensdiag/val/heatmaps"]["path"]).startswith("heatmaps")

@@ -136,3 +136,60 @@ def test_an_allocation_failure_is_one_line(tmp_path, capsys, monkeypatch):
     np.save(tmp_path / "p.npy", np.zeros((2, 5, 3), dtype=np.float32))
     np.save(tmp_path / "y.npy", np.zeros(5, dtype=np.int64))
     assert_one_line_error(capsys, "analyze", tmp_path / "p.npy", "--labels", tmp_path / "y.npy", match="out of memory")
+
+
+def _sparse_safetensors(path, shape):
+    """A safetensors file whose header names a float32 tensor of `shape` and whose data is a hole."""
+    import struct
+    count = int(np.prod(shape))
+    header = json.dumps({"id/logits": {"dtype": "F32", "shape": list(shape), "data_offsets": [0, 4 * count]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(header)) + header)
+        handle.truncate(8 + len(header) + 4 * count)
+    return path
+
+
+def test_a_safetensors_file_is_checked_against_the_budget_from_its_header_before_it_is_read(tmp_path, capsys, monkeypatch):
+    from safetensors import safe_open
+    path = _sparse_safetensors(tmp_path / "p.safetensors", (2, 1000, 50_000))  # 400 MB of nothing on disk
+    read = []
+    monkeypatch.setattr(type(safe_open(str(path), framework="pt")), "get_tensor", lambda *a: read.append(a))
+    monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "50M")
+    for args in (["analyze", path], ["evaluate", path]):
+        code, _, err = run_cli(capsys, *args)
+        assert code == 2 and "Traceback" not in err
+    assert_one_line_error(capsys, "analyze", path, match="p.safetensors: reading its tensors needs about 381.5 MiB, more "
+                                                          "than the memory budget of 50.0 MiB")
+    assert read == []
+
+
+def test_one_question_of_150000_choices_is_read_within_the_budget(tmp_path, capsys, monkeypatch):
+    """k = 2 and C = 150,000 (round five): the readers hold it as [2, 1, 150000] after checking its analysis
+    against the budget, and refuse it in one line naming the file where the budget is smaller."""
+    from ensdiag.foreign.jsonl import load_jsonl_predictions
+    from ensdiag.foreign.predictions import load_array_predictions
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 9, (2, 150_000))
+    (tmp_path / "wide.jsonl").write_text(json.dumps({"answer": 3, "scores": scores.tolist()}, separators=(",", ":")))
+    np.save(tmp_path / "wide.npy", scores[:, None, :].astype(np.float32))
+    np.save(tmp_path / "y.npy", np.array([3]))
+    splits, _ = load_jsonl_predictions(tmp_path / "wide.jsonl")
+    assert splits["id"]["logits"].shape == (2, 1, 150_000)
+    splits, _ = load_array_predictions([tmp_path / "wide.npy"], tmp_path / "y.npy")
+    assert splits["id"]["logits"].shape == (2, 1, 150_000)
+    monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "1M")
+    assert_one_line_error(capsys, "analyze", tmp_path / "wide.jsonl", match="wide.jsonl, line 1: analysing "
+                          "\\[k=2, N=1, C=150,000\\] predictions needs about 8.0 MiB, more than the memory budget")
+    assert_one_line_error(capsys, "analyze", tmp_path / "wide.npy", "--labels", tmp_path / "y.npy",
+                          match="more than the memory budget of 1.0 MiB")
+
+
+def test_the_budget_helpers_size_or_refuse_work_before_it_is_allocated(monkeypatch):
+    from ensdiag import budget
+    monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "1M")
+    assert budget.affordable(1024, 5000) == 1024 and budget.affordable(1024, 10) == 10
+    assert budget.affordable(2**30, 1000) == 0 and budget.affordable(1024, 5000, share=0.5) == 512
+    assert budget.over_budget(2**20, "x") is None
+    assert budget.over_budget(36 * 10**9, "resampling ECE").startswith("resampling ECE needs about 33.5 GiB, more than "
+                                                                      "the memory budget of 1.0 MiB")

@@ -84,6 +84,18 @@ def test_a_fifo_named_like_an_image_in_a_class_folder_is_refused(tmp_path, capsy
                               match=r"c1/f.png is not a regular file")
 
 
+@pytest.mark.parametrize("name", ["samples_ensq_2026-01-01T00-00-00.jsonl", "results_2026-01-01T00-00-00.json"])
+def test_an_lm_eval_log_that_is_a_fifo_in_a_member_folder_is_named(tmp_path, capsys, name):
+    import shutil
+    lm_eval = Path(__file__).parent / "fixtures" / "lm_eval" / "out" / "lora-r4"
+    out = shutil.copytree(lm_eval, tmp_path / "out")
+    fifo(out / "lora-r4__adapter-1" / name)
+    with deadline(10):  # in a member folder given, and in an output folder's model folder
+        for args in ([out / "lora-r4__adapter-0", out / "lora-r4__adapter-1"], [out]):
+            assert_one_line_error(capsys, "analyze", *args, "--task", "ensq",
+                                  match=f"lm-eval (sample|results) file .*adapter-1/{name} is not a regular file")
+
+
 def test_a_report_never_waits_on_a_fifo_in_a_run(run, capsys):
     fifo(run / "single" / "seed-1" / "diversity.jsonl")
     with deadline(10):
@@ -150,10 +162,10 @@ def test_a_broken_png_that_makes_pil_raise_syntax_error_is_one_line(tmp_path, ca
 
 
 def test_an_image_folder_beyond_the_memory_budget_is_refused_before_decoding(tmp_path, capsys, model_file, monkeypatch):
-    data = image_folder(tmp_path / "imgs")
-    monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "2K")
+    data = image_folder(tmp_path / "imgs", per_class=150)
+    monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "60K")  # the model file's 53 KiB fit (its header is checked too)
     assert_one_line_error(capsys, "evaluate", model_file, "--data", data, "--normalize", "none",
-                          match="images or more needs about .* more than the memory budget of 2.0 KiB")
+                          match="images or more needs about .* more than the memory budget of 60.0 KiB")
 
 
 def test_pils_pixel_limit_comes_from_the_memory_budget(tmp_path, capsys, model_file, monkeypatch):

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import typer
 
-from ..console import check_format, note, output_file
+from ..console import check_format, note
 from ..errors import EnsdiagError
 from .app import app
-from .options import DETAIL, FORMAT, check_saving
+from .options import DETAIL, FORMAT, check_saving, claimed_file
 from .show import show_metrics
 
 PREDICTIONS_HELP = ("A .safetensors predictions file ('<split>/logits' [k,N,C], '<split>/labels' [N]), an .npz with the "
@@ -30,7 +30,8 @@ def analyze(
                                           "`ensdiag report OUT`; the verdict needs runs named single and deep-ensemble."),
     seed: int = typer.Option(None, help="With --method: the seed this run is saved under (default 0)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="With --method: replace the analysis already saved as "
-                                   "that run (without it, an existing one is never replaced)."),
+                                   "that run; without --method, the file --out names (without it, an existing one is "
+                                   "never replaced)."),
     task: str = typer.Option(None, help="lm-eval logs: the task (or group) to read, where a folder holds several."),
     ood_task: str = typer.Option(None, "--ood-task", help="lm-eval logs: the task whose questions are the OOD split "
                                  "(from the same folders, or from --ood)."),
@@ -64,6 +65,7 @@ def analyze(
         method, seed = run_name_of(about["lm_eval"], seed)  # from the members' model paths
     if method is None and seed is not None:
         raise EnsdiagError("--seed names the run --method saves: give --method too (and --out)")
+    target = None if method is not None or out is None else claimed_file(out, overwrite)  # before the analysis
     for line in [*about.get("notes", []), *(f"warning: {warning}" for warning in warnings)]:
         note(line)
     source = f"ensdiag analyze {' '.join(path.name for path in [*sources, *(ood or ())])}"
@@ -75,6 +77,6 @@ def analyze(
     if method is not None:
         run = diagnosis.save(out, method, seed or 0, overwrite)
         note(f"saved to {run}; `ensdiag report {out}` reports every run saved there")
-    elif out is not None:
-        atomic_write_json(output_file(out, "metrics.json"), diagnosis.metrics)
+    elif target is not None:
+        atomic_write_json(claimed_file(out, overwrite), diagnosis.metrics)
     show_metrics(diagnosis.metrics, fmt, ", ".join(map(str, sources)))

@@ -89,7 +89,8 @@ def diversity(
         print_json(diagnosis.metrics)
     else:
         from ..report.inspection import diversity_view
-        show_items(*diversity_view(diagnosis.metrics, ", ".join(map(str, model_path))))
+        from ..text import terminal_safe
+        show_items(*diversity_view(terminal_safe(diagnosis.metrics), ", ".join(map(str, model_path))))
     if drawn:
         note(f"figures written to {', '.join(map(str, drawn))}")
     ended_by_interruption(diagnosis.metrics)

@@ -26,7 +26,10 @@ def evaluate(
     ood: str = OOD,
     normalize: str = NORMALIZE,
     device: str = DEVICE,
-    out: Path = typer.Option(None, help="Folder to write predictions.safetensors and metrics.json into (created if missing)."),
+    out: Path = typer.Option(None, help="Folder to write predictions.safetensors and metrics.json into (created if missing; "
+                             "not a run folder, a link, or a folder holding saved results unless --overwrite)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the predictions.safetensors and metrics.json "
+                                   "an earlier evaluate wrote into --out (without it, saved results are never replaced)."),
     seed: int = typer.Option(0, help="Seed of MC Dropout's masks (the other methods are deterministic); LoRA adapters: "
                              "the run's seed."),
     fmt: str = FORMAT,
@@ -56,12 +59,15 @@ def evaluate(
                                 limit, fmt, {"--preset": preset, "--data": data, "--shift": shift, "--ood": ood,
                                                "--normalize": normalize, "--num-classes": num_classes, "--download": download,
                                                "--from": family != "auto", "--arch": arch != "auto",
-                                               "--budget": budget, "--precision-target": precision_target})
+                                               "--budget": budget, "--precision-target": precision_target,
+                                               "--overwrite": True if overwrite else None})
     if any(value is not None for value in (base, tasks, ood_task, include_path, method, limit)):
         raise EnsdiagError("--base, --tasks, --ood-task, --include-path, --method and --limit are for LoRA adapter "
                            "folders (ADAPTER_DIR…, each with adapter_config.json)")
     plan = plan_of(budget, precision_target, geometry=False)
-    out = None if out is None else output_folder(out)
+    if overwrite and out is None:
+        raise EnsdiagError("--overwrite replaces what --out holds: give --out DIR too")
+    out = None if out is None else _claimed(out, overwrite)  # refused now, not after predicting every split
     from .. import distributed
     from ..core import Context, Measure, inspect
     from ..core.inputs import prepare
@@ -84,7 +90,14 @@ def evaluate(
     if diagnosis is None:
         return  # rank 0 analyses and writes
     if out is not None:
-        diagnosis.write_files(out, spec=model.spec)
+        diagnosis.write_files(out, spec=model.spec, overwrite=overwrite)
     show_metrics(diagnosis.metrics, fmt, f"{', '.join(map(str, model_path))} ({model.spec.arch}, {model.method}, "
                                          f"k={model.num_members})")
     ended_by_interruption(diagnosis.metrics)
+
+
+def _claimed(out: Path, overwrite: bool) -> Path:
+    """--out: a real folder (not a link or a file) that is no run folder's root, holds no training run or LoRA
+    diagnosis, and no saved predictions or metrics unless --overwrite (runs.claim_files)."""
+    from ..runs import claim_files
+    return claim_files(output_folder(out), ("predictions.safetensors", "metrics.json"), overwrite)

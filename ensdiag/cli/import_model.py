@@ -5,6 +5,7 @@ from pathlib import Path
 import typer
 
 from ..console import note, output_file
+from ..text import terminal
 from .app import app
 from .options import ARCH, FAMILY, NUM_CLASSES, SOURCES_HELP
 
@@ -32,4 +33,4 @@ def import_(
     source = json.dumps({"files": [path.name for path in sources], "from": family, "arch": arch}, sort_keys=True)
     save_model(model, target, {"ensdiag.source": source})
     note(f"{', '.join(map(str, sources))}: {model.spec.arch}, {model.method}, k = {model.num_members}")
-    print(target)
+    print(terminal(target))

@@ -76,14 +76,31 @@ def check_saving(out, method, seed, overwrite=False):
     from ..console import output_folder
     from ..errors import EnsdiagError
     if method is None:
-        if (seed is not None and out is None) or overwrite:
+        if (seed is not None or overwrite) and out is None:
             raise EnsdiagError(f"{'--overwrite' if overwrite else '--seed'} names the run --method saves: give "
                                "--method too (and --out)")
+        if out is not None and out.suffix.lower() == ".json":
+            claimed_file(out, overwrite)  # refused before anything is read
         return
     if out is None:
         raise EnsdiagError("--method saves the analysis as a run of a folder: give that folder with --out DIR")
     from ..runs import PREDICTIONS, claim_run
     claim_run(output_folder(out), method, checked_seed(0 if seed is None else seed), PREDICTIONS, overwrite, create=False)
+
+
+def claimed_file(out, overwrite=False) -> Path:
+    """`analyze --out FILE.json|DIR` without --method: the file to write (DIR/metrics.json), never a link,
+    never a run's result file replaced (runs.claim_files: not in a run folder's root or a training run's
+    folder; an existing file only with --overwrite)."""
+    from ..console import output_file
+    from ..errors import EnsdiagError
+    from ..runs import RUN_FILES, claim_files
+    target = output_file(out, "metrics.json")
+    if target.name in RUN_FILES:
+        claim_files(target.parent, (target.name,), overwrite)
+    elif (target.exists() or target.is_symlink()) and not overwrite:
+        raise EnsdiagError(f"--out {target} already exists; pass --overwrite to replace it, or name another file")
+    return target
 
 
 def checked_seed(value) -> int:

@@ -47,6 +47,8 @@ def report(
         check_run_folder(run_dir)
     if examples is not None and examples.suffix.lower() not in (".csv", ".parquet"):
         raise EnsdiagError(f"--examples {examples}: name a .csv or .parquet file")
+    if examples is not None:  # refused now, not after the whole report
+        output_file(examples, None, "--examples")
     from ..io import atomic_write_text
     from ..report import make_report, render, to_rich
 

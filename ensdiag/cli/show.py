@@ -1,17 +1,20 @@
 """How the commands that inspect one ensemble print their result: JSON (the metrics layout, as
-metrics.json holds it) or tables on stdout, with notes on stderr."""
+metrics.json holds it) or tables on stdout, with notes on stderr. Tables are built from the
+metrics with every string passed through the terminal sink first (text.terminal_safe): split
+names, titles, filters and reasons may come from files."""
 
 from rich.console import Console
 
 from ..console import literal, note, print_json, show
+from ..text import terminal, terminal_safe
 
 
 def show_metrics(metrics: dict, fmt: str, title: str):
     if fmt == "json":
-        print_json(metrics)
+        print_json(metrics)  # JSON escapes control characters (and all non-ASCII) itself
         return
     from ..report.inspection import metrics_view
-    tables, notes = metrics_view(metrics, title)
+    tables, notes = metrics_view(terminal_safe(metrics), terminal(title))
     console = Console()
     for table in tables:
         show(console, table)

@@ -8,6 +8,7 @@ import typer
 from ..config import PRESETS  # torch-free: the presets' names for the help
 from ..console import err_console, loading, note, show
 from ..errors import EnsdiagError
+from ..text import terminal
 from .app import app, csv_list
 
 
@@ -101,7 +102,7 @@ def train(
         for table in to_rich(summary, only={"verdict", "id", "ood", "diversity"}, width=err_console.width):
             show(err_console, table)
         note(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})")
-    print(run_dir)
+    print(terminal(run_dir))
 
 
 def _set(value):

@@ -149,7 +149,7 @@ def checked_device(device, ensemble=None):
     import torch
     try:
         device = torch.device(device)
-    except (RuntimeError, TypeError):
+    except (RuntimeError, TypeError, ValueError):  # ValueError: an index beyond a long (cuda:10**30)
         raise EnsdiagError(f"device {device!r} is not a device (cpu, cuda, cuda:1, …)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise EnsdiagError(f"device {str(device)!r} asked for, but torch sees no CUDA device")

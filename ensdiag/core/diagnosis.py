@@ -11,7 +11,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, path_argument, public
 
 
 @dataclass
@@ -25,22 +25,26 @@ class Diagnosis:
     source: str = "ensdiag.diagnose"  # what made it, recorded in the saved run's meta.json
     cost: dict = field(default_factory=dict)
 
+    @public
     def save(self, folder, method: str = "ensemble", seed: int = 0, overwrite: bool = False) -> Path:
         """Write this diagnosis as `folder/<method>/seed-<seed>/` (metrics.json, predictions, meta.json)
         and list it in `folder/experiment.json`, so `ensdiag report folder` reads it beside others. An
         analysis already saved there is replaced only with `overwrite=True`; a LoRA weight-space part of
         the same run (lora.json) stays beside it (runs.save_result)."""
         from ..runs import PREDICTIONS, save_result
-        return save_result(folder, method, seed, PREDICTIONS, self.metrics, {
+        return save_result(path_argument(folder, "folder"), method, seed, PREDICTIONS, self.metrics, {
             "run": method, "method": method, "seed": seed, "splits": self.titles, "source": self.source,
             **checked_cost(self.cost)}, self.titles, self.predictions or None, overwrite)
 
-    def write_files(self, folder, spec=None) -> Path:
+    @public
+    def write_files(self, folder, spec=None, overwrite: bool = False) -> Path:
         """predictions.safetensors and metrics.json into `folder` (`ensdiag evaluate --out`); the pooled
-        shift split is left out (it is rebuilt on load)."""
+        shift split is left out (it is rebuilt on load). Never into a run folder's root or beside a
+        training run; files an earlier call wrote there are replaced only with `overwrite` (runs.claim_files)."""
         from ..io import atomic_write_json
         from ..predictions import save_predictions
-        folder = Path(folder)
+        from ..runs import claim_files
+        folder = claim_files(_folder(folder), ("predictions.safetensors", "metrics.json"), overwrite, "folder")
         pooled = "shift" in self.predictions and any(name.startswith("shift/") for name in self.predictions)
         metadata = {"ensdiag.splits": self.titles, **({"ensdiag.spec": spec.to_json()} if spec is not None else {})}
         save_predictions({name: split for name, split in self.predictions.items() if not (pooled and name == "shift")},
@@ -48,6 +52,7 @@ class Diagnosis:
         atomic_write_json(folder / "metrics.json", self.metrics)
         return folder
 
+    @public
     def _report(self, fmt: str) -> str:
         from ..report import make_report, render
         with tempfile.TemporaryDirectory() as scratch:
@@ -73,6 +78,7 @@ class Diagnosis:
         from ..export import flat_metrics
         return flat_metrics(self.metrics, full)
 
+    @public
     def to_frame(self, what: str = "metrics", full: bool = False):
         """A pandas DataFrame: "metrics" (one row per number: name, value, reason, definition) or
         "examples" (one row per example: prediction, confidence, entropy, JSD, member agreement)."""
@@ -84,11 +90,13 @@ class Diagnosis:
         return frame([{key: value for key, value in entry.items() if key != "tables"}
                       for entry in metric_entries(self.metrics, full)])
 
+    @public
     def save_examples(self, path) -> Path:
         """Per-example predictions and uncertainty as a .csv or .parquet file (pyarrow) at `path`."""
         from ..export import EXAMPLE_FIELDS, example_rows, write_table
-        return write_table(example_rows(self.predictions), path, EXAMPLE_FIELDS[2:])
+        return write_table(example_rows(self.predictions), path_argument(path), EXAMPLE_FIELDS[2:])
 
+    @public
     def log_to(self, target, step: int | None = None, prefix: str = "ensdiag") -> None:
         """Log every headline number, the heatmaps and the summary to TensorBoard (a SummaryWriter),
         MLflow (mlflow, a run), W&B (wandb, a run) or a Lightning logger (integrations/)."""
@@ -98,8 +106,17 @@ class Diagnosis:
     def __repr__(self) -> str:
         splits = ", ".join(f"{name} n={split['logits'].shape[1]}" for name, split in self.predictions.items())
         k = self.metrics.get("num_members", self.metrics.get("ensemble", {}).get("num_members"))
+        from ..text import terminal  # split names may come from files: a REPL prints this as it is
         interrupted = "; interrupted: the rest was not measured" if self.metrics.get("interrupted") else ""
-        return f"Diagnosis(k={k}, {splits}, analyzers: {', '.join(self.metrics['analyzers'])}{interrupted})"
+        return terminal(f"Diagnosis(k={k}, {splits}, analyzers: {', '.join(self.metrics['analyzers'])}{interrupted})")
+
+
+def _folder(folder) -> Path:
+    """A folder argument as a Path (errors.path_argument); a file in its place is an EnsdiagError."""
+    folder = path_argument(folder, "folder")
+    if folder.exists() and not folder.is_dir():
+        raise EnsdiagError(f"{folder} is a file, not a folder")
+    return folder
 
 
 def checked_cost(cost: dict) -> dict:

@@ -89,6 +89,11 @@ class ModuleEnsemble(Ensemble):
 
     def __init__(self, members, layers=None, member_weights=None):
         members = tuple(members)
+        for i, member in enumerate(members):
+            if any(member is other for other in members[:i]):
+                raise EnsdiagError(f"member {i} is member {next(j for j, other in enumerate(members) if other is member)} "
+                                   "(the same module object): one member given twice would count as two; give each "
+                                   "member once")
         if member_weights is not None and not callable(member_weights):
             raise InputTypeError("member_weights must be a function returning one {name: tensor} dict per member")
         super().__init__(len(members), self._forward_members, members)
@@ -207,6 +212,8 @@ def user_layers(module, layers) -> dict:
     """{name: layout} from the user's `layers` (names, or {name: layout}), or `default_layers`."""
     if layers is None:
         layers = default_layers(module)
+    if isinstance(layers, str) or not isinstance(layers, (dict, list, tuple, set)):
+        raise InputTypeError(f"layers must be a list of module names or {{name: layout}}, got {type(layers).__name__}")
     if not isinstance(layers, dict):
         layers = {name: None for name in layers}
     for name, layout in layers.items():

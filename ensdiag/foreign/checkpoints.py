@@ -20,13 +20,14 @@ than tensors is loaded: such a file is refused with the reason. When no ensdiag 
 matches, `import_ensemble` returns `RawEnsemble`: weight similarity still runs on the tensors.
 """
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, InputTypeError, path_argument
 from . import torch_uncertainty
 
 FAMILIES = ("auto", "torch-uncertainty", "state-dicts")
@@ -227,7 +228,10 @@ CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors")
 
 
 def _member_files(paths):
-    """Paths as given; a folder stands for its checkpoint files, in name order."""
+    """Paths as given, each file once (a file given twice, or through a link, would be two identical
+    members); a folder stands for its checkpoint files, in name order."""
+    from ..io import distinct_members
+    distinct_members(paths, "checkpoint")
     if len(paths) == 1 and paths[0].is_dir():
         files = sorted(p for p in paths[0].iterdir() if p.is_file() and p.suffix in CHECKPOINT_SUFFIXES)
         if not files:
@@ -236,9 +240,18 @@ def _member_files(paths):
     return paths
 
 
+def path_list(paths) -> list[Path]:
+    """One path or a list of them (errors.path_argument each)."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if not isinstance(paths, (list, tuple)) or not paths:
+        raise InputTypeError(f"paths must be a checkpoint path or a non-empty list of them, got {type(paths).__name__}")
+    return [path_argument(path, "checkpoint") for path in paths]
+
+
 def open_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=None):
     """An ensdiag model file as saved, or foreign checkpoints through `import_ensemble`."""
-    paths = [Path(p) for p in paths]
+    paths = path_list(paths)
     if family == "auto" and arch == "auto" and len(paths) == 1 and paths[0].suffix == ".safetensors" \
             and _has_ensdiag_metadata(paths[0]):
         from ..checkpoint import load_model
@@ -384,13 +397,17 @@ def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=
     """An `EnsembleModel` from foreign checkpoint files, or, where no ensdiag architecture holds
     them, a `RawEnsemble` saying why (`raw_ok`; else that reason as an error). `arch`: auto (from
     the keys) or `torchvision:NAME` (k state_dicts of a torchvision classification model)."""
-    if family not in FAMILIES:
+    if not isinstance(family, str) or family not in FAMILIES:
         raise EnsdiagError(f"--from must be one of {', '.join(FAMILIES)}, got {family!r}")
+    if not isinstance(arch, str):
+        raise InputTypeError(f"arch must be 'auto' or 'torchvision:NAME', got {type(arch).__name__}")
+    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)):
+        raise InputTypeError(f"num_classes must be a whole number, got {type(num_classes).__name__}")
     if arch != "auto" and not arch.startswith("torchvision:"):
         raise EnsdiagError(f"--arch must be auto or torchvision:NAME (e.g. torchvision:resnet18), got {arch!r}")
     if num_classes is not None and not 2 <= num_classes <= 1_000_000:
         raise EnsdiagError(f"--num-classes must lie in 2..1000000, got {num_classes}")
-    paths = _member_files([Path(p) for p in paths])
+    paths = _member_files(path_list(paths))
     source = ", ".join(str(p) for p in paths[:3]) + (f" … ({len(paths)} files)" if len(paths) > 3 else "")
     states = [read_state_dict(p) for p in paths]
     _check_tensors(states, source)

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from ..errors import EnsdiagError, unknown
+from ..io import distinct_members, identity
 from . import lm_eval_files as files
 from .lm_eval_lines import LOGGED, SCORE_TITLES, SCORES, Reader, first_argmax
 from .predictions import PAD_LOGIT, check_analysis_size
@@ -70,25 +71,42 @@ def load_lm_eval_predictions(sources, ood=(), options: LmEvalOptions = LmEvalOpt
     for name, option in ((options.task, "--task"), (options.ood_task, "--ood-task")):
         if name is not None:
             files.check_task_name(name, option)
-    members = [member for source in sources for member in files.members_of(Path(source))]
+    members = [member for source in distinct_members(sources, "lm-eval run") for member in files.members_of(Path(source))]
     chosen = [files.select(member, options.task, "--task") for member in members]
+    _distinct(chosen)
     warnings: list[str] = []
     splits, section = _split(chosen, options, warnings, "id")
     if options.ood_task is not None or ood:
-        ood_members = [m for source in ood for m in files.members_of(Path(source))] if ood else members
+        ood_members = [m for source in distinct_members(ood, "lm-eval run") for m in files.members_of(Path(source))] \
+            if ood else members
         if len(ood_members) != len(members):
             raise EnsdiagError(f"--ood gives {len(ood_members)} run(s), the predictions {len(members)} members: one OOD run "
                                "per member, in the same order")
         ood_chosen = [files.select(member, options.ood_task, "--ood-task") for member in ood_members]
+        _distinct(ood_chosen)
         ood_splits, ood_section = _split(ood_chosen, options, warnings, "ood")
         splits["ood"] = {"logits": ood_splits["ood"]["logits"], "labels": None}
         section["ood_task"], section["ood_documents"] = ood_section["task"], ood_section["documents"]
     width = max(split["logits"].shape[2] for split in splits.values())
-    for split in splits.values():  # one C for every split: pad with choices of probability 0
+    for name, split in splits.items():  # one C for every split: pad with choices of probability 0
+        k, n, _ = split["logits"].shape  # an OOD task of many 2-choice questions padded to the ID's C: checked first
+        check_analysis_size(k, n, width, f"{name} ({n:,} documents padded to {width:,} choices)")
         split["logits"] = _padded(split["logits"], width)
     if about is not None:
         about.update({"titles": _titles(splits, section), "lm_eval": section, "notes": _notes(section)})
     return splits, warnings
+
+
+def _distinct(chosen):
+    """No samples file read for two members (a model folder and a samples file in it, an output folder and one of
+    its model folders, a link to either): one member's log would count twice."""
+    readers = {}
+    for selection in chosen:
+        for path in selection.files.values():
+            other = readers.setdefault(identity(path), selection)
+            if other is not selection:
+                raise EnsdiagError(f"{other.member.name} and {selection.member.name} are one member: both read {path}; "
+                                   "give each lm-eval run once")
 
 
 def run_name_of(section: dict, seed: int | None) -> tuple[str, int]:

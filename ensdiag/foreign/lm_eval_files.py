@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EnsdiagError
+from ..io import regular_file
 
 SAMPLES = re.compile(r"^samples_(?P<task>.+)_(?P<date>[^_]+)\.jsonl$")  # lm-eval splits the date at the last "_"
 RESULTS = re.compile(r"^results_(?P<date>[^_]+)\.json$")
@@ -78,12 +79,14 @@ def _entries(folder: Path) -> list[Path]:
 
 
 def _scan(folder: Path, name: str) -> Member:
+    """The logs in one model folder; an entry named like one that is no regular file (a FIFO, a device, a
+    folder, a broken link) is refused by name rather than passed over, which left a folder of no task."""
     member = Member(name, folder)
     for entry in _entries(folder):
-        if (match := SAMPLES.match(entry.name)) and entry.is_file():
-            member.samples.setdefault(match["task"], {})[match["date"]] = entry
-        elif (match := RESULTS.match(entry.name)) and entry.is_file():
-            member.results[match["date"]] = entry
+        if match := SAMPLES.match(entry.name):
+            member.samples.setdefault(match["task"], {})[match["date"]] = regular_file(entry, "lm-eval sample file")
+        elif match := RESULTS.match(entry.name):
+            member.results[match["date"]] = regular_file(entry, "lm-eval results file")
     return member
 
 
@@ -210,7 +213,7 @@ def logged_metric(results: dict, task: str, metric: str, filter_name: str):
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-SEED_PART = re.compile(r"^(?P<method>.*?)[-_.]?seed[-_]?(?P<seed>\d{1,9})$", re.IGNORECASE)
+SEED_PART = re.compile(r"^(?P<method>.*?)[-_.]?seed[-_]?(?P<seed>[0-9]{1,9})$", re.IGNORECASE | re.ASCII)
 
 
 def run_name(section: dict) -> tuple[str, int] | None:

@@ -24,7 +24,10 @@ MAX_LINE_BYTES = 16 * 2**20  # a 25-shot prompt repeated for 5 choices is well u
 MAX_LINES = 4_000_000  # documents × filters in one file
 MAX_CHOICES = 1024
 MAX_SCORE = 1e20  # |log-likelihood| above this is no model's score (and would meet PAD_LOGIT)
-NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+# ASCII digits only: float() and a bare \d also take "٣" and "５" (another script's digits), which no
+# lm-eval writes; the length is checked before float() (_number)
+NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+INDEX = re.compile(r"[0-9]{1,9}", re.ASCII)  # a target that is a choice index (checked before int())
 HASH = re.compile(r"^[0-9a-f]{1,128}$")
 
 
@@ -193,7 +196,7 @@ class Reader:
         if target.startswith("[") and target.endswith("]"):
             self.lines.fail(number, f"target {_shown(target)} names several correct choices: ensdiag needs one per question")
         count = len(continuations)
-        candidates = [int(target)] if target.isdigit() and int(target) < count else []
+        candidates = [int(target)] if INDEX.fullmatch(target) and int(target) < count else []
         candidates += [i for i, text in enumerate(continuations) if text == self.delimiter + target and i not in candidates]
         if len(candidates) > 1:
             acc = row.get("acc")

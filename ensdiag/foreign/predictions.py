@@ -22,6 +22,7 @@ import torch
 from ..budget import require
 from ..checks import ANALYSIS_BYTES_PER_LOGIT, MAX_MEMBERS, check_analysis_size, check_labels, check_predictions  # noqa: F401
 from ..errors import EnsdiagError
+from ..io import distinct_members
 
 ROW_SUM_TOLERANCE = 1e-3  # |Σ_c p_c − 1| allowed per row (float32 softmax outputs, rounding in files)
 INPUTS = ("logits", "probs")
@@ -189,6 +190,7 @@ def load_array_predictions(sources, labels=None, ood=(), inputs="logits") -> tup
 
 
 def _members(paths, inputs, warnings) -> torch.Tensor:
+    distinct_members(paths, "member's predictions file")
     for path in paths:
         if path.suffix != ".npy":
             raise EnsdiagError(f"{path}: expected .npy arrays here (or a single .npz, or a .safetensors file)")

@@ -28,7 +28,7 @@ def renamed(state, rules):
     return out
 
 
-TU_MLP_RULES = [(r"^layers\.(\d+)\.", r"hidden.\1."), (r"^final_layer\.", "head.")]
+TU_MLP_RULES = [(r"^layers\.([0-9]+)\.", r"hidden.\1."), (r"^final_layer\.", "head.")]
 TU_RESNET_RULES = [(r"^linear\.", "fc.")]
 
 
@@ -81,7 +81,7 @@ def batch_ensemble(state, source):
     channels, width = layout
     for name in [f"layer{s}.{b}.conv{c}" for s in range(1, 5) for b in range(2) for c in (1, 2)]:
         plain.setdefault(f"{name}.bias", torch.zeros(k, plain[f"{name}.weight"].shape[0]))  # conv_bias=False: zero
-    shortcut_bias = any(re.match(r"layer\d\.\d\.shortcut\.0\.bias$", key) for key in plain)
+    shortcut_bias = any(re.match(r"layer[0-9]\.[0-9]\.shortcut\.0\.bias$", key) for key in plain)
     spec = ModelSpec("resnet18", "batch-ensemble", k, plain["fc.weight"].shape[0], (channels, 32, 32),
                      {"layout": "paper", "shortcut_bias": shortcut_bias}, {"width": width} if width != 64 else {})
     return spec, plain

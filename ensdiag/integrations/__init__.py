@@ -10,7 +10,7 @@ an active run, a Run, an ActiveRun), a W&B run (or the `wandb` module), or a Lig
 gets the scalars through its `log_metrics`).
 """
 
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, InputTypeError, public
 
 
 def _class_names(target) -> set[str]:
@@ -23,8 +23,20 @@ def _root(target) -> str:
     return (name or "").split(".")[0]
 
 
+def checked_step(step, prefix: str = "ensdiag"):
+    """`step` (None or a whole number 0..2⁶³−1, what every logger stores) and `prefix` (a name), checked."""
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+        raise InputTypeError(f"step must be a whole number or None, got {type(step).__name__}")
+    if step is not None and not 0 <= step < 2**63:
+        raise EnsdiagError(f"step must be a whole number in 0..2⁶³−1, got {str(step)[:40]}")
+    if not isinstance(prefix, str):
+        raise InputTypeError(f"prefix must be a string, got {type(prefix).__name__}")
+
+
+@public
 def log_records(records, target, step: int | None = None) -> None:
     """Write `records` (_records.py) to the logger `target` (see the module's docstring)."""
+    checked_step(step)
     names, root = _class_names(target), _root(target)
     if "TensorBoardLogger" in names:
         from .tensorboard import log
@@ -54,15 +66,18 @@ def log_records(records, target, step: int | None = None) -> None:
 
 def log_to(diagnosis, target, step: int | None = None, prefix: str = "ensdiag") -> None:
     """A diagnosis's records (every headline number, the heatmaps, the summary) to `target`."""
+    checked_step(step, prefix)
     from ._records import diagnosis_records
     log_records(diagnosis_records(diagnosis.metrics, prefix), target, step)
 
 
+@public
 def log_report(run_dir, target, step: int | None = None, prefix: str = "ensdiag") -> None:
     """A run folder's report to `target`: every cell's mean over seeds (`<prefix>/<method>/<number>`),
     the verdict's shares (`<prefix>/verdict/<method>/<nll|ece|auroc|diversity>`) and answers, and its
     figures (rebuilt in the folder, as `ensdiag report` does)."""
     from ..report import make_report
     from ._records import report_records
+    checked_step(step, prefix)
     report = make_report(run_dir)
     log_records(report_records(report, run_dir if report.get("figures") else None, prefix), target, step)

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..text import terminal
+
 
 @dataclass
 class Records:
@@ -45,9 +47,9 @@ def diagnosis_records(metrics: dict, prefix: str = "ensdiag") -> Records:
     figure = heatmaps(metrics)
     if figure is not None:
         records.images[f"{prefix}/heatmaps"] = figure_rgb(figure)
-    records.texts[f"{prefix}/summary"] = summary_line(metrics)
+    records.texts[f"{prefix}/summary"] = terminal(summary_line(metrics))
     if missing:
-        records.texts[f"{prefix}/not_measured"] = "\n".join(missing)
+        records.texts[f"{prefix}/not_measured"] = "\n".join(map(terminal, missing))  # reasons may name splits from files
     records.documents[f"{prefix}/metrics.json"] = finite(metrics)
     return records
 
@@ -76,7 +78,8 @@ def report_records(report: dict, run_dir=None, prefix: str = "ensdiag") -> Recor
             if isinstance(value, (int, float)) and math.isfinite(value):
                 records.scalars[f"{prefix}/verdict/{method}/{key}"] = float(value)
         if entry.get("answer"):
-            records.texts[f"{prefix}/verdict/{method}"] = f"{entry['answer']}\n\n{entry.get('sentence', '')}".strip()
+            records.texts[f"{prefix}/verdict/{method}"] = terminal(f"{entry['answer']}\n\n{entry.get('sentence', '')}".strip(),
+                                                                   keep="\n")
     if run_dir is not None:
         from matplotlib.image import imread
         for figure in report.get("figures", []):

@@ -16,7 +16,8 @@ import time
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, public
+from . import checked_step
 from ._records import Records, diagnosis_records
 
 
@@ -52,5 +53,7 @@ def run_id_of(target) -> str:
     raise EnsdiagError(f"not an MLflow run: {type(target).__name__} (pass mlflow, a Run or a run id)")
 
 
+@public
 def log_diagnosis(diagnosis, target, step: int | None = None, prefix: str = "ensdiag", client=None) -> None:
+    checked_step(step, prefix)
     log(diagnosis_records(diagnosis.metrics, prefix), client or MlflowClient(), run_id_of(target), step)

@@ -9,6 +9,9 @@ and what was not measured as text. Any writer with TensorBoard's `add_scalar`, `
 `.experiment`).
 """
 
+from ..errors import EnsdiagError, path_argument, public
+from ..text import markdown
+from . import checked_step
 from ._records import Records, diagnosis_records
 
 
@@ -18,18 +21,23 @@ def log(records: Records, writer, step: int | None = None) -> None:
     for name, image in records.images.items():
         writer.add_image(name, image, step, dataformats="HWC")
     for name, text in records.texts.items():
-        writer.add_text(name, text.replace("\n", "  \n"), step)  # TensorBoard's text is Markdown
+        writer.add_text(name, markdown(text, keep="\n").replace("\n", "  \n"), step)  # TensorBoard's text is Markdown
     writer.flush()
 
 
+@public
 def log_diagnosis(diagnosis, target, step: int | None = None, prefix: str = "ensdiag") -> None:
-    """`target`: a SummaryWriter, or a folder for a new one (closed after)."""
+    """`target`: a SummaryWriter, or a folder for a new one (closed after; a file in its place refused)."""
+    checked_step(step, prefix)
     records = diagnosis_records(diagnosis.metrics, prefix)
     if hasattr(target, "add_scalar"):
         log(records, target, step)
         return
+    folder = path_argument(target, "target (a SummaryWriter or a folder)")
+    if folder.exists() and not folder.is_dir():
+        raise EnsdiagError(f"{folder} is a file: TensorBoard writes a folder of event files (give a folder or a SummaryWriter)")
     from torch.utils.tensorboard import SummaryWriter
-    writer = SummaryWriter(str(target))
+    writer = SummaryWriter(str(folder))
     try:
         log(records, writer, step)
     finally:

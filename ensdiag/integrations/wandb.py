@@ -11,7 +11,8 @@ WandbLogger does with `trainer/global_step`).
 
 import wandb
 
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, public
+from . import checked_step
 from ._records import Records, diagnosis_records
 
 
@@ -35,5 +36,7 @@ def run_of(target):
     return target
 
 
+@public
 def log_diagnosis(diagnosis, target, step: int | None = None, prefix: str = "ensdiag") -> None:
+    checked_step(step, prefix)
     log(diagnosis_records(diagnosis.metrics, prefix), run_of(target), step)

@@ -134,8 +134,9 @@ def adapted_modules(configs: list[AdapterConfig]) -> tuple[list[Module], list[st
 
 
 def natural_order(name: str):
-    """layers.2 before layers.10."""
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in name.split(".")]
+    """layers.2 before layers.10 (a part of at most 18 ASCII digits is a number; "²" or 5,000 digits are text)."""
+    return [(0, int(part), "") if part.isascii() and part.isdigit() and len(part) <= 18 else (1, 0, part)
+            for part in name.split(".")]
 
 
 def read_factors(config: AdapterConfig, module: Module) -> tuple[torch.Tensor, torch.Tensor]:

@@ -44,8 +44,9 @@ def module_type(name: str) -> str:
 
 
 def layer_depth(name: str) -> int | None:
-    """The first number in the module's name: `model.layers.12.mlp.up_proj` → 12."""
-    found = re.search(r"(?:^|\.)(\d+)(?:\.|$)", name)
+    """The first number in the module's name: `model.layers.12.mlp.up_proj` → 12 (ASCII digits, at most 18:
+    a name from a file with "٣" or 5,000 digits in it has no depth rather than a wrong or failing one)."""
+    found = re.search(r"(?:^|\.)([0-9]{1,18})(?:\.|$)", name, re.ASCII)
     return int(found.group(1)) if found else None
 
 

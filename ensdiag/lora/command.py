@@ -28,7 +28,7 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
     configs = read_adapter_folders(folders)
     if save is not None:  # refused now, not after the whole diagnosis (nothing is created yet)
         from ..runs import LORA, claim_run
-        claim_run(output_folder(save), method, seed, LORA, overwrite, create=False)
+        claim_run(output_folder(save, "--save"), method, seed, LORA, overwrite, create=False)
     if plot is not None:
         _check_plot(plot)
     from ..progress import step_bar
@@ -44,9 +44,10 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
         print_json({"analyzers": {"lora": lora_result(section)}, "splits": {},  # the one metrics layout
                     "ensemble": {"method": "LoRA adapters", "num_members": section["k"]}})
     else:
+        from ..text import terminal_safe
         from .present import lora_renderables
         console = Console()
-        for item in lora_renderables(section):
+        for item in lora_renderables(terminal_safe(section)):  # layer and module names come from files
             show(console, item) if not isinstance(item, str) else console.print(literal(item), soft_wrap=True)
     if drawn:
         note(f"figures written to {', '.join(map(str, drawn))}")

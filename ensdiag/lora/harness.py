@@ -194,11 +194,12 @@ def evaluate_command(folders, base, tasks, ood_task, include_path, out, method, 
         print_json({"metrics": metrics, "lora": section})
     else:
         from ..report.terminal import metrics_table, ood_table
+        from ..text import terminal_safe
         from .present import lora_renderables
-        console = Console()
-        show(console, metrics_table(metrics, f"{tasks}: {len(folders)} LoRA adapters (lm-eval)"))
-        if (table := ood_table(metrics)) is not None:
+        console, shown = Console(), terminal_safe(metrics)  # names from lm-eval's files
+        show(console, metrics_table(shown, f"{tasks}: {len(folders)} LoRA adapters (lm-eval)"))
+        if (table := ood_table(shown)) is not None:
             show(console, table)
-        for item in lora_renderables(section)[:3]:  # the headline, the members, the summary table
+        for item in lora_renderables(terminal_safe(section))[:3]:  # the headline, the members, the summary table
             show(console, item) if not isinstance(item, str) else console.print(literal(item), soft_wrap=True)
     note(f"saved to {run}; `ensdiag report {run.parent.parent}` reports every run saved there")

@@ -5,6 +5,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..report.terminal import cell, heatmap_table
+from ..text import terminal
 
 
 def _number(value, digits=3) -> str:
@@ -64,7 +65,7 @@ def group_table(section: dict, by: str) -> Table:
                  _number(group["row_overlap_null"]), _number(group["effective_rank"], 2)]
         if with_base:
             cells += [_gap(group["effective_cosine"]), _number(group["relative_norm"], 4)]
-        table.add_row(Text("none" if group[by] is None else str(group[by])), *cells)
+        table.add_row(Text("none" if group[by] is None else terminal(group[by])), *cells)
     return table
 
 

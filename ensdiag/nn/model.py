@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from ..errors import EnsdiagError, unknown
+from ..errors import EnsdiagError, InputTypeError, unknown
 from ..io import UnreadableJson, parse_json
 from .architectures import ARCHITECTURES
 from .kit import MemberKit
@@ -223,8 +223,14 @@ def build_model(arch: str, method: str, num_members: int | None = None, num_clas
                 input_shape=(1, 28, 28), arch_options: dict | None = None, **options) -> EnsembleModel:
     """Build an `EnsembleModel`; options (dropout, variant, init) and architecture options (resnet18's
     `width`) are recorded in its spec."""
-    if arch not in ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise unknown("architecture", arch, ARCHITECTURES)
+    for name, value in (("num_members", num_members), ("num_classes", num_classes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputTypeError(f"{name} must be a whole number, got {type(value).__name__}")
+    if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, (list, tuple, torch.Size)) or not all(
+            isinstance(size, int) and not isinstance(size, bool) for size in input_shape):
+        raise InputTypeError(f"input_shape must be a tuple of whole numbers (channels, height, width), got {input_shape!r}"[:200])
     builder = ARCHITECTURES[arch]
     options = resolve_options(method, options, builder.default_options, builder.convolutional, arch)
     fixed = METHODS[method].fixed_members

@@ -7,7 +7,7 @@
 import os
 from pathlib import Path
 
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, path_argument, public
 from ..nn.methods import run_label
 
 
@@ -129,6 +129,7 @@ def add_smooth_reliability(runs: dict, add) -> None:
             "accuracy at the bandwidth σ* = smECE (first seed)", smooth_reliability_figure, curves)
 
 
+@public
 def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag", svg=False, ood_score=None) -> dict:
     """Build the report of a run folder, or of several (a list: merged as merge.py says, and none of
     them written to); with `write`, rebuild the run folder's figures/, report.md and report.html.
@@ -136,6 +137,7 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
     Without `write` nothing in the run folder changes (its existing report stays as it was). A
     run folder that cannot be written to is reported all the same: `report["written"]` then
     says why nothing was written there."""
+    run_dir = _run_dirs(run_dir)
     if isinstance(run_dir, (list, tuple)) and len(run_dir) > 1:  # several folders (merge.py): none is written to
         data = load_folders(run_dir)
         report = build_report(" + ".join(str(folder) for folder in run_dir), reference, data, conventions, ood_score)
@@ -168,6 +170,14 @@ def render(report: dict, fmt: str, run_dir=None) -> str:
         else to_html(report, run_dir or report["run"])
 
 
+def _run_dirs(run_dir):
+    """None, one path, or a list or tuple of paths (errors.path_argument each)."""
+    if isinstance(run_dir, (list, tuple)):
+        return [path_argument(folder, "run folder") for folder in run_dir]
+    return None if run_dir is None else path_argument(run_dir, "run folder")
+
+
+@public
 def report_frame(run_dirs):
     """A DataFrame of one or more run folders' reports (the long rows of `report_rows`)."""
     from ..export import REPORT_FIELDS, frame, report_rows

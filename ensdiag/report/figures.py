@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EnsdiagError
 from ..io import atomic_write_bytes
+from ..text import terminal
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -32,8 +33,9 @@ def new_figure(figsize) -> "Figure":
 
 
 def plain(text) -> str:
-    """A name from a file as matplotlib should draw it: a '$' is a dollar sign, never mathtext."""
-    return str(text).replace("$", r"\$")
+    """A name from a file as matplotlib should draw it: a '$' is a dollar sign, never mathtext, and
+    control characters are drawn as their escapes (text.terminal)."""
+    return terminal(text).replace("$", r"\$")
 
 
 def save_figure(figure: "Figure", path, formats=None) -> list[Path]:
@@ -164,7 +166,7 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
             ax.set_xticks(range(k))
             ax.set_yticks(range(k))
             ax.set_xlabel("member", fontsize=7)
-            ax.set_title(name, fontsize=9)
+            ax.set_title(terminal(name), fontsize=9)  # split names may come from files
             if k <= 6:
                 for i in range(k):
                     for j in range(k):
@@ -175,12 +177,12 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
                                 color=("black" if middle else "white") if colours == "RdBu_r" else
                                 ("white" if middle else "black"))
             if c == 0:
-                ax.set_ylabel(label, fontsize=9)
+                ax.set_ylabel(terminal(label), fontsize=9)
     for quantity, (image, quantity_axes) in images.items():
         bar = figure.colorbar(image, ax=quantity_axes, shrink=0.8)
         bar.set_label(SCALES.get(quantity, (None, None, None, colorbar_label))[3], fontsize=7)  # fits one row's height
     if title:
-        figure.suptitle(title, fontsize=10)
+        figure.suptitle(terminal(title), fontsize=10)
     return figure
 
 

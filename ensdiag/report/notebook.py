@@ -13,11 +13,11 @@ measured are listed once below, with the reason.
 """
 
 import base64
-import html
 import io
 import math
 
 from ..export import metric_entries
+from ..text import html
 from .figures import heatmap_grid, plottable
 
 MAIN_TABLES = ("id", "shift", "ood", "diversity", "geometry")  # the report's tables the summary shows
@@ -116,7 +116,7 @@ def _number(value) -> str:
 
 def diagnosis_html(metrics: dict, title: str = "ensdiag diagnosis") -> str:
     """The compact, self-scoped HTML summary of one diagnosis (see the module's docstring)."""
-    esc = html.escape
+    esc = html  # names and reasons may come from files: HTML escaped, control characters too (text.py)
     splits = metrics.get("splits", {})
     sizes = " · ".join(f"{esc(str(name))} n={int(found.get('n', 0)):,}" for name, found in splits.items()
                        if isinstance(found, dict))

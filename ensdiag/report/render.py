@@ -2,14 +2,17 @@
 
 Best per column in bold and second best underlined (Markdown: **x** / <ins>x</ins>; LaTeX:
 \\textbf / \\underline; HTML: <b> / <u>; terminal: green / yellow), arrows ↑/↓ in headers.
+Every string of the report passes its format's sink in text.py on the way out (names, titles
+and reasons may come from files: a split or subtask named `<img src=x onerror=…>` is text in
+every format); JSON escapes control characters and every non-ASCII character itself.
 """
 
 import base64
-import html
 import json
 import math
 from pathlib import Path
 
+from .. import text as sink
 from ..analysis.registry import finite
 from ..console import wrapped
 from .example_level import example_text
@@ -70,107 +73,109 @@ def _cells(table, decorate):
 
 
 def to_markdown(report) -> str:
+    md = sink.markdown
+
     def decorate(text, mark):
+        text = md(text)
         return f"**{text}**" if mark == "best" else f"<ins>{text}</ins>" if mark == "second" else text
 
-    lines = [f"# ensdiag report — {report['preset']} preset", "",
-             f"Run `{report['run']}`; methods {', '.join(report['methods'])}; seeds {', '.join(map(str, report['seeds']))}.",
-             f"Cells: {report['aggregation']}" + (f"; {report['examples']}" if report.get("examples") else "")
-             + f". **Best** and <ins>second best</ins>: {report.get('marks', 'per ↑/↓ column')}.", ""]
+    lines = [f"# ensdiag report — {md(report['preset'])} preset", "",
+             f"Run `{md(report['run'])}`; methods {md(', '.join(report['methods']))}; "
+             f"seeds {md(', '.join(map(str, report['seeds'])))}.",
+             f"Cells: {md(report['aggregation'])}" + (f"; {md(report['examples'])}" if report.get("examples") else "")
+             + f". **Best** and <ins>second best</ins>: {md(report.get('marks', 'per ↑/↓ column'))}.", ""]
     for split, title in report["splits"].items():
-        lines.append(f"- `{split}`: {title}")
+        lines.append(f"- `{md(split)}`: {md(title)}")
     for split, reason in report["skipped_splits"].items():
-        lines.append(f"- `{split}`: **skipped** — {reason}")
-    lines += [f"- {note}" for note in report.get("notes", [])]
+        lines.append(f"- `{md(split)}`: **skipped** — {md(reason)}")
+    lines += [f"- {md(note)}" for note in report.get("notes", [])]
     for method, seeds in report["missing_seeds"].items():
-        lines.append(f"- {method}: no metrics yet for seed(s) {', '.join(map(str, seeds))} (n per cell shows it)")
+        lines.append(f"- {md(method)}: no metrics yet for seed(s) {md(', '.join(map(str, seeds)))} (n per cell shows it)")
     for table in report["tables"]:
-        lines += ["", f"## {table['title']}", ""]
+        lines += ["", f"## {md(table['title'])}", ""]
         if table.get("note"):
-            lines += [table["note"], ""]
-        header = _header(table)
+            lines += [md(table["note"], keep="\n"), ""]
+        header = [md(name) for name in _header(table)]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|")
         for row, texts in _cells(table, decorate):
-            label = f"*{row['label']}*" if row.get("reference") else row["label"]
+            label = f"*{md(row['label'])}*" if row.get("reference") else md(row["label"])
             lines.append("| " + " | ".join([label] + texts) + " |")
     if report["figures"]:
         lines += ["", "## Figures", ""]
         for figure in report["figures"]:
-            lines += [f"### {figure['title']}", "", f"![{figure['title']}]({figure['png']})", ""]
+            lines += [f"### {md(figure['title'])}", "", f"![{md(figure['title'])}]({md(figure['png'])})", ""]
     for run, notes in report.get("budgets", {}).items():  # what a budget chose, and what it skipped
-        lines += ["", f"## Budget of {run}", "", *[f"- {note}" for note in notes]]
-    lines += ["", "Definitions: " + "; ".join(f"{k}: {v}" for k, v in report["definitions"].items()) + "."]
+        lines += ["", f"## Budget of {md(run)}", "", *[f"- {md(note)}" for note in notes]]
+    lines += ["", "Definitions: " + "; ".join(f"{md(k)}: {md(v)}" for k, v in report["definitions"].items()) + "."]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _latex_escape(text):
-    for raw, escaped in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
-                         ("±", r"$\pm$"), ("↑", r"$\uparrow$"), ("↓", r"$\downarrow$"), ("−", "-")):
-        text = text.replace(raw, escaped)
-    return text
-
-
 def to_latex(report) -> str:
+    tex = sink.latex
+
     def decorate(text, mark):
-        text = _latex_escape(text)
+        text = tex(text)
         return rf"\textbf{{{text}}}" if mark == "best" else rf"\underline{{{text}}}" if mark == "second" else text
 
-    parts = [f"% ensdiag report: {report['preset']} preset, seeds {report['seeds']}; needs \\usepackage{{booktabs}}",
-             f"% cells: {_latex_escape(report['aggregation'])}",
-             f"% bold and underlined: {_latex_escape(report.get('marks', 'best and second best per column'))}"]
+    parts = [f"% ensdiag report: {tex(report['preset'])} preset, seeds {tex(report['seeds'])}; needs "
+             "\\usepackage{booktabs}",
+             f"% cells: {tex(report['aggregation'])}",
+             f"% bold and underlined: {tex(report.get('marks', 'best and second best per column'))}"]
     for table in report["tables"]:
-        header = [_latex_escape(h) for h in _header(table)]
-        parts += [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{_latex_escape(table['title'])}}}",
+        header = [tex(h) for h in _header(table)]
+        parts += [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{tex(table['title'])}}}",
                   rf"\begin{{tabular}}{{l{'c' * (len(header) - 1)}}}", r"\toprule", " & ".join(header) + r" \\", r"\midrule"]
         for row, texts in _cells(table, decorate):
-            parts.append(" & ".join([_latex_escape(row["label"])] + texts) + r" \\")
+            parts.append(" & ".join([tex(row["label"])] + texts) + r" \\")
         parts += [r"\bottomrule", r"\end{tabular}"]
         if table.get("note"):  # the table's note (the verdict's sentences, definitions of a column) below it
-            parts += [r"\par\smallskip", r"\parbox{\linewidth}{\footnotesize " + _latex_escape(table["note"]) + "}"]
+            parts += [r"\par\smallskip", r"\parbox{\linewidth}{\footnotesize " + tex(table["note"]) + "}"]
         parts += [r"\end{table}", ""]
     return "\n".join(parts)
 
 
 def _wrappable(text: str) -> str:
     """Escaped header text that may break after '_' or '/' (long corruption and column names)."""
-    return html.escape(text).replace("_", "_<wbr>").replace("/", "/<wbr>")
+    return sink.html(text).replace("_", "_<wbr>").replace("/", "/<wbr>")
 
 
 def to_html(report, run_dir=None) -> str:
     """One self-contained page: styles inline, figures embedded as data URIs. Tables fit the page:
     headers wrap (after '_' and '/' too) and a cell wraps before its '± interval', never inside a
     number; a table that still cannot fit scrolls sideways inside its own box."""
+    esc = sink.html
+
     def decorate(text, mark):
-        text = html.escape(text).replace(" ± ", " ±\u00a0").replace(" (n=", "\u00a0(n=")
+        text = esc(text).replace(" ± ", " ±\u00a0").replace(" (n=", "\u00a0(n=")
         return f"<b>{text}</b>" if mark == "best" else f"<u>{text}</u>" if mark == "second" else text
 
-    body = [f"<h1>ensdiag report — {html.escape(report['preset'])} preset</h1>",
-            f"<p>Run <code>{html.escape(report['run'])}</code>; methods {html.escape(', '.join(report['methods']))}; "
-            f"seeds {html.escape(', '.join(map(str, report['seeds'])))}.<br>Cells: {html.escape(report['aggregation'])}. "
-            f"<b>Best</b> and <u>second best</u>: {html.escape(report.get('marks', 'per ↑/↓ column'))}.</p><ul>"]
-    body += [f"<li><code>{html.escape(s)}</code>: {html.escape(t)}</li>" for s, t in report["splits"].items()]
-    body += [f"<li><code>{html.escape(s)}</code>: <b>skipped</b> — {html.escape(r)}</li>" for s, r in report["skipped_splits"].items()]
-    body += [f"<li>{html.escape(note)}</li>" for note in report.get("notes", [])]
+    body = [f"<h1>ensdiag report — {esc(report['preset'])} preset</h1>",
+            f"<p>Run <code>{esc(report['run'])}</code>; methods {esc(', '.join(report['methods']))}; "
+            f"seeds {esc(', '.join(map(str, report['seeds'])))}.<br>Cells: {esc(report['aggregation'])}. "
+            f"<b>Best</b> and <u>second best</u>: {esc(report.get('marks', 'per ↑/↓ column'))}.</p><ul>"]
+    body += [f"<li><code>{esc(s)}</code>: {esc(t)}</li>" for s, t in report["splits"].items()]
+    body += [f"<li><code>{esc(s)}</code>: <b>skipped</b> — {esc(r)}</li>" for s, r in report["skipped_splits"].items()]
+    body += [f"<li>{esc(note)}</li>" for note in report.get("notes", [])]
     body.append("</ul>")
     for table in report["tables"]:
-        body.append(f"<h2>{html.escape(table['title'])}</h2>")
+        body.append(f"<h2>{esc(table['title'])}</h2>")
         if table.get("note"):
-            body += [f"<p>{html.escape(part)}</p>" for part in table["note"].split("\n\n")]
+            body += [f"<p>{esc(part)}</p>" for part in table["note"].split("\n\n")]
         body.append("<div class=\"scroll\"><table><thead><tr>" + "".join(f"<th>{_wrappable(h)}</th>" for h in _header(table))
                     + "</tr></thead><tbody>")
         for row, texts in _cells(table, decorate):
-            label = f"<i>{html.escape(row['label'])}</i>" if row.get("reference") else html.escape(row["label"])
+            label = f"<i>{esc(row['label'])}</i>" if row.get("reference") else esc(row["label"])
             body.append("<tr><td>" + label + "</td>" + "".join(f"<td>{t}</td>" for t in texts) + "</tr>")
         body.append("</tbody></table></div>")
     for run, notes in report.get("budgets", {}).items():
-        body.append(f"<h2>Budget of {html.escape(run)}</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+        body.append(f"<h2>Budget of {esc(run)}</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
     if report["figures"]:
         body.append("<h2>Figures</h2>")
         for figure in report["figures"]:
             data = base64.b64encode((Path(run_dir) / figure["png"]).read_bytes()).decode("ascii")
-            body.append(f"<figure><img alt=\"{html.escape(figure['title'])}\" src=\"data:image/png;base64,{data}\">"
-                        f"<figcaption>{html.escape(figure['title'])}</figcaption></figure>")
+            body.append(f"<figure><img alt=\"{esc(figure['title'])}\" src=\"data:image/png;base64,{data}\">"
+                        f"<figcaption>{esc(figure['title'])}</figcaption></figure>")
     style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
              ".scroll{overflow-x:auto;margin:0.5em 0 1.5em}table{border-collapse:collapse;font-size:0.9em}"
              "th,td{padding:4px 6px;border-bottom:1px solid #ddd;text-align:right;vertical-align:top}"
@@ -196,7 +201,7 @@ def to_summary(report, written: str | None = None) -> str:
                   "these lines)", f"Open it: python3 -m webbrowser {run / 'report.html'}"]
     elif written:
         lines.append(f"Report not written: {written}")
-    return "\n".join(lines) + "\n"
+    return "".join(sink.terminal(line) + "\n" for line in lines)
 
 
 def to_json(report) -> str:
@@ -213,15 +218,16 @@ def to_rich(report, only=None, width=None):
     from rich.table import Table
     from rich.text import Text
 
-    def decorate(text, mark):
-        return f"[bold green]{text}[/]" if mark == "best" else f"[yellow]{text}[/]" if mark == "second" else text
+    def decorate(text, mark):  # a cell is text, never markup
+        return Text(sink.terminal(text), style="bold green" if mark == "best" else "yellow" if mark == "second" else "")
 
     def build(table, transposed):
-        header, rows = _header(table), [(row["label"], texts) for row, texts in _cells(table, decorate)]
+        header = [sink.terminal(name) for name in _header(table)]
+        rows = [(sink.terminal(row["label"]), texts) for row, texts in _cells(table, decorate)]
         if transposed:
-            header = ["", *(label for label, _ in rows)]
-            rows = [(name, [texts[index] for _, texts in rows]) for index, name in enumerate(_header(table)[1:])]
-        rich_table = Table(title=Text(table["title"]), pad_edge=not transposed)
+            header, rows = ["", *(label for label, _ in rows)], [
+                (name, [texts[index] for _, texts in rows]) for index, name in enumerate(header[1:])]
+        rich_table = Table(title=Text(sink.terminal(table["title"])), pad_edge=not transposed)
         # method names stay whole ("BatchEnsemble", not "BatchEnse…"), other text wraps or folds
         label_width = None if transposed or not rows else min(max(len(label) for label, _ in rows), 24)
         for index, name in enumerate(header):
@@ -247,5 +253,6 @@ def to_rich(report, only=None, width=None):
                 rich_table = transposed
         tables.append(rich_table)
         if table.get("note"):  # below the table, left-aligned, wrapped here so that no number is split
-            tables.append(Text(wrapped(table["note"], max(40, (width or 100) - 1)), no_wrap=True, overflow="ignore"))
+            tables.append(Text(wrapped(sink.terminal(table["note"], keep="\n"), max(40, (width or 100) - 1)), no_wrap=True,
+                               overflow="ignore"))
     return tables

@@ -5,7 +5,13 @@ import math
 from rich.table import Table
 from rich.text import Text
 
+from ..text import terminal
 from .render import non_finite_word
+
+
+def _text(value) -> Text:
+    """A cell or title as literal text: never markup, control characters escaped (text.terminal)."""
+    return Text(terminal(value))
 
 
 def _cell(value, low: float, high: float) -> Text:
@@ -20,11 +26,11 @@ def _cell(value, low: float, high: float) -> Text:
 def heatmap_table(matrix, title: str, low: float = 0.0, high: float = 1.0, missing: str = "matrix not stored") -> Table:
     """The k×k matrix as coloured cells; a matrix that is None (not stored, empty split) as one line saying so."""
     if matrix is None:
-        table = Table(title=Text(title), show_header=False, box=None)
+        table = Table(title=_text(title), show_header=False, box=None)
         table.add_column("")
         table.add_row(missing)
         return table
-    table = Table(title=Text(title), show_header=True, header_style="bold", box=None, padding=(0, 0))
+    table = Table(title=_text(title), show_header=True, header_style="bold", box=None, padding=(0, 0))
     table.add_column("")
     for j in range(len(matrix)):
         table.add_column(f"m{j}", justify="center")
@@ -80,12 +86,12 @@ def metrics_table(metrics: dict, title: str = "Metrics") -> Table:
     calib = analyzers.get("calibration", {}).get("splits", {})
     unc = analyzers.get("uncertainty", {}).get("splits", {})
     dis = analyzers.get("disagreement", {}).get("splits", {})
-    table = Table(title=Text(title))  # user-controlled strings (paths, split names) are never markup
+    table = Table(title=_text(title))  # user-controlled strings (paths, split names) are never markup
     for column in ("split", "n", "Acc ↑", "NLL ↓", "ECE ↓", "Brier ↓", "H", "JSD", "disagreement"):
         table.add_column(column, justify="left" if column == "split" else "right")
     for split, info in metrics["splits"].items():
         c, u, d = calib.get(split, {}), unc.get(split, {}), dis.get(split, {})
-        table.add_row(Text(split), f"{info['n']:,}", *[cell(entry, interval=True) for entry in (
+        table.add_row(_text(split), f"{info['n']:,}", *[cell(entry, interval=True) for entry in (
             c.get("accuracy"), c.get("nll"), c.get("ece"), c.get("brier"), u.get("entropy"), u.get("jsd"), d.get("mean"))])
     return table
 
@@ -99,7 +105,7 @@ def ood_table(metrics: dict) -> Table | None:
         table.add_column(column, justify="left" if column == "score" else "right")
     keys = ("auroc", "aupr_out", "aupr_in", "fpr95_ood_as_id", "fpr95_id_as_ood")
     for name, entry in ood["scores"].items():
-        table.add_row(Text(str(entry["score"])), *[cell(entry.get(key), interval=True) for key in keys])
+        table.add_row(_text(entry["score"]), *[cell(entry.get(key), interval=True) for key in keys])
     return table
 
 
@@ -125,9 +131,9 @@ def _table(title, columns, rows) -> list:
     """[the title as a line (long titles wrap as text, not to the table's width), the table]."""
     table = Table(header_style="bold", box=None, padding=(0, 1))
     for index, column in enumerate(columns):
-        table.add_column(column, justify="left" if index == 0 else "right")
+        table.add_column(_text(column), justify="left" if index == 0 else "right")
     for row in rows:
-        table.add_row(*[Text(str(cell)) for cell in row])
+        table.add_row(*[_text(cell) for cell in row])
     return [title, table]
 
 
