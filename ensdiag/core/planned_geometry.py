@@ -15,7 +15,9 @@ import time
 import torch
 
 from ..analysis import bootstrap as B
-from .planning import GEOMETRY_FLOOR, PATH_EXAMPLES_FLOOR, Plan
+
+PATH_EXAMPLES_FLOOR = 200  # below this many test examples per path point, fewer points and pairs
+GEOMETRY_FLOOR = 50  # below this many examples a geometry step is skipped
 
 
 PILOT = 64  # examples CKA's pilot reads per split, and images of the timed path point
@@ -31,7 +33,7 @@ def geometry_order(names: list, analyzers: dict) -> list:
     return sorted(names, key=lambda name: (0 if not analyzers[name].reads_data else rank.get(name, 4)))
 
 
-def run_geometry(plan: Plan, probe, names: list, analyze, status, results: dict) -> dict:
+def run_geometry(plan, probe, names: list, analyze, status, results: dict) -> dict:
     """The model analyzers within the plan, each result put into `results` as it is found; each
     step's examples chosen from measured costs and recorded, a step that does not fit skipped with
     its reason."""
@@ -162,7 +164,7 @@ def _largest(cost, limit: float, seconds: float) -> int:
     return int(low)
 
 
-def _plan_geometry(plan: Plan, probe, steps: list) -> None:
+def _plan_geometry(plan, probe, steps: list) -> None:
     """Examples (and path pairs and points) for CKA and paths from their measured costs."""
     from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES
     from ..analysis.registry import Skip
@@ -216,7 +218,7 @@ def _plan_geometry(plan: Plan, probe, steps: list) -> None:
             probe.enough = lambda curves: _barrier_precise(curves, plan.precision)
 
 
-def _refit_paths(plan: Plan, probe) -> None:
+def _refit_paths(plan, probe) -> None:
     """The paths' examples, pairs and points again, for the time actually left."""
     from ..analysis.geometry import BATCHNORM_EXAMPLES
     if "member forward per image" not in plan.costs or "paths" not in probe.limits:
@@ -246,7 +248,7 @@ def _barrier_precise(curves, target) -> bool:
     return width is not None and width <= target
 
 
-def estimate_full(plan: Plan, metrics: dict, geometry_examples, path_points=11) -> float:
+def estimate_full(plan, metrics: dict, geometry_examples, path_points=11) -> float:
     """Seconds the same diagnosis would take on every example (no budget), from the measured costs:
     predictions of every split, CKA on the examples it would keep, paths on the protocol's pairs,
     points and examples, the weights-only steps as they ran, the analyzers scaled to every example."""

@@ -43,8 +43,6 @@ RESERVE = 0.1  # of the budget, held back for the last analyzers and what measur
 FIRST_CHUNK = 32  # examples of the pilot (the first split's first chunk times the ensemble and the analysis) and of
 # every split's first chunk, doubling after it: small, so that a short budget is not spent before any choice is made
 MIN_PER_SPLIT = 32  # examples every split reads at least: fewer say nothing (a budget that cannot afford it is refused)
-PATH_EXAMPLES_FLOOR = 200  # below this many test examples per path point, fewer points and pairs
-GEOMETRY_FLOOR = 50  # below this many examples a geometry step is skipped
 CHECK_RESAMPLES = 200  # resamples of the precision checks while a split is read (the stored intervals use 1,000)
 
 

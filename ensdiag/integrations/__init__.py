@@ -10,7 +10,8 @@ an active run, a Run, an ActiveRun), a W&B run (or the `wandb` module), or a Lig
 gets the scalars through its `log_metrics`).
 """
 
-from ..errors import EnsdiagError, InputTypeError, public
+from ..errors import EnsdiagError, public
+from ._records import checked_step
 
 
 def _class_names(target) -> set[str]:
@@ -21,16 +22,6 @@ def _root(target) -> str:
     """The top-level package of the target's type (or of the target, for a module)."""
     name = getattr(target, "__name__", None) if type(target).__name__ == "module" else type(target).__module__
     return (name or "").split(".")[0]
-
-
-def checked_step(step, prefix: str = "ensdiag"):
-    """`step` (None or a whole number 0..2⁶³−1, what every logger stores) and `prefix` (a name), checked."""
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
-        raise InputTypeError(f"step must be a whole number or None, got {type(step).__name__}")
-    if step is not None and not 0 <= step < 2**63:
-        raise EnsdiagError(f"step must be a whole number in 0..2⁶³−1, got {str(step)[:40]}")
-    if not isinstance(prefix, str):
-        raise InputTypeError(f"prefix must be a string, got {type(prefix).__name__}")
 
 
 @public

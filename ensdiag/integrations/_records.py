@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import EnsdiagError, InputTypeError
 from ..text import terminal
 
 
@@ -87,3 +88,13 @@ def report_records(report: dict, run_dir=None, prefix: str = "ensdiag") -> Recor
             if path.is_file():
                 records.images[f"{prefix}/figures/{figure['name']}"] = (imread(path)[..., :3] * 255).round().astype("uint8")
     return records
+
+
+def checked_step(step, prefix: str = "ensdiag"):
+    """`step` (None or a whole number 0..2⁶³−1, what every logger stores) and `prefix` (a name), checked."""
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+        raise InputTypeError(f"step must be a whole number or None, got {type(step).__name__}")
+    if step is not None and not 0 <= step < 2**63:
+        raise EnsdiagError(f"step must be a whole number in 0..2⁶³−1, got {str(step)[:40]}")
+    if not isinstance(prefix, str):
+        raise InputTypeError(f"prefix must be a string, got {type(prefix).__name__}")

@@ -17,8 +17,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from ..errors import EnsdiagError, public
-from . import checked_step
-from ._records import Records, diagnosis_records
+from ._records import Records, checked_step, diagnosis_records
 
 
 def _key(name: str) -> str:

@@ -11,8 +11,7 @@ and what was not measured as text. Any writer with TensorBoard's `add_scalar`, `
 
 from ..errors import EnsdiagError, path_argument, public
 from ..text import markdown
-from . import checked_step
-from ._records import Records, diagnosis_records
+from ._records import Records, checked_step, diagnosis_records
 
 
 def log(records: Records, writer, step: int | None = None) -> None:

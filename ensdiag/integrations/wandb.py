@@ -12,8 +12,7 @@ WandbLogger does with `trainer/global_step`).
 import wandb
 
 from ..errors import EnsdiagError, public
-from . import checked_step
-from ._records import Records, diagnosis_records
+from ._records import Records, checked_step, diagnosis_records
 
 
 def log(records: Records, run, step: int | None = None, step_metric: str | None = None) -> None:
