@@ -23,7 +23,7 @@ import math
 import os
 from pathlib import Path
 
-from .analysis.registry import SPLIT_TABLES
+from .analysis.registry import SPLIT_TABLES, lookup
 from .errors import EnsdiagError, InputTypeError
 from .text import csv_cell
 
@@ -73,15 +73,6 @@ def headline_entries() -> list[dict]:
                                               "label": label, "definition": definition, "since": since,
                                               "needs": analyzer.needs, "tables": column.tables})
     return list(entries.values())
-
-
-def lookup(node, path):
-    """(the value at `path` in nested dicts, True) or (None, False) where the path breaks."""
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return None, False
-        node = node[key]
-    return node, True
 
 
 def _number(value) -> float | None:

@@ -193,3 +193,20 @@ def test_the_budget_helpers_size_or_refuse_work_before_it_is_allocated(monkeypat
     assert budget.over_budget(2**20, "x") is None
     assert budget.over_budget(36 * 10**9, "resampling ECE").startswith("resampling ECE needs about 33.5 GiB, more than "
                                                                       "the memory budget of 1.0 MiB")
+
+
+def test_one_question_of_150000_choices_is_analysed_and_a_number_too_big_to_resample_says_why(tmp_path, capsys,
+                                                                                                monkeypatch):
+    """Round five's case end to end: k = 2, one question, 150,000 choices is analysed (exit 0); with
+    --detail the classwise ECE, whose 1,000 resamples × 150,000 classes × 15 bins would need tens of
+    GiB, gets no interval and says why, instead of failing in the allocator."""
+    scores = np.random.default_rng(0).integers(0, 9, (2, 150_000))
+    (tmp_path / "wide.jsonl").write_text(json.dumps({"answer": 3, "scores": scores.tolist()}, separators=(",", ":")))
+    monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "2G")
+    code, out, err = run_cli(capsys, "analyze", tmp_path / "wide.jsonl", "--detail", "--format", "json")
+    assert code == 0, err
+    calibration = json.loads(out)["analyzers"]["calibration"]["splits"]["id"]
+    assert calibration["ece_classwise"]["value"] is not None
+    note = calibration["ece_classwise"]["interval"]["note"]
+    assert note.startswith("no interval:") and "more than the memory budget of 2.0 GiB" in note
+    assert calibration["nll"]["interval"]["low"] is not None  # the others keep theirs

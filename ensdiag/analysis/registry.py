@@ -32,6 +32,15 @@ ENTRY_POINT_GROUP = "ensdiag.analyzers"
 ANALYZERS: dict[str, "Analyzer"] = {}
 
 
+def lookup(node, path):
+    """(the value at key path `path` of an analyzer's nested result, True), or (None, False) where the path breaks."""
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None, False
+        node = node[key]
+    return node, True
+
+
 def is_ood_split(name: str) -> bool:
     """OOD splits (`ood`, `ood/<part>`) are unlabelled by definition: whatever labels the
     dataset carries on disk (FashionMNIST's, SVHN's) name classes the model never learned."""

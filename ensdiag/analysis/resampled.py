@@ -17,7 +17,7 @@ import torch
 
 from .bootstrap import Folded
 from .examples import Examples
-from .weighted import rows
+from .weighted import OverBudget, rows
 
 
 def value(found) -> float:
@@ -39,6 +39,21 @@ def path_of(split: str, key) -> tuple:
     return ("splits", split, *((key,) if isinstance(key, str) else key), "value")
 
 
+class Refused:
+    """What a resampler gives for a number whose resamples would pass the memory budget: the reason."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def refusing(statistic, split, w):
+    """statistic(split, w), or `Refused` with the reason where its working set passes the memory budget."""
+    try:
+        return statistic(split, w)
+    except OverBudget as refused:
+        return Refused(str(refused))
+
+
 def per_split(statistics: dict, splits=None):
     """The resampler (`registry.register_resampler`) of per-split statistics {key: f(split, w)}: for
     every wanted ("splits", split, *key, "value") of a split the analyzer reported, f on that split's
@@ -50,10 +65,10 @@ def per_split(statistics: dict, splits=None):
                      for key, statistic in statistics.items() if (path := path_of(name, key)) in wanted}
 
         def resample(counts):
-            return {path: statistic(split, counts[name]) for path, (name, statistic, split) in functions.items()
+            return {path: refusing(statistic, split, counts[name]) for path, (name, statistic, split) in functions.items()
                     if name in counts}
         return resample
     return resampler
 
 
-__all__ = ["nan_for", "path_of", "per_split", "value"]
+__all__ = ["Refused", "nan_for", "refusing", "path_of", "per_split", "value"]

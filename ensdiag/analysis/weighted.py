@@ -20,10 +20,26 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..budget import over_budget
+from ..errors import EnsdiagError
 from .bootstrap import Folded
 from .metrics import sortable_key
 
 ECE_BINS = 15
+DENSE_ENTRIES = 2**24  # up to this many examples × bins, the classwise bins in one product; more, class by class
+
+
+class OverBudget(EnsdiagError):
+    """A statistic whose working set for this weighting would pass the memory budget (budget.py): the
+    interval pass gives that number no interval and keeps this as the reason."""
+
+
+def check_room(rows: int, width: int, what: str, copies: int = 3) -> None:
+    """Refuse (`OverBudget`) a block of `rows` weightings whose result is `rows × width` float64 numbers,
+    `copies` of them held at once, where that passes the memory budget."""
+    reason = over_budget(rows * width * 8 * copies, what)
+    if reason is not None:
+        raise OverBudget(reason)
 
 
 def rows(w, n: int) -> tuple[torch.Tensor, bool]:
@@ -163,16 +179,23 @@ def classwise_bins(probs: torch.Tensor, labels: torch.Tensor, w=None, bins: int 
     """Every present class's equal-width bins of p̄_c against 1[y = c], side by side [.., C'·B], with
     the total mass counted once per class: `ece()` of them is the mean over the present classes of
     each class's ECE. A class is present where it is some example's label or has p̄_c > 0 somewhere
-    (a padded choice, `PAD_LOGIT`, is neither: padding leaves the number as it was)."""
-    present = ((probs > 0).any(0) | (torch.bincount(labels, minlength=probs.shape[1]) > 0)).nonzero().flatten()
-    index = torch.stack([equal_width_bins(probs[:, c], bins) + i * bins for i, c in enumerate(present.tolist())], 1)
+    (a padded choice, `PAD_LOGIT`, is neither: padding leaves the number as it was). Few examples ×
+    bins: one product; many (ImageNet's thousand classes): class by class, in memory [.., B] each."""
+    present = ((probs > 0).any(0) | (torch.bincount(labels, minlength=probs.shape[1]) > 0)).nonzero().flatten().tolist()
     n, width = len(labels), len(present) * bins
     weights, single = rows(w, n)
-    member = torch.zeros(n, width, dtype=torch.float64).scatter_(1, index, 1.0)
-    conf = torch.zeros(n, width, dtype=torch.float64).scatter_(1, index, probs[:, present].double())
-    target = torch.zeros(n, width, dtype=torch.float64).scatter_(1, index, F.one_hot(labels, probs.shape[1])[:, present].double())
+    check_room(len(weights), width, f"the classwise ECE's bins of {len(weights):,} weightings × {len(present):,} classes")
     total = weights.sum(1) * len(present)  # Σ over classes of Σw: the mean over classes of each class's ECE
-    found = [weights @ part for part in (member, conf, target)]
+    if n * width <= DENSE_ENTRIES:
+        index = torch.stack([equal_width_bins(probs[:, c], bins) + i * bins for i, c in enumerate(present)], 1)
+        member = torch.zeros(n, width, dtype=torch.float64).scatter_(1, index, 1.0)
+        conf = torch.zeros(n, width, dtype=torch.float64).scatter_(1, index, probs[:, present].double())
+        target = torch.zeros(n, width, dtype=torch.float64).scatter_(1, index, F.one_hot(labels, probs.shape[1])[:, present].double())
+        found = [weights @ part for part in (member, conf, target)]
+    else:
+        parts = [binned(equal_width_bins(probs[:, c], bins), probs[:, c], (labels == c).double(), bins, weights)
+                 for c in present]
+        found = [torch.cat([getattr(part, key) for part in parts], 1) for key in ("mass", "confidence", "target")]
     return Bins(*(_out(part, single) for part in (*found, total)))
 
 
@@ -338,6 +361,6 @@ def risk_coverage_areas(confidence: torch.Tensor, errors: torch.Tensor, w=None) 
     return {key: _out(value, single) for key, value in found.items()}
 
 
-__all__ = ["OOD_METRICS", "Bins", "ECE_BINS", "Groups", "absolute_sum", "adaptive_ece", "binned", "calibration_bins", "classwise_bins",
+__all__ = ["OOD_METRICS", "OverBudget", "Bins", "ECE_BINS", "Groups", "absolute_sum", "adaptive_ece", "binned", "calibration_bins", "classwise_bins",
            "classwise_ece", "debiased_l2", "ece", "equal_mass_bins", "equal_width_bins", "mean", "ood_metrics",
            "risk_coverage_areas", "rows", "tie_groups"]

@@ -18,8 +18,9 @@ import time
 import torch
 
 from ..analysis import bootstrap as B
-from ..analysis.registry import SPLIT_TABLES, all_analyzers
-from ..export import lookup
+from ..analysis.registry import SPLIT_TABLES, all_analyzers, lookup
+from ..analysis.resampled import Refused
+from ..budget import over_budget
 
 GENERIC_SECONDS = 30.0  # what re-running one analyzer over its resamples may take, without a budget
 MIN_GENERIC = 100  # re-runs below which a generic interval is not given (its 2.5th percentile would rest on 2 draws)
@@ -80,6 +81,10 @@ def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: 
             if note:
                 notes[name] = note
         for path, reads in wanted:
+            if isinstance(found.get(path), str):  # refused for memory: the reason where the interval would be
+                _metric(result, path)["interval"] = {"low": None, "high": None, "level": B.LEVEL,
+                                                     "n": _size(reads, predictions), "note": found[path]}
+                continue
             entry = _entry(result, path, reads, predictions, found.get(path), full or {})
             if entry is not None:
                 _metric(result, path)["interval"] = entry
@@ -155,7 +160,8 @@ def _resamples(predictions, splits, wanted: int) -> tuple[int, int]:
 
 
 def _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws: B.Draws) -> dict:
-    """{path: (estimate, Tensor [R] | Folded)} from the analyzer's resampler, on the shared draws."""
+    """{path: (estimate, Tensor [R] | Folded)} from the analyzer's resampler, on the shared draws; a
+    note (str) for a path whose resamples would pass the memory budget."""
     splits = sorted({split for _, reads in wanted for split in reads})
     count, block = _resamples(predictions, splits, resamples)
     resample = analyzer.resampler(predictions, weights, result, {path for path, _ in wanted})
@@ -166,10 +172,20 @@ def _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws
                   for split, n in sizes.items()}
         for path, values in resample(counts).items():
             parts.setdefault(path, []).append(values)
-    found, folded_paths = {}, {path for path, pieces in parts.items() if isinstance(pieces[0], B.Folded)}
+    found, refused = {}, {}
+    for path, pieces in parts.items():  # a number whose resamples would pass the memory budget: no interval, why
+        reason = next((piece.reason for piece in pieces if isinstance(piece, Refused)), None)
+        if reason is None and isinstance(pieces[0], B.Folded):
+            reason = over_budget(2 * 8 * count * pieces[0].means.shape[-1], f"{count:,} resamples of {path[-2]}")
+        if reason is not None:
+            refused[path] = f"no interval: {reason}"
+    folded_paths = {path for path, pieces in parts.items() if isinstance(pieces[0], B.Folded) and path not in refused}
     ones = {split: torch.ones(1, predictions[split]["logits"].shape[1], dtype=torch.float64) for split in splits}
     estimates = analyzer.resampler(predictions, weights, result, folded_paths)(ones) if folded_paths else {}
     for path, reads in wanted:
+        if path in refused:
+            found[path] = refused[path]
+            continue
         if path not in parts or any(piece is None for piece in parts[path]):
             continue
         pieces = parts[path]
