@@ -6,7 +6,6 @@
 
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
-from pathlib import Path
 
 from .data.constants import CIFAR10_MEAN, CIFAR10_STD, DIGITS_MEAN, DIGITS_STD, MNIST_MEAN, MNIST_STD
 from .errors import EnsdiagError
@@ -179,6 +178,7 @@ FLOAT_OPTIONS = {"lr": "--lr", "dropout": "--dropout", "val_fraction": "--val-fr
 def _check_set(option: str, value: str, stored: bool) -> None:
     """A shift or OOD set: a registered dataset's name or files that exist (a stored run's files
     are checked when its data is loaded, where a missing one says so)."""
+    from .io import is_path
     if is_path(value):
         from pathlib import Path
         if not stored and not Path(value).exists():
@@ -264,11 +264,6 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
         method, options = config.model_options(run)
         resolve_options(method, options, builder.default_options, builder.convolutional or stored, config.arch)
         METHODS[method].check_training(config, members_for(method, config.members))
-
-
-def is_path(value: str) -> bool:
-    """Whether an --ood/--shift/--data value names files rather than a registered dataset."""
-    return value.endswith((".npz", ".npy")) or "/" in value or "\\" in value or Path(value).is_dir()
 
 
 def preset_for(spec) -> str | None:

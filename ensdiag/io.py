@@ -26,6 +26,11 @@ from .errors import EnsdiagError
 TEMPORARY_SUFFIX = ".tmp"  # atomic writes go to ".<name>.<random>.tmp" next to the target
 
 
+
+def is_path(value: str) -> bool:
+    """Whether an --ood/--shift/--data value names files rather than a registered dataset."""
+    return value.endswith((".npz", ".npy")) or "/" in value or "\\" in value or Path(value).is_dir()
+
 def atomic_write_bytes(path, data: bytes) -> Path:
     path = Path(path)
     try:

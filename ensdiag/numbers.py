@@ -69,3 +69,66 @@ def normalize_option(text: str, channels: int) -> tuple[tuple[float, ...], tuple
         raise EnsdiagError(f"--normalize needs {channels} finite means within ±{high:g} and {channels} stds in "
                            f"[{low:g}, {high:g}] (inputs are images in [0, 1]), got {str(text)[:80]!r}")
     return mean, std
+
+
+def path_points_option(value, what: str = "--path-points") -> int | str:
+    """--path-points: an integer from 2 to 101 (an even grid from t = 0 to 1), or "adaptive"."""
+    text = str(value).strip().lower()
+    if text == "adaptive":
+        return text
+    if INTEGER.fullmatch(text) and len(text) < 6 and 2 <= int(text) <= 101:
+        return int(text)
+    raise EnsdiagError(f"{what} must be an integer from 2 to 101, or 'adaptive'; got {value!r}")
+
+
+# A duration: a number of seconds, or hours, minutes and seconds each at most once and in that order
+# ("1h30m", "90s", "1.5h"); ASCII digits only (a bare \d also reads "٣" as 3), few enough to mean a time.
+DURATION = re.compile(r"(?:(?P<h>[0-9]{1,9}(?:\.[0-9]{1,9})?)h)?(?:(?P<m>[0-9]{1,9}(?:\.[0-9]{1,9})?)m)?"
+                      r"(?:(?P<s>[0-9]{1,9}(?:\.[0-9]{1,9})?)s)?", re.ASCII)
+SECONDS = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9})?", re.ASCII)
+
+
+def parse_seconds(given) -> float | None:
+    """--budget: seconds from "5m", "90s", "1h30m", "1.5h", "300" or a number; None for None.
+    "1h30m5" and "5m5m" are refused (a unit left out or repeated is a typo, not a sum)."""
+    if given is None:
+        return None
+    if isinstance(given, (int, float)) and not isinstance(given, bool):
+        seconds = _finite(given)
+    else:
+        text = str(given).strip().lower().replace(" ", "")
+        match = DURATION.fullmatch(text)
+        if SECONDS.fullmatch(text):
+            seconds = float(text)
+        elif text and match:
+            seconds = sum(float(match[unit] or 0) * factor for unit, factor in (("h", 3600), ("m", 60), ("s", 1)))
+        else:
+            raise EnsdiagError(f"budget {str(given)[:40]!r} is not a duration (e.g. 5m, 90s, 1h30m or a number of "
+                               "seconds, in ASCII digits)")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise EnsdiagError(f"budget {str(given)[:40]!r}: a finite duration above 0 seconds")
+    return seconds
+
+
+def _finite(number) -> float:
+    """A Python number as a float, or inf when it is beyond a float's range (10**400): refused by the caller."""
+    try:
+        return float(number)
+    except OverflowError:
+        return math.inf
+
+
+def parse_precision(given) -> float | None:
+    """--precision-target (or `precision=`): a positive finite half-width, in ASCII decimal digits."""
+    if given is None:
+        return None
+    if isinstance(given, (int, float)) and not isinstance(given, bool):
+        value = _finite(given)
+    elif isinstance(given, str) and DECIMAL.fullmatch(given.strip()) and len(given.strip()) <= 80:
+        value = float(given.strip())
+    else:
+        raise EnsdiagError(f"precision target {str(given)[:40]!r} is not a number in decimal digits (an interval "
+                           "half-width, e.g. 0.01)")
+    if not math.isfinite(value) or value <= 0:
+        raise EnsdiagError(f"precision target {str(given)[:40]!r}: a finite interval half-width above 0 (e.g. 0.01)")
+    return value

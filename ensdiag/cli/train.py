@@ -109,7 +109,7 @@ def _set(value):
     """A --shift/--ood value as stored in the run: a dataset name as given, files as an absolute path."""
     if value is None:
         return None
-    from ..config import is_path
+    from ..io import is_path
     return str(Path(value).resolve()) if is_path(value) else value
 
 

@@ -42,8 +42,7 @@ def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, tra
     `metrics["budget"]` says what was measured, with what precision, and what was skipped and why.
     `detail`: intervals for the detail catalogue too (every declared column, CKA, barriers); the
     headline tables' numbers always have theirs."""
-    from ..numbers import integer, seed as checked_seed
-    from ..quickcheck import path_points_option
+    from ..numbers import integer, path_points_option, seed as checked_seed
     from .planning import Plan
     path_points, seed = path_points_option(path_points, "path_points"), checked_seed(seed, "seed")
     if isinstance(geometry_examples, bool) or not isinstance(geometry_examples, int):

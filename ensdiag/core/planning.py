@@ -36,7 +36,7 @@ import torch
 
 from ..analysis import bootstrap as B
 from ..errors import EnsdiagError
-from ..quickcheck import parse_precision, parse_seconds
+from ..numbers import parse_precision, parse_seconds
 
 PREDICTION_SHARE = 0.5  # of the budget, for predictions, when member geometry follows
 RESERVE = 0.1  # of the budget, held back for the last analyzers and what measured costs underestimate

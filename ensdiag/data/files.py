@@ -20,8 +20,9 @@ import numpy as np
 import torch
 
 from ..errors import EnsdiagError
-from ..config import is_path  # noqa: F401  (the readers' callers ask it here too)
+from ..io import is_path  # noqa: F401  (the readers' callers ask it here too)
 from .registry import Split
+
 
 def load_files(path, input_shape, what: str = "--data", exact: bool = True) -> Split:
     """The images (and labels) at `path` as a `Split`, checked against the model's input shape
@@ -34,7 +35,7 @@ def load_files(path, input_shape, what: str = "--data", exact: bool = True) -> S
     elif path.suffix == ".npz":
         split, how = _npz(path, what), ".npz"
     elif path.suffix == ".npy":
-        from ..foreign.predictions import read_array
+        from .arrays import read_array
         split, how = Split(_images(read_array(path), f"{what} {path}"), None), ".npy"
     else:
         raise EnsdiagError(f"{what} {path}: give an image folder (one folder per class), an .npz or an .npy")
@@ -72,7 +73,7 @@ def _labels(array: np.ndarray, n: int, where: str) -> torch.Tensor:
 
 
 def _npz(path: Path, what: str) -> Split:
-    from ..foreign.predictions import read_npz
+    from .arrays import read_npz
     arrays = read_npz(path)
     image_key = next((key for key in ("images", "x") if key in arrays), None)
     if image_key is None:
