@@ -18,7 +18,7 @@ from .errors import EnsdiagError, InputTypeError
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and editors (py.typed ships)
     from .checkpoint import load_model, save_model
-    from .core import Diagnosis, diagnose
+    from .results import Diagnosis, diagnose
     from .foreign.checkpoints import import_ensemble, open_ensemble
     from .nn import EnsembleModel, ModelSpec, build_model
     from .registries import list_analyzers, list_datasets, list_methods
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
 # and `ensdiag --version` start without it.
 _LAZY = {"load_model": "checkpoint", "save_model": "checkpoint", "import_ensemble": "foreign.checkpoints",
          "open_ensemble": "foreign.checkpoints", "EnsembleModel": "nn", "ModelSpec": "nn",
-         "build_model": "nn", "diagnose": "core", "Diagnosis": "core", "Tracker": "tracker",
+         "build_model": "nn", "diagnose": "results", "Diagnosis": "results", "Tracker": "tracker",
          "list_methods": "registries", "list_analyzers": "registries", "list_datasets": "registries"}
 
 

@@ -1,5 +1,6 @@
-"""The shape of the package: its import graph (imports inside functions included) has no cycle, and
-no private name (`_x`) is imported across a package boundary. Read from the source with
+"""The shape of the package: its import graph (imports inside functions included) has no cycle,
+every import runs down the floors (`FLOORS`), the core imports nothing from the outputs, and no
+private name (`_x`) is imported across a package boundary. Read from the source with
 `ast`, so what a module imports lazily counts as much as what it imports at the top (imports under
 `if TYPE_CHECKING:` never run and do not count)."""
 
@@ -99,6 +100,57 @@ def _package_of(name, modules) -> str:
     return name if modules[name][1] else name.rsplit(".", 1)[0]
 
 
+# The floors, lowest first: a module may import from its own floor and those below, never above.
+FLOORS = [
+    ("ground", ["ensdiag", "ensdiag.errors", "ensdiag.numbers", "ensdiag.io", "ensdiag.text", "ensdiag.console",
+                "ensdiag.progress", "ensdiag.device", "ensdiag.precision", "ensdiag.budget", "ensdiag.provenance",
+                "ensdiag.distributed"]),
+    ("maths", ["ensdiag.analysis.metrics", "ensdiag.analysis.weighted", "ensdiag.analysis.bootstrap",
+               "ensdiag.analysis.examples", "ensdiag.analysis.registry", "ensdiag.analysis.scores",
+               "ensdiag.analysis.pairwise", "ensdiag.analysis.smooth_ece", "ensdiag.analysis.resampled"]),
+    ("data and networks", ["ensdiag.data", "ensdiag.nn"]),
+    ("files", ["ensdiag.config", "ensdiag.checkpoint", "ensdiag.checks", "ensdiag.predictions", "ensdiag.runs"]),
+    ("readers", ["ensdiag.foreign"]),
+    ("ensembles", ["ensdiag.ensembles", "ensdiag.geometry"]),
+    ("analyzers", ["ensdiag.analysis"]),
+    ("core", ["ensdiag.core"]),
+    ("training and LoRA", ["ensdiag.train", "ensdiag.experiment", "ensdiag.tracker", "ensdiag.lora"]),
+    ("outputs", ["ensdiag.report", "ensdiag.export", "ensdiag.integrations"]),
+    # the Diagnosis with its views (results.py) and the Lightning callback, which trains with it, above the outputs
+    ("public API", ["ensdiag.results", "ensdiag.integrations.lightning"]),
+    ("commands", ["ensdiag.cli", "ensdiag.bench", "ensdiag.registries", "ensdiag.entry", "ensdiag.__main__",
+                  "ensdiag.quickcheck"]),
+]
+
+
+def _floor(name: str) -> int | None:
+    """The floor of a module: that of the longest prefix naming it."""
+    best = None
+    for index, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    return None if best is None else best[0]
+
+
+def test_every_module_has_a_floor_and_every_import_runs_down_the_floors():
+    modules = _modules()
+    assert not [name for name in modules if _floor(name) is None], "a module no floor names"
+    edges, _ = _imports(modules)
+    upward = [f"{a} ({FLOORS[_floor(a)][0]}) imports {b} ({FLOORS[_floor(b)][0]})"
+              for a, targets in edges.items() for b in targets if _floor(a) < _floor(b)]
+    assert not upward, "\n".join(upward)
+
+
+def test_the_core_imports_nothing_from_the_outputs():
+    modules = _modules()
+    edges, _ = _imports(modules)
+    outputs = ("ensdiag.report", "ensdiag.export", "ensdiag.integrations")
+    reached = [(a, b) for a, targets in edges.items() if a.startswith("ensdiag.core") for b in targets
+               if b.startswith(outputs)]
+    assert not reached, reached
+
+
 def test_the_import_graph_has_no_cycle():
     modules = _modules()
     cycles = _cycles(_imports(modules)[0])
@@ -114,9 +166,11 @@ def test_no_private_name_crosses_a_package_boundary():
 
 
 def test_the_checks_find_what_they_look_for():
-    """The graph reader sees lazy imports and cycles (so the two tests above can fail)."""
+    """The graph reader sees lazy imports, cycles and floors (so the tests above can fail)."""
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(edges) == [["a", "b", "c"]]
+    assert _floor("ensdiag.integrations.lightning") > _floor("ensdiag.integrations.mlflow") > _floor("ensdiag.core.intervals")
+    assert _floor("ensdiag.analysis.weighted") < _floor("ensdiag.data.files") < _floor("ensdiag.analysis.calibration")
     modules = _modules()
     edges, _ = _imports(modules)
     assert "ensdiag.core" in edges["ensdiag.cli.evaluate"]  # imported inside the command function

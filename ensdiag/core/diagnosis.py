@@ -1,13 +1,14 @@
 """`Diagnosis`: what the inspection core found (core/inspection.py), the one result every path returns.
 
-    diagnosis = ensdiag.diagnose(members, test=(x, y))
     diagnosis.metrics                  # metrics.json's layout: {"analyzers": {name: result}, "splits", …}
     diagnosis.save("runs/mine", method="deep-ensemble", seed=0)   # then: ensdiag report runs/mine
-    print(diagnosis.to_markdown())
+
+It is data: the core writes it to files (`save`, `write_files`, `to_json`) and nothing else.
+Renderers, exports and loggers read it (report/, export.py, integrations/); the `Diagnosis` that
+`ensdiag.diagnose()` returns adds them as methods from above (results.py).
 """
 
 import json
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,56 +53,9 @@ class Diagnosis:
         atomic_write_json(folder / "metrics.json", self.metrics)
         return folder
 
-    @public
-    def _report(self, fmt: str) -> str:
-        from ..report import make_report, render
-        with tempfile.TemporaryDirectory() as scratch:
-            self.save(scratch, "ensemble", 0)
-            report = make_report(scratch, write=False)
-            report["run"] = "ensdiag.diagnose"
-            return render(report, fmt, scratch)
-
-    def to_markdown(self) -> str:
-        return self._report("markdown")
-
     def to_json(self) -> str:
         from ..analysis import finite
         return json.dumps(finite(self.metrics), indent=2, allow_nan=False) + "\n"
-
-    def _repr_html_(self) -> str:  # Jupyter: a compact summary scoped to its own element (report/notebook.py)
-        from ..report.notebook import diagnosis_html
-        return diagnosis_html(self.metrics)
-
-    def flat(self, full: bool = False) -> dict:
-        """{name: value} of every headline number, the same names for every k; NaN where not measured,
-        with the reason in `.reasons` (export.py); `full`: every other stored scalar too."""
-        from ..export import flat_metrics
-        return flat_metrics(self.metrics, full)
-
-    @public
-    def to_frame(self, what: str = "metrics", full: bool = False):
-        """A pandas DataFrame: "metrics" (one row per number: name, value, reason, definition) or
-        "examples" (one row per example: prediction, confidence, entropy, JSD, member agreement)."""
-        from ..export import EXAMPLE_FIELDS, example_rows, frame, metric_entries
-        if what == "examples":
-            return frame(example_rows(self.predictions), EXAMPLE_FIELDS[2:])
-        if what != "metrics":
-            raise EnsdiagError(f"to_frame(what=...) takes 'metrics' or 'examples', not {what!r}")
-        return frame([{key: value for key, value in entry.items() if key != "tables"}
-                      for entry in metric_entries(self.metrics, full)])
-
-    @public
-    def save_examples(self, path) -> Path:
-        """Per-example predictions and uncertainty as a .csv or .parquet file (pyarrow) at `path`."""
-        from ..export import EXAMPLE_FIELDS, example_rows, write_table
-        return write_table(example_rows(self.predictions), path_argument(path), EXAMPLE_FIELDS[2:])
-
-    @public
-    def log_to(self, target, step: int | None = None, prefix: str = "ensdiag") -> None:
-        """Log every headline number, the heatmaps and the summary to TensorBoard (a SummaryWriter),
-        MLflow (mlflow, a run), W&B (wandb, a run) or a Lightning logger (integrations/)."""
-        from ..integrations import log_to
-        log_to(self, target, step, prefix)
 
     def __repr__(self) -> str:
         splits = ", ".join(f"{name} n={split['logits'].shape[1]}" for name, split in self.predictions.items())

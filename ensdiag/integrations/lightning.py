@@ -83,7 +83,7 @@ class DiversityCallback(lightning.Callback):
         `ensdiag/<stage>/`; the module's modes and the random state are as they were after."""
         if not self.final or data is None or not trainer.is_global_zero:
             return
-        from ..core import diagnose  # the module's modes and the random state are kept by the core itself
+        from ..results import diagnose  # the module's modes and the random state are kept by the core itself
         from . import log_to
         self.diagnosis = diagnose(self._members(module), test=data, ood=self.ood, geometry=self.geometry,
                                   device=module.device, progress=False)
