@@ -30,6 +30,20 @@ def _decorated(tree, decorator: str):
 
 
 @lru_cache(maxsize=1)
+def report_formats() -> dict[str, str]:
+    """{format: file extension} of every `@report_format(NAME, EXTENSION)` renderer (report/render.py),
+    read from the source: `report --format` is checked before torch and matplotlib are imported."""
+    found = {}
+    for node in ast.walk(ast.parse((PACKAGE / "report" / "render.py").read_text())):
+        if isinstance(node, ast.FunctionDef):
+            for call in node.decorator_list:
+                if getattr(getattr(call, "func", None), "id", None) == "report_format":
+                    name, extension = (arg.value for arg in call.args[:2])
+                    found[name] = extension
+    return found
+
+
+@lru_cache(maxsize=1)
 def method_names() -> tuple[str, ...]:
     """Every run name training accepts: the kits' `register_method` names and their `run_variants`."""
     names = []

@@ -41,14 +41,13 @@ def test_a_typo_is_answered_before_torch_is_imported(args, match):
 
 
 def test_the_names_read_without_importing_match_the_registries():
-    from ensdiag.cli import REPORT_FORMATS
     from ensdiag.data import all_datasets
     from ensdiag.nn.methods import run_methods
-    from ensdiag.quickcheck import dataset_names, method_names
+    from ensdiag.quickcheck import dataset_names, method_names, report_formats
     from ensdiag.report import FORMATS
     assert set(method_names()) == set(run_methods())
     assert set(dataset_names()) == set(all_datasets())
-    assert REPORT_FORMATS == FORMATS
+    assert report_formats() == {name: extension for name, (extension, _) in FORMATS.items()}
 
 
 def test_did_you_mean_only_when_a_name_is_close():

@@ -10,9 +10,8 @@ Exit codes and how failures are shown: console.py.
 from ..console import run
 from . import catalog, train, import_model, evaluate, analyze, diversity, report, bench  # noqa: F401  (registers, in help order)
 from .app import app
-from .report import REPORT_FORMATS
 
-__all__ = ["REPORT_FORMATS", "app", "main"]
+__all__ = ["app", "main"]
 
 
 def main(argv=None):

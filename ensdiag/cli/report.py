@@ -10,7 +10,6 @@ from ..console import check_format, loading, note, output_file, show
 from ..errors import EnsdiagError, unknown
 from .app import app
 
-REPORT_FORMATS = ("table", "markdown", "json", "latex", "html", "csv", "summary")  # report/__init__.py's FORMATS (a test keeps them equal)
 
 
 @app.command()
@@ -34,10 +33,10 @@ def report(
     """The paper's tables (mean ± 95 % CI) and figures of a run.
 
     Also rebuilds report.md, report.html and figures/ in the run folder."""
-    import io
 
     fmt = fmt or ("table" if sys.stdout.isatty() and out is None else "markdown")
-    check_format(fmt, REPORT_FORMATS)  # every check that needs no tensor before matplotlib and torch
+    from ..quickcheck import report_formats
+    check_format(fmt, tuple(report_formats()))  # every check that needs no tensor before matplotlib and torch
     if reference not in (None, "paper"):
         raise unknown("--reference", reference, ("paper",))
     if conventions not in ("ensdiag", "torch-uncertainty"):
@@ -52,8 +51,7 @@ def report(
     from ..io import atomic_write_text
     from ..report import make_report, render, to_rich
 
-    extension = {"table": "txt", "markdown": "md", "json": "json", "latex": "tex", "html": "html", "csv": "csv",
-                 "summary": "txt"}[fmt]
+    extension = report_formats()[fmt]
     target = None if out is None else output_file(out, f"report.{extension}")
     with loading("building the report (verdict bootstrap, figures) …"):
         result = make_report(list(run_dirs or []) or None, reference, write=figures, conventions=conventions, svg=svg,
@@ -64,27 +62,16 @@ def report(
         write_table(run_example_rows(list(run_dirs) if run_dirs else [Path(result["run"])]), examples, EXAMPLE_FIELDS)
         note(f"per-example predictions written to {examples}")
     written = result.pop("written")  # a note for the terminal, not part of the report
-    if fmt == "summary":
-        from ..report import to_summary
-        text = to_summary(result, written)
-        if target is not None:
-            atomic_write_text(target, text)
-            note(f"report written to {target}")
-        else:
-            sys.stdout.write(text)
-        return
-    if fmt == "table":
-        buffer = io.StringIO() if target is not None else None
-        console = Console(file=buffer, width=160) if buffer is not None else Console()
+    if fmt == "table" and target is None:  # the terminal: rich tables at its width, colours and all
+        console = Console()
         for table in to_rich(result, width=console.width):
             show(console, table)
-        text = buffer.getvalue() if buffer is not None else None
     else:
-        text = render(result, fmt, result["run"])
+        text = render({**result, "written": written}, fmt, result["run"])
         if target is None:
             sys.stdout.write(text)
-    if target is not None:
-        atomic_write_text(target, text)
-        note(f"report written to {target}")
+        else:
+            atomic_write_text(target, text)
+            note(f"report written to {target}")
     if written:
         note(written)

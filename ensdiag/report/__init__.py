@@ -20,9 +20,8 @@ from .figures import (Drawn, heatmap_grid, ood_histogram_figure, plottable, reli
 from .geometry_figures import add_report_figures
 from .lora import add_lora_figures
 from .pairs import add_pair_figures
-from .render import to_html, to_json, to_latex, to_markdown, to_rich, to_summary
+from .render import FORMATS, render, to_html, to_markdown, to_rich, to_summary  # noqa: F401  (to_summary: callers ask it here)
 
-FORMATS = ("table", "markdown", "json", "latex", "html", "csv", "summary")
 
 
 def _first_complete(seeds: dict):
@@ -158,16 +157,6 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
         atomic_write_text(run_dir / "report.html", to_html(report, run_dir))
         report["written"] = f"report.md, report.html and figures/ written to {run_dir}"
     return report
-
-
-def render(report: dict, fmt: str, run_dir=None) -> str:
-    if fmt == "summary":
-        return to_summary(report, report.get("written"))
-    if fmt == "csv":  # every number as long, tidy rows (export.py)
-        from ..export import REPORT_FIELDS, report_rows, to_csv
-        return to_csv(report_rows(report), REPORT_FIELDS)
-    return {"markdown": to_markdown, "json": to_json, "latex": to_latex}[fmt](report) if fmt != "html" \
-        else to_html(report, run_dir or report["run"])
 
 
 def _run_dirs(run_dir):

@@ -18,6 +18,22 @@ from ..console import wrapped
 from .example_level import example_text
 
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
+FORMATS: dict = {}  # name -> (file extension, renderer(report, run_dir) -> text): `report --format NAME`
+
+
+def report_format(name: str, extension: str):
+    """Register a renderer `(report, run_dir) -> text` as `ensdiag report --format NAME`, written to
+    `report.EXTENSION` by `--out FOLDER` (the command reads the names from this module's source
+    before anything heavy is imported: quickcheck.report_format_names)."""
+    def register(function):
+        FORMATS[name] = (extension, function)
+        return function
+    return register
+
+
+def render(report: dict, fmt: str, run_dir=None) -> str:
+    """The report in a registered format (`FORMATS`)."""
+    return FORMATS[fmt][1](report, run_dir or report["run"])
 
 
 def non_finite_word(value):
@@ -72,7 +88,8 @@ def _cells(table, decorate):
         yield row, texts
 
 
-def to_markdown(report) -> str:
+@report_format("markdown", "md")
+def to_markdown(report, run_dir=None) -> str:
     md = sink.markdown
 
     def decorate(text, mark):
@@ -111,7 +128,8 @@ def to_markdown(report) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def to_latex(report) -> str:
+@report_format("latex", "tex")
+def to_latex(report, run_dir=None) -> str:
     tex = sink.latex
 
     def decorate(text, mark):
@@ -140,6 +158,7 @@ def _wrappable(text: str) -> str:
     return sink.html(text).replace("_", "_<wbr>").replace("/", "/<wbr>")
 
 
+@report_format("html", "html")
 def to_html(report, run_dir=None) -> str:
     """One self-contained page: styles inline, figures embedded as data URIs. Tables fit the page:
     headers wrap (after '_' and '/' too) and a cell wraps before its '± interval', never inside a
@@ -186,6 +205,11 @@ def to_html(report, run_dir=None) -> str:
             f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
+@report_format("summary", "txt")
+def summary_format(report, run_dir=None) -> str:
+    return to_summary(report, report.get("written"))
+
+
 def to_summary(report, written: str | None = None) -> str:
     """The short end of a run: the verdict's overall lines, where the report is, and the one command
     that opens it (everything else is in the files)."""
@@ -204,8 +228,31 @@ def to_summary(report, written: str | None = None) -> str:
     return "".join(sink.terminal(line) + "\n" for line in lines)
 
 
-def to_json(report) -> str:
+@report_format("json", "json")
+def to_json(report, run_dir=None) -> str:
     return json.dumps(finite(report), indent=2, allow_nan=False) + "\n"  # NaN/±inf as null
+
+
+@report_format("csv", "csv")
+def to_csv_rows(report, run_dir=None) -> str:
+    """Every number as long, tidy rows (export.py): one per table, method, column and seed."""
+    from ..export import REPORT_FIELDS, report_rows, to_csv
+    return to_csv(report_rows(report), REPORT_FIELDS)
+
+
+@report_format("table", "txt")
+def to_table_text(report, run_dir=None, width: int = 160) -> str:
+    """The terminal's tables as plain text (what `--format table --out` writes)."""
+    import io
+
+    from rich.console import Console
+
+    from ..console import show
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width)
+    for table in to_rich(report, width=width):
+        show(console, table)
+    return buffer.getvalue()
 
 
 def to_rich(report, only=None, width=None):
