@@ -3,8 +3,8 @@ only its own library): `lightning` (DiversityCallback), `tensorboard`, `mlflow`,
 
     log_records(diagnosis_records(metrics), target, step)   # what Diagnosis.log_to does
 
-`log_records` picks the integration from the target's type, by name, so this module imports
-none of those libraries: a TensorBoard SummaryWriter, an MLflow run (the `mlflow` module with
+`log_records` picks the integration from the target's type, by name (`LOGGERS`, each registered
+with `@logger`), so this module imports none of those libraries: a TensorBoard SummaryWriter, an MLflow run (the `mlflow` module with
 an active run, a Run, an ActiveRun), a W&B run (or the `wandb` module), or a Lightning logger
 (TensorBoardLogger, MLFlowLogger and WandbLogger through their experiment; any other logger
 gets the scalars through its `log_metrics`).
@@ -24,35 +24,71 @@ def _root(target) -> str:
     return (name or "").split(".")[0]
 
 
+LOGGERS: list = []  # (what it is, recognises(target), write(records, target, step)), tried in order
+
+
+def logger(what: str, recognises):
+    """Register `write(records, target, step)` for the targets `recognises(target)` accepts (a test of the
+    target's type by name: no library is imported to recognise it, each `write` imports its own)."""
+    def register(write):
+        LOGGERS.append((what, recognises, write))
+        return write
+    return register
+
+
+@logger("Lightning's TensorBoardLogger", lambda target: "TensorBoardLogger" in _class_names(target))
+def _lightning_tensorboard(records, target, step):
+    from .tensorboard import log
+    log(records, target.experiment, step)
+
+
+@logger("Lightning's MLFlowLogger", lambda target: "MLFlowLogger" in _class_names(target))
+def _lightning_mlflow(records, target, step):
+    from .mlflow import log
+    log(records, target.experiment, target.run_id, step)
+
+
+@logger("Lightning's WandbLogger", lambda target: "WandbLogger" in _class_names(target))
+def _lightning_wandb(records, target, step):
+    from .wandb import log
+    log(records, target.experiment, step, step_metric="trainer/global_step")
+
+
+@logger("any other Lightning logger", lambda target: _root(target) in ("lightning", "pytorch_lightning")
+        and hasattr(target, "log_metrics"))
+def _lightning_other(records, target, step):
+    target.log_metrics(records.scalars, step)  # e.g. CSVLogger: numbers only
+
+
+@logger("an MLflow run (or the mlflow module with an active run)", lambda target: _root(target) == "mlflow")
+def _mlflow(records, target, step):
+    from .mlflow import MlflowClient, log, run_id_of
+    log(records, MlflowClient(), run_id_of(target), step)
+
+
+@logger("a W&B run (or the wandb module)", lambda target: _root(target) == "wandb")
+def _wandb(records, target, step):
+    from .wandb import log, run_of
+    log(records, run_of(target), step)
+
+
+@logger("a TensorBoard SummaryWriter", lambda target: all(hasattr(target, call) for call in ("add_scalar", "add_image",
+                                                                                              "add_text")))
+def _tensorboard(records, target, step):
+    from .tensorboard import log
+    log(records, target, step)
+
+
 @public
 def log_records(records, target, step: int | None = None) -> None:
-    """Write `records` (_records.py) to the logger `target` (see the module's docstring)."""
+    """Write `records` (_records.py) to the logger `target`: the first registered logger that recognises it."""
     checked_step(step)
-    names, root = _class_names(target), _root(target)
-    if "TensorBoardLogger" in names:
-        from .tensorboard import log
-        log(records, target.experiment, step)
-    elif "MLFlowLogger" in names:
-        from .mlflow import log
-        log(records, target.experiment, target.run_id, step)
-    elif "WandbLogger" in names:
-        from .wandb import log
-        log(records, target.experiment, step, step_metric="trainer/global_step")
-    elif root in ("lightning", "pytorch_lightning") and hasattr(target, "log_metrics"):
-        target.log_metrics(records.scalars, step)  # e.g. CSVLogger: numbers only
-    elif root == "mlflow":
-        from .mlflow import MlflowClient, log, run_id_of
-        log(records, MlflowClient(), run_id_of(target), step)
-    elif root == "wandb":
-        from .wandb import log, run_of
-        log(records, run_of(target), step)
-    elif all(hasattr(target, call) for call in ("add_scalar", "add_image", "add_text")):
-        from .tensorboard import log
-        log(records, target, step)
-    else:
-        raise EnsdiagError(f"cannot log to a {type(target).__name__}: give a TensorBoard SummaryWriter, an MLflow run "
-                           "(or the mlflow module with an active run), a W&B run (or the wandb module), or a "
-                           "Lightning logger")
+    for _, recognises, write in LOGGERS:
+        if recognises(target):
+            return write(records, target, step)
+    raise EnsdiagError(f"cannot log to a {type(target).__name__}: give a TensorBoard SummaryWriter, an MLflow run "
+                       "(or the mlflow module with an active run), a W&B run (or the wandb module), or a "
+                       "Lightning logger")
 
 
 def log_to(diagnosis, target, step: int | None = None, prefix: str = "ensdiag") -> None:
