@@ -94,7 +94,7 @@ class Column:
 
     def example_splits(self, split: str | None = None) -> tuple[str, ...]:
         """The splits whose test examples this number is a statistic of, so the inspection core
-        resamples them for its interval (`ensdiag/intervals.py`); () for a number of no examples.
+        resamples them for its interval (`ensdiag/core/intervals.py`); () for a number of no examples.
         `examples` None (the default) means: the split of a per-split table ("{split}" in the path,
         or the table's own), else the split the column names; True the same; False none; a tuple
         names them (e.g. ("id", "ood") for an OOD detection score)."""

@@ -1,6 +1,6 @@
 """Example-level intervals for every analyzer's headline numbers: the inspection core's pass.
 
-    add_intervals(metrics, predictions, weights)   # after the analyzers ran (core.py)
+    add_intervals(metrics, predictions, weights)   # after the analyzers ran (inspection.py)
     metrics["analyzers"]["calibration"]["splits"]["id"]["ece"]["interval"]
     # {"low": 0.024, "high": 0.039, "level": 0.95, "n": 10000, "method": "bootstrap over the examples, …"}
 

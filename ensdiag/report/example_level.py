@@ -1,7 +1,7 @@
 """Example-level uncertainty in a report's cells, beside the seed-level one.
 
 Each metric a run's analyzers declare carries its example-level interval in metrics.json
-(`ensdiag/intervals.py`): how much the number would move on another test set of the same size.
+(`ensdiag/core/intervals.py`): how much the number would move on another test set of the same size.
 A cell over seeds shows the seed-level Student-t interval (aggregate.py); this adds, as what
 it is, the example-level one:
 
