@@ -31,7 +31,7 @@ BCa is not used: its acceleration needs a jackknife (n re-runs of an analyzer), 
 correction rests on the resamples' median, which a folded statistic's bias pushes up as well.
 
 **A subsample of a known split.** When m of a split's N examples were measured (a budget), the
-interval above is for what the model would score on new data (the population). The value the
+interval above is a confidence interval for the value on the population. The value the
 whole split would give is known more closely: a subsample without replacement varies by the
 finite-population factor √((N − m)/(N − 1)) less, so `full_split` shrinks the deviations from
 the estimate by it (the rescaling bootstrap of Rao & Wu 1988).

@@ -22,14 +22,17 @@ from ..analysis.registry import SPLIT_TABLES, all_analyzers, lookup
 from ..analysis.resampled import Refused
 from ..budget import over_budget
 
+WORDS = "a 95 % confidence interval for the value on the population the test examples were drawn from"
 GENERIC_SECONDS = 30.0  # what re-running one analyzer over its resamples may take, without a budget
 MIN_GENERIC = 100  # re-runs below which a generic interval is not given (its 2.5th percentile would rest on 2 draws)
 DEFINITION = {"level": B.LEVEL, "resamples": B.RESAMPLES,
               "draws": "test examples resampled with replacement, ID and OOD separately; each split's draws come "
                        "from a generator seeded by its family and size, so analyzers, members and methods measured "
                        "on the same examples share them (paired)",
-              "population": "low and high bound what the model would score on new examples like these; "
-                            "full_split (where a budget measured a subsample) what the whole split would give",
+              "population": f"low and high: {WORDS} (not a prediction of another test set's value, which varies "
+                            "more); full_split (where a budget measured a subsample): the same for the whole split; "
+                            "[0, …] on an unsigned calibration error: the data are consistent with no error, and the "
+                            "signed error (over-confidence) says in which direction the model may be miscalibrated",
               "methods": B.METHODS}
 
 

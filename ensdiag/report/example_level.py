@@ -1,7 +1,8 @@
 """Example-level uncertainty in a report's cells, beside the seed-level one.
 
 Each metric a run's analyzers declare carries its example-level interval in metrics.json
-(`ensdiag/core/intervals.py`): how much the number would move on another test set of the same size.
+(`ensdiag/core/intervals.py`): a 95 % confidence interval for its value on the population the test
+examples were drawn from.
 A cell over seeds shows the seed-level Student-t interval (aggregate.py); this adds, as what
 it is, the example-level one:
 
@@ -14,9 +15,10 @@ it is, the example-level one:
 
 import math
 
-EXAMPLES_DEFINITION = ("test set: the example-level 95 % interval over the test examples (a bootstrap, stored in each run's "
-                       "metrics.json); for one seed the run's own interval, for several the mean over seeds of each seed's "
-                       "half-width, an upper bound on their mean's (the seeds share one test set)")
+EXAMPLES_DEFINITION = ("test set: a 95 % confidence interval for the value on the population the test examples were drawn "
+                       "from (a bootstrap over them, stored in each run's metrics.json); for one seed the run's own "
+                       "interval, for several the mean over seeds of each seed's half-width, an upper bound on their "
+                       "mean's (the seeds share one test set)")
 
 
 class Declared:
