@@ -151,3 +151,19 @@ def test_bench_diagnose_with_a_budget_records_what_fit_and_the_full_estimate(tmp
     spec.loader.exec_module(tables)
     lines = tables.budgeted(result)
     assert any(line.startswith("| predict id | ") for line in lines) and "| calibration/id/ece | " in "\n".join(lines)
+
+
+@pytest.mark.slow  # the whole default grid, its report and a budgeted diversity, as processes
+def test_bench_main_job_records_each_runs_diagnosis_against_its_own_training(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "bench", "--main-job", "--epochs", 1, "--budget", "20s", "--format", "json",
+                             "--results-dir", tmp_path)
+    assert code == 0, err
+    record = json.loads(out)
+    (found,) = record["rounds"]
+    assert len(found["runs"]) == 12 and found["cache"] == "empty"
+    assert found["training_seconds"] == pytest.approx(sum(run["train_seconds"] for run in found["runs"]), abs=0.1)
+    assert all(run["ratio"] == pytest.approx(run["diagnosis_seconds"] / run["train_seconds"], rel=0.01)
+               for run in found["runs"])
+    assert found["report_seconds"] > 0 and found["budget"]["asked_seconds"] == 20
+    assert set(record["targets"]) and record["environment"]["ensdiag"]
+    assert list(tmp_path.glob("main-job-mlp-cpu-*.json"))

@@ -21,7 +21,7 @@ from .harness import BENCH_METHODS, COMPILE_MODES, PROTOCOLS, BenchSettings, def
 
 BENCH_FORMAT = "ensdiag.bench/1"
 __all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "bench", "bench_record", "bench_table", "default_methods",
-           "budget_table", "diagnose_table", "write_result"]
+           "budget_table", "diagnose_table", "main_job_table", "write_result"]
 
 
 def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:
@@ -56,10 +56,31 @@ def bench_record(run, settings, device, argv=(), log=None) -> dict:
             "command": list(argv), "environment": environment(device), **result}
 
 
+def main_job_table(result: dict) -> list[Table]:
+    """The main job's record: per round its seconds and ratios, then the targets, met or not."""
+    rounds = Table(title="The main job (default grid, its report, diversity within a budget), per round", title_justify="left")
+    for column in ("round", "cache", "grid s", "training s", "diagnosis s", "diagnosis / training", "report s",
+                   "report / training", "report s (figures redrawn)", "diversity s / budget", "load before"):
+        rounds.add_column(column, justify="right")
+    for found in result["rounds"]:
+        rounds.add_row(str(found["round"] + 1), found["cache"], f"{found['grid_seconds']:.1f}",
+                       f"{found['training_seconds']:.1f}", f"{found['diagnosis_seconds']:.1f}",
+                       f"{found['diagnosis_to_training']:.2f}", f"{found['report_seconds']:.1f}",
+                       f"{found['report_to_training']:.2f}", f"{found['report_cold_seconds']:.1f}",
+                       f"{found['budget']['wall_seconds']:.0f} / {found['budget']['asked_seconds']:.0f}",
+                       " ".join(f"{x:.2f}" for x in found["load_average"]["before"]))
+    targets = Table(title="Targets", title_justify="left")
+    targets.add_column("target")
+    targets.add_column("met")
+    for name, met in result["targets"].items():
+        targets.add_row(name, "yes" if met else "no")
+    return [rounds, targets]
+
+
 def write_result(result: dict, folder=Path("benchmarks/results")) -> Path:
     settings = result["settings"]
     stamp = result["created"].replace(":", "").replace("-", "")
-    kind = result.get("kind") if result.get("kind") in ("diagnose", "diagnose-budget") else "bench"
+    kind = result.get("kind") if result.get("kind") in ("diagnose", "diagnose-budget", "main-job") else "bench"
     path = Path(folder) / f"{kind}-{settings['arch']}-{settings['device']}-{stamp}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
