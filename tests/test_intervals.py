@@ -199,7 +199,8 @@ def test_metrics_carry_intervals_and_every_output_shows_them(tmp_path):
     assert cell(metrics["analyzers"]["ood"]["scores"]["msp"]["auroc"], interval="n").endswith("(n = 300 id + 200 ood)")
     tables, notes = metrics_view(metrics, "toy")
     assert INTERVALS in notes
-    markdown = diagnosis.to_markdown()  # one run: the report's cells carry the run's own interval
+    from ensdiag.results import Diagnosis
+    markdown = Diagnosis.of(diagnosis).to_markdown()  # one run: the report's cells carry the run's own interval
     nll = metrics["analyzers"]["calibration"]["splits"]["id"]["nll"]
     assert f"{nll['value']:.3f} [{nll['interval']['low']:.3f}, {nll['interval']['high']:.3f}] (n = 300)" in markdown
 

@@ -13,7 +13,7 @@ import torch
 from . import metrics as M
 from . import weighted as W
 from .examples import Examples
-from .registry import Column, Skip, finite, metric, register_analyzer, register_resampler
+from .registry import SPLIT_TABLES, Column, Skip, finite, metric, register_analyzer, register_resampler
 from .resampled import per_split, value
 
 AUGRC = ("area under the generalised risk–coverage curve (Traub et al. 2024): mean over coverages j/N of (j/N)·risk_j, "
@@ -76,7 +76,8 @@ def ensemble_gain(predictions, weights=None):
         gain = {key: value(statistic(split, None)) for key, statistic in GAIN.items()}
         gain["error_gap"] = gain["error_gibbs"] - gain["error_ensemble"]
         gain["member_error"] = split.member_errors.mean(1).tolist()
-        gain["member_ece"] = [value(W.ece(member.confidence, member.correct)) for member in _members(split)]
+        if name in SPLIT_TABLES:  # each member's own calibration: where the report's tables read it
+            gain["member_ece"] = [value(W.ece(member.confidence, member.correct)) for member in _members(split)]
         splits[name] = {key: metric(found, GAIN_DEFINITIONS[key]) for key, found in gain.items()}
     if not splits:
         raise Skip("no split has labels")
@@ -109,8 +110,8 @@ register_resampler("ensemble-gain")(per_split(GAIN))
 def selective(predictions, weights=None, points=101):
     splits = {}
     for name, split in predictions.items():
-        if split["labels"] is None or len(split["labels"]) == 0:
-            continue
+        if name not in SPLIT_TABLES or split["labels"] is None or len(split["labels"]) == 0:
+            continue  # the per-split tables' splits: not every corruption's
         split = Examples.of(split)
         members = _members(split)
         splits[name] = {**{key: metric(value(statistic(split, None)), SELECTIVE_DEFINITIONS[key])

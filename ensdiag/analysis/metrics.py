@@ -194,7 +194,7 @@ def risk_coverage(confidence: torch.Tensor, errors: torch.Tensor) -> torch.Tenso
 
 
 def fit_temperature(log_probs: torch.Tensor, labels: torch.Tensor, low: float = 0.02, high: float = 50.0,
-                    steps: int = 200) -> float:
+                    steps: int = 80) -> float:
     """The temperature T minimising the NLL of softmax(log_probs / T) (log_probs [N, C]).
 
     The NLL is convex in β = 1/T (a log-sum-exp minus a linear term), so a golden-section

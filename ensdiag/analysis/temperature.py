@@ -11,7 +11,7 @@ import torch
 from . import metrics as M
 from . import weighted as W
 from .examples import Examples
-from .registry import Column, Skip, metric, register_analyzer, register_resampler
+from .registry import SPLIT_TABLES, Column, Skip, metric, register_analyzer, register_resampler
 from .resampled import value
 
 NOTHING_CHANGES = 0.01  # |T − 1| below this: calibration changes (almost) nothing, and the result says so
@@ -47,8 +47,8 @@ def temperature(predictions, weights=None):
     member_t = [M.fit_temperature(torch.log_softmax(member.double(), -1), labels) for member in logits]
     splits = {}
     for name, split in predictions.items():
-        if name == "val" or split["labels"] is None or len(split["labels"]) == 0:
-            continue
+        if name not in SPLIT_TABLES or split["labels"] is None or len(split["labels"]) == 0:
+            continue  # the per-split tables' splits (its columns read the test set's)
         splits[name] = {kind: {key: metric(value(statistic(examples, None)), f"{key.upper()} {kind.replace('_', ' ')}")
                                for key, statistic in STATISTICS.items()}
                         for kind, examples in scaled(Examples.of(split), pooled_t, member_t).items()}
