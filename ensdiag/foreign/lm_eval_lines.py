@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import EnsdiagError
 from ..io import text_lines
+from .lm_eval_targets import Choices, TargetError, TargetRule, disagreement, gold_of
 
 SCORES = ("loglikelihood", "acc_norm", "mutual_info")
 SCORE_TITLES = {"loglikelihood": "log-likelihoods", "acc_norm": "log-likelihood / characters (lm-eval's acc_norm)",
@@ -37,7 +38,11 @@ class Doc:
     prompt_hash: str | None
     gold: int
     scores: list  # the chosen score per choice
-    correct_logged: float | None  # lm-eval's own metric of the chosen score on this line
+
+    def joined(self) -> tuple:
+        """What every member's line of the document must agree on."""
+        return (("doc_hash", self.doc_hash), ("prompt_hash", self.prompt_hash), ("answer", self.gold),
+                ("number of choices", len(self.scores)))
 
 
 def first_argmax(values) -> int:
@@ -86,9 +91,11 @@ def _number(lines, number, value, what) -> float:
 class Reader:
     """Reads the documents of one samples file (one subtask of one member) for one filter."""
 
-    def __init__(self, path: Path, wanted_filter: str | None, score: str, delimiter: str, labelled: bool):
+    def __init__(self, path: Path, wanted_filter: str | None, score: str, delimiter: str, labelled: bool,
+                 rule: TargetRule = TargetRule("unknown")):
         self.lines, self.filter, self.score, self.delimiter = _Lines(path), wanted_filter, score, delimiter
         self.labelled = labelled  # OOD questions are unlabelled: their targets are not read
+        self.rule = rule  # how lm-eval got each answer (lm_eval_targets.py)
         self.filters: list[str] = []
         self.docs: dict[int, Doc] = {}
 
@@ -101,14 +108,19 @@ class Reader:
                 self.filters.append(name)
             self.filter = self.filter or name  # the first filter, unless --filter names one
             if name == self.filter:
-                budget(len(self.docs) + 1, len(self._doc(number, row).scores))
+                budget(len(self.docs) + 1, self._size(self._doc(number, row)))
         if not self.filters:
             raise EnsdiagError(f"{self.lines.path} holds no documents (lm-eval writes one line per document and filter)")
         if self.filter not in self.filters:
             raise EnsdiagError(f"{self.lines.path} has no filter {self.filter!r} (it has {', '.join(map(repr, self.filters))})")
         return self
 
-    def _doc(self, number, row) -> Doc:
+    @staticmethod
+    def _size(doc) -> int:
+        return len(doc.scores)  # choices: what the analysis holds per document and member
+
+    def _identity(self, number, row) -> tuple[int, str, str | None]:
+        """(doc_id, doc_hash, prompt_hash) of a line, checked: members are joined on them."""
         fail = self.lines.fail
         doc_id = row.get("doc_id")
         if type(doc_id) is not int or not 0 <= doc_id < 2**63:
@@ -120,6 +132,11 @@ class Reader:
             fail(number, 'no "doc_hash" of hex digits (lm-eval writes one per line; members are joined on it)')
         if prompt_hash is not None and (not isinstance(prompt_hash, str) or not HASH.match(prompt_hash)):
             fail(number, f'"prompt_hash" must be hex digits, got {_shown(prompt_hash)}')
+        return doc_id, doc_hash, prompt_hash
+
+    def _doc(self, number, row) -> Doc:
+        fail = self.lines.fail
+        doc_id, doc_hash, prompt_hash = self._identity(number, row)
         contexts, continuations = self._arguments(number, row)
         lls = self._loglikelihoods(number, row, len(contexts))
         unconditional = None
@@ -135,10 +152,8 @@ class Reader:
             fail(number, "every choice is in the context and the continuation is shared (a task like winogrande): "
                          "the sample holds no index of the correct context; ensdiag cannot read its answer")
         scores = self._scores(number, lls, unconditional, continuations)
-        gold = self._gold(number, row, continuations, lls) if self.labelled else -1
-        logged = row.get(LOGGED[self.score])
-        logged = float(logged) if type(logged) in (int, float) and logged in (0, 1) else None
-        self.docs[doc_id] = Doc(number, doc_hash, prompt_hash, gold, scores, logged)
+        gold = self._gold(number, row, continuations, lls, unconditional) if self.labelled else -1
+        self.docs[doc_id] = Doc(number, doc_hash, prompt_hash, gold, scores)
         return self.docs[doc_id]
 
     def _arguments(self, number, row) -> tuple[list, list]:
@@ -169,6 +184,21 @@ class Reader:
             values.append(_number(self.lines, number, value, f"choice {index}'s log-likelihood"))
         return values
 
+    def _gold(self, number, row, continuations, lls, unconditional) -> int:
+        """The answer as lm-eval read it (lm_eval_targets.py), refused where lm-eval's own per-line
+        metrics say otherwise."""
+        texts = [text[len(self.delimiter):] if text.startswith(self.delimiter) else text for text in continuations]
+        greedy = [_greedy(answer) for answer in row["filtered_resps"][:len(texts)]]
+        choices = Choices(texts, lls, greedy, unconditional)
+        try:
+            gold, how = gold_of(self.rule, row, choices)
+        except TargetError as error:
+            self.lines.fail(number, str(error))
+        if not self.rule.custom_metrics and (differs := disagreement(row, gold, choices)) is not None:
+            self.lines.fail(number, f"lm-eval {differs} (target {_shown(row.get('target'))} read as {how}): "
+                                    "the line was not scored as it reads")
+        return gold
+
     def _scores(self, number, lls, unconditional, continuations) -> list[float]:
         if self.score == "loglikelihood":
             return lls
@@ -182,26 +212,8 @@ class Reader:
             self.lines.fail(number, "an empty choice cannot be length-normalised (--score acc_norm)")
         return [ll / length for ll, length in zip(lls, lengths)]
 
-    def _gold(self, number, row, continuations, lls) -> int:
-        """The answer's index: digits are an index (lm-eval's templates turn them into one), other
-        text the choice it names; where both readings fit, the one lm-eval's own `acc` agrees with."""
-        target = row.get("target")
-        if type(target) is int:
-            target = str(target)
-        if not isinstance(target, str):
-            self.lines.fail(number, f'"target" must be the answer (an index or a choice\'s text), got {_shown(target)}')
-        if target.startswith("[") and target.endswith("]"):
-            self.lines.fail(number, f"target {_shown(target)} names several correct choices: ensdiag needs one per question")
-        count = len(continuations)
-        candidates = [int(target)] if target.isdigit() and int(target) < count else []
-        candidates += [i for i, text in enumerate(continuations) if text == self.delimiter + target and i not in candidates]
-        if len(candidates) > 1:
-            acc = row.get("acc")
-            best = first_argmax(lls)
-            agree = [c for c in candidates if acc in (0, 1) and (best == c) == bool(acc)]
-            candidates = agree if len(agree) == 1 else candidates
-        if len(candidates) != 1:
-            what = "is neither a choice index 0.." + str(count - 1) + " nor a choice's text" if not candidates else \
-                f"is both choice {candidates[0]}'s index and choice {candidates[1]}'s text"
-            self.lines.fail(number, f"target {_shown(target)} {what}")
-        return candidates[0]
+
+def _greedy(answer) -> bool | None:
+    """is_greedy of a [log-likelihood, is_greedy] answer (lm-eval writes "True"/"False"), else None."""
+    flag = answer[1] if isinstance(answer, list) and len(answer) > 1 else None
+    return {"True": True, "False": False, True: True, False: False}.get(flag) if isinstance(flag, (str, bool)) else None

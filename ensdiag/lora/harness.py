@@ -158,27 +158,53 @@ def _device(device: str) -> str:
 
 
 def _save(out, method, seed, members, configs, base, tasks, ood_task):
-    from ..analysis import analyze_predictions
-    from ..diagnosis import Diagnosis
-    from ..foreign.lm_eval import LmEvalOptions, load_lm_eval_predictions
-    from .analysis import diagnose_adapters
+    from ..foreign.lm_eval import LmEvalOptions, lm_eval_answers_task, load_lm_eval_predictions
     from .command import save_lora_run
+    if lm_eval_answers_task(members, LmEvalOptions(tasks)):
+        return _save_answers(out, method, seed, members, configs, base, tasks, ood_task)
     about = {}
     predictions, warnings = load_lm_eval_predictions(members, (), LmEvalOptions(tasks, ood_task), about)
     for line in [*about["notes"], *(f"warning: {warning}" for warning in warnings)]:
         note(line)
-    metrics = analyze_predictions(predictions)
+    from ..core import inspect_predictions
+    source = f"ensdiag evaluate (lm-eval on {len(members)} LoRA adapters)"
+    diagnosis = inspect_predictions(predictions, "lm-eval logs", about["titles"], source)  # as `analyze` reads them
+    metrics = diagnosis.metrics
     metrics["lm_eval"] = about["lm_eval"]
     if warnings:
         metrics["input_warnings"] = warnings
-    source = f"ensdiag evaluate (lm-eval on {len(members)} LoRA adapters)"
-    run = Diagnosis(metrics, predictions, about["titles"], source).save(out, method, seed)
+    run = diagnosis.save(out, method, seed)
+    section = _weight_space(configs, base)
+    save_lora_run(out, method, seed, section)
+    return run, metrics, section
+
+
+def _weight_space(configs, base) -> dict:
+    from .analysis import diagnose_adapters
     try:
-        section = diagnose_adapters(configs, base)
+        return diagnose_adapters(configs, base)
     except EnsdiagError as error:  # e.g. a base saved as pytorch_model.bin: the updates alone still compare
         note(f"weight space without the base ({error})")
-        section = diagnose_adapters(configs, None)
-    save_lora_run(out, method, seed, section)
+        return diagnose_adapters(configs, None)
+
+
+def _save_answers(out, method, seed, members, configs, base, tasks, ood_task):
+    """A generate_until task: the answers' metrics (generated.py) as generated.json beside lm-eval's
+    logs, and the weight-space part; no predictions part (there are no probabilities)."""
+    from ..foreign.lm_eval import LmEvalOptions, load_lm_eval_answers
+    from ..generated import generated_metrics
+    from ..io import atomic_write_json
+    from .command import save_lora_run
+    about = {}
+    splits, warnings = load_lm_eval_answers(members, LmEvalOptions(tasks, ood_task), about)
+    for line in [*about["notes"], *(f"warning: {warning}" for warning in warnings)]:
+        note(line)
+    metrics = generated_metrics(splits, about["lm_eval"])
+    if warnings:
+        metrics["input_warnings"] = warnings
+    section = _weight_space(configs, base)
+    run = save_lora_run(out, method, seed, section)
+    atomic_write_json(run / "generated.json", metrics)
     return run, metrics, section
 
 
@@ -193,12 +219,19 @@ def evaluate_command(folders, base, tasks, ood_task, include_path, out, method, 
     if fmt == "json":
         print_json({"metrics": metrics, "lora": section})
     else:
-        from ..report.terminal import metrics_table, ood_table
         from .present import lora_renderables
         console = Console()
-        show(console, metrics_table(metrics, f"{tasks}: {len(folders)} LoRA adapters (lm-eval)"))
-        if (table := ood_table(metrics)) is not None:
+        title = f"{tasks}: {len(folders)} LoRA adapters (lm-eval)"
+        if "generated" in metrics:
+            from ..generated import generated_tables
+            tables, notes = generated_tables(metrics, title), []
+        else:
+            from ..report.inspection import metrics_view
+            tables, notes = metrics_view(metrics, title)
+        for table in tables:
             show(console, table)
+        for line in notes:
+            note(line)
         for item in lora_renderables(section)[:3]:  # the headline, the members, the summary table
             show(console, item) if not isinstance(item, str) else console.print(literal(item), soft_wrap=True)
     note(f"saved to {run}; `ensdiag report {run.parent.parent}` reports every run saved there")
