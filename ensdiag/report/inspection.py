@@ -22,6 +22,11 @@ def metrics_view(metrics: dict, title: str) -> tuple[list, list[str]]:
     if table is not None:
         tables.append(table)
     notes = skipped_lines(metrics) + interval_lines(metrics) + budget_lines(metrics)
+    conformal = metrics["analyzers"].get("conformal", {})
+    if conformal.get("status") == "ok":
+        from .conformal import conformal_notes, conformal_table
+        tables.append(conformal_table(conformal))
+        notes += conformal_notes(conformal)
     groups = metrics.get("lm_eval", {}).get("groups")
     if groups:  # a benchmark group read from lm-eval logs: its own table
         from .groups import group_notes, group_table
