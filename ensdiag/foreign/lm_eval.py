@@ -230,11 +230,11 @@ def _split(chosen, options, warnings, split) -> tuple[dict, dict]:
                                              lambda n, c, where: _budget(k, n, c, where))
     width = max(len(read[0, subtask].docs[doc_id].scores) for subtask, doc_id in order)
     check_analysis_size(k, len(order), width, f"{first.member.name}: {first.task}")
-    logits = torch.full((k, len(order), width), PAD_LOGIT, dtype=torch.float32)
-    for member in range(k):
-        for position, (subtask, doc_id) in enumerate(order):
-            scores = read[member, subtask].docs[doc_id].scores
-            logits[member, position, :len(scores)] = torch.tensor(scores, dtype=torch.float64)
+    logits = torch.empty((k, len(order), width), dtype=torch.float32)
+    for member in range(k):  # one conversion per member: questions with fewer choices padded first
+        docs = [read[member, subtask].docs[doc_id].scores for subtask, doc_id in order]
+        logits[member] = torch.tensor([s if len(s) == width else s + [PAD_LOGIT] * (width - len(s)) for s in docs],
+                                      dtype=torch.float64).reshape(len(order), width)
     labels = torch.tensor([read[0, subtask].docs[doc_id].gold for subtask, doc_id in order], dtype=torch.int64)
     custom = sorted({subtask for selection in chosen for subtask in selection.files
                      if target_rule(files.task_config(selection.results, subtask)).custom_metrics})

@@ -25,8 +25,12 @@ MAX_LINE_BYTES = 16 * 2**20  # a 25-shot prompt repeated for 5 choices is well u
 MAX_LINES = 4_000_000  # documents × filters in one file
 MAX_CHOICES = 1024
 MAX_SCORE = 1e20  # |log-likelihood| above this is no model's score (and would meet PAD_LOGIT)
-NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_DECIMAL = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+NUMBER = re.compile(_DECIMAL, re.ASCII)
+NUMBERS = re.compile(rf"{_DECIMAL}(?:,{_DECIMAL})*", re.ASCII)  # a line's log-likelihoods joined by commas
 HASH = re.compile(r"^[0-9a-f]{1,128}$")
+DECODER = json.JSONDecoder(parse_constant=lambda name: math.nan)  # one decoder for every line (NaN: refused later)
+REQUESTS = [f"gen_args_{index}" for index in range(2 * MAX_CHOICES)]
 
 
 @dataclass
@@ -43,11 +47,6 @@ class Doc:
         """What every member's line of the document must agree on."""
         return (("doc_hash", self.doc_hash), ("prompt_hash", self.prompt_hash), ("answer", self.gold),
                 ("number of choices", len(self.scores)))
-
-
-def first_argmax(values) -> int:
-    """The index of the first maximum, as numpy's argmax (and lm-eval) take it."""
-    return max(range(len(values)), key=lambda i: (values[i], -i))
 
 
 def _shown(value) -> str:
@@ -68,7 +67,7 @@ class _Lines:
         for number, text in text_lines(self.path, "lm-eval sample file", MAX_LINES, MAX_LINE_BYTES,
                                        "one document and filter per line"):
             try:
-                row = json.loads(text, parse_constant=lambda name: math.nan)
+                row = DECODER.decode(text)
             except RecursionError:
                 self.fail(number, "nests too deeply to be an lm-eval sample")
             except ValueError as error:
@@ -86,6 +85,15 @@ def _number(lines, number, value, what) -> float:
     if not math.isfinite(value) or abs(value) > MAX_SCORE:
         lines.fail(number, f"{what} {_shown(value)} is not a finite log-likelihood")
     return float(value)
+
+
+def _decimal(value, fullmatch=NUMBER.fullmatch):
+    """A log-likelihood as lm-eval writes it (a decimal string) as a float within ±MAX_SCORE, else None."""
+    if type(value) is str and len(value) <= 64 and fullmatch(value):
+        value = float(value)
+    elif type(value) is not float and type(value) is not int:
+        return None
+    return float(value) if -MAX_SCORE <= value <= MAX_SCORE else None  # False for NaN and ±inf
 
 
 class Reader:
@@ -162,10 +170,17 @@ class Reader:
             self.lines.fail(number, 'no "arguments" ({"gen_args_0": {"arg_0": context, "arg_1": continuation}, ...})')
         if len(arguments) > 2 * MAX_CHOICES:  # mutual information: two requests per choice
             self.lines.fail(number, f"{len(arguments):,} requests; ensdiag reads at most {MAX_CHOICES:,} choices")
+        try:  # a well-formed line in one pass; any other is looked at request by request below
+            pairs = [arguments.get(key) for key in REQUESTS[:len(arguments)]]
+            contexts, continuations = [pair["arg_0"] for pair in pairs], [pair["arg_1"] for pair in pairs]
+            if set(map(type, contexts)) == set(map(type, continuations)) == {str}:
+                return contexts, continuations
+        except (TypeError, KeyError):
+            pass
         contexts, continuations = [], []
-        for index in range(len(arguments)):
-            pair = arguments.get(f"gen_args_{index}")
-            if not isinstance(pair, dict) or not isinstance(pair.get("arg_0"), str) or not isinstance(pair.get("arg_1"), str):
+        for index, key in enumerate(REQUESTS[:len(arguments)]):
+            pair = arguments.get(key)
+            if type(pair) is not dict or type(pair.get("arg_0")) is not str or type(pair.get("arg_1")) is not str:
                 self.lines.fail(number, f'"arguments" lacks gen_args_{index} with a context and a continuation '
                                         "(a log-likelihood request per choice; generation tasks have no choices)")
             contexts.append(pair["arg_0"])
@@ -178,18 +193,28 @@ class Reader:
             self.lines.fail(number, 'no "filtered_resps" (one [log-likelihood, is_greedy] per choice)')
         if len(answers) != count:
             self.lines.fail(number, f"{len(answers)} log-likelihoods for {count} choices (a choice is missing)")
-        values = []
-        for index, answer in enumerate(answers):
-            value = answer[0] if isinstance(answer, list) and answer else answer
-            values.append(_number(self.lines, number, value, f"choice {index}'s log-likelihood"))
+        try:  # a well-formed line: [decimal string, is_greedy] per choice, parsed and bounded at once
+            values = [answer[0] for answer in answers]
+            if set(map(type, values)) == {str} and NUMBERS.fullmatch(joined := ",".join(values)) \
+                    and len(joined) <= 65 * len(values):
+                floats = list(map(float, values))
+                if -MAX_SCORE <= min(floats) and max(floats) <= MAX_SCORE:
+                    return floats
+        except (TypeError, KeyError, IndexError):
+            pass
+        values = [_decimal(answer[0] if type(answer) is list and answer else answer) for answer in answers]
+        if None in values:  # say which, and why
+            index = values.index(None)
+            answer = answers[index]
+            _number(self.lines, number, answer[0] if isinstance(answer, list) and answer else answer,
+                    f"choice {index}'s log-likelihood")
         return values
 
     def _gold(self, number, row, continuations, lls, unconditional) -> int:
         """The answer as lm-eval read it (lm_eval_targets.py), refused where lm-eval's own per-line
         metrics say otherwise."""
         texts = [text[len(self.delimiter):] if text.startswith(self.delimiter) else text for text in continuations]
-        greedy = [_greedy(answer) for answer in row["filtered_resps"][:len(texts)]]
-        choices = Choices(texts, lls, greedy, unconditional)
+        choices = Choices(texts, lls, row["filtered_resps"][:len(texts)], unconditional)
         try:
             gold, how = gold_of(self.rule, row, choices)
         except TargetError as error:
@@ -212,8 +237,3 @@ class Reader:
             self.lines.fail(number, "an empty choice cannot be length-normalised (--score acc_norm)")
         return [ll / length for ll, length in zip(lls, lengths)]
 
-
-def _greedy(answer) -> bool | None:
-    """is_greedy of a [log-likelihood, is_greedy] answer (lm-eval writes "True"/"False"), else None."""
-    flag = answer[1] if isinstance(answer, list) and len(answer) > 1 else None
-    return {"True": True, "False": False, True: True, False: False}.get(flag) if isinstance(flag, (str, bool)) else None

@@ -70,8 +70,14 @@ class Choices:
 
     texts: list  # each choice's text (the continuation without the target delimiter)
     lls: list  # each choice's log-likelihood (after the line's filter)
-    greedy: list  # is_greedy per choice (True/False), None where not logged
+    answers: list  # the filtered answers as logged, [log-likelihood, is_greedy] per choice
     unconditional: list | None  # acc_mutual_info's log-likelihoods without the context
+
+    def greedy(self, index: int) -> bool | None:
+        """is_greedy of choice `index` (lm-eval writes "True"/"False"), None where not logged."""
+        answer = self.answers[index]
+        flag = answer[1] if isinstance(answer, list) and len(answer) > 1 else None
+        return {"True": True, "False": False, True: True, False: False}.get(flag) if isinstance(flag, (str, bool)) else None
 
 
 def gold_of(rule: TargetRule, row: dict, choices: Choices) -> tuple[int, str]:
@@ -166,7 +172,7 @@ def _either(rule: TargetRule, row: dict, target: str, choices: Choices) -> tuple
 
 
 def _argmax(values) -> int:
-    return max(range(len(values)), key=lambda i: (values[i], -i))  # the first maximum, as numpy's argmax
+    return values.index(max(values))  # the first maximum, as numpy's argmax (the values are finite)
 
 
 def recomputed(metric: str, gold: int, choices: Choices):
@@ -183,7 +189,8 @@ def recomputed(metric: str, gold: int, choices: Choices):
             return None
         return float(_argmax([c - u for c, u in zip(lls, choices.unconditional)]) == gold)
     if metric == "exact_match":
-        return None if choices.greedy[gold] is None else float(choices.greedy[gold])
+        greedy = choices.greedy(gold)
+        return None if greedy is None else float(greedy)
     raise KeyError(metric)
 
 
