@@ -457,6 +457,7 @@ def test_a_method_that_the_paths_do_not_name_must_be_given(tmp_path, capsys):
 # ---------------------------------------------------------------- the README's section
 
 
+@pytest.mark.llm  # with the extra, its `evaluate` runs lm-eval
 def test_the_readme_llm_commands_run(tmp_path, capsys, monkeypatch):
     import importlib.util
     monkeypatch.chdir(tmp_path)

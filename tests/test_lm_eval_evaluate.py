@@ -46,6 +46,7 @@ def test_an_earlier_evaluation_is_not_merged_into(tmp_path, capsys, monkeypatch)
                           "--out", tmp_path, match="holds lm-eval logs of an earlier evaluation")
 
 
+@pytest.mark.llm
 @pytest.mark.skipif(not HAS_EXTRA, reason="needs the [llm] extra (lm-eval, transformers, peft)")
 def test_lm_eval_scores_every_adapter_into_one_run_of_both_parts(tmp_path, capsys):
     code, out, err = run_cli(capsys, "evaluate", *ADAPTERS, "--base", BASE, "--tasks", "ensq", "--ood-task", "ensood",
@@ -70,6 +71,7 @@ def test_lm_eval_scores_every_adapter_into_one_run_of_both_parts(tmp_path, capsy
     assert row["method"] == "lora-r4" and all(cell["mean"] is not None for cell in row["cells"][:6])
 
 
+@pytest.mark.llm
 @pytest.mark.skipif(not HAS_EXTRA, reason="needs the [llm] extra (lm-eval, transformers, peft)")
 def test_a_task_whose_documents_are_on_the_hub_is_one_line(tmp_path, capsys):
     assert_one_line_error(capsys, "evaluate", *ADAPTERS, "--base", BASE, "--tasks", "arc_easy", "--limit", "2",
