@@ -465,12 +465,14 @@ def test_the_readme_llm_commands_run(tmp_path, capsys, monkeypatch):
     (tmp_path / "tests" / "fixtures").symlink_to(ROOT / "tests" / "fixtures")
     commands = readme_commands("LLM ensembles", tmp_path)
     assert [command[1] for command in commands] == ["analyze", "diversity", "report", "analyze", "analyze", "report",
-                                                    "evaluate"]
+                                                    "analyze", "analyze", "evaluate"]
     assert sum("adapter-" in part for part in commands[1]) == 3  # the glob
     section = (ROOT / "README.md").read_text().split("## LLM ensembles\n", 1)[1].split("\n## ", 1)[0]
     shown = [block.strip().splitlines() for block in re.findall(r"```text\n(.*?)```", section, flags=re.S)]
     outputs = [run_recorded(capsys, command, ROOT) for command in commands[:-1]]
     assert all(line in outputs[2] for line in shown[0]) and all(line in outputs[5] for line in shown[1])
+    group_row, generated_row = shown[2]  # the group's row and the generated answers' row
+    assert group_row in outputs[6] and generated_row in outputs[7]
     assert (tmp_path / "runs" / "llm" / "lora-r4" / "seed-0" / "lora.json").is_file()
     assert "## Verdict" in outputs[5] and "## Accuracy per subtask" not in outputs[5]
     if importlib.util.find_spec("lm_eval") is None:  # without the extra: one line saying how to get it
