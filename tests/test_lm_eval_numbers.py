@@ -209,3 +209,34 @@ def test_a_malformed_line_exits_2_naming_it(task, change, match, tmp_path, capsy
     code, _, err = run_cli(capsys, "analyze", *folders, "--task", task)
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert re.match("error: " + re.escape(str(samples(folders[1], task))) + ", line 3: " + match, err), err
+
+
+def test_a_memory_budget_is_checked_before_the_documents_are_held(monkeypatch):
+    monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "40K")  # about 10 documents of 3 members
+    with pytest.raises(EnsdiagError, match="documents read.*more than the memory budget of 40.0 KiB|reading .* documents "
+                                           "of 3 members needs about .* more than the memory budget"):
+        load_lm_eval_predictions([NUMBERS], (), LmEvalOptions("ensnum"))
+    with pytest.raises(EnsdiagError, match="more than the memory budget"):
+        load_lm_eval_answers([NUMBERS], LmEvalOptions("ensgen"))
+    monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "100M")
+    load_lm_eval_predictions([NUMBERS], (), LmEvalOptions("ensnum"))
+
+
+@pytest.mark.slow
+def test_the_scale_bench_runs_and_its_record_renders(tmp_path):
+    """benchmarks/lm_eval_scale.py on 2 of MMLU's subjects: a record with every step, rendered as docs render it."""
+    import importlib.util
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("lm_eval_scale", root / "benchmarks" / "lm_eval_scale.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.main(["--subjects", "2", "--rounds", "1", "--out", str(tmp_path)])
+    (path,) = tmp_path.glob("lm-eval-scale-cpu-*.json")
+    record = json.loads(path.read_text())
+    assert record["settings"]["questions"] == 235 and record["settings"]["lines"] == 5 * 235
+    assert set(record["seconds"]) >= {"parse", "read", "analyzers", "intervals"}
+    assert record["mmlu_accuracy"]["members"] == pytest.approx(record["mmlu_accuracy"]["members_lm_eval"], abs=1e-12)
+    spec = importlib.util.spec_from_file_location("docs_tables", root / "benchmarks" / "docs_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    assert "| + the core's intervals" in "\n".join(tables.lm_eval_scale(record))

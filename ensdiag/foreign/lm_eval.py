@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from ..budget import require
 from ..errors import EnsdiagError, unknown
 from . import lm_eval_files as files
 from . import lm_eval_groups as groups
@@ -295,9 +296,13 @@ def _group_section(chosen, tree, order, per_question, definitions, metric_name, 
     return {"metric": f"{metric_name},{filter_name}", **found}
 
 
+HELD_PER_DOCUMENT = 1024  # bytes reading holds per document and member besides its scores (measured: about 610)
+
+
 def _budget(k, n, c, where):
     if n & (n - 1) == 0:  # at every power of two: what is held never exceeds what was checked
         check_analysis_size(k, 2 * n, max(c, 2), f"{where} ({n:,} documents read)")
+        require(k * 2 * n * (HELD_PER_DOCUMENT + 8 * max(c, 2)), f"{where}: reading {n:,} documents of {k} members")
 
 
 def _join(chosen, read, order):

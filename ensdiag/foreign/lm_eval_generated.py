@@ -29,6 +29,7 @@ from ..budget import require
 from ..errors import EnsdiagError
 from .lm_eval_lines import Reader, _shown
 
+HELD_PER_ANSWER = 1024  # bytes reading holds per answer besides its texts (as for a multiple-choice line)
 MAX_ANSWER = 64 * 1024  # characters of one filtered answer (a whole generation without a regex filter: a few KiB)
 OPTIONS = ("regexes_to_ignore", "ignore_case", "ignore_punctuation", "ignore_numbers")
 DECLARATIONS = ("metric", "aggregation", "higher_is_better")
@@ -101,8 +102,8 @@ class AnswerReader(Reader):
         self.options = options  # exact_match's, or None: the logged score is taken as it is
 
     @staticmethod
-    def _size(doc) -> int:
-        return 2 * len(doc.answer) + 64  # bytes held per answer, about
+    def _size(doc) -> int:  # bytes held per answer: its texts (up to 4 bytes a character) and its objects
+        return 4 * (len(doc.answer) + len(doc.target)) + HELD_PER_ANSWER
 
     def _doc(self, number, row) -> Answer:
         fail = self.lines.fail
@@ -137,17 +138,18 @@ def load_generated(chosen, filter_name: str | None, read_members) -> tuple[dict,
     """({split: {"ids": [k, N], "correct": [k, N]}}, section): the members' answers, joined.
     `read_members(chosen, filter, make_reader, budget)` is lm_eval.py's reading and joining."""
     from .lm_eval_files import task_config
-    k, held = len(chosen), [0]
+    held = [0]  # bytes held by every answer read so far, all members
 
     def budget(n, size, where):
         held[0] += size
-        if n & (n - 1) == 0:
-            require(2 * k * held[0], f"{where} ({n:,} answers read)")
+        if n & (n - 1) == 0:  # at each file's powers of two: what is held never exceeds what was checked
+            require(2 * held[0], f"{where}: reading {n:,} answers")
 
     def make_reader(selection, subtask, path, wanted):
         return AnswerReader(path, wanted, exact_match_options(task_config(selection.results, subtask)))
 
     read, order, filter_name = read_members(chosen, filter_name, make_reader, budget)
+    k = len(chosen)
     ids = torch.empty(k, len(order), dtype=torch.int64)
     correct = torch.empty(k, len(order), dtype=torch.bool)
     for position, (subtask, doc_id) in enumerate(order):
