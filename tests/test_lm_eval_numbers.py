@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy.special import softmax
 
 from ensdiag.errors import EnsdiagError
@@ -240,3 +242,32 @@ def test_the_scale_bench_runs_and_its_record_renders(tmp_path):
     tables = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tables)
     assert "| + the core's intervals" in "\n".join(tables.lm_eval_scale(record))
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                           max_leaves=6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["ensnum_index", "ensnum_text", "ensnum_template", "ensgen"]), st.integers(0, 4),
+       st.sampled_from(["target", "doc", "answer", "answer_text", "filtered_resps", "exact_match", "acc", "acc_norm"]),
+       JSON_VALUES)
+def test_any_damaged_field_gives_numbers_or_one_line_naming_the_file(tmp_path_factory, task, line, field, value):
+    """The fields lm-eval's reading uses (the target, the document and its columns, the answers and the
+    logged metrics) replaced by any JSON value: read, or one EnsdiagError naming the file."""
+    folders = copies(tmp_path_factory.mktemp("damaged"), task)
+    path = samples(folders[1], task)
+
+    def damage(row):
+        if field in ("answer", "answer_text"):
+            return {**row, "doc": {**row["doc"], field: value}}
+        return {**row, field: value}
+    edit(path, line, damage)
+    try:
+        if task == "ensgen":
+            load_lm_eval_answers(folders, LmEvalOptions(task))
+        else:
+            load_lm_eval_predictions(folders, (), LmEvalOptions(task))
+    except EnsdiagError as error:
+        assert str(error).startswith(str(path)) and "\n" not in str(error), error
