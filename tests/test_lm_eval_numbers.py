@@ -175,11 +175,14 @@ def copies(tmp_path, task, members=MEMBERS) -> list[Path]:
 def test_the_same_member_twice_is_refused_however_it_is_given(tmp_path, capsys):
     file = samples(MEMBERS[0], "ensnum_index")
     (tmp_path / "link").symlink_to(MEMBERS[0], target_is_directory=True)
-    os.link(file, tmp_path / file.name)
-    for given in ([MEMBERS[0], MEMBERS[1], MEMBERS[0]], [file, samples(MEMBERS[1], "ensnum_index"), file],
-                  [MEMBERS[0], tmp_path / "link"], [file, tmp_path / file.name]):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    copy = Path(shutil.copy(file, tmp_path / "a"))
+    os.link(copy, tmp_path / "b" / file.name)  # a hard link: another name of the same file (on one file system)
+    for members in ([MEMBERS[0], MEMBERS[1], MEMBERS[0]], [file, samples(MEMBERS[1], "ensnum_index"), file],
+                    [MEMBERS[0], tmp_path / "link"], [copy, tmp_path / "b" / file.name]):
         with pytest.raises(EnsdiagError, match="are one run: both read .*samples_ensnum_index_.*; give each member once"):
-            load_lm_eval_predictions(given, (), LmEvalOptions("ensnum_index"))
+            load_lm_eval_predictions(members, (), LmEvalOptions("ensnum_index"))
     assert_one_line_error(capsys, "analyze", MEMBERS[0], tmp_path / "link", "--task", "ensgen", match="are one run")
     folders = copies(tmp_path / "copied", "ensnum_index", MEMBERS[:1])  # a copy is another file: read, with a warning
     _, warnings = load_lm_eval_predictions([MEMBERS[0], *folders], (), LmEvalOptions("ensnum_index"))

@@ -17,13 +17,17 @@ How ensdiag reads them (docs/conventions.md, "lm-evaluation-harness logs"):
 - a member's score of choice i is its log-likelihood (`--score loglikelihood`), lm-eval's
   acc_norm score loglik / len(choice) in characters (`acc_norm`), or loglik − the unconditional
   loglik (`mutual_info`); softmax over the C choices gives the member's probabilities;
-- one filter (`--filter`, default the first in the file); a target of digits is the choice
-  index (lm-eval turns a template's digits into an index), otherwise the choice with that text;
+- one filter (`--filter`, default the first in the file); each target read as lm-eval read it
+  (an index or a choice's text, by the task's `doc_to_target`: lm_eval_targets.py) and every
+  per-line metric lm-eval logged recomputed from it: a line that disagrees is refused;
 - members are joined on (subtask, doc_id) and must agree on doc_hash, prompt_hash and target;
+  the same samples file as two members (a link, a hard link) is refused;
 - questions with fewer choices than the most any has are padded with `PAD_LOGIT` (probability
-  exactly 0); a group is split `id` (pooled) plus `id/<subtask>` per subtask.
+  exactly 0); a group is split `id` (pooled) plus `id/<subtask>` per subtask, and its groups'
+  numbers are aggregated as lm-eval aggregates them (lm_eval_groups.py, `section["groups"]`);
+- a generate_until task's answers are read by `load_lm_eval_answers` (lm_eval_generated.py).
 Files are hostile input: lines are bounded in length and number, numbers must match a decimal
-pattern and be finite, and the memory the analysis needs is checked while reading.
+pattern and be finite, and the memory reading and the analysis need is checked while reading.
 """
 
 from dataclasses import dataclass
@@ -107,16 +111,17 @@ def _chosen(sources, options: LmEvalOptions) -> tuple[list, list]:
 
 def _generated(selection) -> bool:
     """Whether the selected task is lm-eval's generate_until (its config, else its first line)."""
+    import json
+
     from ..io import text_lines
     from .lm_eval_generated import is_generated
-    from .lm_eval_lines import MAX_LINE_BYTES
+    from .lm_eval_lines import MAX_LINE_BYTES, MAX_LINES
     subtask, path = next(iter(selection.files.items()))
     config = files.task_config(selection.results, subtask)
     if isinstance(config.get("output_type"), str):
         return is_generated(config, None)
-    import json
-    for _, text in text_lines(path, "lm-eval sample file", 1, MAX_LINE_BYTES, "one document and filter per line"):
-        try:
+    for _, text in text_lines(path, "lm-eval sample file", MAX_LINES, MAX_LINE_BYTES, "one document and filter per line"):
+        try:  # the first line that is not blank
             return is_generated({}, json.loads(text))
         except (ValueError, RecursionError):
             return False  # the reader says what is wrong with the line
