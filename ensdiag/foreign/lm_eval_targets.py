@@ -167,8 +167,10 @@ def _either(rule: TargetRule, row: dict, target: str, choices: Choices) -> tuple
     why = "and its logged metrics agree with both" if len(agree) == 2 else \
         "and its logged metrics agree with neither" if not rule.custom_metrics and any(m in row for m in CHECKED) else \
         "and no metric logged on the line tells which"
+    hint = "; keep lm-eval's results_*.json beside the samples file: its task config says how lm-eval read targets" \
+        if rule.kind == "unknown" else ""
     raise TargetError(f"target {_shown(target)} is both choice {candidates[0]}'s index and choice {candidates[1]}'s "
-                      f"text ({rule.describe()}), {why}")
+                      f"text ({rule.describe()}), {why}{hint}")
 
 
 def _argmax(values) -> int:
