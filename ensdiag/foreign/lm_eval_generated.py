@@ -1,7 +1,7 @@
 """lm-eval logs of generated answers (`output_type: generate_until`, GSM8K-like tasks): each
 member's answer to each question after lm-eval's filters, and lm-eval's own score of it.
 
-    answers, section, warnings = load_generated(["out/lora__a0", "out/lora__a1"], LmEvalOptions("gsm8k"))
+    answers, warnings = load_lm_eval_answers(["out/lora__a0", "out/lora__a1"], LmEvalOptions("gsm8k"))  # lm_eval.py
     answers["id"]["ids"]       # [k, N] int64: the same id for the same (normalised) answer to a question
     answers["id"]["correct"]   # [k, N] bool: lm-eval's exact_match of each member's answer
 
@@ -134,9 +134,10 @@ class AnswerReader(Reader):
         return self.docs[doc_id]
 
 
-def load_generated(chosen, filter_name: str | None, read_members) -> tuple[dict, dict]:
-    """({split: {"ids": [k, N], "correct": [k, N]}}, section): the members' answers, joined.
-    `read_members(chosen, filter, make_reader, budget)` is lm_eval.py's reading and joining."""
+def load_generated(chosen, filter_name: str | None, read_members) -> tuple[dict, dict, dict, list]:
+    """({split: {"ids": [k, N], "correct": [k, N]}}, section, readers, [(subtask, doc_id)] in
+    order): the members' answers, joined. `read_members(chosen, filter, make_reader, budget)` is
+    lm_eval.py's reading and joining (the same as for multiple choice)."""
     from .lm_eval_files import task_config
     held = [0]  # bytes held by every answer read so far, all members
 
