@@ -274,3 +274,30 @@ def test_any_damaged_field_gives_numbers_or_one_line_naming_the_file(tmp_path_fa
             load_lm_eval_predictions(folders, (), LmEvalOptions(task))
     except EnsdiagError as error:
         assert str(error).startswith(str(path)) and "\n" not in str(error), error
+
+
+def test_a_groups_weighting_is_read_back_from_lm_evals_own_numbers():
+    """Subtasks a (1 question, acc 1) and b (3 questions, acc 0): lm-eval's group acc is 0.25 by size,
+    0.5 unweighted; the logged number says which; aggregate() computes either by hand."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from ensdiag.foreign.lm_eval_groups import aggregate, group_tree, group_weighting, positions
+
+    def member(group_value, sizes=(1, 3)):
+        results = {"group_subtasks": {"g": ["a", "b"]},
+                   "results": {"a": {"sample_len": sizes[0], "acc,none": 1.0}, "b": {"sample_len": sizes[1], "acc,none": 0.0},
+                               "g": {} if group_value is None else {"acc,none": group_value}}}
+        return SimpleNamespace(results=results)
+    tree = group_tree(member(0.5).results, "g")
+    assert tree == {"g": ["a", "b"]}
+    assert group_weighting([member(0.25)] * 2, tree, "acc", "none")["g"]["by_size"] is True
+    assert group_weighting([member(0.5)] * 2, tree, "acc", "none")["g"]["by_size"] is False
+    assert "logs no acc,none" in group_weighting([member(None)], tree, "acc", "none")["g"]["why"]
+    assert "both weightings" in group_weighting([member(0.5, (2, 2))], tree, "acc", "none")["g"]["why"]
+    with pytest.raises(EnsdiagError, match="neither the size-weighted nor the unweighted"):
+        group_weighting([member(0.25), member(0.5)], tree, "acc", "none")
+    means, sizes = torch.tensor([[1.0, 2.0], [0.0, 4.0]], dtype=torch.float64), torch.tensor([1, 3])
+    assert aggregate(means, sizes, True).tolist() == [0.25, 3.5] and aggregate(means, sizes, False).tolist() == [0.5, 3.0]
+    assert positions([("a", 0), ("a", 1), ("b", 0)]) == [("a", 0, 2), ("b", 2, 3)]
