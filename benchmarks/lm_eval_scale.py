@@ -192,7 +192,10 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--subjects", type=int, default=len(SUBJECTS), help="the first N subjects only (a quick try)")
+    parser.add_argument("--threads", type=int, help="torch's intra-op threads (default: torch's own choice)")
     args = parser.parse_args(argv)
+    if args.threads:
+        __import__("torch").set_num_threads(args.threads)
     subjects = dict(list(SUBJECTS.items())[:args.subjects])
     from ensdiag.io import atomic_write_json
     from ensdiag.provenance import environment
