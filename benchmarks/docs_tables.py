@@ -181,7 +181,27 @@ def budgeted(record: dict) -> list[str]:
     return lines
 
 
-RENDERERS = {"budgeted": budgeted, "denormals": denormals, "methods": methods, "strategies": strategies, "tracking": tracking, "diagnose": diagnose, "report": report,
+def lm_eval_scale(record: dict) -> list[str]:
+    """`benchmarks/lm_eval_scale.py`: each step of reading and analysing lm-eval logs against parsing them."""
+    settings, seconds, ratio = record["settings"], record["seconds"], record["ratio_to_parse"]
+    load = record["load_average"]
+    lines = [f"{settings['members']} members × {settings['questions']:,} four-choice questions in {settings['subtasks']} "
+             f"subtasks (MMLU's test sizes, lm-eval 0.4.13's nested group layout, synthetic lines): "
+             f"{settings['lines']:,} lines, {settings['bytes'] / 1e6:.0f} MB; median of {settings['rounds']} rounds taken "
+             f"in turn; load average {load['before'][0]:.2f} before and {load['after'][0]:.2f} after (the machine is "
+             f"shared), torch {record['torch_threads']} thread(s); peak memory {record['peak_memory_bytes'] / 2**30:.1f} GiB.",
+             "", "| step | seconds | × parse (target 3×) |", "|---|---|---|",
+             f"| parse the JSON lines alone (`json.loads`, the floor) | {seconds['parse']:.2f} | 1× |",
+             f"| read: lines checked, answers read and checked as lm-eval scored them, members joined, groups "
+             f"aggregated with intervals | {seconds['read']:.2f} | {ratio['read']:.1f}× |",
+             f"| + every analyzer, pooled and per subtask ({record['splits_analysed']} splits; conformal sets included) "
+             f"| {seconds['analyzers']:.2f} | {ratio['read_and_analyzers']:.1f}× |",
+             f"| + the core's intervals of the headline numbers: all of `ensdiag analyze` | {seconds['intervals']:.2f} | "
+             f"{ratio['read_analyzers_and_intervals']:.1f}× |"]
+    return lines
+
+
+RENDERERS = {"budgeted": budgeted, "lm-eval-scale": lm_eval_scale, "denormals": denormals, "methods": methods, "strategies": strategies, "tracking": tracking, "diagnose": diagnose, "report": report,
              "peer": peer}
 
 

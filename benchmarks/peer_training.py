@@ -24,7 +24,6 @@ epoch over the trainer's.
 """
 
 import argparse
-import json
 import statistics
 import time
 from datetime import datetime

@@ -270,7 +270,13 @@ def edit(path: Path, line: int, change):
     (lambda text: re.sub(r'"filtered_resps": \[\["[^"]*"', '"filtered_resps": [["-1e300"', text),
      "line 1: .* is not a finite log-likelihood"),
     (lambda text: re.sub(r'"target": "\d"', '"target": "seventy"', text),
-     "line 1: target 'seventy' is neither a choice index 0..3 nor a choice's text"),
+     "line 1: target 'seventy' is no choice's text \\(the choices are 'twelve', 'eight', 'one', 'sixteen'\\)"),
+    (lambda text: re.sub(r'"target": "\d"', '"target": "\u00b2"', text), "line 1: target '²' is digits lm-eval cannot have logged"),
+    (lambda text: re.sub(r'"target": "\d"', '"target": "007"', text), "line 1: target '007' is digits lm-eval cannot"),
+    (lambda text: re.sub(r'"target": "\d"', '"target": "' + "9" * 5000 + '"', text),
+     "line 1: target '9+[.]{3} is choice index 9{12}…, but the question has 4 choices"),
+    (lambda text: re.sub(r'"target": "\d"', '"target": "4"', text), "line 1: target '4' is choice index 4, but the "
+                                                                       "question has 4 choices"),
     (lambda text: re.sub(r'"target": "\d"', '"target": "[0, 2]"', text), "line 1: target .* names several correct choices"),
     (lambda text: text[:50], "line 1: not JSON"),
     (lambda text: "[1, 2]", "line 1: not a JSON object"),
@@ -289,17 +295,20 @@ def test_hostile_lines_are_one_line_errors_naming_the_line(change, match, tmp_pa
 def numeric_choices(row: dict, texts, target, lls, acc) -> str:
     """A line of `row`'s layout whose choices are the texts given (numbers, as in arithmetic tasks)."""
     row = {**row, "target": target, "acc": acc, "metrics": ["acc"]}
+    row.pop("acc_norm", None)
     row["arguments"] = {f"gen_args_{i}": {"arg_0": "q", "arg_1": f" {text}"} for i, text in enumerate(texts)}
     row["filtered_resps"] = [[str(value), "False"] for value in lls]
     return json.dumps(row)
 
 
-def test_a_target_that_is_both_an_index_and_a_choice_text_is_read_as_lm_evals_acc_says(tmp_path, capsys):
-    """'2' is choice 2's index and choice 0's text: lm-eval's own `acc` of the line tells which it
-    scored against; where it cannot tell, the line is refused."""
-    for acc, expected in ((1.0, 0), (0.0, 2)):  # member 0 picks choice 0 ("2")
+def test_without_the_task_config_lm_evals_logged_acc_tells_an_index_from_a_choice_text(tmp_path, capsys):
+    """'2' is choice 2's index and choice 0's text. A samples file alone (no results_*.json: no
+    doc_to_target) holds no type: lm-eval's own `acc` of the line tells which it scored against;
+    where it cannot tell, the line is refused."""
+    for acc, expected in ((1.0, 0), (0.0, 2)):  # every member picks choice 0 ("2")
         paths = copied(tmp_path / str(acc))
         for path in paths:
+            next(path.parent.glob("results_*.json")).unlink()
             edit(path, 0, lambda text: numeric_choices(json.loads(text), ["2", "5", "7", "9"], "2",
                                                        [-0.5, -3.0, -4.0, -5.0], acc))
         metrics, _ = analysed(capsys, *paths)
@@ -308,20 +317,35 @@ def test_a_target_that_is_both_an_index_and_a_choice_text_is_read_as_lm_evals_ac
         others = sum(np.argmax(s) == y for s, y in zip(scores[0][1:], labels[1:]))
         assert member_correct == pytest.approx(others + (expected == 0))
     paths = copied(tmp_path / "unknown")
+    next(paths[0].parent.glob("results_*.json")).unlink()
     edit(paths[0], 0, lambda text: numeric_choices(json.loads(text), ["2", "5", "7", "9"], "2", [-5.0, -0.5, -4.0, -6.0], 0.0))
-    assert_one_line_error(capsys, "analyze", *paths, match="line 1: target '2' is both choice 2's index and choice 0's text")
+    assert_one_line_error(capsys, "analyze", *paths, match="line 1: target '2' is both choice 2's index and choice 0's "
+                                                           "text \\(no task config .*\\), and its logged metrics agree with both")
 
 
-def test_a_line_whose_logged_metric_contradicts_its_scores_is_reported(tmp_path, capsys):
+def test_with_the_task_config_the_target_is_read_as_lm_eval_reads_it_and_its_acc_must_agree(tmp_path, capsys):
+    """ensq's doc_to_target is the template "{{answer}}": lm-eval turns its digits into an index, whatever
+    the choices' texts; a line whose logged acc says otherwise was not scored as it reads: refused."""
+    paths = copied(tmp_path)
+    for path in paths:
+        edit(path, 0, lambda text: numeric_choices(json.loads(text), ["2", "5", "7", "9"], "2", [-0.5, -3.0, -4.0, -5.0], 0.0))
+    metrics, _ = analysed(capsys, *paths)
+    scores, labels = reference(MEMBERS, ["ensq"])
+    assert labels[0] != 2  # the original line's answer differs: the edited line is read, as index 2 (a miss)
+    correct = [sum(np.argmax(q) == y for q, y in zip(member[1:], labels[1:])) for member in scores]
+    assert np.array(metrics["analyzers"]["calibration"]["splits"]["id"]["member_accuracy"]["value"]) * 20 == \
+        pytest.approx(correct)
+    edit(paths[1], 0, lambda text: text.replace('"acc": 0.0', '"acc": 1.0'))
+    assert_one_line_error(capsys, "analyze", *paths, match=re.escape(str(paths[1])) + ", line 1: lm-eval logs acc 1, "
+                          "but choice 2 as the answer gives 0 \\(target '2' read as template digits: an index\\)")
+
+
+def test_a_line_whose_logged_metric_contradicts_its_scores_is_refused(tmp_path, capsys):
     paths = copied(tmp_path)
     first = json.loads(paths[1].read_text().splitlines()[3])
-    edit(paths[1], 3, lambda text: text.replace(f'"acc": {first["acc"]}', f'"acc": {1.0 - first["acc"]}'))
-    metrics, err = analysed(capsys, *paths)
-    assert "warning: " in err and "lm-eval's own acc differs from the argmax of the log-likelihoods read on 1 document(s) " \
-        "(first: doc_id 3)" in err and paths[1].parent.name in err
-    assert metrics["input_warnings"] and metrics["analyzers"]["calibration"]["splits"]["id"]["member_accuracy"]["value"] == \
-        analysed(capsys, *(samples(member, "ensq") for member in MEMBERS))[0]["analyzers"]["calibration"]["splits"]["id"][
-            "member_accuracy"]["value"]  # ensdiag's numbers are its own reading of the scores
+    edit(paths[1], 3, lambda text: text.replace(f'"acc_norm": {first["acc_norm"]}', f'"acc_norm": {1.0 - first["acc_norm"]}'))
+    assert_one_line_error(capsys, "analyze", *paths, match=re.escape(str(paths[1])) + f", line 4: lm-eval logs acc_norm "
+                          f"{1 - first['acc_norm']:g}, but choice {first['target']} as the answer gives {first['acc_norm']:g}")
 
 
 def test_a_byte_order_mark_crlf_and_blank_lines_read_alike(tmp_path, capsys):
@@ -433,6 +457,7 @@ def test_a_method_that_the_paths_do_not_name_must_be_given(tmp_path, capsys):
 # ---------------------------------------------------------------- the README's section
 
 
+@pytest.mark.llm  # with the extra, its `evaluate` runs lm-eval
 def test_the_readme_llm_commands_run(tmp_path, capsys, monkeypatch):
     import importlib.util
     monkeypatch.chdir(tmp_path)
@@ -440,12 +465,14 @@ def test_the_readme_llm_commands_run(tmp_path, capsys, monkeypatch):
     (tmp_path / "tests" / "fixtures").symlink_to(ROOT / "tests" / "fixtures")
     commands = readme_commands("LLM ensembles", tmp_path)
     assert [command[1] for command in commands] == ["analyze", "diversity", "report", "analyze", "analyze", "report",
-                                                    "evaluate"]
+                                                    "analyze", "analyze", "evaluate"]
     assert sum("adapter-" in part for part in commands[1]) == 3  # the glob
     section = (ROOT / "README.md").read_text().split("## LLM ensembles\n", 1)[1].split("\n## ", 1)[0]
     shown = [block.strip().splitlines() for block in re.findall(r"```text\n(.*?)```", section, flags=re.S)]
     outputs = [run_recorded(capsys, command, ROOT) for command in commands[:-1]]
     assert all(line in outputs[2] for line in shown[0]) and all(line in outputs[5] for line in shown[1])
+    group_row, generated_row = shown[2]  # the group's row and the generated answers' row
+    assert group_row in outputs[6] and generated_row in outputs[7]
     assert (tmp_path / "runs" / "llm" / "lora-r4" / "seed-0" / "lora.json").is_file()
     assert "## Verdict" in outputs[5] and "## Accuracy per subtask" not in outputs[5]
     if importlib.util.find_spec("lm_eval") is None:  # without the extra: one line saying how to get it

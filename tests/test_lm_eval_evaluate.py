@@ -46,6 +46,7 @@ def test_an_earlier_evaluation_is_not_merged_into(tmp_path, capsys, monkeypatch)
                           "--out", tmp_path, match="holds lm-eval logs of an earlier evaluation")
 
 
+@pytest.mark.llm
 @pytest.mark.skipif(not HAS_EXTRA, reason="needs the [llm] extra (lm-eval, transformers, peft)")
 def test_lm_eval_scores_every_adapter_into_one_run_of_both_parts(tmp_path, capsys):
     code, out, err = run_cli(capsys, "evaluate", *ADAPTERS, "--base", BASE, "--tasks", "ensq", "--ood-task", "ensood",
@@ -59,17 +60,26 @@ def test_lm_eval_scores_every_adapter_into_one_run_of_both_parts(tmp_path, capsy
     committed = json.loads(committed)
     for split in ("id", "ood"):  # lm-eval scored the same adapters as when it wrote the fixtures
         for analyzer, key in (("uncertainty", "entropy"), ("disagreement", "mean")):
-            assert found["metrics"]["analyzers"][analyzer]["splits"][split][key]["value"] == pytest.approx(
+            assert found["analyzers"][analyzer]["splits"][split][key]["value"] == pytest.approx(
                 committed["analyzers"][analyzer]["splits"][split][key]["value"], rel=1e-5)
-    assert found["metrics"]["analyzers"]["calibration"]["splits"]["id"]["nll"]["value"] == pytest.approx(
+    assert found["analyzers"]["calibration"]["splits"]["id"]["nll"]["value"] == pytest.approx(
         committed["analyzers"]["calibration"]["splits"]["id"]["nll"]["value"], rel=1e-5)
-    assert found["lora"]["k"] == 3
+    # one metrics layout: `analyze`'s, with the weight space as the `lora` analyzer, as `diversity` prints it
+    assert set(found) == set(committed) and set(found["analyzers"]) == {*committed["analyzers"], "lora"}
+    assert "interval" in found["analyzers"]["calibration"]["splits"]["id"]["nll"]
+    code, weights, err = run_cli(capsys, "diversity", *ADAPTERS, "--base", BASE, "--format", "json")
+    assert code == 0, err
+    weights = json.loads(weights)["analyzers"]["lora"]
+    assert found["analyzers"]["lora"]["k"] == weights["k"] == 3
+    assert found["analyzers"]["lora"]["summary"]["delta_cosine"]["mean"] == pytest.approx(
+        weights["summary"]["delta_cosine"]["mean"], rel=1e-9)
     code, report, err = run_cli(capsys, "report", tmp_path / "runs", "--format", "json", "--no-figures")
     tables = {table["id"]: table for table in json.loads(report)["tables"]}
     row = tables["llm"]["rows"][0]
     assert row["method"] == "lora-r4" and all(cell["mean"] is not None for cell in row["cells"][:6])
 
 
+@pytest.mark.llm
 @pytest.mark.skipif(not HAS_EXTRA, reason="needs the [llm] extra (lm-eval, transformers, peft)")
 def test_a_task_whose_documents_are_on_the_hub_is_one_line(tmp_path, capsys):
     assert_one_line_error(capsys, "evaluate", *ADAPTERS, "--base", BASE, "--tasks", "arc_easy", "--limit", "2",

@@ -57,9 +57,12 @@ def analyze(
     from ..foreign.readers import load_any_predictions
     from ..io import atomic_write_json
 
+    options = LmEvalOptions(task, ood_task, filter_name, score)
+    if _generated_answers(sources, ood, labels, inputs, options):
+        from .generated import generated_command
+        return generated_command(sources, options, out, method, fmt, ", ".join(map(str, sources)))
     about = {}  # what the lm-eval reader found: run names, split titles, notes
-    predictions, warnings = load_any_predictions(sources, labels, ood or (), inputs,
-                                                 LmEvalOptions(task, ood_task, filter_name, score), about)
+    predictions, warnings = load_any_predictions(sources, labels, ood or (), inputs, options, about)
     if "lm_eval" in about and method is None and out is not None and out.suffix.lower() != ".json":
         from ..foreign.lm_eval import run_name_of
         method, seed = run_name_of(about["lm_eval"], seed)  # from the members' model paths
@@ -80,3 +83,14 @@ def analyze(
     elif target is not None:
         atomic_write_json(claimed_file(out, overwrite), diagnosis.metrics)
     show_metrics(diagnosis.metrics, fmt, ", ".join(map(str, sources)))
+
+
+def _generated_answers(sources, ood, labels, inputs, options) -> bool:
+    """lm-eval logs of a generate_until task (answers, not choices: `ensdiag/generated.py`)."""
+    from ..foreign.lm_eval import lm_eval_answers_task, looks_like_lm_eval
+    if not sources or not all(looks_like_lm_eval(path) for path in sources) or not lm_eval_answers_task(sources, options):
+        return False
+    if ood or labels is not None or inputs != "logits":
+        raise EnsdiagError("generated answers (a generate_until task) hold each question's reference and lm-eval's "
+                           "score: drop --ood, --labels and --inputs")
+    return True

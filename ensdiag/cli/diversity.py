@@ -56,7 +56,7 @@ def diversity(
     quick_checks(model_path, data, shift, ood)
     from ..lora import adapter_folders
     if adapter_folders(model_path):  # before anything imports torch: their configs are checked first
-        from ..lora.command import lora_diversity
+        from .lora import lora_diversity
         return lora_diversity(model_path, base, fmt, plot, save, method, seed, {
             "--preset": preset, "--data": data, "--shift": shift, "--ood": ood, "--normalize": normalize,
             "--num-classes": num_classes, "--max-examples": max_examples, "--budget": budget,

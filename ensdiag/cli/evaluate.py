@@ -54,7 +54,7 @@ def evaluate(
     quick_checks(model_path, data, shift, ood)
     from ..lora import adapter_folders
     if adapter_folders(model_path):
-        from ..lora.harness import evaluate_command
+        from .lora import evaluate_command
         return evaluate_command(model_path, base, tasks, ood_task, include_path, out, method, seed, device, batch_size,
                                 limit, fmt, {"--preset": preset, "--data": data, "--shift": shift, "--ood": ood,
                                                "--normalize": normalize, "--num-classes": num_classes, "--download": download,

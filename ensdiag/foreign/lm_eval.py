@@ -17,13 +17,17 @@ How ensdiag reads them (docs/conventions.md, "lm-evaluation-harness logs"):
 - a member's score of choice i is its log-likelihood (`--score loglikelihood`), lm-eval's
   acc_norm score loglik / len(choice) in characters (`acc_norm`), or loglik − the unconditional
   loglik (`mutual_info`); softmax over the C choices gives the member's probabilities;
-- one filter (`--filter`, default the first in the file); a target of digits is the choice
-  index (lm-eval turns a template's digits into an index), otherwise the choice with that text;
+- one filter (`--filter`, default the first in the file); each target read as lm-eval read it
+  (an index or a choice's text, by the task's `doc_to_target`: lm_eval_targets.py) and every
+  per-line metric lm-eval logged recomputed from it: a line that disagrees is refused;
 - members are joined on (subtask, doc_id) and must agree on doc_hash, prompt_hash and target;
+  the same samples file as two members (a link, a hard link) is refused;
 - questions with fewer choices than the most any has are padded with `PAD_LOGIT` (probability
-  exactly 0); a group is split `id` (pooled) plus `id/<subtask>` per subtask.
+  exactly 0); a group is split `id` (pooled) plus `id/<subtask>` per subtask, and its groups'
+  numbers are aggregated as lm-eval aggregates them (lm_eval_groups.py, `section["groups"]`);
+- a generate_until task's answers are read by `load_lm_eval_answers` (lm_eval_generated.py).
 Files are hostile input: lines are bounded in length and number, numbers must match a decimal
-pattern and be finite, and the memory the analysis needs is checked while reading.
+pattern and be finite, and the memory reading and the analysis need is checked while reading.
 """
 
 from dataclasses import dataclass
@@ -31,10 +35,13 @@ from pathlib import Path
 
 import torch
 
+from ..budget import require
 from ..errors import EnsdiagError, unknown
 from ..io import distinct_members, identity
 from . import lm_eval_files as files
-from .lm_eval_lines import LOGGED, SCORE_TITLES, SCORES, Reader, first_argmax
+from . import lm_eval_groups as groups
+from .lm_eval_lines import LOGGED, SCORE_TITLES, SCORES, Reader
+from .lm_eval_targets import target_rule
 from .predictions import PAD_LOGIT, check_analysis_size
 
 
@@ -66,14 +73,10 @@ def load_lm_eval_predictions(sources, ood=(), options: LmEvalOptions = LmEvalOpt
     """({split: {"logits", "labels"}}, warnings) from lm-eval logs: each source one member (an
     output folder: one per model folder). `about`, if given, receives the titles of the splits,
     the members' names and model_args, and the lm-eval section kept with the metrics."""
-    if options.score not in SCORES:
-        raise unknown("--score", options.score, SCORES)
-    for name, option in ((options.task, "--task"), (options.ood_task, "--ood-task")):
-        if name is not None:
-            files.check_task_name(name, option)
-    members = [member for source in distinct_members(sources, "lm-eval run") for member in files.members_of(Path(source))]
-    chosen = [files.select(member, options.task, "--task") for member in members]
-    _distinct(chosen)
+    members, chosen = _chosen(sources, options)
+    if _generated(chosen[0]):
+        raise EnsdiagError(f"{chosen[0].member.name}: task {chosen[0].task!r} is generate_until (generated answers, no "
+                           "choices to score): read it with load_lm_eval_answers")
     warnings: list[str] = []
     splits, section = _split(chosen, options, warnings, "id")
     if options.ood_task is not None or ood:
@@ -83,7 +86,7 @@ def load_lm_eval_predictions(sources, ood=(), options: LmEvalOptions = LmEvalOpt
             raise EnsdiagError(f"--ood gives {len(ood_members)} run(s), the predictions {len(members)} members: one OOD run "
                                "per member, in the same order")
         ood_chosen = [files.select(member, options.ood_task, "--ood-task") for member in ood_members]
-        _distinct(ood_chosen)
+        _distinct(ood_chosen, "OOD ")
         ood_splits, ood_section = _split(ood_chosen, options, warnings, "ood")
         splits["ood"] = {"logits": ood_splits["ood"]["logits"], "labels": None}
         section["ood_task"], section["ood_documents"] = ood_section["task"], ood_section["documents"]
@@ -97,16 +100,78 @@ def load_lm_eval_predictions(sources, ood=(), options: LmEvalOptions = LmEvalOpt
     return splits, warnings
 
 
-def _distinct(chosen):
-    """No samples file read for two members (a model folder and a samples file in it, an output folder and one of
-    its model folders, a link to either): one member's log would count twice."""
-    readers = {}
-    for selection in chosen:
-        for path in selection.files.values():
-            other = readers.setdefault(identity(path), selection)
-            if other is not selection:
-                raise EnsdiagError(f"{other.member.name} and {selection.member.name} are one member: both read {path}; "
-                                   "give each lm-eval run once")
+def _chosen(sources, options: LmEvalOptions) -> tuple[list, list]:
+    """(members, each member's selection of the task): the options checked, each run given once."""
+    if options.score not in SCORES:
+        raise unknown("--score", options.score, SCORES)
+    for name, option in ((options.task, "--task"), (options.ood_task, "--ood-task")):
+        if name is not None:
+            files.check_task_name(name, option)
+    members = [member for source in distinct_members(sources, "lm-eval run") for member in files.members_of(Path(source))]
+    chosen = [files.select(member, options.task, "--task") for member in members]
+    _distinct(chosen, "")
+    return members, chosen
+
+
+def _generated(selection) -> bool:
+    """Whether the selected task is lm-eval's generate_until (its config, else its first line)."""
+    import json
+
+    from ..io import text_lines
+    from .lm_eval_generated import is_generated
+    from .lm_eval_lines import MAX_LINE_BYTES, MAX_LINES
+    subtask, path = next(iter(selection.files.items()))
+    config = files.task_config(selection.results, subtask)
+    if isinstance(config.get("output_type"), str):
+        return is_generated(config, None)
+    for _, text in text_lines(path, "lm-eval sample file", MAX_LINES, MAX_LINE_BYTES, "one document and filter per line"):
+        try:  # the first line that is not blank
+            return is_generated({}, json.loads(text))
+        except (ValueError, RecursionError):
+            return False  # the reader says what is wrong with the line
+    return False
+
+
+def lm_eval_answers_task(sources, options: LmEvalOptions = LmEvalOptions()) -> bool:
+    """Whether the lm-eval logs given hold generated answers (a generate_until task)."""
+    distinct_members(sources, "lm-eval run")  # a run given twice: that, before what its first task is
+    return _generated(_chosen(sources[:1], options)[1][0])
+
+
+def load_lm_eval_answers(sources, options: LmEvalOptions = LmEvalOptions(),
+                         about: dict | None = None) -> tuple[dict[str, dict], list[str]]:
+    """({split: {"ids", "correct"}}, warnings) of a generate_until task's logs, each source one
+    member (lm_eval_generated.py); `about` receives the lm-eval section and the notes."""
+    from ..analysis.generated import DEFINITIONS, question_quantities
+    from .lm_eval_generated import check_generated_options, load_generated
+    check_generated_options(options)
+    if options.ood_task is not None:
+        raise EnsdiagError("--ood-task: generated answers have no probabilities to tell OOD questions by")
+    _, chosen = _chosen(sources, options)
+    splits, section, read, order = load_generated(chosen, options.filter, _read_members)
+    section["members"] = [_member(selection, section["filter"], "exact_match") for selection in chosen]
+    warnings: list[str] = []
+    if not section["exact_match_checked"]:
+        warnings.append(f"task {section['task']}: lm-eval's exact_match options are not all known (no results_*.json, an "
+                        "answer that is a choice, or options ensdiag does not know): each line's logged exact_match "
+                        "is taken as it is, and answers are compared as logged")
+    if (tree := groups.group_tree(chosen[0].results, chosen[0].task)):
+        section["groups"] = _group_section(chosen, tree, order, question_quantities(**splits["id"]), DEFINITIONS,
+                                           "exact_match", section["filter"], "member_accuracy", warnings)
+    if about is not None:
+        about.update({"lm_eval": section, "notes": _answer_notes(section)})
+    return splits, warnings
+
+
+def _answer_notes(section) -> list[str]:
+    members = section["members"]
+    names = ", ".join(member["name"] for member in members[:4]) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
+    others = [name for name in section["filters"] if name != section["filter"]]
+    also = f" (also logged: {', '.join(others)}; choose with --filter)" if others else ""
+    subtasks = f", subtasks {', '.join(section['subtasks'])}" if len(section["subtasks"]) > 1 else ""
+    return [f"lm-eval: task {section['task']} (generate_until, {section['documents']} documents{subtasks}), "
+            f"{len(members)} members: {names}; filter {section['filter']}{also}; each answer scored by lm-eval's "
+            "exact_match"]
 
 
 def run_name_of(section: dict, seed: int | None) -> tuple[str, int]:
@@ -116,6 +181,31 @@ def run_name_of(section: dict, seed: int | None) -> tuple[str, int]:
         raise EnsdiagError("name the run with --method (and --seed): the members' model paths in their results_*.json "
                            "(peft=, else pretrained=) name no common folder to take it from")
     return found[0], found[1] if seed is None else seed
+
+
+def _distinct(chosen, what: str):
+    """Every member reads its own samples files: the same file read for two members (given twice, a
+    model folder and a samples file in it, an output folder and one of its model folders, a link or a
+    hard link to either) is one member twice (an "ensemble" of one model, with JSD 0), and is refused."""
+    readers = {}
+    for selection in chosen:
+        for path in selection.files.values():
+            other = readers.setdefault(identity(path), selection)
+            if other is not selection:
+                raise EnsdiagError(f"{what}members {other.member.name} and {selection.member.name} are one member: both "
+                                   f"read {path}; give each member once")
+
+
+def _identical(logits, section, warnings):
+    """Members whose scores are equal on every question: the same run copied, most likely."""
+    k = logits.shape[0]
+    for i in range(k):
+        for j in range(i + 1, k):
+            if torch.equal(logits[i], logits[j]):
+                names = section["members"][i]["name"], section["members"][j]["name"]
+                warnings.append(f"members {names[0]} and {names[1]} give the same scores on every question: the same "
+                                "run copied? (an ensemble of one model has no diversity)")
+                return
 
 
 def _notes(section) -> list[str]:
@@ -136,32 +226,29 @@ def _notes(section) -> list[str]:
 
 def _split(chosen, options, warnings, split) -> tuple[dict, dict]:
     """{split (pooled), split/<subtask> for groups} and the section describing where it came from."""
-    first = chosen[0]
-    for other in chosen[1:]:
-        if other.task != first.task or list(other.files) != list(first.files):
-            raise EnsdiagError(f"{other.member.name} is a run of {other.task!r}, {first.member.name} of {first.task!r}: "
-                               "every member must be scored on the same task")
-    k, read = len(chosen), {}
-    filter_name = options.filter
-    for index, selection in enumerate(chosen):
-        for subtask, path in selection.files.items():
-            delimiter = files.task_config(selection.results, subtask).get("target_delimiter", " ")  # lm-eval's default
-            reader = Reader(path, filter_name, options.score, delimiter if isinstance(delimiter, str) else " ",
-                             labelled=split != "ood")
-            read[index, subtask] = reader.read(lambda n, c, where=path: _budget(k, n, c, where))
-            filter_name = reader.filter  # the first file's first filter, for every other file
-    order = [(subtask, doc_id) for subtask in first.files for doc_id in sorted(read[0, subtask].docs)]
-    _join(chosen, read, order)
-    if split != "ood":
-        _check_logged(chosen, read, order, options.score, warnings)
+    first, k = chosen[0], len(chosen)
+
+    def make_reader(selection, subtask, path, wanted):
+        config = files.task_config(selection.results, subtask)
+        delimiter = config.get("target_delimiter", " ")  # lm-eval's default
+        return Reader(path, wanted, options.score, delimiter if isinstance(delimiter, str) else " ",
+                      labelled=split != "ood", rule=target_rule(config))
+
+    read, order, filter_name = _read_members(chosen, options.filter, make_reader,
+                                             lambda n, c, where: _budget(k, n, c, where))
     width = max(len(read[0, subtask].docs[doc_id].scores) for subtask, doc_id in order)
     check_analysis_size(k, len(order), width, f"{first.member.name}: {first.task}")
-    logits = torch.full((k, len(order), width), PAD_LOGIT, dtype=torch.float32)
-    for member in range(k):
-        for position, (subtask, doc_id) in enumerate(order):
-            scores = read[member, subtask].docs[doc_id].scores
-            logits[member, position, :len(scores)] = torch.tensor(scores, dtype=torch.float64)
+    logits = torch.empty((k, len(order), width), dtype=torch.float32)
+    for member in range(k):  # one conversion per member: questions with fewer choices padded first
+        docs = [read[member, subtask].docs[doc_id].scores for subtask, doc_id in order]
+        logits[member] = torch.tensor([s if len(s) == width else s + [PAD_LOGIT] * (width - len(s)) for s in docs],
+                                      dtype=torch.float64).reshape(len(order), width)
     labels = torch.tensor([read[0, subtask].docs[doc_id].gold for subtask, doc_id in order], dtype=torch.int64)
+    custom = sorted({subtask for selection in chosen for subtask in selection.files
+                     if target_rule(files.task_config(selection.results, subtask)).custom_metrics})
+    if custom and split != "ood":
+        warnings.append(f"{', '.join(custom[:4])}{' and more' if len(custom) > 4 else ''}: the task scores its lines with "
+                        "its own process_results; its logged per-line metrics were not checked against the answers read")
     splits = {split: {"logits": logits, "labels": labels if split != "ood" else None}}
     if len(first.files) > 1:
         for subtask in first.files:
@@ -172,12 +259,57 @@ def _split(chosen, options, warnings, split) -> tuple[dict, dict]:
                "filters": read[0, next(iter(first.files))].filters, "score": options.score,
                "score_definition": SCORE_TITLES[options.score], "choices": choices, "documents": len(order),
                "members": [_member(selection, filter_name) for selection in chosen]}
+    _identical(logits, section, warnings)
+    if split != "ood" and (tree := groups.group_tree(first.results, first.task)):
+        section["groups"] = _group_section(chosen, tree, order, groups.choice_quantities(logits, labels),
+                                           groups.CHOICE_DEFINITIONS, LOGGED[options.score], filter_name,
+                                           "member_accuracy", warnings)
     return splits, section
+
+
+def _read_members(chosen, filter_name, make_reader, budget) -> tuple[dict, list, str]:
+    """({(member, subtask): reader}, [(subtask, doc_id)] in order, the filter read): every
+    member's samples files of the task read for one filter (`--filter`, else the first file's
+    first), and joined: the same documents, prompts and answers for every member."""
+    first = chosen[0]
+    for other in chosen[1:]:
+        if other.task != first.task or list(other.files) != list(first.files):
+            raise EnsdiagError(f"{other.member.name} is a run of {other.task!r}, {first.member.name} of {first.task!r}: "
+                               "every member must be scored on the same task")
+    read = {}
+    for index, selection in enumerate(chosen):
+        for subtask, path in selection.files.items():
+            reader = make_reader(selection, subtask, path, filter_name)
+            read[index, subtask] = reader.read(lambda n, size, where=path: budget(n, size, where))
+            filter_name = reader.filter  # the first file's first filter, for every other file
+    order = [(subtask, doc_id) for subtask in first.files for doc_id in sorted(read[0, subtask].docs)]
+    _join(chosen, read, order)
+    return read, order, filter_name
+
+
+def _group_section(chosen, tree, order, per_question, definitions, metric_name, filter_name, members_key,
+                   warnings) -> dict:
+    """The group's and its subgroups' numbers as lm-eval aggregates them (lm_eval_groups.py); a
+    member whose aggregated score is not lm-eval's own group number is a warning."""
+    weighting = groups.group_weighting(chosen, tree, metric_name, filter_name)
+    found = groups.aggregates(per_question, groups.positions(order), tree, weighting, definitions)
+    for group, entry in found["groups"].items():
+        ours = entry[members_key]["value"]
+        theirs = entry["lm_eval"]
+        differ = [i for i, (a, b) in enumerate(zip(ours, theirs)) if b is not None and abs(a - b) > 1e-9]
+        if differ:
+            warnings.append(f"group {group}: member {chosen[differ[0]].member.name}'s aggregated {metric_name} "
+                            f"{ours[differ[0]]:.6f} is not lm-eval's {theirs[differ[0]]:.6f}")
+    return {"metric": f"{metric_name},{filter_name}", **found}
+
+
+HELD_PER_DOCUMENT = 1024  # bytes reading holds per document and member besides its scores (measured: about 610)
 
 
 def _budget(k, n, c, where):
     if n & (n - 1) == 0:  # at every power of two: what is held never exceeds what was checked
         check_analysis_size(k, 2 * n, max(c, 2), f"{where} ({n:,} documents read)")
+        require(k * 2 * n * (HELD_PER_DOCUMENT + 8 * max(c, 2)), f"{where}: reading {n:,} documents of {k} members")
 
 
 def _join(chosen, read, order):
@@ -197,33 +329,20 @@ def _join(chosen, read, order):
             if doc is None:
                 raise EnsdiagError(f"{where}: doc_id {doc_id} of {subtask!r} ({first}, line {ref.line}) is missing "
                                    "(a different --limit?)")
-            for what, mine, theirs in (("doc_hash", doc.doc_hash, ref.doc_hash), ("prompt_hash", doc.prompt_hash, ref.prompt_hash),
-                                       ("answer", doc.gold, ref.gold), ("number of choices", len(doc.scores), len(ref.scores))):
+            for (what, mine), (_, theirs) in zip(doc.joined(), ref.joined()):
                 if mine != theirs:
                     raise EnsdiagError(f"{where}, line {doc.line}: doc_id {doc_id} of {subtask!r} differs from {first}'s "
                                        f"(line {ref.line}) in its {what}: another document, prompt or task version")
 
 
-def _check_logged(chosen, read, order, score, warnings):
-    """lm-eval's own per-line metric against the argmax of the scores read (ties: the first)."""
-    for index, selection in enumerate(chosen):
-        docs = [(doc_id, read[index, subtask].docs[doc_id]) for subtask, doc_id in order]
-        differ = [doc_id for doc_id, doc in docs if doc.correct_logged is not None
-                  and (first_argmax(doc.scores) == doc.gold) != bool(doc.correct_logged)]
-        if differ:
-            warnings.append(f"{selection.member.name}: lm-eval's own {LOGGED[score]} differs from the argmax of the "
-                            f"{SCORE_TITLES[score]} read on {len(differ)} document(s) (first: doc_id {differ[0]}); "
-                            "the task may score its choices in its own way")
-
-
-def _member(selection, filter_name) -> dict:
+def _member(selection, filter_name, metric_name="acc") -> dict:
     args = files.model_args(selection.results)
     entry = {"name": selection.member.name, "samples": [str(path) for path in selection.files.values()],
              "results": None if selection.results_path is None else str(selection.results_path)}
     entry.update({key: str(args[key]) for key in ("pretrained", "peft", "delta") if key in args})
-    acc = files.logged_metric(selection.results, selection.task, "acc", filter_name)
+    acc = files.logged_metric(selection.results, selection.task, metric_name, filter_name)
     if acc is not None:
-        entry["lm_eval_acc"] = acc
+        entry[f"lm_eval_{metric_name}"] = acc
     return entry
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import EnsdiagError
 from ..io import text_lines
+from .lm_eval_targets import Choices, TargetError, TargetRule, disagreement, gold_of
 
 SCORES = ("loglikelihood", "acc_norm", "mutual_info")
 SCORE_TITLES = {"loglikelihood": "log-likelihoods", "acc_norm": "log-likelihood / characters (lm-eval's acc_norm)",
@@ -24,11 +25,12 @@ MAX_LINE_BYTES = 16 * 2**20  # a 25-shot prompt repeated for 5 choices is well u
 MAX_LINES = 4_000_000  # documents × filters in one file
 MAX_CHOICES = 1024
 MAX_SCORE = 1e20  # |log-likelihood| above this is no model's score (and would meet PAD_LOGIT)
-# ASCII digits only: float() and a bare \d also take "٣" and "５" (another script's digits), which no
-# lm-eval writes; the length is checked before float() (_number)
-NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
-INDEX = re.compile(r"[0-9]{1,9}", re.ASCII)  # a target that is a choice index (checked before int())
+_DECIMAL = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+NUMBER = re.compile(_DECIMAL, re.ASCII)
+NUMBERS = re.compile(rf"{_DECIMAL}(?:,{_DECIMAL})*", re.ASCII)  # a line's log-likelihoods joined by commas
 HASH = re.compile(r"^[0-9a-f]{1,128}$")
+DECODER = json.JSONDecoder(parse_constant=lambda name: math.nan)  # one decoder for every line (NaN: refused later)
+REQUESTS = [f"gen_args_{index}" for index in range(2 * MAX_CHOICES)]
 
 
 @dataclass
@@ -40,12 +42,11 @@ class Doc:
     prompt_hash: str | None
     gold: int
     scores: list  # the chosen score per choice
-    correct_logged: float | None  # lm-eval's own metric of the chosen score on this line
 
-
-def first_argmax(values) -> int:
-    """The index of the first maximum, as numpy's argmax (and lm-eval) take it."""
-    return max(range(len(values)), key=lambda i: (values[i], -i))
+    def joined(self) -> tuple:
+        """What every member's line of the document must agree on."""
+        return (("doc_hash", self.doc_hash), ("prompt_hash", self.prompt_hash), ("answer", self.gold),
+                ("number of choices", len(self.scores)))
 
 
 def _shown(value) -> str:
@@ -66,7 +67,7 @@ class _Lines:
         for number, text in text_lines(self.path, "lm-eval sample file", MAX_LINES, MAX_LINE_BYTES,
                                        "one document and filter per line"):
             try:
-                row = json.loads(text, parse_constant=lambda name: math.nan)
+                row = DECODER.decode(text)
             except RecursionError:
                 self.fail(number, "nests too deeply to be an lm-eval sample")
             except ValueError as error:
@@ -86,12 +87,23 @@ def _number(lines, number, value, what) -> float:
     return float(value)
 
 
+def _decimal(value, fullmatch=NUMBER.fullmatch):
+    """A log-likelihood as lm-eval writes it (a decimal string) as a float within ±MAX_SCORE, else None."""
+    if type(value) is str and len(value) <= 64 and fullmatch(value):
+        value = float(value)
+    elif type(value) is not float and type(value) is not int:
+        return None
+    return float(value) if -MAX_SCORE <= value <= MAX_SCORE else None  # False for NaN and ±inf
+
+
 class Reader:
     """Reads the documents of one samples file (one subtask of one member) for one filter."""
 
-    def __init__(self, path: Path, wanted_filter: str | None, score: str, delimiter: str, labelled: bool):
+    def __init__(self, path: Path, wanted_filter: str | None, score: str, delimiter: str, labelled: bool,
+                 rule: TargetRule = TargetRule("unknown")):
         self.lines, self.filter, self.score, self.delimiter = _Lines(path), wanted_filter, score, delimiter
         self.labelled = labelled  # OOD questions are unlabelled: their targets are not read
+        self.rule = rule  # how lm-eval got each answer (lm_eval_targets.py)
         self.filters: list[str] = []
         self.docs: dict[int, Doc] = {}
 
@@ -104,14 +116,19 @@ class Reader:
                 self.filters.append(name)
             self.filter = self.filter or name  # the first filter, unless --filter names one
             if name == self.filter:
-                budget(len(self.docs) + 1, len(self._doc(number, row).scores))
+                budget(len(self.docs) + 1, self._size(self._doc(number, row)))
         if not self.filters:
             raise EnsdiagError(f"{self.lines.path} holds no documents (lm-eval writes one line per document and filter)")
         if self.filter not in self.filters:
             raise EnsdiagError(f"{self.lines.path} has no filter {self.filter!r} (it has {', '.join(map(repr, self.filters))})")
         return self
 
-    def _doc(self, number, row) -> Doc:
+    @staticmethod
+    def _size(doc) -> int:
+        return len(doc.scores)  # choices: what the analysis holds per document and member
+
+    def _identity(self, number, row) -> tuple[int, str, str | None]:
+        """(doc_id, doc_hash, prompt_hash) of a line, checked: members are joined on them."""
         fail = self.lines.fail
         doc_id = row.get("doc_id")
         if type(doc_id) is not int or not 0 <= doc_id < 2**63:
@@ -123,6 +140,11 @@ class Reader:
             fail(number, 'no "doc_hash" of hex digits (lm-eval writes one per line; members are joined on it)')
         if prompt_hash is not None and (not isinstance(prompt_hash, str) or not HASH.match(prompt_hash)):
             fail(number, f'"prompt_hash" must be hex digits, got {_shown(prompt_hash)}')
+        return doc_id, doc_hash, prompt_hash
+
+    def _doc(self, number, row) -> Doc:
+        fail = self.lines.fail
+        doc_id, doc_hash, prompt_hash = self._identity(number, row)
         contexts, continuations = self._arguments(number, row)
         lls = self._loglikelihoods(number, row, len(contexts))
         unconditional = None
@@ -138,10 +160,8 @@ class Reader:
             fail(number, "every choice is in the context and the continuation is shared (a task like winogrande): "
                          "the sample holds no index of the correct context; ensdiag cannot read its answer")
         scores = self._scores(number, lls, unconditional, continuations)
-        gold = self._gold(number, row, continuations, lls) if self.labelled else -1
-        logged = row.get(LOGGED[self.score])
-        logged = float(logged) if type(logged) in (int, float) and logged in (0, 1) else None
-        self.docs[doc_id] = Doc(number, doc_hash, prompt_hash, gold, scores, logged)
+        gold = self._gold(number, row, continuations, lls, unconditional) if self.labelled else -1
+        self.docs[doc_id] = Doc(number, doc_hash, prompt_hash, gold, scores)
         return self.docs[doc_id]
 
     def _arguments(self, number, row) -> tuple[list, list]:
@@ -150,10 +170,17 @@ class Reader:
             self.lines.fail(number, 'no "arguments" ({"gen_args_0": {"arg_0": context, "arg_1": continuation}, ...})')
         if len(arguments) > 2 * MAX_CHOICES:  # mutual information: two requests per choice
             self.lines.fail(number, f"{len(arguments):,} requests; ensdiag reads at most {MAX_CHOICES:,} choices")
+        try:  # a well-formed line in one pass; any other is looked at request by request below
+            pairs = [arguments.get(key) for key in REQUESTS[:len(arguments)]]
+            contexts, continuations = [pair["arg_0"] for pair in pairs], [pair["arg_1"] for pair in pairs]
+            if set(map(type, contexts)) == set(map(type, continuations)) == {str}:
+                return contexts, continuations
+        except (TypeError, KeyError):
+            pass
         contexts, continuations = [], []
-        for index in range(len(arguments)):
-            pair = arguments.get(f"gen_args_{index}")
-            if not isinstance(pair, dict) or not isinstance(pair.get("arg_0"), str) or not isinstance(pair.get("arg_1"), str):
+        for index, key in enumerate(REQUESTS[:len(arguments)]):
+            pair = arguments.get(key)
+            if type(pair) is not dict or type(pair.get("arg_0")) is not str or type(pair.get("arg_1")) is not str:
                 self.lines.fail(number, f'"arguments" lacks gen_args_{index} with a context and a continuation '
                                         "(a log-likelihood request per choice; generation tasks have no choices)")
             contexts.append(pair["arg_0"])
@@ -166,11 +193,36 @@ class Reader:
             self.lines.fail(number, 'no "filtered_resps" (one [log-likelihood, is_greedy] per choice)')
         if len(answers) != count:
             self.lines.fail(number, f"{len(answers)} log-likelihoods for {count} choices (a choice is missing)")
-        values = []
-        for index, answer in enumerate(answers):
-            value = answer[0] if isinstance(answer, list) and answer else answer
-            values.append(_number(self.lines, number, value, f"choice {index}'s log-likelihood"))
+        try:  # a well-formed line: [decimal string, is_greedy] per choice, parsed and bounded at once
+            values = [answer[0] for answer in answers]
+            if set(map(type, values)) == {str} and NUMBERS.fullmatch(joined := ",".join(values)) \
+                    and len(joined) <= 65 * len(values):
+                floats = list(map(float, values))
+                if -MAX_SCORE <= min(floats) and max(floats) <= MAX_SCORE:
+                    return floats
+        except (TypeError, KeyError, IndexError):
+            pass
+        values = [_decimal(answer[0] if type(answer) is list and answer else answer) for answer in answers]
+        if None in values:  # say which, and why
+            index = values.index(None)
+            answer = answers[index]
+            _number(self.lines, number, answer[0] if isinstance(answer, list) and answer else answer,
+                    f"choice {index}'s log-likelihood")
         return values
+
+    def _gold(self, number, row, continuations, lls, unconditional) -> int:
+        """The answer as lm-eval read it (lm_eval_targets.py), refused where lm-eval's own per-line
+        metrics say otherwise."""
+        texts = [text[len(self.delimiter):] if text.startswith(self.delimiter) else text for text in continuations]
+        choices = Choices(texts, lls, row["filtered_resps"][:len(texts)], unconditional)
+        try:
+            gold, how = gold_of(self.rule, row, choices)
+        except TargetError as error:
+            self.lines.fail(number, str(error))
+        if not self.rule.custom_metrics and (differs := disagreement(row, gold, choices)) is not None:
+            self.lines.fail(number, f"lm-eval {differs} (target {_shown(row.get('target'))} read as {how}): "
+                                    "the line was not scored as it reads")
+        return gold
 
     def _scores(self, number, lls, unconditional, continuations) -> list[float]:
         if self.score == "loglikelihood":
@@ -185,26 +237,3 @@ class Reader:
             self.lines.fail(number, "an empty choice cannot be length-normalised (--score acc_norm)")
         return [ll / length for ll, length in zip(lls, lengths)]
 
-    def _gold(self, number, row, continuations, lls) -> int:
-        """The answer's index: digits are an index (lm-eval's templates turn them into one), other
-        text the choice it names; where both readings fit, the one lm-eval's own `acc` agrees with."""
-        target = row.get("target")
-        if type(target) is int:
-            target = str(target)
-        if not isinstance(target, str):
-            self.lines.fail(number, f'"target" must be the answer (an index or a choice\'s text), got {_shown(target)}')
-        if target.startswith("[") and target.endswith("]"):
-            self.lines.fail(number, f"target {_shown(target)} names several correct choices: ensdiag needs one per question")
-        count = len(continuations)
-        candidates = [int(target)] if INDEX.fullmatch(target) and int(target) < count else []
-        candidates += [i for i, text in enumerate(continuations) if text == self.delimiter + target and i not in candidates]
-        if len(candidates) > 1:
-            acc = row.get("acc")
-            best = first_argmax(lls)
-            agree = [c for c in candidates if acc in (0, 1) and (best == c) == bool(acc)]
-            candidates = agree if len(agree) == 1 else candidates
-        if len(candidates) != 1:
-            what = "is neither a choice index 0.." + str(count - 1) + " nor a choice's text" if not candidates else \
-                f"is both choice {candidates[0]}'s index and choice {candidates[1]}'s text"
-            self.lines.fail(number, f"target {_shown(target)} {what}")
-        return candidates[0]

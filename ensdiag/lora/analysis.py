@@ -8,6 +8,7 @@ of metrics.json; docs/conventions.md ("LoRA ensembles") defines every number.
 
 import math
 import re
+from pathlib import Path
 
 import torch
 
@@ -182,3 +183,11 @@ def _groups(layers, by) -> list[dict]:
             group["relative_norm"] = maths.mean(r for layer in found for r in layer["relative_norm"])
         groups.append(group)
     return groups
+
+
+def save_lora_run(folder, method: str, seed: int, section: dict, source: str, overwrite: bool = False) -> Path:
+    """`folder/<method>/seed-<seed>/lora.json`: the run's weight-space part, listed in the folder's
+    experiment.json like any diagnosis (`runs.save_result`: a predictions part of the same run is left
+    as it is, a LoRA diagnosis already there is replaced only with `overwrite`)."""
+    from ..runs import LORA, lora_record, save_result
+    return save_result(folder, method, seed, LORA, lora_record(method, seed, source, section), overwrite=overwrite)

@@ -24,6 +24,7 @@ from ..errors import EnsdiagError
 
 EXTRA = "pip install 'ensdiag[llm]'"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+SOURCE = "ensdiag evaluate (lm-eval on LoRA adapters)"
 HUB_WORDS = ("offline", "hf_hub", "huggingface.co", "connection", "couldn't reach", "localentrynotfound")
 
 
@@ -158,48 +159,51 @@ def _device(device: str) -> str:
 
 
 def _save(out, method, seed, members, configs, base, tasks, ood_task):
-    from ..analysis import analyze_predictions
-    from ..core.diagnosis import Diagnosis
-    from ..foreign.lm_eval import LmEvalOptions, load_lm_eval_predictions
-    from .analysis import diagnose_adapters
-    from .command import save_lora_run
+    from ..foreign.lm_eval import LmEvalOptions, lm_eval_answers_task, load_lm_eval_predictions
+    from .analysis import save_lora_run
+    if lm_eval_answers_task(members, LmEvalOptions(tasks)):
+        return _save_answers(out, method, seed, members, configs, base, tasks, ood_task)
     about = {}
     predictions, warnings = load_lm_eval_predictions(members, (), LmEvalOptions(tasks, ood_task), about)
     for line in [*about["notes"], *(f"warning: {warning}" for warning in warnings)]:
         note(line)
-    metrics = analyze_predictions(predictions)
+    from ..core import inspect_predictions
+    source = f"ensdiag evaluate (lm-eval on {len(members)} LoRA adapters)"
+    diagnosis = inspect_predictions(predictions, "lm-eval logs", about["titles"], source)  # as `analyze` reads them
+    metrics = diagnosis.metrics
     metrics["lm_eval"] = about["lm_eval"]
     if warnings:
         metrics["input_warnings"] = warnings
-    source = f"ensdiag evaluate (lm-eval on {len(members)} LoRA adapters)"
-    run = Diagnosis(metrics, predictions, about["titles"], source).save(out, method, seed)
-    try:
-        section = diagnose_adapters(configs, base)
-    except EnsdiagError as error:  # e.g. a base saved as pytorch_model.bin: the updates alone still compare
-        note(f"weight space without the base ({error})")
-        section = diagnose_adapters(configs, None)
-    save_lora_run(out, method, seed, section)
+    run = diagnosis.save(out, method, seed)
+    section = _weight_space(configs, base)
+    save_lora_run(out, method, seed, section, SOURCE)
     return run, metrics, section
 
 
-def evaluate_command(folders, base, tasks, ood_task, include_path, out, method, seed, device, batch_size, limit, fmt,
-                     not_for_adapters):
-    """The CLI's side: run, then print the metrics and the weight-space summary (or JSON)."""
-    from rich.console import Console
+def _weight_space(configs, base) -> dict:
+    from .analysis import diagnose_adapters
+    try:
+        return diagnose_adapters(configs, base)
+    except EnsdiagError as error:  # e.g. a base saved as pytorch_model.bin: the updates alone still compare
+        note(f"weight space without the base ({error})")
+        return diagnose_adapters(configs, None)
 
-    from ..console import literal, print_json, show
-    run, metrics, section = evaluate_adapters(folders, base, tasks, ood_task, include_path, out, method, seed, device,
-                                              batch_size, limit, not_for_adapters)
-    if fmt == "json":
-        print_json({"metrics": metrics, "lora": section})
-    else:
-        from ..report.terminal import metrics_table, ood_table
-        from ..text import terminal_safe
-        from .present import lora_renderables
-        console, shown = Console(), terminal_safe(metrics)  # names from lm-eval's files
-        show(console, metrics_table(shown, f"{tasks}: {len(folders)} LoRA adapters (lm-eval)"))
-        if (table := ood_table(shown)) is not None:
-            show(console, table)
-        for item in lora_renderables(terminal_safe(section))[:3]:  # the headline, the members, the summary table
-            show(console, item) if not isinstance(item, str) else console.print(literal(item), soft_wrap=True)
-    note(f"saved to {run}; `ensdiag report {run.parent.parent}` reports every run saved there")
+
+def _save_answers(out, method, seed, members, configs, base, tasks, ood_task):
+    """A generate_until task: the answers' metrics (generated.py) as generated.json beside lm-eval's
+    logs, and the weight-space part; no predictions part (there are no probabilities)."""
+    from ..analysis.generated import generated_metrics
+    from ..foreign.lm_eval import LmEvalOptions, load_lm_eval_answers
+    from ..io import atomic_write_json
+    from .analysis import save_lora_run
+    about = {}
+    splits, warnings = load_lm_eval_answers(members, LmEvalOptions(tasks, ood_task), about)
+    for line in [*about["notes"], *(f"warning: {warning}" for warning in warnings)]:
+        note(line)
+    metrics = generated_metrics(splits, about["lm_eval"])
+    if warnings:
+        metrics["input_warnings"] = warnings
+    section = _weight_space(configs, base)
+    run = save_lora_run(out, method, seed, section, SOURCE)
+    atomic_write_json(run / "generated.json", metrics)
+    return run, metrics, section

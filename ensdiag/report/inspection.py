@@ -23,6 +23,16 @@ def metrics_view(metrics: dict, title: str) -> tuple[list, list[str]]:
     if table is not None:
         tables.append(table)
     notes = skipped_lines(metrics) + interval_lines(metrics) + budget_lines(metrics)
+    conformal = metrics["analyzers"].get("conformal", {})
+    if conformal.get("status") == "ok":
+        from .conformal import conformal_notes, conformal_table
+        tables.append(conformal_table(conformal))
+        notes += conformal_notes(conformal)
+    groups = metrics.get("lm_eval", {}).get("groups")
+    if groups:  # a benchmark group read from lm-eval logs: its own table
+        from .groups import group_notes, group_table
+        tables.append(group_table(groups))
+        notes += group_notes(groups)
     notes += [f"{split}: {title}" for split, title in metrics.get("split_titles", {}).items() if title != split]
     notes += [f"{split}: not evaluated — {reason}" for split, reason in metrics.get("skipped_splits", {}).items()]
     return tables, notes

@@ -4,7 +4,7 @@ tables (every name from the files shown literally, never as markup)."""
 from rich.table import Table
 from rich.text import Text
 
-from ..report.terminal import cell, heatmap_table
+from .terminal import cell, heatmap_table
 from ..text import terminal
 
 

@@ -1,0 +1,115 @@
+"""The CLI's side of LoRA ensembles: `ensdiag diversity ADAPTER_DIR…` (their weights compared,
+cli/diversity.py hands adapter folders here) and `ensdiag evaluate ADAPTER_DIR…` (lm-eval scores each,
+lora/harness.py). Configs are checked before torch is imported; `--save DIR` writes a diagnosis run
+that `ensdiag report DIR` renders."""
+
+from pathlib import Path
+
+from rich.console import Console
+
+from ..console import literal, note, output_folder, print_json, show
+from ..errors import EnsdiagError
+from ..lora.config import read_adapter_folders
+
+SOURCE = "ensdiag diversity (LoRA adapters)"
+
+
+def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, not_for_adapters: dict,
+                   overwrite: bool = False):
+    """`not_for_adapters`: {option: value} of the command's options that need runnable members;
+    `overwrite`: replace a LoRA diagnosis already saved as `save/method/seed-<seed>`."""
+    given = [option for option, value in not_for_adapters.items() if value is not None]
+    if given:
+        raise EnsdiagError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to LoRA adapters: "
+                           "ensdiag compares their weights and does not run them")
+    if overwrite and save is None:
+        raise EnsdiagError("--overwrite replaces a run --save saved: give --save DIR too")
+    if base is not None and not Path(base).exists():
+        raise EnsdiagError(f"--base {base} does not exist")
+    configs = read_adapter_folders(folders)
+    if save is not None:  # refused now, not after the whole diagnosis (nothing is created yet)
+        from ..runs import LORA, claim_run
+        claim_run(output_folder(save, "--save"), method, seed, LORA, overwrite, create=False)
+    if plot is not None:
+        _check_plot(plot)
+    from ..lora.analysis import diagnose_adapters, save_lora_run
+    from ..progress import step_bar
+    with step_bar(f"comparing {len(configs)} adapters, layer by layer") as advance:
+        section = diagnose_adapters(configs, base, progress=advance)
+    if save is not None:
+        run = save_lora_run(save, method, seed, section, SOURCE, overwrite)
+        note(f"saved to {run}; `ensdiag report {save}` reports every run saved there")
+    drawn = draw(section, plot, folders) if plot is not None else []
+    if fmt == "json":
+        print_json(with_lora({"splits": {}, "ensemble": {"method": "LoRA adapters", "num_members": section["k"]}},
+                             section))
+    else:
+        _show_lora(lora_renderables_of(section))
+    if drawn:
+        note(f"figures written to {', '.join(map(str, drawn))}")
+
+
+def _check_plot(plot: Path):
+    from ..report.figures import FIGURE_FORMATS
+    fmt = plot.suffix.lower().lstrip(".") or "png"
+    if fmt not in FIGURE_FORMATS or plot.is_dir():
+        raise EnsdiagError(f"--plot {plot}: name an image file ({', '.join('.' + f for f in FIGURE_FORMATS)})")
+
+
+def draw(section: dict, plot: Path, folders) -> list[Path]:
+    """<plot>: the k×k ΔW cosine; <plot>-depth: the per-layer lines."""
+    from ..report.figures import save_figure
+    from ..report.lora_figures import lora_depth_figure, lora_heatmaps
+    label = f"LoRA, k={section['k']}, r={section['rank']}"
+    title = f"{', '.join(Path(folder).name for folder in folders)}"[:120]
+    drawn = save_figure(lora_heatmaps({label: section}, title=title), plot)
+    target = plot.with_name(f"{plot.stem}-depth{plot.suffix}")
+    return drawn + save_figure(lora_depth_figure({label: section}), target)
+
+
+def with_lora(metrics: dict, section: dict) -> dict:
+    """The one metrics layout: the weight-space section as one analyzer result among the others
+    (as `ensdiag report` reads a saved run's lora.json)."""
+    from ..report.load import lora_result
+    return {**metrics, "analyzers": {**metrics.get("analyzers", {}), "lora": lora_result(section)}}
+
+
+def lora_renderables_of(section: dict) -> list:
+    from ..report.lora_terminal import lora_renderables
+    from ..text import terminal_safe
+    return lora_renderables(terminal_safe(section))  # layer and module names come from files
+
+
+def _show_lora(items):
+    console = Console()
+    for item in items:
+        show(console, item) if not isinstance(item, str) else console.print(literal(item), soft_wrap=True)
+
+
+def evaluate_command(folders, base, tasks, ood_task, include_path, out, method, seed, device, batch_size, limit, fmt,
+                     not_for_adapters):
+    """`ensdiag evaluate ADAPTER_DIR…`: lm-eval runs, the run is saved, then its metrics (with their
+    intervals) and the weight-space summary are printed, or --format json: one metrics layout with the
+    weight space as its `lora` analyzer, as `diversity ADAPTER_DIR… --format json` prints it."""
+    from ..lora.harness import evaluate_adapters
+    from ..text import terminal_safe
+    run, metrics, section = evaluate_adapters(folders, base, tasks, ood_task, include_path, out, method, seed, device,
+                                              batch_size, limit, not_for_adapters)
+    if fmt == "json":
+        print_json(with_lora(metrics, section))
+    else:
+        title = f"{tasks}: {len(folders)} LoRA adapters (lm-eval)"
+        shown = terminal_safe(metrics)  # names from lm-eval's files
+        if "generated" in shown:
+            from ..report.generated import generated_tables
+            tables, notes = generated_tables(shown, title), []
+        else:
+            from ..report.inspection import metrics_view
+            tables, notes = metrics_view(shown, title)
+        console = Console()
+        for table in tables:
+            show(console, table)
+        for line in notes:
+            note(line)
+        _show_lora(lora_renderables_of(section)[:3])  # the headline, the members, the summary table
+    note(f"saved to {run}; `ensdiag report {run.parent.parent}` reports every run saved there")
