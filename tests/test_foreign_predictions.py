@@ -154,3 +154,24 @@ def test_bad_arrays_are_one_line_errors(write, args, message, tmp_path, capsys, 
     write(tmp_path)
     source = "x.npz" if (tmp_path / "x.npz").exists() else "x.npy"
     assert_one_line_error(capsys, "analyze", source, *args, match=message)
+
+
+def test_every_registered_reader_is_chosen_for_its_files_and_refuses_what_does_not_apply(arrays, tmp_path, capsys):
+    """The readers' registry: each kind of file reaches its reader (the same metrics from the same
+    numbers), and each reader refuses, in one line, the options that are not for its files."""
+    from ensdiag.foreign.readers import READERS
+    assert [what for what, _, _ in READERS][-1] == "NumPy arrays (.npy, .npz)"  # the fallback comes last
+    logits, labels, _ = arrays
+    save_predictions({"id": {"logits": logits, "labels": labels}}, tmp_path / "p.safetensors")
+    np.savez(tmp_path / "p.npz", logits=logits.numpy(), labels=labels.numpy())
+    with (tmp_path / "p.jsonl").open("w") as out:
+        for i in range(N):
+            out.write(json.dumps({"id": i, "answer": int(labels[i]), "scores": logits[:, i].tolist()}) + "\n")
+    found = {name: metrics_of(capsys, tmp_path / name)[0]["analyzers"]["calibration"]["splits"]["id"]["nll"]["value"]
+             for name in ("p.safetensors", "p.npz", "p.jsonl")}
+    assert found["p.npz"] == pytest.approx(found["p.safetensors"], abs=1e-6)
+    assert found["p.jsonl"] == pytest.approx(found["p.safetensors"], abs=1e-6)
+    np.save(tmp_path / "labels.npy", labels.numpy())
+    for name, match in (("p.safetensors", "holds every member's logits"), ("p.jsonl", "holds every member's scores")):
+        assert_one_line_error(capsys, "analyze", tmp_path / name, "--labels", tmp_path / "labels.npy", match=match)
+    assert_one_line_error(capsys, "analyze", tmp_path / "p.npz", "--task", "x", match="are for lm-evaluation-harness logs")

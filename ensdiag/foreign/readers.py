@@ -1,43 +1,99 @@
-"""What `ensdiag analyze` reads: one entry that tells the predictions files apart and hands each to
-its reader (safetensors, lm-evaluation-harness logs, multiple-choice JSON lines, NumPy arrays);
-every reader's result is then checked in the one place (checks.py) by the core."""
+"""What `ensdiag analyze` reads: each kind of predictions file registered with `@predictions_reader`
+(tried in the order registered, the last one the fallback), the first that recognises the paths
+given reads them; every reader's result is then checked in the one place (checks.py) by the core.
 
+    predictions, warnings = load_any_predictions(["preds.npz"], labels="labels.npy")
+
+A reader is `read(request) -> ({split: {"logits", "labels"}}, warnings)`, registered with
+`recognises(paths) -> bool` over every path given (members and --ood): lm-evaluation-harness logs,
+an ensdiag .safetensors predictions file, multiple-choice JSON lines, NumPy arrays. Each refuses
+in one line the options that do not apply to its files."""
+
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EnsdiagError
-from .predictions import INPUTS, load_array_predictions
+
+
+@dataclass
+class Request:
+    """What `analyze` was given, for the reader that recognises it."""
+
+    sources: list[Path]
+    labels: object = None
+    ood: list[Path] = field(default_factory=list)
+    inputs: str = "logits"
+    lm_eval: object = None  # LmEvalOptions, or None: not given
+    about: dict | None = None  # filled with what a reader knows beyond the arrays (lm-eval: titles, members)
+
+
+READERS: list = []  # (what it reads, recognises(paths), read(request)), tried in order
+
+
+def predictions_reader(what: str, recognises):
+    """Register `read(request)` for the paths `recognises(paths)` accepts (before the readers
+    registered after it)."""
+    def register(read):
+        READERS.append((what, recognises, read))
+        return read
+    return register
+
+
+def _is_lm_eval(paths) -> bool:
+    from .lm_eval import looks_like_lm_eval
+    return any(looks_like_lm_eval(path) for path in paths)
+
+
+@predictions_reader("lm-evaluation-harness logs", _is_lm_eval)
+def _lm_eval(request: Request):
+    from .lm_eval import LmEvalOptions, load_lm_eval_predictions
+    if request.labels is not None or request.inputs != "logits":
+        raise EnsdiagError(f"{request.sources[0]} looks like lm-eval logs, which hold each question's answer and "
+                           "log-likelihoods: drop --labels and --inputs")
+    return load_lm_eval_predictions(request.sources, request.ood, request.lm_eval or LmEvalOptions(), request.about)
+
+
+@predictions_reader("an ensdiag predictions file", lambda paths: paths[0].suffix == ".safetensors")
+def _safetensors(request: Request):
+    from ..predictions import load_predictions
+    if len(request.sources) != 1 or request.labels is not None or request.ood or request.inputs != "logits":
+        raise EnsdiagError("a .safetensors predictions file holds every member's logits, the labels and the splits "
+                           "itself: pass one, and drop --labels, --ood and --inputs")
+    return load_predictions(request.sources[0])[0], []
+
+
+@predictions_reader("multiple-choice JSON lines", lambda paths: any(path.suffix.lower() == ".jsonl" for path in paths))
+def _jsonl(request: Request):
+    from .jsonl import load_jsonl_predictions
+    paths = [*request.sources, *request.ood]
+    if len(request.sources) != 1 or not all(path.suffix.lower() == ".jsonl" for path in paths) \
+            or request.labels is not None or len(request.ood) > 1:
+        raise EnsdiagError("a .jsonl file holds every member's scores and each question's answer: pass one "
+                           "(no --labels), and OOD questions in it or in one --ood .jsonl")
+    return load_jsonl_predictions(request.sources[0], request.ood[0] if request.ood else None, request.inputs)
+
+
+@predictions_reader("NumPy arrays (.npy, .npz)", lambda paths: True)
+def _arrays(request: Request):
+    from .predictions import load_array_predictions
+    return load_array_predictions(request.sources, request.labels, request.ood, request.inputs)
 
 
 def load_any_predictions(sources, labels=None, ood=(), inputs="logits", lm_eval=None,
                          about: dict | None = None) -> tuple[dict[str, dict], list[str]]:
-    """({split: {"logits", "labels"}}, warnings) from whatever `ensdiag analyze` was given: an
-    ensdiag .safetensors predictions file, lm-evaluation-harness logs (foreign/lm_eval.py: sample
-    files or output folders, one member each, read with the `LmEvalOptions` `lm_eval`), a .jsonl
-    of multiple-choice scores (foreign/jsonl.py), or .npy / .npz arrays. `about`, if given, is
-    filled with what a reader knows beyond the arrays (lm-eval: split titles, members)."""
-    sources, ood = [Path(s) for s in sources], [Path(p) for p in ood]
+    """({split: {"logits", "labels"}}, warnings) from whatever `ensdiag analyze` was given, read by the
+    first registered reader that recognises the paths. `lm_eval`: `LmEvalOptions` (lm-eval logs only)."""
+    from .predictions import INPUTS
+    request = Request([Path(s) for s in sources], labels, [Path(p) for p in ood], inputs, lm_eval, about)
+    if not request.sources:
+        raise EnsdiagError("give at least one predictions file")
     if inputs not in INPUTS:
         raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
-    from .lm_eval import LmEvalOptions, load_lm_eval_predictions, looks_like_lm_eval
-    if any(looks_like_lm_eval(path) for path in [*sources, *ood]):
-        if labels is not None or inputs != "logits":
-            raise EnsdiagError(f"{sources[0]} looks like lm-eval logs, which hold each question's answer and "
-                               "log-likelihoods: drop --labels and --inputs")
-        return load_lm_eval_predictions(sources, ood, lm_eval or LmEvalOptions(), about)
-    if lm_eval is not None and lm_eval != LmEvalOptions():
-        raise EnsdiagError("--task, --ood-task, --filter and --score are for lm-evaluation-harness logs "
-                           "(samples_<task>_<date>.jsonl files or lm-eval output folders)")
-    if len(sources) == 1 and sources[0].suffix == ".safetensors":
-        from ..predictions import load_predictions
-        if labels is not None or ood or inputs != "logits":
-            raise EnsdiagError("a .safetensors predictions file holds logits, labels and splits itself; "
-                               "drop --labels, --ood and --inputs")
-        return load_predictions(sources[0])[0], []
-    is_jsonl = [path.suffix.lower() == ".jsonl" for path in [*sources, *ood]]
-    if any(is_jsonl):
-        from .jsonl import load_jsonl_predictions
-        if len(sources) != 1 or not all(is_jsonl) or labels is not None or len(ood) > 1:
-            raise EnsdiagError("a .jsonl file holds every member's scores and each question's answer: pass one "
-                               "(no --labels), and OOD questions in it or in one --ood .jsonl")
-        return load_jsonl_predictions(sources[0], ood[0] if ood else None, inputs)
-    return load_array_predictions(sources, labels, ood, inputs)
+    paths = [*request.sources, *request.ood]
+    what, _, read = next(reader for reader in READERS if reader[1](paths))
+    if what != "lm-evaluation-harness logs" and lm_eval is not None:
+        from .lm_eval import LmEvalOptions
+        if lm_eval != LmEvalOptions():
+            raise EnsdiagError("--task, --ood-task, --filter and --score are for lm-evaluation-harness logs "
+                               "(samples_<task>_<date>.jsonl files or lm-eval output folders)")
+    return read(request)
