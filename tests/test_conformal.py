@@ -128,3 +128,10 @@ def test_a_validation_split_calibrates_and_every_id_question_is_tested():
 def test_no_labelled_questions_is_a_skip():
     metrics = analyze_predictions({"ood": {"logits": torch.randn(2, 5, 3), "labels": None}}, only=["conformal"])
     assert metrics["analyzers"]["conformal"]["status"] == "skipped"
+
+
+@pytest.mark.parametrize("covered, n", [(0, 10), (10, 10), (7, 10), (180, 200), (1, 3)])
+def test_the_clopper_pearson_interval_is_scipys_exact_binomial_interval(covered, n):
+    from scipy.stats import binomtest
+    reference = binomtest(covered, n).proportion_ci(confidence_level=0.95, method="exact")
+    assert clopper_pearson(covered, n) == pytest.approx((reference.low, reference.high), abs=1e-12)

@@ -94,11 +94,12 @@ def calibration_split(n: int, seed: int = SEED) -> tuple[torch.Tensor, torch.Ten
 
 
 def clopper_pearson(covered: int, n: int, level: float = B.LEVEL) -> tuple[float, float]:
-    """The exact binomial interval for a proportion covered/n."""
-    from scipy.stats import beta
+    """The exact binomial interval for a proportion covered/n (beta quantiles, through
+    scipy.special: scipy.stats costs every run a slow import)."""
+    from scipy.special import betaincinv
     tail = (1 - level) / 2
-    low = 0.0 if covered == 0 else float(beta.ppf(tail, covered, n - covered + 1))
-    high = 1.0 if covered == n else float(beta.ppf(1 - tail, covered + 1, n - covered))
+    low = 0.0 if covered == 0 else float(betaincinv(covered, n - covered + 1, tail))
+    high = 1.0 if covered == n else float(betaincinv(covered + 1, n - covered, 1 - tail))
     return low, high
 
 
