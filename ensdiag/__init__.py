@@ -10,7 +10,7 @@
     diagnosis.save("runs/mine", method="deep-ensemble")     # then: ensdiag report runs/mine
 """
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 
 from typing import TYPE_CHECKING
 
