@@ -115,6 +115,24 @@ def test_every_convolution_reads_channels_last_input_when_training_asks_for_it(m
     assert _conv_inputs_are_channels_last(modules, lambda: model.train().forward_members(xs)) == []
 
 
+def test_vmap_members_run_a_channels_last_model_whose_convolutions_ask_for_their_layout(monkeypatch):
+    """cuDNN's convolution asks its input for its layout (`contiguous(memory_format=…)`), which vmap
+    does not implement for channels_last: the CUDA bench's ResNet-18 vmap strategy failed so. The
+    ask is emulated on the CPU; the members then run in the default layout, with the same numbers."""
+    from torch._prims_common import suggest_memory_format
+    original = torch.nn.Conv2d._conv_forward
+
+    def asks_for_its_layout(self, x, weight, bias):
+        return original(self, x.contiguous(memory_format=suggest_memory_format(x)), weight, bias)
+
+    model = _model("resnet18", "deep-ensemble", strategy="vmap").to(memory_format=torch.channels_last)
+    xs = torch.randn(model.num_members, 4, 3, 8, 8)
+    xs = xs.flatten(0, 1).contiguous(memory_format=torch.channels_last).unflatten(0, xs.shape[:2])
+    expected = model.eval().forward_members(xs)
+    monkeypatch.setattr(torch.nn.Conv2d, "_conv_forward", asks_for_its_layout)
+    assert torch.allclose(model.forward_members(xs), expected, atol=1e-5)
+
+
 def test_predictions_and_model_analyzers_run_in_exact_fp32_inside_a_training_context():
     """Called where training's settings are in force (autocast on, TF32 and cudnn.benchmark on),
     prediction and the model analyzers still compute in IEEE fp32."""

@@ -26,8 +26,8 @@ from .kit import Kit
 
 STRATEGIES = ("stacked", "vmap", "loop")
 # Chosen by `ensdiag bench --strategies` (docs/performance.md): on CPU the bmm-stacked MLP wins,
-# but for ResNet-18 one plain convolution per member beats the grouped one. CUDA is unmeasured:
-# stacked stays there until a GPU run says otherwise.
+# but for ResNet-18 one plain convolution per member beats the grouped one. On CUDA (an H200,
+# bf16) stacked beats vmap and the loop for the MLP; ResNet-18 on CUDA: see docs/performance.md.
 FASTEST = {("cpu", "mlp"): "stacked", ("cpu", "resnet18"): "loop"}
 
 
@@ -83,6 +83,10 @@ def forward_vmap(model, xs):
     """xs [k, B, ...] -> logits [k, B, C], members batched by vmap."""
     plain = _plain_network(model)
     with _under_autocast(plain, stacked_state(model), xs) as (state, xs):
+        # channels_last tensors (a CUDA model's layout) inside vmap make cuDNN ask for their layout,
+        # which vmap does not implement: the members run in the default layout (a copy, differentiable)
+        state = {name: tensor.contiguous() for name, tensor in state.items()}
+        xs = xs.contiguous()
         dims = {name: 0 if tensor.dim() else None for name, tensor in state.items()}  # scalars are shared
 
         def member(tensors, x):
