@@ -72,6 +72,8 @@ def strategies(record: dict) -> list[str]:
     for name, row in record["strategies"].items():
         lines.append(f"| {name}{' (in use)' if name == record['strategy_in_use'] else ''} | "
                      f"{seconds(row['seconds_per_epoch'])} | {rate(row['inference_images_per_second'])} |")
+    for name, why in record.get("strategies_skipped", {}).items():
+        lines.append(f"| {name} | cannot run here: {why} | |")
     return lines
 
 

@@ -468,3 +468,21 @@ def test_reference_pipeline_trains_with_fp16_autocast_and_its_grad_scaler(run):
     assert all(p.dtype == torch.float32 for p in after) and any(not torch.equal(a, b) for a, b in zip(before, after))
     logits = reference.predict(make_loader(data.train_images, data.train_labels, config, 8, False, 0, torch.device("cpu")))
     assert logits.dtype == torch.float32 and logits.shape[1] == 16
+
+
+def test_vmap_members_of_a_batchnorm_network_on_cuda_are_refused_in_one_line_and_skipped_by_the_bench():
+    """torch's CUDA batch_norm cannot run inside vmap (seen on an H200): the strategy says so
+    instead of an internal error, and `bench --strategies` skips it with the reason."""
+    from ensdiag.nn.members import forward_vmap, unsupported
+    assert unsupported("vmap", "cuda", "resnet18") and unsupported("vmap", "cpu", "resnet18") is None
+    assert unsupported("vmap", "cuda", "mlp") is None and unsupported("loop", "cuda", "resnet18") is None
+    model = _model("resnet18", "deep-ensemble", strategy="vmap")
+
+    class OnCuda(torch.Tensor):  # the device check only: nothing runs on a GPU
+        @property
+        def device(self):
+            return torch.device("cuda", 0)
+
+    xs = torch.randn(model.num_members, 2, 3, 8, 8).as_subclass(OnCuda)
+    with pytest.raises(ValueError, match="member_strategy 'vmap' cannot run resnet18 on cuda"):
+        forward_vmap(model, xs)

@@ -134,6 +134,8 @@ def bench_table(result: dict) -> list[Table]:
             strategies.add_column(column, justify="left" if column == "strategy" else "right")
         for name, row in result["strategies"].items():
             strategies.add_row(name, f"{row['seconds_per_epoch']:.3f}", _rate(row["inference_images_per_second"]))
+        for name, why in result.get("strategies_skipped", {}).items():
+            strategies.add_row(name, "cannot run", why)
         tables.append(strategies)
     extrapolated = [run for run, row in result["methods"].items() if row["timed_batches"] < row["batches_per_epoch"]]
     if extrapolated:

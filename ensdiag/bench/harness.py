@@ -25,7 +25,7 @@ from ..data.batching import Normalize, epoch_permutations
 from ..errors import EnsdiagError
 from ..nn import METHODS, build_model, flush_denormals
 from ..nn.methods import members_for
-from ..nn.members import fastest
+from ..nn.members import fastest, unsupported
 from ..precision import training_math, uses_bf16
 from ..train import FitData, make_optimizer, train_epoch
 from .reference import ReferenceModel, make_loader
@@ -274,9 +274,14 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
         timers[run, "fast"] = FastPathTimer(config, run, data, settings, device)
         if settings.reference:
             timers[run, "reference"] = ReferenceTimer(config, run, train, settings, device, workers)
+    skipped = {}  # strategy -> why it cannot run here
     if settings.strategies:  # the ways to run the members of every method that offers a choice
         for method in (name for name, kit in METHODS.items() if kit.strategies):
             for strategy in METHODS[method].strategies:
+                why = unsupported(strategy, device.type, settings.arch)
+                if why is not None:
+                    skipped[strategy] = why
+                    continue
                 timers[strategy, "strategy"] = FastPathTimer(config, method, data, settings, device, strategy)
     for timer in timers.values():
         timer.warm_up()
@@ -307,7 +312,7 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
                          "batch_size": config.batch_size, "optimizer": config.optimizer,
                          "augment": config.augment, "reference_workers": workers,
                          "threads": torch.get_num_threads(), "timing": "round-robin, median epoch"},
-            "methods": results, "strategies": strategies, "ratios": ratios(results),
+            "methods": results, "strategies": strategies, "strategies_skipped": skipped, "ratios": ratios(results),
             "strategy_in_use": fastest(device.type, settings.arch)}
 
 

@@ -35,6 +35,21 @@ def fastest(device_type: str, arch: str) -> str:
     return FASTEST.get((device_type, arch), "stacked")
 
 
+def unsupported(strategy: str, device_type: str, arch: str) -> str | None:
+    """Why `strategy` cannot run `arch` on `device_type`, or None."""
+    if strategy == "vmap" and device_type == "cuda" and _has_batchnorm(arch):
+        return ("torch's CUDA batch_norm asks its input for its memory layout, which vmap does not implement "
+                "(NYI: querying is_contiguous inside of vmap)")
+    return None
+
+
+@lru_cache(maxsize=8)
+def _has_batchnorm(arch: str) -> bool:
+    with torch.device("meta"):
+        network = ARCHITECTURES[arch](Kit(1), 10, (3, 32, 32) if arch != "mlp" else (1, 28, 28))
+    return any(isinstance(module, torch.nn.modules.batchnorm._BatchNorm) for module in network.modules())
+
+
 def stacked_state(model) -> dict[str, torch.Tensor]:
     """Member-first views [k, ...] of every parameter and buffer, under `single` names."""
     state = {}
@@ -81,6 +96,10 @@ def _under_autocast(plain, state, xs):
 
 def forward_vmap(model, xs):
     """xs [k, B, ...] -> logits [k, B, C], members batched by vmap."""
+    why = unsupported("vmap", xs.device.type, model.spec.arch)
+    if why is not None:
+        raise ValueError(f"member_strategy 'vmap' cannot run {model.spec.arch} on {xs.device.type}: {why}; "
+                         "use 'stacked' or 'loop'")
     plain = _plain_network(model)
     with _under_autocast(plain, stacked_state(model), xs) as (state, xs):
         # channels_last tensors (a CUDA model's layout) inside vmap make cuDNN ask for their layout,
