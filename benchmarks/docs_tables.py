@@ -42,8 +42,9 @@ def source(record: dict, relative: str, document: str) -> str:
     """The line every table starts with: record, version, machine."""
     env = record["environment"]
     link = relative if document == "README.md" else f"../{relative}"
+    device = env["device"] if env["device"] == "cpu" else f"{env['device']}: {env.get('device_name', 'a GPU')}"
     return (f"Record [`{Path(relative).name}`]({link}), ensdiag {env['ensdiag']}, torch {env['torch'].split('+')[0]}, "
-            f"{env['cpu_count']}-core {env['cpu']} CPU ({env['device']}).")
+            f"{env['cpu_count']}-core {env['cpu']} CPU ({device}).")
 
 
 def methods(record: dict) -> list[str]:
