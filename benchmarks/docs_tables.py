@@ -204,7 +204,30 @@ def lm_eval_scale(record: dict) -> list[str]:
     return lines
 
 
-RENDERERS = {"budgeted": budgeted, "lm-eval-scale": lm_eval_scale, "denormals": denormals, "methods": methods, "strategies": strategies, "tracking": tracking, "diagnose": diagnose, "report": report,
+def main_job(record: dict) -> list[str]:
+    """`ensdiag bench --main-job`: the README's main job per round, then its targets met or not."""
+    settings, summary = record["settings"], record["summary"]
+    lines = [f"The README's main job as a user runs it, {len(record['rounds'])} rounds (the first from an empty data "
+             f"cache); `diversity` of the grid's Deep Ensemble within `--budget {settings['budget']}`. Load average "
+             "before each round in the last column (the machine is shared).", "",
+             "| round | grid s | training s | diagnosis s (× training) | report s (× training) | report, figures redrawn, s "
+             "| diversity s / budget | load |", "|---|---|---|---|---|---|---|---|"]
+    for found in record["rounds"]:
+        budget = found["budget"]
+        lines.append(f"| {found['round'] + 1} ({found['cache']} cache) | {found['grid_seconds']:.1f} | "
+                     f"{found['training_seconds']:.1f} | {found['diagnosis_seconds']:.1f} ({found['diagnosis_to_training']:.2f}×) "
+                     f"| {found['report_seconds']:.1f} ({found['report_to_training']:.2f}×) | {found['report_cold_seconds']:.1f} "
+                     f"| {budget['wall_seconds']:.0f} / {budget['asked_seconds']:.0f} | {found['load_average']['before'][0]:.2f} |")
+    lines += ["", "| target (medians of the warm rounds) | measured | met |", "|---|---|---|"]
+    measured = [f"{summary['diagnosis_to_training']:.2f}× (worst run {summary['worst_run_diagnosis_to_training']:.2f}×)",
+                f"{summary['grid_seconds']:.1f} s (first round {summary['first_round_grid_seconds']:.1f} s)",
+                f"{summary['report_to_training']:.2f}×", f"{summary['budget_wall_to_budget']:.2f}× the budget"]
+    for (name, met), value in zip(record["targets"].items(), measured):
+        lines.append(f"| {name} | {value} | {'yes' if met else '**no**'} |")
+    return lines
+
+
+RENDERERS = {"budgeted": budgeted, "lm-eval-scale": lm_eval_scale, "main-job": main_job, "denormals": denormals, "methods": methods, "strategies": strategies, "tracking": tracking, "diagnose": diagnose, "report": report,
              "peer": peer}
 
 
