@@ -10,9 +10,10 @@ is near 1, while members that collapsed onto one function disagree far less than
 far below 1 (identical members: 0). Both means run over the same examples, so the ratio and its
 bootstrap interval come from one function of the examples' weights (`weighted.ratio_of_means`):
 each resample's own ratio of its own two means. On every labelled split (OOD splits carry no
-labels: their classes are not the model's). No member error on a split leaves the ratio undefined
-(null, with a note); a resample that draws none of the examples some member gets wrong has no
-ratio (+inf, or 0/0) and is left out, so with a handful of such examples there is no interval.
+labels: their classes are not the model's), each corruption only within the pooled shift split.
+No member error on a split leaves the ratio undefined (null, with a note); a resample that draws
+none of the examples some member gets wrong has no ratio (+inf, or 0/0) and is left out, so with a
+handful of such examples there is no interval.
 """
 
 import torch
@@ -54,8 +55,8 @@ def disagreement_error(predictions, weights=None):
     splits = {}
     for name, split in predictions.items():
         split = Examples.of(split)
-        if split.labels is None or split.size == 0:
-            continue
+        if split.labels is None or split.size == 0 or "/" in name:
+            continue  # every labelled split but each corruption's (the pooled shift split holds them)
         if split.members < 2:
             raise Skip("needs at least two members (k = 1): one member has no one to disagree with")
         found = {key: value(statistic(split, None)) for key, statistic in STATISTICS.items()}

@@ -205,12 +205,7 @@ def fit_temperature(log_probs: torch.Tensor, labels: torch.Tensor, low: float = 
     def loss(beta):
         return (torch.logsumexp(beta * z, dim=1) - beta * picked).mean().item()
 
-    return 1 / golden_section(loss, 1 / high, 1 / low, steps)
-
-
-def golden_section(loss, low: float, high: float, steps: int = 80) -> float:
-    """The point of [low, high] minimising a unimodal `loss(x) -> float`, by golden-section search."""
-    a, b = low, high
+    a, b = 1 / high, 1 / low
     ratio = (math.sqrt(5) - 1) / 2
     c, d = b - ratio * (b - a), a + ratio * (b - a)
     fc, fd = loss(c), loss(d)
@@ -223,4 +218,4 @@ def golden_section(loss, low: float, high: float, steps: int = 80) -> float:
             a, c, fc = c, d, fd
             d = a + ratio * (b - a)
             fd = loss(d)
-    return (a + b) / 2
+    return 2 / (a + b)

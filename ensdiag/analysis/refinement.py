@@ -29,15 +29,16 @@ import torch
 import torch.nn.functional as F
 
 from . import bootstrap as B
-from . import metrics as M
 from . import weighted as W
 from .examples import Examples
-from .registry import SPLIT_TABLES, Column, Skip, metric, register_analyzer, register_resampler
+from .registry import Column, Skip, metric, register_analyzer, register_resampler
 
 FOLDS = 5
 FIT_EXAMPLES = 20_000  # of the other folds' examples, at most, fit each fold's temperature
 LOW, HIGH = 1 / 50, 1 / 0.02  # β = 1/T searched in [0.02, 50], T in [0.02, 50] (as the temperature analyzer)
 FOLD_SEED = 2  # added to the split's draws' seed (bootstrap.seed_of): the folds' own stream
+SPLITS = ("id",)  # where the report reads it: the main job pays for no other split's fits (docs/conventions.md)
+MAX_STEPS = 100  # Newton or bisection steps of a fit, at most (Newton converges in a handful)
 LOSSES = {"nll": "NLL, −log p(y)", "brier": "Brier score, Σ_c (p_c − 1[y=c])²"}
 PARTS = {
     "loss": "mean over samples of the {loss} of p̄",
@@ -53,20 +54,56 @@ def definition(part: str, loss: str) -> str:
     return PARTS[part].format(loss=LOSSES[loss], folds=FOLDS)
 
 
-def terms(z: torch.Tensor, labels: torch.Tensor, beta, loss: str) -> tuple[torch.Tensor, ...]:
-    """(loss, d loss/dβ, d² loss/dβ²) per example [N] of softmax(β·z), z = log p̄ [N, C], β a number or [N]."""
-    beta = torch.as_tensor(beta, dtype=torch.float64)
-    beta = beta[:, None] if beta.dim() == 1 else beta
-    log_q = torch.log_softmax(beta * z, dim=-1)
+def scaled(z: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """log softmax(β·z) over the last axis; β broadcast over z's leading axes."""
+    return torch.log_softmax(beta[..., None] * z, dim=-1)
+
+
+def losses(z: torch.Tensor, labels: torch.Tensor, beta: torch.Tensor, loss: str) -> torch.Tensor:
+    """The loss of softmax(β·z) per example (z [..., C], labels and β [...])."""
+    log_q = scaled(z, beta)
+    if loss == "nll":
+        return -log_q.gather(-1, labels[..., None]).squeeze(-1)
+    return (log_q.exp() - F.one_hot(labels, z.shape[-1]).double()).pow(2).sum(-1)
+
+
+def terms(z: torch.Tensor, labels: torch.Tensor, beta: torch.Tensor, loss: str) -> tuple[torch.Tensor, ...]:
+    """(loss, d loss/dβ, d² loss/dβ²) per example of softmax(β·z), z = log p̄ [..., C], labels and β [...]."""
+    log_q = scaled(z, beta)
     q = log_q.exp()
     centred = z - (q * z).sum(-1, keepdim=True)  # z − E_q[z]
     variance = (q * centred * centred).sum(-1)  # Var_q[z] = d E_q[z] / dβ
+    at_label = labels[..., None]
     if loss == "nll":  # log Σ exp(βz) − β z_y
-        return (-log_q.gather(1, labels[:, None]).squeeze(1), -centred.gather(1, labels[:, None]).squeeze(1), variance)
-    residual = q - F.one_hot(labels, z.shape[1]).double()
+        return -log_q.gather(-1, at_label).squeeze(-1), -centred.gather(-1, at_label).squeeze(-1), variance
+    residual = q - F.one_hot(labels, z.shape[-1]).double()
     dq = q * centred  # d q_c / dβ
-    d2q = q * (centred * centred - variance[:, None])
+    d2q = q * (centred * centred - variance[..., None])
     return residual.pow(2).sum(-1), 2 * (residual * dq).sum(-1), 2 * (dq * dq + residual * d2q).sum(-1)
+
+
+def minimise(derivatives, folds: int) -> torch.Tensor:
+    """The β [folds] in [LOW, HIGH] minimising each fold's loss, from `derivatives(β [folds, r]) -> (mean
+    slope, mean curvature) [folds, r]` of a loss with one minimum: at an end where the slope does not
+    change sign there, else the slope's root by Newton steps kept inside a shrinking bracket (a
+    bisection where a step would leave it; Press et al.'s rtsafe). To 10⁻¹² of β."""
+    slope, _ = derivatives(torch.tensor([[LOW, HIGH]], dtype=torch.float64).expand(folds, 2))
+    low_slope, high_slope = slope.unbind(1)
+    low, high = torch.full((folds,), LOW, dtype=torch.float64), torch.full((folds,), HIGH, dtype=torch.float64)
+    beta = torch.where(low_slope >= 0, low, torch.where(high_slope <= 0, high, torch.ones(folds, dtype=torch.float64)))
+    inside = (low_slope < 0) & (high_slope > 0)  # a minimum strictly between the ends
+    for _ in range(MAX_STEPS):
+        if not inside.any():
+            break
+        slope, curve = (part[:, 0] for part in derivatives(beta[:, None]))
+        low, high = torch.where(inside & (slope < 0), beta, low), torch.where(inside & (slope > 0), beta, high)
+        step = beta - slope / curve.clamp(min=1e-300)
+        bisect = (low + high) / 2
+        new = torch.where((curve > 0) & (step >= low) & (step <= high), step, bisect)
+        done = (new - beta).abs() <= 1e-12 * beta.abs().clamp(min=1)
+        beta = torch.where(inside, new, beta)
+        inside = inside & ~done
+    return beta
 
 
 def folds(name: str, split: Examples) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,22 +122,26 @@ def fit(name: str, split: Examples) -> dict:
     reads (the fit sets' derivatives at their fold's β, each example's own at its fold's β)."""
     z, labels = split.log_mean, split.labels
     fold, place = folds(name, split)
+    chosen = []
+    for j in range(FOLDS):
+        others = torch.nonzero(fold != j).flatten()
+        chosen.append(others[torch.argsort(place[others])[:FIT_EXAMPLES]])
+    width = max(len(index) for index in chosen)
+    index = torch.stack([F.pad(part, (0, width - len(part))) for part in chosen])  # [FOLDS, m], padded with example 0
+    inside = torch.stack([torch.arange(width) < len(part) for part in chosen]).double()
+    z_fit, y_fit = z[index], labels[index]
     found = {}
     for loss in LOSSES:
-        betas, fitted = [], []
-        for j in range(FOLDS):
-            others = torch.nonzero(fold != j).flatten()
-            chosen = others[torch.argsort(place[others])[:FIT_EXAMPLES]]
-            if loss == "nll":
-                beta = 1 / M.fit_temperature(z[chosen], labels[chosen], 1 / HIGH, 1 / LOW)
-            else:
-                beta = M.golden_section(lambda b: float(terms(z[chosen], labels[chosen], b, "brier")[0].mean()), LOW, HIGH)
-            _, d1, d2 = terms(z[chosen], labels[chosen], beta, loss)
-            betas.append(beta)
-            fitted.append((chosen, d1, d2))
-        beta = torch.tensor(betas, dtype=torch.float64)
-        found[loss] = {"beta": beta, "fit": fitted, "own": terms(z, labels, beta[fold], loss),
-                       "plain": terms(z, labels, 1.0, loss)[0], "groups": W.Groups(fold, FOLDS)}
+        def derivatives(beta, loss=loss):  # β [folds, r] -> each fold's mean slope and curvature at each
+            shape = (*beta.shape, width)
+            _, slope, curve = terms(z_fit[:, None].expand(*shape, -1), y_fit[:, None].expand(shape),
+                                    beta[..., None].expand(shape), loss)
+            return tuple((part * inside[:, None]).sum(-1) / inside.sum(-1)[:, None] for part in (slope, curve))
+        beta = minimise(derivatives, FOLDS)
+        _, d1, d2 = terms(z_fit, y_fit, beta[:, None].expand(-1, width), loss)
+        found[loss] = {"beta": beta, "fit": [(part, d1[j, :len(part)], d2[j, :len(part)]) for j, part in enumerate(chosen)],
+                       "own": terms(z, labels, beta[fold], loss), "plain": losses(z, labels, torch.ones(len(z)), loss),
+                       "groups": W.Groups(fold, FOLDS)}
     return found
 
 
@@ -129,14 +170,14 @@ def parts(name: str, split: Examples, loss: str, w=None) -> dict:
                    "cross-fitted on the split, removes) and refinement (what it cannot; Berta et al. 2025)",
                    columns=[Column(f"{loss_label} {part} ({split})", ("splits", split, loss, part, "value"), "down",
                                    definition(part, loss), ("refinement",), 20 * index + 10 * offset + place, split=split)
-                            for index, split in enumerate(("id", "shift"))
+                            for index, split in enumerate(SPLITS)
                             for offset, (loss, loss_label) in enumerate((("nll", "NLL"), ("brier", "Brier")))
                             for place, part in enumerate(("calibration", "refinement"))])
 def refinement(predictions, weights=None):
     splits = {}
     for name, split in predictions.items():
-        if name not in SPLIT_TABLES or split["labels"] is None or len(split["labels"]) == 0:
-            continue  # the per-split tables' splits: each costs a fit per fold and loss
+        if name not in SPLITS or split["labels"] is None or len(split["labels"]) == 0:
+            continue  # each split costs a fit per fold and loss: where the report reads it
         split = Examples.of(split)
         if (split.clusters or split.size) < 2 * FOLDS:
             splits[name] = {loss: {part: metric(None, definition(part, loss), note=f"fewer than {2 * FOLDS} inputs: "
@@ -151,7 +192,7 @@ def refinement(predictions, weights=None):
                                                  f"to minimise the {LOSSES[loss]}")
         splits[name] = {**entry, "n": split.size}
     if not splits:
-        raise Skip("no labelled in-distribution or shift split")
+        raise Skip("no labelled in-distribution test split")
     return {"splits": splits, "map": "temperature scaling of log p̄, cross-fitted on each split's own samples "
                                      f"({FOLDS} seeded folds; each fold's T fitted on at most {FIT_EXAMPLES:,} of the "
                                      "other folds' samples)"}

@@ -27,6 +27,7 @@ DEFINITIONS = {
                       f"|ρ| ≥ {NOT_SEPARATED} — the two rank the samples alike and do not separate two sources)",
 }
 MEMBERS = ("jsd", "epkl", "rmi", "spearman_au_eu")  # N/A for one member: nothing between members
+DETAIL = ("epkl", "rmi", "spearman_au_eu")  # on the per-split tables' splits (id, shift, ood): where reports read them
 
 
 def parts(split: Examples) -> dict:
@@ -70,18 +71,19 @@ def uncertainty(predictions, weights=None):
         if split.size == 0:  # means over no samples: undefined
             splits[name] = {**{key: empty_metric(definition) for key, definition in DEFINITIONS.items()}, "n": 0}
             continue
-        splits[name] = {key: metric(value(statistic(split, None)), DEFINITIONS[key]) for key, statistic in STATISTICS.items()
+        keys = [key for key in STATISTICS if name in SPLIT_TABLES or key not in DETAIL]
+        splits[name] = {key: metric(value(STATISTICS[key](split, None)), DEFINITIONS[key]) for key in keys
                         if not (single and key in MEMBERS)}
         if single:  # one member: no spread between members to measure
             splits[name].update({key: metric(None, DEFINITIONS[key] + "; N/A for k = 1", note="one member (k = 1): "
-                                             "nothing between members to measure") for key in MEMBERS})
-        elif splits[name]["spearman_au_eu"]["value"] is None:
+                                             "nothing between members to measure") for key in MEMBERS if key in keys})
+        elif "spearman_au_eu" in keys and splits[name]["spearman_au_eu"]["value"] is None:
             splits[name]["spearman_au_eu"] = metric(None, DEFINITIONS["spearman_au_eu"], note=(
                 "the aleatoric or the epistemic part takes one value on every sample (identical members: no "
                 "epistemic part at all): no ranking to correlate"))
         splits[name]["n"] = split.size
-    together = [name for name, entry in splits.items() if "/" not in name
-                and isinstance(rho := entry.get("spearman_au_eu", {}).get("value"), float) and abs(rho) >= NOT_SEPARATED]
+    together = [name for name, entry in splits.items()
+                if isinstance(rho := entry.get("spearman_au_eu", {}).get("value"), float) and abs(rho) >= NOT_SEPARATED]
     return {"splits": splits, "identities": "H(p̄) = (1/k) Σ_i H(p_i) + MI; EPKL = MI + RMI, so EPKL ≥ MI",
             **({"note": separation_note(together, splits)} if together else {})}
 
