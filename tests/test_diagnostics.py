@@ -395,3 +395,25 @@ def test_the_new_numbers_are_exported_by_their_flat_names(three_methods):
         assert name in found, name
     assert found["diversity-gap/disagreement_gap"] == pytest.approx(
         metrics["analyzers"]["diversity-gap"]["disagreement_gap"]["value"])
+
+
+def test_the_gap_flag_needs_intervals_wholly_above_the_deep_ensembles():
+    """Hand-made cells: flagged only where the low end passes the Deep Ensemble's high end (strictly);
+    touching or overlapping intervals are not flagged; a cell with no interval is named as not compared."""
+    from ensdiag.report.diagnostics import gap_flags
+    columns = [{"name": "disagreement gap (train − test)"}, {"name": "KL gap (train − test)"}]
+    rows = [{"method": "deep-ensemble", "label": "Deep Ensemble",
+             "cells": [{"mean": 0.02, "ci": 0.01}, {"mean": 0.01, "ci": 0.005}]},  # [0.01, 0.03], [0.005, 0.015]
+            {"method": "batch-ensemble", "label": "BatchEnsemble",  # [0.04, 0.06] above; [0.01, 0.03] overlaps
+             "cells": [{"mean": 0.05, "ci": 0.01}, {"mean": 0.02, "ci": 0.01}]},
+            {"method": "mimo", "label": "MIMO",  # one seed: its run's interval [0.03, 0.05] touches 0.03; KL: none
+             "cells": [{"mean": 0.04, "example": {"low": 0.03, "high": 0.05}}, {"mean": 0.3}]}]
+    words = gap_flags({"columns": columns, "rows": rows})
+    flagged, _, rest = words.partition("Not compared")
+    assert "BatchEnsemble: disagreement gap (train − test) 0.050 [0.040, 0.060] against the Deep Ensemble's " \
+           "[0.010, 0.030]" in flagged
+    assert "KL gap" not in flagged and "MIMO" not in flagged and "Deep Ensemble:" not in flagged
+    assert "MIMO (KL)" in rest
+    rows[1]["cells"][0] = {"mean": 0.035, "ci": 0.01}  # [0.025, 0.045]: overlaps the Deep Ensemble's
+    assert gap_flags({"columns": columns, "rows": rows}).startswith("No method's train − test gap exceeds")
+    assert gap_flags({"columns": columns, "rows": rows[1:]}).startswith("No Deep Ensemble")
