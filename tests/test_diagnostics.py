@@ -417,3 +417,16 @@ def test_the_gap_flag_needs_intervals_wholly_above_the_deep_ensembles():
     rows[1]["cells"][0] = {"mean": 0.035, "ci": 0.01}  # [0.025, 0.045]: overlaps the Deep Ensemble's
     assert gap_flags({"columns": columns, "rows": rows}).startswith("No method's train − test gap exceeds")
     assert gap_flags({"columns": columns, "rows": rows[1:]}).startswith("No Deep Ensemble")
+
+
+def test_no_training_sample_is_predicted_where_no_analyzer_asked_for_reads_it():
+    from ensdiag.core.inspection import Measure, inspect
+    from ensdiag.data.registry import Split
+    model = ensdiag.build_model("mlp", "deep-ensemble", 2, 3, (1, 4, 4))
+    g = torch.Generator().manual_seed(1)
+    test = Split(torch.rand(30, 1, 4, 4, generator=g), torch.randint(0, 3, (30,), generator=g), "test")
+    train = Split(torch.rand(50, 1, 4, 4, generator=g), torch.randint(0, 3, (50,), generator=g), "train")
+    measured = {only: inspect(model, {"id": test}, train=train, measure=Measure(geometry=False, only=only))
+                for only in (("calibration",), ("calibration", "diversity-gap"))}
+    assert "train" not in measured[("calibration",)].predictions
+    assert measured[("calibration", "diversity-gap")].predictions["train"]["logits"].shape[1] == 50
