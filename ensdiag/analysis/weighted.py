@@ -361,6 +361,43 @@ def risk_coverage_areas(confidence: torch.Tensor, errors: torch.Tensor, w=None) 
     return {key: _out(value, single) for key, value in found.items()}
 
 
-__all__ = ["OOD_METRICS", "OverBudget", "Bins", "ECE_BINS", "Groups", "absolute_sum", "adaptive_ece", "binned", "calibration_bins", "classwise_bins",
+# ------------------------------------------------------------------ ratios and rank correlations
+
+def ratio_of_means(numerator: torch.Tensor, denominator: torch.Tensor, w=None) -> torch.Tensor:
+    """Σ w·a / Σ w·b over the same examples (a ratio of two means, each weighting's own): +inf where
+    Σ w·b = 0 < Σ w·a, NaN where both are 0 (a resample that drew none of the examples with b > 0)."""
+    weights, single = rows(w, len(numerator))
+    top, bottom = weights @ numerator.double(), weights @ denominator.double()
+    ratio = torch.where(bottom > 0, top / bottom.clamp(min=1e-300),
+                        torch.where(top > 0, top.new_tensor(math.inf), top.new_tensor(math.nan)))
+    return _out(ratio, single)
+
+
+def average_ranks(values: torch.Tensor, w=None) -> torch.Tensor:
+    """[b, n]: each example's rank (1-based) among the examples repeated as often as weighted, ties
+    sharing their mean rank (scipy's `rankdata(method="average")` of the repeated sample): an
+    example's group of equal values starts after the weight of the smaller ones."""
+    weights, _ = rows(w, len(values))
+    group, groups = tie_groups(values)
+    upto = Groups(group, groups).cumulative(weights)  # Σ w over the groups up to and including each
+    size = torch.diff(upto, dim=1, prepend=upto[:, :1] * 0)
+    return (upto - size + (size + 1) / 2)[:, group]
+
+
+def rank_correlation(x: torch.Tensor, y: torch.Tensor, w=None) -> torch.Tensor:
+    """Spearman's ρ of x and y over the examples repeated as weighted: Pearson's correlation of their
+    average ranks (`average_ranks`), weighted; NaN where either has one value only (no ranking)."""
+    weights, single = rows(w, len(x))
+    rank_x, rank_y = average_ranks(x, weights), average_ranks(y, weights)
+    total = weights.sum(1, keepdim=True)
+    dx = rank_x - (weights * rank_x).sum(1, keepdim=True) / total
+    dy = rank_y - (weights * rank_y).sum(1, keepdim=True) / total
+    xx, yy, xy = (weights * dx * dx).sum(1), (weights * dy * dy).sum(1), (weights * dx * dy).sum(1)
+    spread = (xx * yy).sqrt()
+    rho = torch.where(spread > 0, xy / spread.clamp(min=1e-300), spread.new_tensor(math.nan))
+    return _out(rho.clamp(-1, 1), single)
+
+
+__all__ = ["OOD_METRICS", "OverBudget", "Bins", "ECE_BINS", "Groups", "absolute_sum", "adaptive_ece", "average_ranks", "binned", "calibration_bins", "classwise_bins",
            "classwise_ece", "debiased_l2", "ece", "equal_mass_bins", "equal_width_bins", "mean", "ood_metrics",
-           "risk_coverage_areas", "rows", "tie_groups"]
+           "rank_correlation", "ratio_of_means", "risk_coverage_areas", "rows", "tie_groups"]

@@ -76,7 +76,9 @@ def inspect(ensemble, splits: dict, *, preprocess=None, train=None, measure: Mea
     preprocess = preprocess or (lambda x: x)
     status = context.status or (lambda text: nullcontext())
     predictions, kept, skipped, interrupted = {}, {}, dict(context.skipped or {}), None
+    train = _training_split(train, measure.geometry_examples)
     if context.no_data is None:
+        splits = {**splits, **_training_sample(train, splits, measure.only)}
         keep = (2**62 if measure.geometry_examples is None else measure.geometry_examples) if measure.geometry else 0
         try:
             with status("predicting every split …"):
@@ -107,6 +109,8 @@ def inspect(ensemble, splits: dict, *, preprocess=None, train=None, measure: Mea
     if interrupted:
         metrics["interrupted"] = f"Ctrl-C {interrupted}: what was finished before is kept, the rest says so"
     titles = dict(context.titles) if context.titles is not None else {name: name for name in predictions}
+    if "train" in predictions and "train" not in titles:
+        titles["train"] = getattr(splits["train"], "source", None) or "training examples"
     metrics["split_titles"], metrics["skipped_splits"] = titles, skipped
     metrics["ensemble"] = describe(ensemble)
     return Diagnosis(metrics, predictions, titles, cost=dict(context.cost or {}))
@@ -120,7 +124,7 @@ def _geometry(ensemble, splits, kept, predictions, train, preprocess, measure, c
     if interrupted:
         return {name: _skipped(name, INTERRUPTED) for name in names}, None
     probe_splits = {name: kept.get(name, splits.get(name)) for name in GEOMETRY_SPLITS if name in predictions}
-    train_split = _training_split(train, measure.geometry_examples)
+    train_split = train  # already a Split (or None): `_training_split`
     probe = ModelProbe(ensemble, probe_splits, preprocess, train_split.images if train_split else None,
                        measure.geometry_examples, train_labels=train_split.labels if train_split else None,
                        path_points=measure.path_points, train_source=train_split.source if train_split else None,
@@ -197,6 +201,21 @@ def _names(only, needs: str) -> list[str]:
 
 
 TRAINING_EXAMPLES = 10_000  # training inputs read from a loader or Dataset, for the probe's seeded samples
+
+
+def _training_sample(train: Split | None, splits: dict, only) -> dict:
+    """{"train": the seeded sample of labelled training examples the diversity gap reads
+    (analysis/diversity_gap.py)}, or {} where there are no labelled training data, the caller
+    gave a split of that name, or the analyzers asked for do not include it (nothing is
+    predicted that no analyzer reads)."""
+    from ..analysis.diversity_gap import TRAINING_SAMPLE, training_pick
+    if train is None or train.labels is None or len(train) == 0 or "train" in splits \
+            or (only is not None and "diversity-gap" not in only):
+        return {}
+    pick = training_pick(len(train))
+    source = (f"{len(pick):,} training examples (a seeded sample of at most {TRAINING_SAMPLE:,}) of "
+              f"{train.source or f'{len(train):,} training inputs'}")
+    return {"train": Split(train.images[pick], train.labels[pick], source)}
 
 
 def _training_split(train, limit) -> Split | None:

@@ -404,6 +404,9 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
         tables.append(analyzer_table(table_id, analyzer.description[:1].upper() + analyzer.description[1:]
                                      if analyzer.description else table_id,
                                      note=_notes(runs, analyzer.name)))
+    from .diagnostics import with_diagnostics  # the diversity gap's flags, the gain's calibration and refinement
+    tables, diagnostic_definitions = with_diagnostics(tables, runs, expected, _table)
+    definitions.update(diagnostic_definitions)
     lora, lora_definitions = lora_tables(runs, expected, _table)
     tables += lora
     definitions.update(lora_definitions)

@@ -17,17 +17,21 @@ NON_NEGATIVE, BRIER = (0.0, math.inf), (0.0, 2.0)
 RANGES = {
     **dict.fromkeys(("accuracy", "member_accuracy", "ece", "ece_adaptive", "ece_adaptive_tu", "ece_classwise",
                      "member_ece", "auroc", "aupr_in", "aupr_out", "fpr95", "fpr95_ood_as_id", "fpr95_id_as_ood",
-                     "aurc", "aurc_trapezoid", "error_ensemble", "error_gibbs", "disagreement", "rank_one"), PROBABILITY),
-    **dict.fromkeys(("overconfidence", "error_gap"), SIGNED_SHARE),
+                     "aurc", "aurc_trapezoid", "error_ensemble", "error_gibbs", "disagreement", "rank_one", "member_error"),
+                    PROBABILITY),
+    **dict.fromkeys(("overconfidence", "error_gap", "disagreement_gap"), SIGNED_SHARE),
     **dict.fromkeys(("brier", "brier_ensemble", "brier_gibbs", "brier_spread"), BRIER),
     **dict.fromkeys(("nll", "member_nll", "nll_ensemble", "nll_gibbs", "nll_geometric", "nll_gap", "entropy",
-                     "expected_entropy", "jsd", "kl_diversity", "normalized", "temperature_pooled"), NON_NEGATIVE),
-    **dict.fromkeys(("weight_cosine", "aligned_weight_cosine", "linear"), COSINE),
+                     "expected_entropy", "jsd", "kl_diversity", "normalized", "temperature_pooled", "epkl", "rmi", "ratio"),
+                    NON_NEGATIVE),
+    **dict.fromkeys(("weight_cosine", "aligned_weight_cosine", "linear", "spearman_au_eu"), COSINE),
 }
 # a name whose range depends on the analyzer: a mean of disagreements, of cosines
 BY_ANALYZER = {("disagreement", "mean"): PROBABILITY, ("disagreement", "matrix"): PROBABILITY,
                ("weight-similarity", "mean"): COSINE, ("weight-similarity", "matrix"): COSINE,
-               ("weight-similarity", "initial"): COSINE, ("cka", "mean"): COSINE}
+               ("weight-similarity", "initial"): COSINE, ("cka", "mean"): COSINE,
+               ("refinement", "loss"): NON_NEGATIVE, ("refinement", "refinement"): NON_NEGATIVE,
+               ("refinement", "temperatures"): NON_NEGATIVE}
 INTEGER_LIMIT = 2**63
 META = {"parameters": NON_NEGATIVE, "train_seconds": NON_NEGATIVE, "eval_seconds": NON_NEGATIVE,
         "epochs_run": NON_NEGATIVE, "weights_epoch": NON_NEGATIVE, "best_val_epoch": NON_NEGATIVE}
