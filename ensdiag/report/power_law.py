@@ -20,7 +20,7 @@ import math
 import torch
 
 C_LOW, C_HIGH = 0.05, 10.0  # the exponents searched
-GRID, STEPS = 48, 40  # grid points over log c, golden-section steps inside the best cell
+GRID, STEPS = 48, 32  # grid points over log c, golden-section steps inside the best cell (to ~1e-7 in log c)
 FIXED_C = 1.0  # the exponent with only the two ends measured
 
 
@@ -31,9 +31,12 @@ def _through_ends(y: torch.Tensor, sizes: torch.Tensor, c: torch.Tensor):
 
 
 def _error(y, sizes, c):
-    """The squared error over the sizes between the ends at exponent c [B]."""
-    a, b = _through_ends(y, sizes, c)
-    return ((y - a[:, None] - b[:, None] * sizes[None] ** -c[:, None]) ** 2).sum(1)
+    """The squared error over the sizes between the ends at exponent c [B] (or [B, G]: G exponents each)."""
+    grid = c.dim() == 2
+    y, c = (y[:, None], c) if grid else (y, c)
+    b = (y[..., 0] - y[..., -1]) / (1 - sizes[-1] ** -c)
+    a = y[..., 0] - b
+    return ((y - a[..., None] - b[..., None] * sizes ** -c[..., None]) ** 2).sum(-1)
 
 
 def fit(y, sizes=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -49,8 +52,7 @@ def fit(y, sizes=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         c = torch.full(y.shape[:1], FIXED_C, dtype=torch.float64)
         return (*_through_ends(y, sizes, c), c)
     grid = torch.linspace(math.log(C_LOW), math.log(C_HIGH), GRID, dtype=torch.float64)
-    errors = torch.stack([_error(y, sizes, torch.full(y.shape[:1], math.exp(g), dtype=torch.float64))
-                          for g in grid.tolist()], dim=1)  # [B, GRID]
+    errors = _error(y, sizes, grid.exp().expand(len(y), -1))  # [B, GRID]
     best = errors.argmin(1)
     low, high = grid[(best - 1).clamp(min=0)], grid[(best + 1).clamp(max=GRID - 1)]
     ratio = (math.sqrt(5) - 1) / 2
@@ -86,7 +88,7 @@ def size_at(value, a, b, c) -> torch.Tensor:
     return torch.where(falls, size, torch.full_like(size, math.nan))
 
 
-def solve(values, a, b, c, weights=None, steps: int = 80) -> torch.Tensor:
+def solve(values, a, b, c, weights=None, steps: int = 48) -> torch.Tensor:
     """[B]: the size n ≥ 1 at which the weighted mean over seeds of the laws reaches the weighted
     mean of the values — Σ_s w_s (a_s + b_s·n^(−c_s)) = Σ_s w_s·y_s, everything [B, S] (`weights`:
     how often a resample drew each seed; all ones by default). The mean of the seeds' curves falls
