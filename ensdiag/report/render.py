@@ -280,7 +280,7 @@ def to_rich(report, only=None, width=None):
     def decorate(text, mark):  # a cell is text, never markup
         return Text(sink.terminal(text), style="bold green" if mark == "best" else "yellow" if mark == "second" else "")
 
-    def build(table, transposed, methods=None):
+    def build(table, transposed, methods=None, label_most=None):
         header = [sink.terminal(name) for name in _header(table)]
         rows = [(sink.terminal(row["label"]), texts) for row, texts in _cells(table, decorate, compact=width is not None)]
         if transposed:
@@ -293,10 +293,23 @@ def to_rich(report, only=None, width=None):
         for index, name in enumerate(header):
             longest_word = max((len(word) for word in name.split()), default=0)
             rich_table.add_column(Text(name), justify="left" if index == 0 else "right", overflow="fold",
-                                  min_width=label_width if index == 0 else longest_word)
+                                  min_width=label_width if index == 0 else longest_word,
+                                  max_width=label_most if index == 0 else None)
         for label, texts in rows:
             rich_table.add_row(Text(label), *texts)
         return rich_table
+
+    def narrower(table, methods=None):
+        """Transposed, its row labels (column names) wrapped between words where that alone makes it
+        fit (never inside a word: "gaussian_noise ↑" may lose its arrow to the next line, not its name)."""
+        transposed = build(table, True, methods)
+        names = [column["name"] + " ↑" for column in table["columns"]]  # (the arrow: 2 characters at most)
+        labels = max((len(name) for name in names), default=0)
+        longest_word = max((len(word) for name in names for word in name.split()), default=0)
+        excess = natural_width(transposed) - width
+        if 0 < excess and labels - excess >= max(10, longest_word):
+            return build(table, True, methods, labels - excess)
+        return transposed
 
     def natural_width(rich_table):
         console = Console(width=10_000)
@@ -307,15 +320,15 @@ def to_rich(report, only=None, width=None):
         rich_table = build(table, transposed=False)
         if width is None or (wide := natural_width(rich_table)) <= width:
             return [rich_table]
-        transposed = build(table, transposed=True)
+        transposed = narrower(table)
         if natural_width(transposed) <= width or len(table["rows"]) < 2:
             return [transposed if natural_width(transposed) < wide else rich_table]
         parts, start = [], 0
         while start < len(table["rows"]):  # as many methods side by side as the width holds
             stop = start + 1
-            while stop < len(table["rows"]) and natural_width(build(table, True, slice(start, stop + 1))) <= width:
+            while stop < len(table["rows"]) and natural_width(narrower(table, slice(start, stop + 1))) <= width:
                 stop += 1
-            parts.append(build(table, True, slice(start, stop)))
+            parts.append(narrower(table, slice(start, stop)))
             start = stop
         return parts
 
