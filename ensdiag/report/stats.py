@@ -104,7 +104,7 @@ def seeds_needed(per_seed: list[float], distance: float, floor: float = 0.0, pow
     estimate, with probability `power`, if the seeds vary as these do: {"seeds": n or None, "why"}.
 
     `per_seed`: each seed's value whose mean is the estimate, or for a ratio of means ā/b̄ its
-    linearisation (a_s − ρ̂·b_s)/b̄ (Fieller's interval is the t-interval of these to first order).
+    values (a_s − L·b_s)/b̄ at the line L (Fieller's interval excludes L exactly when their t-test rejects).
     With S seeds, the interval mean ± t_{S−1}·s/√S clears the line when the one-sided t-test of
     distance·√S/σ rejects, so its chance is the power of that test: 1 − F(t_{0.975,S−1}; S − 1,
     δ = distance·√S/s), F the noncentral t distribution (σ taken as the seeds' s). The smallest S

@@ -294,8 +294,9 @@ DRIVERS = (("member_nll", "method_gibbs"), ("reference_member_nll", "reference_g
 
 def _add_seeds_needed(entry: dict, point: dict, per_seed: list[dict], each_seed: list[dict]) -> None:
     """Beside each question the seeds leave open, how many seeds would settle it (stats.seeds_needed):
-    for an unsettled ratio, its interval clearing the line nearer its estimate (25 % or 50 %), from its
-    per-seed linearisation (a_s − ρ̂·b_s)/b̄; for a share not given because the Deep Ensemble's gain is
+    for an unsettled ratio, its interval clearing the line L nearer its estimate (25 % or 50 %): Fieller's
+    interval excludes L exactly when the paired t-test of a_s − L·b_s = 0 rejects, so the per-seed
+    values are (a_s − L·b_s)/b̄, whose mean is ρ̂ − L; for a share not given because the Deep Ensemble's gain is
     within noise, that gain's interval clearing 0. More seeds average away the seeds' own errors on
     the test examples but not the error they share; its 95 % half-width (`_shared_floor`, from
     `each_seed`: every seed's values on every resample of the examples) is the floor."""
@@ -307,9 +308,10 @@ def _add_seeds_needed(entry: dict, point: dict, per_seed: list[dict], each_seed:
             numerator, denominator = RATIOS[key]
             mean_denominator = sum(values[denominator] for values in per_seed) / len(per_seed)
 
-            def linear(values, rho=point[key]):
-                return (values[numerator] - rho * values[denominator]) / mean_denominator
             line = min((ENSEMBLE_LIKE, SINGLE_LIKE), key=lambda threshold: abs(point[key] - threshold))
+
+            def linear(values, line=line):
+                return (values[numerator] - line * values[denominator]) / mean_denominator
             found["seeds_needed"] = seeds_needed([linear(values) for values in per_seed], abs(point[key] - line),
                                                  _shared_floor([linear(values) for values in each_seed]))
         elif found.get("undetermined") == "noise":
