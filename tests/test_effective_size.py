@@ -159,8 +159,11 @@ def test_batched_temperatures_are_fit_temperature_row_by_row():
     generator = torch.Generator().manual_seed(0)
     log_probs = torch.log_softmax(3 * torch.randn(5, 200, 4, generator=generator, dtype=torch.float64), -1)
     labels = torch.randint(0, 4, (200,), generator=generator)
+    right = torch.log_softmax(1e-3 * torch.nn.functional.one_hot(labels, 4).double(), -1)  # T's lower end: 0.02
+    log_probs = torch.cat([log_probs, right[None], log_probs[:1, :, [3, 2, 1, 0]]])  # (and noise: a large T)
     found = E.fit_temperatures(log_probs, labels)
-    assert found.tolist() == pytest.approx([fit_temperature(row, labels) for row in log_probs], rel=1e-6)
+    expected = [fit_temperature(row, labels) for row in log_probs]
+    assert found.tolist() == pytest.approx(expected, rel=1e-6) and expected[5] == pytest.approx(0.02)
 
 
 def test_auroc_is_the_tables_auroc_and_scikit_learns_under_resample_weights():
