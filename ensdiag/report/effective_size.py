@@ -38,8 +38,8 @@ from .stats import envelope, t_quantile
 from .verdict import REFERENCE, chosen_seeds
 
 MAX_SUBSETS = 24  # sub-ensembles per size: all of them up to this many, else this many drawn at random
-RESAMPLES = 250  # the first of the verdict's resamples: every size is re-read (law refitted) on each, so a
-#                  quarter of them keeps the report's cost down (its 2.5th and 97.5th percentiles: the 7th from each end)
+RESAMPLES = 250  # the first of the verdict's resamples: each refits every law and re-reads every size, so a
+#                  quarter of them keeps the report's cost down (2.5th and 97.5th percentiles: the 7th from each end)
 METRICS = {"cnll": "calibrated NLL", "brier": "Brier score", "auroc": "OOD AUROC"}
 TEMPERATURE = {"validation": "T fitted on the validation split",
                "cross-validation": "T fitted by two-fold cross-validation on the test set (no validation split)"}
@@ -270,7 +270,8 @@ def effective_sizes(runs: dict, draws=None, resamples: int = RESAMPLES) -> dict:
                            w_id, w_ood) for seed in seeds]
         validated = all(group[seed]["val"] is not None for group in (reference, loaded[method]) for seed in seeds)
         entry = {"members": loaded[method][seeds[0]]["logits"].shape[0], "reference_members": k, "seeds": len(seeds),
-                 "subsets": len(chosen_subsets), "temperature": "validation" if validated else "cross-validation"}
+                 "subsets": len(chosen_subsets), "resamples": resamples,
+                 "temperature": "validation" if validated else "cross-validation"}
         picked = chosen_seeds(len(seeds), resamples)
         for metric in METRICS:
             if metric in fitted and metric in mine[0]:

@@ -68,7 +68,8 @@ def effective_size_table(sizes: dict, label_of) -> dict | None:
             f"squares between them) is fitted per seed, and the method's size is where the mean of the seeds' curves "
             f"reaches its mean over the same seeds (the Deep Ensemble itself reads {k}; a method no better than its "
             f"average member reads 1). 95 % interval: the sizes a paired t-test over seeds does not reject, widened by "
-            f"a paired bootstrap over seeds and test examples; ∞: better than the curve's limit a. Calibrated NLL: "
+            f"a paired bootstrap over seeds and test examples ({reference.get('resamples', 'its')} resamples); "
+            f"∞ (inf): better than the curve's limit a. Calibrated NLL: "
             f"{temperature}. The Deep Ensemble's measured curve (mean over seeds, n = 1…{k}): {curves}.")
     if beyond:
         note += " Beyond its " + f"{k} members the law extrapolates: " + "; ".join(
