@@ -119,3 +119,17 @@ def test_every_terminal_table_fits_80_columns_and_hides_no_number(screen_report)
             for index, cell in enumerate(row["cells"]):
                 shown = "".join(cell_text(cell, table["id"], index, compact=True).split())
                 assert shown in squeezed, (table["id"], row["method"], shown)
+
+
+@pytest.mark.parametrize("value, interval, extrapolated, said", [
+    (1.14, [1.0, 1.31], False, "(k = 4) ≡ a Deep Ensemble of 1.1 [1.0, 1.3] members"),
+    (3.2, [2.1, 5.5], True, "(k = 4) ≡ a Deep Ensemble of 3.2 [2.1, 5.5] members, upper bound extrapolated beyond its 4"),
+    (6.0, [4.5, float("inf")], True, "(k = 4) ≡ a Deep Ensemble of 6.0 [4.5, ∞) members, extrapolated beyond its 4"),
+    (1234.0, [12.0, float("inf")], True, "≡ a Deep Ensemble of 1,234 [12, ∞) members, extrapolated beyond its 4"),
+])
+def test_a_size_beyond_the_deep_ensembles_is_said_to_be_extrapolated(value, interval, extrapolated, said):
+    from ensdiag.report.verdict_text import size_phrase
+    sizes = {"members": 4, "reference_members": 4,
+             "cnll": {"value": value, "interval": interval, "extrapolated": extrapolated}}
+    assert said in size_phrase(sizes)
+    assert ("extrapolated" in size_phrase(sizes)) == extrapolated
