@@ -241,9 +241,12 @@ def test_the_sentences_appear_in_every_report_format_and_the_train_summary(trio_
         assert code == 0, err
         text = " ".join(text.split())  # the terminal table wraps the note at its width
         assert "BatchEnsemble" in text and "Deep Ensemble" in text and "paired bootstrap" in text, fmt
-    code, _, err = run_cli(capsys, "train", "--method", "single,deep-ensemble,batch-ensemble", "--seeds", "1,2",
-                           "--epochs", "2", "--members", "2", "--out", trio_run)  # finished: only the summary
+    arguments = ("train", "--method", "single,deep-ensemble,batch-ensemble", "--seeds", "1,2", "--epochs", "2",
+                 "--members", "2", "--out", trio_run)  # finished: only what follows training
+    code, _, err = run_cli(capsys, *arguments, "--verbose")
     assert code == 0 and "paired bootstrap" in " ".join(err.split())
+    code, _, err = run_cli(capsys, *arguments)  # by default: where the answer and the tables are, no tables
+    assert code == 0 and "paired bootstrap" not in err and "--format summary" in " ".join(err.split())
 
 
 def test_bias_variance_diversity_table_for_methods_with_two_seeds(trio_run, capsys):

@@ -327,6 +327,23 @@ def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor, w_id=None, w_oo
     return {key: _out(metrics[key](), single) for key in only}
 
 
+def auroc(score_id: torch.Tensor, score_ood: torch.Tensor, w_id=None, w_ood=None) -> torch.Tensor:
+    """`ood_metrics`' AUROC alone, P(score_ood > score_id) + ½ P(equal), from one sort of the ID
+    scores: each OOD example's weighted count of ID scores below it (and half of those equal) by
+    binary search, for many weightings at once at a fraction of the cost (the effective ensemble
+    size reads it for every sub-ensemble)."""
+    weights_id, single = rows(w_id, len(score_id))
+    weights_ood, _ = rows(w_ood, len(score_ood))
+    ordered, order = score_id.double().sort()
+    b = len(weights_id)
+    below = torch.nn.functional.pad(weights_id.gather(1, order.expand(b, -1)).cumsum(1), (1, 0))  # [b, n + 1]: first j
+    ood = score_ood.double()
+    ends = torch.cat([torch.searchsorted(ordered, ood, right=False), torch.searchsorted(ordered, ood, right=True)])
+    counted = below.gather(1, ends.expand(b, -1)).view(b, 2, -1).sum(1)  # ID below + ID at or below, per OOD example
+    area = (counted * weights_ood).sum(1) / (2 * weights_id.sum(1) * weights_ood.sum(1))
+    return _out(area, single)
+
+
 def risk_coverage_areas(confidence: torch.Tensor, errors: torch.Tensor, w=None) -> dict[str, torch.Tensor]:
     """{"aurc", "aurc_trapezoid", "augrc", "augrc_trapezoid"} of the risk–coverage curve: examples
     accepted by decreasing confidence, tied ones each counting their group's mean error (the

@@ -17,8 +17,9 @@ def report(
     run_dirs: list[Path] = typer.Argument(None, metavar="RUN_DIR", help="A run folder (default: the newest under ./runs), "
                                           "or several: their methods and seeds in one report (none of them is written to)."),
     fmt: str = typer.Option(None, "--format", help="table (default in a terminal), markdown, json, latex, html or csv "
-                            "(every number as long rows: table, method, column, seed, value, mean, 95 % interval) or summary (the verdict's "
-                            "lines, where the report was written and the command that opens it)."),
+                            "(every number as long rows: table, method, column, seed, value, mean, 95 % interval) or summary (one line per "
+                            "method led by its effective ensemble size, what the seeds settle and what would settle the "
+                            "rest, where the report was written and the command that opens it: the first screen)."),
     examples: Path = typer.Option(None, "--examples", help="Also write every run's per-example predictions and "
                                   "uncertainty (confidence, entropy, JSD, member agreement) to this .csv or .parquet file."),
     out: Path = typer.Option(None, help="Write the report in --format to this file (or to report.<ext> in this folder) instead of stdout."),
@@ -73,5 +74,5 @@ def report(
         else:
             atomic_write_text(target, text)
             note(f"report written to {target}")
-    if written:
-        note(written)
+    if written and not (fmt == "summary" and target is None and written.startswith("report.md")):
+        note(written)  # (the summary says where the report is itself)

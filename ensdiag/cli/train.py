@@ -54,6 +54,8 @@ def train(
     out: Path = typer.Option(None, help="Run folder (default runs/<preset>-<timestamp>); rerun into it to resume."),
     resume: Path = typer.Option(None, help="Continue the run in this folder with its stored settings."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="After training, also print the verdict and the "
+                                 "in-distribution, OOD and diversity tables (`ensdiag report RUN_DIR` prints them all)."),
 ):
     """Train every method × seed of a preset into a run folder.
 
@@ -95,13 +97,16 @@ def train(
     if ranks.distributed:  # the job's report, written once every rank has finished
         from ..report import make_report
         make_report(run_dir)
-    if not quiet:
+    if verbose and not quiet:  # the tables are the report's: by default train ends with where they are
         from ..report import build_report, to_rich
         with loading("summarising the grid (the verdict's bootstrap) …"):
             summary = build_report(run_dir)
-        for table in to_rich(summary, only={"verdict", "id", "ood", "diversity"}, width=err_console.width):
+        for table in to_rich(summary, only={"verdict", "effective-size", "id", "ood", "diversity"},
+                             width=err_console.width):
             show(err_console, table)
-        note(f"run folder: {run_dir}  (full report: ensdiag report {run_dir})")
+    if not quiet:
+        note(f"run folder: {run_dir}  (the answer: ensdiag report {run_dir} --format summary; every table: "
+             f"ensdiag report {run_dir})")
     print(terminal(run_dir))
 
 

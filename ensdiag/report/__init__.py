@@ -20,7 +20,8 @@ from .figures import (Drawn, heatmap_grid, ood_histogram_figure, plottable, reli
 from .geometry_figures import add_report_figures
 from .lora import add_lora_figures
 from .pairs import add_pair_figures
-from .render import FORMATS, render, to_html, to_markdown, to_rich, to_summary  # noqa: F401  (to_summary: callers ask it here)
+from .render import FORMATS, render, to_html, to_markdown, to_rich  # noqa: F401
+from .summary import to_summary  # noqa: F401  (callers ask it here)
 
 
 

@@ -10,6 +10,7 @@ seed) are counted and shown (n per cell), never averaged in as if complete.
 from ..analysis.registry import SPLIT_TABLES
 from ..errors import EnsdiagError, unknown
 from .example_level import EXAMPLES_DEFINITION, Declared, budget_notes, example_cell
+from .effective_table import SIZE_DEFINITIONS, effective_size_table, seeds_needed_table
 from .stats import mean_ci
 from .load import MISSING, _lookup, _number, dig, load_runs
 from .llm import llm_tables
@@ -180,7 +181,7 @@ def _meta_column(label, key, direction):
     return label, lambda run: dig(run["meta"], (key,)), direction
 
 
-def _within_folders(run_dir, runs, groups, reasons: dict | None = None) -> dict:
+def _within_folders(run_dir, runs, groups, reasons: dict | None = None, draws=None) -> dict:
     """The verdict of each folder's methods on their own (several folders whose single model or Deep
     Ensemble are kept apart, merge.py), under their merged names; a method found in several folders
     keeps the verdict of the most seeds."""
@@ -189,7 +190,7 @@ def _within_folders(run_dir, runs, groups, reasons: dict | None = None) -> dict:
     for group in groups:
         found_reasons = {}
         for method, entry in verdict(run_dir, {original: runs[name] for name, original in group.items()},
-                                     found_reasons).items():
+                                     found_reasons, draws).items():
             name = next(name for name, original in group.items() if original == method)
             if name not in found or entry["seeds"] > found[name]["seeds"]:
                 found[name] = entry
@@ -199,14 +200,34 @@ def _within_folders(run_dir, runs, groups, reasons: dict | None = None) -> dict:
     return found
 
 
-def _verdict_table(run_dir, runs, expected, groups=None):
+def _effective_sizes(runs, groups, draws) -> dict:
+    """effective_size.py's entries of every method beside a Deep Ensemble (within each folder where
+    the verdict is, merge.py), under the report's names."""
+    from .effective_size import effective_sizes
+    if not groups:
+        return effective_sizes(runs, draws)
+    found = {}
+    for group in groups:
+        for method, entry in effective_sizes({original: runs[name] for name, original in group.items()}, draws).items():
+            name = next(name for name, original in group.items() if original == method)
+            if name not in found or entry.get("seeds", 0) > found[name].get("seeds", 0):
+                found[name] = entry
+    return found
+
+
+def _verdict_table(run_dir, runs, expected, groups=None, sizes=None, draws=None):
     """The verdict (verdict.py) as a table of ratios with their intervals; per method, its overall
-    line and what each question answers (verdict_text.py), then how to read them, as the note. The
-    table carries no best/second marks: the answers are the verdict's tests."""
+    line (led by its effective size, `sizes`) and what each question answers (verdict_text.py), then
+    how to read them, as the note. The table carries no best/second marks: the answers are the
+    verdict's tests."""
     from .verdict import verdict
     from .verdict_text import answer, how_to_read, sentence
     reasons = {}
-    found = verdict(run_dir, runs, reasons) if not groups else _within_folders(run_dir, runs, groups, reasons)
+    found = (verdict(run_dir, runs, reasons, draws) if not groups
+             else _within_folders(run_dir, runs, groups, reasons, draws))
+    for method, entry in found.items():
+        if (sizes or {}).get(method):
+            entry["effective_size"] = sizes[method]
     missing = [f"{_label(method)}: no verdict — {reason}." for method, reason in reasons.items() if method not in found]
     if not found:
         if not missing or not groups:
@@ -392,9 +413,16 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     if len(variants) == 2:
         tables.append(analyzer_table("be-variants", "BatchEnsemble channel- vs kernel-wise (in-distribution)", "id",
                                      {m: runs[m] for m in variants}, declared_in="id"))
-    verdict_table, verdicts = _verdict_table(run_dir, runs, expected, data.get("groups"))
+    from ..analysis.bootstrap import Draws
+    draws = Draws()  # the test examples' resamples, drawn once for the effective sizes and the verdict
+    sizes = _effective_sizes(runs, data.get("groups"), draws)
+    verdict_table, verdicts = _verdict_table(run_dir, runs, expected, data.get("groups"), sizes, draws)
+    sizes_table = effective_size_table(sizes, _label)
+    if sizes_table is not None:
+        definitions.update(SIZE_DEFINITIONS)
     llm, llm_definitions = llm_tables(runs, verdicts, expected, _table)  # weight beside function space, subtasks
-    tables[:0] = [*([verdict_table] if verdict_table is not None else []), *llm]
+    needed_table = seeds_needed_table(verdicts, _label)
+    tables[:0] = [*(table for table in (verdict_table, sizes_table, needed_table) if table is not None), *llm]
     definitions.update(llm_definitions)
     bvd = _bvd_table(runs)
     if bvd is not None:
@@ -422,7 +450,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
             "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION,
-            "examples": EXAMPLES_DEFINITION, "marks": MARKS, "verdict": verdicts,
+            "examples": EXAMPLES_DEFINITION, "marks": MARKS, "verdict": verdicts, "effective_size": sizes,
             **({"notes": experiment["notes"]} if experiment.get("notes") else {}),
             "conventions": conventions, "ood_score": ood_score, **({"budgets": budgets} if budgets else {}),
             "definitions": definitions,

@@ -51,6 +51,10 @@ def format_number(value, table_id, column_index):
         return value
     if word := non_finite_word(value):
         return word
+    if isinstance(value, int) and not isinstance(value, bool):  # counts: members, seeds
+        return f"{value:,}"
+    if table_id == "effective-size":  # members
+        return f"{value:.2f}"
     if table_id.startswith("lora"):  # overlaps, nulls and 1 − cosine of effective weights span decades
         return f"{value:.4g}"
     if table_id == "cost":
@@ -58,8 +62,10 @@ def format_number(value, table_id, column_index):
     return f"{value:.3f}"
 
 
-def cell_text(cell, table_id, column_index):
-    """'0.964 ± 0.012', with '(n=2/3)' when seeds are missing; N/A when nothing was measured."""
+def cell_text(cell, table_id, column_index, compact=False):
+    """'0.964 ± 0.012', with '(n=2/3)' when seeds are missing; N/A when nothing was measured.
+    `compact` (the terminal's 80 columns): the test set's own interval only where no seed-level one
+    is given (one seed), without its example count (the table's footnote gives the rest)."""
     if cell.get("mean") is None:
         return "N/A"
     text = format_number(cell["mean"], table_id, column_index)
@@ -69,8 +75,12 @@ def cell_text(cell, table_id, column_index):
         text += f" ± {format_number(cell['ci'], table_id, column_index)}"
     elif isinstance(cell.get("interval"), (list, tuple)) and len(cell["interval"]) == 2:  # an interval of its own (the verdict's)
         text += " [" + ", ".join(format_number(bound, table_id, column_index) for bound in cell["interval"]) + "]"
-    if cell.get("example"):  # the test set's own sampling error, beside the seeds' (report/example_level.py)
-        text += example_text(cell["example"], lambda value: format_number(value, table_id, column_index))
+    example = cell.get("example")
+    if example and compact and "low" in example and cell.get("ci") is None:  # one seed: its interval is the only one
+        text += f" [{format_number(example['low'], table_id, column_index)}, " \
+                f"{format_number(example['high'], table_id, column_index)}]"
+    elif example and not compact:  # the test set's own sampling error, beside the seeds' (report/example_level.py)
+        text += example_text(example, lambda value: format_number(value, table_id, column_index))
     if cell.get("expected") and cell.get("n") is not None and cell["n"] < cell["expected"]:
         text += f" (n={cell['n']}/{cell['expected']})"
     return text
@@ -80,12 +90,29 @@ def _header(table):
     return ["Method"] + [column["name"] + ARROWS[column["direction"]] for column in table["columns"]]
 
 
-def _cells(table, decorate):
+def _cells(table, decorate, compact=False):
     for row in table["rows"]:
         texts = []
         for index, cell in enumerate(row["cells"]):
-            texts.append(decorate(cell_text(cell, table["id"], index), cell.get("mark")))
+            texts.append(decorate(cell_text(cell, table["id"], index, compact), cell.get("mark")))
         yield row, texts
+
+
+def test_set_footnote(table) -> str:
+    """What compact cells leave out: the test set's own half-width per column (the largest over the
+    methods, each the mean over seeds of the seeds' half-widths), for the terminal."""
+    widest = {}
+    for row in table["rows"]:
+        for index, cell in enumerate(row["cells"]):
+            half = (cell.get("example") or {}).get("half_width")
+            if half is not None and cell.get("ci") is not None and math.isfinite(half):
+                widest[index] = max(widest.get(index, 0.0), half)
+    if not widest:
+        return ""
+    columns = " · ".join(f"{table['columns'][index]['name']} {format_number(half, table['id'], index)}"
+                         for index, half in sorted(widest.items()))
+    return (f"± over seeds. The test set's own ± (largest over methods): {columns}; every cell with it in report.md "
+            "(--format markdown).")
 
 
 @report_format("markdown", "md")
@@ -207,25 +234,10 @@ def to_html(report, run_dir=None) -> str:
 
 @report_format("summary", "txt")
 def summary_format(report, run_dir=None) -> str:
+    """The first screen (summary.py): one line per method led by its effective size, what the seeds
+    settle, where the report is; at most 80 columns and 24 rows for the main job's grid."""
+    from .summary import to_summary
     return to_summary(report, report.get("written"))
-
-
-def to_summary(report, written: str | None = None) -> str:
-    """The short end of a run: the verdict's overall lines, where the report is, and the one command
-    that opens it (everything else is in the files)."""
-    from pathlib import PurePath
-    lines = [entry["answer"] for entry in report.get("verdict", {}).values() if entry.get("answer")]
-    if not lines:
-        from .verdict import BASELINE, REFERENCE
-        lines = [f"No verdict: it needs a single model (`{BASELINE}`) and a Deep Ensemble (`{REFERENCE}`) beside "
-                 "another method, with seeds in common."]
-    run = PurePath(report["run"])
-    if written and written.startswith("report.md"):
-        lines += [f"Report: {run / 'report.md'} and {run / 'report.html'} (every table, figure and number behind "
-                  "these lines)", f"Open it: python3 -m webbrowser {run / 'report.html'}"]
-    elif written:
-        lines.append(f"Report not written: {written}")
-    return "".join(sink.terminal(line) + "\n" for line in lines)
 
 
 @report_format("json", "json")
@@ -268,10 +280,11 @@ def to_rich(report, only=None, width=None):
     def decorate(text, mark):  # a cell is text, never markup
         return Text(sink.terminal(text), style="bold green" if mark == "best" else "yellow" if mark == "second" else "")
 
-    def build(table, transposed):
+    def build(table, transposed, methods=None, label_most=None):
         header = [sink.terminal(name) for name in _header(table)]
-        rows = [(sink.terminal(row["label"]), texts) for row, texts in _cells(table, decorate)]
+        rows = [(sink.terminal(row["label"]), texts) for row, texts in _cells(table, decorate, compact=width is not None)]
         if transposed:
+            rows = rows if methods is None else rows[methods]
             header, rows = ["", *(label for label, _ in rows)], [
                 (name, [texts[index] for _, texts in rows]) for index, name in enumerate(header[1:])]
         rich_table = Table(title=Text(sink.terminal(table["title"])), pad_edge=not transposed)
@@ -280,26 +293,52 @@ def to_rich(report, only=None, width=None):
         for index, name in enumerate(header):
             longest_word = max((len(word) for word in name.split()), default=0)
             rich_table.add_column(Text(name), justify="left" if index == 0 else "right", overflow="fold",
-                                  min_width=label_width if index == 0 else longest_word)
+                                  min_width=label_width if index == 0 else longest_word,
+                                  max_width=label_most if index == 0 else None)
         for label, texts in rows:
             rich_table.add_row(Text(label), *texts)
         return rich_table
+
+    def narrower(table, methods=None):
+        """Transposed, its row labels (column names) wrapped between words where that alone makes it
+        fit (never inside a word: "gaussian_noise ↑" may lose its arrow to the next line, not its name)."""
+        transposed = build(table, True, methods)
+        names = [column["name"] + " ↑" for column in table["columns"]]  # (the arrow: 2 characters at most)
+        labels = max((len(name) for name in names), default=0)
+        longest_word = max((len(word) for name in names for word in name.split()), default=0)
+        excess = natural_width(transposed) - width
+        if 0 < excess and labels - excess >= max(10, longest_word):
+            return build(table, True, methods, labels - excess)
+        return transposed
 
     def natural_width(rich_table):
         console = Console(width=10_000)
         return Measurement.get(console, console.options, rich_table).maximum
 
+    def fitted(table) -> list:
+        """The table as it fits `width`: as it is, transposed, or transposed in groups of methods."""
+        rich_table = build(table, transposed=False)
+        if width is None or (wide := natural_width(rich_table)) <= width:
+            return [rich_table]
+        transposed = narrower(table)
+        if natural_width(transposed) <= width or len(table["rows"]) < 2:
+            return [transposed if natural_width(transposed) < wide else rich_table]
+        parts, start = [], 0
+        while start < len(table["rows"]):  # as many methods side by side as the width holds
+            stop = start + 1
+            while stop < len(table["rows"]) and natural_width(narrower(table, slice(start, stop + 1))) <= width:
+                stop += 1
+            parts.append(narrower(table, slice(start, stop)))
+            start = stop
+        return parts
+
     tables = []
     for table in report["tables"]:
         if only is not None and table["id"] not in only:
             continue
-        rich_table = build(table, transposed=False)
-        if width is not None and (wide := natural_width(rich_table)) > width:
-            transposed = build(table, transposed=True)
-            if natural_width(transposed) < wide:
-                rich_table = transposed
-        tables.append(rich_table)
-        if table.get("note"):  # below the table, left-aligned, wrapped here so that no number is split
-            tables.append(Text(wrapped(sink.terminal(table["note"], keep="\n"), max(40, (width or 100) - 1)), no_wrap=True,
+        tables += fitted(table)
+        note = "\n\n".join(part for part in (table.get("note"), test_set_footnote(table) if width else "") if part)
+        if note:  # below the table, left-aligned, wrapped here so that no number is split
+            tables.append(Text(wrapped(sink.terminal(note, keep="\n"), max(40, (width or 100) - 1)), no_wrap=True,
                                overflow="ignore"))
     return tables

@@ -93,3 +93,37 @@ def settles(interval) -> str:
     if low >= SINGLE_LIKE and high <= ENSEMBLE_LIKE:
         return "between"
     return "unsettled"
+
+
+POWER = 0.8  # the chance, at the seeds needed, that the interval clears the line
+MOST_SEEDS = 1000  # seeds needed beyond this are "more than 1,000"
+
+
+def seeds_needed(per_seed: list[float], distance: float, floor: float = 0.0, power: float = POWER) -> dict:
+    """How many seeds would make a 95 % interval over seeds clear a line `distance` away from the
+    estimate, with probability `power`, if the seeds vary as these do: {"seeds": n or None, "why"}.
+
+    `per_seed`: each seed's value whose mean is the estimate, or for a ratio of means ā/b̄ its
+    values (a_s − L·b_s)/b̄ at the line L (Fieller's interval excludes L exactly when their t-test rejects).
+    With S seeds, the interval mean ± t_{S−1}·s/√S clears the line when the one-sided t-test of
+    distance·√S/σ rejects, so its chance is the power of that test: 1 − F(t_{0.975,S−1}; S − 1,
+    δ = distance·√S/s), F the noncentral t distribution (σ taken as the seeds' s). The smallest S
+    with that chance ≥ `power` is returned (more than the seeds there are). `floor`: the half-width the test
+    set's own sampling adds however many seeds there are (it does not shrink with seeds); the seeds'
+    part must fit in √(distance² − floor²), and no number of seeds does where floor ≥ distance.
+    why: "test set" (floor ≥ distance), "one seed" (no spread to project from), "no spread" (the seeds
+    agree exactly: more of them change nothing), "too many" (more than `MOST_SEEDS`)."""
+    from scipy.special import nctdtr
+    values = [value for value in per_seed if math.isfinite(value)]
+    if floor >= distance:
+        return {"seeds": None, "why": "test set"}
+    if len(values) < 2:
+        return {"seeds": None, "why": "one seed"}
+    spread = math.sqrt(sum((v - sum(values) / len(values)) ** 2 for v in values) / (len(values) - 1))
+    if spread == 0:
+        return {"seeds": None, "why": "no spread"}
+    room = math.sqrt(distance ** 2 - floor ** 2)
+    for seeds in range(len(values) + 1, MOST_SEEDS + 1):  # more than there are: these left it open
+        if 1 - nctdtr(seeds - 1, room * math.sqrt(seeds) / spread, t_quantile(seeds)) >= power:
+            return {"seeds": seeds, "why": None}
+    return {"seeds": None, "why": "too many"}

@@ -39,7 +39,7 @@ from ..analysis import weighted as W
 from ..analysis.examples import Examples
 from ..analysis.metrics import gain_terms
 from ..io import read_safetensors
-from .stats import envelope, fieller, percentiles, settles, t_interval
+from .stats import ENSEMBLE_LIKE, SINGLE_LIKE, envelope, fieller, percentiles, seeds_needed, settles, t_interval
 
 BASELINE, REFERENCE = "single", "deep-ensemble"
 RESAMPLES = B.RESAMPLES  # the first rows of the draws behind the cells' intervals
@@ -153,12 +153,17 @@ def example_counts(run, draws: B.Draws, resamples: int = RESAMPLES) -> tuple:
     return draws.counts("id", n, 0, resamples), ood, shift
 
 
-def _bootstrap(group, seeds, chosen, counts) -> dict:
+def _per_seed_resampled(group, seeds, counts) -> dict:
+    """{key: [R, S]}: each seed's metrics on every resample of the examples (weighted by their counts)."""
+    per_seed = [_metrics(group[seed], *counts) for seed in seeds]  # S × {key: [R]}
+    return {key: torch.stack([metrics[key] for metrics in per_seed], dim=1) for key in per_seed[0]}
+
+
+def _bootstrap(group, seeds, chosen, counts, stacked: dict | None = None) -> dict:
     """The seed-averaged metrics of every resample at once ({key: [R]}): each seed's metrics on the
     resampled examples (weighted by their counts), then the mean over the seeds each resample chose."""
-    per_seed = [_metrics(group[seed], *counts) for seed in seeds]  # S × {key: [R]}
-    return {key: torch.stack([metrics[key] for metrics in per_seed], dim=1).gather(1, chosen).mean(1)
-            for key in per_seed[0]}
+    stacked = stacked if stacked is not None else _per_seed_resampled(group, seeds, counts)
+    return {key: values.gather(1, chosen).mean(1) for key, values in stacked.items()}
 
 
 def _averaged(group, seeds) -> dict:
@@ -166,9 +171,10 @@ def _averaged(group, seeds) -> dict:
     return {key: sum(values[key] for values in per_seed) / len(per_seed) for key in per_seed[0]}
 
 
-def verdict(run_dir, runs: dict, reasons: dict | None = None) -> dict:
-    """{method: {"nll" | "ece" | "auroc" | "diversity": {"value", "interval", "answer", …}, "seeds": n}};
-    `reasons` ({method: why}) receives, for every other method, why no verdict could be formed."""
+def verdict(run_dir, runs: dict, reasons: dict | None = None, draws: B.Draws | None = None) -> dict:
+    """{method: {"nll" | "ece" | "auroc" | "diversity": {"value", "interval", "answer", "seeds_needed",
+    …}, "seeds": n}}; `reasons` ({method: why}) receives, for every other method, why no verdict could
+    be formed; `draws`: the bootstrap draws to share (the effective size's, effective_size.py)."""
     reasons = {} if reasons is None else reasons
     if BASELINE not in runs or REFERENCE not in runs:
         missing = " and ".join(f"`{name}`" for name in (BASELINE, REFERENCE) if name not in runs)
@@ -178,7 +184,7 @@ def verdict(run_dir, runs: dict, reasons: dict | None = None) -> dict:
     loaded = {method: {seed: data for seed, run in seeds.items() if run is not None
                        and (data := _per_example(run["folder"] / "predictions.safetensors")) is not None}
               for method, seeds in runs.items()}
-    result, draws, resampled_for = {}, B.Draws(), {}
+    result, draws, resampled_for = {}, draws if draws is not None else B.Draws(), {}
     for method in runs:
         if method in (BASELINE, REFERENCE):
             continue
@@ -199,15 +205,19 @@ def verdict(run_dir, runs: dict, reasons: dict | None = None) -> dict:
             trio = _without(trio, ("shift_nll", "shift_family"))  # different shift sets: no shift question
         point = _shares(*(_averaged(group, seeds) for group in trio))
         counts, chosen = example_counts(trio[0][seeds[0]], draws), chosen_seeds(len(seeds))
-        resampled = []
+        resampled, stacks = [], []
         for name, group in zip((BASELINE, REFERENCE, method), trio):
             key = (name, tuple(seeds), tuple(len(c) if c is not None else 0 for c in counts), tuple(sorted(group[seeds[0]])))
             if key not in resampled_for:  # the single model's and the Deep Ensemble's serve every other method
-                resampled_for[key] = _bootstrap(group, seeds, chosen, counts)
-            resampled.append(resampled_for[key])
+                resampled_for[key] = _per_seed_resampled(group, seeds, counts)
+            stacks.append(resampled_for[key])
+            resampled.append(_bootstrap(group, seeds, chosen, counts, resampled_for[key]))
         resampled_shares = {key: value.tolist() for key, value in _shares(*resampled).items()}
         per_seed = [_shares(*(_metrics(group[seed]) for group in trio)) for seed in seeds]
         result[method] = _entry(point, _intervals(point, resampled_shares, per_seed), len(seeds))
+        each_seed = [_shares(*({key: values[:, index] for key, values in stack.items()} for stack in stacks))
+                     for index in range(len(seeds))]  # every seed's shares on every resample of the examples
+        _add_seeds_needed(result[method], point, per_seed, each_seed)
     return result
 
 
@@ -280,3 +290,46 @@ NONNEGATIVE = {"diversity"}  # KL diversities are ≥ 0, so is their ratio
 DRIVERS = (("member_nll", "method_gibbs"), ("reference_member_nll", "reference_gibbs"),
            ("member_nll_difference", "gibbs_difference"), ("geometric_nll", "method_geometric"),
            ("reference_geometric_nll", "reference_geometric"), ("geometric_nll_difference", "geometric_difference"))
+
+
+def _add_seeds_needed(entry: dict, point: dict, per_seed: list[dict], each_seed: list[dict]) -> None:
+    """Beside each question the seeds leave open, how many seeds would settle it (stats.seeds_needed):
+    for an unsettled ratio, its interval clearing the line L nearer its estimate (25 % or 50 %): Fieller's
+    interval excludes L exactly when the paired t-test of a_s − L·b_s = 0 rejects, so the per-seed
+    values are (a_s − L·b_s)/b̄, whose mean is ρ̂ − L; for a share not given because the Deep Ensemble's gain is
+    within noise, that gain's interval clearing 0. More seeds average away the seeds' own errors on
+    the test examples but not the error they share; its 95 % half-width (`_shared_floor`, from
+    `each_seed`: every seed's values on every resample of the examples) is the floor."""
+    for key in (*ANSWERED, "diversity"):
+        found = entry.get(key)
+        if not found:
+            continue
+        if found.get("answer") == "unsettled" and found.get("value") is not None:
+            numerator, denominator = RATIOS[key]
+            mean_denominator = sum(values[denominator] for values in per_seed) / len(per_seed)
+
+            line = min((ENSEMBLE_LIKE, SINGLE_LIKE), key=lambda threshold: abs(point[key] - threshold))
+
+            def linear(values, line=line):
+                return (values[numerator] - line * values[denominator]) / mean_denominator
+            found["seeds_needed"] = seeds_needed([linear(values) for values in per_seed], abs(point[key] - line),
+                                                 _shared_floor([linear(values) for values in each_seed]))
+        elif found.get("undetermined") == "noise":
+            gain = f"gain_{key}"
+            found["seeds_needed"] = seeds_needed([values[gain] for values in per_seed], abs(point[gain]),
+                                                 _shared_floor([values[gain] for values in each_seed]))
+
+
+def _shared_floor(resampled: list) -> float:
+    """1.96 × the standard deviation, over resamples of the test examples, of the error the seeds
+    share: the mean covariance between two different seeds' values ([R] each); with one seed, its
+    whole variance. A mean over S seeds has example-level variance diag/S + (1 − 1/S)·shared, so
+    the shared part is what stays as seeds are added."""
+    values = torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in resampled], dim=1)  # [R, S]
+    values = values[torch.isfinite(values).all(1)]
+    if len(values) < 2:
+        return 0.0
+    covariance = torch.cov(values.T).reshape(values.shape[1], values.shape[1])
+    seeds = values.shape[1]
+    shared = covariance.diagonal().mean() if seeds == 1 else (covariance.sum() - covariance.trace()) / (seeds * (seeds - 1))
+    return 1.959963984540054 * math.sqrt(max(shared.item(), 0.0))

@@ -1,14 +1,17 @@
 """The verdict in words: per method, what each question's interval answers, then one overall line
 naming its evidence; and once per report, how to read them (intervals, the rule, multiplicity).
 
-    answer("BatchEnsemble", entry)     # "BatchEnsemble: like a single model on diversity; NLL … not settled by 3 seeds."
+    answer("BatchEnsemble", entry)     # "BatchEnsemble (k = 4) ≡ a Deep Ensemble of 1.1 [1.0, 1.3] members; like a
+                                       #  single model on diversity; NLL not settled by 3 seeds (would need ≈ 12 seeds)."
     sentence("BatchEnsemble", entry)   # "Diversity: like a single model — 0.07× [0.07, 0.08] of the Deep Ensemble's. …"
     how_to_read(entries)               # the rule, the intervals and the multiplicity rule, once
 
 Questions with the same answer share one clause, so nothing is said twice.
 """
 
-from .stats import ENSEMBLE_LIKE, SINGLE_LIKE
+import math
+
+from .stats import ENSEMBLE_LIKE, MOST_SEEDS, SINGLE_LIKE
 
 QUESTIONS = (("nll", "NLL"), ("ece", "ECE"), ("auroc", "OOD AUROC"), ("shift_nll", "NLL under shift"),
              ("diversity", "diversity"))
@@ -68,19 +71,66 @@ def _answers(entry) -> dict:
 NAMES = dict(QUESTIONS)
 
 
+def _size(value: float) -> str:
+    return "∞" if value == math.inf else f"{value:.1f}" if value < 9.95 else f"{value:,.0f}"
+
+
+def size_phrase(sizes: dict | None, metric: str = "cnll") -> str | None:
+    """"(k = 4) ≡ a Deep Ensemble of 1.1 [1.0, 1.3] members" (effective_size.py, on calibrated NLL),
+    with "extrapolated" where the law reads beyond the Deep Ensemble's own size; None without one."""
+    found = (sizes or {}).get(metric) or {}
+    if found.get("value") is None:
+        return None
+    low, high = found["interval"] or (None, None)
+    bounds = "" if low is None else f" [{_size(low)}, {_size(high)}{')' if high == math.inf else ']'}"
+    k = sizes["reference_members"]
+    beyond = (f", extrapolated beyond its {k}" if found["value"] > k * (1 + 1e-9)
+              else f", upper bound extrapolated beyond its {k}" if found.get("extrapolated") else "")
+    return f"(k = {sizes['members']}) ≡ a Deep Ensemble of {_size(found['value'])}{bounds} members{beyond}"
+
+
+def needed(found: dict) -> str | None:
+    """"≈ 12 seeds", "over 1,000 seeds", "a larger test set": what would settle an open question."""
+    need = found.get("seeds_needed")
+    if not need:
+        return None
+    if need.get("seeds"):
+        return f"≈ {need['seeds']:,} seeds"
+    return {"too many": f"over {MOST_SEEDS:,} seeds", "test set": "a larger test set", "no spread": "a larger test set",
+            "one seed": "a second seed to tell"}.get(need.get("why"))
+
+
 def answer(label: str, entry: dict) -> str:
-    """The overall line: what the settled questions say, naming them; what stays open, briefly."""
+    """The overall line: the method's effective size where there is one (`entry["effective_size"]`),
+    what the settled questions say, naming them; what stays open, briefly, and what would settle it."""
     found = _answers(entry)
     settled = [(category, found[category]) for category in WORDS if category in found]
-    open_ = [NAMES[key] for key in found.get("unsettled", [])]
+    open_keys = found.get("unsettled", [])
+    open_ = [NAMES[key] for key in open_keys]
     n = entry["seeds"]
+    phrase = size_phrase(entry.get("effective_size"))
+    lead = f"{label} {phrase};" if phrase else f"{label}:"
+    needs = [text for key in open_keys if (text := needed(entry[key]))]
+    needs = [text.removesuffix(" seeds") for text in needs[:-1]] + needs[-1:] if all(
+        text.endswith(" seeds") for text in needs) else needs  # "≈ 12 and ≈ 40 seeds"
+    would = f"would need {_join(needs)}" if needs and len(needs) == len(open_keys) else ""
     if not settled:
-        return f"{label}: {_unsettled(n)} on any question" + (f" ({_join(open_)})." if open_ else ".")
+        inside = "; ".join(part for part in (_join(open_) if open_ else "", would) if part)
+        return f"{lead} {_unsettled(n)} on any question" + (f" ({inside})." if inside else ".")
     said = "; ".join(f"{WORDS[category]} on {_join(NAMES[key] for key in keys)}" for category, keys in settled)
-    text = f"{label}: {'mixed — ' if len(settled) > 1 else ''}{said}"
+    text = f"{lead} {'mixed — ' if len(settled) > 1 else ''}{said}"
     if open_:
-        text += f"; {_join(open_)} {_unsettled(n)}"
+        text += f"; {_join(open_)} {_unsettled(n)}" + (f" ({would})" if would else "")
     return text + "."
+
+
+def size_line(label: str, sizes: dict) -> str:
+    """A method's line without a verdict: its effective size, or why it has none."""
+    phrase = size_phrase(sizes)
+    if phrase:
+        return f"{label} {phrase}."
+    why = sizes.get("reason") or (sizes.get("cnll") or {}).get("reason") or "no calibrated NLL to compare"
+    return f"{label}: no effective size — {why}."
 
 
 def sentence(label: str, entry: dict) -> str:
@@ -98,7 +148,9 @@ def sentence(label: str, entry: dict) -> str:
         if "diversity" in keys:
             parts.append(f"{_figure('diversity', entry['diversity'])} the Deep Ensemble's diversity")
         subject = _join(SUBJECTS[key] for key in keys)
-        clauses.append(f"{subject[0].upper()}{subject[1:]}: {words} — {_join(parts)}.")
+        needs = [f"{text} ({NAMES[key]})" if len(keys) > 1 else text for key in keys if (text := needed(entry[key]))]
+        settle = f"; settling {'them' if len(keys) > 1 else 'it'} would need {_join(needs)}" if needs else ""
+        clauses.append(f"{subject[0].upper()}{subject[1:]}: {words} — {_join(parts)}{settle}.")
     notes = _outside(entry)
     if notes:
         clauses.append(notes)
@@ -109,8 +161,11 @@ def sentence(label: str, entry: dict) -> str:
             reasons.setdefault(why, []).append((name, _number(entry[key]["reference_gain"],
                                                               entry[key]["reference_gain_interval"])))
     for why, gains in reasons.items():
+        tell = [f"{text} ({name})" for key, name in SHARES if entry.get(key, {}).get("undetermined") == why
+                and (text := needed(entry[key]))]
         clauses.append(f"No share of the {_join(name for name, _ in gains)} gain{'s' if len(gains) > 1 else ''}: "
-                       f"{WHY[why]} ({', '.join(f'{name} {gain}' for name, gain in gains)}).")
+                       f"{WHY[why]} ({', '.join(f'{name} {gain}' for name, gain in gains)})"
+                       + (f"; telling it from 0 would need {_join(tell)}" if tell else "") + ".")
     diversity = entry.get("diversity", {})
     if diversity.get("undetermined") == "rounding":
         clauses.append("Diversity not compared: the Deep Ensemble's own diversity is at rounding level.")

@@ -1,0 +1,280 @@
+"""Effective ensemble size: each method of a run folder as the number of Deep-Ensemble members that
+would score as well (Ashukha et al., ICLR 2020, "deep ensemble equivalent"), read off the power law
+of the Deep Ensemble's loss in its size (Lobacheva et al., NeurIPS 2020; power_law.py).
+
+    found = effective_sizes(runs)          # {method: {"members", "cnll" | "brier" | "auroc": {"value", "interval", …}}}
+    found["batch-ensemble"]["cnll"]        # {"value": 1.1, "interval": [1.0, 1.3], "extrapolated": False, …}
+
+From predictions alone (every run's predictions.safetensors: trained here, or `ensdiag analyze`
+predictions of an LLM's adapters saved as methods of one run folder):
+1. each sub-ensemble of the Deep Ensemble (all subsets of each size n = 1…K, or `MAX_SUBSETS`
+   drawn at random from a fixed generator where a size has more) and each method pool their
+   members' probabilities, p̄ = mean_i p_i;
+2. the calibrated NLL: −log softmax(log p̄ / T)(y), T fitted like the temperature analyzer's
+   pooled T (minimising the NLL of log p̄ / T) on the run's validation split; a run without one
+   fits T by two-fold cross-validation on the test set (T fitted on one half scores the other:
+   Ashukha et al.'s test-time cross-validation); the Brier score and OOD AUROC (score 1 − max p̄)
+   as the per-split tables measure them, unscaled;
+3. per seed, the Deep Ensemble's mean over the sub-ensembles of each size, the power law fitted to
+   it, and the size at which it reaches the method's value on the same seed (≥ 1: a method no
+   better than one member is 1; beyond the K sizes measured the law is extrapolated, and said so);
+4. the mean over seeds, with a 95 % interval that is the envelope of the Student-t interval over
+   the per-seed sizes and the verdict's paired bootstrap (resampled seeds, `verdict.chosen_seeds`;
+   test examples with the draws behind every cell, `bootstrap.Draws`, the first `RESAMPLES` of
+   them; T is fitted once, on data not resampled).
+A size is read only where the Deep Ensemble's mean curve improves with every member it adds.
+"""
+
+import math
+from itertools import combinations
+
+import torch
+
+from ..analysis import weighted as W
+from ..budget import over_budget
+from ..io import read_safetensors
+from . import power_law
+from .stats import envelope, t_quantile
+from .verdict import REFERENCE, chosen_seeds
+
+MAX_SUBSETS = 24  # sub-ensembles per size: all of them up to this many, else this many drawn at random
+RESAMPLES = 250  # the first of the verdict's resamples: each refits every law and re-reads every size, so a
+#                  quarter of them keeps the report's cost down (2.5th and 97.5th percentiles: the 7th from each end)
+METRICS = {"cnll": "calibrated NLL", "brier": "Brier score", "auroc": "OOD AUROC"}
+TEMPERATURE = {"validation": "T fitted on the validation split",
+               "cross-validation": "T fitted by two-fold cross-validation on the test set (no validation split)"}
+
+
+class _Wanted:
+    def __contains__(self, name):
+        return name in ("id/logits", "id/labels", "val/logits", "val/labels", "ood/logits")
+
+
+def _load(path) -> dict | None:
+    """The test, validation and OOD logits of one run (None where it has no labelled test split)."""
+    try:
+        tensors, _ = read_safetensors(path, "predictions file", only=_Wanted())
+    except Exception:
+        return None
+    if "id/logits" not in tensors or "id/labels" not in tensors or len(tensors["id/labels"]) < 2:
+        return None
+    val = (tensors["val/logits"], tensors["val/labels"].long()) if "val/labels" in tensors and len(
+        tensors["val/labels"]) and "val/logits" in tensors else None
+    return {"logits": tensors["id/logits"], "labels": tensors["id/labels"].long(), "val": val,
+            "ood": tensors.get("ood/logits")}
+
+
+def subsets(k: int, limit: int = MAX_SUBSETS) -> list[tuple[int, ...]]:
+    """The sub-ensembles of each size 1…k: every one where a size has at most `limit`, else `limit`
+    distinct ones drawn from a fixed generator (so reports are reproducible)."""
+    found, generator = [], torch.Generator().manual_seed(0)
+    for n in range(1, k + 1):
+        if math.comb(k, n) <= limit:
+            found += list(combinations(range(k), n))
+            continue
+        chosen = set()
+        while len(chosen) < limit:
+            chosen.add(tuple(sorted(torch.randperm(k, generator=generator)[:n].tolist())))
+        found += sorted(chosen)
+    return found
+
+
+def fit_temperatures(log_probs: torch.Tensor, labels: torch.Tensor, low: float = 0.02, high: float = 50.0,
+                     steps: int = 60) -> torch.Tensor:
+    """[S]: for each of S predictions log_probs [S, N, C], the T minimising the NLL of
+    softmax(log_probs / T) over T ∈ [low, high] — metrics.fit_temperature's minimum, every row at once.
+
+    The NLL is convex in β = 1/T, with gradient mean(E_p[z] − z_y) and curvature mean(Var_p[z])
+    (p = softmax(β·z)), so Newton's method finds it in a few steps (a tenth of a golden section's
+    loss evaluations): each step inside the bracket the gradient's signs keep, else the bracket's
+    midpoint in log β, until the steps fall below 10⁻¹² of β (a boundary minimum: the bracket shrinks onto it)."""
+    z = log_probs.double()
+    picked = z.gather(2, labels.expand(len(z), -1)[..., None]).squeeze(-1)
+    lo = torch.full((len(z),), 1 / high, dtype=torch.float64)
+    hi = torch.full((len(z),), 1 / low, dtype=torch.float64)
+    beta = torch.ones(len(z), dtype=torch.float64).clamp(lo, hi)
+    for _ in range(steps):
+        p = torch.softmax(beta[:, None, None] * z, dim=2)
+        weighted = torch.where(p > 0, p * z, 0.0)  # (a class of probability 0 at −∞ adds nothing)
+        mean = weighted.sum(2)
+        gradient = (mean - picked).mean(1)
+        curvature = (torch.where(p > 0, weighted * z, 0.0).sum(2) - mean ** 2).mean(1)
+        hi, lo = torch.where(gradient > 0, beta, hi), torch.where(gradient < 0, beta, lo)
+        newton = beta - gradient / curvature
+        inside = torch.isfinite(newton) & (newton >= lo) & (newton <= hi)  # (at the optimum: β itself)
+        step = torch.where(inside, newton, (lo * hi).sqrt())  # else the bracket's midpoint in log β
+        done = bool(((step - beta).abs() <= 1e-12 * beta).all()) or bool((gradient == 0).all())
+        beta = torch.where(gradient == 0, beta, step)
+        if done:
+            break
+    return 1 / beta
+
+
+def _pooled(log_probs: torch.Tensor, chosen: list[tuple[int, ...]]) -> torch.Tensor:
+    """[S, N, C] log p̄ of each chosen sub-ensemble, stably (logsumexp over its members − log n)."""
+    return torch.stack([torch.logsumexp(log_probs[list(members)], 0) - math.log(len(members)) for members in chosen])
+
+
+def _halves(n: int) -> torch.Tensor:
+    """[n] bool: the first fold of the test set's two-fold cross-validation (a fixed random half)."""
+    first = torch.zeros(n, dtype=torch.bool)
+    first[torch.randperm(n, generator=torch.Generator().manual_seed(0))[: n // 2]] = True
+    return first
+
+
+def _calibrated_nll(pooled: torch.Tensor, labels: torch.Tensor, val_pooled, val_labels) -> torch.Tensor:
+    """[S, N] −log softmax(log p̄ / T)(y) per example, T from the validation split or, without one,
+    from the other half of the test set."""
+    if val_pooled is not None:
+        t = fit_temperatures(val_pooled, val_labels)[:, None, None].expand(-1, pooled.shape[1], 1)
+    else:
+        first = _halves(pooled.shape[1])
+        t_first, t_second = (fit_temperatures(pooled[:, mask], labels[mask]) for mask in (first, ~first))
+        t = torch.where(first[None], t_second[:, None], t_first[:, None])[..., None]  # the other fold's T
+    z = pooled / t
+    return torch.logsumexp(z, 2) - z.gather(2, labels.expand(len(z), -1)[..., None]).squeeze(-1)
+
+
+def per_example(run: dict, chosen: list[tuple[int, ...]]) -> dict:
+    """Each chosen sub-ensemble's per-example values on one run: {"cnll", "brier", "id_score": [S, N],
+    "ood_score": [S, N_ood] (where the run has OOD data)}."""
+    log_probs = torch.log_softmax(run["logits"].double(), -1)
+    pooled, labels = _pooled(log_probs, chosen), run["labels"]
+    val = run["val"]
+    val_pooled = _pooled(torch.log_softmax(val[0].double(), -1), chosen) if val is not None else None
+    mean = pooled.exp()
+    out = {"cnll": _calibrated_nll(pooled, labels, val_pooled, None if val is None else val[1]),
+           "brier": (mean - torch.nn.functional.one_hot(labels, mean.shape[2]).double()).pow(2).sum(2),
+           "id_score": 1 - mean.max(2).values}
+    if run["ood"] is not None:
+        out["ood_score"] = 1 - _pooled(torch.log_softmax(run["ood"].double(), -1), chosen).exp().max(2).values
+    return out
+
+
+def _resampled(values: dict, w_id: torch.Tensor, w_ood) -> dict:
+    """{metric: [1 + R, S]} each sub-ensemble's mean under the weightings (row 0: as measured), as
+    losses (AUROC as 1 − AUROC: lower is better for every curve)."""
+    found = {key: w_id @ values[key].T / w_id.sum(1, keepdim=True) for key in ("cnll", "brier")}
+    if "ood_score" in values and w_ood is not None:
+        found["auroc"] = 1 - torch.stack([W.auroc(i, o, w_id, w_ood) for i, o in zip(values["id_score"],
+                                                                                     values["ood_score"])], dim=1)
+    return found
+
+
+def _percentiles(values: torch.Tensor, level: float = 0.95) -> list[float] | None:
+    """The 2.5th and 97.5th percentiles of resampled sizes, infinite ones kept (a curve's limit passed)."""
+    values = values[~values.isnan()].sort().values
+    if not len(values):
+        return None
+    tail = (1 - level) / 2
+    return [values[int(tail * (len(values) - 1))].item(), values[int(math.ceil((1 - tail) * (len(values) - 1)))].item()]
+
+
+def _read(values: torch.Tensor, law: tuple, picked: torch.Tensor, k: int) -> dict:
+    """The size entry of a method's values [seeds, 1 + R] (row 0 of the second axis: as measured)
+    read off the seeds' laws (each [seeds, 1 + R]): the size where the mean of the seeds' curves
+    reaches the mean of the method's values (the verdict's ratio of means, here through the curve);
+    its interval the envelope of the paired t-test's set over seeds (power_law.seed_interval) and the
+    bootstrap over seeds and examples (`picked` [R, seeds]: the seeds each resample drew)."""
+    a, b, c = law
+    value = power_law.solve(values[:, 0][None], a[:, 0][None], b[:, 0][None], c[:, 0][None])[0].item()
+    per_seed = power_law.size_at(values[:, 0], a[:, 0], b[:, 0], c[:, 0]).tolist()
+    if math.isnan(value):
+        return {"value": None, "interval": None, "per_seed": per_seed,
+                "reason": "the Deep Ensemble's fitted curve does not fall on every seed"}
+    drawn = torch.nn.functional.one_hot(picked, values.shape[0]).sum(1).double()  # [R, seeds]: times drawn
+    resampled = power_law.solve(values[:, 1:].T, a[:, 1:].T, b[:, 1:].T, c[:, 1:].T, drawn)
+    over_seeds = power_law.seed_interval(values[:, 0], a[:, 0], b[:, 0], c[:, 0], t_quantile(values.shape[0])) \
+        if values.shape[0] > 1 else None
+    value = round(value, 9)  # the bisection's last digits are noise: a Deep Ensemble reads its k exactly
+    interval = envelope(_percentiles(resampled), over_seeds, [value, value])  # (holding the estimate)
+    interval = [round(bound, 9) if math.isfinite(bound) else bound for bound in interval]
+    beyond = k * (1 + 1e-9)  # a size past the Deep Ensemble's own is read by extrapolating the law (∞: unbounded)
+    return {"value": value, "interval": interval, "per_seed": per_seed, "reason": None,
+            "extrapolated": value > beyond or (interval is not None and beyond < interval[1] < math.inf)}
+
+
+def _fitted(curves: torch.Tensor, metric: str) -> dict:
+    """The Deep Ensemble's curve of one metric over seeds [seeds, 1 + R, K] fitted, every seed and
+    weighting at once ({"law": (a, b, c) each [seeds, 1 + R]}), with what the report shows of it: the
+    measured curve's mean over seeds, the law fitted to that mean, and why no size is read where the
+    mean curve does not improve with every member it adds."""
+    seeds, rows, k = curves.shape
+    mean_curve = curves[:, 0].mean(0)
+    a, b, c = power_law.fit(mean_curve[None])
+    shown = {"curve": (1 - mean_curve if metric == "auroc" else mean_curve).tolist(),
+             "fit": {"a": (1 - a if metric == "auroc" else a).item(), "b": b.item(), "c": c.item()}}
+    if not bool((mean_curve.diff() < -1e-9 * mean_curve.abs().max()).all()):  # (beyond rounding: copies)
+        return {**shown, "reason": f"the Deep Ensemble's {METRICS[metric]} does not improve with every member it adds"}
+    return {**shown, "law": tuple(part.view(seeds, rows) for part in power_law.fit(curves.reshape(-1, k)))}
+
+
+def _entry(fitted: dict, values: torch.Tensor, picked: torch.Tensor, k: int) -> dict:
+    """One metric's size entry: the method's values [seeds, 1 + R] read off the fitted laws."""
+    shown = {"curve": fitted["curve"], "fit": fitted["fit"]}
+    if "law" not in fitted:
+        return {"value": None, "interval": None, "reason": fitted["reason"], **shown}
+    return {**_read(values, fitted["law"], picked, k), **shown}
+
+
+def effective_sizes(runs: dict, draws=None, resamples: int = RESAMPLES) -> dict:
+    """{method: entry} for every method of `runs` ({method: {seed: run}}) beside a Deep Ensemble,
+    the Deep Ensemble itself included (it reads K: the law passes through its value); {} without
+    one. An entry: {"members": k, "reference_members": K, "seeds", "subsets", "temperature", and
+    per metric {"value", "interval", "per_seed", "extrapolated", "reason", "curve", "fit"}} or
+    {"reason"}; `draws` is the verdict's bootstrap.Draws (shared: the test-set sampling is the tables')."""
+    from ..analysis import bootstrap as B
+    if REFERENCE not in runs:
+        return {}
+    draws = draws if draws is not None else B.Draws()
+    loaded = {method: {seed: data for seed, run in seeds.items() if run is not None
+                       and (data := _load(run["folder"] / "predictions.safetensors")) is not None}
+              for method, seeds in runs.items()}
+    reference = loaded[REFERENCE]
+    ks = {data["logits"].shape[0] for data in reference.values()}
+    if len(ks) != 1 or min(ks) < 2:
+        why = "the Deep Ensemble has one member" if ks == {1} else "the Deep Ensemble's seeds have different member counts"
+        return {method: {"reason": why} for method in runs} if ks else {}
+    k = ks.pop()
+    chosen_subsets = subsets(k)
+    by_size = torch.nn.functional.one_hot(torch.tensor([len(members) for members in chosen_subsets]) - 1, k).double()
+    by_size = by_size / by_size.sum(0)  # [S, K]: the mean over each size's sub-ensembles
+    fitted_for, found = {}, {}
+    for method in runs:
+        seeds = sorted(set(reference) & set(loaded[method]))
+        if not seeds:
+            continue
+        n = len(reference[seeds[0]]["labels"])
+        if any(len(group[seed]["labels"]) != n for group in (reference, loaded[method]) for seed in seeds):
+            found[method] = {"reason": "its test set and the Deep Ensemble's differ in size"}
+            continue
+        reason = over_budget(len(chosen_subsets) * n * reference[seeds[0]]["logits"].shape[-1] * 8 * 3,
+                             "the Deep Ensemble's sub-ensembles")
+        if reason:
+            found[method] = {"reason": reason}
+            continue
+        ood = {group[seed]["ood"].shape[1] if group[seed]["ood"] is not None else None
+               for group in (reference, loaded[method]) for seed in seeds}
+        n_ood = ood.pop() if len(ood) == 1 else None
+        key = (tuple(seeds), n, n_ood)
+        def counts(split, size):  # drawn as many as the verdict reads, so that they are drawn once
+            return draws.counts(split, size, 0, max(resamples, B.RESAMPLES))[:resamples]
+        w_id = torch.cat([torch.ones(1, n, dtype=torch.float64), counts("id", n)])
+        w_ood = torch.cat([torch.ones(1, n_ood, dtype=torch.float64), counts("ood", n_ood)]) if n_ood else None
+        if key not in fitted_for:  # the Deep Ensemble's laws serve every method with these seeds
+            per_seed = [_resampled(per_example(reference[seed], chosen_subsets), w_id, w_ood) for seed in seeds]
+            fitted_for[key] = {metric: _fitted(torch.stack([values[metric] @ by_size for values in per_seed]), metric)
+                               for metric in per_seed[0]}
+        fitted = fitted_for[key]
+        mine = [_resampled(per_example(loaded[method][seed], [tuple(range(loaded[method][seed]["logits"].shape[0]))]),
+                           w_id, w_ood) for seed in seeds]
+        validated = all(group[seed]["val"] is not None for group in (reference, loaded[method]) for seed in seeds)
+        entry = {"members": loaded[method][seeds[0]]["logits"].shape[0], "reference_members": k, "seeds": len(seeds),
+                 "subsets": len(chosen_subsets), "resamples": resamples,
+                 "temperature": "validation" if validated else "cross-validation"}
+        picked = chosen_seeds(len(seeds), resamples)
+        for metric in METRICS:
+            if metric in fitted and metric in mine[0]:
+                entry[metric] = _entry(fitted[metric], torch.stack([values[metric][:, 0] for values in mine]), picked, k)
+        found[method] = entry
+    return found

@@ -1,0 +1,100 @@
+"""The report's tables of the answer in one number: each method's effective ensemble size
+(effective_size.py) and, for every question the verdict leaves open, the seeds that would settle it
+(verdict.py's `seeds_needed`).
+
+    effective_size_table(sizes, label_of)      # {"id": "effective-size", "columns", "rows", "note"} or None
+    seeds_needed_table(verdicts, label_of)     # {"id": "seeds-needed", …} or None where nothing is open
+"""
+
+import math
+
+from .verdict_text import QUESTIONS
+
+COLUMNS = (("k", None), ("CNLL ≡ n", "cnll"), ("Brier ≡ n", "brier"), ("AUROC ≡ n", "auroc"))
+SIZE_DEFINITIONS = {
+    "k": "the method's members (MC Dropout: its passes)",
+    "CNLL ≡ n": "effective ensemble size: the number n of Deep-Ensemble members whose calibrated NLL "
+                "(temperature-scaled p̄) equals the method's, read off the power law a + b·n^(−c) of the Deep "
+                "Ensemble's sub-ensembles (docs/conventions.md, \"Effective ensemble size\")",
+    "Brier ≡ n": "the same on the Brier score of p̄",
+    "AUROC ≡ n": "the same on OOD AUROC with the score 1 − max p̄"}
+TEMPERATURES = {"validation": "the temperature fitted on the validation split",
+                "cross-validation": "the temperature fitted by two-fold cross-validation on the test set (T fitted "
+                                    "on one half scores the other; a run without a validation split)"}
+NAMES = {"cnll": "calibrated NLL", "brier": "Brier score", "auroc": "OOD AUROC"}
+
+
+def _cell(found: dict | None, seeds) -> dict:
+    found = found or {}
+    interval = found.get("interval")
+    return {"mean": found.get("value"), "ci": None, "n": seeds, "values": [],
+            "interval": None if interval is None else [bound if math.isfinite(bound) else math.inf for bound in interval]}
+
+
+def _curve(found: dict) -> str:
+    return ", ".join(f"{value:.4g}" for value in found["curve"]) + f" (fitted c = {found['fit']['c']:.2f})"
+
+
+def effective_size_table(sizes: dict, label_of) -> dict | None:
+    """One row per method beside a Deep Ensemble: k and its size on each metric with the 95 %
+    interval; the note says how, the Deep Ensemble's measured curves, what was extrapolated and why a
+    size is missing."""
+    if not sizes:
+        return None
+    rows, beyond, missing, reference = [], {}, {}, None
+    for method, entry in sizes.items():
+        label = label_of(method)
+        if "members" not in entry:
+            missing.setdefault(entry.get("reason", "not measured"), []).append(label)
+            continue
+        reference = reference or entry
+        rows.append({"method": method, "label": label, "cells": [
+            {"mean": entry["members"], "ci": None, "n": entry["seeds"], "values": []},
+            *(_cell(entry.get(metric), entry["seeds"]) for _, metric in COLUMNS[1:])]})
+        for metric in NAMES:
+            found = entry.get(metric) or {}
+            if found.get("extrapolated"):
+                beyond.setdefault(label, []).append(NAMES[metric])
+            elif found.get("reason"):
+                missing.setdefault(found["reason"], []).append(f"{label} ({NAMES[metric]})")
+    if not rows:
+        return None
+    k = reference["reference_members"]
+    curves = "; ".join(f"{NAMES[metric]} {_curve(reference[metric])}" for metric in NAMES if reference.get(metric))
+    temperature = TEMPERATURES[reference["temperature"]]
+    note = (f"Each method as the number of Deep-Ensemble members that would score as well (Ashukha et al. 2020; "
+            f"Lobacheva et al. 2020): the Deep Ensemble's {reference['subsets']} sub-ensembles of 1…{k} members give "
+            f"its score at each size per seed; a power law a + b·n^(−c) through the sizes 1 and {k} (c by least "
+            f"squares between them) is fitted per seed, and the method's size is where the mean of the seeds' curves "
+            f"reaches its mean over the same seeds (the Deep Ensemble itself reads {k}; a method no better than its "
+            f"average member reads 1). 95 % interval: the sizes a paired t-test over seeds does not reject, widened by "
+            f"a paired bootstrap over seeds and test examples ({reference.get('resamples', 'its')} resamples); "
+            f"∞ (inf): better than the curve's limit a. Calibrated NLL: "
+            f"{temperature}. The Deep Ensemble's measured curve (mean over seeds, n = 1…{k}): {curves}.")
+    if beyond:
+        note += " Beyond its " + f"{k} members the law extrapolates: " + "; ".join(
+            f"{label} ({', '.join(names)})" for label, names in beyond.items()) + "."
+    note += "".join(f" No size for {', '.join(labels)}: {why}." for why, labels in missing.items())
+    return {"id": "effective-size", "title": "Effective ensemble size: each method ≡ a Deep Ensemble of how many members",
+            "note": note, "columns": [{"name": name, "direction": None} for name, _ in COLUMNS], "rows": rows}
+
+
+def seeds_needed_table(verdicts: dict, label_of) -> dict | None:
+    """Per method and open question, the seeds that would settle it (None in a cell: no number of seeds
+    on this test set, or more than the most projected; settled questions are empty)."""
+    rows = []
+    for method, entry in verdicts.items():
+        cells = [{"mean": (entry.get(key) or {}).get("seeds_needed", {}).get("seeds"), "ci": None,
+                  "n": entry["seeds"], "values": []} for key, _ in QUESTIONS]
+        if any("seeds_needed" in (entry.get(key) or {}) for key, _ in QUESTIONS):
+            rows.append({"method": method, "label": label_of(method), "cells": cells})
+    if not rows:
+        return None
+    return {"id": "seeds-needed", "title": "Seeds that would settle each open question",
+            "note": "For a ratio the seeds leave unsettled: the seeds at which its 95 % interval would clear the line "
+                    "nearer its estimate (25 % or 50 %) with 80 % probability, if seeds vary as these did (the power of "
+                    "the paired t-test, noncentral t); for a share not given because the Deep Ensemble's own gain is "
+                    "within noise: the seeds that would tell that gain from 0. The test examples' error the seeds "
+                    "share does not shrink with seeds; where it alone spans the line, or more than 1,000 seeds would "
+                    "be needed, the cell is N/A (the verdict says which).",
+            "columns": [{"name": name, "direction": None} for _, name in QUESTIONS], "rows": rows}

@@ -1,0 +1,135 @@
+"""The first screen: what `ensdiag report RUN --format summary` (the README's main job ends with it)
+prints fits an 80 × 24 terminal, each efficient method's line leads with its effective ensemble size
+and interval, and every terminal table of the report fits 80 columns without hiding a number."""
+
+import io
+import json
+import re
+
+import pytest
+import torch
+
+from ensdiag.report.effective_size import effective_sizes
+from ensdiag.report.load import load_runs
+
+from .cli import run_cli
+from .test_effective_size import K, grid_runs, write_folder
+
+METHODS = {"single": [0], "mc-dropout": [K] * K, "deep-ensemble": list(range(K)),
+           "batch-ensemble": list(range(K, 2 * K))}  # MC Dropout as copies: it reads 1; BatchEnsemble as a second DE
+EFFICIENT = {"mc-dropout": "MC Dropout", "batch-ensemble": "BatchEnsemble"}
+
+
+@pytest.fixture(scope="module")
+def screen_run(tmp_path_factory):
+    """The main job's four methods × three seeds (synthetic predictions, known sizes)."""
+    from ensdiag.analysis import analyze_predictions
+    from ensdiag.io import atomic_write_json
+    from ensdiag.predictions import load_predictions
+    (root := tmp_path_factory.mktemp("first-screen") / "runs").mkdir()
+    run = write_folder(root / "demo", METHODS, grid_runs(n=400, n_val=200))
+    for path in run.glob("*/seed-*/predictions.safetensors"):  # the per-split tables' numbers, 4 methods wide
+        atomic_write_json(path.parent / "metrics.json", analyze_predictions(load_predictions(path)[0]))
+    return run
+
+
+@pytest.fixture(scope="module")
+def screen_report(screen_run):
+    from ensdiag.report import make_report
+    return make_report(screen_run, write=False)
+
+
+def check_summary(text: str, sizes: dict):
+    """≤ 24 lines of ≤ 80 columns; each efficient method's line leads with its size and interval."""
+    lines = text.splitlines()
+    assert len(lines) <= 24 and max(len(line) for line in lines) <= 80, text
+    for method, label in EFFICIENT.items():
+        found = sizes[method]["cnll"]
+        low, high = found["interval"]
+        line = next(line for line in lines if line.startswith(label + " "))
+        # "BatchEnsemble (k = 4) ≡ a Deep Ensemble of 4.1 [3.2, 5.0] members" (or "… 1.0, ∞) members")
+        lead = re.match(rf"{label} \(k = {K}\) ≡ a Deep Ensemble of ([\d.,]+) \[([\d.,]+), ([\d.,]+|∞)[\])] members",
+                        line)
+        assert lead, line
+        assert float(lead[1].replace(",", "")) == pytest.approx(found["value"], abs=0.05)
+        assert float(lead[2].replace(",", "")) == pytest.approx(low, abs=0.05)
+        assert lead[3] == "∞" if high == float("inf") else float(lead[3].replace(",", "")) == pytest.approx(high, abs=0.05)
+    assert sizes["mc-dropout"]["cnll"]["value"] == pytest.approx(1.0, abs=0.05)  # copies of one member
+    return lines
+
+
+def test_the_summary_fits_80_by_24_and_leads_each_efficient_method_with_its_size(screen_report, screen_run):
+    """What `ensdiag report runs/demo --format summary` prints once the report is written (the
+    command's own run, figures and all, is the slow test below)."""
+    from ensdiag.report import render
+    report = {**screen_report, "run": "runs/demo", "written": "report.md, report.html and figures/ written to runs/demo"}
+    lines = check_summary(render(report, "summary", "runs/demo"), screen_report["effective_size"])
+    assert "Open it: python3 -m webbrowser runs/demo/report.html" in lines
+
+
+@pytest.mark.slow
+def test_the_main_jobs_last_command_prints_that_screen(screen_run, capsys, monkeypatch):
+    """As the README's main job ends: `ensdiag report runs/demo --format summary` at COLUMNS=80."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.chdir(screen_run.parents[1])
+    code, out, err = run_cli(capsys, "report", "runs/demo", "--format", "summary")
+    assert code == 0, err
+    code, text, err = run_cli(capsys, "report", "runs/demo", "--format", "json", "--no-figures")
+    lines = check_summary(out, json.loads(text)["effective_size"])
+    assert "Open it: python3 -m webbrowser runs/demo/report.html" in lines
+
+
+def test_sizes_come_from_predictions_alone_llm_padding_included(tmp_path):
+    """A folder of predictions only (no model file, as `ensdiag analyze` saves an LLM's adapters'
+    answers), its questions padded with choices of probability 0 as lm-eval logs of fewer choices are
+    (foreign/predictions.PAD_LOGIT): the sizes are those of the unpadded predictions."""
+    from ensdiag.foreign.predictions import PAD_LOGIT
+    pool = grid_runs(seeds=(1, 2), n=300, n_val=150)
+    padded = {seed: {"test": (torch.nn.functional.pad(data["test"][0], (0, 2), value=PAD_LOGIT), data["test"][1]),
+                     "val": (torch.nn.functional.pad(data["val"][0], (0, 2), value=PAD_LOGIT), data["val"][1]),
+                     "ood": torch.nn.functional.pad(data["ood"], (0, 2), value=PAD_LOGIT)}
+              for seed, data in pool.items()}
+    methods = {"deep-ensemble": list(range(K)), "lora-r4": list(range(K, 2 * K))}
+    plain = effective_sizes(load_runs(write_folder(tmp_path / "plain", methods, pool))["runs"])
+    root = write_folder(tmp_path / "padded", methods, padded)
+    assert {path.name for path in root.rglob("*") if path.is_file()} == {
+        "experiment.json", "predictions.safetensors", "metrics.json", "meta.json"}
+    found = effective_sizes(load_runs(root)["runs"])
+    for metric in ("cnll", "brier", "auroc"):
+        assert found["lora-r4"][metric]["value"] == pytest.approx(plain["lora-r4"][metric]["value"], rel=1e-6), metric
+        assert found["lora-r4"][metric]["interval"] == pytest.approx(plain["lora-r4"][metric]["interval"], rel=1e-6)
+    assert found["deep-ensemble"]["cnll"]["value"] == pytest.approx(K, rel=1e-9)
+
+
+def test_every_terminal_table_fits_80_columns_and_hides_no_number(screen_report):
+    from rich.console import Console
+
+    from ensdiag.report import to_rich
+    from ensdiag.report.render import cell_text
+    report = screen_report
+    assert any(table["id"] == "id" and len(table["rows"]) == 4 for table in report["tables"])  # 4 methods wide
+    console = Console(width=80, record=True, file=io.StringIO())
+    for part in to_rich(report, width=80):
+        console.print(part)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    squeezed = "".join(text.split())  # a cell may wrap inside its column, never lose a character
+    for table in report["tables"]:
+        for row in table["rows"]:
+            for index, cell in enumerate(row["cells"]):
+                shown = "".join(cell_text(cell, table["id"], index, compact=True).split())
+                assert shown in squeezed, (table["id"], row["method"], shown)
+
+
+@pytest.mark.parametrize("value, interval, extrapolated, said", [
+    (1.14, [1.0, 1.31], False, "(k = 4) ≡ a Deep Ensemble of 1.1 [1.0, 1.3] members"),
+    (3.2, [2.1, 5.5], True, "(k = 4) ≡ a Deep Ensemble of 3.2 [2.1, 5.5] members, upper bound extrapolated beyond its 4"),
+    (6.0, [4.5, float("inf")], True, "(k = 4) ≡ a Deep Ensemble of 6.0 [4.5, ∞) members, extrapolated beyond its 4"),
+    (1234.0, [12.0, float("inf")], True, "≡ a Deep Ensemble of 1,234 [12, ∞) members, extrapolated beyond its 4"),
+])
+def test_a_size_beyond_the_deep_ensembles_is_said_to_be_extrapolated(value, interval, extrapolated, said):
+    from ensdiag.report.verdict_text import size_phrase
+    sizes = {"members": 4, "reference_members": 4,
+             "cnll": {"value": value, "interval": interval, "extrapolated": extrapolated}}
+    assert said in size_phrase(sizes)
+    assert ("extrapolated" in size_phrase(sizes)) == extrapolated
