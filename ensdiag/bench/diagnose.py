@@ -183,13 +183,14 @@ def _estimate(settings, seconds: dict, sizes: dict) -> dict | None:
 
 def _path_images(steps: MethodSteps) -> int:
     """Image passes the timed paths step made: points evaluated × (test + training sample +
-    BatchNorm images); an adaptive grid's points are counted from its result."""
+    BatchNorm images); an adaptive grid's points and the barrier search's walks are counted from its
+    result."""
     result = steps.results.get("paths")
     if result is None or result["status"] != "ok":
         return 0
     has_norm = "recomputed" in result["batchnorm"]
     per_point = result["n"] + result["train_n"] + (min(len(steps.train), BATCHNORM_EXAMPLES) if has_norm else 0)
-    return sum(len(pair["t"]) for pair in result["pairs"]) * per_point
+    return sum(pair.get("points_evaluated", len(pair["t"])) for pair in result["pairs"]) * per_point
 
 
 def synthetic_protocol(settings, names) -> tuple:
