@@ -48,7 +48,10 @@ def test_every_method_gets_a_result_or_a_reason(method):
 
 @pytest.mark.parametrize("arch", ["mlp", "resnet18"])
 def test_deep_ensemble_results_on_both_architectures(arch):
-    results = analyze_model(_probe("deep-ensemble", arch))
+    probe = _probe("deep-ensemble", arch)
+    if arch == "resnet18":  # the barrier search's rule is tested in test_least_barrier.py; 3 restarts keep this fast
+        probe.limits["restarts"] = 3
+    results = analyze_model(probe)
     cka = results["cka"]["splits"]
     assert set(cka) == {"id", "ood"} and cka["id"]["n"] == 40 and cka["ood"]["n"] == 30
     for entry in cka["id"]["layers"].values():
@@ -65,6 +68,9 @@ def test_deep_ensemble_results_on_both_architectures(arch):
     assert ("recomputed" in paths["batchnorm"]) == (arch == "resnet18")
     assert paths["loss_barrier"]["value"] >= 0 and paths["train_loss_barrier"]["value"] >= 0 and paths["train_n"] == 50
     assert all(len(pair["train_loss"]) == 11 for pair in paths["pairs"])
+    assert paths["restarts"]["per_pair"] == [pair["restarts_run"] for pair in paths["pairs"]]
+    runs = [pair["restarts_run"] for pair in paths["pairs"]]
+    assert all(run == 3 for run in runs) if arch == "resnet18" else all(24 <= run <= 64 for run in runs)
 
 
 def test_identical_members_up_to_a_permutation_are_one_solution():
