@@ -13,7 +13,7 @@ from ensdiag.config import preset_config
 from ensdiag.data import get_dataset
 from ensdiag.data.batching import Normalize
 from ensdiag.data.preset import holdout
-from ensdiag.geometry.least import MIN_RESTARTS, least_over_restarts
+from ensdiag.geometry.least import FULL, MIN_RESTARTS, QUICK, Rule, least_over_restarts, rule_for
 from ensdiag.nn import build_model
 from ensdiag.train import FitData, fit
 
@@ -113,6 +113,8 @@ def test_no_independent_restart_finds_a_barrier_below_the_printed_interval(digit
     assert min(found) >= interval["low"] - 1e-9, (min(found), least, interval)
     pair = paths["pairs"][0]
     assert pair["restarts_run"] >= MIN_RESTARTS and pair["loss_barrier"] == least
+    assert (paths["restarts"]["minimum"], paths["restarts"]["patience"], paths["restarts"]["limit"]) == tuple(FULL)
+    assert f"until {FULL.patience} restarts in a row lowered no barrier, at least {FULL.minimum}" in paths["restarts"]["rule"]
     assert pair["loss_barrier"] == min(r["loss_barrier"] for r in pair["restarts"] if r["complete"])
 
 
@@ -147,6 +149,14 @@ def test_restarting_stops_after_patience_restarts_without_a_new_least():
     assert early["run"] == 1 + 12 + 1 and early["least"] == {"loss_barrier": 0.4}  # without the minimum: 0.1 missed
     capped = least_over_restarts(alignment_of, evaluate, ["loss_barrier"], limit=20, patience=12, minimum=24)
     assert capped["run"] == 20 and capped["stopped"] == "the cap of 20 restarts"
+
+
+def test_the_longer_search_goes_with_the_interval_and_a_budget_caps_either():
+    assert rule_for(detail=True) == FULL and rule_for(detail=False) == QUICK
+    assert QUICK.minimum < FULL.minimum and QUICK.limit < FULL.limit and QUICK.patience < FULL.patience
+    assert FULL.capped(None) == FULL and FULL.capped(100) == FULL
+    assert FULL.capped(3) == Rule(minimum=3, patience=FULL.patience, limit=3)
+    assert QUICK.capped(10) == Rule(minimum=QUICK.minimum, patience=QUICK.patience, limit=10)
 
 
 def test_a_restart_reaching_a_known_alignment_counts_but_is_not_walked_again():

@@ -206,8 +206,9 @@ def _restarts() -> int:
 
 
 BARRIERS = ("loss_barrier", "accuracy_barrier", "train_loss_barrier")
-LEAST = ("per pair the least over weight matching's restarts, restarted until 12 in a row lowered no barrier (at "
-         "most 48; `restarts`), then the mean over pairs")
+LEAST = ("per pair the least over weight matching's restarts, restarted until the least stopped falling (a stated "
+         "rule, `restarts.rule`; the longer search with --detail, whose interval resamples the restarts), then the "
+         "mean over pairs")
 
 
 @register_analyzer("paths", needs="model", version=4,  # 2: least over restarts; 3: intervals; 4: restarts by a stop rule
@@ -232,7 +233,7 @@ LEAST = ("per pair the least over weight matching's restarts, restarted until 12
                                    "weight matching's restarts per pair until the least barrier stopped falling "
                                    "(mean over pairs)", ("geometry",), 43, examples=False, since=4)])
 def paths(probe):
-    from ..geometry.least import MAX_RESTARTS, MIN_RESTARTS, least_over_restarts, rule
+    from ..geometry.least import describe, least_over_restarts, rule_for
     from ..geometry.paths import describe_points
     networks = probe.members()
     test = probe.split("id", limit=probe.limits.get("paths", PATH_EXAMPLES))
@@ -244,17 +245,18 @@ def paths(probe):
         raise Skip("the network has BatchNorm, whose statistics along a path need training images (two or more; none loaded)")
     try:
         aligned = probe.aligned()
-        limit = probe.limits.get("restarts", MAX_RESTARTS)
+        rule = rule_for(probe.detail).capped(probe.limits.get("restarts"))  # a budget may cap it
         how = "aligned to member 0 by weight matching, restarted (`restarts`)"
     except Skip:
-        aligned, limit = None, 1
+        aligned, rule = None, None
         how = "as trained (members share weights or have no permutation rule)"
     walker = _Walker(probe, networks, test, train if has_norm else None, probe.training_sample())
     keys = [key for key in BARRIERS if key != "train_loss_barrier" or walker.sample is not None]
     pairs, kept = [], []
     for j in range(1, min(len(networks), probe.path_pairs + 1)):
         evaluate = lambda end, least: walker.evaluate(end, least, keys)  # noqa: E731
-        search = least_over_restarts(walker.alignments(aligned, j), evaluate, keys, limit, minimum=min(MIN_RESTARTS, limit))
+        search = least_over_restarts(walker.alignments(aligned, j), evaluate, keys,
+                                     **(rule.arguments() if rule else {"limit": 1, "minimum": 1}))
         found = search["alignments"]
         lowest = min((entry for entry in found if entry["complete"]), key=lambda entry: entry["barriers"]["loss_barrier"])
         kept.append({key: [(_rows(entry, key), len(entry["seeds"])) for entry in found] for key in keys} if probe.detail
@@ -274,8 +276,9 @@ def paths(probe):
     least = "least over the alignment's restarts per pair (`restarts`), then the mean over pairs"
     runs = [pair["restarts_run"] for pair in pairs]
     return {"pairs": pairs, "ends": how, "points": describe_points(probe.path_points), "batchnorm": batchnorm, "n": len(test),
-            "restarts": {"rule": rule(limit) if aligned else "one path per pair (no alignment)", "per_pair": runs,
-                         "mean": sum(runs) / len(runs), "limit": limit},
+            "restarts": {"rule": describe(rule) if rule else "one path per pair (no alignment)", "per_pair": runs,
+                         "mean": sum(runs) / len(runs), "limit": rule.limit if rule else 1,
+                         "minimum": rule.minimum if rule else 1, "patience": rule.patience if rule else None},
             "train_n": len(walker.sample) if walker.sample is not None else 0,
             "train_examples": walker.sample.source if walker.sample is not None else None,
             "loss_barrier": metric(mean("loss_barrier"), f"max_t L(θ(t)) − ((1−t)L(θ_0) + tL(θ_1)) on the test set, {least}; "

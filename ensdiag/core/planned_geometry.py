@@ -4,8 +4,8 @@ Weights-only steps (rank, alignment) run first and are timed; CKA and the paths 
 is left at the same number of examples, from a CKA pilot on `PILOT` examples (its forward
 passes, and its interval, whose cost grows as the square of the examples it keeps), one
 member's timed forward, one timed path point and one timed restart of weight matching; paths
-fall back from the barrier search's least restarts (`least.MIN_RESTARTS`, then capped there) to
-the aligned cosine's 3, then to fewer pairs, then to an adaptive grid, before reading fewer than
+fall back from the barrier search's least restarts (its rule's minimum, `least.rule_for`: 24 with
+`--detail`, else 6; the search then capped there) to the aligned cosine's 3, then to fewer pairs, then to an adaptive grid, before reading fewer than
 `PATH_EXAMPLES_FLOOR` test examples, and are refitted to the time actually left after CKA.
 `estimate_full` states, from the same measured costs, how long the diagnosis without a budget
 would take.
@@ -17,7 +17,7 @@ import time
 import torch
 
 from ..analysis import bootstrap as B
-from ..geometry.least import MIN_RESTARTS as SEARCH_RESTARTS
+from ..geometry.least import rule_for
 
 PATH_EXAMPLES_FLOOR = 200  # below this many test examples per path point, fewer points and pairs
 GEOMETRY_FLOOR = 50  # below this many examples a geometry step is skipped
@@ -25,7 +25,8 @@ GEOMETRY_FLOOR = 50  # below this many examples a geometry step is skipped
 
 PILOT = 64  # examples CKA's pilot reads per split, and images of the timed path point
 FORWARD_PILOT = 256  # images of one member's timed forward: on a CPU, an image costs more in a large batch
-PATH_CHOICES = ((3, 11, SEARCH_RESTARTS), (3, 11, 3), (2, 11, 3), (1, 11, 3), (1, "adaptive", 3))  # (pairs, points, restarts)
+SEARCH = "search"  # in PATH_CHOICES: the barrier search's minimum restarts (its rule's, `_restarts_of`)
+PATH_CHOICES = ((3, 11, SEARCH), (3, 11, 3), (2, 11, 3), (1, 11, 3), (1, "adaptive", 3))  # (pairs, points, restarts)
 ADAPTIVE_POINTS = 11  # an adaptive path is planned at its worst (6 points on a flat curve, 11 where it bends)
 BOUNDED_POINTS = 3  # points a restart's walk is planned at beyond the first (it stops once it can lower no barrier)
 
@@ -199,7 +200,7 @@ def _plan_geometry(plan, probe, steps: list) -> None:
     cka = (lambda n: cka_seconds(n, plan.costs, splits)) if "cka" in steps else (lambda n: 0.0)  # noqa: E731
     chosen, n = None, None
     for pairs, points, restarts in (PATH_CHOICES if "paths" in steps else ()):
-        chosen = (min(pairs, k - 1), points, restarts)
+        chosen = (min(pairs, k - 1), points, _restarts_of(restarts, probe))
         n = limit if math.isinf(seconds) else _largest(lambda n: cka(n) + paths_seconds(n, plan.costs, *chosen), limit,
                                                         seconds)
         if n >= min(PATH_EXAMPLES_FLOOR, limit):
@@ -240,7 +241,7 @@ def _refit_paths(plan, probe) -> None:
     if paths_seconds(planned, plan.costs, probe.path_pairs, probe.path_points, restarts) <= seconds:
         return
     for pairs, points, restarts in PATH_CHOICES:
-        chosen = (min(pairs, k - 1), points, restarts)
+        chosen = (min(pairs, k - 1), points, _restarts_of(restarts, probe))
         n = _largest(lambda n: paths_seconds(n, plan.costs, *chosen), planned, seconds)
         if n >= min(PATH_EXAMPLES_FLOOR, planned):
             break
@@ -260,7 +261,11 @@ def _barrier_precise(curves, target) -> bool:
     return width is not None and width <= target
 
 
-def estimate_full(plan, metrics: dict, geometry_examples, path_points=11) -> float:
+def _restarts_of(restarts, probe) -> int:
+    return rule_for(probe.detail).minimum if restarts == SEARCH else restarts
+
+
+def estimate_full(plan, metrics: dict, geometry_examples, path_points=11, detail: bool = False) -> float:
     """Seconds the same diagnosis would take on every example (no budget), from the measured costs:
     predictions of every split, CKA on the examples it would keep, paths on the protocol's pairs,
     points and examples, the weights-only steps as they ran, the analyzers scaled to every example."""
@@ -281,7 +286,7 @@ def estimate_full(plan, metrics: dict, geometry_examples, path_points=11) -> flo
         per_point = ((n + 2 * BATCHNORM_EXAMPLES) * plan.costs["member forward per image"]
                      + plan.costs.get("path point fixed", 0.0))
         whole = ADAPTIVE_POINTS if path_points == "adaptive" else path_points
-        search = (SEARCH_RESTARTS - 1) * (plan.costs["restart"] + BOUNDED_POINTS * per_point) if plan.costs.get("restart") else 0
+        search = (rule_for(detail).minimum - 1) * (plan.costs["restart"] + BOUNDED_POINTS * per_point) if plan.costs.get("restart") else 0
         total += min(PATH_PAIRS, k - 1) * (whole * per_point + search)
     total += sum(read[name]["seconds"] for name in ("alignment", "rank-structure") if name in read)
     plan.estimate = total

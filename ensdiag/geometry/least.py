@@ -18,27 +18,58 @@ of its definition. The rule, for each pair:
   below the least found so far (its barriers are then kept as lower bounds). The least is
   exactly what walking every alignment whole would give; a walk that can lower nothing costs
   the few points, often one, that show it;
-- restarting stops once `PATIENCE` restarts in a row lowered no barrier, after at least
-  `MIN_RESTARTS` (a least over fewer would lose to any search of that many) and at most
-  `MAX_RESTARTS` (or fewer where a budget says so); the result says which ended it.
+- restarting stops once `patience` restarts in a row lowered no barrier, after at least
+  `minimum` restarts (a least over fewer would lose to any search of that many) and at most
+  `limit` (or fewer where a budget says so); the result says which ended it.
 
-    found = least_over_restarts(alignment_of, evaluate, keys, limit=MAX_RESTARTS)
+Two rules, both stated with every result (`describe`): `FULL` (at least 24 restarts, until 12
+in a row lowered none, at most 64) where the barrier gets its interval (`--detail`,
+`diagnose(detail=True)`), whose resamples draw the restarts, so the interval answers for the
+search; and `QUICK` (at least 6, until 3 in a row lowered none, at most 12) otherwise, so that
+the search adds little to `ensdiag train`'s per-run diagnosis (on the digits main job the full
+rule made a Deep Ensemble's diagnosis 1.8× as costly; docs/conventions.md).
+
+    found = least_over_restarts(alignment_of, evaluate, keys, **FULL.arguments())
     found["least"], found["alignments"], found["run"], found["stopped"]
 """
 
 import math
-
-PATIENCE = 12  # restarts in a row that lowered no barrier: then the least is taken as found
-MAX_RESTARTS = 64  # the most restarts per pair without a budget
-MIN_RESTARTS = 24  # every pair looks at least this far
+from typing import NamedTuple
 
 
-def rule(limit: int = MAX_RESTARTS) -> str:
+class Rule(NamedTuple):
+    """When a pair's restarting stops: after at least `minimum` restarts, once `patience` in a row
+    lowered no barrier, and after `limit` at the latest."""
+    minimum: int
+    patience: int
+    limit: int
+
+    def capped(self, limit: int | None) -> "Rule":
+        """The rule under a budget's cap on restarts (None: none)."""
+        if limit is None or limit >= self.limit:
+            return self
+        return Rule(min(self.minimum, limit), self.patience, limit)
+
+    def arguments(self) -> dict:
+        return {"minimum": self.minimum, "patience": self.patience, "limit": self.limit}
+
+
+FULL = Rule(minimum=24, patience=12, limit=64)  # where the barrier gets its interval (--detail)
+QUICK = Rule(minimum=6, patience=3, limit=12)  # otherwise: train's per-run diagnosis stays cheap
+PATIENCE, MIN_RESTARTS, MAX_RESTARTS = FULL.patience, FULL.minimum, FULL.limit
+
+
+def rule_for(detail: bool) -> Rule:
+    return FULL if detail else QUICK
+
+
+def describe(rule: Rule = FULL) -> str:
     """The stop rule in words (stored with every result)."""
     from .align import RESTARTS
     return (f"weight matching restarted (seeds 0, 1, …; the aligned cosine's {RESTARTS} from the member as trained, the "
-            f"others from seeded random permutations) until {PATIENCE} restarts in a row lowered no barrier, at least {MIN_RESTARTS} and at "
-            f"most {limit} restarts per pair; a path walked only as far as it could still lower one (nearest t = ½ first)")
+            f"others from seeded random permutations) until {rule.patience} restarts in a row lowered no barrier, at "
+            f"least {rule.minimum} and at most {rule.limit} restarts per pair; a path walked only as far as it could "
+            "still lower one (nearest t = ½ first)")
 
 
 def least_over_restarts(alignment_of, evaluate, keys, limit: int = MAX_RESTARTS, patience: int = PATIENCE,
