@@ -113,13 +113,19 @@ def test_bench_diagnose_times_every_step_in_evaluation_passes(tmp_path, capsys):
             assert step["seconds"] > 0 and step["passes"] == pytest.approx(step["seconds"] / unit)
         assert row["diagnosis_seconds"] == pytest.approx(sum(s["seconds"] for name, s in row["steps"].items()
                                                              if name != "predict id"))
-    # paths: 3 pairs, each 6 to 11 points of (50 test + 20 training-sample) images; no BatchNorm in the mlp
-    assert 3 * 6 * 70 <= ensemble["path_images"] <= 3 * 11 * 70
+    # paths: 3 pairs, each 6 to 11 points of (50 test + 20 training-sample) images and the barrier search's
+    # points beyond them, at least one a restart (the default search's restarts after the first, no --detail);
+    # no BatchNorm in the mlp
+    from ensdiag.geometry.least import rule_for
+    after_first = rule_for(detail=False).minimum - 1
+    assert (3 * 6 + 3 * after_first) * 70 <= ensemble["path_images"] and ensemble["path_images"] % 70 == 0
+    search = ensemble["path_images"] / 70 / 3  # points per pair, the first walk's 6 to 11 among them
+    assert 3 * (11 + search - 11) * 9000 <= ensemble["protocol_path_images"] <= 3 * (11 + search - 6) * 9000
     estimate = ensemble["estimate"]  # scaled to the protocol's 10,000 images per split
     steps = ensemble["steps"]
     scaled = sum(s["seconds"] * PROTOCOL_IMAGES / 50 for name, s in steps.items()
                  if name not in ("predict id", "geometry paths", "geometry alignment", "geometry rank-structure"))
-    scaled += steps["geometry paths"]["seconds"] * 3 * 11 * 9000 / ensemble["path_images"]
+    scaled += steps["geometry paths"]["seconds"] * ensemble["protocol_path_images"] / ensemble["path_images"]
     scaled += steps["geometry alignment"]["seconds"] + steps["geometry rank-structure"]["seconds"]
     assert estimate["seconds"] == pytest.approx(scaled)
     report = result["report"]

@@ -134,7 +134,8 @@ def finite_population(n: int, of: int | None) -> float:
 class Folded:
     """A positively homogeneous statistic φ(μ) = combine(μ, mass) of a vector of means, for ray
     inversion: `means` [P] (the estimate) or [R, P] (each resample's), `mass` alike (bin masses
-    that weight the means; ones where unused) and `combine(means [..., R, P], mass [R, P]) -> [..., R]`."""
+    that weight the means; ones where unused; or, per resample, whatever else `combine` reads, such
+    as the restarts a resample drew) and `combine(means [..., R, P], mass [R, …]) -> [..., R]`."""
 
     means: torch.Tensor
     mass: torch.Tensor

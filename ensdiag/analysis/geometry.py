@@ -11,7 +11,7 @@ They read the model through a `ModelProbe`:
     analyze_model(probe)["cka"]["splits"]["id"]["layers"]["hidden.0"]["linear"]["value"]   # k×k
 
 Nothing here depends on a user-visible seed: the training sample, the alignment's restarts and the
-null baseline draw from fixed seeds (`GEOMETRY_SEED`, align.RESTARTS), so `train`, `diversity` and
+null baseline draw from fixed seeds (`GEOMETRY_SEED`, align.restart), so `train`, `diversity` and
 `diagnose()` give the same numbers for the same weights and data.
 """
 
@@ -206,30 +206,35 @@ def _restarts() -> int:
 
 
 BARRIERS = ("loss_barrier", "accuracy_barrier", "train_loss_barrier")
+LEAST = ("per pair the least over weight matching's restarts, restarted until the least stopped falling (a stated "
+         "rule, `restarts.rule`; the longer search with --detail, whose interval resamples the restarts), then the "
+         "mean over pairs")
 
 
-@register_analyzer("paths", needs="model", version=3,  # 2: least over alignment restarts, their range; 3: intervals
+@register_analyzer("paths", needs="model", version=4,  # 2: least over restarts; 3: intervals; 4: restarts by a stop rule
                    description="loss and accuracy on the straight line between members' weights",
                    columns=[Column("test-loss barrier", ("loss_barrier", "value"), "down",
-                                   "largest rise of the test loss above the line between two members (per pair the "
-                                   "least over weight matching's restarts, then the mean over pairs); 0 can mean "
-                                   "averaged weights temper over-confident logits, not connectivity",
+                                   f"largest rise of the test loss above the line between two members ({LEAST}); 0 can "
+                                   "mean averaged weights temper over-confident logits, not connectivity",
                                    ("geometry",), 40, "id"),
                             Column("test-loss barrier, worst restart", ("loss_barrier_max", "value"), None,
                                    "the same with the largest barrier over weight matching's restarts (mean over "
-                                   "pairs): beside the least, how much the barrier depends on the alignment's "
-                                   "local optimum", ("geometry",), 40, "id", since=2),
+                                   "pairs; a path walked only part of the way counts with its barrier over the "
+                                   "points evaluated, a lower bound): beside the least, how much the barrier depends on the "
+                                   "alignment's local optimum", ("geometry",), 40, "id", since=2),
                             Column("error barrier", ("accuracy_barrier", "value"), "down",
-                                   "largest rise of the test error above the line between two members (least over "
-                                   "restarts, mean over pairs; Frankle et al.)", ("geometry",), 41, "id"),
+                                   f"largest rise of the test error above the line between two members ({LEAST}; "
+                                   "Frankle et al.)", ("geometry",), 41, "id"),
                             Column("train-loss barrier", ("train_loss_barrier", "value"), "down",
                                    "largest rise of the training loss, on a fixed sample of training examples (never "
                                    "validation ones where the model file says which they were), above the line "
-                                   "between two members (least over restarts, mean over pairs; Ainsworth et al.)",
-                                   ("geometry",), 42, "id")])
+                                   f"between two members ({LEAST}; Ainsworth et al.)", ("geometry",), 42, "id"),
+                            Column("alignment restarts", ("restarts", "mean"), None,
+                                   "weight matching's restarts per pair until the least barrier stopped falling "
+                                   "(mean over pairs)", ("geometry",), 43, examples=False, since=4)])
 def paths(probe):
-    from ..geometry.align import permute_state
-    from ..geometry.paths import barrier, describe_points, path
+    from ..geometry.least import describe, least_over_restarts, rule_for
+    from ..geometry.paths import describe_points
     networks = probe.members()
     test = probe.split("id", limit=probe.limits.get("paths", PATH_EXAMPLES))
     if test is None or test.labels is None:
@@ -238,47 +243,44 @@ def paths(probe):
     train = probe.batchnorm_images()
     if has_norm and (train is None or len(train) < 2):
         raise Skip("the network has BatchNorm, whose statistics along a path need training images (two or more; none loaded)")
-    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
     try:
-        groups, _, found = probe.aligned()
-        how = f"aligned to member 0 by weight matching, {probe.restarts or _restarts()} restarts"
-        ends = {j: [(entry["seeds"], permute_state(states[j], groups, entry["perms"])) for entry in found["restarts"][j]]
-                for j in found["restarts"]}
+        aligned = probe.aligned()
+        rule = rule_for(probe.detail).capped(probe.limits.get("restarts"))  # a budget may cap it
+        how = "aligned to member 0 by weight matching, restarted (`restarts`)"
     except Skip:
+        aligned, rule = None, None
         how = "as trained (members share weights or have no permutation rule)"
-        ends = {j: [(None, states[j])] for j in range(1, len(states))}
-    scratch = probe.ensemble.member_network(0)
-    sample = probe.training_sample()
-    pairs = []
+    walker = _Walker(probe, networks, test, train if has_norm else None, probe.training_sample())
+    keys = [key for key in BARRIERS if key != "train_loss_barrier" or walker.sample is not None]
+    pairs, kept = [], []
     for j in range(1, min(len(networks), probe.path_pairs + 1)):
-        walked = []
-        for seeds, end in ends[j]:  # every distinct alignment: each can give another barrier
-            curve = path(scratch, states[0], end, test, probe.normalize, train if has_norm else None, probe.path_points,
-                         sample, enough=probe.enough if j == 1 and not walked else None)
-            test = test.subset(slice(0, curve.pop("n")))  # a precision target stopped the first walk: the rest read as many
-            barriers = {"loss_barrier": barrier(curve["t"], curve["loss"]),
-                        "accuracy_barrier": barrier(curve["t"], curve["accuracy"], higher_is_worse=False),
-                        **({"train_loss_barrier": barrier(curve["t"], curve["train_loss"])} if sample is not None else {})}
-            walked.append((seeds, curve, barriers))
-        # each barrier's interval is that of the restart giving its least value (per-example curves leave here)
-        least_of = {key: min(walked, key=lambda item: item[2][key])[1] for key in walked[0][2]}
-        examples = {key: (curve["t"], curve["examples"]) for key, curve in least_of.items()}
-        for _, curve, _ in walked:
-            curve.pop("examples")
-        _, lowest, _ = min(walked, key=lambda item: item[2]["loss_barrier"])  # the curve shown: the lowest test loss
-        pairs.append({"members": [0, j], **lowest,
-                      **{key: min(b[key] for _, _, b in walked) for key in walked[0][2]},
-                      **{f"{key}_max": max(b[key] for _, _, b in walked) for key in walked[0][2]},
-                      "restarts": [{"seeds": seeds, **b} for seeds, _, b in walked], "examples": examples})
-    curves = [pair.pop("examples") for pair in pairs]  # the per-example curves leave the pairs here
-    intervals = barrier_intervals(curves) if probe.detail else {}
+        evaluate = lambda end, least: walker.evaluate(end, least, keys)  # noqa: E731
+        search = least_over_restarts(walker.alignments(aligned, j), evaluate, keys,
+                                     **(rule.arguments() if rule else {"limit": 1, "minimum": 1}))
+        found = search["alignments"]
+        lowest = min((entry for entry in found if entry["complete"]), key=lambda entry: entry["barriers"]["loss_barrier"])
+        kept.append({key: [(_rows(entry, key), len(entry["seeds"])) for entry in found] for key in keys} if probe.detail
+                    else None)
+        curve = {key: value for key, value in lowest["curve"].items() if key not in ("examples", "points", "n")}
+        pairs.append({"members": [0, j], **curve, **search["least"],
+                      **{f"{key}_max": max(entry["barriers"][key] for entry in found) for key in keys},
+                      "restarts": [{"seeds": entry["seeds"], "complete": entry["complete"],
+                                    "points": len(entry["curve"]["t"]), **entry["barriers"]} for entry in found],
+                      "restarts_run": search["run"], "stopped": search["stopped"],
+                      "points_evaluated": sum(len(entry["curve"]["t"]) - 2 * (index > 0) for index, entry in enumerate(found))})
+    test = walker.test
+    intervals = barrier_intervals(kept, keys) if probe.detail else {}
     mean = lambda key: sum(pair[key] for pair in pairs) / len(pairs) if key in pairs[0] else None  # noqa: E731
     batchnorm = (f"BatchNorm statistics recomputed on {len(train)} training images at every point" if has_norm
                  else "no BatchNorm in the network")
-    least = "least over the alignment's restarts per pair, then the mean over pairs"
+    least = "least over the alignment's restarts per pair (`restarts`), then the mean over pairs"
+    runs = [pair["restarts_run"] for pair in pairs]
     return {"pairs": pairs, "ends": how, "points": describe_points(probe.path_points), "batchnorm": batchnorm, "n": len(test),
-            "train_n": len(sample) if sample is not None else 0,
-            "train_examples": sample.source if sample is not None else None,
+            "restarts": {"rule": describe(rule) if rule else "one path per pair (no alignment)", "per_pair": runs,
+                         "mean": sum(runs) / len(runs), "limit": rule.limit if rule else 1,
+                         "minimum": rule.minimum if rule else 1, "patience": rule.patience if rule else None},
+            "train_n": len(walker.sample) if walker.sample is not None else 0,
+            "train_examples": walker.sample.source if walker.sample is not None else None,
             "loss_barrier": metric(mean("loss_barrier"), f"max_t L(θ(t)) − ((1−t)L(θ_0) + tL(θ_1)) on the test set, {least}; "
                                    "can be 0 without connectivity (averaging tempers over-confident logits)",
                                    **intervals.get("loss_barrier", {})),
@@ -288,22 +290,70 @@ def paths(probe):
             "train_loss_barrier": metric(mean("train_loss_barrier"), "max_t of the training loss above the line between "
                                          f"the ends, on a fixed training sample, {least} (null without training labels)",
                                          **intervals.get("train_loss_barrier", {})),
-            **{f"{key}_max": metric(mean(f"{key}_max"), f"as {key}, with the largest over the restarts per pair")
-               for key in BARRIERS}}
+            **{f"{key}_max": metric(mean(f"{key}_max"), f"as {key}, with the largest over the restarts per pair (a path "
+                                    "walked only part of the way counts with its barrier over the points evaluated, a "
+                                    "lower bound)") for key in BARRIERS}}
 
 
-def barrier_intervals(curves: list) -> dict:
-    """{barrier key: {"interval": entry}} from each pair's per-example curves of the restart giving
-    that barrier."""
+class _Walker:
+    """The paths of one probe from member 0, on the same test examples (the first walk may read
+    fewer, a precision target) and with the same ends for every alignment of a pair."""
+
+    def __init__(self, probe, networks, test, batchnorm, sample):
+        self.probe, self.test, self.batchnorm, self.sample = probe, test, batchnorm, sample
+        self.states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
+        self.scratch = probe.ensemble.member_network(0)
+        self.walked = 0
+        self.ends = None
+
+    def alignments(self, aligned, j):
+        """`alignment_of(seed)` for member j: (the permutations' key, member j aligned by restart `seed`)."""
+        from ..geometry.align import permute_state, restart
+        if aligned is None:
+            return lambda seed: (None, self.states[j])
+        groups, _, found = aligned
+        known = {seed: entry["perms"] for entry in found["restarts"][j] for seed in entry["seeds"]}
+
+        def alignment_of(seed):
+            perms = known[seed] if seed in known else restart(self.states[0], self.states[j], groups, seed)
+            return (tuple(perms[group].numpy().tobytes() for group in groups),
+                    permute_state(self.states[j], groups, perms))
+        return alignment_of
+
+    def evaluate(self, end, least, keys):
+        """(curve, barriers, complete): the whole path to `end` (least None), else walked until none of
+        its barriers can fall below `least`."""
+        from ..geometry.paths import barriers_of, bounded_walk, path
+        probe = self.probe
+        if least is None:
+            curve = path(self.scratch, self.states[0], end, self.test, probe.normalize, self.batchnorm, probe.path_points,
+                         self.sample, enough=probe.enough if not self.walked else None)
+            self.walked += 1
+            self.test = self.test.subset(slice(0, curve["n"]))  # a precision target stopped the first walk: the rest read as many
+            self.ends = {t: curve["points"][t] for t in (curve["t"][0], curve["t"][-1])}
+            return curve, barriers_of(curve), True
+        curve, complete = bounded_walk(self.scratch, self.states[0], end, self.ends, self.test, probe.normalize,
+                                       self.batchnorm, probe.path_points, self.sample,
+                                       stop=lambda found: all(found[key] >= least[key] for key in keys))
+        return curve, barriers_of(curve), complete
+
+
+_VALUES = {"loss_barrier": ("loss", True), "accuracy_barrier": ("accuracy", False), "train_loss_barrier": ("train_loss", True)}
+
+
+def _rows(entry, key):
+    """An alignment's per-example excess at its interior points, [points − 2, n] (the ends' is 0)."""
     from ..geometry.paths import excess
-    from ..geometry.resampled import barrier_interval
-    found = {}
-    for key, values, split, worse in (("loss_barrier", "loss", "id", True), ("accuracy_barrier", "accuracy", "id", False),
-                                      ("train_loss_barrier", "train_loss", "train", True)):
-        if all(key in curve and values in curve[key][1] for curve in curves):
-            found[key] = {"interval": barrier_interval([(curve[key][0], excess(curve[key][0], curve[key][1][values], worse))
-                                                        for curve in curves], split)}
-    return found
+    values, worse = _VALUES[key]
+    return excess(entry["curve"]["t"], entry["curve"]["examples"][values], worse)[1:-1]
+
+
+def barrier_intervals(kept: list, keys) -> dict:
+    """{barrier key: {"interval": entry}} from each pair's alignments' per-example excess (`_rows`),
+    the restarts resampled with the examples."""
+    from ..geometry.resampled import least_barrier_interval
+    return {key: {"interval": least_barrier_interval([pair[key] for pair in kept], "train" if key.startswith("train")
+                                                     else "id")} for key in keys}
 
 
 @register_analyzer("rank-structure", needs="model", reads_data=False, version=2,  # 2: a tolerance from float rounding

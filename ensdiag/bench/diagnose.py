@@ -159,7 +159,7 @@ def _estimate(settings, seconds: dict, sizes: dict) -> dict | None:
     analyzer) at the protocol's sizes, from each step's measured cost per image; None when
     measured at those sizes already."""
     n, bn = settings.test_size, settings.train_size
-    protocol_paths = PATH_PAIRS * PATH_POINTS * (PATH_EXAMPLES + 2 * BATCHNORM_EXAMPLES)
+    protocol_paths = sizes.get("protocol_path_images") or PATH_PAIRS * PATH_POINTS * (PATH_EXAMPLES + 2 * BATCHNORM_EXAMPLES)
     if n >= PROTOCOL_IMAGES and bn >= BATCHNORM_EXAMPLES and settings.path_pairs >= PATH_PAIRS \
             and settings.path_points == PATH_POINTS:
         return None
@@ -177,19 +177,25 @@ def _estimate(settings, seconds: dict, sizes: dict) -> dict | None:
     return {"seconds": total, "images_per_split": PROTOCOL_IMAGES,
             "how": f"each step's measured seconds per image scaled from {n:,} to {PROTOCOL_IMAGES:,} images per split; "
                    f"paths from {sizes['path_images']:,} to {protocol_paths:,} image passes "
-                   f"({PATH_PAIRS} pairs × {PATH_POINTS} points × ({PATH_EXAMPLES:,} + 2 × {BATCHNORM_EXAMPLES:,})); "
+                   f"({PATH_PAIRS} pairs × ({PATH_POINTS} points + the barrier search's, as measured) × "
+                   f"({PATH_EXAMPLES:,} + 2 × {BATCHNORM_EXAMPLES:,})); "
                    "alignment and rank read weights only"}
 
 
-def _path_images(steps: MethodSteps) -> int:
-    """Image passes the timed paths step made: points evaluated × (test + training sample +
-    BatchNorm images); an adaptive grid's points are counted from its result."""
+def _path_images(steps: MethodSteps) -> tuple[int, int]:
+    """(image passes the timed paths step made, those of the protocol's paths): points evaluated ×
+    (test + training sample + BatchNorm images), an adaptive grid's points and the barrier search's
+    walks counted from its result; the protocol's pairs walk `PATH_POINTS` points each and the search
+    beyond the first walk as many points as the measured pairs did on average, at the protocol's images."""
     result = steps.results.get("paths")
     if result is None or result["status"] != "ok":
-        return 0
+        return 0, 0
     has_norm = "recomputed" in result["batchnorm"]
     per_point = result["n"] + result["train_n"] + (min(len(steps.train), BATCHNORM_EXAMPLES) if has_norm else 0)
-    return sum(len(pair["t"]) for pair in result["pairs"]) * per_point
+    pairs = result["pairs"]
+    points = sum(pair.get("points_evaluated", len(pair["t"])) for pair in pairs)
+    search = (points - sum(len(pair["t"]) for pair in pairs)) / len(pairs)
+    return points * per_point, round(PATH_PAIRS * (PATH_POINTS + search) * (PATH_EXAMPLES + 2 * BATCHNORM_EXAMPLES))
 
 
 def synthetic_protocol(settings, names) -> tuple:
@@ -228,9 +234,10 @@ def run_diagnose_bench(settings: DiagnoseSettings, device, log=None) -> dict:
     for run, steps in methods.items():
         unit = median[run, "predict id"]
         rows = {step: {"seconds": median[run, step], "passes": median[run, step] / unit} for (r, step) in median if r == run}
-        sizes = {"path_images": _path_images(steps)}
+        measured, protocol = _path_images(steps)
+        sizes = {"path_images": measured, "protocol_path_images": protocol}
         diagnosis = sum(row["seconds"] for step, row in rows.items() if step != "predict id")
-        result[run] = {"members": steps.model.num_members, "steps": rows, "path_images": sizes["path_images"],
+        result[run] = {"members": steps.model.num_members, "steps": rows, **sizes,
                        "diagnosis_seconds": diagnosis, "diagnosis_passes": diagnosis / unit,
                        "estimate": _estimate(settings, {s: r["seconds"] for s, r in rows.items()}, sizes)}
     unit = median[unit_run, "predict id"]

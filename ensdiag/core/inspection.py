@@ -104,7 +104,8 @@ def inspect(ensemble, splits: dict, *, preprocess=None, train=None, measure: Mea
             interrupted = interrupted or stopped
     if plan.limited:
         from .planned_geometry import estimate_full
-        estimate_full(plan, {**metrics, "ensemble": describe(ensemble)}, measure.geometry_examples, measure.path_points)
+        estimate_full(plan, {**metrics, "ensemble": describe(ensemble)}, measure.geometry_examples, measure.path_points,
+                      measure.detail)
         metrics["budget"] = plan.to_json()
     if interrupted:
         metrics["interrupted"] = f"Ctrl-C {interrupted}: what was finished before is kept, the rest says so"

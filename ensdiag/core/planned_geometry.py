@@ -2,11 +2,13 @@
 
 Weights-only steps (rank, alignment) run first and are timed; CKA and the paths then share what
 is left at the same number of examples, from a CKA pilot on `PILOT` examples (its forward
-passes, and its interval, whose cost grows as the square of the examples it keeps) and one
-member's timed forward and one timed path point; paths fall back to fewer pairs, then to an
-adaptive grid, before reading fewer than `PATH_EXAMPLES_FLOOR` test examples, and are refitted
-to the time actually left after CKA. `estimate_full` states, from the same measured costs, how
-long the diagnosis without a budget would take.
+passes, and its interval, whose cost grows as the square of the examples it keeps), one
+member's timed forward, one timed path point and one timed restart of weight matching; paths
+fall back from the barrier search's least restarts (its rule's minimum, `least.rule_for`: 24 with
+`--detail`, else 6; the search then capped there) to the aligned cosine's 3, then to fewer pairs, then to an adaptive grid, before reading fewer than
+`PATH_EXAMPLES_FLOOR` test examples, and are refitted to the time actually left after CKA.
+`estimate_full` states, from the same measured costs, how long the diagnosis without a budget
+would take.
 """
 
 import math
@@ -15,6 +17,7 @@ import time
 import torch
 
 from ..analysis import bootstrap as B
+from ..geometry.least import rule_for
 
 PATH_EXAMPLES_FLOOR = 200  # below this many test examples per path point, fewer points and pairs
 GEOMETRY_FLOOR = 50  # below this many examples a geometry step is skipped
@@ -22,8 +25,10 @@ GEOMETRY_FLOOR = 50  # below this many examples a geometry step is skipped
 
 PILOT = 64  # examples CKA's pilot reads per split, and images of the timed path point
 FORWARD_PILOT = 256  # images of one member's timed forward: on a CPU, an image costs more in a large batch
-PATH_CHOICES = ((3, 11), (2, 11), (1, 11), (1, "adaptive"))  # (pairs, points), most first
+SEARCH = "search"  # in PATH_CHOICES: the barrier search's minimum restarts (its rule's, `_restarts_of`)
+PATH_CHOICES = ((3, 11, SEARCH), (3, 11, 3), (2, 11, 3), (1, 11, 3), (1, "adaptive", 3))  # (pairs, points, restarts)
 ADAPTIVE_POINTS = 11  # an adaptive path is planned at its worst (6 points on a flat curve, 11 where it bends)
+BOUNDED_POINTS = 3  # points a restart's walk is planned at beyond the first (it stops once it can lower no barrier)
 
 
 def geometry_order(names: list, analyzers: dict) -> list:
@@ -66,20 +71,23 @@ def _geometry_facts(name, result, probe) -> dict:
     if name == "paths":
         return {"pairs": len(result["pairs"]), "points": [len(pair["t"]) for pair in result["pairs"]], "n": result["n"],
                 "batchnorm_images": len(probe._training_pick()) if "recomputed" in result["batchnorm"] else 0,
-                "train_sample": result.get("train_n", 0),
+                "train_sample": result.get("train_n", 0), "restarts": result["restarts"]["per_pair"],
                 "half_width": B.half_width(result["loss_barrier"].get("interval"))}
     return {}
 
 
-def _walks(probe) -> int:
-    """Paths a pair walks: one per distinct alignment of weight matching's restarts (alignment has
-    run by then), one where members are compared as trained."""
+def _timed_restart(probe) -> float:
+    """Seconds of one restart of weight matching from a random start (members 0 and 1), or 0 where
+    members are compared as trained."""
     from ..analysis.registry import Skip
+    from ..geometry.align import RESTARTS, restart
     try:
-        found = probe.aligned()[2]
+        groups, states, _ = probe.aligned()
     except Skip:
-        return 1
-    return max((len(entries) for entries in found["restarts"].values()), default=1)
+        return 0.0
+    began = time.perf_counter()
+    restart(states[0], states[1], groups, RESTARTS)
+    return time.perf_counter() - began
 
 
 def _timed_forward(probe) -> float:
@@ -143,14 +151,16 @@ def cka_seconds(n: float, costs: dict, splits: int) -> float:
                      + costs.get("cka interval on the pilot", 0.0) * (kept / PILOT) ** 2)
 
 
-def paths_seconds(n: float, costs: dict, pairs: int, points, batchnorm: bool = True) -> float:
+def paths_seconds(n: float, costs: dict, pairs: int, points, restarts: int = 1, batchnorm: bool = True) -> float:
     """A path's cost: every point reads n test examples, n training-sample images and (with
     BatchNorm) n images to recompute its statistics, at one member's forward cost, and pays its
     fixed cost (weights, BatchNorm in training mode, losses) as timed on a pilot point; each pair
-    walks one path per distinct alignment weight matching's restarts found."""
-    per_point = ADAPTIVE_POINTS if points == "adaptive" else points
-    return pairs * costs.get("walks per pair", 1) * per_point * ((3 if batchnorm else 2) * n * costs.get("member forward per image", 0.0)
-                                + costs.get("path point fixed", 0.0))
+    walks one whole path, then each further restart of the barrier search costs a timed weight
+    matching and a walk planned at `BOUNDED_POINTS` points (geometry/least.py)."""
+    per_point = ((3 if batchnorm else 2) * n * costs.get("member forward per image", 0.0) + costs.get("path point fixed", 0.0))
+    whole = ADAPTIVE_POINTS if points == "adaptive" else points
+    search = (restarts - 1) * (costs.get("restart", 0.0) + BOUNDED_POINTS * per_point) if costs.get("restart") else 0.0
+    return pairs * (whole * per_point + search)
 
 
 def _largest(cost, limit: float, seconds: float) -> int:
@@ -182,21 +192,21 @@ def _plan_geometry(plan, probe, steps: list) -> None:
         forward, interval, width = _cka_pilot(plan, probe)
         plan.costs.update({"cka per example and split": forward, "cka interval on the pilot": interval})
     if "paths" in steps:
-        plan.costs["walks per pair"] = _walks(probe)
+        plan.costs["restart"] = _timed_restart(probe)
         plan.costs["member forward per image"] = _timed_forward(probe)
         plan.costs["path point fixed"] = _timed_point(probe, plan.costs["member forward per image"])
     seconds, k = plan.remaining(), probe.ensemble.num_members or 2
     limit = max(available.values())
     cka = (lambda n: cka_seconds(n, plan.costs, splits)) if "cka" in steps else (lambda n: 0.0)  # noqa: E731
     chosen, n = None, None
-    for pairs, points in (PATH_CHOICES if "paths" in steps else ()):
-        chosen = (min(pairs, k - 1), points)
+    for pairs, points, restarts in (PATH_CHOICES if "paths" in steps else ()):
+        chosen = (min(pairs, k - 1), points, _restarts_of(restarts, probe))
         n = limit if math.isinf(seconds) else _largest(lambda n: cka(n) + paths_seconds(n, plan.costs, *chosen), limit,
                                                         seconds)
         if n >= min(PATH_EXAMPLES_FLOOR, limit):
             break
     if "paths" in steps and n < min(GEOMETRY_FLOOR, limit):
-        pairs, points = chosen
+        pairs, points, _ = chosen
         plan.skip("paths", f"{pairs} pair{'s' * (pairs > 1)} × {points} points on {GEOMETRY_FLOOR} examples (with CKA) "
                            f"would need {cka(GEOMETRY_FLOOR) + paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; "
                            f"{seconds:.0f} s were left")
@@ -211,7 +221,9 @@ def _plan_geometry(plan, probe, steps: list) -> None:
         probe.limits["cka"] = max(int(n_cka), 2)
     if "paths" in steps and "paths" not in plan.skipped:
         n_paths = min(PATH_EXAMPLES, available["id"]) if math.isinf(seconds) else int(n)
-        probe.path_pairs, probe.path_points = chosen
+        probe.path_pairs, probe.path_points, restarts = chosen
+        if not math.isinf(seconds):  # a budget caps the barrier search where it was planned
+            probe.limits["restarts"] = restarts
         probe.limits["paths"] = max(2, n_paths)
         probe.limits["batchnorm"] = max(2, min(n_paths, BATCHNORM_EXAMPLES))
         if plan.precision is not None:
@@ -225,10 +237,11 @@ def _refit_paths(plan, probe) -> None:
         return
     seconds, k = plan.remaining(), probe.ensemble.num_members or 2
     planned = probe.limits["paths"]
-    if paths_seconds(planned, plan.costs, probe.path_pairs, probe.path_points) <= seconds:
+    restarts = probe.limits.get("restarts", 1)
+    if paths_seconds(planned, plan.costs, probe.path_pairs, probe.path_points, restarts) <= seconds:
         return
-    for pairs, points in PATH_CHOICES:
-        chosen = (min(pairs, k - 1), points)
+    for pairs, points, restarts in PATH_CHOICES:
+        chosen = (min(pairs, k - 1), points, _restarts_of(restarts, probe))
         n = _largest(lambda n: paths_seconds(n, plan.costs, *chosen), planned, seconds)
         if n >= min(PATH_EXAMPLES_FLOOR, planned):
             break
@@ -236,7 +249,7 @@ def _refit_paths(plan, probe) -> None:
         plan.skip("paths", f"{chosen[0]} pair × {chosen[1]} points on {GEOMETRY_FLOOR} examples would need "
                            f"{paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; {seconds:.0f} s were left")
         return
-    probe.path_pairs, probe.path_points = chosen
+    probe.path_pairs, probe.path_points, probe.limits["restarts"] = chosen
     probe.limits["paths"] = max(2, n)
     probe.limits["batchnorm"] = max(2, min(n, BATCHNORM_EXAMPLES))
 
@@ -248,7 +261,11 @@ def _barrier_precise(curves, target) -> bool:
     return width is not None and width <= target
 
 
-def estimate_full(plan, metrics: dict, geometry_examples, path_points=11) -> float:
+def _restarts_of(restarts, probe) -> int:
+    return rule_for(probe.detail).minimum if restarts == SEARCH else restarts
+
+
+def estimate_full(plan, metrics: dict, geometry_examples, path_points=11, detail: bool = False) -> float:
     """Seconds the same diagnosis would take on every example (no budget), from the measured costs:
     predictions of every split, CKA on the examples it would keep, paths on the protocol's pairs,
     points and examples, the weights-only steps as they ran, the analyzers scaled to every example."""
@@ -266,10 +283,11 @@ def estimate_full(plan, metrics: dict, geometry_examples, path_points=11) -> flo
     if "member forward per image" in plan.costs and "id" in sizes:
         k = metrics.get("ensemble", {}).get("num_members") or 2
         n = min(PATH_EXAMPLES, limit(sizes["id"]))
-        points = (min(PATH_PAIRS, k - 1) * plan.costs.get("walks per pair", 1)
-                  * (ADAPTIVE_POINTS if path_points == "adaptive" else path_points))
-        total += points * ((n + 2 * BATCHNORM_EXAMPLES) * plan.costs["member forward per image"]
-                           + plan.costs.get("path point fixed", 0.0))
+        per_point = ((n + 2 * BATCHNORM_EXAMPLES) * plan.costs["member forward per image"]
+                     + plan.costs.get("path point fixed", 0.0))
+        whole = ADAPTIVE_POINTS if path_points == "adaptive" else path_points
+        search = (rule_for(detail).minimum - 1) * (plan.costs["restart"] + BOUNDED_POINTS * per_point) if plan.costs.get("restart") else 0
+        total += min(PATH_PAIRS, k - 1) * (whole * per_point + search)
     total += sum(read[name]["seconds"] for name in ("alignment", "rank-structure") if name in read)
     plan.estimate = total
     return total

@@ -105,9 +105,59 @@ def _extend(network, state_a, state_b, t, found, chunk, normalize) -> None:
     found["loss"], found["accuracy"] = found["examples"][0].mean().item(), found["examples"][1].mean().item()
 
 
+def _grid(points) -> list[float]:
+    return torch.linspace(0, 1, 11 if points == ADAPTIVE else points).tolist()  # adaptive: a subset of the 11-point grid
+
+
+def always_evaluated(points) -> list[float]:
+    """The points of the grid every walk evaluates, whatever its curve (adaptive: every other one)."""
+    grid = _grid(points)
+    return grid[::2] if points == ADAPTIVE else grid
+
+
+def screen_order(points) -> list[float]:
+    """The interior points every walk evaluates, nearest t = ½ first (ties: the smaller t): where a
+    barrier usually peaks, so a walk that can stop early (`bounded_walk`) learns most first."""
+    return sorted(always_evaluated(points)[1:-1], key=lambda t: (abs(t - 0.5), t))
+
+
 def _bends(ts, values, tolerance) -> set[int]:
     """Indices i of interior points whose second difference |v[i−1] − 2v[i] + v[i+1]| exceeds `tolerance`."""
     return {i for i in range(1, len(ts) - 1) if abs(values[i - 1] - 2 * values[i] + values[i + 1]) > tolerance}
+
+
+def adaptive_midpoints(points, found: dict) -> list[float]:
+    """The midpoints an adaptive grid adds to the points every walk evaluates (`found`: {t: point}),
+    where the curve bends next to them; none for an even grid."""
+    if points != ADAPTIVE:
+        return []
+    grid, chosen = _grid(points), always_evaluated(points)
+    bends = set()
+    for key, tolerance in (("loss", FLAT_LOSS), ("accuracy", FLAT_ACCURACY), ("train_loss", FLAT_LOSS),
+                           ("train_accuracy", FLAT_ACCURACY)):
+        if key in found[chosen[0]]:
+            bends |= _bends(chosen, [found[t][key] for t in chosen], tolerance)
+    # the midpoint of [chosen[i], chosen[i+1]]: wanted if either end bends
+    return [grid[2 * i + 1] for i in range(len(chosen) - 1) if i in bends or i + 1 in bends]
+
+
+def curve_of(found: dict, n: int) -> dict:
+    """The curve over the points evaluated ({t: `evaluate_point`'s result}), as `path` returns it."""
+    ts = sorted(found)
+    keys = [key for key in ("loss", "accuracy", "train_loss", "train_accuracy") if key in found[ts[0]]]
+    examples = {f"{prefix}{kind}": torch.stack([found[t][f"{prefix}examples"][index] for t in ts])
+                for prefix in ("", "train_") if f"{prefix}examples" in found[ts[0]]
+                for index, kind in enumerate(("loss", "accuracy"))}
+    return {"t": ts, **{key: [found[t][key] for t in ts] for key in keys}, "n": n,
+            "batchnorm_recomputed": found[ts[-1]]["batchnorm_recomputed"], "examples": examples}
+
+
+def barriers_of(curve: dict) -> dict:
+    """{"loss_barrier", "accuracy_barrier", "train_loss_barrier" (with a training sample)} of a curve;
+    over fewer points than the grid, lower bounds of the grid's."""
+    return {"loss_barrier": barrier(curve["t"], curve["loss"]),
+            "accuracy_barrier": barrier(curve["t"], curve["accuracy"], higher_is_worse=False),
+            **({"train_loss_barrier": barrier(curve["t"], curve["train_loss"])} if "train_loss" in curve else {})}
 
 
 def path(network, state_a, state_b, test, normalize, train_images=None, points: int | str = 11, train=None,
@@ -115,7 +165,9 @@ def path(network, state_a, state_b, test, normalize, train_images=None, points: 
     """{"t", "loss", "accuracy", "batchnorm_recomputed"} along θ(t) on the labelled `test` split,
     and "train_loss", "train_accuracy" on the labelled `train` sample when one is given;
     "examples": the same per example, [points, n] tensors (for intervals; not JSON);
-    `network` is a plain network of the members' shape whose weights are overwritten.
+    "points": {t: each point as evaluated} (the ends another walk between the same functions can
+    share, `bounded_walk`); `network` is a plain network of the members' shape whose weights are
+    overwritten.
 
     `points`: an even grid of that many points, or "adaptive": t = 0, 0.2, …, 1 first, then each
     midpoint 0.1, 0.3, … only where the curve bends on either side of it (a second difference of
@@ -128,19 +180,8 @@ def path(network, state_a, state_b, test, normalize, train_images=None, points: 
     chunk's."""
     full, test = test, (test.subset(slice(0, first)) if enough is not None and len(test) > first else test)
     evaluate = lambda t: evaluate_point(network, state_a, state_b, t, test, normalize, train_images, train)  # noqa: E731
-    grid = torch.linspace(0, 1, 11 if points == ADAPTIVE else points).tolist()  # adaptive: a subset of the 11-point grid
-    chosen = grid[::2] if points == ADAPTIVE else grid
-    found = {t: evaluate(t) for t in chosen}
-    if points == ADAPTIVE:
-        bends = set()
-        for key, tolerance in (("loss", FLAT_LOSS), ("accuracy", FLAT_ACCURACY), ("train_loss", FLAT_LOSS),
-                               ("train_accuracy", FLAT_ACCURACY)):
-            if key in found[chosen[0]]:
-                bends |= _bends(chosen, [found[t][key] for t in chosen], tolerance)
-        for i in range(len(chosen) - 1):  # the midpoint of [chosen[i], chosen[i+1]]: wanted if either end bends
-            if i in bends or i + 1 in bends:
-                t = grid[2 * i + 1]
-                found[t] = evaluate(t)
+    found = {t: evaluate(t) for t in always_evaluated(points)}
+    found.update({t: evaluate(t) for t in adaptive_midpoints(points, found)})
     ts = sorted(found)
     done = len(test)
     while done < len(full) and not enough({"loss": torch.stack([found[t]["examples"][0] for t in ts]), "t": ts}):
@@ -148,12 +189,27 @@ def path(network, state_a, state_b, test, normalize, train_images=None, points: 
         for t in ts:
             _extend(network, state_a, state_b, t, found[t], chunk, normalize)
         done += len(chunk)
-    keys = [key for key in ("loss", "accuracy", "train_loss", "train_accuracy") if key in found[ts[0]]]
-    examples = {f"{prefix}{kind}": torch.stack([found[t][f"{prefix}examples"][index] for t in ts])
-                for prefix in ("", "train_") if f"{prefix}examples" in found[ts[0]]
-                for index, kind in enumerate(("loss", "accuracy"))}
-    return {"t": ts, **{key: [found[t][key] for t in ts] for key in keys}, "n": done,
-            "batchnorm_recomputed": found[ts[-1]]["batchnorm_recomputed"], "examples": examples}
+    return {**curve_of(found, done), "points": found}
+
+
+def bounded_walk(network, state_a, state_b, ends: dict, test, normalize, train_images=None, points: int | str = 11,
+                 train=None, stop=None) -> tuple[dict, bool]:
+    """(curve, complete): θ(t) walked point by point, `screen_order` first, then an adaptive grid's
+    midpoints, on the same examples as the walk whose ends are given (`ends`: {0.0: point, 1.0:
+    point}, another alignment's walk between the same two functions: an aligned member computes
+    what the member does, up to float rounding). After each point, `stop(barriers_of(curve so
+    far))` may end the walk: its barriers are then lower bounds of the whole grid's."""
+    found = dict(ends)
+    evaluate = lambda t: evaluate_point(network, state_a, state_b, t, test, normalize, train_images, train)  # noqa: E731
+    for t in screen_order(points):
+        found[t] = evaluate(t)
+        if stop is not None and stop(barriers_of(curve_of(found, len(test)))):
+            return curve_of(found, len(test)), False
+    for t in adaptive_midpoints(points, found):
+        found[t] = evaluate(t)
+        if stop is not None and stop(barriers_of(curve_of(found, len(test)))):
+            return curve_of(found, len(test)), False
+    return curve_of(found, len(test)), True
 
 
 def excess(ts, values: torch.Tensor, higher_is_worse: bool = True) -> torch.Tensor:

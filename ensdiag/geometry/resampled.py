@@ -7,7 +7,10 @@ Both are resampled with the draws every other analyzer uses on the same examples
 - a barrier is the maximum over path points of a mean over test examples (each example's rise
   above the line between the ends, `paths.excess`): the per-example values of every point and
   pair are kept, and a resample is a product with its counts. A maximum folds noise into an
-  upward bias, so the interval is the ray inversion (`bootstrap.py`);
+  upward bias, so the interval is the ray inversion (`bootstrap.py`). A pair's barrier is the
+  least over weight matching's restarts (geometry/least.py): each resample also draws the pair's
+  restarts with replacement and takes the least over the alignments they reached, so the
+  interval holds the alignment's variation too;
 - linear CKA of members a and b on examples drawn with counts w (Σw = n), from the Gram matrices
   K = XXᵀ, L = YYᵀ of the kept features (Kornblith et al.'s HSIC with weighted centring):
 
@@ -33,22 +36,65 @@ CKA_RESAMPLES = 300  # each costs (k + k(k+1)/2) products of m × m by the block
 
 def barrier_interval(curves: list[tuple[list, torch.Tensor]], split: str, of: int | None = None) -> dict:
     """The interval entry of a mean over pairs of barriers; `curves`: per pair (ts, excess [points, n])
-    on the same n examples of `split`."""
-    n = curves[0][1].shape[1]
-    points = max(len(ts) for ts, _ in curves)
-    # pairs may have evaluated different points (adaptive grids): pad with 0, the excess at t = 0
-    table = torch.stack([torch.cat([values, values.new_zeros(points - len(values), n)]) for _, values in curves])  # [p, t, n]
-    flat = table.flatten(0, 1)  # [pairs·points, n]
-    pairs = len(curves)
+    on the same n examples of `split` (one alignment per pair: `least_barrier_interval`)."""
+    return least_barrier_interval([[(values, 1)] for _, values in curves], split, of)
 
-    def combine(means, mass):
-        return means.unflatten(-1, (pairs, points)).amax(-1).mean(-1)
 
-    estimate = B.Folded(flat.mean(1), torch.ones(len(flat), dtype=torch.float64), combine)
+RESTART_DRAWS_SEED = 0  # the restarts' draws in the resamples: fixed, as every draw here
+
+
+def least_barrier_interval(pairs: list[list[tuple[torch.Tensor, int]]], split: str, of: int | None = None) -> dict:
+    """The interval entry of a mean over pairs of the least barrier over weight matching's restarts.
+
+    `pairs`: per pair, per distinct alignment its (excess [points, n] on the same n examples of
+    `split`, how many restarts reached it); an alignment walked only part of the way gives the
+    rows of the points it evaluated (a lower bound of its barrier), and pairs may have evaluated
+    different points (adaptive grids): each alignment's barrier is the maximum over its own rows
+    and 0 (the excess at the ends).
+
+    Each resample draws the examples (the shared draws) and, for each pair, as many restarts as
+    it ran, with replacement: the least is over the alignments drawn, so the interval carries
+    what other restarts as many would have found beside the examples' sampling error; the ray
+    inversion (module docstring) turns both into an interval."""
+    n = pairs[0][0][0].shape[1]
+    width = max(len(pair) for pair in pairs)
+    flat = torch.cat([values for pair in pairs for values, _ in pair])  # [rows, n]: every alignment's points
+    slot = torch.cat([torch.full((len(values),), index * width + a) for index, pair in enumerate(pairs)
+                      for a, (values, _) in enumerate(pair)])  # the (pair, alignment) of each row
+    real = torch.tensor([[a < len(pair) for a in range(width)] for pair in pairs]).flatten()
+
+    def combine(means, draws):  # draws [R, pairs·width]: how often a resample's restarts reached each alignment
+        barriers = means.new_zeros((*means.shape[:-1], len(pairs) * width))  # t = 0's excess: every barrier is ≥ 0
+        barriers = barriers.scatter_reduce(-1, slot.expand(means.shape), means, "amax")  # each alignment's barrier
+        drawn = (draws > 0) & real
+        return barriers.masked_fill(~drawn, math.inf).unflatten(-1, (len(pairs), width)).amin(-1).mean(-1)
+
     count = B.resamples_for(n)
+    estimate = B.Folded(flat.mean(1), real.double(), combine)
     means = torch.cat([B.counts_of(rows, n) @ flat.T / n for _, rows in B.blocks(split, n, count)])
-    resampled = B.Folded(means, torch.ones_like(means), combine)
-    return B.interval(estimate, resampled, n, "ray", of=of)
+    resampled = B.Folded(means, _restart_draws(pairs, width, count).flatten(1), combine)
+    entry = B.interval(estimate, resampled, n, "ray", of=of)
+    runs = [sum(reached for _, reached in pair) for pair in pairs]
+    if any(len(pair) > 1 for pair in pairs):
+        entry["method"] += (f"; each pair's restarts of weight matching ({'/'.join(map(str, runs))}) drawn with "
+                            "replacement in every resample, the least over the alignments drawn")
+    return entry
+
+
+def _restart_draws(pairs, width: int, count: int) -> torch.Tensor:
+    """[count, pairs, width]: how often each pair's alignments were reached by `count` resamples of its
+    restarts (as many as it ran, drawn with replacement; seeded)."""
+    generator = torch.Generator().manual_seed(RESTART_DRAWS_SEED)
+    out = torch.zeros(count, len(pairs), width, dtype=torch.float64)
+    for index, pair in enumerate(pairs):
+        reached = torch.tensor([times for _, times in pair])
+        if len(pair) == 1:
+            out[:, index, 0] = float(reached[0])
+            continue
+        owner = torch.repeat_interleave(torch.arange(len(pair)), reached)  # restart -> its alignment
+        drawn = owner[torch.randint(0, len(owner), (count, len(owner)), generator=generator)]
+        out[:, index, :len(pair)] = torch.nn.functional.one_hot(drawn, len(pair)).sum(1).double()
+    return out
 
 
 def weighted_hsic(grams: list[torch.Tensor], counts: torch.Tensor) -> torch.Tensor:

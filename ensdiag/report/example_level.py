@@ -111,6 +111,8 @@ def budget_lines(metrics: dict) -> list[str]:
             lines.append(f"paths: {step['pairs']} pair{'s' * (step['pairs'] != 1)} × {'/'.join(map(str, points))} points on "
                          f"{n:,} test examples" + (f", BatchNorm on {step['batchnorm_images']:,} training images"
                                                    if step.get("batchnorm_images") else "")
+                         + (f", {'/'.join(map(str, step['restarts']))} restarts of weight matching"
+                            if step.get("restarts") else "")
                          + (f" (test-loss barrier ±{step['half_width']:.3g})" if step.get("half_width") is not None else ""))
         elif step.get("seconds") is not None:
             lines.append(f"{name}: {_duration(step['seconds'])}" + (f" ({step['status']}: {step['reason']})"

@@ -175,10 +175,17 @@ def geometry_tables(results: dict) -> list:
             columns = ["t"] + [f"{kind} 0→{pair['members'][1]}" for pair in pairs for kind in ("loss", "acc")]
             rows = [[f"{t:.1f}"] + [cell(pair[key][i]) for pair in pairs for key in ("loss", "accuracy")]
                     for i, t in enumerate(pairs[0]["t"])]
+            restarts = result.get("restarts", {})
+            searched = (f"; each the least over {'/'.join(map(str, restarts['per_pair']))} restarts of weight matching "
+                        f"per pair, the worst restart's test-loss barrier {cell(result.get('loss_barrier_max'))}"
+                        if restarts.get("limit", 1) > 1 else "")
             shown += _table(f"paths between members (test, n={result['n']}; ends {result['ends']}; "
                                 f"{result['batchnorm']}): test-loss barrier {cell(result['loss_barrier'], interval='n')}, "
                                 f"error barrier {cell(result['accuracy_barrier'], interval='n')}, train-loss barrier "
-                                f"{cell(result.get('train_loss_barrier', {'value': None}), interval='n')}", columns, rows)
+                                f"{cell(result.get('train_loss_barrier', {'value': None}), interval='n')}{searched}",
+                            columns, rows)
+            if restarts.get("rule") and restarts.get("limit", 1) > 1:
+                shown.append(f"restarts: {restarts['rule']}")
         else:
             rows = [[layer, f"{entry['rank']} of {entry['max_rank']}" if entry["rank"] is not None else entry.get("note", "N/A"),
                      f"{entry['singular_values'][1]:.1e}" if len(entry["singular_values"]) > 1 else "N/A",
