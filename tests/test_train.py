@@ -260,7 +260,8 @@ def test_missing_shift_and_ood_are_skipped_and_recorded(tmp_path, monkeypatch):
     stored = json.loads((tmp_path / "run" / "experiment.json").read_text())
     assert set(stored["skipped"]) == {"shift", "ood"} and "MNIST-C not found" in stored["skipped"]["shift"]
     predictions = load_file(tmp_path / "run" / "single" / "seed-1" / "predictions.safetensors")
-    assert set(predictions) == {"id/logits", "id/labels", "val/logits", "val/labels"}  # val: temperature scaling
+    # val: temperature scaling; train: the seeded training sample behind the diversity gap
+    assert set(predictions) == {"id/logits", "id/labels", "val/logits", "val/labels", "train/logits", "train/labels"}
 
 
 @pytest.mark.parametrize("args,match", [

@@ -1,6 +1,6 @@
 """`diversity-gap`: does the members' diversity on their training data carry over to new data?
 
-Members trained jointly (BatchEnsemble, MIMO, Packed-Ensembles: one loss over the ensemble) can
+Members trained jointly (one loss over the whole ensemble, as the efficient methods train) can
 "collude": disagree on the training examples in ways that lower the joint loss there without
 generalising (Jeffares et al., NeurIPS 2023, "Joint training of deep ensembles fails due to learner
 collusion"). This analyzer measures two diversities on the same members' predictions of a fixed

@@ -403,8 +403,11 @@ def average_ranks(values: torch.Tensor, w=None) -> torch.Tensor:
 
 def rank_correlation(x: torch.Tensor, y: torch.Tensor, w=None) -> torch.Tensor:
     """Spearman's ρ of x and y over the examples repeated as weighted: Pearson's correlation of their
-    average ranks (`average_ranks`), weighted; NaN where either has one value only (no ranking)."""
+    average ranks (`average_ranks`), weighted; NaN where either has one value only (no ranking) or
+    holds a NaN (undefined predictions have no rank)."""
     weights, single = rows(w, len(x))
+    if torch.isnan(x).any() or torch.isnan(y).any():
+        return _out(weights.new_full((len(weights),), math.nan), single)
     rank_x, rank_y = average_ranks(x, weights), average_ranks(y, weights)
     total = weights.sum(1, keepdim=True)
     dx = rank_x - (weights * rank_x).sum(1, keepdim=True) / total
