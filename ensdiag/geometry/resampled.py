@@ -34,6 +34,18 @@ CKA_RESAMPLES = 300  # each costs (k + k(k+1)/2) products of m × m by the block
 def barrier_interval(curves: list[tuple[list, torch.Tensor]], split: str, of: int | None = None) -> dict:
     """The interval entry of a mean over pairs of barriers; `curves`: per pair (ts, excess [points, n])
     on the same n examples of `split`."""
+    return barrier_entry(barrier_resamples(curves, split), curves[0][1].shape[1], of)
+
+
+def barrier_entry(resampled: tuple, n: int, of: int | None = None) -> dict:
+    """The interval entry of a barrier from `barrier_resamples`' (estimate, resamples) on n examples."""
+    estimate, values = resampled
+    return B.interval(estimate, values, n, "ray", of=of)
+
+
+def barrier_resamples(curves: list[tuple[list, torch.Tensor]], split: str) -> tuple[B.Folded, B.Folded]:
+    """(the estimate, its resamples) of a mean over pairs of barriers as `Folded` statistics: the
+    per-point mean excesses and their maximum per pair, averaged over the pairs."""
     n = curves[0][1].shape[1]
     points = max(len(ts) for ts, _ in curves)
     # pairs may have evaluated different points (adaptive grids): pad with 0, the excess at t = 0
@@ -47,8 +59,7 @@ def barrier_interval(curves: list[tuple[list, torch.Tensor]], split: str, of: in
     estimate = B.Folded(flat.mean(1), torch.ones(len(flat), dtype=torch.float64), combine)
     count = B.resamples_for(n)
     means = torch.cat([B.counts_of(rows, n) @ flat.T / n for _, rows in B.blocks(split, n, count)])
-    resampled = B.Folded(means, torch.ones_like(means), combine)
-    return B.interval(estimate, resampled, n, "ray", of=of)
+    return estimate, B.Folded(means, torch.ones_like(means), combine)
 
 
 def weighted_hsic(grams: list[torch.Tensor], counts: torch.Tensor) -> torch.Tensor:
@@ -87,6 +98,22 @@ def resampled_cka(features: dict, counts: torch.Tensor) -> torch.Tensor:
 
 def cka_interval(features: dict, n: int, split: str, estimate: float | None, of: int | None = None) -> dict:
     """The interval entry of CKA's mean over layers on `split`, from features of its first m ≤ n examples."""
+    return cka_entry(cka_resamples(features, n, split, estimate), n, len(next(iter(features.values()))[0]), of)
+
+
+def cka_entry(resampled: tuple, n: int, m: int, of: int | None = None) -> dict:
+    """The interval entry of CKA's mean from `cka_resamples`' (estimate, resamples [R]), m of n examples kept."""
+    estimate, values = resampled
+    entry = B.interval(estimate, values, n, "basic", of=of, bounds=(0.0, 1.0))
+    if m < n:
+        entry["method"] += f" on the first {m:,} of the {n:,} examples, bias and spread scaled to {n:,}"
+    return entry
+
+
+def cka_resamples(features: dict, n: int, split: str, estimate: float | None) -> tuple[float | None, torch.Tensor]:
+    """(the estimate, its resamples [R]) of CKA's mean over layers on n examples of `split`, from the
+    features of its first m ≤ n (`features`: {layer: [k tensors [m, d]]}); where m < n, the first m's
+    resamples with their bias scaled by m/n and their spread by √(m/n) about `estimate`."""
     m = len(next(iter(features.values()))[0])
     count = min(CKA_RESAMPLES, B.resamples_for(m))
     block = max(1, B.BLOCK_ENTRIES // (m * m))  # the [m, m] @ [m, b] products' working set
@@ -102,7 +129,4 @@ def cka_interval(features: dict, n: int, split: str, estimate: float | None, of:
         centre = finite.mean()
         bias = (centre - ones) * m / n  # bias ∝ 1/n, spread ∝ 1/√n: the first m's resamples scaled to n
         values = estimate + bias + (values - centre) * math.sqrt(m / n)
-    entry = B.interval(estimate if m < n else ones, values, n, "basic", of=of, bounds=(0.0, 1.0))
-    if m < n:
-        entry["method"] += f" on the first {m:,} of the {n:,} examples, bias and spread scaled to {n:,}"
-    return entry
+    return (estimate if m < n else ones), values
