@@ -59,8 +59,9 @@ def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float,
 
 def candidates(estimate, resampled, value) -> dict:
     """{construction: (low, high)} of every construction from one column's resamples (ensdiag's
-    bootstrap module): percentile, basic and the bias-corrected percentile for any statistic; the ray
-    inversion and its unions for a folded one (a sum of absolute gaps or a maximum)."""
+    bootstrap module): percentile, basic, the bias-corrected percentile and the hull of basic, percentile
+    and the value for any statistic; the ray inversion and its hull for a folded one (a sum of absolute
+    gaps or a maximum). "… ∪ percentile" is what `bootstrap.hulled` prints."""
     from ensdiag.analysis import bootstrap as B
     folded = isinstance(resampled, B.Folded)
     values = resampled.combine(torch_nan_to_num(resampled.means)[None], resampled.mass)[0] if folded else resampled
@@ -68,9 +69,12 @@ def candidates(estimate, resampled, value) -> dict:
     if value is None or not math.isfinite(value) or len(values) < 0.9 * len(resampled.means if folded else resampled):
         return {}
     found = {"percentile": B.percentile(value, values), "basic": B.basic(value, values), "bc": _bias_corrected(value, values)}
+    hull = lambda name: (min(found[name][0], found["percentile"][0], value),  # noqa: E731
+                         max(found[name][1], found["percentile"][1], value))
+    found["basic ∪ percentile"] = hull("basic")
     if folded:
         found["ray"] = B.ray(estimate, resampled)
-        found["ray ∪ percentile"] = (min(found["ray"][0], found["percentile"][0]), max(found["ray"][1], found["percentile"][1]))
+        found["ray ∪ percentile"] = hull("ray")
     return found
 
 
@@ -139,8 +143,18 @@ class Replicates:
             entries, _ = column_resamples(analyzer, result, examples, None, wanted, self.draws)
             for path, (entry, raw) in entries.items():
                 value = lookup(result, path)[0]
+                if raw is None and name == "calibration" and path[-2] == "mce":  # no interval printed: why not
+                    raw = (None, self._mce_resamples(examples))
                 found[key_of(name, path)] = _outcome(value, entry, raw)
         return found
+
+    def _mce_resamples(self, examples):
+        """The MCE over the shared draws, for the candidates that show why it prints no interval."""
+        from ensdiag.analysis import bootstrap as B
+        from ensdiag.analysis.calibration import bins
+        from ensdiag.analysis.examples import Examples
+        split = Examples.of(examples["id"])
+        return bins(split, self.draws.counts("id", self.n, 0, B.resamples_for(self.n))).mce()
 
     def _geometry_columns(self, rng) -> dict:
         import torch

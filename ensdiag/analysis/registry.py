@@ -91,6 +91,9 @@ class Column:
     peer: tuple[str, ...] | None = None  # where the peer convention's value is (`report --conventions torch-uncertainty`)
     peer_since: int = 1  # the analyzer version that added it
     examples: tuple[str, ...] | bool | None = None  # the splits whose examples it is a statistic of (below)
+    # its interval's construction where the statistic is not folded (bootstrap.py): "percentile", or "basic"
+    # where its resamples carry a bias of their own (a debiased estimator re-biased by the duplicates)
+    interval: str = "percentile"
 
     def example_splits(self, split: str | None = None) -> tuple[str, ...]:
         """The splits whose test examples this number is a statistic of, so the inspection core
@@ -122,6 +125,12 @@ class Column:
 
     def key_path(self, split: str | None = None) -> tuple[str, ...]:
         return tuple(part.replace("{split}", split or "") for part in self.path)
+
+    def reads(self, path: tuple) -> bool:
+        """Whether `path` is this column's value or its peer's (any split in place of "{split}")."""
+        return any(declared is not None and len(declared) == len(path)
+                   and all(part == key or "{split}" in part for part, key in zip(declared, path))
+                   for declared in (self.path, self.peer))
 
 
 @dataclass(frozen=True)

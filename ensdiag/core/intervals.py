@@ -103,11 +103,12 @@ def column_resamples(analyzer, result: dict, predictions: dict, weights, wanted,
         found.update(generic)
     entries = {}
     for path, reads in wanted:
-        if isinstance(found.get(path), str):  # refused for memory: the reason where the interval would be
+        if isinstance(found.get(path), str):  # refused (memory, or no construction covers): the reason instead
             entries[path] = ({"low": None, "high": None, "level": B.LEVEL, "n": _size(reads, predictions),
                               "note": found[path]}, None)
             continue
-        entry = _entry(result, path, reads, predictions, found.get(path), full or {})
+        kind = next((column.interval for column in analyzer.columns if column.reads(path)), "percentile")
+        entry = _entry(result, path, reads, predictions, found.get(path), full or {}, kind)
         if entry is not None:
             entries[path] = (entry, found[path])
         elif note:
@@ -127,7 +128,7 @@ def _size(reads, predictions) -> int:
     return sum(predictions[split]["logits"].shape[1] for split in reads)
 
 
-def _entry(result, path, reads, predictions, resampled, full) -> dict | None:
+def _entry(result, path, reads, predictions, resampled, full, kind: str = "percentile") -> dict | None:
     if resampled is None:
         return None
     estimate, values = resampled
@@ -140,7 +141,7 @@ def _entry(result, path, reads, predictions, resampled, full) -> dict | None:
         entry = B.interval(estimate, values, sum(sizes.values()), "ray", of=of, strata=strata)
     else:
         value = _metric(result, path).get("value")
-        entry = B.interval(value if isinstance(value, (int, float)) else None, values, sum(sizes.values()), "percentile",
+        entry = B.interval(value if isinstance(value, (int, float)) else None, values, sum(sizes.values()), kind,
                            of=of, strata=strata)
     clustered = {split: clusters for split in reads if (clusters := getattr(predictions[split], "clusters", None))}
     if clustered:
@@ -191,7 +192,7 @@ def _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws
         for path, values in resample(counts).items():
             parts.setdefault(path, []).append(values)
     found, refused = {}, {}
-    for path, pieces in parts.items():  # a number whose resamples would pass the memory budget: no interval, why
+    for path, pieces in parts.items():  # a number refused (memory, or no construction covers): no interval, why
         reason = next((piece.reason for piece in pieces if isinstance(piece, Refused)), None)
         if reason is None and isinstance(pieces[0], B.Folded):
             reason = over_budget(2 * 8 * count * pieces[0].means.shape[-1], f"{count:,} resamples of {path[-2]}")
