@@ -75,6 +75,7 @@ def candidates(estimate, resampled, value) -> dict:
     if folded:
         found["ray"] = B.ray(estimate, resampled)
         found["ray ∪ percentile"] = hull("ray")
+    found["[0, hull]"] = (0.0, found["ray ∪ percentile" if folded else "basic ∪ percentile"][1])
     return found
 
 

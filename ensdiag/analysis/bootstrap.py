@@ -216,7 +216,9 @@ def ray(estimate: Folded, resampled: Folded, level: float = LEVEL, shrink: float
 METHODS = {"percentile": "percentile bootstrap over the examples", "basic": "bootstrap over the examples: the hull of "
            "the bias-corrected (basic) and the percentile intervals", "ray": "bootstrap over the examples: the hull of "
            "the interval inverted along the ray λ·μ̂ (bias-aware, for a statistic of absolute values) and the percentile "
-           "interval"}
+           "interval", "upper": "bootstrap over the examples: from 0 to the upper end of the hull of the bias-aware and "
+           "the percentile intervals (a test set puts this unsigned error above 0 even where the population's is 0; "
+           "the signed error says whether it may be)"}
 
 
 def _plain(estimate, resampled) -> tuple[float, torch.Tensor]:
@@ -224,6 +226,17 @@ def _plain(estimate, resampled) -> tuple[float, torch.Tensor]:
     if isinstance(resampled, Folded):
         return estimate.value(), resampled.combine(torch.nan_to_num(resampled.means)[None], resampled.mass)[0]
     return estimate, resampled
+
+
+def upper(build):
+    """[0, the upper end of the hulled construction]: for an unsigned calibration error that a test set
+    puts above 0 even where the population's is 0 (SmoothECE, the classwise ECE's sparse bins), so no
+    two-sided interval covers a calibrated model; the signed error says whether it may be 0."""
+    hull = hulled(build)
+
+    def construction(estimate, resampled, level: float = LEVEL, shrink: float = 1.0):
+        return 0.0, hull(estimate, resampled, level, shrink)[1]
+    return construction
 
 
 def hulled(build):
@@ -262,7 +275,8 @@ def interval(estimate, resampled, n: int, kind: str = "percentile", *, level: fl
         resampled = resampled[finite].double()
     if count == 0 or finite.double().mean() < min_finite:
         return {**entry, "note": f"only {int(finite.sum())} of {count} resamples gave a finite value"}
-    build = {"percentile": percentile, "basic": hulled(basic), "ray": hulled(ray)}[kind]
+    build = {"percentile": percentile, "basic": hulled(basic), "ray": hulled(ray),
+             "upper": upper(ray if isinstance(resampled, Folded) else basic)}[kind]
     clamp = lambda pair: [min(max(pair[0], bounds[0]), bounds[1]), min(max(pair[1], bounds[0]), bounds[1])]  # noqa: E731
     entry["low"], entry["high"] = clamp(build(estimate, resampled, level))
     if of is not None and of > n:

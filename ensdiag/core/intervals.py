@@ -138,7 +138,8 @@ def _entry(result, path, reads, predictions, resampled, full, kind: str = "perce
     if any(split in full for split in reads):  # a subsample: the full split's size (every stratum alike)
         of = sum(full.get(split, size) for split, size in sizes.items())
     if isinstance(values, B.Folded):
-        entry = B.interval(estimate, values, sum(sizes.values()), "ray", of=of, strata=strata)
+        entry = B.interval(estimate, values, sum(sizes.values()), "upper" if kind == "upper" else "ray", of=of,
+                           strata=strata)
     else:
         value = _metric(result, path).get("value")
         entry = B.interval(value if isinstance(value, (int, float)) else None, values, sum(sizes.values()), kind,
