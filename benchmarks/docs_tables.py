@@ -216,10 +216,10 @@ def coverage(record: dict) -> list[str]:
     binomial upper bound is lowest), and on which side the misses fell over every cell."""
     settings, cells = record["settings"], record["cells"]
     sizes, floor = settings["sizes"], settings["floor"]
-    counts = {n: sorted({min(c["ensdiag"]["replicates"] or 10**9 for c in cell["columns"].values() if c["ensdiag"]["replicates"])
-                         for cell in cells if cell["n"] == n}) for n in sizes}
-    replicates = ", ".join(f"{'–'.join(str(c) for c in (counts[n][0], counts[n][-1]) if c) if counts[n] else 0} at N = {n:,}"
-                           for n in sizes)
+    counts = {n: sorted({column["ensdiag"]["replicates"] for cell in cells if cell["n"] == n
+                         for column in cell["columns"].values() if column["ensdiag"]["replicates"]}) or [0] for n in sizes}
+    replicates = ", ".join(f"{counts[n][0] if counts[n][0] == counts[n][-1] else f'{counts[n][0]}–{counts[n][-1]}'} "
+                           f"at N = {n:,}" for n in sizes)
     lines = [f"{len(record['populations'])} populations ({', '.join(record['populations'])}; `benchmarks/"
              f"coverage_populations.py`), replicates per cell: {replicates} (the issue asked for "
              f"{settings['replicates_wanted']}; what one shared core held, {record['process_seconds']:,.0f} process "
