@@ -34,6 +34,7 @@ import coverage_populations as P  # noqa: E402
 SIZES = (200, 1000, 5000)
 REPLICATES = 200
 FLOOR = 0.93  # a column fails where the binomial upper bound of its coverage falls below this
+ROUNDING = 1e-12  # a value this close outside its interval is the same number computed twice (a barrier's 1-ulp excess)
 SPLITS = ("id", "shift", "ood")
 OOD_ANALYZERS = ("ood", "uncertainty", "disagreement")  # what the OOD populations run (their ID is another's)
 # model columns the suite produces from synthetic geometry: column key -> (kind, split its draws follow)
@@ -213,7 +214,7 @@ def tally(outcomes: list[dict], truth) -> dict:
         return {"replicates": len(kept), "covered": hits, "truth_below": sum(truth < low for (low, _), _ in kept),
                 "truth_above": sum(truth > high for (_, high), _ in kept),
                 "half_width": float(np.mean([(high - low) / 2 for (low, high), _ in kept])) if kept else None,
-                "value_outside": sum(not (low <= value <= high) for (low, high), value in kept
+                "value_outside": sum(not (low - ROUNDING <= value <= high + ROUNDING) for (low, high), value in kept
                                      if isinstance(value, (int, float))),
                 "coverage_interval": clopper_pearson(hits, len(kept)) if kept else None}
     values = [outcome["value"] for outcome in outcomes]
