@@ -24,18 +24,47 @@ def _record() -> dict:
     return json.loads(records[-1].read_text())
 
 
-def _failures(cells: list[dict], floor: float) -> list[str]:
+def _refused_now() -> dict:
+    """{column key: reason} of the columns the code as it is prints no interval for, with its reason
+    (on one drawn test set): the record's tallies of their former construction are why."""
+    import torch
+
+    from ensdiag.core import inspect_predictions
+    population, rng = P.POPULATIONS["over-confident"], np.random.default_rng(0)
+    drawn = {split: population.draw(split, 300, rng) for split in ("id", "shift", "ood")}
+    predictions = {split: {"logits": torch.from_numpy(found["logits"]),
+                           "labels": None if found["labels"] is None else torch.from_numpy(found["labels"])}
+                   for split, found in drawn.items()}
+    metrics = json.loads(inspect_predictions(predictions, detail=True).to_json())
+    found = {}
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            interval = node.get("interval")
+            if isinstance(interval, dict) and interval.get("low") is None and interval.get("note"):
+                found["/".join((*path, "value"))] = interval["note"]
+            for key, child in node.items():
+                walk(child, (*path, key))
+    walk(metrics["analyzers"], ())
+    return found
+
+
+def _failures(cells: list[dict], floor: float, refused: dict | None = None) -> list[str]:
     """Every (cell, column) whose printed interval's coverage has a binomial upper bound below the
-    floor, prints a value outside it, or prints no interval without a reason; every column that never covers."""
+    floor, prints a value outside it, or prints no interval without a reason; every column that never
+    covers. `refused`: columns the code now prints no interval for (their tallies are the why)."""
     found, covers = [], {}
     for cell in cells:
         for key, column in cell["columns"].items():
+            if key in (refused or {}):
+                continue
             tally, where = column["ensdiag"], f"{cell['population']} N = {cell['n']}: {key}"
             if not tally["replicates"]:
                 if not column["notes"]:
                     found.append(f"{where}: no interval and no reason")
                 continue
-            if tally["value_outside"]:
+            if tally["value_outside"] and not (key.startswith("paths/") and column["truth"] == 0.0):
+                # (a barrier of identical curves prints 1.1e-16 beside [0, 0]: records before C.ROUNDING count it)
                 found.append(f"{where}: the value outside its interval {tally['value_outside']} times")
             if tally.get("covered") is None:  # no population value to cover (a direction of a zero ECE)
                 continue
@@ -50,7 +79,9 @@ def _failures(cells: list[dict], floor: float) -> list[str]:
 def test_the_committed_record_shows_every_column_covering_or_saying_why_not():
     record = _record()
     assert record["cells"] and record["settings"]["level"] == 0.95
-    assert not _failures(record["cells"], record["settings"]["floor"])
+    refused = _refused_now()
+    assert {"calibration/splits/id/mce/value", "calibration/splits/id/ece_direction/value"} <= set(refused)
+    assert not _failures(record["cells"], record["settings"]["floor"], refused)
     sizes = {cell["n"] for cell in record["cells"]}
     assert sizes == set(C.SIZES)  # every N of the issue, however few replicates the record could afford
     mce = [cell["columns"]["calibration/splits/id/mce/value"] for cell in record["cells"]

@@ -81,8 +81,7 @@ DETAIL = {  # the in-distribution test set only: the calibration table
                             Column("over-confidence", ("splits", "id", "overconfidence", "value"), None,
                                    DEFINITIONS["overconfidence"], ("calibration",), 30, split="id", since=2),
                             Column("ECE direction", ("splits", "id", "ece_direction", "value"), None,
-                                   DEFINITIONS["ece_direction"], ("calibration",), 35, split="id", since=4,
-                                   interval="basic"),  # its denominator's fold bias pulls the resamples toward 0
+                                   DEFINITIONS["ece_direction"], ("calibration",), 35, split="id", since=4),
                             Column("MCE", ("splits", "id", "mce", "value"), "down", DEFINITIONS["mce"], ("calibration",), 40,
                                    split="id", since=4),
                             Column("SmoothECE", ("splits", "id", "smooth_ece", "value"), "down", DEFINITIONS["smooth_ece"],
@@ -130,5 +129,10 @@ MCE_NO_INTERVAL = ("the MCE is the gap of whichever filled bin is worst, usually
                    "set is far above the population's, and no two-sided bootstrap interval covers the population's MCE "
                    "(docs/conventions.md, coverage; only [0, the resamples' 97.5th percentile] does, which says "
                    "nothing the ECE does not); the bins' own gaps are in the reliability diagram")
-# every statistic resampled with the function that gave its value; the MCE not at all (MCE_NO_INTERVAL)
-register_resampler("calibration")(per_split({**HEADLINE, **DETAIL, "mce": lambda split, w: Refused(MCE_NO_INTERVAL)}))
+DIRECTION_NO_INTERVAL = ("the direction is over-confidence / ECE, and the ECE's fold bias pulls it toward 0 on a test set "
+                         "while every uniformly mis-calibrated population's direction is exactly ±1: no bootstrap interval "
+                         "covers it on a few hundred examples (docs/conventions.md, coverage); over-confidence's own "
+                         "interval says which way the model errs")
+# every statistic resampled with the function that gave its value; the MCE and the direction not at all (why: above)
+register_resampler("calibration")(per_split({**HEADLINE, **DETAIL, "mce": lambda split, w: Refused(MCE_NO_INTERVAL),
+                                             "ece_direction": lambda split, w: Refused(DIRECTION_NO_INTERVAL)}))
