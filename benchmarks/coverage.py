@@ -259,8 +259,8 @@ def merge(parts: list[dict]) -> dict:
     for part in parts:
         for key, entry in part.items():
             held = merged.get(key)
-            if held is None:
-                merged[key] = entry
+            if held is None:  # a copy: the parts are merged again after every round, and must stay as they were
+                merged[key] = json.loads(json.dumps(entry))
                 continue
             held["ensdiag"] = add(held["ensdiag"], entry["ensdiag"])
             held["notes"] = sorted(set(held["notes"]) | set(entry["notes"]))
