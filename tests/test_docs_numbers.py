@@ -72,8 +72,7 @@ def test_the_performance_docs_cite_no_record_of_another_version():
     """Prose may cite records too: every bench, diagnose, peer or denormals record named in the
     README or docs/performance.md is one of this version."""
     import ensdiag
-    tables = _docs_tables()
-    for document in tables.DOCUMENTS:
+    for document in ("README.md", "docs/performance.md"):  # docs/conventions.md cites the coverage record only
         cited = set(re.findall(r"((?:bench|diagnose|peer-training|denormals)-[\w-]+\.json)", (ROOT / document).read_text()))
         assert cited, document
         for name in cited:

@@ -49,6 +49,9 @@ def test_every_built_in_resampler_is_its_analyzer_re_run_on_the_same_resamples(n
     slow, note = _generic(analyzer, predictions, None, wanted, 25, math.inf)
     assert note is None
     for path, _ in wanted:
+        if isinstance(fast[path], str):  # a number its resampler gives no interval (MCE, direction): the reason instead
+            assert fast[path].startswith("no interval: ") and path[-2] in ("mce", "ece_direction")
+            continue
         estimate, values = fast[path]
         if isinstance(values, B.Folded):  # the folded statistic itself, and its estimate the analyzer's value
             assert estimate.value() == pytest.approx(_value(result, path), abs=1e-12)

@@ -75,8 +75,8 @@ def test_a_precision_target_stops_a_split_once_its_headline_intervals_are_narrow
     assert step["stopped"] == "precision reached" and step["n"] < 40_000 and step["half_width"] <= 0.03
     widths = [(entry["high"] - entry["low"]) / 2 for entry in _headline_intervals(diagnosis.metrics)]
     assert widths and max(widths) <= 0.03 * 1.25  # the stored intervals (1,000 resamples) agree with the check (200)
-    mce = diagnosis.metrics["analyzers"]["calibration"]["splits"]["id"]["mce"]["interval"]
-    assert mce["low"] is not None  # a detail number keeps its interval, however wide, without holding the split back
+    adaptive = diagnosis.metrics["analyzers"]["calibration"]["splits"]["id"]["ece_adaptive"]["interval"]
+    assert adaptive["low"] is not None  # a detail number keeps its interval, however wide, without holding the split back
 
 
 def _headline_intervals(metrics):

@@ -91,6 +91,11 @@ class Column:
     peer: tuple[str, ...] | None = None  # where the peer convention's value is (`report --conventions torch-uncertainty`)
     peer_since: int = 1  # the analyzer version that added it
     examples: tuple[str, ...] | bool | None = None  # the splits whose examples it is a statistic of (below)
+    # its interval's construction (bootstrap.py, chosen from benchmarks/coverage.py's record): "percentile";
+    # "basic" where its resamples carry a bias of their own (a debiased estimator re-biased by the duplicates);
+    # "upper" ([0, …]) for an unsigned error a test set puts above 0 where the population's is 0. A folded
+    # statistic is inverted along its ray unless it says "upper"
+    interval: str = "percentile"
 
     def example_splits(self, split: str | None = None) -> tuple[str, ...]:
         """The splits whose test examples this number is a statistic of, so the inspection core
@@ -122,6 +127,12 @@ class Column:
 
     def key_path(self, split: str | None = None) -> tuple[str, ...]:
         return tuple(part.replace("{split}", split or "") for part in self.path)
+
+    def reads(self, path: tuple) -> bool:
+        """Whether `path` is this column's value or its peer's (any split in place of "{split}")."""
+        return any(declared is not None and len(declared) == len(path)
+                   and all(part == key or "{split}" in part for part, key in zip(declared, path))
+                   for declared in (self.path, self.peer))
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ def path_of(split: str, key) -> tuple:
 
 
 class Refused:
-    """What a resampler gives for a number whose resamples would pass the memory budget: the reason."""
+    """What a resampler gives for a number it gives no interval: the reason (its resamples would pass the
+    memory budget, or no construction covers its population value), printed where the interval would be."""
 
     def __init__(self, reason: str):
         self.reason = reason

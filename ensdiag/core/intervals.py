@@ -76,29 +76,45 @@ def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: 
         wanted = targets(analyzer, result, predictions, detail)
         if not wanted:
             continue
-        found = _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws) if analyzer.resampler else {}
-        rest = [(path, reads) for path, reads in wanted if path not in found]
-        if rest:
-            generic, note = _generic(analyzer, predictions, weights, rest, resamples, allowance)
-            found.update(generic)
-            if note:
-                notes[name] = note
-        for path, reads in wanted:
-            if isinstance(found.get(path), str):  # refused for memory: the reason where the interval would be
-                _metric(result, path)["interval"] = {"low": None, "high": None, "level": B.LEVEL,
-                                                     "n": _size(reads, predictions), "note": found[path]}
-                continue
-            entry = _entry(result, path, reads, predictions, found.get(path), full or {})
-            if entry is not None:
-                _metric(result, path)["interval"] = entry
-            elif name in notes:
-                _metric(result, path)["interval"] = {"low": None, "high": None, "level": B.LEVEL,
-                                                     "n": _size(reads, predictions), "note": notes[name]}
+        found, note = column_resamples(analyzer, result, predictions, weights, wanted, draws, resamples=resamples,
+                                       allowance=allowance, full=full)
+        if note:
+            notes[name] = note
+        for path, (entry, _) in found.items():
+            _metric(result, path)["interval"] = entry
     # no timings here: the same predictions give the same metrics.json (a budget records its seconds)
     metrics["intervals"] = {**DEFINITION, "resamples": resamples, "columns": "every declared column" if detail else
                             "the headline tables' columns (per-split tables, diversity, gain); --detail for the rest",
                             **({"skipped": notes} if notes else {})}
     return notes
+
+
+def column_resamples(analyzer, result: dict, predictions: dict, weights, wanted, draws: B.Draws, *,
+                     resamples: int = B.RESAMPLES, allowance: float = GENERIC_SECONDS, full: dict | None = None):
+    """({path: (its interval entry, (estimate, resamples) or None)}, note or None) for the wanted
+    [(path, splits read)] of one analyzer's result: its resampler on the shared draws where it has one,
+    else the analyzer re-run on resamples (the note says why there is no interval where that is too
+    slow). What `add_intervals` writes, and what the coverage suite (benchmarks/coverage.py) checks."""
+    found = _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws) if analyzer.resampler else {}
+    rest = [(path, reads) for path, reads in wanted if path not in found]
+    note = None
+    if rest:
+        generic, note = _generic(analyzer, predictions, weights, rest, resamples, allowance)
+        found.update(generic)
+    entries = {}
+    for path, reads in wanted:
+        if isinstance(found.get(path), str):  # refused (memory, or no construction covers): the reason instead
+            entries[path] = ({"low": None, "high": None, "level": B.LEVEL, "n": _size(reads, predictions),
+                              "note": found[path]}, None)
+            continue
+        kind = next((column.interval for column in analyzer.columns if column.reads(path)), "percentile")
+        entry = _entry(result, path, reads, predictions, found.get(path), full or {}, kind)
+        if entry is not None:
+            entries[path] = (entry, found[path])
+        elif note:
+            entries[path] = ({"low": None, "high": None, "level": B.LEVEL, "n": _size(reads, predictions), "note": note},
+                             None)
+    return entries, note
 
 
 def _metric(result, path):
@@ -112,7 +128,7 @@ def _size(reads, predictions) -> int:
     return sum(predictions[split]["logits"].shape[1] for split in reads)
 
 
-def _entry(result, path, reads, predictions, resampled, full) -> dict | None:
+def _entry(result, path, reads, predictions, resampled, full, kind: str = "percentile") -> dict | None:
     if resampled is None:
         return None
     estimate, values = resampled
@@ -122,10 +138,11 @@ def _entry(result, path, reads, predictions, resampled, full) -> dict | None:
     if any(split in full for split in reads):  # a subsample: the full split's size (every stratum alike)
         of = sum(full.get(split, size) for split, size in sizes.items())
     if isinstance(values, B.Folded):
-        entry = B.interval(estimate, values, sum(sizes.values()), "ray", of=of, strata=strata)
+        entry = B.interval(estimate, values, sum(sizes.values()), "upper" if kind == "upper" else "ray", of=of,
+                           strata=strata)
     else:
         value = _metric(result, path).get("value")
-        entry = B.interval(value if isinstance(value, (int, float)) else None, values, sum(sizes.values()), "percentile",
+        entry = B.interval(value if isinstance(value, (int, float)) else None, values, sum(sizes.values()), kind,
                            of=of, strata=strata)
     clustered = {split: clusters for split in reads if (clusters := getattr(predictions[split], "clusters", None))}
     if clustered:
@@ -176,7 +193,7 @@ def _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws
         for path, values in resample(counts).items():
             parts.setdefault(path, []).append(values)
     found, refused = {}, {}
-    for path, pieces in parts.items():  # a number whose resamples would pass the memory budget: no interval, why
+    for path, pieces in parts.items():  # a number refused (memory, or no construction covers): no interval, why
         reason = next((piece.reason for piece in pieces if isinstance(piece, Refused)), None)
         if reason is None and isinstance(pieces[0], B.Folded):
             reason = over_budget(2 * 8 * count * pieces[0].means.shape[-1], f"{count:,} resamples of {path[-2]}")
@@ -232,4 +249,4 @@ def _generic(analyzer, predictions, weights, wanted, resamples, allowance) -> tu
     return {path: (None, torch.tensor(found, dtype=torch.float64)) for path, found in values.items()}, None
 
 
-__all__ = ["DEFINITION", "add_intervals", "targets"]
+__all__ = ["DEFINITION", "add_intervals", "column_resamples", "targets"]

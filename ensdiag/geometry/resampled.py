@@ -40,11 +40,24 @@ def barrier_interval(curves: list[tuple[list, torch.Tensor]], split: str, of: in
     return least_barrier_interval([[(values, 1)] for _, values in curves], split, of)
 
 
+def barrier_resamples(curves: list[tuple[list, torch.Tensor]], split: str) -> tuple[B.Folded, B.Folded]:
+    """(the estimate, its resamples) of a mean over pairs of barriers, one alignment per pair, as
+    `Folded` statistics (what the coverage suite, benchmarks/coverage.py, checks)."""
+    return least_barrier_resamples([[(values, 1)] for _, values in curves], split)
+
+
+def barrier_entry(resampled: tuple, n: int, of: int | None = None) -> dict:
+    """The interval entry of a barrier from its (estimate, resamples) on n examples."""
+    estimate, values = resampled
+    return B.interval(estimate, values, n, "ray", of=of)
+
+
 RESTART_DRAWS_SEED = 0  # the restarts' draws in the resamples: fixed, as every draw here
 
 
-def least_barrier_interval(pairs: list[list[tuple[torch.Tensor, int]]], split: str, of: int | None = None) -> dict:
-    """The interval entry of a mean over pairs of the least barrier over weight matching's restarts.
+def least_barrier_resamples(pairs: list[list[tuple[torch.Tensor, int]]], split: str) -> tuple[B.Folded, B.Folded]:
+    """(the estimate, its resamples) of a mean over pairs of the least barrier over weight matching's
+    restarts, as `Folded` statistics.
 
     `pairs`: per pair, per distinct alignment its (excess [points, n] on the same n examples of
     `split`, how many restarts reached it); an alignment walked only part of the way gives the
@@ -54,8 +67,7 @@ def least_barrier_interval(pairs: list[list[tuple[torch.Tensor, int]]], split: s
 
     Each resample draws the examples (the shared draws) and, for each pair, as many restarts as
     it ran, with replacement: the least is over the alignments drawn, so the interval carries
-    what other restarts as many would have found beside the examples' sampling error; the ray
-    inversion (module docstring) turns both into an interval."""
+    what other restarts as many would have found beside the examples' sampling error."""
     n = pairs[0][0][0].shape[1]
     width = max(len(pair) for pair in pairs)
     flat = torch.cat([values for pair in pairs for values, _ in pair])  # [rows, n]: every alignment's points
@@ -72,8 +84,14 @@ def least_barrier_interval(pairs: list[list[tuple[torch.Tensor, int]]], split: s
     count = B.resamples_for(n)
     estimate = B.Folded(flat.mean(1), real.double(), combine)
     means = torch.cat([B.counts_of(rows, n) @ flat.T / n for _, rows in B.blocks(split, n, count)])
-    resampled = B.Folded(means, _restart_draws(pairs, width, count).flatten(1), combine)
-    entry = B.interval(estimate, resampled, n, "ray", of=of)
+    return estimate, B.Folded(means, _restart_draws(pairs, width, count).flatten(1), combine)
+
+
+def least_barrier_interval(pairs: list[list[tuple[torch.Tensor, int]]], split: str, of: int | None = None) -> dict:
+    """The interval entry of a mean over pairs of the least barrier over weight matching's restarts
+    (`least_barrier_resamples` says what each resample draws); the ray inversion (module docstring)
+    turns both the examples' and the restarts' variation into an interval."""
+    entry = barrier_entry(least_barrier_resamples(pairs, split), pairs[0][0][0].shape[1], of)
     runs = [sum(reached for _, reached in pair) for pair in pairs]
     if any(len(pair) > 1 for pair in pairs):
         entry["method"] += (f"; each pair's restarts of weight matching ({'/'.join(map(str, runs))}) drawn with "
@@ -133,6 +151,22 @@ def resampled_cka(features: dict, counts: torch.Tensor) -> torch.Tensor:
 
 def cka_interval(features: dict, n: int, split: str, estimate: float | None, of: int | None = None) -> dict:
     """The interval entry of CKA's mean over layers on `split`, from features of its first m ≤ n examples."""
+    return cka_entry(cka_resamples(features, n, split, estimate), n, len(next(iter(features.values()))[0]), of)
+
+
+def cka_entry(resampled: tuple, n: int, m: int, of: int | None = None) -> dict:
+    """The interval entry of CKA's mean from `cka_resamples`' (estimate, resamples [R]), m of n examples kept."""
+    estimate, values = resampled
+    entry = B.interval(estimate, values, n, "basic", of=of, bounds=(0.0, 1.0))
+    if m < n:
+        entry["method"] += f" on the first {m:,} of the {n:,} examples, bias and spread scaled to {n:,}"
+    return entry
+
+
+def cka_resamples(features: dict, n: int, split: str, estimate: float | None) -> tuple[float | None, torch.Tensor]:
+    """(the estimate, its resamples [R]) of CKA's mean over layers on n examples of `split`, from the
+    features of its first m ≤ n (`features`: {layer: [k tensors [m, d]]}); where m < n, the first m's
+    resamples with their bias scaled by m/n and their spread by √(m/n) about `estimate`."""
     m = len(next(iter(features.values()))[0])
     count = min(CKA_RESAMPLES, B.resamples_for(m))
     block = max(1, B.BLOCK_ENTRIES // (m * m))  # the [m, m] @ [m, b] products' working set
@@ -148,7 +182,4 @@ def cka_interval(features: dict, n: int, split: str, estimate: float | None, of:
         centre = finite.mean()
         bias = (centre - ones) * m / n  # bias ∝ 1/n, spread ∝ 1/√n: the first m's resamples scaled to n
         values = estimate + bias + (values - centre) * math.sqrt(m / n)
-    entry = B.interval(estimate if m < n else ones, values, n, "basic", of=of, bounds=(0.0, 1.0))
-    if m < n:
-        entry["method"] += f" on the first {m:,} of the {n:,} examples, bias and spread scaled to {n:,}"
-    return entry
+    return (estimate if m < n else ones), values

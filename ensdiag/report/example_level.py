@@ -18,7 +18,8 @@ import math
 EXAMPLES_DEFINITION = ("test set: a 95 % confidence interval for the value on the population the test examples were drawn "
                        "from (a bootstrap over them, stored in each run's metrics.json); for one seed the run's own "
                        "interval, for several the mean over seeds of each seed's half-width, an upper bound on their "
-                       "mean's (the seeds share one test set)")
+                       "mean's (the seeds share one test set); [0, …] on an unsigned calibration error: the signed "
+                       "error (over-confidence) decides whether the model may be calibrated")
 
 
 class Declared:

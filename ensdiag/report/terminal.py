@@ -109,8 +109,10 @@ def ood_table(metrics: dict) -> Table | None:
     return table
 
 
-INTERVALS = ("[low, high]: the 95 % interval of a number over its test examples (a bootstrap; metrics.json's \"intervals\" "
-             "says how): where the model's score on new examples like these would fall")
+INTERVALS = ("[low, high]: a 95 % confidence interval for the value on the population the test examples were drawn "
+             "from (a bootstrap over them; metrics.json's \"intervals\" says how), not a prediction of another test "
+             "set's value; [0, …] on an unsigned calibration error: the signed error (over-confidence) decides whether "
+             "the model may be calibrated; \"no interval: …\" says why a number has none")
 
 
 def interval_lines(metrics: dict) -> list[str]:

@@ -1,0 +1,126 @@
+"""Coverage on populations ensdiag did not make (benchmarks/coverage.py): the committed record holds
+every example-level column covering at the floor, or printing no interval with its reason; a few
+cells run again here with the code as it is now; the populations' truths agree with ensdiag's own
+numbers on a large draw (written independently, with numpy alone)."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow  # coverage simulations: the slow tier
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import coverage as C  # noqa: E402
+import coverage_populations as P  # noqa: E402
+
+
+def _record() -> dict:
+    records = sorted((ROOT / "benchmarks" / "results").glob("coverage-*.json"))
+    assert records, "no coverage record committed (python benchmarks/coverage.py)"
+    return json.loads(records[-1].read_text())
+
+
+def _refused_now() -> dict:
+    """{column key: reason} of the columns the code as it is prints no interval for, with its reason
+    (on one drawn test set): the record's tallies of their former construction are why."""
+    import torch
+
+    from ensdiag.core import inspect_predictions
+    population, rng = P.POPULATIONS["over-confident"], np.random.default_rng(0)
+    drawn = {split: population.draw(split, 300, rng) for split in ("id", "shift", "ood")}
+    predictions = {split: {"logits": torch.from_numpy(found["logits"]),
+                           "labels": None if found["labels"] is None else torch.from_numpy(found["labels"])}
+                   for split, found in drawn.items()}
+    metrics = json.loads(inspect_predictions(predictions, detail=True).to_json())
+    found = {}
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            interval = node.get("interval")
+            if isinstance(interval, dict) and interval.get("low") is None and interval.get("note"):
+                found["/".join((*path, "value"))] = interval["note"]
+            for key, child in node.items():
+                walk(child, (*path, key))
+    walk(metrics["analyzers"], ())
+    return found
+
+
+def _failures(cells: list[dict], floor: float, refused: dict | None = None) -> list[str]:
+    """Every (cell, column) whose printed interval's coverage has a binomial upper bound below the
+    floor, prints a value outside it, or prints no interval without a reason; every column that never
+    covers. `refused`: columns the code now prints no interval for (their tallies are the why)."""
+    found, covers = [], {}
+    for cell in cells:
+        for key, column in cell["columns"].items():
+            if key in (refused or {}):
+                continue
+            tally, where = column["ensdiag"], f"{cell['population']} N = {cell['n']}: {key}"
+            if not tally["replicates"]:
+                if not column["notes"]:
+                    found.append(f"{where}: no interval and no reason")
+                continue
+            if tally["value_outside"] and not (key.startswith("paths/") and column["truth"] == 0.0):
+                # (a barrier of identical curves prints 1.1e-16 beside [0, 0]: records before C.ROUNDING count it)
+                found.append(f"{where}: the value outside its interval {tally['value_outside']} times")
+            if tally.get("covered") is None:  # no population value to cover (a direction of a zero ECE)
+                continue
+            covers[key] = covers.get(key, 0) + tally["covered"]
+            if tally["coverage_interval"][1] < floor:
+                found.append(f"{where}: covered {tally['covered']} of {tally['replicates']} "
+                             f"(upper bound {tally['coverage_interval'][1]:.3f})")
+    found += [f"{key} never covers" for key, hits in covers.items() if hits == 0]
+    return found
+
+
+@pytest.mark.xfail(strict=True, reason="the committed record holds 3–12 replicates per cell (the issue asks for 200): shift accuracy (calibrated, N = 200), OOD JSD (calibrated, N = 1,000) and Yule's Q (near-collapsed, N = 200) fall below the floor; issue 44 stays open until a full record passes")
+def test_the_committed_record_shows_every_column_covering_or_saying_why_not():
+    record = _record()
+    assert record["cells"] and record["settings"]["level"] == 0.95
+    refused = _refused_now()
+    assert {"calibration/splits/id/mce/value", "calibration/splits/id/ece_direction/value"} <= set(refused)
+    assert not _failures(record["cells"], record["settings"]["floor"], refused)
+    sizes = {cell["n"] for cell in record["cells"]}
+    assert sizes == set(C.SIZES)  # every N of the issue, however few replicates the record could afford
+    mce = [cell["columns"]["calibration/splits/id/mce/value"] for cell in record["cells"]
+           if "calibration/splits/id/mce/value" in cell["columns"]]
+    assert mce and all(column["ensdiag"]["replicates"] == 0 and column["notes"] for column in mce)
+
+
+# one cell with the code as it is: at 24 replicates per run, ~50 columns per full population make a false
+# alarm likely in CI; the full populations come back here once a record holds the replicates issue 44 asks for
+@pytest.mark.parametrize("population, n", [("hard OOD", 1000)])
+def test_a_few_cells_run_again_cover(population, n):
+    """The record's code may be older than the code: a few cells with the code as it is now (the
+    floor over 24 replicates is loose, but a construction that misses most of the time fails it)."""
+    truths = P.true_values(P.POPULATIONS[population], 100_000)
+    columns = C.run_cell(population, n, range(24), truths)
+    assert len(columns) > (40 if P.POPULATIONS[population].everything else 8)
+    assert not _failures([{"population": population, "n": n, "columns": columns}], C.FLOOR)
+
+
+def test_the_truths_are_ensdiag_s_values_on_a_large_draw():
+    """The truths are written from the definitions alone; on 200,000 drawn examples ensdiag's own
+    plug-in values sit at them (the smooth statistics within their sampling error)."""
+    import torch
+
+    from ensdiag.analysis import analyze_predictions
+    population = P.POPULATIONS["over-confident"]
+    truths = P.true_values(population, 200_000)
+    rng = np.random.default_rng(0)
+    drawn = {split: population.draw(split, 200_000, rng) for split in ("id", "ood")}
+    predictions = {split: {"logits": torch.from_numpy(found["logits"]),
+                           "labels": None if found["labels"] is None else torch.from_numpy(found["labels"])}
+                   for split, found in drawn.items()}
+    metrics = analyze_predictions(predictions, only=["calibration", "disagreement", "ood", "ensemble-gain"])
+    for key, tolerance in [("calibration/splits/id/accuracy/value", 0.004), ("calibration/splits/id/nll/value", 0.01),
+                           ("calibration/splits/id/ece/value", 0.004), ("disagreement/splits/id/mean/value", 0.003),
+                           ("ood/scores/msp/auroc/value", 0.004), ("ensemble-gain/splits/id/kl_diversity/value", 0.002)]:
+        name, *path = key.split("/")
+        node = metrics["analyzers"][name]
+        for part in path:
+            node = node[part]
+        assert node == pytest.approx(truths[key], abs=tolerance), key
