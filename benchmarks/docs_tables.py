@@ -238,7 +238,7 @@ def _coverage_cell(tally: dict, floor: float) -> str:
 
 
 def coverage(record: dict) -> list[str]:
-    """`benchmarks/coverage.py`: per column, its worst cell at each N (the population whose coverage's
+    """`benchmarks/interval_coverage.py`: per column, its worst cell at each N (the population whose coverage's
     binomial upper bound is lowest), and on which side the misses fell over every cell."""
     settings, cells = record["settings"], record["cells"]
     sizes, floor = settings["sizes"], settings["floor"]

@@ -1,8 +1,9 @@
-"""Coverage on populations ensdiag did not make (benchmarks/coverage.py): the committed record holds
+"""Coverage on populations ensdiag did not make (benchmarks/interval_coverage.py): the committed record holds
 every example-level column covering at the floor, or printing no interval with its reason; a few
 cells run again here with the code as it is now; the populations' truths agree with ensdiag's own
 numbers on a large draw (written independently, with numpy alone)."""
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -13,14 +14,24 @@ import pytest
 pytestmark = pytest.mark.slow  # coverage simulations: the slow tier
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import coverage as C  # noqa: E402
-import coverage_populations as P  # noqa: E402
+
+
+def _script(name: str):
+    """A module of benchmarks/ (scripts, not a package: loaded from their files)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+P = _script("coverage_populations")
+C = _script("interval_coverage")
 
 
 def _record() -> dict:
     records = sorted((ROOT / "benchmarks" / "results").glob("coverage-*.json"))
-    assert records, "no coverage record committed (python benchmarks/coverage.py)"
+    assert records, "no coverage record committed (python benchmarks/interval_coverage.py)"
     return json.loads(records[-1].read_text())
 
 

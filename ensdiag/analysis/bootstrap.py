@@ -13,7 +13,7 @@ analyzer, every member and every method measured on the same examples resamples 
 their draws are paired, and a difference between two of them can be resampled as it is. ID and
 OOD examples are drawn separately (a stratified resample: AUROC needs both classes).
 
-**Three constructions**, each where the coverage suite (`benchmarks/coverage.py`, on populations
+**Three constructions**, each where the coverage suite (`benchmarks/interval_coverage.py`, on populations
 whose values are known) and the simulations of `tests/test_coverage.py` show it covers:
 - *percentile* (the default): the 2.5th and 97.5th percentiles of the resampled values; right for
   smooth statistics that are unbiased or nearly so (means such as NLL, accuracy, disagreement;
@@ -245,7 +245,7 @@ def hulled(build):
     The bias correction can move the interval off the plug-in value (a sum of absolute gaps over many
     sparse bins, CKA on few examples) and, under a real mis-calibration, below the population's value
     (the fold bias it corrects is absent there): the hull covers in both cases
-    (benchmarks/coverage.py) and always holds the number printed beside it."""
+    (benchmarks/interval_coverage.py) and always holds the number printed beside it."""
     def construction(estimate, resampled, level: float = LEVEL, shrink: float = 1.0):
         low, high = build(estimate, resampled, level, shrink)
         value, values = _plain(estimate, resampled)

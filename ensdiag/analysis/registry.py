@@ -91,7 +91,7 @@ class Column:
     peer: tuple[str, ...] | None = None  # where the peer convention's value is (`report --conventions torch-uncertainty`)
     peer_since: int = 1  # the analyzer version that added it
     examples: tuple[str, ...] | bool | None = None  # the splits whose examples it is a statistic of (below)
-    # its interval's construction (bootstrap.py, chosen from benchmarks/coverage.py's record): "percentile";
+    # its interval's construction (bootstrap.py, chosen from benchmarks/interval_coverage.py's record): "percentile";
     # "basic" where its resamples carry a bias of their own (a debiased estimator re-biased by the duplicates);
     # "upper" ([0, …]) for an unsigned error a test set puts above 0 where the population's is 0. A folded
     # statistic is inverted along its ray unless it says "upper"

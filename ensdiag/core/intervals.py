@@ -94,7 +94,7 @@ def column_resamples(analyzer, result: dict, predictions: dict, weights, wanted,
     """({path: (its interval entry, (estimate, resamples) or None)}, note or None) for the wanted
     [(path, splits read)] of one analyzer's result: its resampler on the shared draws where it has one,
     else the analyzer re-run on resamples (the note says why there is no interval where that is too
-    slow). What `add_intervals` writes, and what the coverage suite (benchmarks/coverage.py) checks."""
+    slow). What `add_intervals` writes, and what the coverage suite (benchmarks/interval_coverage.py) checks."""
     found = _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws) if analyzer.resampler else {}
     rest = [(path, reads) for path, reads in wanted if path not in found]
     note = None

@@ -42,7 +42,7 @@ def barrier_interval(curves: list[tuple[list, torch.Tensor]], split: str, of: in
 
 def barrier_resamples(curves: list[tuple[list, torch.Tensor]], split: str) -> tuple[B.Folded, B.Folded]:
     """(the estimate, its resamples) of a mean over pairs of barriers, one alignment per pair, as
-    `Folded` statistics (what the coverage suite, benchmarks/coverage.py, checks)."""
+    `Folded` statistics (what the coverage suite, benchmarks/interval_coverage.py, checks)."""
     return least_barrier_resamples([[(values, 1)] for _, values in curves], split)
 
 

@@ -1,7 +1,7 @@
 """Do ensdiag's example-level intervals cover? Every column that carries one, on known populations.
 
-    python benchmarks/coverage.py --jobs 16            # the committed record: every population × N, 200 replicates
-    python benchmarks/coverage.py --replicates 40 --sizes 200 1000 --populations calibrated --out /tmp/c.json
+    python benchmarks/interval_coverage.py --jobs 16            # the committed record: every population × N, 200 replicates
+    python benchmarks/interval_coverage.py --replicates 40 --sizes 200 1000 --populations calibrated --out /tmp/c.json
 
 Each replicate draws a test set of N examples from a population of `coverage_populations.py` (whose
 true values are computed there with numpy alone), runs every predictions analyzer on it in process
