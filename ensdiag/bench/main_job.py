@@ -4,8 +4,8 @@
 
 Each round runs, as separate processes from an empty folder: `ensdiag train` (the default grid:
 4 methods × 3 seeds on digits, each run diagnosed as it finishes), `ensdiag report RUN --format
-summary` twice (as the main job runs it after `train` drew the figures, and with the figures to
-draw again), and `ensdiag diversity` of the grid's Deep Ensemble within a budget. The first round
+summary` twice (as the main job runs it, drawing every figure, and again after deleting figures/),
+and `ensdiag diversity` of the grid's Deep Ensemble within a budget. The first round
 starts with an empty data cache (a fresh machine), the others with the cache it wrote. From the
 runs' own records (meta.json): each run's training and diagnosis seconds, so the ratios the
 targets are stated in are measured in the same run, never against another machine. The machine's
@@ -69,7 +69,7 @@ def _round(index: int, scratch: Path, settings: MainJobSettings, cache: Path) ->
     run = folder / "runs"
     runs = _runs(run)
     train, diagnose = sum(r["train_seconds"] for r in runs), sum(r["diagnosis_seconds"] for r in runs)
-    warm, _ = _timed(["report", "runs", "--format", "summary"], folder, env)  # the figures train drew are kept
+    warm, _ = _timed(["report", "runs", "--format", "summary"], folder, env)  # as the main job runs it
     shutil.rmtree(run / "figures")
     cold, _ = _timed(["report", "runs", "--format", "summary"], folder, env)  # every figure drawn again
     load["after_report"] = _load()
