@@ -73,7 +73,7 @@ def test_the_performance_docs_cite_no_record_of_another_version():
     README or docs/performance.md is one of this version."""
     import ensdiag
     for document in ("README.md", "docs/performance.md"):  # docs/conventions.md cites the coverage record only
-        cited = set(re.findall(r"((?:bench|diagnose|peer-training|denormals)-[\w-]+\.json)", (ROOT / document).read_text()))
+        cited = set(re.findall(r"((?:bench|diagnose|peer-training|denormals|main-job)-[\w-]+\.json)", (ROOT / document).read_text()))
         assert cited, document
         for name in cited:
             record = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
@@ -102,3 +102,14 @@ def test_the_readme_verdict_lines_are_the_example_summary():
     verdicts = [line for line in unwrapped if line.startswith(("MC Dropout (k = 4) ≡", "BatchEnsemble (k = 4) ≡"))]
     report = (ROOT / "examples" / "digits-report" / "report.md").read_text()
     assert len(verdicts) == 2 and all(line in report for line in verdicts)  # the same run's report says the same
+
+
+def test_the_readme_main_job_seconds_are_the_committed_record():
+    """The README's main-job row quotes the record it names (medians of its warm rounds)."""
+    readme = (ROOT / "README.md").read_text()
+    name = re.search(r"\[`(main-job-[\w-]+\.json)`\]", readme).group(1)
+    record = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
+    summary, budget = record["summary"], record["rounds"][-1]["budget"]
+    expected = (f"grid {summary['grid_seconds']:.1f} s, report {summary['report_seconds']:.1f} s, "
+                f"diversity {budget['wall_seconds']:.0f} s")
+    assert expected in readme, expected
