@@ -133,3 +133,29 @@ def test_a_size_beyond_the_deep_ensembles_is_said_to_be_extrapolated(value, inte
              "cnll": {"value": value, "interval": interval, "extrapolated": extrapolated}}
     assert said in size_phrase(sizes)
     assert ("extrapolated" in size_phrase(sizes)) == extrapolated
+
+
+def test_one_diagnosis_per_split_table_fits_80_columns_with_every_cell_whole():
+    """`evaluate`/`analyze`'s per-split table: wider than the terminal, its splits become columns,
+    as many side by side as 80 columns hold; every cell of the wide table is in them, whole."""
+    from rich.console import Console
+
+    from ensdiag.core import inspect_predictions
+    from ensdiag.report.terminal import _split_rows, metrics_tables
+    generator = torch.Generator().manual_seed(0)
+    predictions = {split: {"logits": torch.randn(4, 300, 10, generator=generator),
+                           "labels": torch.randint(0, 10, (300,), generator=generator) if split != "ood" else None}
+                   for split in ("id", "shift", "val", "ood")}
+    metrics = json.loads(inspect_predictions(predictions).to_json())
+    tables = metrics_tables(metrics, "toy", width=80)
+    assert len(tables) > 1  # 4 splits of intervals do not fit side by side
+    printed = ""
+    for table in tables:
+        buffer = io.StringIO()
+        Console(file=buffer, width=80).print(table)
+        printed += buffer.getvalue()
+    assert max(len(line) for line in printed.splitlines()) <= 80
+    for split, cells in _split_rows(metrics):
+        assert split in printed and all(cell in printed for cell in cells)
+    wide = metrics_tables(metrics, "toy", width=None)
+    assert len(wide) == 1 and len(wide[0].columns) == 9  # no width: the splits as rows, as before

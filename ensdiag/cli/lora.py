@@ -105,7 +105,7 @@ def evaluate_command(folders, base, tasks, ood_task, include_path, out, method, 
             tables, notes = generated_tables(shown, title), []
         else:
             from ..report.inspection import metrics_view
-            tables, notes = metrics_view(shown, title)
+            tables, notes = metrics_view(shown, title, Console().width)
         console = Console()
         for table in tables:
             show(console, table)

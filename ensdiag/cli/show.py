@@ -14,8 +14,8 @@ def show_metrics(metrics: dict, fmt: str, title: str):
         print_json(metrics)  # JSON escapes control characters (and all non-ASCII) itself
         return
     from ..report.inspection import metrics_view
-    tables, notes = metrics_view(terminal_safe(metrics), terminal(title))
     console = Console()
+    tables, notes = metrics_view(terminal_safe(metrics), terminal(title), console.width)
     for table in tables:
         show(console, table)
     for line in notes:

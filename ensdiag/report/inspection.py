@@ -7,7 +7,7 @@
 """
 
 from .example_level import budget_lines
-from .terminal import (cell, geometry_tables, heatmap_table, interval_lines, metrics_table, ood_table,
+from .terminal import (cell, geometry_tables, heatmap_table, interval_lines, metrics_tables, ood_table,
                        skipped_lines)
 
 DISAGREEMENT = ("disagreement: the fraction of examples on which two members predict different classes "
@@ -16,9 +16,10 @@ COSINE = ("weight cosine: ⟨θ_i, θ_j⟩ / (‖θ_i‖‖θ_j‖) of two membe
           "direction; independent networks: near 0)")
 
 
-def metrics_view(metrics: dict, title: str) -> tuple[list, list[str]]:
-    """(tables for stdout, notes for stderr) of every predictions analyzer."""
-    tables = [metrics_table(metrics, title)]
+def metrics_view(metrics: dict, title: str, width: int | None = None) -> tuple[list, list[str]]:
+    """(tables for stdout, notes for stderr) of every predictions analyzer; the per-split table
+    within `width` columns where one is given (a terminal's)."""
+    tables = metrics_tables(metrics, title, width)
     table = ood_table(metrics)
     if table is not None:
         tables.append(table)

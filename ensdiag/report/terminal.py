@@ -80,20 +80,66 @@ def interval_text(entry, digits=3, with_n=True) -> str:
     return text + f" (n = {examples}" + (f" of {full['of']:,}" if isinstance(full, dict) else "") + ")"
 
 
-def metrics_table(metrics: dict, title: str = "Metrics") -> Table:
-    """One row per split: Acc, NLL, ECE, Brier, H, JSD, disagreement; and OOD rows."""
+METRIC_COLUMNS = ("n", "Acc ↑", "NLL ↓", "ECE ↓", "Brier ↓", "H", "JSD", "disagreement")
+
+
+def _split_rows(metrics: dict) -> list[tuple[str, list[str]]]:
+    """(split, its cells in METRIC_COLUMNS' order) of every split."""
     analyzers = metrics["analyzers"]
     calib = analyzers.get("calibration", {}).get("splits", {})
     unc = analyzers.get("uncertainty", {}).get("splits", {})
     dis = analyzers.get("disagreement", {}).get("splits", {})
-    table = Table(title=_text(title))  # user-controlled strings (paths, split names) are never markup
-    for column in ("split", "n", "Acc ↑", "NLL ↓", "ECE ↓", "Brier ↓", "H", "JSD", "disagreement"):
-        table.add_column(column, justify="left" if column == "split" else "right")
+    rows = []
     for split, info in metrics["splits"].items():
         c, u, d = calib.get(split, {}), unc.get(split, {}), dis.get(split, {})
-        table.add_row(_text(split), f"{info['n']:,}", *[cell(entry, interval=True) for entry in (
-            c.get("accuracy"), c.get("nll"), c.get("ece"), c.get("brier"), u.get("entropy"), u.get("jsd"), d.get("mean"))])
+        rows.append((split, [f"{info['n']:,}", *[cell(entry, interval=True) for entry in (
+            c.get("accuracy"), c.get("nll"), c.get("ece"), c.get("brier"), u.get("entropy"), u.get("jsd"), d.get("mean"))]]))
+    return rows
+
+
+def metrics_table(metrics: dict, title: str = "Metrics") -> Table:
+    """One row per split: Acc, NLL, ECE, Brier, H, JSD, disagreement; and OOD rows."""
+    table = Table(title=_text(title))  # user-controlled strings (paths, split names) are never markup
+    for column in ("split", *METRIC_COLUMNS):
+        table.add_column(column, justify="left" if column == "split" else "right")
+    for split, cells in _split_rows(metrics):
+        table.add_row(_text(split), *cells)
     return table
+
+
+def metrics_tables(metrics: dict, title: str = "Metrics", width: int | None = None) -> list[Table]:
+    """`metrics_table`, or where it is wider than `width` (a terminal's columns), the same cells
+    transposed — one column per split, as many splits side by side as the width holds — so that
+    no cell is cut or wrapped mid-interval."""
+    table = metrics_table(metrics, title)
+    if width is None or _natural_width(table) <= width:
+        return [table]
+    rows = _split_rows(metrics)
+
+    def transposed(part, heading):
+        found = Table(title=_text(heading))
+        found.add_column("")
+        for split, _ in part:
+            found.add_column(_text(split), justify="right")
+        for index, name in enumerate(METRIC_COLUMNS):
+            found.add_row(name, *[cells[index] for _, cells in part])
+        return found
+
+    tables, start = [], 0
+    while start < len(rows):  # as many splits side by side as the width holds (at least one)
+        stop = start + 1
+        while stop < len(rows) and _natural_width(transposed(rows[start:stop + 1], title)) <= width:
+            stop += 1
+        tables.append(transposed(rows[start:stop], title if start == 0 else f"{title} (continued)"))
+        start = stop
+    return tables
+
+
+def _natural_width(renderable) -> int:
+    from rich.console import Console
+    from rich.measure import Measurement
+    console = Console(width=10_000)
+    return Measurement.get(console, console.options, renderable).maximum
 
 
 def ood_table(metrics: dict) -> Table | None:
