@@ -136,7 +136,8 @@ def test_per_example_csv_and_the_python_outputs_write_names_as_text(hostile, cap
     assert_clean((tmp_path / "e.csv").read_text(), "csv")
     about = {}
     predictions, _ = load_lm_eval_predictions([logs], options=LmEvalOptions(task="ensgroup"), about=about)
-    diagnosis = inspect_predictions(predictions, "logs", about["titles"])
+    from ensdiag.results import Diagnosis  # the public API's diagnosis: the core's data with its displays
+    diagnosis = Diagnosis.of(inspect_predictions(predictions, "logs", about["titles"]))
     assert_clean(diagnosis._repr_html_(), "html")
     assert_clean(repr(diagnosis))
     assert_clean(diagnosis.to_markdown(), "markdown")
