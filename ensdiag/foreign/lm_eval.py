@@ -163,12 +163,19 @@ def load_lm_eval_answers(sources, options: LmEvalOptions = LmEvalOptions(),
     return splits, warnings
 
 
-def _answer_notes(section) -> list[str]:
+def _described(section) -> tuple[str, str, str]:
+    """(the members' names, the other filters logged, the subtasks) as the notes print them."""
     members = section["members"]
     names = ", ".join(member["name"] for member in members[:4]) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
     others = [name for name in section["filters"] if name != section["filter"]]
     also = f" (also logged: {', '.join(others)}; choose with --filter)" if others else ""
     subtasks = f", subtasks {', '.join(section['subtasks'])}" if len(section["subtasks"]) > 1 else ""
+    return names, also, subtasks
+
+
+def _answer_notes(section) -> list[str]:
+    members = section["members"]
+    names, also, subtasks = _described(section)
     return [f"lm-eval: task {section['task']} (generate_until, {section['documents']} documents{subtasks}), "
             f"{len(members)} members: {names}; filter {section['filter']}{also}; each answer scored by lm-eval's "
             "exact_match"]
@@ -210,10 +217,7 @@ def _identical(logits, section, warnings):
 
 def _notes(section) -> list[str]:
     members = section["members"]
-    names = ", ".join(member["name"] for member in members[:4]) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
-    others = [name for name in section["filters"] if name != section["filter"]]
-    also = f" (also logged: {', '.join(others)}; choose with --filter)" if others else ""
-    subtasks = f", subtasks {', '.join(section['subtasks'])}" if len(section["subtasks"]) > 1 else ""
+    names, also, subtasks = _described(section)
     lines = [f"lm-eval: task {section['task']} ({section['documents']} documents{subtasks}), {len(members)} member{'s' if len(members) != 1 else ''}: "
              f"{names}; filter {section['filter']}{also}; scores: {section['score_definition']}"]
     if len(section["choices"]) > 1:
