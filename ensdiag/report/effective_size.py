@@ -51,11 +51,11 @@ class _Wanted:
 
 
 def _load(path) -> dict | None:
-    """The test, validation and OOD logits of one run (None where it has no labelled test split)."""
-    try:
-        tensors, _ = read_safetensors(path, "predictions file", only=_Wanted())
-    except Exception:
+    """The test, validation and OOD logits of one run (None where it has no predictions file or no
+    labelled test split; a damaged file is an error, named, as everywhere else)."""
+    if not path.is_file():
         return None
+    tensors, _ = read_safetensors(path, "predictions file", only=_Wanted())
     if "id/logits" not in tensors or "id/labels" not in tensors or len(tensors["id/labels"]) < 2:
         return None
     val = (tensors["val/logits"], tensors["val/labels"].long()) if "val/labels" in tensors and len(
