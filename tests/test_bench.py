@@ -133,7 +133,8 @@ def test_bench_diagnose_times_every_step_in_evaluation_passes(tmp_path, capsys):
     assert {"report verdict bootstrap", "report figures", "report (whole command)"} <= set(report["steps"])
 
 
-@pytest.mark.slow  # a wall-clock budget
+@pytest.mark.slow
+@pytest.mark.clock  # a wall-clock budget: run alone
 def test_bench_diagnose_with_a_budget_records_what_fit_and_the_full_estimate(tmp_path, capsys):
     """One budgeted diagnosis: each step's examples and precision, every headline number with its
     interval, the skipped steps, and the estimate on every example; the docs render the record."""

@@ -2,6 +2,7 @@
 target, every step's choice recorded and every skipped step saying why."""
 
 import json
+import re
 import time
 
 import pytest
@@ -49,7 +50,8 @@ def _data(n, seed=0):
     return x, (x[:, :4].argmax(1) + (torch.rand(n, generator=g) < 0.3).long()) % 4
 
 
-@pytest.mark.slow  # wall-clock budgets
+@pytest.mark.slow
+@pytest.mark.clock  # wall-clock budgets: run alone
 def test_a_budget_reads_a_seeded_random_subsample_and_says_so():
     x, y = _data(4000)
     diagnosis = ensdiag.diagnose(Ensemble(delay=5e-4), test=(x, y), ood=_data(4000, seed=1)[0], budget="2s",
@@ -67,7 +69,8 @@ def test_a_budget_reads_a_seeded_random_subsample_and_says_so():
     assert record["seconds"] == 2 and record["costs"]["predict per example"] > 0 and record["full_estimate_seconds"] > 0
 
 
-@pytest.mark.slow  # wall-clock budgets
+@pytest.mark.slow
+@pytest.mark.clock  # wall-clock budgets: run alone
 def test_a_precision_target_stops_a_split_once_its_headline_intervals_are_narrow():
     x, y = _data(40_000)
     diagnosis = ensdiag.diagnose(Ensemble(), test=(x, y), precision=0.03, progress=False, detail=True)
@@ -106,7 +109,8 @@ def _intervals(node):
             yield from _intervals(child)
 
 
-@pytest.mark.slow  # wall-clock budgets
+@pytest.mark.slow
+@pytest.mark.clock  # wall-clock budgets: run alone
 def test_a_stream_is_read_in_its_own_order():
     x, y = _data(20_000)
     stream = ((x[i:i + 500], y[i:i + 500]) for i in range(0, 20_000, 500))
@@ -122,7 +126,8 @@ def _model_and_data():
     return model, (x, torch.randint(0, 4, (1500,), generator=g)), torch.rand(800, 1, 6, 6, generator=g)
 
 
-@pytest.mark.slow  # wall-clock budgets
+@pytest.mark.slow
+@pytest.mark.clock  # wall-clock budgets: run alone
 def test_geometry_steps_report_what_they_read_and_a_step_out_of_time_says_why():
     from ensdiag.report.inspection import diversity_view
     model, test, ood = _model_and_data()
@@ -132,26 +137,34 @@ def test_geometry_steps_report_what_they_read_and_a_step_out_of_time_says_why():
     assert set(steps["cka"]["n"]) == {"id", "ood"} and steps["cka"]["half_width"]["id"] is not None
     assert roomy.metrics["analyzers"]["paths"]["loss_barrier"]["interval"]["n"] == steps["paths"]["n"]
     assert roomy.metrics["analyzers"]["cka"]["splits"]["id"]["mean"]["interval"]["low"] is not None
-    tight = ensdiag.diagnose(model, test=test, ood=ood, train=test, budget="0.6s", progress=False)
+    budget, tight = 0.6, None  # or, where the pilot alone costs more (a loaded machine), the least a refusal names
+    for _ in range(3):
+        try:
+            tight = ensdiag.diagnose(model, test=test, ood=ood, train=test, budget=f"{budget:g}s", progress=False)
+            break
+        except EnsdiagError as refusal:
+            budget = float(re.search(r"give at least ([\d.]+) s", str(refusal)).group(1))
+    assert tight is not None, f"even {budget:g} s was refused"
     record = tight.metrics["budget"]
     for name in ("cka", "paths", "alignment", "rank-structure"):
         result = tight.metrics["analyzers"][name]
         assert result["status"] == "ok" or (result["status"] == "skipped" and result["reason"].startswith("budget: ")
                                             and record["skipped"][name])
-    assert record["skipped"], "a 0.6 s budget leaves member geometry out, and says so"
-    assert record["spent_seconds"] <= 0.6 * 1.1 + 0.2  # a budget is a limit (and 0.2 s for what it cannot stop)
+    assert record["skipped"], "the least budget leaves member geometry out, and says so"
+    assert record["spent_seconds"] <= budget * 1.1 + 0.2  # a budget is a limit (and 0.2 s for what it cannot stop)
     items, notes = diversity_view(tight.metrics, "toy")
     assert any("skipped —" in note for note in notes)
 
 
-@pytest.mark.slow  # wall-clock budgets
+@pytest.mark.slow
+@pytest.mark.clock  # wall-clock budgets: run alone
 def test_a_budget_that_cannot_hold_the_least_is_refused_before_it_is_spent():
     """Reading 32 examples of each of 5 splits takes this ensemble about 1.6 s (10 ms per example): a
     budget of 1 s is refused after its pilot, naming what it would need; 4 s holds it, and ends in time."""
     x, y = _data(400)
     splits = {"test": (x, y), "ood": _data(400, seed=1)[0], "shift": (x + 1, y), "val": (x - 1, y)}
     began = time.perf_counter()
-    with pytest.raises(EnsdiagError, match=r"a budget of 1 s cannot hold the least .* give at least \d+ s"):
+    with pytest.raises(EnsdiagError, match=r"a budget of 1 s cannot hold the least .* give at least [\d.]+ s"):
         ensdiag.diagnose(Ensemble(delay=0.01), budget="1s", progress=False, **splits)
     assert time.perf_counter() - began < 1.5  # said after the pilot, not after the budget
     began = time.perf_counter()
@@ -160,7 +173,8 @@ def test_a_budget_that_cannot_hold_the_least_is_refused_before_it_is_spent():
     assert all(diagnosis.metrics["splits"][name]["n"] >= 32 for name in ("id", "ood", "shift", "val"))
 
 
-@pytest.mark.slow  # wall-clock budgets
+@pytest.mark.slow
+@pytest.mark.clock  # wall-clock budgets: run alone
 def test_the_commands_take_a_budget_and_refuse_a_bad_one(tmp_path, capsys):
     model = ensdiag.build_model("mlp", "deep-ensemble", 3, 10, (1, 8, 8))
     path = ensdiag.save_model(model, tmp_path / "de.safetensors")

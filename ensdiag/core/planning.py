@@ -248,7 +248,12 @@ def _refuse_a_budget_below_the_minimum(plan: Plan, sizes: dict, fixed: float, pe
         need = (plan.spent() + least) / (1 - RESERVE)
         raise EnsdiagError(f"a budget of {plan.seconds:g} s cannot hold the least this diagnosis reads: {MIN_PER_SPLIT} "
                            f"examples of each of its {len(sizes)} splits and their analysis take about {least:.1f} s here "
-                           f"(measured on a pilot of {FIRST_CHUNK}); give at least {math.ceil(need)} s")
+                           f"(measured on a pilot of {FIRST_CHUNK}); give at least {_rounded_up(need)} s")
+
+
+def _rounded_up(seconds: float) -> str:
+    """A need in seconds, rounded up to what a reader types: tenths below 10 s, whole seconds above."""
+    return f"{math.ceil(seconds * 10) / 10:g}" if seconds < 10 else str(math.ceil(seconds))
 
 
 def _analysis_left(plan, found, reading) -> float:
