@@ -2,6 +2,7 @@
 
     python benchmarks/interval_coverage.py --jobs 16            # the committed record: every population × N, 200 replicates
     python benchmarks/interval_coverage.py --replicates 40 --sizes 200 1000 --populations calibrated --out /tmp/c.json
+    python benchmarks/interval_coverage.py --resume benchmarks/results/coverage-<date>.json --rounds 5 5 5
 
 Each replicate draws a test set of N examples from a population of `coverage_populations.py` (whose
 true values are computed there with numpy alone), runs every predictions analyzer on it in process
@@ -17,6 +18,12 @@ truth, and for ensdiag's interval and each candidate the replicates that covered
 the truth below or above, their mean half-width, and how often the printed value fell outside it.
 `benchmarks/docs_tables.py` renders it into docs/conventions.md; `tests/test_coverage_populations.py`
 runs a subset of the cells (slow tier) and checks the committed record.
+
+A full record is hours of a core (about 100 s per replicate of every cell), so it is built in parts:
+`--resume RECORD` adds replicates to a record (each cell goes on from the replicate index it reached,
+so no draw is repeated) when the code it measures — the analyzers, the intervals, member geometry and
+these two scripts — is what it was at every commit the record already holds (git says so; else it is
+refused, naming the files that changed). The record lists the commits and the replicates each added.
 """
 
 import argparse
@@ -281,12 +288,18 @@ def main():
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--only", nargs="+", default=None, help="these predictions analyzers only (exploring)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--resume", type=Path, default=None, help="add replicates to this record (written in place)")
     args = parser.parse_args()
-    out = args.out or Path(__file__).parent / "results" / f"coverage-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
+    out = args.resume or args.out or \
+        Path(__file__).parent / "results" / f"coverage-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
     rounds = dict(zip(args.sizes, args.rounds or [25] * len(args.sizes)))
     began = time.process_time()
     truths = {name: P.true_values(P.POPULATIONS[name], args.truth_examples) for name in args.populations}
-    done, start = [], {n: 0 for n in args.sizes}
+    done, start, args.parts = [], {n: 0 for n in args.sizes}, []
+    if args.resume:
+        done, start, args.parts, seconds = resumed(args, truths)
+        began -= seconds
+    args.parts.append({"commit": _commit(), "from": dict(start)})
     while any(start[n] < args.replicates for n in args.sizes) and (args.until is None or time.time() < args.until):
         jobs = [(name, n, range(start[n], min(start[n] + rounds[n], args.replicates)), truths[name], args.only)
                 for n in args.sizes if start[n] < args.replicates for name in args.populations]
@@ -297,6 +310,7 @@ def main():
         else:
             done += [_job(job) for job in jobs]
         start = {n: min(start[n] + rounds[n], args.replicates) for n in args.sizes}
+        args.parts[-1]["to"] = dict(start)
         write_record(out, args, truths, done, time.process_time() - began)
         print(f"replicates so far {start}; wrote {out}", flush=True)
 
@@ -320,8 +334,64 @@ def write_record(out: Path, args, truths: dict, done: list, seconds: float):
               "populations": {name: {"description": P.POPULATIONS[name].description,
                                      "truths": {key: value for key, value in truths[name].items()}}
                               for name in args.populations},
-              "cells": cells, "process_seconds": round(seconds, 1)}
+              "cells": cells, "process_seconds": round(seconds, 1),
+              "parts": [{"commit": part["commit"], "from": {str(n): i for n, i in part["from"].items()},
+                         "to": {str(n): i for n, i in part.get("to", part["from"]).items()}} for part in args.parts]}
     out.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+
+
+MEASURED = ("ensdiag/analysis", "ensdiag/core/intervals.py", "ensdiag/geometry", "benchmarks/coverage_populations.py",
+            "benchmarks/interval_coverage.py")  # the code a record's replicates depend on
+
+
+def _commit() -> str | None:
+    import subprocess
+    found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True)
+    return found.stdout.strip() or None if found.returncode == 0 else None
+
+
+def _changed_since(commit: str) -> list[str]:
+    """The measured files that differ between `commit` and the working tree (git diff)."""
+    import subprocess
+    found = subprocess.run(["git", "diff", "--name-only", commit, "--", *MEASURED], cwd=Path(__file__).resolve().parents[1],
+                           capture_output=True, text=True)
+    if found.returncode != 0:
+        raise SystemExit(f"--resume: git cannot compare with the record's commit {commit}: {found.stderr.strip()}")
+    return found.stdout.split()
+
+
+def resumed(args, truths: dict):
+    """(done, start, parts, process seconds) of the record args.resume: its cells as the first part
+    of every cell, each size's next replicate index; refused where the record was made with other
+    settings or populations, or by code that has changed since."""
+    record = json.loads(args.resume.read_text())
+    settings = record["settings"]
+    for key, wanted in (("sizes", args.sizes), ("truth_examples", args.truth_examples), ("members", P.MEMBERS),
+                        ("classes", P.CLASSES)):
+        if settings[key] != wanted:
+            raise SystemExit(f"--resume: the record has {key} = {settings[key]}, this run {wanted}")
+    if sorted(record["populations"]) != sorted(args.populations):
+        raise SystemExit(f"--resume: the record's populations are {sorted(record['populations'])}")
+    for name, entry in record["populations"].items():
+        if entry["truths"] != json.loads(json.dumps(truths[name])):
+            raise SystemExit(f"--resume: the population {name!r} has other true values than the record's")
+    parts = record.get("parts") or [{"commit": record["environment"].get("git_commit"), "from": {}, "to": {}}]
+    for part in parts:
+        if not part["commit"]:
+            raise SystemExit("--resume: the record does not say which commit made it")
+        changed = _changed_since(part["commit"])
+        if changed:
+            raise SystemExit(f"--resume: the code the record measured changed since {part['commit'][:12]}: "
+                             + ", ".join(changed))
+    done, start = [], {}
+    for cell in record["cells"]:
+        reached = max(max([column["ensdiag"]["replicates"]] + [c["replicates"] for c in column["candidates"].values()])
+                      for column in cell["columns"].values())
+        if start.setdefault(cell["n"], reached) != reached:
+            raise SystemExit(f"--resume: the cells at N = {cell['n']} hold different numbers of replicates")
+        done.append((cell["population"], cell["n"], -1, cell["columns"]))
+    return done, start, [{"commit": p["commit"], "from": {int(n): i for n, i in p["from"].items()},
+                          "to": {int(n): i for n, i in p["to"].items()}} for p in parts], record.get("process_seconds", 0)
 
 
 if __name__ == "__main__":
