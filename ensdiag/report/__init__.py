@@ -15,8 +15,9 @@ from ..io import atomic_write_text
 from .aggregate import build_report
 from .load import dig, load_runs, newest_run
 from .merge import load_folders
+from .drawing import Job, draw_all
 from .figures import (Drawn, heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure,
-                      save_figure, smooth_reliability_figure, training_curves_figure)
+                      smooth_reliability_figure, training_curves_figure)
 from .geometry_figures import add_report_figures
 from .lora import add_lora_figures
 from .pairs import add_pair_figures
@@ -39,13 +40,13 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
         raise EnsdiagError(f"{folder} is a link or a file, not a folder of the run: ensdiag writes figures only inside "
                            "the run folder; remove it (or pass --no-figures)")
     folder.mkdir(exist_ok=True)
-    figures, drawn, formats = [], Drawn(folder), ("png", "svg") if svg else ("png",)
+    figures, drawn, formats, jobs = [], Drawn(folder), ("png", "svg") if svg else ("png",), []
 
-    def add(name, title, draw, *inputs):
-        """Save figure `name`, `draw(*inputs)`, unless its files were drawn from these very inputs."""
+    def add(name, title, draw, *inputs, damaged=None):
+        """Figure `name`, `draw(*inputs)` (a module-level function), to be drawn unless its files were
+        drawn from these very inputs; `damaged()`: the error a layout error in drawing it means."""
         if drawn.stale(name, formats, inputs):
-            save_figure(draw(*inputs), folder / name, formats=formats)
-            drawn.done(name, formats, inputs)
+            jobs.append(Job(name, draw, inputs, damaged))
         figures.append({"name": name, "title": title, "png": f"figures/{name}.png",
                         "svg": f"figures/{name}.svg" if svg else None})
 
@@ -112,6 +113,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
     if any(histories.values()):
         add("training", "Training loss and validation accuracy per epoch (every seed)",
             training_curves_figure, {m: h for m, h in histories.items() if h})
+    draw_all(jobs, folder, formats, lambda job: drawn.done(job.name, formats, job.inputs))
     return figures
 
 

@@ -8,6 +8,7 @@ and draws one line per name:
 - `tracking_figure`: disagreement, JSD and weight cosine per epoch (`train --track-diversity`).
 """
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -135,6 +136,14 @@ def tracking_figure(curves: dict) -> "Figure":
     return figure
 
 
+def cka_layer_grid(results: dict) -> "Figure":
+    """k×k linear CKA between members per layer: a row per method and split."""
+    rows = [(f"{run_label(method)} ({split})", [(layer, plottable(entry["linear"]["value"]))
+                                                 for layer, entry in found["layers"].items()])
+            for method, result in results.items() for split, found in result["splits"].items() if found["layers"]]
+    return heatmap_grid(rows, colorbar_label="linear CKA")
+
+
 def add_report_figures(runs: dict, add) -> None:
     """The report's member-geometry figures from each method's first complete seed (tracking: every
     seed); `add(name, title, draw, *inputs)` saves one. A result of the wrong layout is a damaged file."""
@@ -151,11 +160,9 @@ def add_report_figures(runs: dict, add) -> None:
     def draw(name, file, title, make, results):
         if not results:
             return
-        try:
-            add(file, title, make, {method: result for method, (result, _) in results.items()})
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
-            method, (_, folder) = next(iter(results.items()))
-            raise _damaged(folder / "metrics.json", f"its {name} result is not of the expected layout") from None
+        _, (_, folder) = next(iter(results.items()))
+        add(file, title, make, {method: result for method, (result, _) in results.items()},
+            damaged=partial(_damaged, folder / "metrics.json", f"its {name} result is not of the expected layout"))
 
     for name, file, title, make in (
             ("cka", "cka-layers", "Linear CKA between members per layer, in-distribution (solid) and OOD (dashed); first seed",
@@ -171,12 +178,8 @@ def add_report_figures(runs: dict, add) -> None:
               for method, (seed, run) in drawn.items()})
     heatmaps = {method: (run["metrics"]["analyzers"]["cka"], run["folder"]) for method, (_, run) in first("cka").items()}
     if heatmaps:
-        def grid(results):
-            rows = [(f"{run_label(method)} ({split})", [(layer, plottable(entry["linear"]["value"]))
-                                                         for layer, entry in found["layers"].items()])
-                    for method, result in results.items() for split, found in result["splits"].items() if found["layers"]]
-            return heatmap_grid(rows, colorbar_label="linear CKA")
-        draw("cka", "cka-heatmaps", "k×k linear CKA between members, per layer (rows: method and split; first seed)", grid, heatmaps)
+        draw("cka", "cka-heatmaps", "k×k linear CKA between members, per layer (rows: method and split; first seed)",
+             cka_layer_grid, heatmaps)
     tracked = {method: {seed: run["tracking"] for seed, run in seeds.items() if run and run.get("tracking")}
                for method, seeds in runs.items()}
     if any(tracked.values()):

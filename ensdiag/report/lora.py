@@ -4,6 +4,8 @@ weight-space part (lora.json, runs.py), read as the `lora` analyzer's result in 
 like every other table) and figures. A folder of such runs alone holds no predictions: its other
 tables have nothing measured and are left out, as any such table is."""
 
+from functools import partial
+
 from .load import _damaged, dig
 
 SUMMARY_COLUMNS = (  # (label, path in the section, definition)
@@ -88,10 +90,8 @@ def add_lora_figures(runs: dict, add) -> None:
     if not first:
         return
     sections = {label: section for label, (section, _) in first.items()}
-    try:
-        add("lora-cosine", "LoRA ensembles: k×k cosine of the members' updates ΔW over all adapted layers (first seed)",
-            lora_heatmaps, sections)
-        add("lora-depth", "LoRA ensembles per layer index: ΔW cosine and column/row-space overlap, one line per "
-                          "module type, null baselines dashed (first seed)", lora_depth_figure, sections)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
-        raise _damaged(next(iter(first.values()))[1] / "metrics.json", "its lora section is not of the expected layout") from None
+    damaged = partial(_damaged, next(iter(first.values()))[1] / "metrics.json", "its lora section is not of the expected layout")
+    add("lora-cosine", "LoRA ensembles: k×k cosine of the members' updates ΔW over all adapted layers (first seed)",
+        lora_heatmaps, sections, damaged=damaged)
+    add("lora-depth", "LoRA ensembles per layer index: ΔW cosine and column/row-space overlap, one line per "
+                      "module type, null baselines dashed (first seed)", lora_depth_figure, sections, damaged=damaged)
