@@ -294,7 +294,7 @@ def main():
         Path(__file__).parent / "results" / f"coverage-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
     rounds = dict(zip(args.sizes, args.rounds or [25] * len(args.sizes)))
     began = time.process_time()
-    truths = {name: P.true_values(P.POPULATIONS[name], args.truth_examples) for name in args.populations}
+    truths = population_truths(args.populations, args.truth_examples, args.jobs)
     done, start, args.parts = [], {n: 0 for n in args.sizes}, []
     if args.resume:
         done, start, args.parts, seconds = resumed(args, truths)
@@ -313,6 +313,19 @@ def main():
         args.parts[-1]["to"] = dict(start)
         write_record(out, args, truths, done, time.process_time() - began)
         print(f"replicates so far {start}; wrote {out}", flush=True)
+
+
+def _truth(args):
+    return P.true_values(P.POPULATIONS[args[0]], args[1])
+
+
+def population_truths(names: list, examples: int, jobs: int) -> dict:
+    """{population: its true values}, computed over `jobs` processes."""
+    if jobs <= 1:
+        return {name: _truth((name, examples)) for name in names}
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        return dict(zip(names, pool.map(_truth, [(name, examples) for name in names], chunksize=1)))
 
 
 def write_record(out: Path, args, truths: dict, done: list, seconds: float):

@@ -230,3 +230,32 @@ def test_a_report_over_seeds_shows_both_uncertainties_as_what_they_are(tmp_path)
     assert cell["example"] == {"half_width": pytest.approx(sum(halves) / 2), "n": 200, "seeds": 2}
     assert cell_text(cell, "id", index).endswith(f"(test set ± {sum(halves) / 2:.3f})")
     assert "test set:" in report["examples"]
+
+
+def _pairs_of(agreeing: bool):
+    """Three members on 400 examples: their errors differ on many examples, or on two only."""
+    g = torch.Generator().manual_seed(4)
+    labels = torch.randint(0, 5, (400,), generator=g)
+    base = torch.randn(400, 5, generator=g) + 2.5 * torch.nn.functional.one_hot(labels, 5)
+    noise = 0.02 if agreeing else 1.5
+    logits = torch.stack([base + noise * torch.randn(400, 5, generator=g) for _ in range(3)])
+    return {"id": {"logits": logits, "labels": labels}}
+
+
+def test_yules_q_and_the_error_correlation_say_why_they_have_no_interval_where_a_pair_barely_differs():
+    """Where a pair's errors differ on fewer than 5 examples one way round, Q and φ are ±1 on almost
+    every resample (no interval covers, docs/conventions.md): the reason, with the count; the double
+    fault keeps its interval. Members that differ keep every interval."""
+    analyzer = all_analyzers()["member-pairs"]
+    for agreeing in (True, False):
+        predictions = without_ood_labels(_pairs_of(agreeing))
+        result = {"status": "ok", **analyzer(predictions)}
+        wanted = targets(analyzer, result, predictions, detail=True)
+        found = _vectorised(analyzer, result, predictions, None, wanted, 25, B.Draws())
+        for key in ("yule_q", "error_correlation"):
+            entry = found[("splits", "id", key, "mean", "value")]
+            if agreeing:
+                assert isinstance(entry, str) and "differ on fewer than 5 examples one way round" in entry, entry
+            else:
+                assert not isinstance(entry, str)
+        assert not isinstance(found[("splits", "id", "double_fault", "mean", "value")], str)

@@ -15,7 +15,7 @@ from . import pairwise as P
 from . import weighted as W
 from .examples import Examples, entropy
 from .registry import SPLIT_TABLES, Column, Skip, empty_metric, finite, metric, register_analyzer, register_resampler
-from .resampled import nan_for, per_split, value
+from .resampled import Refused, nan_for, per_split, value
 
 MAX_STORED_MATRIX = 256  # members up to which the k×k disagreement matrices are stored (metrics.json stays small)
 MATRIX = "D[i,j] = fraction of samples where members i and j predict different labels"
@@ -182,13 +182,38 @@ PAIR_STATISTICS = {**{key: _pair_mean(key) for key in (*LABEL_FREE_PAIRS, "doubl
                    "error_correlation": _table("error_correlation"), "yule_q": _table("yule_q")}
 
 
+FEWEST_DISCORDANT = 5  # below this many examples one member of a pair gets right and the other wrong: no interval
+FEW_DISCORDANT = ("a member pair's errors differ on fewer than {least} examples one way round (N¹⁰ or N⁰¹ = {found}): "
+                  "{what} is then ±1 or next to it on almost every resample, and no bootstrap interval covers the "
+                  "population's value (docs/conventions.md, coverage); the double fault says how often both err")
+
+
+def _fewest_discordant(split: Examples) -> int:
+    """The smallest count, over member pairs and both directions, of examples one member gets right and
+    the other wrong (N¹⁰, N⁰¹ of the pair's 2×2 table)."""
+    e = split.member_errors
+    i, j = torch.triu_indices(split.members, split.members, 1)
+    only_i, only_j = (e[i] * (1 - e[j])).sum(1), (e[j] * (1 - e[i])).sum(1)
+    return int(torch.minimum(only_i, only_j).min())
+
+
+def _refused(reason: str):
+    refused = Refused(reason)
+    return lambda split, w: refused
+
+
 def _pairs_resampler(predictions, weights, result, wanted):
-    """member-pairs' id means ("splits", "id", key, "mean", "value"; ambiguity without "mean")."""
+    """member-pairs' id means ("splits", "id", key, "mean", "value"; ambiguity without "mean"); Yule's Q
+    and the error correlation refused where a pair's discordant count is below `FEWEST_DISCORDANT`."""
     split = predictions.get("id")
     if split is None or "id" not in result.get("splits", {}) or split["logits"].shape[0] > MAX_PAIR_MEMBERS:
         return lambda counts: {}
     split = Examples.of(split)
     statistics = PAIR_STATISTICS if split.labels is not None else {key: PAIR_STATISTICS[key] for key in LABEL_FREE_PAIRS}
+    if "yule_q" in statistics and not split.undefined.any() and \
+            (fewest := _fewest_discordant(split)) < FEWEST_DISCORDANT:
+        statistics = {**statistics, **{key: _refused(FEW_DISCORDANT.format(least=FEWEST_DISCORDANT, found=fewest, what=what))
+                                       for key, what in (("yule_q", "Yule's Q"), ("error_correlation", "the correlation"))}}
     paths = {key: ("splits", "id", key, *(() if key == "ambiguity" else ("mean",)), "value") for key in statistics}
 
     def resample(counts):
