@@ -159,3 +159,38 @@ def test_one_diagnosis_per_split_table_fits_80_columns_with_every_cell_whole():
         assert split in printed and all(cell in printed for cell in cells)
     wide = metrics_tables(metrics, "toy", width=None)
     assert len(wide) == 1 and len(wide[0].columns) == 9  # no width: the splits as rows, as before
+
+
+def test_every_table_of_one_diagnosis_fits_80_columns_with_every_number_whole():
+    """All of `evaluate`/`analyze`'s tables at 80 columns — the per-split, OOD and conformal ones — with
+    every number of the wide tables (intervals included) printed whole, and the OOD scores' short
+    names defined in a note; with no width the wide tables are as before."""
+    from rich.console import Console
+
+    from ensdiag.core import inspect_predictions
+    from ensdiag.report.inspection import metrics_view
+    from ensdiag.report.terminal import cell
+    generator = torch.Generator().manual_seed(1)
+    labels = torch.randint(0, 10, (400,), generator=generator)
+    predictions = {"id": {"logits": torch.randn(4, 400, 10, generator=generator)
+                          + 3 * torch.nn.functional.one_hot(labels, 10), "labels": labels},
+                   "ood": {"logits": torch.randn(4, 300, 10, generator=generator), "labels": None}}
+    metrics = json.loads(inspect_predictions(predictions).to_json())
+    tables, notes = metrics_view(metrics, "toy", width=80)
+    buffer = io.StringIO()
+    for table in tables:
+        Console(file=buffer, width=80).print(table)
+    printed = buffer.getvalue()
+    assert max(len(line) for line in printed.splitlines()) <= 80, printed
+    analyzers = metrics["analyzers"]
+    for name, entry in analyzers["ood"]["scores"].items():
+        assert name in printed and f"{name}: {entry['score']}" in " ".join(notes)
+        for key in ("auroc", "aupr_out", "aupr_in", "fpr95_ood_as_id", "fpr95_id_as_ood"):
+            assert cell(entry[key], interval=True) in printed or (cell(entry[key]) in printed
+                                                                   and not entry[key].get("interval"))
+    scores = analyzers["conformal"]["scores"]
+    for found in (scores["lac"], scores["aps"]):
+        for key in ("coverage", "set_size"):
+            assert cell(found[key], interval=True) in printed
+    wide, _ = metrics_view(metrics, "toy", width=None)
+    assert [len(table.columns) for table in wide][-2:] == [6, 6]  # the OOD and conformal tables as they were

@@ -7,7 +7,7 @@
 """
 
 from .example_level import budget_lines
-from .terminal import (cell, geometry_tables, heatmap_table, interval_lines, metrics_tables, ood_table,
+from .terminal import (cell, geometry_tables, heatmap_table, interval_lines, metrics_tables, ood_tables,
                        skipped_lines)
 
 DISAGREEMENT = ("disagreement: the fraction of examples on which two members predict different classes "
@@ -20,14 +20,13 @@ def metrics_view(metrics: dict, title: str, width: int | None = None) -> tuple[l
     """(tables for stdout, notes for stderr) of every predictions analyzer; the per-split table
     within `width` columns where one is given (a terminal's)."""
     tables = metrics_tables(metrics, title, width)
-    table = ood_table(metrics)
-    if table is not None:
-        tables.append(table)
-    notes = skipped_lines(metrics) + interval_lines(metrics) + budget_lines(metrics)
+    ood, notes = ood_tables(metrics, width)
+    tables += ood
+    notes += skipped_lines(metrics) + interval_lines(metrics) + budget_lines(metrics)
     conformal = metrics["analyzers"].get("conformal", {})
     if conformal.get("status") == "ok":
-        from .conformal import conformal_notes, conformal_table
-        tables.append(conformal_table(conformal))
+        from .conformal import conformal_notes, conformal_tables
+        tables += conformal_tables(conformal, width)
         notes += conformal_notes(conformal)
     groups = metrics.get("lm_eval", {}).get("groups")
     if groups:  # a benchmark group read from lm-eval logs: its own table

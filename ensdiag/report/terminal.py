@@ -142,16 +142,62 @@ def _natural_width(renderable) -> int:
     return Measurement.get(console, console.options, renderable).maximum
 
 
+OOD_COLUMNS = {"auroc": "AUROC ↑", "aupr_out": "AUPR-Out ↑", "aupr_in": "AUPR-In ↑", "fpr95_ood_as_id": "FPR95 OOD→ID ↓",
+               "fpr95_id_as_ood": "FPR95 ID→OOD ↓"}
+
+
+def _ood_title(ood: dict) -> str:
+    return f"OOD detection (ood vs id, {ood['n_ood']} vs {ood['n_id']}; OOD positive)"
+
+
 def ood_table(metrics: dict) -> Table | None:
     ood = metrics["analyzers"].get("ood", {})
     if ood.get("status") != "ok":
         return None
-    table = Table(title=f"OOD detection (ood vs id, {ood['n_ood']} vs {ood['n_id']}; OOD positive)")
-    for column in ("score", "AUROC ↑", "AUPR-Out ↑", "AUPR-In ↑", "FPR95 OOD→ID ↓", "FPR95 ID→OOD ↓"):
-        table.add_column(column, justify="left" if column == "score" else "right")
-    keys = ("auroc", "aupr_out", "aupr_in", "fpr95_ood_as_id", "fpr95_id_as_ood")
+    table = Table(title=_ood_title(ood))
+    table.add_column("score")
+    for label in OOD_COLUMNS.values():
+        table.add_column(label, justify="right")
     for name, entry in ood["scores"].items():
-        table.add_row(_text(entry["score"]), *[cell(entry.get(key), interval=True) for key in keys])
+        table.add_row(_text(entry["score"]), *[cell(entry.get(key), interval=True) for key in OOD_COLUMNS])
+    return table
+
+
+def ood_tables(metrics: dict, width: int | None = None) -> tuple[list[Table], list[str]]:
+    """([`ood_table`], []), or where it is wider than `width`: the same cells transposed — one
+    column per score under its short name (a note defines each), as many side by side as the width
+    holds — so that no cell is cut or wrapped mid-interval."""
+    table = ood_table(metrics)
+    if table is None:
+        return [], []
+    if width is None or _natural_width(table) <= width:
+        return [table], []
+    ood = metrics["analyzers"]["ood"]
+    scores, title = list(ood["scores"].items()), _ood_title(ood)
+
+    def transposed(part, heading):
+        found = Table(title=_text(heading))
+        found.add_column("")
+        for name, _ in part:
+            found.add_column(_text(name), justify="right", no_wrap=True)
+        for key, label in OOD_COLUMNS.items():
+            found.add_row(label, *[cell(entry.get(key), interval=True) for _, entry in part])
+        return found
+
+    tables, start = [], 0
+    while start < len(scores):  # as many scores side by side as the width holds (at least one)
+        stop = start + 1
+        while stop < len(scores) and _natural_width(transposed(scores[start:stop + 1], title)) <= width:
+            stop += 1
+        tables.append(transposed(scores[start:stop], title if start == 0 else f"{title} (continued)"))
+        start = stop
+    return tables, ["OOD scores: " + "; ".join(f"{name}: {entry['score']}" for name, entry in scores)]
+
+
+def within(table: Table, width: int | None) -> Table:
+    """The table held to `width` columns where it is wider (its headings wrap between words)."""
+    if width is not None and _natural_width(table) > width:
+        table.width = width
     return table
 
 
