@@ -294,10 +294,14 @@ def main():
         Path(__file__).parent / "results" / f"coverage-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
     rounds = dict(zip(args.sizes, args.rounds or [25] * len(args.sizes)))
     began = time.process_time()
+    uncommitted = _uncommitted()
+    if uncommitted:  # a record names the commit whose code made it
+        raise SystemExit("commit the code a record measures first: " + ", ".join(uncommitted))
+    record = _check_resumable(args) if args.resume else None
     truths = population_truths(args.populations, args.truth_examples, args.jobs)
     done, start, args.parts = [], {n: 0 for n in args.sizes}, []
-    if args.resume:
-        done, start, args.parts, seconds = resumed(args, truths)
+    if record is not None:
+        done, start, args.parts, seconds = resumed(record, truths)
         began -= seconds
     args.parts.append({"commit": _commit(), "from": dict(start)})
     while any(start[n] < args.replicates for n in args.sizes) and (args.until is None or time.time() < args.until):
@@ -324,7 +328,7 @@ def population_truths(names: list, examples: int, jobs: int) -> dict:
     if jobs <= 1:
         return {name: _truth((name, examples)) for name in names}
     import multiprocessing
-    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+    with multiprocessing.get_context("spawn").Pool(min(jobs, len(names))) as pool:
         return dict(zip(names, pool.map(_truth, [(name, examples) for name in names], chunksize=1)))
 
 
@@ -343,7 +347,7 @@ def write_record(out: Path, args, truths: dict, done: list, seconds: float):
     record = {"what": "coverage of ensdiag's example-level 95 % intervals on known populations", "environment":
               environment(torch.device("cpu")) | {"ensdiag": ensdiag.__version__},
               "settings": {"replicates_wanted": args.replicates, "sizes": args.sizes, "truth_examples": args.truth_examples,
-                           "members": P.MEMBERS, "classes": P.CLASSES, "floor": FLOOR, "level": 0.95},
+                           "members": P.MEMBERS, "classes": P.CLASSES, "floor": FLOOR, "level": 0.95, "only": args.only},
               "populations": {name: {"description": P.POPULATIONS[name].description,
                                      "truths": {key: value for key, value in truths[name].items()}}
                               for name in args.populations},
@@ -373,21 +377,25 @@ def _changed_since(commit: str) -> list[str]:
     return found.stdout.split()
 
 
-def resumed(args, truths: dict):
-    """(done, start, parts, process seconds) of the record args.resume: its cells as the first part
-    of every cell, each size's next replicate index; refused where the record was made with other
-    settings or populations, or by code that has changed since."""
+def _uncommitted() -> list[str]:
+    """The measured files with changes git has not committed."""
+    import subprocess
+    found = subprocess.run(["git", "status", "--porcelain", "--", *MEASURED], cwd=Path(__file__).resolve().parents[1],
+                           capture_output=True, text=True)
+    return [line[3:] for line in found.stdout.splitlines()]
+
+
+def _check_resumable(args) -> dict:
+    """The record args.resume, refused (before any truth is computed) where it was made with other
+    settings, populations or analyzers, or by code that has changed since."""
     record = json.loads(args.resume.read_text())
     settings = record["settings"]
     for key, wanted in (("sizes", args.sizes), ("truth_examples", args.truth_examples), ("members", P.MEMBERS),
-                        ("classes", P.CLASSES)):
-        if settings[key] != wanted:
-            raise SystemExit(f"--resume: the record has {key} = {settings[key]}, this run {wanted}")
+                        ("classes", P.CLASSES), ("only", args.only)):
+        if settings.get(key) != wanted:
+            raise SystemExit(f"--resume: the record has {key} = {settings.get(key)}, this run {wanted}")
     if sorted(record["populations"]) != sorted(args.populations):
         raise SystemExit(f"--resume: the record's populations are {sorted(record['populations'])}")
-    for name, entry in record["populations"].items():
-        if entry["truths"] != json.loads(json.dumps(truths[name])):
-            raise SystemExit(f"--resume: the population {name!r} has other true values than the record's")
     parts = record.get("parts") or [{"commit": record["environment"].get("git_commit"), "from": {}, "to": {}}]
     for part in parts:
         if not part["commit"]:
@@ -396,6 +404,16 @@ def resumed(args, truths: dict):
         if changed:
             raise SystemExit(f"--resume: the code the record measured changed since {part['commit'][:12]}: "
                              + ", ".join(changed))
+    return record
+
+
+def resumed(record: dict, truths: dict):
+    """(done, start, parts, process seconds) of a resumable record (`_check_resumable`): its cells as
+    the first part of every cell, each size's next replicate index."""
+    for name, entry in record["populations"].items():
+        if entry["truths"] != json.loads(json.dumps(truths[name])):
+            raise SystemExit(f"--resume: the population {name!r} has other true values than the record's")
+    parts = record.get("parts") or [{"commit": record["environment"].get("git_commit"), "from": {}, "to": {}}]
     done, start = [], {}
     for cell in record["cells"]:
         reached = max(max([column["ensdiag"]["replicates"]] + [c["replicates"] for c in column["candidates"].values()])

@@ -161,7 +161,8 @@ def test_one_diagnosis_per_split_table_fits_80_columns_with_every_cell_whole():
     assert len(wide) == 1 and len(wide[0].columns) == 9  # no width: the splits as rows, as before
 
 
-def test_every_table_of_one_diagnosis_fits_80_columns_with_every_number_whole():
+@pytest.mark.parametrize("width", [80, 60])
+def test_every_table_of_one_diagnosis_fits_the_terminal_with_every_number_whole(width):
     """All of `evaluate`/`analyze`'s tables at 80 columns — the per-split, OOD and conformal ones — with
     every number of the wide tables (intervals included) printed whole, and the OOD scores' short
     names defined in a note; with no width the wide tables are as before."""
@@ -176,12 +177,12 @@ def test_every_table_of_one_diagnosis_fits_80_columns_with_every_number_whole():
                           + 3 * torch.nn.functional.one_hot(labels, 10), "labels": labels},
                    "ood": {"logits": torch.randn(4, 300, 10, generator=generator), "labels": None}}
     metrics = json.loads(inspect_predictions(predictions).to_json())
-    tables, notes = metrics_view(metrics, "toy", width=80)
+    tables, notes = metrics_view(metrics, "toy", width=width)
     buffer = io.StringIO()
     for table in tables:
-        Console(file=buffer, width=80).print(table)
+        Console(file=buffer, width=10_000).print(table)  # as wide as they are: rich would crop them to the console
     printed = buffer.getvalue()
-    assert max(len(line) for line in printed.splitlines()) <= 80, printed
+    assert max(len(line) for line in printed.splitlines()) <= width and "…" not in printed, printed
     analyzers = metrics["analyzers"]
     for name, entry in analyzers["ood"]["scores"].items():
         assert name in printed and f"{name}: {entry['score']}" in " ".join(notes)

@@ -259,3 +259,21 @@ def test_yules_q_and_the_error_correlation_say_why_they_have_no_interval_where_a
             else:
                 assert not isinstance(entry, str)
         assert not isinstance(found[("splits", "id", "double_fault", "mean", "value")], str)
+
+
+@pytest.mark.parametrize("fewest, refused", [(4, True), (5, False)])
+def test_the_discordant_rule_holds_at_five_examples(fewest, refused):
+    """Two members, 200 examples: both wrong on 20, only the first on `fewest`, only the second on 9."""
+    wrong = {0: set(range(20)) | set(range(20, 20 + fewest)), 1: set(range(20)) | set(range(100, 109))}
+    logits = torch.zeros(2, 200, 2)
+    for member, examples in wrong.items():
+        for example in range(200):
+            logits[member, example] = torch.tensor([0.0, 2.0] if example in examples else [2.0, 0.0])
+    logits[:, :, 0] += torch.linspace(0, 0.5, 200)  # no two examples alike
+    predictions = without_ood_labels({"id": {"logits": logits, "labels": torch.zeros(200, dtype=torch.long)}})
+    analyzer = all_analyzers()["member-pairs"]
+    result = {"status": "ok", **analyzer(predictions)}
+    found = _vectorised(analyzer, result, predictions, None, targets(analyzer, result, predictions, detail=True), 25,
+                        B.Draws())
+    entry = found[("splits", "id", "yule_q", "mean", "value")]
+    assert isinstance(entry, str) == refused and (not refused or f"= {fewest})" in entry)

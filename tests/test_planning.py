@@ -2,6 +2,7 @@
 target, every step's choice recorded and every skipped step saying why."""
 
 import json
+import math
 import re
 import time
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 import ensdiag
-from ensdiag.core.planning import random_order
+from ensdiag.core.planning import NEED_MARGIN, random_order
 from ensdiag.quickcheck import parse_precision, parse_seconds
 from ensdiag.errors import EnsdiagError
 
@@ -143,8 +144,11 @@ def test_geometry_steps_report_what_they_read_and_a_step_out_of_time_says_why():
             tight = ensdiag.diagnose(model, test=test, ood=ood, train=test, budget=f"{budget:g}s", progress=False)
             break
         except EnsdiagError as refusal:
-            budget = float(re.search(r"give at least ([\d.]+) s", str(refusal)).group(1))
-    assert tight is not None, f"even {budget:g} s was refused"
+            named = re.search(r"give at least ([\d.]+) s", str(refusal))
+            if named is None:
+                pytest.fail(str(refusal))
+            budget = math.ceil(float(named.group(1)) / (1 + NEED_MARGIN) * 20) / 20  # the least, without the margin
+    assert tight is not None and budget <= 3, f"{budget:g} s was refused, or named (a pilot of this toy costs well under 1 s)"
     record = tight.metrics["budget"]
     for name in ("cka", "paths", "alignment", "rank-structure"):
         result = tight.metrics["analyzers"][name]

@@ -189,12 +189,12 @@ FEW_DISCORDANT = ("a member pair's errors differ on fewer than {least} examples 
 
 
 def _fewest_discordant(split: Examples) -> int:
-    """The smallest count, over member pairs and both directions, of examples one member gets right and
-    the other wrong (N¹⁰, N⁰¹ of the pair's 2×2 table)."""
+    """The smallest count, over member pairs and both directions, of examples one member gets wrong and
+    the other right (N¹⁰, N⁰¹ of the pair's 2×2 table): a k × k product, whatever the examples."""
     e = split.member_errors
-    i, j = torch.triu_indices(split.members, split.members, 1)
-    only_i, only_j = (e[i] * (1 - e[j])).sum(1), (e[j] * (1 - e[i])).sum(1)
-    return int(torch.minimum(only_i, only_j).min())
+    only = e @ (1 - e).T  # [k, k]: examples member i gets wrong and member j right
+    off = ~torch.eye(split.members, dtype=torch.bool)
+    return int(only[off].min().round())
 
 
 def _refused(reason: str):
@@ -210,11 +210,11 @@ def _pairs_resampler(predictions, weights, result, wanted):
         return lambda counts: {}
     split = Examples.of(split)
     statistics = PAIR_STATISTICS if split.labels is not None else {key: PAIR_STATISTICS[key] for key in LABEL_FREE_PAIRS}
-    if "yule_q" in statistics and not split.undefined.any() and \
-            (fewest := _fewest_discordant(split)) < FEWEST_DISCORDANT:
+    paths = {key: ("splits", "id", key, *(() if key == "ambiguity" else ("mean",)), "value") for key in statistics}
+    tables = [key for key in ("yule_q", "error_correlation") if key in paths and paths[key] in wanted]
+    if tables and not split.undefined.any() and (fewest := _fewest_discordant(split)) < FEWEST_DISCORDANT:
         statistics = {**statistics, **{key: _refused(FEW_DISCORDANT.format(least=FEWEST_DISCORDANT, found=fewest, what=what))
                                        for key, what in (("yule_q", "Yule's Q"), ("error_correlation", "the correlation"))}}
-    paths = {key: ("splits", "id", key, *(() if key == "ambiguity" else ("mean",)), "value") for key in statistics}
 
     def resample(counts):
         if "id" not in counts:

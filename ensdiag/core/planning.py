@@ -42,6 +42,7 @@ PREDICTION_SHARE = 0.5  # of the budget, for predictions, when member geometry f
 RESERVE = 0.1  # of the budget, held back for the last analyzers and what measured costs underestimate
 FIRST_CHUNK = 32  # examples of the pilot (the first split's first chunk times the ensemble and the analysis) and of
 # every split's first chunk, doubling after it: small, so that a short budget is not spent before any choice is made
+NEED_MARGIN = 0.15  # a refusal's "give at least" holds what the pilot measured and this much of it again (pilots vary)
 MIN_PER_SPLIT = 32  # examples every split reads at least: fewer say nothing (a budget that cannot afford it is refused)
 CHECK_RESAMPLES = 200  # resamples of the precision checks while a split is read (the stored intervals use 1,000)
 
@@ -245,7 +246,7 @@ def _refuse_a_budget_below_the_minimum(plan: Plan, sizes: dict, fixed: float, pe
         return
     least = fixed + per_example * sum(MIN_PER_SPLIT if size is None else min(size, MIN_PER_SPLIT) for size in sizes.values())
     if least > plan.remaining():  # what is left after the pilot, less the reserve
-        need = (plan.spent() + least) / (1 - RESERVE)
+        need = (plan.spent() + least) / (1 - RESERVE) * (1 + NEED_MARGIN)
         raise EnsdiagError(f"a budget of {plan.seconds:g} s cannot hold the least this diagnosis reads: {MIN_PER_SPLIT} "
                            f"examples of each of its {len(sizes)} splits and their analysis take about {least:.1f} s here "
                            f"(measured on a pilot of {FIRST_CHUNK}); give at least {_rounded_up(need)} s")

@@ -44,7 +44,7 @@ def conformal_tables(result: dict, width: int | None = None) -> list[Table]:
     lac = result["scores"]["lac"]
     overall = Table(title=_title(result))
     overall.add_column("")
-    overall.add_column(f"all test questions (n = {lac['n']:,})", justify="right", no_wrap=True)
+    overall.add_column(f"all test questions (n = {lac['n']:,})", justify="right", overflow="fold")
     for label, value in zip(COLUMNS, _cells(result, interval=True)):
         overall.add_row(label, value)
     tables = [within(overall, width)]

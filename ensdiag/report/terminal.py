@@ -179,7 +179,7 @@ def ood_tables(metrics: dict, width: int | None = None) -> tuple[list[Table], li
         found = Table(title=_text(heading))
         found.add_column("")
         for name, _ in part:
-            found.add_column(_text(name), justify="right", no_wrap=True)
+            found.add_column(_text(name), justify="right", overflow="fold")  # too narrow for one: folded, never cut
         for key, label in OOD_COLUMNS.items():
             found.add_row(label, *[cell(entry.get(key), interval=True) for _, entry in part])
         return found
