@@ -242,17 +242,18 @@ def coverage(record: dict) -> list[str]:
     binomial upper bound is lowest), and on which side the misses fell over every cell."""
     settings, cells = record["settings"], record["cells"]
     sizes, floor = settings["sizes"], settings["floor"]
-    counts = {n: sorted({column["ensdiag"]["replicates"] for cell in cells if cell["n"] == n
-                         for column in cell["columns"].values() if column["ensdiag"]["replicates"]}) or [0] for n in sizes}
+    drawn = lambda cell: max(max([column["ensdiag"]["replicates"]] + [c["replicates"] for c in column["candidates"].values()])  # noqa: E731
+                             for column in cell["columns"].values())
+    counts = {n: sorted({drawn(cell) for cell in cells if cell["n"] == n}) or [0] for n in sizes}
     replicates = ", ".join(f"{counts[n][0] if counts[n][0] == counts[n][-1] else f'{counts[n][0]}–{counts[n][-1]}'} "
                            f"at N = {n:,}" for n in sizes)
     lines = [f"{len(record['populations'])} populations ({', '.join(record['populations'])}; `benchmarks/"
-             f"coverage_populations.py`), replicates per cell: {replicates} (the issue asked for "
-             f"{settings['replicates_wanted']}; what one shared core held, {record['process_seconds']:,.0f} process "
-             f"seconds); truths from {settings['truth_examples']:,} examples per split. Each cell: coverage of the "
-             f"printed 95 % interval [its Clopper–Pearson 95 % interval] ±its mean half-width, at the population "
-             f"where the upper bound is lowest; ✗: the upper bound below {floor}. Misses: replicates whose interval "
-             f"lay above the truth / below it, over every cell.", "",
+             f"coverage_populations.py`), replicates per cell: {replicates} (the issue asks for "
+             f"{settings['replicates_wanted']}); truths from {settings['truth_examples']:,} examples per split. Each "
+             f"cell: coverage of the printed 95 % interval [its Clopper–Pearson 95 % interval] ±its mean half-width, "
+             f"at the population where the upper bound is lowest (replicates without an interval, which say why, are "
+             f"not counted; \"none in …\": populations where no replicate had one); ✗: the upper bound below {floor}. "
+             f"Misses: replicates whose interval lay above the truth / below it, over every cell.", "",
              "| column | " + " | ".join(f"N = {n:,}" for n in sizes) + " | misses (truth below / above) |",
              "|---|" + "---|" * len(sizes) + "---|"]
     keys = dict.fromkeys(key for cell in cells for key in cell["columns"])
@@ -265,12 +266,16 @@ def coverage(record: dict) -> list[str]:
             continue
         row = []
         for n in sizes:
-            here = [(cell, column) for cell, column in found if cell["n"] == n and column["ensdiag"].get("covered") is not None]
+            here = [(cell, column) for cell, column in found if cell["n"] == n and column["ensdiag"].get("covered") is not None
+                    and column["ensdiag"]["replicates"]]
             if not here:
                 row.append("–")
                 continue
             cell, column = min(here, key=lambda pair: pair[1]["ensdiag"]["coverage_interval"][1])
-            row.append(f"{_coverage_cell(column['ensdiag'], floor)} ({cell['population']})")
+            none = [other["population"] for other, found_column in found if other["n"] == n
+                    and not found_column["ensdiag"]["replicates"] and found_column["notes"]]
+            row.append(f"{_coverage_cell(column['ensdiag'], floor)} ({cell['population']})"
+                       + (f"; none in {', '.join(none)}" if none else ""))
         below = sum(column["ensdiag"].get("truth_below") or 0 for _, column in found)
         above = sum(column["ensdiag"].get("truth_above") or 0 for _, column in found)
         lines.append(f"| `{key.removesuffix('/value')}` | " + " | ".join(row) + f" | {below} / {above} |")
