@@ -43,8 +43,8 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
     figures, drawn, formats, jobs = [], Drawn(folder), ("png", "svg") if svg else ("png",), []
 
     def add(name, title, draw, *inputs, damaged=None):
-        """Figure `name`, `draw(*inputs)` (a module-level function), to be drawn unless its files were
-        drawn from these very inputs; `damaged()`: the error a layout error in drawing it means."""
+        """Figure `name`, `draw(*inputs)`, to be drawn (drawing.py) unless its files were drawn from
+        these very inputs; `damaged()`: the error a layout error in drawing it means."""
         if drawn.stale(name, formats, inputs):
             jobs.append(Job(name, draw, inputs, damaged))
         figures.append({"name": name, "title": title, "png": f"figures/{name}.png",

@@ -5,7 +5,7 @@ are (analysis/conformal.py computes them)."""
 from rich.table import Table
 from rich.text import Text
 
-from .terminal import _natural_width, cell, within
+from .terminal import cell, fits, within
 
 
 COLUMNS = ("LAC coverage", "LAC set size ↓", "APS coverage", "APS set size ↓")
@@ -39,7 +39,7 @@ def conformal_tables(result: dict, width: int | None = None) -> list[Table]:
     """[`conformal_table`], or where it is wider than `width`: every test question's numbers with
     their intervals one per row, then each subtask's (no intervals) held to the width."""
     table = conformal_table(result)
-    if width is None or _natural_width(table) <= width:
+    if fits(table, width):
         return [table]
     lac = result["scores"]["lac"]
     overall = Table(title=_title(result))

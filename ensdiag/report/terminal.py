@@ -112,27 +112,39 @@ def metrics_tables(metrics: dict, title: str = "Metrics", width: int | None = No
     transposed — one column per split, as many splits side by side as the width holds — so that
     no cell is cut or wrapped mid-interval."""
     table = metrics_table(metrics, title)
-    if width is None or _natural_width(table) <= width:
+    if fits(table, width):
         return [table]
-    rows = _split_rows(metrics)
+    return side_by_side(_split_rows(metrics), METRIC_COLUMNS, title, width)
+
+
+def side_by_side(columns: list, labels, title: str, width: int) -> list[Table]:
+    """Tables of `columns` ([(name, [a cell per label])]) beside a first column of `labels`, as many
+    columns side by side as `width` holds (at least one; a column too wide alone folds, never cuts);
+    the first table titled `title`, the others "(continued)"."""
+    labels = list(labels)
 
     def transposed(part, heading):
         found = Table(title=_text(heading))
         found.add_column("")
-        for split, _ in part:
-            found.add_column(_text(split), justify="right")
-        for index, name in enumerate(METRIC_COLUMNS):
-            found.add_row(name, *[cells[index] for _, cells in part])
+        for name, _ in part:
+            found.add_column(_text(name), justify="right", overflow="fold")
+        for index, label in enumerate(labels):
+            found.add_row(label, *[cells[index] for _, cells in part])
         return found
 
     tables, start = [], 0
-    while start < len(rows):  # as many splits side by side as the width holds (at least one)
+    while start < len(columns):
         stop = start + 1
-        while stop < len(rows) and _natural_width(transposed(rows[start:stop + 1], title)) <= width:
+        while stop < len(columns) and _natural_width(transposed(columns[start:stop + 1], title)) <= width:
             stop += 1
-        tables.append(transposed(rows[start:stop], title if start == 0 else f"{title} (continued)"))
+        tables.append(transposed(columns[start:stop], title if start == 0 else f"{title} (continued)"))
         start = stop
     return tables
+
+
+def fits(table: Table, width: int | None) -> bool:
+    """Whether the table, drawn as wide as it wants, fits `width` columns (None: any width)."""
+    return width is None or _natural_width(table) <= width
 
 
 def _natural_width(renderable) -> int:
@@ -170,33 +182,17 @@ def ood_tables(metrics: dict, width: int | None = None) -> tuple[list[Table], li
     table = ood_table(metrics)
     if table is None:
         return [], []
-    if width is None or _natural_width(table) <= width:
+    if fits(table, width):
         return [table], []
-    ood = metrics["analyzers"]["ood"]
-    scores, title = list(ood["scores"].items()), _ood_title(ood)
-
-    def transposed(part, heading):
-        found = Table(title=_text(heading))
-        found.add_column("")
-        for name, _ in part:
-            found.add_column(_text(name), justify="right", overflow="fold")  # too narrow for one: folded, never cut
-        for key, label in OOD_COLUMNS.items():
-            found.add_row(label, *[cell(entry.get(key), interval=True) for _, entry in part])
-        return found
-
-    tables, start = [], 0
-    while start < len(scores):  # as many scores side by side as the width holds (at least one)
-        stop = start + 1
-        while stop < len(scores) and _natural_width(transposed(scores[start:stop + 1], title)) <= width:
-            stop += 1
-        tables.append(transposed(scores[start:stop], title if start == 0 else f"{title} (continued)"))
-        start = stop
-    return tables, ["OOD scores: " + "; ".join(f"{name}: {entry['score']}" for name, entry in scores)]
+    scores = metrics["analyzers"]["ood"]["scores"]
+    columns = [(name, [cell(entry.get(key), interval=True) for key in OOD_COLUMNS]) for name, entry in scores.items()]
+    return (side_by_side(columns, OOD_COLUMNS.values(), _ood_title(metrics["analyzers"]["ood"]), width),
+            ["OOD scores: " + "; ".join(f"{name}: {entry['score']}" for name, entry in scores.items())])
 
 
 def within(table: Table, width: int | None) -> Table:
     """The table held to `width` columns where it is wider (its headings wrap between words)."""
-    if width is not None and _natural_width(table) > width:
+    if not fits(table, width):
         table.width = width
     return table
 
