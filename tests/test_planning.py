@@ -138,24 +138,31 @@ def test_geometry_steps_report_what_they_read_and_a_step_out_of_time_says_why():
     assert set(steps["cka"]["n"]) == {"id", "ood"} and steps["cka"]["half_width"]["id"] is not None
     assert roomy.metrics["analyzers"]["paths"]["loss_barrier"]["interval"]["n"] == steps["paths"]["n"]
     assert roomy.metrics["analyzers"]["cka"]["splits"]["id"]["mean"]["interval"]["low"] is not None
-    budget, tight = 0.6, None  # or, where the pilot alone costs more (a loaded machine), the least a refusal names
-    for _ in range(3):
+    # ever tighter budgets (a fast machine fits everything in 0.6 s; a loaded one refuses it, naming its least)
+    # until one leaves member geometry out: every budget accepted on the way is a limit, every step ok or skipped
+    budgets, tight, tried = [0.6, 0.45, 0.35, 0.25, 0.18], None, 0
+    while budgets and tried < 8:
+        budget, tried = budgets.pop(0), tried + 1
         try:
-            tight = ensdiag.diagnose(model, test=test, ood=ood, train=test, budget=f"{budget:g}s", progress=False)
-            break
+            found = ensdiag.diagnose(model, test=test, ood=ood, train=test, budget=f"{budget:g}s", progress=False)
         except EnsdiagError as refusal:
             named = re.search(r"give at least ([\d.]+) s", str(refusal))
             if named is None:
                 pytest.fail(str(refusal))
-            budget = math.ceil(float(named.group(1)) / (1 + NEED_MARGIN) * 20) / 20  # the least, without the margin
-    assert tight is not None and budget <= 3, f"{budget:g} s was refused, or named (a pilot of this toy costs well under 1 s)"
-    record = tight.metrics["budget"]
-    for name in ("cka", "paths", "alignment", "rank-structure"):
-        result = tight.metrics["analyzers"][name]
-        assert result["status"] == "ok" or (result["status"] == "skipped" and result["reason"].startswith("budget: ")
-                                            and record["skipped"][name])
-    assert record["skipped"], "the least budget leaves member geometry out, and says so"
-    assert record["spent_seconds"] <= budget * 1.1 + 0.2  # a budget is a limit (and 0.2 s for what it cannot stop)
+            least = math.ceil(float(named.group(1)) / (1 + NEED_MARGIN) * 20) / 20  # the least, without the margin
+            assert least <= 3, f"{budget:g} s was refused, naming {least:g} s (a pilot of this toy costs well under 1 s)"
+            budgets = [least] if least > budget else []
+            continue
+        record = found.metrics["budget"]
+        assert record["spent_seconds"] <= budget * 1.1 + 0.2  # a budget is a limit (and 0.2 s for what it cannot stop)
+        for name in ("cka", "paths", "alignment", "rank-structure"):
+            result = found.metrics["analyzers"][name]
+            assert result["status"] == "ok" or (result["status"] == "skipped" and result["reason"].startswith("budget: ")
+                                                and record["skipped"][name])
+        if record["skipped"]:
+            tight = found
+            break
+    assert tight is not None, "no budget between the least and 0.6 s left member geometry out"
     items, notes = diversity_view(tight.metrics, "toy")
     assert any("skipped —" in note for note in notes)
 
