@@ -68,7 +68,8 @@ def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float,
 def candidates(estimate, resampled, value) -> dict:
     """{construction: (low, high)} of every construction from one column's resamples (ensdiag's
     bootstrap module): percentile, basic, the bias-corrected percentile and the hull of basic, percentile
-    and the value for any statistic; the ray inversion and its hull for a folded one (a sum of absolute
+    and the value for any statistic; the logit-scale one for a number in [0, 1] (its floor 10⁻⁹, not
+    the column's half pair); the ray inversion and its hull for a folded one (a sum of absolute
     gaps or a maximum). "… ∪ percentile" is what `bootstrap.hulled` prints."""
     from ensdiag.analysis import bootstrap as B
     folded = isinstance(resampled, B.Folded)
@@ -80,6 +81,8 @@ def candidates(estimate, resampled, value) -> dict:
     hull = lambda name: (min(found[name][0], found["percentile"][0], value),  # noqa: E731
                          max(found[name][1], found["percentile"][1], value))
     found["basic ∪ percentile"] = hull("basic")
+    if 0 <= value <= 1 and bool(((values >= 0) & (values <= 1)).all()):  # a number in [0, 1]: also on the logit scale
+        found["logit"] = B.logit(1e-9)(value, values)
     if folded:
         found["ray"] = B.ray(estimate, resampled)
         found["ray ∪ percentile"] = hull("ray")

@@ -93,16 +93,6 @@ def calibration_split(n: int, seed: int = SEED) -> tuple[torch.Tensor, torch.Ten
     return order[:half].sort().values, order[half:].sort().values
 
 
-def clopper_pearson(covered: int, n: int, level: float = B.LEVEL) -> tuple[float, float]:
-    """The exact binomial interval for a proportion covered/n (beta quantiles, through
-    scipy.special: scipy.stats costs every run a slow import)."""
-    from scipy.special import betaincinv
-    tail = (1 - level) / 2
-    low = 0.0 if covered == 0 else float(betaincinv(covered, n - covered + 1, tail))
-    high = 1.0 if covered == n else float(betaincinv(covered + 1, n - covered, 1 - tail))
-    return low, high
-
-
 def _subtasks(predictions: dict) -> list[tuple[str, int, int]] | None:
     """[(subtask, start, stop)] where `id` is its `id/<subtask>` splits one after the other (lm-eval
     groups), else None."""
@@ -131,7 +121,7 @@ def _measured(sets: torch.Tensor, labels: torch.Tensor, name: str, with_interval
              "set_size": metric(sizes.mean().item(), "mean number of choices in a set"),
              "empty": metric((sizes == 0).double().mean().item(), "fraction of test questions with an empty set")}
     if with_intervals and n:
-        low, high = clopper_pearson(int(covered.sum()), n)
+        low, high = B.clopper_pearson(int(covered.sum()), n)
         entry["coverage"]["interval"] = {"low": low, "high": high, "level": B.LEVEL, "n": n,
                                          "method": "Clopper–Pearson over the test questions, given the calibration"}
         count = B.resamples_for(n)

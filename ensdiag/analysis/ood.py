@@ -51,15 +51,15 @@ BOTH = ("id", "ood")  # each number is a statistic of both samples: its interval
                    "variation ratio)",
                    version=2,  # 2: energy, max-logit, variation ratio, mean member entropy
                    columns=[Column("AUPR", ("scores", "msp", "aupr_out", "value"), "up", "AUPR-Out (OOD positive)", ("ood",), 10,
-                                   examples=BOTH),
+                                   examples=BOTH, interval="logit-debiased"),
                             Column("AUROC", ("scores", "msp", "auroc", "value"), "up", "P(score_ood > score_id)", ("ood",), 20,
-                                   examples=BOTH),
+                                   examples=BOTH, interval="logit"),
                             Column("FPR95 OOD→ID", ("scores", "msp", "fpr95_ood_as_id", "value"), "down",
                                    "fraction of OOD accepted as ID at the threshold keeping 95 % of ID", ("ood",), 30,
-                                   examples=BOTH),
+                                   examples=BOTH, interval="binomial:ood"),
                             Column("FPR95 ID→OOD", ("scores", "msp", "fpr95_id_as_ood", "value"), "down",
                                    "fraction of ID flagged as OOD at the threshold catching 95 % of OOD", ("ood",), 35,
-                                   examples=BOTH)])
+                                   examples=BOTH, interval="binomial:id")])
 def ood(predictions, weights=None):
     if "ood" not in predictions or "id" not in predictions:
         raise Skip("needs both an id and an ood split")

@@ -93,8 +93,10 @@ class Column:
     examples: tuple[str, ...] | bool | None = None  # the splits whose examples it is a statistic of (below)
     # its interval's construction (bootstrap.py, chosen from benchmarks/interval_coverage.py's record): "percentile";
     # "basic" where its resamples carry a bias of their own (a debiased estimator re-biased by the duplicates);
-    # "upper" ([0, …]) for an unsigned error a test set puts above 0 where the population's is 0. A folded
-    # statistic is inverted along its ray unless it says "upper"
+    # "upper" ([0, …]) for an unsigned error a test set puts above 0 where the population's is 0; "logit" for a
+    # number in [0, 1] that may sit near 1 (AUROC; "logit-debiased" where it also reads high there: AUPR);
+    # "binomial:SPLIT" for a fraction of SPLIT's examples past a threshold (FPR95). A folded statistic is
+    # inverted along its ray unless it says "upper"
     interval: str = "percentile"
 
     def example_splits(self, split: str | None = None) -> tuple[str, ...]:

@@ -137,13 +137,14 @@ def _entry(result, path, reads, predictions, resampled, full, kind: str = "perce
     of = None
     if any(split in full for split in reads):  # a subsample: the full split's size (every stratum alike)
         of = sum(full.get(split, size) for split, size in sizes.items())
+    kind, _, of_split = kind.partition(":")  # "binomial:ood": a fraction of the ood split's examples
     if isinstance(values, B.Folded):
         entry = B.interval(estimate, values, sum(sizes.values()), "upper" if kind == "upper" else "ray", of=of,
                            strata=strata)
     else:
         value = _metric(result, path).get("value")
         entry = B.interval(value if isinstance(value, (int, float)) else None, values, sum(sizes.values()), kind,
-                           of=of, strata=strata)
+                           of=of, strata=strata, trials=sizes.get(of_split))
     clustered = {split: clusters for split in reads if (clusters := getattr(predictions[split], "clusters", None))}
     if clustered:
         entry["method"] += "; " + ", ".join(f"{split}: {count:,} inputs resampled, each with all its "
