@@ -22,8 +22,10 @@ runs a subset of the cells (slow tier) and checks the committed record.
 A full record is hours of a core (about 100 s per replicate of every cell), so it is built in parts:
 `--resume RECORD` adds replicates to a record (each cell goes on from the replicate index it reached,
 so no draw is repeated) when the code it measures — the analyzers, the intervals, member geometry and
-these two scripts — is what it was at every commit the record already holds (git says so; else it is
-refused, naming the files that changed). The record lists the commits and the replicates each added.
+these two scripts — gives the numbers it gave at every commit the record already holds: where git says
+those files changed, replicate 0 of every cell is computed by the record's commit (a git worktree) and
+by the code now, and every value and interval must agree to 10⁻⁹ (else it is refused, naming what
+moved). The record lists the commits and the replicates each added.
 """
 
 import argparse
@@ -390,7 +392,7 @@ def _uncommitted() -> list[str]:
 
 def _check_resumable(args) -> dict:
     """The record args.resume, refused (before any truth is computed) where it was made with other
-    settings, populations or analyzers, or by code that has changed since."""
+    settings, populations or analyzers, or by code that gives other numbers now (`_same_numbers`)."""
     record = json.loads(args.resume.read_text())
     settings = record["settings"]
     for key, wanted in (("sizes", args.sizes), ("truth_examples", args.truth_examples), ("members", P.MEMBERS),
@@ -400,14 +402,89 @@ def _check_resumable(args) -> dict:
     if sorted(record["populations"]) != sorted(args.populations):
         raise SystemExit(f"--resume: the record's populations are {sorted(record['populations'])}")
     parts = record.get("parts") or [{"commit": record["environment"].get("git_commit"), "from": {}, "to": {}}]
-    for part in parts:
-        if not part["commit"]:
+    for commit in dict.fromkeys(part["commit"] for part in parts):
+        if not commit:
             raise SystemExit("--resume: the record does not say which commit made it")
-        changed = _changed_since(part["commit"])
-        if changed:
-            raise SystemExit(f"--resume: the code the record measured changed since {part['commit'][:12]}: "
-                             + ", ".join(changed))
+        changed = _changed_since(commit)
+        if changed:  # the code moved on: the record goes on only if its numbers did not
+            _same_numbers(commit, changed, args)
     return record
+
+
+PROBE = """
+import json, sys
+import torch
+torch.set_num_threads(1)
+import coverage_populations as P, interval_coverage as C
+cells, only = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+print(json.dumps({f"{name}|{n}": C.Replicates(P.POPULATIONS[name], n, only).run(0) for name, n in cells}))
+"""  # replicate 0 of every cell, by the code of the folder it runs in (its own package and scripts)
+
+
+def _probe(root: Path, cells: list, only):
+    """A process computing replicate 0 of `cells` with the code under `root` (Popen; stdout: JSON)."""
+    import os
+    import subprocess
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "benchmarks"), str(root)]), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", PROBE, json.dumps(cells), json.dumps(only)], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _same_numbers(commit: str, changed: list, args, tolerance: float = 1e-9) -> None:
+    """Refuse to resume unless replicate 0 of every cell — every column's value, ensdiag's interval and
+    every candidate's — is the same number (to `tolerance`, relative) at `commit` and now: a change to
+    the measured code that moves no number (a faster resampler) keeps the record going, one that moves
+    any refuses, naming the first columns that moved. About two minutes of two cores."""
+    import shutil
+    import subprocess
+    import tempfile
+    root = Path(__file__).resolve().parents[1]
+    cells = [[name, n] for name in args.populations for n in args.sizes]
+    print(f"--resume: {', '.join(changed)} changed since {commit[:12]}; comparing replicate 0 of every cell …",
+          flush=True)
+    scratch = Path(tempfile.mkdtemp(prefix="coverage-probe-"))
+    then = scratch / "then"
+    try:
+        added = subprocess.run(["git", "worktree", "add", "--detach", str(then), commit], cwd=root, capture_output=True,
+                               text=True)
+        if added.returncode != 0:
+            raise SystemExit(f"--resume: git cannot check out the record's commit {commit}: {added.stderr.strip()}")
+        runs = [_probe(then, cells, args.only), _probe(root, cells, args.only)]
+        outputs = [run.communicate() for run in runs]
+        for run, (out, err) in zip(runs, outputs):
+            if run.returncode != 0:
+                raise SystemExit(f"--resume: replicate 0 failed: {err.strip().splitlines()[-1] if err.strip() else run.returncode}")
+        moved = differences(json.loads(outputs[0][0]), json.loads(outputs[1][0]), tolerance)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(then)], cwd=root, capture_output=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+    if moved:
+        raise SystemExit(f"--resume: the code changed since {commit[:12]} gives other numbers ({len(moved)}), e.g. "
+                         + "; ".join(moved[:3]))
+    print(f"--resume: every cell's replicate 0 is the same at {commit[:12]} and now", flush=True)
+
+
+def differences(then: dict, now: dict, tolerance: float = 1e-9) -> list[str]:
+    """["cell column: what moved"] between two probes (`PROBE`): a column or candidate present in one
+    only, or a value or interval end that differs by more than `tolerance` (relative; 10⁻¹² absolute)."""
+    def same(a, b):
+        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=tolerance, abs_tol=1e-12)
+        return a == b
+    found = []
+    for cell in sorted(set(then) | set(now)):
+        before, after = then.get(cell, {}), now.get(cell, {})
+        for key in sorted(set(before) | set(after)):
+            if key not in before or key not in after:
+                found.append(f"{cell} {key}: only {'now' if key in after else 'then'}")
+                continue
+            for part in ("value", "ensdiag", "note", "construction", "candidates"):
+                if not same(before[key].get(part) if part != "candidates" else sorted(before[key][part].items()),
+                            after[key].get(part) if part != "candidates" else sorted(after[key][part].items())):
+                    found.append(f"{cell} {key}: {part} {before[key].get(part)!r:.60} → {after[key].get(part)!r:.60}")
+    return found
 
 
 def resumed(record: dict, truths: dict):

@@ -137,3 +137,24 @@ def test_the_truths_are_ensdiag_s_values_on_a_large_draw():
         for part in path:
             node = node[part]
         assert node == pytest.approx(truths[key], abs=tolerance), key
+
+
+def test_a_record_resumes_across_a_change_that_moves_no_number_and_names_one_that_does():
+    """--resume after the measured code changed: replicate 0 of every cell by the record's commit (a git
+    worktree) and by the code now. HEAD and the working tree agree on every number here (the suite runs on
+    committed code); a moved interval end or a column present once only is named."""
+    import argparse
+    import subprocess
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    args = argparse.Namespace(populations=["easy OOD"], sizes=[200], only=["ood"])
+    C._same_numbers("HEAD", ["benchmarks/interval_coverage.py"], args)  # raises SystemExit where a number moved
+    outcome = {"value": 0.9, "ensdiag": [0.8, 0.95], "note": None, "construction": "logit",
+               "candidates": {"percentile": [0.85, 0.93]}}
+    then = {"easy OOD|200": {"ood/auroc": outcome, "ood/aupr": outcome}}
+    assert C.differences(then, json.loads(json.dumps(then))) == []
+    nudged = {"easy OOD|200": {"ood/auroc": {**outcome, "ensdiag": [0.8, 0.95 * (1 + 1e-13)]}, "ood/aupr": outcome}}
+    assert C.differences(then, nudged) == []  # the last bits of a sum taken in another order
+    moved = {"easy OOD|200": {"ood/auroc": {**outcome, "candidates": {"percentile": [0.85, 0.931]}}}}
+    found = C.differences(then, moved)
+    assert len(found) == 2 and "ood/aupr: only then" in found[0] and "ood/auroc: candidates" in found[1]
