@@ -30,6 +30,22 @@ def test_draws_depend_on_the_split_family_and_size_only_and_blocks_agree():
     assert counts.sum(1).tolist() == [50.0] * 3 and counts[0, whole[0, 0]] >= 1
 
 
+@pytest.mark.parametrize("kept", [True, False])
+def test_the_shared_counts_are_the_draws_in_any_order_of_blocks_kept_or_drawn_again(kept, monkeypatch):
+    """Draws hands out the same counts whoever asks, in whatever blocks and order: kept (a byte per
+    count) or, for a split above KEPT_ENTRIES, drawn again from a stream that goes on or restarts."""
+    if not kept:
+        monkeypatch.setattr(B, "KEPT_ENTRIES", 100)
+    n, resamples = 37, 60
+    whole = B.counts_of(B.draws("id", n, resamples), n)
+    draws = B.Draws()
+    for start, stop in [(0, 7), (7, 20), (20, 60), (3, 11), (50, 60), (0, 60), (30, 31)]:
+        found = draws.counts("id", n, start, stop)
+        assert found.dtype == torch.float64 and torch.equal(found, whole[start:stop])
+    assert bool(draws.kept) is kept
+    assert torch.equal(draws.counts("shift/fog", n, 0, 5), B.counts_of(B.draws("shift", n, 5), n))
+
+
 # a re-run refits what these fit on the resampled split itself; their own tests check their resamplers
 REFITTED = {"refinement": "cross-fits its temperatures by position, one Newton step per resample (tests/test_diagnostics.py)"}
 

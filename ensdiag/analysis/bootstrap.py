@@ -113,17 +113,38 @@ def counts_of(rows: torch.Tensor, n: int) -> torch.Tensor:
     return torch.bincount((offsets + rows).flatten(), minlength=len(rows) * n).view(len(rows), n).double()
 
 
-KEPT_ENTRIES = 2**23  # a split's counts are kept for every statistic up to this size (64 MiB of float64)
+KEPT_ENTRIES = 2**26  # a split's counts are kept for every statistic up to this size (64 MiB: a byte each)
+
+
+class _Stream:
+    """The rows of one split's generator (`seed_of`), handed out in order: asked for rows start..stop it
+    goes on from where it stopped, skipping forward in blocks (never all the skipped rows at once), and
+    starts again from the seed only when asked for rows it has passed."""
+
+    def __init__(self, split: str, n: int):
+        self.split, self.n, self.generator, self.position = split, n, None, 0
+
+    def rows(self, start: int, stop: int) -> torch.Tensor:
+        if self.generator is None or start < self.position:
+            self.generator, self.position = torch.Generator().manual_seed(seed_of(self.split, self.n)), 0
+        while self.position < start:
+            step = min(start - self.position, block_size(self.n))
+            torch.randint(0, self.n, (step, self.n), generator=self.generator)
+            self.position += step
+        found = torch.randint(0, self.n, (stop - start, self.n), generator=self.generator)
+        self.position = stop
+        return found
 
 
 class Draws:
     """The bootstrap counts of every split, drawn once for all the statistics that resample it (each
     analyzer, the verdict): rows in order from the split's generator (`seed_of`), so whoever asks
-    for resamples start..stop of (split, n) gets the same counts. Kept up to `KEPT_ENTRIES` per split;
-    larger ones are drawn again when asked (the same rows, from the start of the stream)."""
+    for resamples start..stop of (split, n) gets the same counts. Kept, a byte per count, up to
+    `KEPT_ENTRIES` per split; larger ones are drawn again when asked, the split's stream going on
+    from the block it gave last (statistics read a split block after block)."""
 
     def __init__(self):
-        self.kept = {}
+        self.kept, self.streams = {}, {}
 
     def counts(self, split: str, n: int, start: int, stop: int, clusters: int | None = None) -> torch.Tensor:
         """[stop − start, n] float64: how often each example was drawn in resamples start..stop−1.
@@ -133,12 +154,18 @@ class Draws:
             return self.counts(split, clusters, start, stop).repeat(1, n // clusters)
         key = (family(split), n)
         found = self.kept.get(key)
-        if found is None or len(found) < stop:
-            if stop * n > KEPT_ENTRIES:
-                return counts_of(draws(split, n, stop, start, stop), n)
-            found = counts_of(draws(split, n, stop), n)
-            self.kept[key] = found
-        return found[start:stop]
+        if found is not None and len(found) >= stop:
+            return found[start:stop].double()
+        stream = self.streams.setdefault(key, _Stream(split, n))
+        if stop * n > KEPT_ENTRIES:
+            return counts_of(stream.rows(start, stop), n)
+        held = 0 if found is None else len(found)
+        more = counts_of(stream.rows(held, stop), n)
+        if more.max() >= 255:  # a count a byte cannot hold: never in practice (Binomial(n, 1/n) ≥ 255)
+            return counts_of(draws(split, n, stop, start, stop), n)
+        found = more.to(torch.uint8) if found is None else torch.cat([found, more.to(torch.uint8)])
+        self.kept[key] = found
+        return found[start:stop].double()
 
 
 def finite_population(n: int, of: int | None) -> float:
