@@ -366,7 +366,8 @@ def interval(estimate, resampled, n: int, kind: str = "percentile", *, level: fl
     builders = {"percentile": lambda: percentile, "basic": lambda: hulled(basic), "ray": lambda: hulled(ray),
                 "upper": lambda: upper(ray if isinstance(resampled, Folded) else basic),
                 "logit": lambda: logit(0.5 / pairs),
-                "logit-debiased": lambda: logit(0.5 / pairs, debiased=True), "binomial": lambda: binomial(trials)}
+                "logit-debiased": lambda: logit(0.5 / pairs, debiased=True),
+                "binomial": lambda: binomial(trials) if trials else percentile}  # no count known: the percentiles
     build = builders[kind]()
     clamp = lambda pair: [min(max(pair[0], bounds[0]), bounds[1]), min(max(pair[1], bounds[0]), bounds[1])]  # noqa: E731
     entry["low"], entry["high"] = clamp(build(estimate, resampled, level))
