@@ -70,8 +70,9 @@ def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float,
 def candidates(estimate, resampled, value) -> dict:
     """{construction: (low, high)} of every construction from one column's resamples (ensdiag's
     bootstrap module): percentile, basic, the bias-corrected percentile and the hull of basic, percentile
-    and the value for any statistic; the logit-scale one for a number in [0, 1] (its floor 10⁻⁹, not
-    the column's half pair); the ray inversion and its hull for a folded one (a sum of absolute
+    and the value for any statistic; the logit-scale ones (plain and debiased) for a number in [0, 1]
+    (their floor 10⁻⁹, not the column's half pair, and no exact bound at 0 or 1: the column's own
+    interval has those); the ray inversion and its hull for a folded one (a sum of absolute
     gaps or a maximum). "… ∪ percentile" is what `bootstrap.hulled` prints."""
     from ensdiag.analysis import bootstrap as B
     folded = isinstance(resampled, B.Folded)
@@ -85,6 +86,7 @@ def candidates(estimate, resampled, value) -> dict:
     found["basic ∪ percentile"] = hull("basic")
     if 0 <= value <= 1 and bool(((values >= 0) & (values <= 1)).all()):  # a number in [0, 1]: also on the logit scale
         found["logit"] = B.logit(1e-9)(value, values)
+        found["logit-debiased"] = B.logit(1e-9, debiased=True)(value, values)
     if folded:
         found["ray"] = B.ray(estimate, resampled)
         found["ray ∪ percentile"] = hull("ray")
@@ -299,6 +301,10 @@ def main():
         Path(__file__).parent / "results" / f"coverage-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
     rounds = dict(zip(args.sizes, args.rounds or [25] * len(args.sizes)))
     began = time.process_time()
+    import ensdiag
+    if not Path(ensdiag.__file__).resolve().is_relative_to(Path(__file__).resolve().parents[1]):
+        raise SystemExit(f"this checkout's code is what a record measures, but Python imports ensdiag from "
+                         f"{Path(ensdiag.__file__).parent} (pip install -e . here, or PYTHONPATH=.)")
     uncommitted = _uncommitted()
     if uncommitted:  # a record names the commit whose code made it
         raise SystemExit("commit the code a record measures first: " + ", ".join(uncommitted))
@@ -413,28 +419,33 @@ def _check_resumable(args) -> dict:
 
 PROBE = """
 import json, sys
+from pathlib import Path
 import torch
 torch.set_num_threads(1)
-import coverage_populations as P, interval_coverage as C
-cells, only = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-print(json.dumps({f"{name}|{n}": C.Replicates(P.POPULATIONS[name], n, only).run(0) for name, n in cells}))
+import ensdiag, coverage_populations as P, interval_coverage as C
+assert Path(ensdiag.__file__).resolve().is_relative_to(Path.cwd().resolve()), ensdiag.__file__
+cells, only, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3])
+out.write_text(json.dumps({f"{name}|{n}": C.Replicates(P.POPULATIONS[name], n, only).run(0) for name, n in cells}))
 """  # replicate 0 of every cell, by the code of the folder it runs in (its own package and scripts)
+PROBE_SECONDS = 3600  # two probes of every cell take about two minutes of two cores
 
 
-def _probe(root: Path, cells: list, only):
-    """A process computing replicate 0 of `cells` with the code under `root` (Popen; stdout: JSON)."""
+def _probe(root: Path, cells: list, only, out: Path):
+    """A process writing replicate 0 of `cells`, computed with the code under `root`, to `out` (JSON)."""
     import os
     import subprocess
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "benchmarks"), str(root)]), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-c", PROBE, json.dumps(cells), json.dumps(only)], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    path = [str(root / "benchmarks"), str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", PROBE, json.dumps(cells), json.dumps(only), str(out)], cwd=root,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def _same_numbers(commit: str, changed: list, args, tolerance: float = 1e-9) -> None:
     """Refuse to resume unless replicate 0 of every cell — every column's value, ensdiag's interval and
-    every candidate's — is the same number (to `tolerance`, relative) at `commit` and now: a change to
-    the measured code that moves no number (a faster resampler) keeps the record going, one that moves
-    any refuses, naming the first columns that moved. About two minutes of two cores."""
+    every candidate both hold — is the same number (to `tolerance`, relative) at `commit` and now: a
+    change to the measured code that moves no number (a faster resampler) keeps the record going, one
+    that moves any refuses, naming the first columns that moved. About two minutes of two cores. Both
+    probes run this checkout's way of importing (each asserts its ensdiag is its folder's)."""
     import shutil
     import subprocess
     import tempfile
@@ -443,20 +454,29 @@ def _same_numbers(commit: str, changed: list, args, tolerance: float = 1e-9) -> 
     print(f"--resume: {', '.join(changed)} changed since {commit[:12]}; comparing replicate 0 of every cell …",
           flush=True)
     scratch = Path(tempfile.mkdtemp(prefix="coverage-probe-"))
-    then = scratch / "then"
+    then, runs = scratch / "then", []
     try:
         added = subprocess.run(["git", "worktree", "add", "--detach", str(then), commit], cwd=root, capture_output=True,
                                text=True)
         if added.returncode != 0:
             raise SystemExit(f"--resume: git cannot check out the record's commit {commit}: {added.stderr.strip()}")
-        runs = [_probe(then, cells, args.only), _probe(root, cells, args.only)]
-        outputs = [run.communicate() for run in runs]
-        for run, (out, err) in zip(runs, outputs):
+        runs = [_probe(folder, cells, args.only, scratch / f"{name}.json") for folder, name in ((then, "then"), (root, "now"))]
+        for run in runs:
+            try:
+                _, err = run.communicate(timeout=PROBE_SECONDS)
+            except subprocess.TimeoutExpired:
+                raise SystemExit(f"--resume: replicate 0 took over {PROBE_SECONDS} s") from None
             if run.returncode != 0:
-                raise SystemExit(f"--resume: replicate 0 failed: {err.strip().splitlines()[-1] if err.strip() else run.returncode}")
-        moved = differences(json.loads(outputs[0][0]), json.loads(outputs[1][0]), tolerance)
+                raise SystemExit("--resume: replicate 0 failed: "
+                                 + (err.strip().splitlines()[-1] if err.strip() else f"exit {run.returncode}"))
+        moved = differences(*(json.loads((scratch / f"{name}.json").read_text()) for name in ("then", "now")), tolerance)
     finally:
+        for run in runs:  # Ctrl-C or a failure: no probe outlives the worktree it reads
+            if run.poll() is None:
+                run.kill()
+                run.wait()
         subprocess.run(["git", "worktree", "remove", "--force", str(then)], cwd=root, capture_output=True)
+        subprocess.run(["git", "worktree", "prune"], cwd=root, capture_output=True)
         shutil.rmtree(scratch, ignore_errors=True)
     if moved:
         raise SystemExit(f"--resume: the code changed since {commit[:12]} gives other numbers ({len(moved)}), e.g. "
@@ -465,8 +485,10 @@ def _same_numbers(commit: str, changed: list, args, tolerance: float = 1e-9) -> 
 
 
 def differences(then: dict, now: dict, tolerance: float = 1e-9) -> list[str]:
-    """["cell column: what moved"] between two probes (`PROBE`): a column or candidate present in one
-    only, or a value or interval end that differs by more than `tolerance` (relative; 10⁻¹² absolute)."""
+    """["cell column: what moved"] between two probes (`PROBE`): a column present in one only, or a
+    value or interval end (ensdiag's, or a candidate's that both compute: a candidate added since is
+    tallied from the replicates it ran on) that differs by more than `tolerance` (relative; 10⁻¹²
+    absolute)."""
     def same(a, b):
         if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
             return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
@@ -480,10 +502,13 @@ def differences(then: dict, now: dict, tolerance: float = 1e-9) -> list[str]:
             if key not in before or key not in after:
                 found.append(f"{cell} {key}: only {'now' if key in after else 'then'}")
                 continue
+            shared = set(before[key]["candidates"]) & set(after[key]["candidates"])
             for part in ("value", "ensdiag", "note", "construction", "candidates"):
-                if not same(before[key].get(part) if part != "candidates" else sorted(before[key][part].items()),
-                            after[key].get(part) if part != "candidates" else sorted(after[key][part].items())):
-                    found.append(f"{cell} {key}: {part} {before[key].get(part)!r:.60} → {after[key].get(part)!r:.60}")
+                pick = (lambda outcome: sorted((name, pair) for name, pair in outcome["candidates"].items()  # noqa: E731
+                                               if name in shared)) if part == "candidates" else \
+                    (lambda outcome: outcome.get(part))  # noqa: E731
+                if not same(pick(before[key]), pick(after[key])):
+                    found.append(f"{cell} {key}: {part} {pick(before[key])!r:.60} → {pick(after[key])!r:.60}")
     return found
 
 

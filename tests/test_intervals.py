@@ -33,17 +33,56 @@ def test_draws_depend_on_the_split_family_and_size_only_and_blocks_agree():
 @pytest.mark.parametrize("kept", [True, False])
 def test_the_shared_counts_are_the_draws_in_any_order_of_blocks_kept_or_drawn_again(kept, monkeypatch):
     """Draws hands out the same counts whoever asks, in whatever blocks and order: kept (a byte per
-    count) or, for a split above KEPT_ENTRIES, drawn again from a stream that goes on or restarts."""
+    count, filled a block at a time) or, for a split above KEPT_ENTRIES, drawn again from a stream that
+    goes on, skips forward a block at a time, or restarts."""
+    monkeypatch.setattr(B, "BLOCK_ENTRIES", 37 * 4)  # 4 rows a block: every fill and skip takes several
     if not kept:
         monkeypatch.setattr(B, "KEPT_ENTRIES", 100)
     n, resamples = 37, 60
     whole = B.counts_of(B.draws("id", n, resamples), n)
     draws = B.Draws()
-    for start, stop in [(0, 7), (7, 20), (20, 60), (3, 11), (50, 60), (0, 60), (30, 31)]:
+    assert draws.counts("id", n, 0, 0).shape == (0, n)
+    for start, stop in [(0, 7), (7, 20), (20, 60), (3, 11), (50, 60), (0, 60), (30, 31), (45, 58)]:
         found = draws.counts("id", n, start, stop)
         assert found.dtype == torch.float64 and torch.equal(found, whole[start:stop])
     assert bool(draws.kept) is kept
     assert torch.equal(draws.counts("shift/fog", n, 0, 5), B.counts_of(B.draws("shift", n, 5), n))
+
+
+def test_a_count_a_byte_cannot_hold_is_kept_exactly(monkeypatch):
+    real = B.counts_of
+
+    def heavy(rows, n):  # a count no real resample reaches, to take the wide path
+        found = real(rows, n)
+        found[0, 0] += 300
+        return found
+    monkeypatch.setattr(B, "counts_of", heavy)
+    draws = B.Draws()
+    first = draws.counts("id", 20, 0, 10)
+    assert first[0, 0] >= 300 and torch.equal(draws.counts("id", 20, 0, 10), first)
+    assert draws.kept[("id", 20)].dtype == torch.int32
+
+
+def test_the_ood_columns_intervals_reach_past_a_perfect_separation_and_a_zero_count():
+    """Separated scores: AUROC and AUPR are 1 and FPR95 0 on every resample. The printed intervals are
+    not [1, 1] and [0, 0]: they reach as far as no misordered example among the split's n allows (the
+    Clopper–Pearson bound), and say so; the value stays inside."""
+    g = torch.Generator().manual_seed(0)
+    confident = torch.randn(3, 120, 5, generator=g) + 30 * torch.nn.functional.one_hot(torch.arange(120) % 5, 5)
+    flat = 0.01 * torch.randn(3, 80, 5, generator=g)
+    predictions = {"id": {"logits": confident, "labels": torch.arange(120) % 5}, "ood": {"logits": flat, "labels": None}}
+    metrics = analyze_predictions(predictions, only=["ood"])
+    add_intervals(metrics, predictions)
+    msp = metrics["analyzers"]["ood"]["scores"]["msp"]
+    exact = B.clopper_pearson(0, 80)[1]
+    for key in ("auroc", "aupr_out"):
+        assert msp[key]["value"] == 1.0
+        interval = msp[key]["interval"]
+        assert interval["low"] == pytest.approx(1 - exact) and interval["high"] == 1.0
+    for key, n in (("fpr95_ood_as_id", 80), ("fpr95_id_as_ood", 120)):
+        interval = msp[key]["interval"]
+        assert msp[key]["value"] == 0.0 and interval["low"] == 0.0
+        assert interval["high"] == pytest.approx(B.clopper_pearson(0, n)[1]) and "Clopper–Pearson" in interval["method"]
 
 
 # a re-run refits what these fit on the resampled split itself; their own tests check their resamplers

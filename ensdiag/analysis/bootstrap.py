@@ -159,11 +159,15 @@ class Draws:
         stream = self.streams.setdefault(key, _Stream(split, n))
         if stop * n > KEPT_ENTRIES:
             return counts_of(stream.rows(start, stop), n)
-        held = 0 if found is None else len(found)
-        more = counts_of(stream.rows(held, stop), n)
-        if more.max() >= 255:  # a count a byte cannot hold: never in practice (Binomial(n, 1/n) ≥ 255)
-            return counts_of(draws(split, n, stop, start, stop), n)
-        found = more.to(torch.uint8) if found is None else torch.cat([found, more.to(torch.uint8)])
+        pieces = [] if found is None else [found]
+        for begin in range(len(found) if found is not None else 0, stop, block_size(n)):  # a block's temporaries at a time
+            more = counts_of(stream.rows(begin, min(begin + block_size(n), stop)), n)
+            pieces.append(more.to(torch.uint8) if (more < 255).all() else more.to(torch.int32))
+        if not pieces:  # nothing asked for (stop = 0)
+            return torch.zeros(0, n, dtype=torch.float64)
+        # a count a byte cannot hold (never in practice: Binomial(n, 1/n) ≥ 255) widens the split's counts
+        wide = any(piece.dtype != torch.uint8 for piece in pieces)
+        found = torch.cat([piece.to(torch.int32) for piece in pieces]) if wide else torch.cat(pieces)
         self.kept[key] = found
         return found[start:stop].double()
 
@@ -283,12 +287,14 @@ def clopper_pearson(hits: int, trials: int, level: float = LEVEL) -> tuple[float
     return low, high
 
 
-def logit(floor: float, debiased: bool = False):
+def logit(floor: float, debiased: bool = False, trials: int | None = None):
     """logit(θ̂) ± z·SD(logit θ*), back through the logistic function, for a statistic in [0, 1]; θ
     is held within [floor, 1 − floor] (half a pair of a U-statistic of n₁·n₂ pairs) so a value at
     the bound keeps a finite logit. `debiased`: centred on 2·logit(θ̂) − mean(logit θ*), the bias the
     resamples show taken off once (average precision over-reads near 1), hulled with the value;
-    else symmetric on the logit scale, so the value is always inside."""
+    else symmetric on the logit scale, so the value is always inside. A value at the bound (an
+    AUROC of 1: every resample reads 1 too, a spread of 0) reaches as far as zero misordered
+    examples among `trials` allow (the Clopper–Pearson bound of 0 of them), not [1, 1]."""
     def construction(estimate, values, level: float = LEVEL, shrink: float = 1.0):
         held = lambda x: min(max(x, floor), 1 - floor)  # noqa: E731
         centre = math.log(held(estimate) / (1 - held(estimate)))
@@ -298,6 +304,9 @@ def logit(floor: float, debiased: bool = False):
             centre -= shrink**2 * (float(logits.mean()) - centre)
         half = NormalDist().inv_cdf(0.5 + level / 2) * shrink * spread
         low, high = 1 / (1 + math.exp(-(centre - half))), 1 / (1 + math.exp(-(centre + half)))
+        if trials and not floor < estimate < 1 - floor:  # at the bound: what no misordering among `trials` allows
+            reach = clopper_pearson(0, trials, level)[1]
+            low, high = (min(low, 1 - reach), high) if estimate >= 1 - floor else (low, max(high, reach))
         return min(low, estimate), max(high, estimate)
     return construction
 
@@ -347,9 +356,12 @@ def interval(estimate, resampled, n: int, kind: str = "percentile", *, level: fl
     statistic over the resamples, a Tensor [R] (percentile, basic) or a `Folded` (ray, with
     `estimate` a `Folded` too). Too few finite resampled values (a class missing from most
     resamples) or no finite estimate give low = high = None and a note. "binomial" needs `trials`,
-    the examples the value is a fraction of."""
+    the examples the value is a fraction of (without it: the percentiles, and the method says so; on
+    a clustered split they count rows, not inputs, so its exact part is the narrower — the
+    percentile part of the hull resamples the inputs)."""
     value = estimate.value() if isinstance(estimate, Folded) else estimate
     count = len(resampled.means if isinstance(resampled, Folded) else resampled)
+    kind = "percentile" if kind == "binomial" and not trials else kind  # no count known: the percentiles, named so
     entry = {"low": None, "high": None, "level": level, "n": n,
              "method": f"{METHODS[kind]}, {count:,} resamples" + (" per stratum, stratified" if strata else ""),
              **({"strata": strata} if strata else {})}
@@ -362,12 +374,12 @@ def interval(estimate, resampled, n: int, kind: str = "percentile", *, level: fl
         resampled = resampled[finite].double()
     if count == 0 or finite.double().mean() < min_finite:
         return {**entry, "note": f"only {int(finite.sum())} of {count} resamples gave a finite value"}
-    pairs = math.prod(strata.values()) if strata else n * n
+    pairs, fewest = (math.prod(strata.values()), min(strata.values())) if strata else (n * n, n)
     builders = {"percentile": lambda: percentile, "basic": lambda: hulled(basic), "ray": lambda: hulled(ray),
                 "upper": lambda: upper(ray if isinstance(resampled, Folded) else basic),
-                "logit": lambda: logit(0.5 / pairs),
-                "logit-debiased": lambda: logit(0.5 / pairs, debiased=True),
-                "binomial": lambda: binomial(trials) if trials else percentile}  # no count known: the percentiles
+                "logit": lambda: logit(0.5 / pairs, trials=fewest),
+                "logit-debiased": lambda: logit(0.5 / pairs, debiased=True, trials=fewest),
+                "binomial": lambda: binomial(trials)}
     build = builders[kind]()
     clamp = lambda pair: [min(max(pair[0], bounds[0]), bounds[1]), min(max(pair[1], bounds[0]), bounds[1])]  # noqa: E731
     entry["low"], entry["high"] = clamp(build(estimate, resampled, level))

@@ -49,7 +49,7 @@ BOTH = ("id", "ood")  # each number is a statistic of both samples: its interval
 @register_analyzer("ood", description="AUROC, AUPR-Out, AUPR-In and FPR95 of the ood split vs id, for every "
                    "uncertainty score (1−MSP, entropy, mutual information, mean member entropy, energy, max-logit, "
                    "variation ratio)",
-                   version=2,  # 2: energy, max-logit, variation ratio, mean member entropy
+                   version=3,  # 2: energy, max-logit, variation ratio, mean member entropy; 3: logit/binomial intervals
                    columns=[Column("AUPR", ("scores", "msp", "aupr_out", "value"), "up", "AUPR-Out (OOD positive)", ("ood",), 10,
                                    examples=BOTH, interval="logit-debiased"),
                             Column("AUROC", ("scores", "msp", "auroc", "value"), "up", "P(score_ood > score_id)", ("ood",), 20,

@@ -138,6 +138,8 @@ def _entry(result, path, reads, predictions, resampled, full, kind: str = "perce
     if any(split in full for split in reads):  # a subsample: the full split's size (every stratum alike)
         of = sum(full.get(split, size) for split, size in sizes.items())
     kind, _, of_split = kind.partition(":")  # "binomial:ood": a fraction of the ood split's examples
+    if of_split and of_split not in sizes:
+        raise ValueError(f"the interval {kind}:{of_split} of {'/'.join(path)} names a split it does not read {reads}")
     if isinstance(values, B.Folded):
         entry = B.interval(estimate, values, sum(sizes.values()), "upper" if kind == "upper" else "ray", of=of,
                            strata=strata)
