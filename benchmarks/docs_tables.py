@@ -279,9 +279,11 @@ def coverage(record: dict) -> list[str]:
         below = sum(column["ensdiag"].get("truth_below") or 0 for _, column in found)
         above = sum(column["ensdiag"].get("truth_above") or 0 for _, column in found)
         lines.append(f"| `{key.removesuffix('/value')}` | " + " | ".join(row) + f" | {below} / {above} |")
-    lines += ["", "Why each bias-aware column has its construction: the worst cell's coverage of every construction "
+    lines += ["", "Why each column with a construction of its own has it: the worst cell's coverage of every construction "
               "built from the same resamples (`… ∪ percentile`: the hull with the percentile interval and the value, "
-              "what ensdiag prints for a folded or bias-corrected statistic; the MCE: none printed).", "",
+              "what ensdiag prints for a folded or bias-corrected statistic; `logit`, `logit-debiased`: on the logit "
+              "scale, without the exact bound ensdiag adds at 0 or 1; the MCE: none printed; the FPR95s' binomial hull "
+              "is the first table's).", "",
               "| column | " + " | ".join(sorted({name for cell in cells for column in cell["columns"].values()
                                                    for name in column["candidates"]} - {"bc"})) + " |"]
     names = sorted({name for cell in cells for column in cell["columns"].values() for name in column["candidates"]} - {"bc"})
@@ -289,7 +291,8 @@ def coverage(record: dict) -> list[str]:
     for key in sorted(keys):
         found = [cell["columns"][key] for cell in cells if key in cell["columns"]]
         if not any("ray" in column["candidates"] or column["ensdiag"]["replicates"] == 0
-                   or "basic" in (column.get("construction") or "") for column in found):
+                   or any(word in (column.get("construction") or "") for word in ("basic", "logit", "Clopper"))
+                   for column in found):
             continue
         row = []
         for name in names:

@@ -97,7 +97,9 @@ def test_the_committed_record_shows_every_column_covering_or_saying_why_not():
     assert {"calibration/splits/id/mce/value", "calibration/splits/id/ece_direction/value"} <= set(refused)
     assert not _failures(record["cells"], record["settings"]["floor"], refused)
     sizes = {cell["n"] for cell in record["cells"]}
-    assert sizes == set(C.SIZES)  # every N of the issue, however few replicates the record could afford
+    assert sizes == set(C.SIZES)  # every N of the issue
+    reached = min(part["to"][str(n)] for part in record["parts"][-1:] for n in sizes)
+    assert reached >= C.REPLICATES, f"the record holds {reached} replicates per cell, the issue asks for {C.REPLICATES}"
     mce = [cell["columns"]["calibration/splits/id/mce/value"] for cell in record["cells"]
            if "calibration/splits/id/mce/value" in cell["columns"]]
     assert mce and all(column["ensdiag"]["replicates"] == 0 and column["notes"] for column in mce)
