@@ -56,13 +56,10 @@ def key_of(analyzer: str, path) -> str:
     return "/".join((analyzer, *path))
 
 
-def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float, float]:
-    """The exact binomial interval of a coverage (scipy's beta quantiles)."""
-    from scipy.stats import beta
-    tail = (1 - level) / 2
-    low = 0.0 if hits == 0 else float(beta.ppf(tail, hits, trials - hits + 1))
-    high = 1.0 if hits == trials else float(beta.ppf(1 - tail, hits + 1, trials - hits))
-    return low, high
+def clopper_pearson(hits: int, trials: int) -> tuple[float, float]:
+    """The exact binomial interval of a coverage (ensdiag's, tested against scipy's beta quantiles)."""
+    from ensdiag.analysis.bootstrap import clopper_pearson as exact
+    return exact(hits, trials, 0.95)
 
 
 # ------------------------------------------------------------------ candidate constructions
@@ -504,11 +501,11 @@ def differences(then: dict, now: dict, tolerance: float = 1e-9) -> list[str]:
                 continue
             shared = set(before[key]["candidates"]) & set(after[key]["candidates"])
             for part in ("value", "ensdiag", "note", "construction", "candidates"):
-                pick = (lambda outcome: sorted((name, pair) for name, pair in outcome["candidates"].items()  # noqa: E731
-                                               if name in shared)) if part == "candidates" else \
-                    (lambda outcome: outcome.get(part))  # noqa: E731
-                if not same(pick(before[key]), pick(after[key])):
-                    found.append(f"{cell} {key}: {part} {pick(before[key])!r:.60} → {pick(after[key])!r:.60}")
+                old, new = ([sorted((name, pair) for name, pair in outcome["candidates"].items() if name in shared)
+                             for outcome in (before[key], after[key])] if part == "candidates"
+                            else [before[key].get(part), after[key].get(part)])
+                if not same(old, new):
+                    found.append(f"{cell} {key}: {part} {old!r:.60} → {new!r:.60}")
     return found
 
 

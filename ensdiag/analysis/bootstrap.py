@@ -92,11 +92,7 @@ def block_size(n: int) -> int:
 def draws(split: str, n: int, resamples: int, start: int = 0, stop: int | None = None) -> torch.Tensor:
     """Rows start..stop of the split's [resamples, n] example indices (int64). Rows are drawn in
     order from one generator, so any block of rows is the same whatever blocks came before."""
-    stop = resamples if stop is None else stop
-    generator = torch.Generator().manual_seed(seed_of(split, n))
-    if start:
-        torch.randint(0, n, (start, n), generator=generator)  # the rows before: drawn, not kept
-    return torch.randint(0, n, (stop - start, n), generator=generator)
+    return _Stream(split, n).rows(start, resamples if stop is None else stop)  # the rows before: skipped a block at a time
 
 
 def blocks(split: str, n: int, resamples: int):
