@@ -140,49 +140,84 @@ def _largest(rows, quantity) -> float:
     return max([v for v in values if v > 0], default=1.0)
 
 
+# heatmap_grid's layout, in inches: matplotlib's constrained layout measures every tick label of
+# every panel twice and was half of a report's drawing time; these panels' parts have known sizes
+PANEL = 1.65  # a k×k image's side
+TICKS, GAP = 0.3, 0.3  # room for a panel's row tick labels on its left; space after it
+TITLE_LINE, BELOW = 0.17, 0.5  # one line of a panel title; column tick labels and "member" below
+ROW_LABEL, BAR_SLOT = 0.3, 1.05  # a row's label on the left; one colour bar, its ticks and label
+TITLE_CHARACTERS = 30  # a panel title wraps after this many characters (9 pt over a panel's width)
+
+
+def _cell_text(ax, k, matrix, low, high, colours) -> None:
+    """Each entry of a small matrix written on its cell, in black or white, whichever reads on the colour."""
+    for i in range(k):
+        for j in range(k):
+            value = matrix[i][j]
+            middle = abs(value - (low + high) / 2) < 0.3 * (high - low) if colours == "RdBu_r" else \
+                (value - low) < 0.6 * (high - low)
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                    color=("black" if middle else "white") if colours == "RdBu_r" else ("white" if middle else "black"))
+
+
 def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", title=None) -> "Figure":
     """rows: [(row label, [(panel title, k×k matrix[, quantity]), ...]), ...]. Panels of one quantity
-    share one labelled colour scale (`SCALES`, or the arguments for panels without a quantity)."""
+    share one labelled colour scale (`SCALES`, or the arguments for panels without a quantity), its
+    bar right of the last column that shows the quantity, as tall as the rows that do."""
+    import textwrap
+    from matplotlib.figure import Figure
     ncols = max(len(panels) for _, panels in rows)
-    scales = {panel[2] if len(panel) > 2 else None for _, panels in rows for panel in panels}
-    width = 2.3 * ncols + 1.4 + 0.7 * (len(scales) - 1)  # room for one colour bar per quantity
-    # one row is drawn at least 3.2 in high: the colour bars' labels are that long
-    figure = new_figure((width, max(2.3 * len(rows), 3.2) + (0.4 if title else 0)))
-    axes = figure.subplots(len(rows), ncols, squeeze=False)
-    images = {}  # quantity -> (an image, its axes)
+    quantity_of = [[panel[2] if len(panel) > 2 else None for panel in panels] for _, panels in rows]
+    last_column = {}  # quantity -> the rightmost column that shows it (its bar goes after it)
+    for kinds in quantity_of:
+        for c, quantity in enumerate(kinds):
+            last_column[quantity] = max(c, last_column.get(quantity, 0))
+    titles = [[textwrap.fill(terminal(panel[0]), TITLE_CHARACTERS) for panel in panels] for _, panels in rows]
+    lines = max(title.count("\n") + 1 for row in titles for title in row)
+    row_height = TITLE_LINE * lines + 0.12 + PANEL + BELOW
+    # a colour bar's label runs along a row: a figure of one row is drawn that tall at least
+    row_height = max(row_height, 2.45 if len(rows) == 1 else 0)
+    top = 0.45 if title else 0.05
+    lefts, bars, x = [], {}, ROW_LABEL  # each column's image left edge; each quantity's bar left edge
+    for c in range(ncols):
+        lefts.append(x + TICKS)
+        x += TICKS + PANEL + GAP
+        for quantity in [q for q, last in last_column.items() if last == c]:
+            bars[quantity] = x - GAP + 0.15
+            x += BAR_SLOT
+    width, height = x + 0.05, top + row_height * len(rows) + 0.05
+    figure = Figure(figsize=(width, height))
+
+    def box(left, bottom, w, h):  # inches from the top-left corner -> figure fractions
+        return [left / width, 1 - (bottom + h) / height, w / width, h / height]
+
+    images, spans = {}, {}  # quantity -> an image of it; the rows that show it
     for r, (label, panels) in enumerate(rows):
-        for c in range(ncols):
-            ax = axes[r][c]
-            if c >= len(panels):
-                ax.axis("off")
-                continue
-            name, matrix, *quantity = panels[c]
-            quantity = quantity[0] if quantity else None
+        image_top = top + r * row_height + TITLE_LINE * lines + 0.12
+        for c, (name, matrix, *_) in enumerate(panels):
+            quantity = quantity_of[r][c]
             low, high, colours, _ = SCALES.get(quantity, (vmin, vmax, cmap, colorbar_label))
             high = _largest(rows, quantity) if high is None else high
-            image = ax.imshow(matrix, vmin=low, vmax=high, cmap=colours)
-            images.setdefault(quantity, (image, []))[1].append(ax)
+            ax = figure.add_axes(box(lefts[c], image_top, PANEL, PANEL))
+            images[quantity] = ax.imshow(matrix, vmin=low, vmax=high, cmap=colours)
+            spans.setdefault(quantity, set()).add(r)
             k = len(matrix)
             ax.set_xticks(range(k))
             ax.set_yticks(range(k))
             ax.set_xlabel("member", fontsize=7)
-            ax.set_title(terminal(name), fontsize=9)  # split names may come from files
+            ax.set_title(titles[r][c], fontsize=9)  # split names may come from files
             if k <= 6:
-                for i in range(k):
-                    for j in range(k):
-                        value = matrix[i][j]
-                        middle = abs(value - (low + high) / 2) < 0.3 * (high - low) if colours == "RdBu_r" else \
-                            (value - low) < 0.6 * (high - low)
-                        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                                color=("black" if middle else "white") if colours == "RdBu_r" else
-                                ("white" if middle else "black"))
+                _cell_text(ax, k, matrix, low, high, colours)
             if c == 0:
                 ax.set_ylabel(terminal(label), fontsize=9)
-    for quantity, (image, quantity_axes) in images.items():
-        bar = figure.colorbar(image, ax=quantity_axes, shrink=0.8)
-        bar.set_label(SCALES.get(quantity, (None, None, None, colorbar_label))[3], fontsize=7)  # fits one row's height
+    for quantity, image in images.items():
+        first, last = min(spans[quantity]), max(spans[quantity])  # the bar spans their images
+        bar_top = top + first * row_height + TITLE_LINE * lines + 0.12
+        span = (last - first) * row_height + PANEL
+        bar = figure.colorbar(image, cax=figure.add_axes(box(bars[quantity], bar_top, 0.16, span), label="<colorbar>"))
+        bar.set_label(SCALES.get(quantity, (None, None, None, colorbar_label))[3], fontsize=7)
     if title:
-        figure.suptitle(terminal(title), fontsize=10)
+        figure.suptitle(terminal(title), fontsize=10, y=1 - 0.12 / height, va="top")
     return figure
 
 
