@@ -218,7 +218,7 @@ def test_diversity_shows_member_geometry_for_deep_and_batch_ensembles(tracked_ru
 @pytest.mark.slow
 def test_the_report_draws_geometry_in_markdown_and_html(tracked_runs, capsys):
     from ensdiag.report import make_report, render
-    report = make_report(tracked_runs / "tracked")
+    report = make_report(tracked_runs / "tracked", detail=True)
     names = {figure["name"] for figure in report["figures"]}
     assert {"cka-layers", "cka-heatmaps", "alignment", "paths", "tracking"} <= names
     markdown = render(report, "markdown")

@@ -167,8 +167,14 @@ def test_html_is_self_contained_with_every_table_and_figure(run_dir):
 
 
 def test_figures_exist_and_are_images(run_dir):
-    assert all(figure["svg"] is None for figure in make_report(run_dir)["figures"])  # PNG unless asked
-    report = make_report(run_dir, svg=True)
+    headline = make_report(run_dir)
+    assert all(figure["svg"] is None for figure in headline["figures"])  # PNG unless asked
+    assert {f["name"] for f in headline["figures"]} == {"diversity", "reliability", "ood-scores", "training", "risk-coverage"}
+    # the detail catalogue's figures are named where the figures are, and drawn on request
+    assert len(headline["figures_on_request"]) == 2 and "--detail" in (run_dir / "report.md").read_text()
+    assert "Member pairs" in (run_dir / "report.html").read_text()
+    report = make_report(run_dir, svg=True, detail=True)
+    assert report["figures_on_request"] == []
     names = {f["name"] for f in report["figures"]}
     assert names == {"diversity", "member-pairs", "reliability", "smooth-reliability", "ood-scores", "training",
                      "risk-coverage"}
@@ -442,7 +448,15 @@ def test_new_calibration_and_pair_columns_and_their_peer_values(run_dir):
     assert cell(ours, "pairs", "single", "JSD (id)")["mean"] is None  # k = 1: skipped
 
 
+def test_report_detail_draws_the_detail_figures_from_the_command_line(run_dir, capsys):
+    code, _, _ = run_cli(capsys, "report", run_dir, "--format", "json", "--out", run_dir / "r.json")
+    assert code == 0 and not (run_dir / "figures" / "member-pairs.png").exists()
+    code, _, _ = run_cli(capsys, "report", run_dir, "--format", "json", "--out", run_dir / "r.json", "--detail")
+    assert code == 0 and (run_dir / "figures" / "member-pairs.png").is_file()
+    assert "![Member pairs" in (run_dir / "report.md").read_text()
+
+
 def test_the_ood_histogram_draws_the_chosen_score(run_dir):
-    report = make_report(run_dir, ood_score="energy")
+    report = make_report(run_dir, ood_score="energy", detail=True)
     titles = {figure["name"]: figure["title"] for figure in report["figures"]}
     assert "energy" in titles["ood-scores"] and "σ*" in titles["smooth-reliability"]

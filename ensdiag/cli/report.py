@@ -26,6 +26,9 @@ def report(
     reference: str = typer.Option(None, help="'paper': add the paper's published numbers (cifar10 preset)."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Rebuild RUN_DIR's figures/, report.md and report.html (--no-figures: leave the run folder untouched)."),
     svg: bool = typer.Option(False, "--svg", help="Also write every figure as SVG (vector, for papers; doubles the drawing time)."),
+    detail: bool = typer.Option(False, "--detail", help="Also draw the detail catalogue's figures: member-pair "
+                                "matrices, CKA heatmaps per layer and SmoothECE curves (their numbers are in the tables "
+                                "either way)."),
     ood_score: str = typer.Option("msp", "--ood-score", help="The OOD table's score: msp (1 − MSP), entropy, jsd "
                                   "(mutual information), expected_entropy, energy, max_logit or variation_ratio."),
     conventions: str = typer.Option("ensdiag", help="Whose definitions of adaptive ECE and AURC the tables show: ensdiag or "
@@ -56,7 +59,7 @@ def report(
     target = None if out is None else output_file(out, f"report.{extension}")
     with loading("building the report (verdict bootstrap, figures) …"):
         result = make_report(list(run_dirs or []) or None, reference, write=figures, conventions=conventions, svg=svg,
-                             ood_score=ood_score)
+                             ood_score=ood_score, detail=detail)
     if examples is not None:
         from ..export import EXAMPLE_FIELDS, write_table
         from ..report.examples import run_example_rows

@@ -30,21 +30,29 @@ def _first_complete(seeds: dict):
     return next(((seed, run) for seed, run in seeds.items() if run is not None), (None, None))
 
 
-def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood_score: str = "msp") -> list[dict]:
+def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood_score: str = "msp",
+                 detail: bool = False) -> list[dict]:
     """Write figures/*.png (and .svg with `svg`) into the run folder; return their entries (paths
     relative to it). Each figure is drawn once per format asked for: SVG doubles the cost, so it
-    is drawn only on request (`report --svg`). A figure whose inputs are what they were when its
-    files were drawn is not drawn again (`Drawn`: the report after `train`, or a second report)."""
+    is drawn only on request (`report --svg`), and so are the detail catalogue's figures (`detail`:
+    member-pair matrices, CKA heatmaps per layer, SmoothECE curves; `report["figures_on_request"]`
+    names those left out). A figure whose inputs are what they were when its files were drawn is
+    not drawn again (`Drawn`: the report after `train`, or a second report)."""
     folder = Path(run_dir) / "figures"
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):  # never write through a link out of the run
         raise EnsdiagError(f"{folder} is a link or a file, not a folder of the run: ensdiag writes figures only inside "
                            "the run folder; remove it (or pass --no-figures)")
     folder.mkdir(exist_ok=True)
     figures, drawn, formats, jobs = [], Drawn(folder), ("png", "svg") if svg else ("png",), []
+    report["figures_on_request"] = []
 
-    def add(name, title, draw, *inputs, damaged=None):
+    def add(name, title, draw, *inputs, damaged=None, on_request=False):
         """Figure `name`, `draw(*inputs)`, to be drawn (drawing.py) unless its files were drawn from
-        these very inputs; `damaged()`: the error a layout error in drawing it means."""
+        these very inputs; `damaged()`: the error a layout error in drawing it means; `on_request`:
+        a detail figure, drawn only with `detail`."""
+        if on_request and not detail:
+            report["figures_on_request"].append(title)
+            return
         if drawn.stale(name, formats, inputs):
             jobs.append(Job(name, draw, inputs, damaged))
         figures.append({"name": name, "title": title, "png": f"figures/{name}.png",
@@ -128,13 +136,15 @@ def add_smooth_reliability(runs: dict, add) -> None:
             curves.append((method, curve, found.get("value"), found.get("bandwidth")))
     if curves:
         add("smooth-reliability", "SmoothECE reliability curves on the in-distribution test set: kernel-smoothed "
-            "accuracy at the bandwidth σ* = smECE (first seed)", smooth_reliability_figure, curves)
+            "accuracy at the bandwidth σ* = smECE (first seed)", smooth_reliability_figure, curves, on_request=True)
 
 
 @public
-def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag", svg=False, ood_score=None) -> dict:
+def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag", svg=False, ood_score=None,
+                detail=False) -> dict:
     """Build the report of a run folder, or of several (a list: merged as merge.py says, and none of
-    them written to); with `write`, rebuild the run folder's figures/, report.md and report.html.
+    them written to); with `write`, rebuild the run folder's figures/, report.md and report.html
+    (`detail`: the detail catalogue's figures too).
 
     Without `write` nothing in the run folder changes (its existing report stays as it was). A
     run folder that cannot be written to is reported all the same: `report["written"]` then
@@ -155,7 +165,7 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
     if write and not os.access(run_dir, os.W_OK):
         report["written"] = f"{run_dir} is not writable: its report.md, report.html and figures/ were left as they were"
     elif write:
-        report["figures"] = make_figures(report, data["runs"], run_dir, svg, report["ood_score"])
+        report["figures"] = make_figures(report, data["runs"], run_dir, svg, report["ood_score"], detail)
         atomic_write_text(run_dir / "report.md", to_markdown(report))
         atomic_write_text(run_dir / "report.html", to_html(report, run_dir))
         report["written"] = f"report.md, report.html and figures/ written to {run_dir}"

@@ -157,12 +157,13 @@ def add_report_figures(runs: dict, add) -> None:
                 found[method] = (seed, run)
         return found
 
-    def draw(name, file, title, make, results):
+    def draw(name, file, title, make, results, on_request=False):
         if not results:
             return
         _, (_, folder) = next(iter(results.items()))
         add(file, title, make, {method: result for method, (result, _) in results.items()},
-            damaged=partial(_damaged, folder / "metrics.json", f"its {name} result is not of the expected layout"))
+            damaged=partial(_damaged, folder / "metrics.json", f"its {name} result is not of the expected layout"),
+            on_request=on_request)
 
     for name, file, title, make in (
             ("cka", "cka-layers", "Linear CKA between members per layer, in-distribution (solid) and OOD (dashed); first seed",
@@ -179,7 +180,7 @@ def add_report_figures(runs: dict, add) -> None:
     heatmaps = {method: (run["metrics"]["analyzers"]["cka"], run["folder"]) for method, (_, run) in first("cka").items()}
     if heatmaps:
         draw("cka", "cka-heatmaps", "k×k linear CKA between members, per layer (rows: method and split; first seed)",
-             cka_layer_grid, heatmaps)
+             cka_layer_grid, heatmaps, on_request=True)
     tracked = {method: {seed: run["tracking"] for seed, run in seeds.items() if run and run.get("tracking")}
                for method, seeds in runs.items()}
     if any(tracked.values()):

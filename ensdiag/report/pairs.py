@@ -48,7 +48,7 @@ def add_pair_figures(runs: dict, add) -> None:
             rows.append((f"{run_label(method)} (seed {seed})", panels))
     if rows:
         add("member-pairs", "Member pairs on the in-distribution test set: disagreement, KL in both directions (row ‖ "
-            "column), JSD, error correlation, Yule's Q and double-fault (first seed)", heatmap_grid, rows)
+            "column), JSD, error correlation, Yule's Q and double-fault (first seed)", heatmap_grid, rows, on_request=True)
 
 
 def pair_lines(result: dict, matrices_of=("id",)) -> list:

@@ -18,6 +18,7 @@ from ..console import wrapped
 from .example_level import example_text
 
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
+ON_REQUEST = "Detail figures, drawn by `ensdiag report --detail`:"  # (the figures a report left out)
 FORMATS: dict = {}  # name -> (file extension, renderer(report, run_dir) -> text): `report --format NAME`
 
 
@@ -149,6 +150,8 @@ def to_markdown(report, run_dir=None) -> str:
         lines += ["", "## Figures", ""]
         for figure in report["figures"]:
             lines += [f"### {md(figure['title'])}", "", f"![{md(figure['title'])}]({md(figure['png'])})", ""]
+    if report.get("figures_on_request"):
+        lines += ["", f"{ON_REQUEST} " + "; ".join(md(title) for title in report["figures_on_request"]) + ".", ""]
     for run, notes in report.get("budgets", {}).items():  # what a budget chose, and what it skipped
         lines += ["", f"## Budget of {md(run)}", "", *[f"- {md(note)}" for note in notes]]
     lines += ["", "Definitions: " + "; ".join(f"{md(k)}: {md(v)}" for k, v in report["definitions"].items()) + "."]
@@ -222,6 +225,8 @@ def to_html(report, run_dir=None) -> str:
             data = base64.b64encode((Path(run_dir) / figure["png"]).read_bytes()).decode("ascii")
             body.append(f"<figure><img alt=\"{esc(figure['title'])}\" src=\"data:image/png;base64,{data}\">"
                         f"<figcaption>{esc(figure['title'])}</figcaption></figure>")
+    if report.get("figures_on_request"):
+        body.append(f"<p>{esc(ON_REQUEST)} " + "; ".join(esc(title) for title in report["figures_on_request"]) + ".</p>")
     style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
              ".scroll{overflow-x:auto;margin:0.5em 0 1.5em}table{border-collapse:collapse;font-size:0.9em}"
              "th,td{padding:4px 6px;border-bottom:1px solid #ddd;text-align:right;vertical-align:top}"
