@@ -50,17 +50,17 @@ def test_the_shared_counts_are_the_draws_in_any_order_of_blocks_kept_or_drawn_ag
 
 
 def test_a_count_a_byte_cannot_hold_is_kept_exactly(monkeypatch):
-    real = B.counts_of
-
-    def heavy(rows, n):  # a count no real resample reaches, to take the wide path
-        found = real(rows, n)
-        found[0, 0] += 300
-        return found
-    monkeypatch.setattr(B, "counts_of", heavy)
+    """Counted into bytes, a count past 255 would wrap: the rows that hold one are counted exactly."""
+    n = 300
+    crafted = torch.randint(0, n, (10, n), generator=torch.Generator().manual_seed(0))
+    crafted[0] = 7  # one example drawn 300 times (no real resample does this)
+    crafted[3, :256] = 2  # 256: a byte's wrap to exactly 0
+    assert B.byte_counts(crafted[1:3], n) is not None and B.byte_counts(crafted[:4], n) is None
+    monkeypatch.setattr(B._Stream, "rows", lambda self, start, stop: crafted[start:stop])
     draws = B.Draws()
-    first = draws.counts("id", 20, 0, 10)
-    assert first[0, 0] >= 300 and torch.equal(draws.counts("id", 20, 0, 10), first)
-    assert draws.kept[("id", 20)].dtype == torch.int32
+    first = draws.counts("id", n, 0, 10)
+    assert torch.equal(first, B.counts_of(crafted, n)) and first[0, 7] == 300 and first[3, 2] >= 256
+    assert draws.kept[("id", n)].dtype == torch.int32 and torch.equal(draws.counts("id", n, 0, 10), first)
 
 
 def test_the_ood_columns_intervals_reach_past_a_perfect_separation_and_a_zero_count():

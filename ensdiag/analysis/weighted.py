@@ -16,6 +16,7 @@ scikit-learn or a hand-computed case.
 
 import math
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -86,6 +87,15 @@ class Groups:
             return weights @ (self.one_hot if values is None else
                               torch.where(self.one_hot > 0, values.double()[:, None], self.one_hot.new_zeros(())))
         return torch.diff(self.cumulative(weights, values), dim=1, prepend=weights.new_zeros(len(weights), 1))
+
+    def sums_of(self, weights: torch.Tensor, *values) -> list[torch.Tensor]:
+        """`sums` of each of `values` (None: the weights alone), with one pass over the weights where
+        the membership is one-hot (a [b, n] weighting read once, not once per quantity)."""
+        if self.one_hot is None or len(values) < 2:
+            return [self.sums(weights, v) for v in values]
+        columns = [self.one_hot if v is None else torch.where(self.one_hot > 0, v.double()[:, None], self.one_hot.new_zeros(()))
+                   for v in values]
+        return list((weights @ torch.cat(columns, 1)).split(self.groups, dim=1))
 
     def cumulative(self, weights: torch.Tensor, values: torch.Tensor | None = None) -> torch.Tensor:
         """[b, n] -> [b, groups]: the same sums over the groups up to and including each."""
@@ -161,7 +171,7 @@ def binned(index: torch.Tensor, confidence: torch.Tensor, target: torch.Tensor, 
     """`Bins` of examples placed in bins by `index` (any binning)."""
     weights, single = rows(w, len(index))
     groups = Groups(index, bins)
-    found = Bins(groups.sums(weights), groups.sums(weights, confidence), groups.sums(weights, target), weights.sum(1))
+    found = Bins(*groups.sums_of(weights, None, confidence, target), weights.sum(1))
     return Bins(*(_out(part, single) for part in (found.mass, found.confidence, found.target, found.total)))
 
 
@@ -314,8 +324,8 @@ def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor, w_id=None, w_oo
     id_in = torch.diff(cum_id, dim=1, prepend=cum_id[:, :1] * 0)
     ood_in = torch.diff(cum_ood, dim=1, prepend=cum_ood[:, :1] * 0)
     total_id, total_ood = cum_id[:, -1:], cum_ood[:, -1:]
-    tp_out = lambda: total_ood - (cum_ood - ood_in)  # noqa: E731  OOD with score ≥ each group's
-    fp_out = lambda: total_id - (cum_id - id_in)  # noqa: E731  ID with score ≥ each group's
+    tp_out = cache(lambda: total_ood - (cum_ood - ood_in))  # OOD with score ≥ each group's (made once, if read)
+    fp_out = cache(lambda: total_id - (cum_id - id_in))  # ID with score ≥ each group's
     metrics = {
         "auroc": lambda: (ood_in * (cum_id - 0.5 * id_in)).sum(1) / (total_id * total_ood).squeeze(1),
         "aupr_out": lambda: (ood_in / total_ood * tp_out() / (tp_out() + fp_out()).clamp(min=1e-300)).sum(1),
