@@ -27,6 +27,10 @@ LAYOUTS = {
                                                    ("KL again", _matrix(5, 0.2), "kl")])],
     "long titles, no quantity, many members": [("members", [("a split name that a user chose, long enough to wrap "
                                                               "twice over", _matrix(9)), ("b", _matrix(2))])],
+    "long row labels, an empty row, 64 members": [
+        ("a method name a user chose, long enough to wrap (seed 12345)", [("disagreement: id", _matrix(64), "disagreement")]),
+        ("nothing stored (k > 256)", []),
+        ("another method with a long name of its own (seed 7)", [("disagreement: id", _matrix(64), "disagreement")])],
 }
 
 
@@ -34,8 +38,8 @@ def _tick_labels(axis):
     """The tick labels matplotlib draws: those of ticks within the axis' view (a locator places more)."""
     low, high = sorted(axis.get_view_interval())
     span = high - low
-    return [label for tick in axis.get_major_ticks() if low - 1e-9 * span <= tick.get_loc() <= high + 1e-9 * span
-            for label in (tick.label1, tick.label2)]
+    return [label for tick in [*axis.get_major_ticks(), *axis.get_minor_ticks()]
+            if low - 1e-9 * span <= tick.get_loc() <= high + 1e-9 * span for label in (tick.label1, tick.label2)]
 
 
 def _boxes(figure):
@@ -74,6 +78,10 @@ PANEL_FIGURES = {
         [("deep-ensemble", [-12.0, -9.5, -8.0], [-3.0, -1.5])], "energy −T·logsumexp(z/T)", None),
     "training": lambda: figures.training_curves_figure({"single": [_history(30), _history(12)],
                                                         "batch-ensemble": [_history(25, validated=False)]}),
+    "training, loss within a decade": lambda: figures.training_curves_figure(  # a log axis then labels minor ticks
+        {"single": [[{"epoch": e, "loss": 0.9 - 0.05 * e, "val_accuracy": 0.5} for e in range(1, 15)]]}),
+    "ood histograms, scores spread over thousands": lambda: figures.ood_histogram_figure(
+        [("deep-ensemble", [-3000.0, -2500.0, -100.0], [-50.0, 10.0])], "energy", None),
     "smooth reliability": lambda: figures.smooth_reliability_figure(
         [(name, {"confidence": _GRID, "accuracy": [t ** 1.3 for t in _GRID], "density": [math.exp(-(t - 0.9) ** 2 * 40) for t in _GRID]},
           0.0312, 0.0312) for name in ("single", "deep-ensemble")]),
@@ -104,6 +112,13 @@ def test_every_label_is_inside_the_figure_and_nothing_overlaps(case):
         overlap_x = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
         overlap_y = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
         assert overlap_x <= 1 or overlap_y <= 1, f"{a} overlaps {b}"
+
+
+def test_rows_without_panels_are_left_out_and_none_at_all_is_refused():
+    figure = heatmap_grid(LAYOUTS["long row labels, an empty row, 64 members"])
+    assert len([ax for ax in figure.axes if ax.get_label() != "<colorbar>"]) == 2
+    with pytest.raises(ValueError, match="no panel"):
+        heatmap_grid([("nothing", [])])
 
 
 def test_each_scale_has_one_labelled_bar_as_tall_as_the_rows_that_show_it():

@@ -171,10 +171,16 @@ def test_figures_exist_and_are_images(run_dir):
     assert all(figure["svg"] is None for figure in headline["figures"])  # PNG unless asked
     assert {f["name"] for f in headline["figures"]} == {"diversity", "reliability", "ood-scores", "training", "risk-coverage"}
     # the detail catalogue's figures are named where the figures are, and drawn on request
-    assert len(headline["figures_on_request"]) == 2 and "--detail" in (run_dir / "report.md").read_text()
-    assert "Member pairs" in (run_dir / "report.html").read_text()
+    import html
+
+    from ensdiag.report.render import ON_REQUEST
+    pairs = next(title for title in headline["figures_on_request"] if title.startswith("Member pairs"))
+    assert len(headline["figures_on_request"]) == 2
+    markdown, page = (run_dir / "report.md").read_text(), (run_dir / "report.html").read_text()
+    assert f"{ON_REQUEST} " in markdown and pairs in markdown.split(ON_REQUEST)[1]
+    assert "<code>ensdiag report --detail</code>" in page and html.escape(pairs) in page.split("<code>ensdiag report --detail</code>")[1]
     report = make_report(run_dir, svg=True, detail=True)
-    assert report["figures_on_request"] == []
+    assert report["figures_on_request"] == [] and ON_REQUEST not in (run_dir / "report.md").read_text()
     names = {f["name"] for f in report["figures"]}
     assert names == {"diversity", "member-pairs", "reliability", "smooth-reliability", "ood-scores", "training",
                      "risk-coverage"}

@@ -71,6 +71,7 @@ class Groups:
     Few groups: one product with the one-hot membership; many: one sort and one cumulative sum."""
 
     ONE_HOT_GROUPS, ONE_HOT_ENTRIES = 256, 2**24
+    STACKED_ROWS = 64  # weightings from which `sums_of` reads them once for several quantities
 
     def __init__(self, group: torch.Tensor, groups: int):
         self.groups = groups
@@ -90,8 +91,9 @@ class Groups:
 
     def sums_of(self, weights: torch.Tensor, *values) -> list[torch.Tensor]:
         """`sums` of each of `values` (None: the weights alone), with one pass over the weights where
-        the membership is one-hot (a [b, n] weighting read once, not once per quantity)."""
-        if self.one_hot is None or len(values) < 2:
+        the membership is one-hot and the weightings many (a [b, n] weighting read once, not once per
+        quantity; for a few rows of a large split the stacked [n, groups] columns cost more to build)."""
+        if self.one_hot is None or len(values) < 2 or len(weights) < self.STACKED_ROWS:
             return [self.sums(weights, v) for v in values]
         columns = [self.one_hot if v is None else torch.where(self.one_hot > 0, v.double()[:, None], self.one_hot.new_zeros(()))
                    for v in values]

@@ -27,8 +27,8 @@ def report(
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Rebuild RUN_DIR's figures/, report.md and report.html (--no-figures: leave the run folder untouched)."),
     svg: bool = typer.Option(False, "--svg", help="Also write every figure as SVG (vector, for papers; doubles the drawing time)."),
     detail: bool = typer.Option(False, "--detail", help="Also draw the detail catalogue's figures: member-pair "
-                                "matrices, CKA heatmaps per layer and SmoothECE curves (their numbers are in the tables "
-                                "either way)."),
+                                "matrices, CKA heatmaps per layer and SmoothECE curves (their summaries are in the tables, "
+                                "the matrices and curves in each run's metrics.json, either way)."),
     ood_score: str = typer.Option("msp", "--ood-score", help="The OOD table's score: msp (1 − MSP), entropy, jsd "
                                   "(mutual information), expected_entropy, energy, max_logit or variation_ratio."),
     conventions: str = typer.Option("ensdiag", help="Whose definitions of adaptive ECE and AURC the tables show: ensdiag or "
@@ -55,6 +55,8 @@ def report(
     from ..io import atomic_write_text
     from ..report import make_report, render, to_rich
 
+    if detail and (not figures or len(run_dirs or ()) > 1):
+        note("--detail draws figures into a run folder: with --no-figures or several folders nothing is drawn")
     extension = report_formats()[fmt]
     target = None if out is None else output_file(out, f"report.{extension}")
     with loading("building the report (verdict bootstrap, figures) …"):

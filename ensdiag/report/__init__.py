@@ -72,7 +72,8 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
             initial = dig(analyzers, ("weight-similarity", "initial", "value"))
             at_init = f" (init {initial:.2f})" if isinstance(initial, float) else ""
             panels.append((("weight cosine (own layers)" if scoped else "weight cosine") + at_init, cosine, "cosine"))
-        rows.append((f"{run_label(method)} (seed {seed})", panels))
+        if panels:  # (k > 256 stores no matrix)
+            rows.append((f"{run_label(method)} (seed {seed})", panels))
     if rows:
         add("diversity", "Member disagreement per split and weight-space cosine (a labelled colour scale each)",
             heatmap_grid, rows)

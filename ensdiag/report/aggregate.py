@@ -396,8 +396,8 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                  "cosine the null of untrained, independently initialised members aligned the same way.")
     tables.append(analyzer_table("diversity", "Member diversity (mean off-diagonal)", note=f"{baselines} {scoped}".strip()))
     geometry = analyzer_table("geometry", "Member geometry: representations, paths between members, weight structure",
-                              note="CKA: linear CKA of members' representations, averaged over layers (per-layer curves and "
-                                   "k×k heatmaps in the figures). Barriers: the largest rise above the straight line "
+                              note="CKA: linear CKA of members' representations, averaged over layers (per-layer curves in the "
+                                   "figures; k×k heatmaps per layer with report --detail). Barriers: the largest rise above the straight line "
                                    "between two members' weights of the test loss, the test error, and the training "
                                    "loss on a fixed training sample, BatchNorm statistics recomputed along the path; "
                                    "the training-loss barrier tells whether members share one basin, a test-loss "
@@ -454,4 +454,4 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             **({"notes": experiment["notes"]} if experiment.get("notes") else {}),
             "conventions": conventions, "ood_score": ood_score, **({"budgets": budgets} if budgets else {}),
             "definitions": definitions,
-            "tables": tables, "figures": []}
+            "tables": tables, "figures": [], "figures_on_request": []}

@@ -47,7 +47,7 @@ def panel_figure(columns: int, panel, left=0.6, right=0.15, top=0.35, bottom=0.5
     axes = figure.subplots(rows, columns, squeeze=False, sharex="col" if rows > 1 else False,
                            gridspec_kw={"height_ratios": height_ratios} if height_ratios else None)
     for ax in axes.flat:
-        ax.tick_params(labelsize=8)
+        ax.tick_params(which="both", labelsize=8)  # minor ticks too: a log axis within a decade labels them
     return figure, axes
 
 
@@ -81,7 +81,7 @@ def save_figure(figure: "Figure", path, formats=None) -> list[Path]:
     written = []
     for fmt in formats:
         buffer = io.BytesIO()
-        figure.savefig(buffer, format=fmt, dpi=130)  # constrained layout already fits everything: no tight bbox pass
+        figure.savefig(buffer, format=fmt, dpi=130)  # every layout here fits its figure: no tight bbox pass
         written.append(atomic_write_bytes(path if len(formats) == 1 and path.suffix.lower() == f".{fmt}"
                                           else path.with_suffix(f".{fmt}"), buffer.getvalue()))
     return written
@@ -173,6 +173,7 @@ TICKS, GAP = 0.3, 0.3  # room for a panel's row tick labels on its left; space a
 TITLE_LINE, BELOW = 0.17, 0.5  # one line of a panel title; column tick labels and "member" below
 ROW_LABEL, BAR_SLOT = 0.3, 1.05  # a row's label on the left; one colour bar, its ticks and label
 TITLE_CHARACTERS = 30  # a panel title wraps after this many characters (9 pt over a panel's width)
+ROW_CHARACTERS = 26  # a row's label wraps after this many (9 pt along a panel's height)
 
 
 def _cell_text(ax, k, matrix, low, high, colours) -> None:
@@ -192,6 +193,10 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
     bar right of the last column that shows the quantity, as tall as the rows that do."""
     import textwrap
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FixedLocator, MaxNLocator
+    rows = [(textwrap.fill(terminal(label), ROW_CHARACTERS), panels) for label, panels in rows if panels]
+    if not rows:
+        raise ValueError("heatmap_grid: no panel to draw")
     ncols = max(len(panels) for _, panels in rows)
     quantity_of = [[panel[2] if len(panel) > 2 else None for panel in panels] for _, panels in rows]
     last_column = {}  # quantity -> the rightmost column that shows it (its bar goes after it)
@@ -204,7 +209,8 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
     # a colour bar's label runs along a row: a figure of one row is drawn that tall at least
     row_height = max(row_height, 2.45 if len(rows) == 1 else 0)
     top = 0.45 if title else 0.05
-    lefts, bars, x = [], {}, ROW_LABEL  # each column's image left edge; each quantity's bar left edge
+    label_lines = max(label.count("\n") + 1 for label, _ in rows)
+    lefts, bars, x = [], {}, ROW_LABEL + TITLE_LINE * (label_lines - 1)  # each column's image left edge; each bar's
     for c in range(ncols):
         lefts.append(x + TICKS)
         x += TICKS + PANEL + GAP
@@ -228,14 +234,14 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
             images[quantity] = ax.imshow(matrix, vmin=low, vmax=high, cmap=colours)
             spans.setdefault(quantity, set()).add(r)
             k = len(matrix)
-            ax.set_xticks(range(k))
-            ax.set_yticks(range(k))
+            for axis in (ax.xaxis, ax.yaxis):  # every member named up to 12; beyond, a readable few
+                axis.set_major_locator(MaxNLocator(nbins=8, integer=True) if k > 12 else FixedLocator(range(k)))
             ax.set_xlabel("member", fontsize=7)
             ax.set_title(titles[r][c], fontsize=9)  # split names may come from files
             if k <= 6:
                 _cell_text(ax, k, matrix, low, high, colours)
             if c == 0:
-                ax.set_ylabel(terminal(label), fontsize=9)
+                ax.set_ylabel(label, fontsize=9)
     for quantity, image in images.items():
         first, last = min(spans[quantity]), max(spans[quantity])  # the bar spans their images
         bar_top = top + first * row_height + TITLE_LINE * lines + 0.12
@@ -279,7 +285,7 @@ def reliability_figure(curves) -> "Figure":
 def ood_histogram_figure(panels, score_name="1 − MSP", value_range=(0, 1)) -> "Figure":
     """panels: [(method, id scores, ood scores)] — overlaid histograms per method; `value_range` None:
     each panel's own range (scores that are not bounded, such as the energy)."""
-    figure, axes = panel_figure(len(panels), (2.2, 1.75), legend=0.6)
+    figure, axes = panel_figure(len(panels), (2.2, 1.75), left=0.75, gap=0.7, legend=0.6)  # densities like 0.0005
     axes = axes[0]
     for ax, (name, id_scores, ood_scores) in zip(axes, panels):
         both = [float(v) for v in [*id_scores, *ood_scores] if math.isfinite(v)]
@@ -295,7 +301,8 @@ def ood_histogram_figure(panels, score_name="1 − MSP", value_range=(0, 1)) -> 
 
 def training_curves_figure(curves) -> "Figure":
     """curves: {method: [history rows of one seed each]} — loss and validation accuracy per epoch."""
-    figure, ((loss_ax, acc_ax),) = panel_figure(2, (2.9, 1.95), left=0.65, gap=0.75, bottom=0.5, top=0.3)
+    # room for a log axis' minor labels (6×10⁻¹) where the loss stays within a decade
+    figure, ((loss_ax, acc_ax),) = panel_figure(2, (2.9, 1.95), left=0.85, gap=0.75, bottom=0.5, top=0.3)
     no_validation = False
     for index, (name, histories) in enumerate(curves.items()):
         color = f"C{index}"

@@ -226,7 +226,8 @@ def to_html(report, run_dir=None) -> str:
             body.append(f"<figure><img alt=\"{esc(figure['title'])}\" src=\"data:image/png;base64,{data}\">"
                         f"<figcaption>{esc(figure['title'])}</figcaption></figure>")
     if report.get("figures_on_request"):
-        body.append(f"<p>{esc(ON_REQUEST)} " + "; ".join(esc(title) for title in report["figures_on_request"]) + ".</p>")
+        text = esc(ON_REQUEST).replace("`ensdiag report --detail`", "<code>ensdiag report --detail</code>")
+        body.append(f"<p>{text} " + "; ".join(esc(title) for title in report["figures_on_request"]) + ".</p>")
     style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
              ".scroll{overflow-x:auto;margin:0.5em 0 1.5em}table{border-collapse:collapse;font-size:0.9em}"
              "th,td{padding:4px 6px;border-bottom:1px solid #ddd;text-align:right;vertical-align:top}"
