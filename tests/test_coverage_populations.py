@@ -27,6 +27,7 @@ def _script(name: str):
 
 P = _script("coverage_populations")
 C = _script("interval_coverage")
+R = _script("coverage_resume")
 
 
 def _record() -> dict:
@@ -149,26 +150,26 @@ def test_a_record_resumes_across_a_change_that_moves_no_number_and_names_one_tha
     import subprocess
     if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode != 0:
         pytest.skip("not a git checkout")
-    if C._uncommitted():
+    if R.uncommitted():
         pytest.skip("the measured files have uncommitted changes: HEAD is not the code here")
     args = argparse.Namespace(populations=["easy OOD"], sizes=[200], only=["ood"])
-    C._same_numbers("HEAD", ["benchmarks/interval_coverage.py"], args)  # raises SystemExit where a number moved
-    real = C.differences
-    C.differences = lambda then, now, tolerance: real(then, {cell: {} for cell in now}, tolerance)  # every column gone
+    R.same_numbers("HEAD", ["benchmarks/interval_coverage.py"], args)  # raises SystemExit where a number moved
+    real = R.differences
+    R.differences = lambda then, now, tolerance: real(then, {cell: {} for cell in now}, tolerance)  # every column gone
     try:
         with pytest.raises(SystemExit, match=r"gives other numbers \(\d+\), e.g. easy OOD\|200 \S+: only then"):
-            C._same_numbers("HEAD", ["benchmarks/interval_coverage.py"], args)
+            R.same_numbers("HEAD", ["benchmarks/interval_coverage.py"], args)
     finally:
-        C.differences = real
+        R.differences = real
     outcome = {"value": 0.9, "ensdiag": [0.8, 0.95], "note": None, "construction": "logit",
                "candidates": {"percentile": [0.85, 0.93]}}
     then = {"easy OOD|200": {"ood/auroc": outcome, "ood/aupr": outcome}}
-    assert C.differences(then, json.loads(json.dumps(then))) == []
+    assert R.differences(then, json.loads(json.dumps(then))) == []
     nudged = {"easy OOD|200": {"ood/auroc": {**outcome, "ensdiag": [0.8, 0.95 * (1 + 1e-13)]}, "ood/aupr": outcome}}
-    assert C.differences(then, nudged) == []  # the last bits of a sum taken in another order
+    assert R.differences(then, nudged) == []  # the last bits of a sum taken in another order
     added = {"easy OOD|200": {key: {**outcome, "candidates": {**outcome["candidates"], "logit": [0.7, 0.96]}}
                               for key in ("ood/auroc", "ood/aupr")}}
-    assert C.differences(then, added) == []  # a candidate added since: tallied from the replicates it ran on
+    assert R.differences(then, added) == []  # a candidate added since: tallied from the replicates it ran on
     moved = {"easy OOD|200": {"ood/auroc": {**outcome, "candidates": {"percentile": [0.85, 0.931]}}}}
-    found = C.differences(then, moved)
+    found = R.differences(then, moved)
     assert len(found) == 2 and "ood/aupr: only then" in found[0] and "ood/auroc: candidates" in found[1]
