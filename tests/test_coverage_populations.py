@@ -88,9 +88,10 @@ def _failures(cells: list[dict], floor: float, refused: dict | None = None) -> l
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="the committed record holds 75 replicates per cell (the issue asks for 200; it "
-                   "goes on with --resume), and in it one cell falls below the floor: the calibrated over-confidence "
-                   "(N = 200, 64 of 75); issue 44 stays open until a full record passes")
+@pytest.mark.xfail(strict=True, reason="the committed record holds 175 replicates per cell (the issue asks for 200; it "
+                   "goes on with --resume), and in it three cells fall below the floor: under-confident member-pair "
+                   "JSD and KL at N = 200, over-confident disagreement at N = 5,000; issue 44 stays open until a full "
+                   "record passes")
 def test_the_committed_record_shows_every_column_covering_or_saying_why_not():
     record = _record()
     assert record["cells"] and record["settings"]["level"] == 0.95
