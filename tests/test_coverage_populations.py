@@ -88,10 +88,10 @@ def _failures(cells: list[dict], floor: float, refused: dict | None = None) -> l
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="the committed record holds 175 replicates per cell (the issue asks for 200; it "
-                   "goes on with --resume), and in it three cells fall below the floor: under-confident member-pair "
-                   "JSD and KL at N = 200, over-confident disagreement at N = 5,000; issue 44 stays open until a full "
-                   "record passes")
+@pytest.mark.xfail(strict=True, reason="the committed record holds the 200 replicates per cell the issue asks for, and "
+                   "in it three cells fall just below the floor: under-confident member-pair JSD and KL at N = 200 "
+                   "(177, 178 of 200), over-confident disagreement at N = 5,000 (178 of 200); issue 44 stays open "
+                   "until every cell passes")
 def test_the_committed_record_shows_every_column_covering_or_saying_why_not():
     record = _record()
     assert record["cells"] and record["settings"]["level"] == 0.95
