@@ -316,6 +316,8 @@ def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor, w_id=None, w_oo
       `fpr95_id_as_ood`: the fraction of ID flagged as OOD (score ≥ τ) at the largest τ that flags
       ≥ 95 % of OOD, ties at τ flagged (scikit-learn's ROC point, torch-uncertainty, the paper's code).
     ID and OOD weightings must have as many rows (a stratified resample draws both)."""
+    if tuple(only) == ("auroc",) and bool(score_id.isfinite().all()) and bool(score_ood.isfinite().all()):
+        return {"auroc": auroc(score_id, score_ood, w_id, w_ood)}  # the same number from one sort, a fifth of the cost
     n_id = len(score_id)
     weights_id, single = rows(w_id, n_id)
     weights_ood, _ = rows(w_ood, len(score_ood))
