@@ -157,6 +157,12 @@ def differences(then: dict, now: dict, tolerance: float = 1e-9) -> list[str]:
     return found
 
 
+def confirmed(parts: list, cell: dict, key: str) -> bool:
+    """Whether a confirmation (`coverage_confirm.py`) added replicates to this cell's column."""
+    return any(part["confirm"]["population"] == cell["population"] and part["confirm"]["n"] == cell["n"]
+               and key in part["confirm"]["columns"] for part in parts if "confirm" in part)
+
+
 def resumed(record: dict, truths: dict):
     """(done, start, parts, process seconds) of a resumable record (`check_resumable`): its cells as
     the first part of every cell, each size's next replicate index."""
@@ -167,9 +173,10 @@ def resumed(record: dict, truths: dict):
     done, start = [], {}
     for cell in record["cells"]:
         reached = max(max([column["ensdiag"]["replicates"]] + [c["replicates"] for c in column["candidates"].values()])
-                      for column in cell["columns"].values())
+                      for key, column in cell["columns"].items() if not confirmed(parts, cell, key))  # (drawn apart)
         if start.setdefault(cell["n"], reached) != reached:
             raise SystemExit(f"--resume: the cells at N = {cell['n']} hold different numbers of replicates")
         done.append((cell["population"], cell["n"], -1, cell["columns"]))
-    return done, start, [{"commit": p["commit"], "from": {int(n): i for n, i in p["from"].items()},
-                          "to": {int(n): i for n, i in p["to"].items()}} for p in parts], record.get("process_seconds", 0)
+    return done, start, [part if "confirm" in part else
+                         {"commit": part["commit"], "from": {int(n): i for n, i in part["from"].items()},
+                          "to": {int(n): i for n, i in part["to"].items()}} for part in parts], record.get("process_seconds", 0)

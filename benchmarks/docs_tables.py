@@ -242,8 +242,10 @@ def coverage(record: dict) -> list[str]:
     binomial upper bound is lowest), and on which side the misses fell over every cell."""
     settings, cells = record["settings"], record["cells"]
     sizes, floor = settings["sizes"], settings["floor"]
+    confirmations = [part["confirm"] for part in record.get("parts", []) if "confirm" in part]
+    confirmed = {(c["population"], c["n"], key): c["to"] - c["from"] for c in confirmations for key in c["columns"]}
     drawn = lambda cell: max(max([column["ensdiag"]["replicates"]] + [c["replicates"] for c in column["candidates"].values()])  # noqa: E731
-                             for column in cell["columns"].values())
+                             for key, column in cell["columns"].items() if (cell["population"], cell["n"], key) not in confirmed)
     counts = {n: sorted({drawn(cell) for cell in cells if cell["n"] == n}) or [0] for n in sizes}
     replicates = ", ".join(f"{counts[n][0] if counts[n][0] == counts[n][-1] else f'{counts[n][0]}–{counts[n][-1]}'} "
                            f"at N = {n:,}" for n in sizes)
@@ -253,7 +255,12 @@ def coverage(record: dict) -> list[str]:
              f"cell: coverage of the printed 95 % interval [its Clopper–Pearson 95 % interval] ±its mean half-width, "
              f"at the population where the upper bound is lowest (replicates without an interval, which say why, are "
              f"not counted; \"none in …\": populations where no replicate had one); ✗: the upper bound below {floor}. "
-             f"Misses: replicates whose interval lay above the truth / below it, over every cell.", "",
+             f"Misses: replicates whose interval lay above the truth / below it, over every cell."
+             + (" †: a cell under the floor in the record's rounds, confirmed on fresh replicates of its column "
+                "(`benchmarks/coverage_confirm.py`), its coverage over all its replicates: "
+                + "; ".join(f"{c['population']} N = {c['n']:,}, {c['to'] - c['from']:,} more of "
+                            + ", ".join(f"`{key.removesuffix('/value')}`" for key in c["columns"]) for c in confirmations)
+                + "." if confirmations else ""), "",
              "| column | " + " | ".join(f"N = {n:,}" for n in sizes) + " | misses (truth below / above) |",
              "|---|" + "---|" * len(sizes) + "---|"]
     keys = dict.fromkeys(key for cell in cells for key in cell["columns"])
@@ -274,7 +281,8 @@ def coverage(record: dict) -> list[str]:
             cell, column = min(here, key=lambda pair: pair[1]["ensdiag"]["coverage_interval"][1])
             none = [other["population"] for other, found_column in found if other["n"] == n
                     and not found_column["ensdiag"]["replicates"] and found_column["notes"]]
-            row.append(f"{_coverage_cell(column['ensdiag'], floor)} ({cell['population']})"
+            mark = f" † of {column['ensdiag']['replicates']:,}" if (cell["population"], n, key) in confirmed else ""
+            row.append(f"{_coverage_cell(column['ensdiag'], floor)}{mark} ({cell['population']})"
                        + (f"; none in {', '.join(none)}" if none else ""))
         below = sum(column["ensdiag"].get("truth_below") or 0 for _, column in found)
         above = sum(column["ensdiag"].get("truth_above") or 0 for _, column in found)

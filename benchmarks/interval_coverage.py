@@ -361,7 +361,8 @@ def write_record(out: Path, args, truths: dict, done: list, seconds: float):
                                      "truths": {key: value for key, value in truths[name].items()}}
                               for name in args.populations},
               "cells": cells, "process_seconds": round(seconds, 1),
-              "parts": [{"commit": part["commit"], "from": {str(n): i for n, i in part["from"].items()},
+              "parts": [part if "confirm" in part else  # (coverage_confirm.py's, kept as they are)
+                        {"commit": part["commit"], "from": {str(n): i for n, i in part["from"].items()},
                          "to": {str(n): i for n, i in part.get("to", part["from"]).items()}} for part in args.parts]}
     out.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
 
