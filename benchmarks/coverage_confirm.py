@@ -59,6 +59,36 @@ def _job(args):
     return population, n, keys, {key: columns[key] for key in keys}
 
 
+def confirm(record: dict, pairs: list, replicates: int, jobs: int = 1) -> dict:
+    """The record with `replicates` fresh replicates of each (population, N, column key) pair added to
+    its tallies, and a part naming them (in place; returned)."""
+    truths = {name: entry["truths"] for name, entry in record["populations"].items()}
+    cells = {}
+    for population, n, key in pairs:
+        cells.setdefault((population, n), []).append(key)
+    drawn = range(FIRST, FIRST + replicates)
+    work = [(population, n, keys, drawn, truths[population]) for (population, n), keys in cells.items()]
+    print(f"confirming {len(pairs)} (cell, column) pairs on {replicates} fresh replicates each: "
+          + "; ".join(f"{population} N = {n}: {', '.join(keys)}" for (population, n), keys in cells.items()), flush=True)
+    if jobs > 1:
+        import multiprocessing
+        with multiprocessing.get_context("spawn").Pool(min(jobs, len(work))) as pool:
+            done = pool.map(_job, work, chunksize=1)
+    else:
+        done = [_job(job) for job in work]
+    commit = head_commit()
+    for population, n, keys, columns in done:
+        cell = next(cell for cell in record["cells"] if cell["population"] == population and cell["n"] == n)
+        cell["columns"].update(C.merge([{key: cell["columns"][key] for key in keys}, columns]))
+        record["parts"].append({"commit": commit, "confirm": {"population": population, "n": n, "columns": keys,
+                                                              "from": drawn.start, "to": drawn.stop}})
+        for key in keys:
+            tally = cell["columns"][key]["ensdiag"]
+            print(f"{population} N = {n} {key}: {tally['covered']} of {tally['replicates']} "
+                  f"(upper bound {tally['coverage_interval'][1]:.3f})", flush=True)
+    return record
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("record", type=Path)
@@ -67,7 +97,7 @@ def main():
     args = parser.parse_args()
     record = json.loads(args.record.read_text())
     settings = record["settings"]
-    reached = {n: min(part["to"][str(n)] for part in record["parts"] if "to" in part) for n in settings["sizes"]}
+    reached = {n: max(part["to"][str(n)] for part in record["parts"] if "to" in part) for n in settings["sizes"]}
     if any(reached[n] < settings["replicates_wanted"] for n in settings["sizes"]):
         raise SystemExit(f"the record holds {reached} replicates per cell: finish it first (interval_coverage.py --resume)")
     if uncommitted():
@@ -78,30 +108,7 @@ def main():
         return
     check_resumable(argparse.Namespace(resume=args.record, sizes=settings["sizes"], populations=list(record["populations"]),
                                        truth_examples=settings["truth_examples"], only=settings["only"]))
-    truths = {name: entry["truths"] for name, entry in record["populations"].items()}
-    cells = {}
-    for population, n, key in pairs:
-        cells.setdefault((population, n), []).append(key)
-    replicates = range(FIRST, FIRST + args.replicates)
-    jobs = [(population, n, keys, replicates, truths[population]) for (population, n), keys in cells.items()]
-    print(f"confirming {len(pairs)} (cell, column) pairs on {args.replicates} fresh replicates each: "
-          + "; ".join(f"{population} N = {n}: {', '.join(keys)}" for (population, n), keys in cells.items()), flush=True)
-    if args.jobs > 1:
-        import multiprocessing
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            done = pool.map(_job, jobs, chunksize=1)
-    else:
-        done = [_job(job) for job in jobs]
-    commit = head_commit()
-    for population, n, keys, columns in done:
-        cell = next(cell for cell in record["cells"] if cell["population"] == population and cell["n"] == n)
-        cell["columns"].update(C.merge([{key: cell["columns"][key] for key in keys}, columns]))
-        record["parts"].append({"commit": commit, "confirm": {"population": population, "n": n, "columns": keys,
-                                                              "from": replicates.start, "to": replicates.stop}})
-        for key in keys:
-            tally = cell["columns"][key]["ensdiag"]
-            print(f"{population} N = {n} {key}: {tally['covered']} of {tally['replicates']} "
-                  f"(upper bound {tally['coverage_interval'][1]:.3f})", flush=True)
+    confirm(record, pairs, args.replicates, args.jobs)
     written = args.record.with_suffix(".json.tmp")
     written.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     written.replace(args.record)

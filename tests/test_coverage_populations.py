@@ -28,6 +28,7 @@ def _script(name: str):
 P = _script("coverage_populations")
 C = _script("interval_coverage")
 R = _script("coverage_resume")
+sys.path.insert(0, str(ROOT / "benchmarks"))  # (docs_tables, imported by one test)
 
 
 def _record() -> dict:
@@ -100,7 +101,7 @@ def test_the_committed_record_shows_every_column_covering_or_saying_why_not():
     assert not _failures(record["cells"], record["settings"]["floor"], refused)
     sizes = {cell["n"] for cell in record["cells"]}
     assert sizes == set(C.SIZES)  # every N of the issue
-    reached = min(part["to"][str(n)] for part in record["parts"][-1:] for n in sizes)
+    reached = min(max(part["to"][str(n)] for part in record["parts"] if "to" in part) for n in sizes)
     assert reached >= C.REPLICATES, f"the record holds {reached} replicates per cell, the issue asks for {C.REPLICATES}"
     mce = [cell["columns"]["calibration/splits/id/mce/value"] for cell in record["cells"]
            if "calibration/splits/id/mce/value" in cell["columns"]]
@@ -174,3 +175,39 @@ def test_a_record_resumes_across_a_change_that_moves_no_number_and_names_one_tha
     moved = {"easy OOD|200": {"ood/auroc": {**outcome, "candidates": {"percentile": [0.85, 0.931]}}}}
     found = R.differences(then, moved)
     assert len(found) == 2 and "ood/aupr: only then" in found[0] and "ood/auroc: candidates" in found[1]
+
+
+def test_a_cell_under_the_floor_is_confirmed_on_fresh_replicates_of_its_column_alone():
+    """coverage_confirm.py: a (cell, column) under the floor gets fresh replicates (indices from FIRST on)
+    of its analyzer alone, added to its tallies — the same tallies a run of those replicates gives — the
+    other columns untouched; a confirmed pair is not confirmed again, a resume goes on from the rounds'
+    replicate index, and the docs table marks the pair."""
+    import docs_tables
+
+    F = _script("coverage_confirm")
+    population, n, key = "calibrated", 200, "disagreement/splits/id/mean/value"
+    truths = P.true_values(P.POPULATIONS[population], 20_000)
+    columns = C.run_cell(population, n, range(2), truths, only=["disagreement", "uncertainty"])
+    low = {**columns[key]["ensdiag"], "covered": 0, "coverage_interval": C.clopper_pearson(0, 2)}  # as if both missed
+    columns[key] = {**columns[key], "ensdiag": low}
+    untouched = json.loads(json.dumps(columns))
+    record = {"settings": {"floor": C.FLOOR, "sizes": [n], "replicates_wanted": 2, "truth_examples": 20_000, "level": 0.95},
+              "populations": {population: {"description": "", "truths": truths}},
+              "cells": [{"population": population, "n": n, "columns": columns}],
+              "parts": [{"commit": "abc", "from": {str(n): 0}, "to": {str(n): 2}}]}
+    assert F.under_floor(record) == [(population, n, key)]
+    F.confirm(record, F.under_floor(record), replicates=3)
+    fresh = C.run_cell(population, n, range(F.FIRST, F.FIRST + 3), truths, only=["disagreement"])[key]["ensdiag"]
+    tally = record["cells"][0]["columns"][key]["ensdiag"]
+    assert tally["replicates"] == 5 and tally["covered"] == fresh["covered"]
+    assert tally["coverage_interval"] == pytest.approx(C.clopper_pearson(fresh["covered"], 5))
+    after = json.loads(json.dumps(record["cells"][0]["columns"]))
+    assert {k: v for k, v in after.items() if k != key} == {k: v for k, v in untouched.items() if k != key}
+    assert record["parts"][-1]["confirm"] == {"population": population, "n": n, "columns": [key],
+                                              "from": F.FIRST, "to": F.FIRST + 3}
+    assert F.under_floor(record) == []  # confirmed once
+    record["populations"][population]["truths"] = json.loads(json.dumps(truths))
+    _, start, parts, _ = R.resumed(record, {population: truths})
+    assert start == {n: 2} and parts[-1] == record["parts"][-1]  # the rounds go on from replicate 2
+    rendered = "\n".join(docs_tables.coverage(record | {"populations": {population: {}}}))
+    assert "replicates per cell: 2 at N = 200" in rendered and f"† of 5 ({population})" in rendered
