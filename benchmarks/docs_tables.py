@@ -193,7 +193,9 @@ def lm_eval_scale(record: dict) -> list[str]:
              f"subtasks (MMLU's test sizes, lm-eval 0.4.13's nested group layout, synthetic lines): "
              f"{settings['lines']:,} lines, {settings['bytes'] / 1e6:.0f} MB; median of {settings['rounds']} rounds taken "
              f"in turn; load average {load['before'][0]:.2f} before and {load['after'][0]:.2f} after (the machine is "
-             f"shared), torch {record['torch_threads']} thread(s); peak memory {record['peak_memory_bytes'] / 2**30:.1f} GiB.",
+             f"shared), torch {record['torch_threads']} thread(s)"
+             + (f", the files read by {record['reader_processes']} processes" if "reader_processes" in record else "")
+             + f"; peak memory {record['peak_memory_bytes'] / 2**30:.1f} GiB.",
              "", "| step | seconds | × parse (target 3×) |", "|---|---|---|",
              f"| parse the JSON lines alone (`json.loads`, the floor) | {seconds['parse']:.2f} | 1× |",
              f"| read: lines checked, answers read and checked as lm-eval scored them, members joined, groups "

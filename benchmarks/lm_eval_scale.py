@@ -186,6 +186,14 @@ def peak_memory() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
+def reader_processes(files: int) -> int:
+    """The processes `load_lm_eval_predictions` reads these logs with (lm_eval.py: the first file in
+    its own, the rest forked where they are large and the machine has the cores)."""
+    from ensdiag import forked
+    from ensdiag.foreign import lm_eval
+    return forked.workers(files - 1, lm_eval.MAX_READERS)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", type=Path, help="write the logs here and keep them")
@@ -235,6 +243,7 @@ def main(argv=None):
                                  "read_analyzers_and_intervals": sum(median[s] for s in ("read", "analyzers", "intervals"))
                                  / median["parse"]},
               "target_ratio": 3.0, "torch_threads": __import__("torch").get_num_threads(),
+              "reader_processes": reader_processes(MEMBERS * len(subjects)),
               "load_average": {"before": list(load_before), "after": list(load_after)},
               "peak_memory_bytes": peak_memory(),
               "mmlu_accuracy": {"ensemble": groups["mmlu"]["accuracy"]["value"],

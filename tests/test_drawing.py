@@ -1,5 +1,5 @@
 """A report's figures drawn across worker processes are the figures drawn in the report's own process,
-and a figure that fails there fails as it would here (report/drawing.py)."""
+and a figure that fails there fails as it would here (report/drawing.py, ensdiag/forked.py)."""
 
 import multiprocessing
 import os
@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
+from ensdiag import forked
 from ensdiag.errors import EnsdiagError
-from ensdiag.report import drawing
+
 from ensdiag.report.drawing import Job, draw_all
 from ensdiag.report.figures import heatmap_grid, training_curves_figure
 
@@ -25,7 +26,7 @@ def _jobs():
 
 def _draw(folder, workers, jobs, monkeypatch):
     folder.mkdir()
-    monkeypatch.setattr(drawing, "_workers", lambda jobs: workers)
+    monkeypatch.setattr(forked, "workers", lambda tasks, most=4: workers)
     done = []
     draw_all(jobs, folder, ("png", "svg"), lambda job: done.append(job.name))
     return done
@@ -60,7 +61,7 @@ def test_a_figure_whose_worker_dies_is_drawn_in_process(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("workers", [pytest.param(2, marks=forks), 1])
 def test_a_figure_that_fails_fails_as_it_would_in_process_after_the_others_are_drawn(tmp_path, monkeypatch, workers):
-    monkeypatch.setattr(drawing, "_workers", lambda jobs: workers)
+    monkeypatch.setattr(forked, "workers", lambda tasks, most=4: workers)
     damaged = lambda: EnsdiagError("runs/x/metrics.json is damaged (its paths result is not of the expected layout)")  # noqa: E731
     done = []
     with pytest.raises(EnsdiagError, match="metrics.json is damaged"):  # the broken one first: the rest still drawn
@@ -77,4 +78,4 @@ def test_a_daemonic_process_draws_in_process(monkeypatch):
     class Daemonic:
         daemon = True
     monkeypatch.setattr(multiprocessing, "current_process", lambda: Daemonic())
-    assert drawing._workers(_jobs()) == 1
+    assert forked.workers(len(_jobs())) == 1

@@ -304,3 +304,40 @@ def test_a_groups_weighting_is_read_back_from_lm_evals_own_numbers():
     means, sizes = torch.tensor([[1.0, 2.0], [0.0, 4.0]], dtype=torch.float64), torch.tensor([1, 3])
     assert aggregate(means, sizes, True).tolist() == [0.25, 3.5] and aggregate(means, sizes, False).tolist() == [0.5, 3.0]
     assert positions([("a", 0), ("a", 1), ("b", 0)]) == [("a", 0, 2), ("b", 2, 3)]
+
+
+@pytest.mark.skipif(os.name != "posix" or not hasattr(os, "sched_getaffinity"), reason="readers are forked on Linux only")
+def test_files_read_by_forked_readers_give_the_numbers_and_the_refusal_of_reading_in_turn(tmp_path, monkeypatch):
+    """Large logs are read in forked processes (lm_eval.PARALLEL_BYTES): the same tensors and group numbers
+    as reading the files in turn, and a damaged line in a file a worker read is refused as it would be."""
+    import torch
+
+    from ensdiag import forked
+    from ensdiag.foreign import lm_eval
+
+    def loaded(folders):
+        about = {}
+        splits, warnings = load_lm_eval_predictions(folders, (), LmEvalOptions("ensnum"), about)
+        return splits, (about, warnings)
+
+    monkeypatch.setattr(forked, "workers", lambda tasks, most=4: 1)
+    in_turn, about_in_turn = loaded([NUMBERS])
+    monkeypatch.setattr(lm_eval, "PARALLEL_BYTES", 0)
+    ran = []
+    real_run = forked.run
+    monkeypatch.setattr(forked, "run", lambda tasks, processes: ran.append(processes) or real_run(tasks, processes))
+    monkeypatch.setattr(forked, "workers", lambda tasks, most=4: 2)
+    there, about_there = loaded([NUMBERS])
+    assert ran == [2]
+    assert there.keys() == in_turn.keys() and about_there == about_in_turn
+    for split in there:
+        assert torch.equal(there[split]["logits"], in_turn[split]["logits"])
+        assert torch.equal(there[split]["labels"], in_turn[split]["labels"])
+    folders = copies(tmp_path, "ensnum_index")
+    for folder in folders:  # the whole group: every subtask's file beside the damaged one
+        for task in SUBTASKS[1:]:
+            shutil.copy(samples(NUMBERS / folder.name, task), folder)
+    edit(samples(folders[2], "ensnum_text"), 4, lambda row: {**row, "target": "99"})
+    edit(samples(folders[1], "ensnum_template"), 2, lambda row: {**row, "acc": 1.0 - row["acc"]})
+    with pytest.raises(EnsdiagError, match=re.escape(str(samples(folders[1], "ensnum_template"))) + ", line 3: lm-eval logs acc"):
+        loaded(folders)  # member 1's file comes before member 2's: the refusal reading in turn gives first

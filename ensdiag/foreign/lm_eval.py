@@ -28,13 +28,18 @@ How ensdiag reads them (docs/conventions.md, "lm-evaluation-harness logs"):
 - a generate_until task's answers are read by `load_lm_eval_answers` (lm_eval_generated.py).
 Files are hostile input: lines are bounded in length and number, numbers must match a decimal
 pattern and be finite, and the memory reading and the analysis need is checked while reading.
+Where the files are large (`PARALLEL_BYTES`) and the machine has the cores, they are read in
+forked worker processes (ensdiag/forked.py), the first in this one (it names the filter the
+others are read for); the numbers and any refusal are those of reading them in turn.
 """
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 
+from .. import forked
 from ..budget import require
 from ..errors import EnsdiagError, unknown
 from ..io import distinct_members, identity
@@ -280,15 +285,28 @@ def _read_members(chosen, filter_name, make_reader, budget) -> tuple[dict, list,
         if other.task != first.task or list(other.files) != list(first.files):
             raise EnsdiagError(f"{other.member.name} is a run of {other.task!r}, {first.member.name} of {first.task!r}: "
                                "every member must be scored on the same task")
-    read = {}
-    for index, selection in enumerate(chosen):
-        for subtask, path in selection.files.items():
-            reader = make_reader(selection, subtask, path, filter_name)
-            read[index, subtask] = reader.read(lambda n, size, where=path: budget(n, size, where))
-            filter_name = reader.filter  # the first file's first filter, for every other file
+    files = [(index, subtask, path, selection) for index, selection in enumerate(chosen)
+             for subtask, path in selection.files.items()]
+    index, subtask, path, selection = files[0]
+    reader = make_reader(selection, subtask, path, filter_name)
+    read = {(index, subtask): reader.read(lambda n, size: budget(n, size, path))}
+    filter_name = reader.filter  # the first file's first filter, for every other file
+    rest = files[1:]
+    tasks = [partial(_read_file, make_reader(selection, subtask, path, filter_name), partial(budget, where=path))
+             for index, subtask, path, selection in rest]
+    processes = forked.workers(len(tasks), MAX_READERS) if sum(path.stat().st_size for *_, path, _ in rest) >= \
+        PARALLEL_BYTES else 1
+    for (index, subtask, *_), (ok, found) in zip(rest, forked.run(tasks, processes)):
+        if not ok:  # the first file in order that could not be read, as reading them in turn would have said
+            raise found
+        read[index, subtask] = found
     order = [(subtask, doc_id) for subtask in first.files for doc_id in sorted(read[0, subtask].docs)]
     _join(chosen, read, order)
     return read, order, filter_name
+
+
+def _read_file(reader, budget):
+    return reader.read(lambda n, size: budget(n, size))
 
 
 def _group_section(chosen, tree, order, per_question, definitions, metric_name, filter_name, members_key,
@@ -307,6 +325,8 @@ def _group_section(chosen, tree, order, per_question, definitions, metric_name, 
     return {"metric": f"{metric_name},{filter_name}", **found}
 
 
+PARALLEL_BYTES = 32 * 2**20  # below this, forking the readers costs more than it saves
+MAX_READERS = 8
 HELD_PER_DOCUMENT = 1024  # bytes reading holds per document and member besides its scores (measured: about 610)
 
 
@@ -329,6 +349,8 @@ def _join(chosen, read, order):
                                    f"in {first} ({len(theirs)} documents against {len(mine)}: a different --limit?)")
         for subtask, doc_id in order:
             doc, ref = read[index, subtask].docs.get(doc_id), read[0, subtask].docs[doc_id]
+            if doc is not None and doc.joined() == ref.joined():
+                continue  # the common case, compared at once; a difference is named below
             where = f"{selection.files[subtask]}"
             if doc is None:
                 raise EnsdiagError(f"{where}: doc_id {doc_id} of {subtask!r} ({first}, line {ref.line}) is missing "
