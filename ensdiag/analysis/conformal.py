@@ -112,7 +112,7 @@ def _subtasks(predictions: dict) -> list[tuple[str, int, int]] | None:
     return found
 
 
-def _measured(sets: torch.Tensor, labels: torch.Tensor, name: str, with_intervals: bool) -> dict:
+def _measured(sets: torch.Tensor, labels: torch.Tensor, with_intervals: bool) -> dict:
     covered = sets.gather(1, labels[:, None]).squeeze(1)
     sizes = sets.sum(1).double()
     n = len(labels)
@@ -124,12 +124,21 @@ def _measured(sets: torch.Tensor, labels: torch.Tensor, name: str, with_interval
         low, high = B.clopper_pearson(int(covered.sum()), n)
         entry["coverage"]["interval"] = {"low": low, "high": high, "level": B.LEVEL, "n": n,
                                          "method": "Clopper–Pearson over the test questions, given the calibration"}
-        count = B.resamples_for(n)
-        resampled = torch.cat([B.counts_of(rows, n) @ sizes / n for _, rows in B.blocks(name, n, count)])
-        entry["set_size"]["interval"] = {**B.interval(entry["set_size"]["value"], resampled, n),
+        entry["set_size"]["sizes"] = sizes  # its interval: `_set_size_intervals`, every score's from one pass
+    return entry
+
+
+def _set_size_intervals(entries: list[dict], name: str) -> None:
+    """The percentile interval of each entry's mean set size over the test questions, the resamples'
+    counts drawn once for all of them (the same draws for every score)."""
+    sizes = torch.stack([entry["set_size"].pop("sizes") for entry in entries], 1)
+    n = len(sizes)
+    count = B.resamples_for(n)
+    resampled = torch.cat([B.counts_of(rows, n) @ sizes / n for _, rows in B.blocks(name, n, count)])
+    for entry, column in zip(entries, resampled.T):
+        entry["set_size"]["interval"] = {**B.interval(entry["set_size"]["value"], column.contiguous(), n),
                                          "method": f"{B.METHODS['percentile']} (the test questions), {count:,} resamples, "
                                                    "given the calibration"}
-    return entry
 
 
 COLUMNS = [Column(f"{label} {what}", ("scores", score, key, "value"), direction, f"{DEFINITIONS[score]}; {meaning}",
@@ -169,7 +178,7 @@ def conformal(predictions, weights=None):
         for alpha in LEVELS:
             threshold = conformal_quantile(calibration_scores, alpha)
             sets = prediction_sets(scores, threshold, possible)
-            found = _measured(sets, labels[test], "id", alpha == ALPHA)
+            found = _measured(sets, labels[test], alpha == ALPHA)
             found["threshold"] = threshold if math.isfinite(threshold) else None
             if alpha == ALPHA:
                 entry.update(found)
@@ -178,9 +187,11 @@ def conformal(predictions, weights=None):
                     for index, (_, start, stop) in enumerate(subtasks):
                         where[start:stop] = index
                     of_test = where[test]
-                    entry["per_subtask"] = {sub: _measured(sets[of_test == index], labels[test][of_test == index], "",
+                    entry["per_subtask"] = {sub: _measured(sets[of_test == index], labels[test][of_test == index],
                                                            False) for index, (sub, _, _) in enumerate(subtasks)}
             else:
                 entry["levels"][str(alpha)] = {key: found[key] for key in ("coverage", "set_size", "threshold")}
         results[name] = entry
+    if len(test):
+        _set_size_intervals(list(results.values()), "id")
     return {"alpha": ALPHA, "levels": list(LEVELS), "split": split, "guarantee": GUARANTEE, "scores": results}
