@@ -225,7 +225,10 @@ def smooth_ece(confidence, correct, w=None, kernel: str = "reflected"):
     defined = ~(weights[:, ~finite] > 0).any(1) & (weights.sum(1) > 0)
     if defined.any():
         f, y, kept = f[finite], np.nan_to_num(y[finite]), weights[defined][:, finite]
-        distinct, inverse = np.unique(kept, axis=0, return_inverse=True)  # few examples: resamples repeat
+        if len(kept) == 1:  # (np.unique over rows makes a structured type of n fields: slow for one row of many)
+            distinct, inverse = kept, np.zeros(1, dtype=np.int64)
+        else:
+            distinct, inverse = np.unique(kept, axis=0, return_inverse=True)  # few examples: resamples repeat
         rows = _Rows(f, y, kernel, distinct)
         values[defined] = rows.at(np.arange(len(distinct)), _bandwidths(f, y, kernel, distinct, rows))[inverse.reshape(-1)]
     found = torch.from_numpy(values)
