@@ -260,9 +260,10 @@ def _split(chosen, options, warnings, split) -> tuple[dict, dict]:
                         "its own process_results; its logged per-line metrics were not checked against the answers read")
     splits = {split: {"logits": logits, "labels": labels if split != "ood" else None}}
     if len(first.files) > 1:
+        spans = {subtask: (start, stop) for subtask, start, stop in groups.positions(order)}  # (together in order)
         for subtask in first.files:
-            where = torch.tensor([s == subtask for s, _ in order])
-            splits[f"{split}/{subtask}"] = {"logits": logits[:, where], "labels": labels[where]}
+            start, stop = spans.get(subtask, (0, 0))
+            splits[f"{split}/{subtask}"] = {"logits": logits[:, start:stop].clone(), "labels": labels[start:stop].clone()}
     choices = sorted({len(read[0, s].docs[d].scores) for s, d in order})
     section = {"task": first.task, "subtasks": list(first.files), "filter": filter_name,
                "filters": read[0, next(iter(first.files))].filters, "score": options.score,
