@@ -49,6 +49,27 @@ def test_the_shared_counts_are_the_draws_in_any_order_of_blocks_kept_or_drawn_ag
     assert torch.equal(draws.counts("shift/fog", n, 0, 5), B.counts_of(B.draws("shift", n, 5), n))
 
 
+def test_the_float64_counts_are_kept_for_the_next_statistic_within_their_bound(monkeypatch):
+    """A block asked for again is the very tensor handed out before (every analyzer reads every block),
+    equal to drawing it afresh; past WIDE_BYTES, or a quarter of the memory budget, it is widened anew."""
+    n = 37
+    draws = B.Draws()
+    first = draws.counts("id", n, 0, 20)
+    assert draws.counts("id", n, 0, 20) is first and torch.equal(first, B.counts_of(B.draws("id", n, 20), n))
+    assert draws.counts("id", n, 0, 10) is not first  # another block: its own entry
+    assert draws.counts("id", n, 0, 20, clusters=n) is not first  # clustered counts: their own entry
+    monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "4K")  # a quarter: 1 KiB, under one block of 20 × 37 float64
+    small = B.Draws()
+    again = small.counts("id", n, 0, 20)
+    assert small.counts("id", n, 0, 20) is not again and torch.equal(again, first) and small.wide_bytes == 0
+    monkeypatch.delenv("ENSDIAG_MEMORY_BUDGET")
+    monkeypatch.setattr(B, "WIDE_BYTES", 8 * 20 * n)
+    bounded = B.Draws()
+    bounded.counts("id", n, 0, 20)
+    assert bounded.counts("id", n, 20, 21) is not bounded.counts("id", n, 20, 21)  # the bound reached: not kept
+    assert bounded.wide_bytes == 8 * 20 * n
+
+
 def test_a_count_a_byte_cannot_hold_is_kept_exactly(monkeypatch):
     """Counted into bytes, a count past 255 would wrap: the rows that hold one are counted exactly."""
     n = 300

@@ -61,6 +61,8 @@ from statistics import NormalDist
 
 import torch
 
+from ..budget import memory_budget
+
 LEVEL = 0.95
 RESAMPLES = 1000
 MIN_RESAMPLES = 200  # fewer than this and the 2.5th percentile rests on a handful of draws
@@ -110,6 +112,7 @@ def counts_of(rows: torch.Tensor, n: int) -> torch.Tensor:
 
 
 KEPT_ENTRIES = 2**26  # a split's counts are kept for every statistic up to this size (64 MiB: a byte each)
+WIDE_BYTES = 2**27  # float64 counts kept for the next statistic, all splits together (each analyzer reads each block)
 
 
 def byte_counts(rows: torch.Tensor, n: int) -> torch.Tensor | None:
@@ -149,15 +152,25 @@ class Draws:
     from the block it gave last (statistics read a split block after block)."""
 
     def __init__(self):
-        self.kept, self.streams = {}, {}
+        self.kept, self.streams, self.wide, self.wide_bytes = {}, {}, {}, 0
 
     def counts(self, split: str, n: int, start: int, stop: int, clusters: int | None = None) -> torch.Tensor:
         """[stop − start, n] float64: how often each example was drawn in resamples start..stop−1.
         `clusters`: the n examples are blocks of the same `clusters` inputs (examples.Examples), and
-        each input is drawn with all its blocks: its counts repeated per block."""
+        each input is drawn with all its blocks: its counts repeated per block. The float64 counts
+        are kept too, up to `WIDE_BYTES` (and a quarter of the memory budget) in all, for the next
+        statistic that reads the same block: the callers only read them."""
+        key = (family(split), n, start, stop, clusters)
+        found = self.wide.get(key)
+        if found is not None:
+            return found
         if clusters:  # repeated in the kept integers, then widened: a quarter of the bytes moved
-            return self._counts(split, clusters, start, stop).repeat(1, n // clusters).double()
-        return self._counts(split, n, start, stop).double()
+            found = self._counts(split, clusters, start, stop).repeat(1, n // clusters).double()
+        else:
+            found = self._counts(split, n, start, stop).double()
+        if self.wide_bytes + 8 * found.numel() <= min(WIDE_BYTES, memory_budget() // 4):
+            self.wide[key], self.wide_bytes = found, self.wide_bytes + 8 * found.numel()
+        return found
 
     def _counts(self, split: str, n: int, start: int, stop: int) -> torch.Tensor:
         """`counts` as kept (uint8 or int32), or float64 where not kept."""
