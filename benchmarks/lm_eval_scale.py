@@ -12,13 +12,16 @@ The logs are synthetic but in lm-eval's own layout, field for field as lm-eval w
 the four requests), members whose log-likelihoods share each question's difficulty, and
 results_*.json with every subtask's and group's acc, aggregated by size as lm-eval does.
 
-Timed, in one process, each step the median of `ROUNDS` rounds taken in turn: `parse` —
+Timed, each step the median of `ROUNDS` rounds taken in turn: `parse` —
 `json.loads` of every line of every samples file (the floor: any reader parses them); `read` —
 `load_lm_eval_predictions` (lines checked, targets read as lm-eval reads them and checked
 against its logged acc, members joined, the groups aggregated with their intervals);
 `analyzers` — every analyzer's numbers on the pooled split and on each of the 57 subtasks (the
 conformal sets included); `intervals` — the core's intervals of the headline numbers
-(`inspect_predictions` is these two). The record keeps the load average before and after (the
+(`inspect_predictions` is these two); `analyze` — both as `inspect_predictions` runs them
+(`core/analyzed.py`: each analyzer with its intervals, in forked processes where the work is
+large; the metrics checked equal to the two steps'). The files are read as `load_lm_eval_predictions`
+reads them (forked where large: `lm_eval.py`). The record keeps the load average before and after (the
 machine is shared), torch's thread count, and the peak memory of the process; the check before
 allocation is `ensdiag/budget.py`'s (the reader asks it whenever the questions read double).
 """
@@ -168,18 +171,26 @@ def read(folders):
 
 
 def analyse(predictions):
-    """What `inspect_predictions` does (core.py), its two parts timed apart: every analyzer's numbers
-    on every split, then the intervals of the headline numbers. ({seconds}, metrics)."""
+    """What `inspect_predictions` does (core/inspection.py): its two parts timed apart in this process
+    (every analyzer's numbers on every split, then the intervals of the headline numbers), then both
+    as it runs them (`core.analyzed`: each analyzer with its intervals, over forked processes where the
+    work is large). ({seconds}, metrics, processes)."""
     from ensdiag.analysis import analyze_predictions
     from ensdiag.checks import check_predictions
+    from ensdiag.core import analyzed as A
     from ensdiag.core.intervals import add_intervals
     from ensdiag.predictions import with_pooled_shift
     began = time.perf_counter()
-    predictions = with_pooled_shift(check_predictions(predictions, "bench"))
-    metrics = analyze_predictions(predictions)
+    checked = with_pooled_shift(check_predictions(predictions, "bench"))
+    metrics = analyze_predictions(checked)
     middle = time.perf_counter()
-    add_intervals(metrics, predictions)
-    return {"analyzers": middle - began, "intervals": time.perf_counter() - middle}, metrics
+    add_intervals(metrics, checked)
+    ended = time.perf_counter()
+    checked = with_pooled_shift(check_predictions(predictions, "bench"))
+    found = A.analyzed(checked)
+    seconds = {"analyzers": middle - began, "intervals": ended - middle, "analyze": time.perf_counter() - ended}
+    assert json.dumps(found, default=str) == json.dumps(metrics, default=str), "the forked analyzers' metrics differ"
+    return seconds, metrics, A._processes(A.without_ood_labels(checked), len(A.predictions_analyzers()))
 
 
 def peak_memory() -> int:
@@ -214,7 +225,7 @@ def main(argv=None):
         written = time.perf_counter() - began
         size = sum(p.stat().st_size for f in folders for p in f.glob("samples_*.jsonl"))
         load_before = os.getloadavg()
-        times = {"parse": [], "read": [], "analyzers": [], "intervals": []}
+        times = {"parse": [], "read": [], "analyzers": [], "intervals": [], "analyze": []}
         parse_only(folders)  # the files in the page cache for every round alike
         for _ in range(args.rounds):
             began = time.perf_counter()
@@ -223,7 +234,7 @@ def main(argv=None):
             began = time.perf_counter()
             predictions, about = read(folders)
             times["read"].append(time.perf_counter() - began)
-            seconds, metrics = analyse(predictions)
+            seconds, metrics, processes = analyse(predictions)
             for step, value in seconds.items():
                 times[step].append(value)
         load_after = os.getloadavg()
@@ -241,9 +252,9 @@ def main(argv=None):
               "ratio_to_parse": {"read": median["read"] / median["parse"],
                                  "read_and_analyzers": (median["read"] + median["analyzers"]) / median["parse"],
                                  "read_analyzers_and_intervals": sum(median[s] for s in ("read", "analyzers", "intervals"))
-                                 / median["parse"]},
+                                 / median["parse"], "read_and_analyze": (median["read"] + median["analyze"]) / median["parse"]},
               "target_ratio": 3.0, "torch_threads": __import__("torch").get_num_threads(),
-              "reader_processes": reader_processes(MEMBERS * len(subjects)),
+              "reader_processes": reader_processes(MEMBERS * len(subjects)), "analyzer_processes": processes,
               "load_average": {"before": list(load_before), "after": list(load_after)},
               "peak_memory_bytes": peak_memory(),
               "mmlu_accuracy": {"ensemble": groups["mmlu"]["accuracy"]["value"],

@@ -6,7 +6,9 @@ Pure-Python work (drawing a figure, parsing a file of JSON lines) holds the inte
 would take turns. The tasks (zero-argument callables) are never pickled: they sit in `_TASKS` when
 the workers are forked, and a worker is told only which one to run; only results and exceptions
 come back pickled. A worker ignores Ctrl-C (the caller stops them) and writes to its own copies of
-stdout and stderr (a lock another thread held at the fork, a spinner's, must not hang it). One
+stdout and stderr (a lock another thread held at the fork, a spinner's, must not hang it), and
+computes with one torch thread (GNU OpenMP hangs a child that uses the threads its parent
+started). One
 task, one core, a process that may not have children, or a platform whose `fork` is not safe
 (macOS, Windows) runs them in this process; so does any task a worker could not finish because
 the worker died, or every task where no worker could be forked. Either way every task runs once
@@ -35,6 +37,9 @@ def workers(tasks: int, most: int = 4) -> int:
 
 
 def _start() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None:  # GNU OpenMP does not survive a fork after its threads started: a worker computes in one
+        torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.stdout = open(os.devnull, "w")
     sys.stderr = open(os.dup(2), "w", buffering=1)

@@ -25,23 +25,40 @@ def analyze_predictions(predictions, weights=None, only=None, without_data: str 
     """Every registered analyzer (or those named in `only`) on the predictions; metrics.json's content.
     `without_data`: there are no predictions, and why: analyzers that read them are skipped with it
     (those that read only the member weights, `reads_data=False`, still run)."""
-    analyzers = all_analyzers()
-    names = [name for name, analyzer in analyzers.items() if analyzer.needs == "predictions"] if only is None else list(only)
     predictions = without_ood_labels(predictions)  # OOD is unlabelled for every analyzer
-    results = {}
-    if only is None:  # a plug-in that failed to import is a failed analyzer, in every result
-        results.update({name: {"status": "failed", "reason": f"plug-in failed to import ({error})"}
-                        for name, error in PLUGIN_ERRORS.items()})
-    for name in names:
-        analyzer = analyzers[name]
-        if without_data and analyzer.reads_data:
-            results[name] = {"status": "skipped", "description": analyzer.description, "reason": without_data}
-            continue
-        try:
-            results[name] = {"status": "ok", "description": analyzer.description, "version": analyzer.version,
-                             **analyzer(predictions, weights)}
-        except Skip as reason:
-            results[name] = {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
+    results = plugin_failures() if only is None else {}
+    for name in predictions_analyzers(only):
+        results[name] = run_analyzer(name, predictions, weights, without_data)
+    return envelope(predictions, weights, results)
+
+
+def predictions_analyzers(only=None) -> list[str]:
+    """The names `analyze_predictions` runs, in order: every predictions analyzer, or those in `only`."""
+    analyzers = all_analyzers()
+    return [name for name, analyzer in analyzers.items() if analyzer.needs == "predictions"] if only is None else list(only)
+
+
+def plugin_failures() -> dict:
+    """A plug-in that failed to import is a failed analyzer, in every result."""
+    all_analyzers()
+    return {name: {"status": "failed", "reason": f"plug-in failed to import ({error})"}
+            for name, error in PLUGIN_ERRORS.items()}
+
+
+def run_analyzer(name: str, predictions, weights=None, without_data: str | None = None) -> dict:
+    """One predictions analyzer's entry of metrics.json (predictions already without OOD labels)."""
+    analyzer = all_analyzers()[name]
+    if without_data and analyzer.reads_data:
+        return {"status": "skipped", "description": analyzer.description, "reason": without_data}
+    try:
+        return {"status": "ok", "description": analyzer.description, "version": analyzer.version,
+                **analyzer(predictions, weights)}
+    except Skip as reason:
+        return {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
+
+
+def envelope(predictions, weights, results: dict) -> dict:
+    """metrics.json around the analyzers' results: schema, sizes, conventions."""
     first = next(iter(predictions.values()))["logits"] if predictions else None
     return {"schema": METRICS_SCHEMA, "ensdiag_version": __version__,
             "num_members": first.shape[0] if first is not None else len(weights) if isinstance(weights, list) else None,

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 from .. import distributed
-from ..analysis import all_analyzers, analyze_model, analyze_predictions
+from ..analysis import all_analyzers, analyze_model
 from ..analysis.registry import Skip, without_ood_labels
 from ..checks import check_predictions
 from ..data.registry import Split
@@ -25,7 +25,8 @@ from ..ensembles import as_ensemble, forked_rng
 from ..errors import EnsdiagError
 from ..predictions import with_pooled_shift
 from .diagnosis import Diagnosis
-from .intervals import GENERIC_SECONDS, add_intervals
+from .analyzed import analyzed
+from .intervals import GENERIC_SECONDS
 from .planning import Plan
 from .predict import GEOMETRY_SPLITS, Interrupted
 
@@ -152,8 +153,7 @@ def inspect_predictions(predictions: dict, where: str = "predictions", titles=No
     place, then every predictions analyzer (`detail`: every declared column's interval too)."""
     predictions = with_pooled_shift(check_predictions(predictions, where, need_id=False))
     examples = without_ood_labels(predictions)  # what the analyzers and the intervals share
-    metrics = analyze_predictions(examples)
-    add_intervals(metrics, examples, detail=detail)
+    metrics = analyzed(examples, detail=detail)
     titles = {name: (titles or {}).get(name, name) for name in predictions}
     metrics["split_titles"], metrics["skipped_splits"] = titles, {}
     return Diagnosis(metrics, predictions, titles, source=source)
@@ -185,12 +185,11 @@ def _analyze(predictions, weights, measure: Measure, no_data, plan: Plan):
     began = time.perf_counter()
     predictions = without_ood_labels(predictions)  # what the analyzers and the intervals share
     only = None if measure.only is None else _names(measure.only, "predictions")
-    metrics = analyze_predictions(predictions, weights=weights, only=only, without_data=no_data)
+    # a plug-in re-run on resamples gets a tenth of what a budget has left
+    metrics = analyzed(predictions, weights, only, no_data, full=plan.full, detail=measure.detail,
+                       allowance=plan.allowance(GENERIC_SECONDS))
     if not predictions:
         return metrics
-    # a plug-in re-run on resamples gets a tenth of what a budget has left
-    add_intervals(metrics, predictions, weights, full=plan.full, detail=measure.detail,
-                  allowance=plan.allowance(GENERIC_SECONDS))
     if plan.limited:
         plan.record("analyzers and intervals", seconds=round(time.perf_counter() - began, 2))
     return metrics

@@ -60,14 +60,15 @@ def targets(analyzer, result: dict, predictions: dict, detail: bool = False) -> 
 
 
 def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: int = B.RESAMPLES,
-                  allowance: float = GENERIC_SECONDS, full: dict | None = None, only=None, detail: bool = False) -> dict:
+                  allowance: float = GENERIC_SECONDS, full: dict | None = None, only=None, detail: bool = False,
+                  draws: B.Draws | None = None) -> dict:
     """Write an "interval" entry into each headline example-level metric of the predictions
     analyzers' results in `metrics` (`detail`: into every declared one); returns {analyzer: note}
     for those without intervals. `full`: {split: its size} where the predictions are a subsample
-    of a split (a budget), for `full_split`."""
+    of a split (a budget), for `full_split`. `draws`: the shared counts, where the caller keeps them."""
     from ..analysis.registry import without_ood_labels
     predictions = without_ood_labels(predictions)
-    analyzers, notes, draws = all_analyzers(), {}, B.Draws()
+    analyzers, notes, draws = all_analyzers(), {}, draws or B.Draws()
     for name, result in metrics["analyzers"].items():
         analyzer = analyzers.get(name)
         if analyzer is None or analyzer.needs != "predictions" or result.get("status") != "ok" \
@@ -83,10 +84,15 @@ def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: 
         for path, (entry, _) in found.items():
             _metric(result, path)["interval"] = entry
     # no timings here: the same predictions give the same metrics.json (a budget records its seconds)
-    metrics["intervals"] = {**DEFINITION, "resamples": resamples, "columns": "every declared column" if detail else
-                            "the headline tables' columns (per-split tables, diversity, gain); --detail for the rest",
-                            **({"skipped": notes} if notes else {})}
+    metrics["intervals"] = interval_summary(resamples, detail, notes)
     return notes
+
+
+def interval_summary(resamples: int, detail: bool, notes: dict) -> dict:
+    """metrics.json's "intervals": how they were made, and {analyzer: note} of those without."""
+    return {**DEFINITION, "resamples": resamples, "columns": "every declared column" if detail else
+            "the headline tables' columns (per-split tables, diversity, gain); --detail for the rest",
+            **({"skipped": notes} if notes else {})}
 
 
 def column_resamples(analyzer, result: dict, predictions: dict, weights, wanted, draws: B.Draws, *,

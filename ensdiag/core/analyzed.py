@@ -1,0 +1,72 @@
+"""The predictions analyzers, each with its example-level intervals, over forked processes where the work is large.
+
+    metrics = analyzed(predictions, weights, detail=False)   # = analyze_predictions, then add_intervals
+
+Each analyzer and its intervals is one task (the intervals read the per-example terms the analyzer
+kept); the tasks run in forked worker processes (`ensdiag/forked.py`) when the predictions hold at
+least `PARALLEL_EXAMPLES` member-examples and the machine has the cores, else one after another
+here. A worker computes with one torch thread (forked.py: GNU OpenMP does not survive a fork after
+its threads started), and nothing is forked where CUDA is initialised or a tensor is not on the
+CPU. Either way metrics.json holds the same entries in the same order; the first analyzer that
+raises, in order, raises here.
+"""
+
+from functools import partial
+
+from .. import forked
+from ..analysis import analyze_predictions, envelope, plugin_failures, predictions_analyzers, run_analyzer
+from ..analysis import bootstrap as B
+from ..analysis.registry import without_ood_labels
+from .intervals import add_intervals, interval_summary
+
+SHARED = ("log_probs", "log_mean", "mean", "confidence", "predicted", "member_predicted", "undefined", "entropy",
+          "correct", "nll")  # Examples' per-example terms (the last two: labelled splits)
+PARALLEL_EXAMPLES = 100_000  # members × examples over every split below which forking gains little (measured)
+
+
+def analyzed(predictions, weights=None, only=None, without_data: str | None = None, **intervals) -> dict:
+    """metrics.json's content: `analyze_predictions`, then (where there are predictions) `add_intervals`
+    with the keyword arguments given (detail, full, allowance)."""
+    predictions = without_ood_labels(predictions)
+    names = predictions_analyzers(only)
+    processes = _processes(predictions, len(names))
+    if processes == 1:
+        metrics = analyze_predictions(predictions, weights, only, without_data)
+        if predictions:
+            add_intervals(metrics, predictions, weights, **intervals)
+        return metrics
+    for split in predictions.values():  # what most analyzers read, made once here for every worker
+        for name in SHARED if split.labels is not None else SHARED[:-2]:
+            getattr(split, name)
+    draws = B.Draws()  # each worker's copy fills with the counts its analyzers read
+    outcomes = forked.run([partial(_with_intervals, name, predictions, weights, without_data, draws, intervals)
+                           for name in names], processes)
+    failed = next((found for ok, found in outcomes if not ok), None)
+    if failed is not None:
+        raise failed
+    results, notes = plugin_failures() if only is None else {}, {}
+    for name, (_, (result, note)) in zip(names, outcomes):
+        results[name] = result
+        if note:
+            notes[name] = note
+    metrics = envelope(predictions, weights, results)
+    metrics["intervals"] = interval_summary(intervals.get("resamples", B.RESAMPLES), intervals.get("detail", False), notes)
+    return metrics
+
+
+def _with_intervals(name, predictions, weights, without_data, draws, intervals) -> tuple[dict, str | None]:
+    metrics = envelope(predictions, weights, {name: run_analyzer(name, predictions, weights, without_data)})
+    notes = add_intervals(metrics, predictions, weights, only=[name], draws=draws, **intervals)
+    return metrics["analyzers"][name], notes.get(name)
+
+
+def _processes(predictions: dict, tasks: int) -> int:
+    if not predictions or tasks < 2:
+        return 1
+    import torch
+    logits = [split["logits"] for split in predictions.values()]
+    if sum(value.shape[0] * value.shape[1] for value in logits) < PARALLEL_EXAMPLES:
+        return 1
+    if any(value.device.type != "cpu" for value in logits) or (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return 1
+    return forked.workers(tasks)
