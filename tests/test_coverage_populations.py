@@ -28,7 +28,6 @@ def _script(name: str):
 P = _script("coverage_populations")
 C = _script("interval_coverage")
 R = _script("coverage_resume")
-sys.path.insert(0, str(ROOT / "benchmarks"))  # (docs_tables, imported by one test)
 
 
 def _record() -> dict:
@@ -178,9 +177,7 @@ def test_a_cell_under_the_floor_is_confirmed_on_fresh_replicates_of_its_column_a
     of its analyzer alone, added to its tallies — the same tallies a run of those replicates gives — the
     other columns untouched; a confirmed pair is not confirmed again, a resume goes on from the rounds'
     replicate index, and the docs table marks the pair."""
-    import docs_tables
-
-    F = _script("coverage_confirm")
+    F, docs_tables = _script("coverage_confirm"), _script("docs_tables")
     population, n, key = "calibrated", 200, "disagreement/splits/id/mean/value"
     truths = P.true_values(P.POPULATIONS[population], 20_000)
     columns = C.run_cell(population, n, range(2), truths, only=["disagreement", "uncertainty"])
