@@ -10,8 +10,9 @@ indices from `FIRST` on, which no round of the record draws), runs that column's
 (the shared resamples and the columns are exactly those of the full run: the analyzers do not read each
 other) and adds their tallies to the record's. A column that under-covers stays under: more replicates
 only narrow its coverage's interval around its true value. One that fell under by chance comes back
-above. The record lists each confirmation as a part (commit, cell, columns, replicate range), the docs
-table marks the confirmed cells, and a pair is confirmed once (a second run finds nothing to do).
+above. The record lists each confirmation as a part (commit, cell, columns, replicate range, and the
+fresh replicates' own tallies: the merged ones include the 200 that were picked for being low), the
+docs table marks the confirmed cells, and a pair is confirmed once (a second run finds nothing to do).
 
 The code must give the numbers the record's commits gave (checked as `--resume` checks it,
 `coverage_resume.py`), and the record must hold the replicates it wants first.
@@ -24,17 +25,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interval_coverage as C  # noqa: E402
-from coverage_resume import check_resumable, head_commit, uncommitted  # noqa: E402
+from coverage_resume import check_resumable, confirmed_pairs, head_commit, uncommitted  # noqa: E402
 
 FIRST = 10**6  # confirmation replicates are drawn from here on: never a replicate of the record's rounds
 REPLICATES = 800
+FRESH = ("replicates", "covered", "truth_below", "truth_above", "coverage_interval")  # kept per confirmation
 
 
 def under_floor(record: dict) -> list[tuple[str, int, str]]:
     """(population, N, column key) of every pair whose coverage's upper bound is below the record's floor
     and has not been confirmed yet."""
-    confirmed = {(part["confirm"]["population"], part["confirm"]["n"], key)
-                 for part in record.get("parts", []) if "confirm" in part for key in part["confirm"]["columns"]}
+    confirmed = confirmed_pairs(record.get("parts", []))
     found = []
     for cell in record["cells"]:
         for key, column in cell["columns"].items():
@@ -80,8 +81,9 @@ def confirm(record: dict, pairs: list, replicates: int, jobs: int = 1) -> dict:
     for population, n, keys, columns in done:
         cell = next(cell for cell in record["cells"] if cell["population"] == population and cell["n"] == n)
         cell["columns"].update(C.merge([{key: cell["columns"][key] for key in keys}, columns]))
+        fresh = {key: {name: columns[key]["ensdiag"][name] for name in FRESH} for key in keys}  # apart from the low 200
         record["parts"].append({"commit": commit, "confirm": {"population": population, "n": n, "columns": keys,
-                                                              "from": drawn.start, "to": drawn.stop}})
+                                                              "from": drawn.start, "to": drawn.stop, "fresh": fresh}})
         for key in keys:
             tally = cell["columns"][key]["ensdiag"]
             print(f"{population} N = {n} {key}: {tally['covered']} of {tally['replicates']} "

@@ -157,10 +157,10 @@ def differences(then: dict, now: dict, tolerance: float = 1e-9) -> list[str]:
     return found
 
 
-def confirmed(parts: list, cell: dict, key: str) -> bool:
-    """Whether a confirmation (`coverage_confirm.py`) added replicates to this cell's column."""
-    return any(part["confirm"]["population"] == cell["population"] and part["confirm"]["n"] == cell["n"]
-               and key in part["confirm"]["columns"] for part in parts if "confirm" in part)
+def confirmed_pairs(parts: list) -> set:
+    """{(population, N, column key)} to which a confirmation (`coverage_confirm.py`) added replicates."""
+    return {(part["confirm"]["population"], part["confirm"]["n"], key)
+            for part in parts if "confirm" in part for key in part["confirm"]["columns"]}
 
 
 def resumed(record: dict, truths: dict):
@@ -170,10 +170,11 @@ def resumed(record: dict, truths: dict):
         if entry["truths"] != json.loads(json.dumps(truths[name])):
             raise SystemExit(f"--resume: the population {name!r} has other true values than the record's")
     parts = record.get("parts") or [{"commit": record["environment"].get("git_commit"), "from": {}, "to": {}}]
-    done, start = [], {}
+    done, start, confirmed = [], {}, confirmed_pairs(parts)
     for cell in record["cells"]:
-        reached = max(max([column["ensdiag"]["replicates"]] + [c["replicates"] for c in column["candidates"].values()])
-                      for key, column in cell["columns"].items() if not confirmed(parts, cell, key))  # (drawn apart)
+        counts = [max([column["ensdiag"]["replicates"]] + [c["replicates"] for c in column["candidates"].values()])
+                  for key, column in cell["columns"].items() if (cell["population"], cell["n"], key) not in confirmed]
+        reached = max(counts) if counts else start.get(cell["n"], 0)  # (a confirmation's replicates are drawn apart)
         if start.setdefault(cell["n"], reached) != reached:
             raise SystemExit(f"--resume: the cells at N = {cell['n']} hold different numbers of replicates")
         done.append((cell["population"], cell["n"], -1, cell["columns"]))

@@ -243,6 +243,15 @@ def _coverage_cell(tally: dict, floor: float) -> str:
     return f"{tally['covered'] / tally['replicates']:.2f} [{low:.2f}, {high:.2f}] ±{tally['half_width']:.3g}{mark}"
 
 
+def _fresh(tally: dict | None) -> str:
+    """" (the fresh replicates alone: 747 of 800, 0.93 [0.91, 0.95])" of a confirmation's own tally."""
+    if not tally:
+        return ""
+    low, high = tally["coverage_interval"]
+    return (f" (the fresh replicates alone: {tally['covered']} of {tally['replicates']}, "
+            f"{tally['covered'] / tally['replicates']:.3f} [{low:.3f}, {high:.3f}])")
+
+
 def coverage(record: dict) -> list[str]:
     """`benchmarks/interval_coverage.py`: per column, its worst cell at each N (the population whose coverage's
     binomial upper bound is lowest), and on which side the misses fell over every cell."""
@@ -265,7 +274,8 @@ def coverage(record: dict) -> list[str]:
              + (" †: a cell under the floor in the record's rounds, confirmed on fresh replicates of its column "
                 "(`benchmarks/coverage_confirm.py`), its coverage over all its replicates: "
                 + "; ".join(f"{c['population']} N = {c['n']:,}, {c['to'] - c['from']:,} more of "
-                            + ", ".join(f"`{key.removesuffix('/value')}`" for key in c["columns"]) for c in confirmations)
+                            + ", ".join(f"`{key.removesuffix('/value')}`" + _fresh(c.get("fresh", {}).get(key))
+                                        for key in c["columns"]) for c in confirmations)
                 + "." if confirmations else ""), "",
              "| column | " + " | ".join(f"N = {n:,}" for n in sizes) + " | misses (truth below / above) |",
              "|---|" + "---|" * len(sizes) + "---|"]

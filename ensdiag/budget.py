@@ -23,8 +23,22 @@ def physical_memory() -> int:
         return 8 * 2**30
 
 
+_SHARE = 1  # the processes the budget is shared by: a forked worker of N holds 1/N of it (forked.py)
+
+
+def share(processes: int) -> None:
+    """This process holds 1/`processes` of the budget from now on (a forked worker of that many)."""
+    global _SHARE
+    _SHARE = max(1, processes)
+
+
 def memory_budget() -> int:
-    """Bytes a file may make ensdiag allocate: `ENSDIAG_MEMORY_BUDGET`, else half the memory."""
+    """Bytes a file may make ensdiag allocate: `ENSDIAG_MEMORY_BUDGET`, else half the memory (this
+    process's share of it in a forked worker)."""
+    return _whole_budget() // _SHARE
+
+
+def _whole_budget() -> int:
     given = os.environ.get(VARIABLE, "").strip()
     if not given:
         return physical_memory() // 2
@@ -55,6 +69,8 @@ def over_budget(size: int, what: str) -> str | None:
     if size <= budget:
         return None
     origin = f"{VARIABLE}" if os.environ.get(VARIABLE, "").strip() else "half this machine's memory"
+    if _SHARE > 1:
+        origin += f", shared by {_SHARE} worker processes"
     return (f"{what} needs about {human(size)}, more than the memory budget of {human(budget)} "
             f"({origin}; set {VARIABLE}=SIZE to allow more)")
 

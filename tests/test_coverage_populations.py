@@ -196,11 +196,14 @@ def test_a_cell_under_the_floor_is_confirmed_on_fresh_replicates_of_its_column_a
     assert tally["coverage_interval"] == pytest.approx(C.clopper_pearson(fresh["covered"], 5))
     after = json.loads(json.dumps(record["cells"][0]["columns"]))
     assert {k: v for k, v in after.items() if k != key} == {k: v for k, v in untouched.items() if k != key}
-    assert record["parts"][-1]["confirm"] == {"population": population, "n": n, "columns": [key],
-                                              "from": F.FIRST, "to": F.FIRST + 3}
+    part = record["parts"][-1]["confirm"]
+    assert {name: part[name] for name in ("population", "n", "columns", "from", "to")} == \
+        {"population": population, "n": n, "columns": [key], "from": F.FIRST, "to": F.FIRST + 3}
+    assert part["fresh"][key]["covered"] == fresh["covered"] and part["fresh"][key]["replicates"] == 3  # apart
     assert F.under_floor(record) == []  # confirmed once
     record["populations"][population]["truths"] = json.loads(json.dumps(truths))
     _, start, parts, _ = R.resumed(record, {population: truths})
     assert start == {n: 2} and parts[-1] == record["parts"][-1]  # the rounds go on from replicate 2
     rendered = "\n".join(docs_tables.coverage(record | {"populations": {population: {}}}))
     assert "replicates per cell: 2 at N = 200" in rendered and f"† of 5 ({population})" in rendered
+    assert f"the fresh replicates alone: {fresh['covered']} of 3" in rendered

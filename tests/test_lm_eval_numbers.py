@@ -325,7 +325,7 @@ def test_files_read_by_forked_readers_give_the_numbers_and_the_refusal_of_readin
     monkeypatch.setattr(lm_eval, "PARALLEL_BYTES", 0)
     ran = []
     real_run = forked.run
-    monkeypatch.setattr(forked, "run", lambda tasks, processes: ran.append(processes) or real_run(tasks, processes))
+    monkeypatch.setattr(forked, "run", lambda tasks, processes, **options: ran.append(processes) or real_run(tasks, processes, **options))
     monkeypatch.setattr(forked, "workers", lambda tasks, most=4: 2)
     there, about_there = loaded([NUMBERS])
     assert ran == [2]

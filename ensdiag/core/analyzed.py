@@ -4,11 +4,12 @@
 
 Each analyzer and its intervals is one task (the intervals read the per-example terms the analyzer
 kept); the tasks run in forked worker processes (`ensdiag/forked.py`) when the predictions hold at
-least `PARALLEL_EXAMPLES` member-examples and the machine has the cores, else one after another
-here. A worker computes with one torch thread (forked.py: GNU OpenMP does not survive a fork after
-its threads started), and nothing is forked where CUDA is initialised or a tensor is not on the
-CPU. Either way metrics.json holds the same entries in the same order; the first analyzer that
-raises, in order, raises here.
+least `PARALLEL_EXAMPLES` member-examples and the machine has the cores (measured on 2 cores: a
+worker computes with one torch thread, forked.py), else one after another here. Nothing is forked
+where CUDA is initialised or a tensor is not on the CPU. Either way metrics.json holds the same
+entries in the same order. Where something raises: in this process every analyzer runs before any
+interval, forked each analyzer's intervals follow it, and the first task in order that raised
+raises here (an analyzer's own error, or its intervals').
 """
 
 from functools import partial
@@ -40,7 +41,7 @@ def analyzed(predictions, weights=None, only=None, without_data: str | None = No
             getattr(split, name)
     draws = B.Draws()  # each worker's copy fills with the counts its analyzers read
     outcomes = forked.run([partial(_with_intervals, name, predictions, weights, without_data, draws, intervals)
-                           for name in names], processes)
+                           for name in names], processes, stop=True)
     failed = next((found for ok, found in outcomes if not ok), None)
     if failed is not None:
         raise failed
@@ -63,10 +64,9 @@ def _with_intervals(name, predictions, weights, without_data, draws, intervals) 
 def _processes(predictions: dict, tasks: int) -> int:
     if not predictions or tasks < 2:
         return 1
-    import torch
     logits = [split["logits"] for split in predictions.values()]
     if sum(value.shape[0] * value.shape[1] for value in logits) < PARALLEL_EXAMPLES:
         return 1
-    if any(value.device.type != "cpu" for value in logits) or (torch.cuda.is_available() and torch.cuda.is_initialized()):
+    if any(value.device.type != "cpu" for value in logits):
         return 1
-    return forked.workers(tasks)
+    return forked.workers(tasks)  # (none where CUDA is initialised)

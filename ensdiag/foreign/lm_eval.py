@@ -297,7 +297,7 @@ def _read_members(chosen, filter_name, make_reader, budget) -> tuple[dict, list,
              for index, subtask, path, selection in rest]
     processes = forked.workers(len(tasks), MAX_READERS) if sum(path.stat().st_size for *_, path, _ in rest) >= \
         PARALLEL_BYTES else 1
-    for (index, subtask, *_), (ok, found) in zip(rest, forked.run(tasks, processes)):
+    for (index, subtask, *_), (ok, found) in zip(rest, forked.run(tasks, processes, stop=True)):
         if not ok:  # the first file in order that could not be read, as reading them in turn would have said
             raise found
         read[index, subtask] = found

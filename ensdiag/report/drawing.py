@@ -55,10 +55,8 @@ def _drawn(jobs: list[Job], folder: Path, formats, done, workers: int) -> dict:
     if workers > 1:  # imported once here, before the fork, not once in every worker (a third of a second each)
         import matplotlib.backends.backend_agg  # noqa: F401
         import matplotlib.figure  # noqa: F401
-    outcomes = forked.run([partial(_draw, job, folder, formats) for job in jobs], workers)
-    for job, (ok, _) in zip(jobs, outcomes):
-        if ok:
-            done(job)
+    outcomes = forked.run([partial(_draw, job, folder, formats) for job in jobs], workers,
+                          each=lambda index, outcome: done(jobs[index]) if outcome[0] else None)
     return {index: error for index, (ok, error) in enumerate(outcomes) if not ok}
 
 
