@@ -190,7 +190,7 @@ def analyse(predictions):
     found = A.analyzed(checked)
     seconds = {"analyzers": middle - began, "intervals": ended - middle, "analyze": time.perf_counter() - ended}
     assert json.dumps(found, default=str) == json.dumps(metrics, default=str), "the forked analyzers' metrics differ"
-    return seconds, metrics, A._processes(A.without_ood_labels(checked), len(A.predictions_analyzers()))
+    return seconds, metrics, A.processes_for(A.without_ood_labels(checked), len(A.predictions_analyzers()))
 
 
 def peak_memory() -> int:

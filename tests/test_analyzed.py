@@ -64,12 +64,12 @@ def test_nothing_is_forked_for_small_work_or_tensors_off_the_cpu(monkeypatch):
     predictions = A.without_ood_labels(_predictions())
     monkeypatch.setattr(A, "PARALLEL_EXAMPLES", 0)
     monkeypatch.setattr(forked, "workers", lambda tasks, most=4: 2)  # (CUDA initialised: none, tests/test_forked.py)
-    assert A._processes(predictions, 12) == 2 and A._processes(predictions, 1) == 1 and A._processes({}, 12) == 1
+    assert A.processes_for(predictions, 12) == 2 and A.processes_for(predictions, 1) == 1 and A.processes_for({}, 12) == 1
     monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("meta")))
-    assert A._processes(predictions, 12) == 1
+    assert A.processes_for(predictions, 12) == 1
     monkeypatch.undo()
     monkeypatch.setattr(A, "PARALLEL_EXAMPLES", 10**12)
-    assert A._processes(predictions, 12) == 1
+    assert A.processes_for(predictions, 12) == 1
 
 
 @forks

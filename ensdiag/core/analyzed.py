@@ -30,7 +30,7 @@ def analyzed(predictions, weights=None, only=None, without_data: str | None = No
     with the keyword arguments given (detail, full, allowance)."""
     predictions = without_ood_labels(predictions)
     names = predictions_analyzers(only)
-    processes = _processes(predictions, len(names))
+    processes = processes_for(predictions, len(names))
     if processes == 1:
         metrics = analyze_predictions(predictions, weights, only, without_data)
         if predictions:
@@ -61,7 +61,9 @@ def _with_intervals(name, predictions, weights, without_data, draws, intervals) 
     return metrics["analyzers"][name], notes.get(name)
 
 
-def _processes(predictions: dict, tasks: int) -> int:
+def processes_for(predictions: dict, tasks: int | None = None) -> int:
+    """The processes `analyzed` runs these predictions' analyzers in (1: this one)."""
+    tasks = len(predictions_analyzers()) if tasks is None else tasks
     if not predictions or tasks < 2:
         return 1
     logits = [split["logits"] for split in predictions.values()]
