@@ -103,8 +103,8 @@ def _package_of(name, modules) -> str:
 # The floors, lowest first: a module may import from its own floor and those below, never above.
 FLOORS = [
     ("ground", ["ensdiag", "ensdiag.errors", "ensdiag.numbers", "ensdiag.io", "ensdiag.text", "ensdiag.console",
-                "ensdiag.progress", "ensdiag.device", "ensdiag.precision", "ensdiag.budget", "ensdiag.provenance",
-                "ensdiag.distributed"]),
+                "ensdiag.progress", "ensdiag.device", "ensdiag.precision", "ensdiag.budget", "ensdiag.forked",
+                "ensdiag.provenance", "ensdiag.distributed"]),
     ("maths", ["ensdiag.analysis.metrics", "ensdiag.analysis.weighted", "ensdiag.analysis.bootstrap",
                "ensdiag.analysis.examples", "ensdiag.analysis.registry", "ensdiag.analysis.scores",
                "ensdiag.analysis.pairwise", "ensdiag.analysis.smooth_ece", "ensdiag.analysis.resampled",
