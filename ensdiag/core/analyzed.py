@@ -38,7 +38,10 @@ def analyzed(predictions, weights=None, only=None, without_data: str | None = No
         return metrics
     for split in predictions.values():  # what most analyzers read, made once here for every worker
         for name in SHARED if split.labels is not None else SHARED[:-2]:
-            getattr(split, name)
+            try:
+                getattr(split, name)
+            except Exception:  # (only made ahead: the analyzer that reads it meets it as it would in process)
+                break
     draws = B.Draws()  # each worker's copy fills with the counts its analyzers read
     outcomes = forked.run([partial(_with_intervals, name, predictions, weights, without_data, draws, intervals)
                            for name in names], processes, stop=True)
