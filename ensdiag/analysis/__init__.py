@@ -40,7 +40,7 @@ def predictions_analyzers(only=None) -> list[str]:
 
 def plugin_failures() -> dict:
     """A plug-in that failed to import is a failed analyzer, in every result."""
-    all_analyzers()
+    load_plugins()
     return {name: {"status": "failed", "reason": f"plug-in failed to import ({error})"}
             for name, error in PLUGIN_ERRORS.items()}
 

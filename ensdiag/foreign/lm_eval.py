@@ -290,10 +290,10 @@ def _read_members(chosen, filter_name, make_reader, budget) -> tuple[dict, list,
              for subtask, path in selection.files.items()]
     index, subtask, path, selection = files[0]
     reader = make_reader(selection, subtask, path, filter_name)
-    read = {(index, subtask): reader.read(lambda n, size: budget(n, size, path))}
+    read = {(index, subtask): reader.read(partial(budget, where=path))}
     filter_name = reader.filter  # the first file's first filter, for every other file
     rest = files[1:]
-    tasks = [partial(_read_file, make_reader(selection, subtask, path, filter_name), partial(budget, where=path))
+    tasks = [partial(make_reader(selection, subtask, path, filter_name).read, partial(budget, where=path))
              for index, subtask, path, selection in rest]
     processes = forked.workers(len(tasks), MAX_READERS) if sum(path.stat().st_size for *_, path, _ in rest) >= \
         PARALLEL_BYTES else 1
@@ -304,10 +304,6 @@ def _read_members(chosen, filter_name, make_reader, budget) -> tuple[dict, list,
     order = [(subtask, doc_id) for subtask in first.files for doc_id in sorted(read[0, subtask].docs)]
     _join(chosen, read, order)
     return read, order, filter_name
-
-
-def _read_file(reader, budget):
-    return reader.read(lambda n, size: budget(n, size))
 
 
 def _group_section(chosen, tree, order, per_question, definitions, metric_name, filter_name, members_key,
