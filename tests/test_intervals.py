@@ -353,3 +353,26 @@ def test_the_discordant_rule_holds_at_five_examples(fewest, refused):
                         B.Draws())
     entry = found[("splits", "id", "yule_q", "mean", "value")]
     assert isinstance(entry, str) == refused and (not refused or f"= {fewest})" in entry)
+
+
+def test_columns_of_percentile_intervals_equal_one_interval_each():
+    """`percentile_columns` (the lm-eval groups' many numbers at once) gives each column exactly the
+    entry `interval` gives it, the columns with a non-finite value or resample included."""
+    g = torch.Generator().manual_seed(3)
+    resampled = torch.randn(400, 5, generator=g, dtype=torch.float64)
+    estimates = resampled.mean(0) + 0.01
+    resampled[7, 1] = math.nan  # one resample lost: that column goes through `interval` itself
+    resampled[:, 2] = math.inf  # none finite: a note, no bounds
+    estimates[3] = math.nan  # no value: no interval
+    strata = {"a": 120, "b": 80}
+    for given in (None, strata):
+        found = B.percentile_columns(estimates, resampled, 200, given)
+        assert found == [B.interval(float(estimates[j]), resampled[:, j], 200, strata=given) for j in range(5)]
+    assert found[0]["low"] < found[0]["high"] and found[2]["low"] is None and found[3]["low"] is None
+
+
+def test_counts_of_small_splits_fit_in_bytes_unchecked():
+    """Under 256 examples no count can wrap a byte: the byte counts equal the exact ones."""
+    for n in (1, 37, 255):
+        rows = torch.randint(0, n, (50, n), generator=torch.Generator().manual_seed(n))
+        assert torch.equal(B.byte_counts(rows, n).double(), B.counts_of(rows, n))

@@ -341,3 +341,21 @@ def test_files_read_by_forked_readers_give_the_numbers_and_the_refusal_of_readin
     edit(samples(folders[1], "ensnum_template"), 2, lambda row: {**row, "acc": 1.0 - row["acc"]})
     with pytest.raises(EnsdiagError, match=re.escape(str(samples(folders[1], "ensnum_template"))) + ", line 3: lm-eval logs acc"):
         loaded(folders)  # member 1's file comes before member 2's: the refusal reading in turn gives first
+
+
+def test_a_reader_comes_back_from_a_forked_worker_with_every_document_as_read():
+    """A forked reader's result travels pickled (packed: flat lists, joined hashes): every document
+    comes back equal, a missing prompt hash and an empty reader included."""
+    import pickle
+
+    from ensdiag.foreign.lm_eval_lines import Doc, Reader
+
+    reader = Reader(samples(MEMBERS[0], SUBTASKS[0]), None,
+                    "loglikelihood", " ", True).read(lambda *_: None)
+    back = pickle.loads(pickle.dumps(reader))
+    assert back.docs == reader.docs and back.filter == reader.filter and back.filters == reader.filters
+    assert len(back.docs) > 3 and back.lines.path == reader.lines.path
+    reader.docs[10**6] = Doc(7, "ab12", None, -1, [0.5, -1.0])
+    assert pickle.loads(pickle.dumps(reader)).docs == reader.docs
+    reader.docs.clear()
+    assert pickle.loads(pickle.dumps(reader)).docs == {}

@@ -121,6 +121,8 @@ def byte_counts(rows: torch.Tensor, n: int) -> torch.Tensor | None:
     sums to n (each wrap takes 256 off), so the row sums tell."""
     counts = torch.zeros(len(rows), n, dtype=torch.uint8)
     counts.scatter_add_(1, rows, torch.ones((), dtype=torch.uint8).expand_as(rows))
+    if n <= 255:  # no count can pass n
+        return counts
     return counts if bool((counts.sum(1, dtype=torch.int64) == n).all()) else None
 
 
@@ -412,6 +414,28 @@ def interval(estimate, resampled, n: int, kind: str = "percentile", *, level: fl
     return entry
 
 
+def percentile_columns(estimates: torch.Tensor, resampled: torch.Tensor, n: int, strata: dict | None = None) -> list:
+    """`interval(estimates[j], resampled[:, j], n, strata=strata)` for every column j of [R, m]
+    resamples at once: one quantile call for the columns whose values are all finite (the same
+    numbers, the same arithmetic), `interval` itself for the others."""
+    estimates, resampled = estimates.double(), resampled.double()
+    clean = torch.isfinite(resampled).all(0) & torch.isfinite(estimates)
+    tail = (1 - LEVEL) / 2
+    shifted = estimates[clean] + (resampled[:, clean] - estimates[clean])  # percentile(): θ̂ + 1·(θ* − θ̂)
+    bounds = torch.quantile(shifted, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0).T.tolist() \
+        if len(resampled) else []
+    entry = {"level": LEVEL, "n": n, "method": f"{METHODS['percentile']}, {len(resampled):,} resamples"
+             + (" per stratum, stratified" if strata else ""), **({"strata": strata} if strata else {})}
+    found, done = [], iter(bounds)
+    for column, ok in enumerate(clean.tolist()):
+        if ok and bounds:
+            low, high = next(done)
+            found.append({"low": low, "high": high, **entry})
+        else:
+            found.append(interval(float(estimates[column]), resampled[:, column], n, strata=strata))
+    return found
+
+
 def half_width(entry: dict | None) -> float | None:
     """Half the width of an interval entry (None where there is none)."""
     if not isinstance(entry, dict) or entry.get("low") is None or entry.get("high") is None:
@@ -420,5 +444,5 @@ def half_width(entry: dict | None) -> float | None:
 
 
 __all__ = ["Draws", "Folded", "LEVEL", "RESAMPLES", "blocks", "clopper_pearson", "counts_of", "draws", "family",
-           "finite_population", "half_width",
+           "finite_population", "half_width", "percentile_columns",
            "interval", "resamples_for", "seed_of"]

@@ -104,7 +104,8 @@ def _draw_counts(name: str, n: int, resamples: int):
     size = B.block_size(n)
     for start in range(0, resamples, size):
         rows = torch.randint(0, n, (min(size, resamples - start), n), generator=generator)
-        yield B.counts_of(rows, n)
+        counts = B.byte_counts(rows, n)
+        yield counts if counts is not None else B.counts_of(rows, n)
 
 
 def subtask_means(per_question: torch.Tensor, subtask_of: list, resamples: int = B.RESAMPLES):
@@ -115,7 +116,7 @@ def subtask_means(per_question: torch.Tensor, subtask_of: list, resamples: int =
     for index, (name, start, stop) in enumerate(subtask_of):
         values, done = per_question[start:stop].double(), 0
         for counts in _draw_counts(name, stop - start, resamples):
-            resampled[done:done + len(counts), index] = counts @ values / (stop - start)
+            resampled[done:done + len(counts), index] = counts.double() @ values / (stop - start)
             done += len(counts)
     return means, resampled
 
@@ -138,12 +139,13 @@ def aggregates(per_question: dict, subtask_of: list, tree: dict, weighting: dict
     index = {name: i for i, (name, _, _) in enumerate(subtask_of)}
     sizes = torch.tensor([stop - start for _, start, stop in subtask_of])
 
+    single = torch.tensor([at for at, (_, width) in zip(_starts(layout), layout) if width == 1], dtype=torch.long)
+
     def entries(value, values, n, strata):
-        out, at = {}, 0
+        out, at, intervals = {}, 0, iter(B.percentile_columns(value[single], values[:, single], n, strata))
         for name, width in layout:
             if width == 1:
-                out[name] = metric(float(value[at]), definitions[name],
-                                   interval=B.interval(float(value[at]), values[:, at], n, strata=strata))
+                out[name] = metric(float(value[at]), definitions[name], interval=next(intervals))
             else:  # one per member: the values, no interval (the members' own numbers)
                 out[name] = metric(value[at:at + width].tolist(), definitions[name])
             at += width
@@ -161,6 +163,11 @@ def aggregates(per_question: dict, subtask_of: list, tree: dict, weighting: dict
         groups[group] = {"leaves": leaves, "n": int(sizes[rows].sum()), **weighting[group],
                          **entries(value, values, int(sizes[rows].sum()), strata)}
     return {"groups": groups, "subtasks": subtasks}
+
+
+def _starts(layout) -> list[int]:
+    """Each quantity's first column in the concatenated [N, Σ width] values."""
+    return [sum(width for _, width in layout[:i]) for i in range(len(layout))]
 
 
 def positions(order) -> list:
