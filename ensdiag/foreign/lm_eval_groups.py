@@ -104,7 +104,7 @@ def _draw_counts(name: str, n: int, resamples: int):
     size = B.block_size(n)
     for start in range(0, resamples, size):
         rows = torch.randint(0, n, (min(size, resamples - start), n), generator=generator)
-        counts = B.byte_counts(rows, n)
+        counts = B.byte_counts(rows, n)  # (widened by the product below)
         yield counts if counts is not None else B.counts_of(rows, n)
 
 
