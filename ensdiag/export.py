@@ -23,7 +23,7 @@ import math
 import os
 from pathlib import Path
 
-from .analysis.registry import SPLIT_TABLES, lookup
+from .layout import SPLIT_TABLES, lookup
 from .errors import EnsdiagError, InputTypeError
 from .text import csv_cell
 

@@ -31,6 +31,11 @@ def is_path(value: str) -> bool:
     """Whether an --ood/--shift/--data value names files rather than a registered dataset."""
     return value.endswith((".npz", ".npy")) or "/" in value or "\\" in value or Path(value).is_dir()
 
+def cache_dir() -> Path:
+    """Where ensdiag keeps what it made to use again (`$ENSDIAG_CACHE`, else ~/.cache/ensdiag)."""
+    return Path(os.environ.get("ENSDIAG_CACHE", Path.home() / ".cache" / "ensdiag"))
+
+
 def atomic_write_bytes(path, data: bytes) -> Path:
     path = Path(path)
     try:

@@ -33,7 +33,7 @@ from .io import atomic_write_json, inner_folder, locked_folder, read_json
 EXPERIMENT_FORMAT = "ensdiag.experiment/1"
 MAX_RUNS = 100_000  # (method, seed) pairs of one run folder: far beyond any real grid
 STATE_FILE = "training-state.pt"
-RUN_FILES = ("experiment.json", "report.md", "report.html", "model.safetensors", "predictions.safetensors",
+RUN_FILES = ("experiment.json", "report.md", "report.html", "report-cache.json", "model.safetensors", "predictions.safetensors",
              "metrics.json", "history.jsonl", "diversity.jsonl", "meta.json", "lora.json", STATE_FILE, "diversity.png", "diversity.svg",
              "reliability.png", "reliability.svg", "ood-scores.png", "ood-scores.svg", "training.png", "training.svg",
              "risk-coverage.png", "risk-coverage.svg", *(f"{name}.{ext}" for name in (

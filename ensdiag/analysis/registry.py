@@ -21,24 +21,14 @@ where `my_function` is decorated with `@ensdiag.analysis.register_analyzer("my-a
 (or is a plain function of the same signature, registered under the entry point's name).
 """
 
-import math
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
-from numbers import Integral, Real
 
+from ..layout import HEADLINE_TABLES, SPLIT_TABLES, finite, lookup, non_finite as _finite  # noqa: F401 (re-exported)
 from .examples import Examples
 
 ENTRY_POINT_GROUP = "ensdiag.analyzers"
 ANALYZERS: dict[str, "Analyzer"] = {}
-
-
-def lookup(node, path):
-    """(the value at key path `path` of an analyzer's nested result, True), or (None, False) where the path breaks."""
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return None, False
-        node = node[key]
-    return node, True
 
 
 def is_ood_split(name: str) -> bool:
@@ -61,10 +51,6 @@ class Skip(Exception):
     """Raised by an analyzer whose inputs are missing; the message says why."""
 
 
-SPLIT_TABLES = ("id", "shift", "ood")  # the report's per-split tables; "{split}" in a path means theirs
-# The headline: the per-split tables, diversity and the ensemble's gain (the verdict reads them). Their
-# example-level columns get intervals on every run; every other table's (the detail catalogue) on request.
-HEADLINE_TABLES = (*SPLIT_TABLES, "diversity", "gain")
 
 
 @dataclass(frozen=True)
@@ -227,28 +213,6 @@ def all_analyzers() -> dict[str, Analyzer]:
 
 
 NON_FINITE_STATUSES = ("nan", "inf", "-inf", "non-finite")
-
-
-def _finite(node):
-    """(node with every NaN/±inf float replaced by None, the set of non-finite kinds found)."""
-    if isinstance(node, float) or (isinstance(node, Real) and not isinstance(node, (bool, Integral))):
-        if math.isnan(node):
-            return None, {"nan"}
-        if math.isinf(node):
-            return None, {"inf" if node > 0 else "-inf"}
-        return node, set()
-    if isinstance(node, (list, tuple)):
-        pairs = [_finite(child) for child in node]
-        return [value for value, _ in pairs], set().union(*(kinds for _, kinds in pairs))
-    if isinstance(node, dict):
-        pairs = {key: _finite(child) for key, child in node.items()}
-        return {key: value for key, (value, _) in pairs.items()}, set().union(*(kinds for _, kinds in pairs.values()))
-    return node, set()
-
-
-def finite(node):
-    """The node (numbers, lists, dicts) with every NaN and ±inf replaced by None: JSON-safe."""
-    return _finite(node)[0]
 
 
 def metric(value, definition: str, status: str | None = None, **extra) -> dict:

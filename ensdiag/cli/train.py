@@ -94,13 +94,11 @@ def train(
     ranks = distributed.ranks()
     if not ranks.main:
         return  # rank 0 reports for the whole job
-    if ranks.distributed:  # the job's report, written once every rank has finished
-        from ..report import make_report
-        make_report(run_dir)
+    from ..report import make_report, to_rich
+    # the grid's report, written once every run (every rank's) has finished: `ensdiag report` reads it back
+    with loading("writing the report (the verdict's bootstrap, figures) …", quiet):
+        summary = make_report(run_dir)
     if verbose and not quiet:  # the tables are the report's: by default train ends with where they are
-        from ..report import build_report, to_rich
-        with loading("summarising the grid (the verdict's bootstrap) …"):
-            summary = build_report(run_dir)
         for table in to_rich(summary, only={"verdict", "effective-size", "id", "ood", "diversity"},
                              width=err_console.width):
             show(err_console, table)

@@ -11,15 +11,11 @@ as safetensors (no code runs), must hold exactly what `check` accepts, and is ma
 
 import hashlib
 import json
-import os
 from functools import lru_cache
 from pathlib import Path
 
 from .. import __version__
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("ENSDIAG_CACHE", Path.home() / ".cache" / "ensdiag"))
+from ..io import cache_dir
 
 
 def made(name: str, params: dict, make, check) -> dict:

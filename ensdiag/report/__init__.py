@@ -8,11 +8,11 @@ import os
 from pathlib import Path
 
 from ..errors import EnsdiagError, path_argument, public
-from ..nn.methods import run_label
+from ..layout import DEFAULT_SCORE
 
 
 from ..io import atomic_write_text
-from .aggregate import build_report
+from .cached import fingerprint, read_cached, write_cached
 from .load import dig, load_runs, newest_run
 from .merge import load_folders
 from .drawing import Job, draw_all
@@ -38,6 +38,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
     member-pair matrices, CKA heatmaps per layer, SmoothECE curves; `report["figures_on_request"]`
     names those left out). A figure whose inputs are what they were when its files were drawn is
     not drawn again (`Drawn`: the report after `train`, or a second report)."""
+    from ..nn.methods import run_label
     folder = Path(run_dir) / "figures"
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):  # never write through a link out of the run
         raise EnsdiagError(f"{folder} is a link or a file, not a folder of the run: ensdiag writes figures only inside "
@@ -152,6 +153,7 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
     says why nothing was written there."""
     run_dir = _run_dirs(run_dir)
     if isinstance(run_dir, (list, tuple)) and len(run_dir) > 1:  # several folders (merge.py): none is written to
+        from .aggregate import build_report
         data = load_folders(run_dir)
         report = build_report(" + ".join(str(folder) for folder in run_dir), reference, data, conventions, ood_score)
         report["written"] = ("several run folders: none of them was changed (`ensdiag report FOLDER` rebuilds one "
@@ -160,17 +162,34 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
     if isinstance(run_dir, (list, tuple)):
         run_dir = run_dir[0] if run_dir else None
     run_dir = Path(run_dir) if run_dir is not None else newest_run()
-    data = load_runs(run_dir)
-    report = build_report(run_dir, reference, data, conventions, ood_score)
+    writable = write and os.access(run_dir, os.W_OK)
+    options = {"run": str(run_dir), "reference": reference, "conventions": conventions, "svg": svg,
+               "ood_score": ood_score or DEFAULT_SCORE, "detail": detail}
+    key = fingerprint(run_dir, options) if writable else None
+    report = read_cached(run_dir, key) if key is not None else None
+    if report is None or not _figures_on_disk(report, run_dir):  # built from these very files before: not again
+        from .aggregate import build_report
+        data = load_runs(run_dir)
+        report = build_report(run_dir, reference, data, conventions, ood_score)
+        if writable:
+            report["figures"] = make_figures(report, data["runs"], run_dir, svg, report["ood_score"], detail)
+            write_cached(run_dir, key, report)
     report["written"] = None
-    if write and not os.access(run_dir, os.W_OK):
+    if write and not writable:
         report["written"] = f"{run_dir} is not writable: its report.md, report.html and figures/ were left as they were"
     elif write:
-        report["figures"] = make_figures(report, data["runs"], run_dir, svg, report["ood_score"], detail)
         atomic_write_text(run_dir / "report.md", to_markdown(report))
         atomic_write_text(run_dir / "report.html", to_html(report, run_dir))
         report["written"] = f"report.md, report.html and figures/ written to {run_dir}"
     return report
+
+
+def _figures_on_disk(report: dict, run_dir: Path) -> bool:
+    """Every figure file a cached report names is in the run folder (else it is drawn again)."""
+    figures = report.get("figures")
+    return isinstance(figures, list) and all(
+        isinstance(figure, dict) and all((run_dir / name).is_file() for key in ("png", "svg")
+                                         if isinstance(name := figure.get(key), str)) for figure in figures)
 
 
 def _run_dirs(run_dir):
@@ -185,6 +204,13 @@ def report_frame(run_dirs):
     """A DataFrame of one or more run folders' reports (the long rows of `report_rows`)."""
     from ..export import REPORT_FIELDS, frame, report_rows
     return frame(report_rows(make_report(run_dirs, write=False)), REPORT_FIELDS)
+
+
+def __getattr__(name):
+    if name == "build_report":  # (building a report imports torch; reading one back does not)
+        from .aggregate import build_report
+        return build_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["FORMATS", "build_report", "make_report", "newest_run", "render", "report_frame", "to_rich"]

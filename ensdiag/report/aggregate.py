@@ -454,4 +454,5 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             **({"notes": experiment["notes"]} if experiment.get("notes") else {}),
             "conventions": conventions, "ood_score": ood_score, **({"budgets": budgets} if budgets else {}),
             "definitions": definitions,
-            "tables": tables, "figures": [], "figures_on_request": []}
+            "tables": tables, "figures": [], "figures_on_request": [],
+            "labels": {method: _label(method) for method in dict.fromkeys([*config["methods"], *runs, *sizes, *verdicts])}}

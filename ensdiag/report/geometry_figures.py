@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from ..nn.methods import run_label
 from .figures import heatmap_grid, new_figure, plottable
 
 NAN = float("nan")
@@ -99,6 +98,7 @@ TRACKED = (("disagreement", "mean pairwise disagreement"), ("jsd", "JSD"), ("wei
 
 def _left_out(runs: dict, drawn: dict, name: str) -> str:
     """'. Not drawn: BatchEnsemble (why); …' for the methods of the run a figure leaves out."""
+    from ..nn.methods import run_label
     from .load import dig
     missing = []
     for method, seeds in runs.items():
@@ -138,6 +138,7 @@ def tracking_figure(curves: dict) -> "Figure":
 
 def cka_layer_grid(results: dict) -> "Figure":
     """k×k linear CKA between members per layer: a row per method and split."""
+    from ..nn.methods import run_label
     rows = [(f"{run_label(method)} ({split})", [(layer, plottable(entry["linear"]["value"]))
                                                  for layer, entry in found["layers"].items()])
             for method, result in results.items() for split, found in result["splits"].items() if found["layers"]]
@@ -147,6 +148,7 @@ def cka_layer_grid(results: dict) -> "Figure":
 def add_report_figures(runs: dict, add) -> None:
     """The report's member-geometry figures from each method's first complete seed (tracking: every
     seed); `add(name, title, draw, *inputs)` saves one. A result of the wrong layout is a damaged file."""
+    from ..nn.methods import run_label
     from .load import _damaged, dig
 
     def first(name):

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from .. import text as sink
-from ..analysis.registry import finite
+from ..layout import finite
 from ..console import wrapped
 from .example_level import example_text
 

@@ -18,6 +18,7 @@ import math
 from scipy.special import stdtrit  # Student's t quantile: scipy.stats's own, without importing all of scipy.stats
 
 LEVEL = 0.95
+BASELINE, REFERENCE = "single", "deep-ensemble"  # the runs every other method is compared with
 ENSEMBLE_LIKE, SINGLE_LIKE = 0.5, 0.25  # a ratio whose whole interval lies above / below these answers
 
 

@@ -13,7 +13,7 @@ from pathlib import PurePath
 
 from .. import text as sink
 from ..console import wrapped
-from .verdict import BASELINE, REFERENCE
+from .stats import BASELINE, REFERENCE
 from .verdict_text import size_line
 
 WIDTH = 80
@@ -27,7 +27,11 @@ def _wrap(line: str, width: int = WIDTH) -> list[str]:
         if rest else [first]
 
 
-def _label(method: str) -> str:
+def _label(method: str, report: dict) -> str:
+    """The method's name as the report built it (`labels`), else its kit's."""
+    found = (report.get("labels") or {}).get(method)
+    if isinstance(found, str):
+        return found
     from ..nn.methods import run_label
     return run_label(method)
 
@@ -42,7 +46,7 @@ def method_lines(report: dict) -> list[str]:
         if verdicts.get(method, {}).get("answer"):
             lines.append(verdicts[method]["answer"])
         elif sizes.get(method):
-            lines.append(size_line(_label(method), sizes[method]))
+            lines.append(size_line(_label(method, report), sizes[method]))
     return lines
 
 

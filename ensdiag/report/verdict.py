@@ -39,9 +39,8 @@ from ..analysis import weighted as W
 from ..analysis.examples import Examples
 from ..analysis.metrics import gain_terms
 from ..io import read_safetensors
-from .stats import ENSEMBLE_LIKE, SINGLE_LIKE, envelope, fieller, percentiles, seeds_needed, settles, t_interval
+from .stats import BASELINE, ENSEMBLE_LIKE, REFERENCE, SINGLE_LIKE, envelope, fieller, percentiles, seeds_needed, settles, t_interval
 
-BASELINE, REFERENCE = "single", "deep-ensemble"
 RESAMPLES = B.RESAMPLES  # the first rows of the draws behind the cells' intervals
 NO_GAIN = 1e-12  # a Deep Ensemble gain this small is none (float rounding of equal numbers)
 NO_DIVERSITY = 1e-9  # nats: a Deep Ensemble KL diversity this small is rounding (float32 logits), not diversity

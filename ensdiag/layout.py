@@ -1,0 +1,43 @@
+"""The layout of a diagnosis's numbers as metrics.json holds them, readable without torch (the
+report re-renders a cached report from it: report/cached.py): the report's tables, key paths,
+and numbers made JSON-safe. analysis/registry.py builds on these."""
+
+import math
+from numbers import Integral, Real
+
+SPLIT_TABLES = ("id", "shift", "ood")  # the report's per-split tables; "{split}" in a path means theirs
+# The headline: the per-split tables, diversity and the ensemble's gain (the verdict reads them). Their
+# example-level columns get intervals on every run; every other table's (the detail catalogue) on request.
+HEADLINE_TABLES = (*SPLIT_TABLES, "diversity", "gain")
+DEFAULT_SCORE = "msp"  # the OOD score (1 − max p̄) the report shows unless asked for another
+
+
+def lookup(node, path):
+    """(the value at key path `path` of an analyzer's nested result, True), or (None, False) where the path breaks."""
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None, False
+        node = node[key]
+    return node, True
+
+
+def non_finite(node):
+    """(node with every NaN/±inf float replaced by None, the set of non-finite kinds found)."""
+    if isinstance(node, float) or (isinstance(node, Real) and not isinstance(node, (bool, Integral))):
+        if math.isnan(node):
+            return None, {"nan"}
+        if math.isinf(node):
+            return None, {"inf" if node > 0 else "-inf"}
+        return node, set()
+    if isinstance(node, (list, tuple)):
+        pairs = [non_finite(child) for child in node]
+        return [value for value, _ in pairs], set().union(*(kinds for _, kinds in pairs))
+    if isinstance(node, dict):
+        pairs = {key: non_finite(child) for key, child in node.items()}
+        return {key: value for key, (value, _) in pairs.items()}, set().union(*(kinds for _, kinds in pairs.values()))
+    return node, set()
+
+
+def finite(node):
+    """The node (numbers, lists, dicts) with every NaN and ±inf replaced by None: JSON-safe."""
+    return non_finite(node)[0]
