@@ -54,6 +54,7 @@ class TrainConfig:
     method_options: dict = field(default_factory=dict)  # method -> {option: value}, from --option METHOD.NAME=VALUE
     track_diversity: bool = False  # disagreement, JSD, weight cosine on the validation split per epoch
     geometry: bool = True  # member geometry (CKA, alignment, paths, rank) after training
+    detail: bool = False  # each run's diagnosis computes the detail catalogue too, with its intervals
     precision: str = "auto"  # training arithmetic: auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 (precision.py)
     shift_severity: int = 5  # CIFAR-10-C
     ood_split: str = "test"
@@ -169,7 +170,7 @@ def _jsonable(values: dict) -> dict:
 
 
 # Fields added after runs existed, whose dataclass default is not what those runs did.
-LEGACY_DEFAULTS = {"be_loss": "sum"}
+LEGACY_DEFAULTS = {"be_loss": "sum", "detail": True}  # (before 0.8 every run computed the catalogue)
 
 FLOAT_OPTIONS = {"lr": "--lr", "dropout": "--dropout", "val_fraction": "--val-fraction", "momentum": "momentum",
                  "eps": "eps", "weight_decay": "weight_decay", "gamma": "gamma", "min_delta": "min_delta"}

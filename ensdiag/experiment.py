@@ -152,7 +152,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     diagnosis = inspect(model, splits, preprocess=normalize,
                         train=Split(data.train.images[train_index], data.train.labels[train_index],
                                     training_source(len(train_index), len(val_index), seed)),
-                        measure=Measure(geometry=config.geometry, seed=seed),
+                        measure=Measure(geometry=config.geometry, seed=seed, catalogue=config.detail, detail=config.detail),
                         context=Context(device=device, titles=data.titles, skipped=data.skipped, spread=ddp))
     if diagnosis is None:
         distributed.barrier()  # rank 0 writes the run's files

@@ -31,7 +31,8 @@ def finished_run(tmp_path_factory):
     from ensdiag.config import preset_config
     from ensdiag.experiment import run_experiment
     out = tmp_path_factory.mktemp("finished") / "run"
-    config = preset_config("digits", methods=["single", "batch-ensemble"], seeds=[1], epochs=2, members=2)
+    config = preset_config("digits", methods=["single", "batch-ensemble"], seeds=[1], epochs=2, members=2,
+                           detail=True)  # (the detail catalogue too: tests read it)
     run_experiment(config, out, "data", quiet=True)
     return out
 

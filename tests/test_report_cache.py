@@ -114,6 +114,9 @@ def test_train_ends_with_the_report_that_report_reads_back(tmp_path, capsys, bui
     for name in ("report.md", "report.html", C.CACHE_FILE):
         assert (out / name).is_file()
     assert any((out / "figures").glob("*.png"))
+    metrics = json.loads(next(out.glob("deep-ensemble/seed-*/metrics.json")).read_text())["analyzers"]
+    assert metrics["temperature"]["status"] == "skipped"  # (a grid without --detail: the catalogue left out, said)
+    assert "`ensdiag train --detail` computes it" in " ".join((out / "report.md").read_text().split())
     code, summary, _ = run_cli(capsys, "report", out, "--format", "summary")
     assert code == 0 and "Deep Ensemble" in summary and len(builds) == 1  # read back, not built
     kept = make_report(out)

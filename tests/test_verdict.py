@@ -231,7 +231,7 @@ def trio_run(tmp_path_factory):
     from ensdiag.experiment import run_experiment
     out = tmp_path_factory.mktemp("trio") / "run"
     run_experiment(preset_config("digits", methods=["single", "deep-ensemble", "batch-ensemble"], seeds=[1, 2], epochs=2,
-                                 members=2), out, "data", quiet=True)
+                                 members=2, detail=True), out, "data", quiet=True)
     return out
 
 
@@ -242,7 +242,7 @@ def test_the_sentences_appear_in_every_report_format_and_the_train_summary(trio_
         text = " ".join(text.split())  # the terminal table wraps the note at its width
         assert "BatchEnsemble" in text and "Deep Ensemble" in text and "paired bootstrap" in text, fmt
     arguments = ("train", "--method", "single,deep-ensemble,batch-ensemble", "--seeds", "1,2", "--epochs", "2",
-                 "--members", "2", "--out", trio_run)  # finished: only what follows training
+                 "--members", "2", "--detail", "--out", trio_run)  # finished: only what follows training
     code, _, err = run_cli(capsys, *arguments, "--verbose")
     assert code == 0 and "paired bootstrap" in " ".join(err.split())
     code, _, err = run_cli(capsys, *arguments)  # by default: where the answer and the tables are, no tables

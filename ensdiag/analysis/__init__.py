@@ -9,7 +9,7 @@ import pkgutil
 
 from .. import __version__
 from ..precision import exact_math
-from .registry import (ANALYZERS, PLUGIN_ERRORS, SPLIT_TABLES, Column, Skip, all_analyzers, finite, is_ood_split, load_plugins,
+from .registry import (ANALYZERS, CATALOGUE_LEFT_OUT, PLUGIN_ERRORS, SPLIT_TABLES, Column, Skip, all_analyzers, finite, is_ood_split, load_plugins,
                        metric, register_analyzer, without_ood_labels)
 
 METRICS_SCHEMA = "ensdiag.metrics/2"  # 2: example-level intervals beside the headline numbers ("intervals")
@@ -21,14 +21,16 @@ for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 
-def analyze_predictions(predictions, weights=None, only=None, without_data: str | None = None) -> dict:
+def analyze_predictions(predictions, weights=None, only=None, without_data: str | None = None,
+                        catalogue: bool = True) -> dict:
     """Every registered analyzer (or those named in `only`) on the predictions; metrics.json's content.
     `without_data`: there are no predictions, and why: analyzers that read them are skipped with it
-    (those that read only the member weights, `reads_data=False`, still run)."""
+    (those that read only the member weights, `reads_data=False`, still run). `catalogue=False`: the
+    detail catalogue is left out (its analyzers skipped, saying so; others' detail parts N/A)."""
     predictions = without_ood_labels(predictions)  # OOD is unlabelled for every analyzer
     results = plugin_failures() if only is None else {}
     for name in predictions_analyzers(only):
-        results[name] = run_analyzer(name, predictions, weights, without_data)
+        results[name] = run_analyzer(name, predictions, weights, without_data, catalogue)
     return envelope(predictions, weights, results)
 
 
@@ -45,14 +47,16 @@ def plugin_failures() -> dict:
             for name, error in PLUGIN_ERRORS.items()}
 
 
-def run_analyzer(name: str, predictions, weights=None, without_data: str | None = None) -> dict:
+def run_analyzer(name: str, predictions, weights=None, without_data: str | None = None, catalogue: bool = True) -> dict:
     """One predictions analyzer's entry of metrics.json (predictions already without OOD labels)."""
     analyzer = all_analyzers()[name]
     if without_data and analyzer.reads_data:
         return {"status": "skipped", "description": analyzer.description, "reason": without_data}
+    if analyzer.detail and not catalogue:
+        return {"status": "skipped", "description": analyzer.description, "reason": CATALOGUE_LEFT_OUT}
     try:
         return {"status": "ok", "description": analyzer.description, "version": analyzer.version,
-                **analyzer(predictions, weights)}
+                **analyzer(predictions, weights, catalogue=catalogue)}
     except Skip as reason:
         return {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
 

@@ -248,6 +248,15 @@ def basic(estimate: float, values: torch.Tensor, level: float = LEVEL, shrink: f
 
 RAY = torch.cat([torch.linspace(0, 4, 41), torch.linspace(0.8, 1.2, 41)]).unique().double()  # λ, finer near 1
 EDGE_STEPS = 24  # bisections that place each end of the kept range of λ (to 2⁻²⁴ of a grid step)
+EDGE_LEVELS = 4  # bisection steps decided by one batched evaluation (2⁴ − 1 midpoints)
+
+
+def _midpoints(inside: float, outside: float, levels: int) -> dict:
+    """{(a, b): (a + b) / 2} for every bracket `levels` bisection steps from (inside, outside) may reach."""
+    if levels == 0:
+        return {}
+    middle = (inside + outside) / 2
+    return {(inside, outside): middle, **_midpoints(middle, outside, levels - 1), **_midpoints(inside, middle, levels - 1)}
 
 
 def ray(estimate: Folded, resampled: Folded, level: float = LEVEL, shrink: float = 1.0):
@@ -276,11 +285,17 @@ def ray(estimate: Folded, resampled: Folded, level: float = LEVEL, shrink: float
     where = torch.nonzero(accepted).flatten()
 
     def edge(inside: float, outside: float | None) -> float:
+        """Bisection between a kept and a rejected λ, `EDGE_LEVELS` steps per call of `kept`: every
+        midpoint the next steps could visit is evaluated at once, then the steps walk them (the
+        same midpoints, the same outcomes, as one step at a time)."""
         if outside is None:
             return inside
-        for _ in range(EDGE_STEPS):
-            middle = (inside + outside) / 2
-            inside, outside = (middle, outside) if kept(torch.tensor([middle], dtype=torch.float64))[0] else (inside, middle)
+        for _ in range(EDGE_STEPS // EDGE_LEVELS):
+            tree = _midpoints(inside, outside, EDGE_LEVELS)  # {(inside, outside): their midpoint}, every level
+            found = dict(zip(tree, kept(torch.tensor(list(tree.values()), dtype=torch.float64)).tolist()))
+            for _ in range(EDGE_LEVELS):
+                middle = tree[inside, outside]
+                inside, outside = (middle, outside) if found[inside, outside] else (inside, middle)
         return inside
 
     first, last = int(where[0]), int(where[-1])

@@ -12,7 +12,7 @@ from . import metrics as M
 from . import smooth_ece as SE
 from . import weighted as W
 from .examples import Examples
-from .registry import SPLIT_TABLES, Column, Skip, empty_metric, finite, metric, register_analyzer, register_resampler
+from .registry import CATALOGUE_LEFT_OUT, SPLIT_TABLES, Column, Skip, empty_metric, finite, metric, register_analyzer, register_resampler
 from .resampled import Refused, per_split, value
 
 ECE_BINS = 15
@@ -88,7 +88,7 @@ DETAIL = {  # the in-distribution test set only: the calibration table
                                    ("calibration",), 50, split="id", since=4,
                                    peer=("splits", "id", "smooth_ece_tu", "value"), peer_since=4,
                                    interval="upper")])  # always > 0 on a test set: [0, …] covers a calibrated model
-def calibration(predictions, weights=None):
+def calibration(predictions, weights=None, catalogue: bool = True):
     splits = {}
     for name, split in predictions.items():
         if split["labels"] is None:
@@ -104,7 +104,9 @@ def calibration(predictions, weights=None):
             entry["ece"]["bins"] = finite(reliability(bins(split, None)))
         entry["member_accuracy"] = metric(M.member_accuracy(split), DEFINITIONS["member_accuracy"])
         entry["member_nll"] = metric(M.member_nll(split), DEFINITIONS["member_nll"])
-        if name == "id":  # the detail catalogue: the report shows it for the in-distribution test set
+        if name == "id" and not catalogue:  # the calibration table left out: N/A, saying why
+            entry.update({key: metric(None, DEFINITIONS[key], note=CATALOGUE_LEFT_OUT) for key in DETAIL})
+        elif name == "id":  # the detail catalogue: the report shows it for the in-distribution test set
             entry.update({key: metric(value(statistic(split, None)), DEFINITIONS[key]) for key, statistic in DETAIL.items()})
             if entry["ece_direction"]["status"] == "nan":  # ECE = 0: no direction to speak of
                 entry["ece_direction"] = metric(None, DEFINITIONS["ece_direction"])

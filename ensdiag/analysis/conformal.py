@@ -149,7 +149,7 @@ COLUMNS = [Column(f"{label} {what}", ("scores", score, key, "value"), direction,
                ("set size", "set_size", "down", "mean set size on the test questions"))]
 
 
-@register_analyzer("conformal", description="Split-conformal prediction sets from p̄ (LAC and APS): coverage and "
+@register_analyzer("conformal", detail=True, description="Split-conformal prediction sets from p̄ (LAC and APS): coverage and "
                    "set size on held-out questions, overall and per subtask", columns=COLUMNS)
 def conformal(predictions, weights=None):
     ids = predictions.get("id")

@@ -31,7 +31,7 @@ STATISTICS = {key: (lambda split, w, key=key: W.debiased_l2(split.confidence, sp
               for key in ("debiased_l2", "plugin_l2")}
 
 
-@register_analyzer("debiased-ece", description="Kumar et al.'s debiased ℓ2 calibration error beside the binned ECE",
+@register_analyzer("debiased-ece", detail=True, description="Kumar et al.'s debiased ℓ2 calibration error beside the binned ECE",
                    columns=[Column("debiased ℓ2 CE", ("splits", "id", "debiased_l2", "value"), "down", DEFINITION,
                                    ("calibration",), 40, split="id",
                                    interval="basic")])  # a resample's duplicates re-bias it: the percentiles sit above

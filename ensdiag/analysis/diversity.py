@@ -77,7 +77,7 @@ AMBIGUITY = ("Krogh–Vedelsby ambiguity: the mean over samples of mean_i ‖p_i
              "removes from the members' mean Brier score, whatever the label")
 
 
-@register_analyzer("member-pairs", description="Member pairs (mean off-diagonal of the k×k matrices on the "
+@register_analyzer("member-pairs", detail=True, description="Member pairs (mean off-diagonal of the k×k matrices on the "
                    "in-distribution test set; the id, shift and ood matrices in metrics.json)", version=2,  # 2: those splits only
                    columns=[
                        Column(f"{label} (id)", ("splits", "id", key, *(("mean",) if key in PAIRS else ()), "value"),

@@ -98,7 +98,7 @@ GAIN = {key: _term(key) for key in ("nll_gibbs", "nll_ensemble", "nll_geometric"
 register_resampler("ensemble-gain")(per_split(GAIN))
 
 
-@register_analyzer("selective", description="Risk–coverage of the ensemble and of each member (in-distribution test set)",
+@register_analyzer("selective", detail=True, description="Risk–coverage of the ensemble and of each member (in-distribution test set)",
                    version=4,  # 2: torch-uncertainty's trapezoid AURC beside ensdiag's; 3: AUGRC; 4: a table of its own
                    columns=[Column("AURC", ("splits", "id", "aurc", "value"), "down",
                                    "area under the risk–coverage curve of p̄ (samples accepted by decreasing max p̄)",

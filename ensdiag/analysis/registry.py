@@ -21,6 +21,7 @@ where `my_function` is decorated with `@ensdiag.analysis.register_analyzer("my-a
 (or is a plain function of the same signature, registered under the entry point's name).
 """
 
+import inspect
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 
@@ -28,6 +29,8 @@ from ..layout import HEADLINE_TABLES, SPLIT_TABLES, finite, lookup, non_finite a
 from .examples import Examples
 
 ENTRY_POINT_GROUP = "ensdiag.analyzers"
+CATALOGUE_LEFT_OUT = ("the detail catalogue, left out of a training grid's runs unless `ensdiag train --detail` "
+                      "(`ensdiag evaluate MODEL` computes it for one model)")
 ANALYZERS: dict[str, "Analyzer"] = {}
 
 
@@ -133,14 +136,24 @@ class Analyzer:
     columns: tuple[Column, ...] = ()
     needs: str = "predictions"  # or "model": called with a ModelProbe
     reads_data: bool = True  # an analyzer that reads only the member weights says False (it runs without data)
+    detail: bool = False  # all of it belongs to the detail catalogue: computed where asked for (`catalogue`)
 
-    def __call__(self, predictions, weights=None):
+    def __call__(self, predictions, weights=None, catalogue: bool = True):
+        if not catalogue and _takes_catalogue(self.function):  # (its own detail part left out)
+            return self.function(predictions, weights, catalogue=False)
         return self.function(predictions, weights)
 
     @property
     def resampler(self):
         """The analyzer's vectorised resampling of its example-level columns, or None (`register_resampler`)."""
         return RESAMPLERS.get(self.name)
+
+
+def _takes_catalogue(function) -> bool:
+    try:
+        return "catalogue" in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a callable without a signature to read: called as (predictions, weights)
+        return False
 
 
 RESAMPLERS: dict[str, callable] = {}
@@ -160,10 +173,13 @@ def register_resampler(name: str):
 
 
 def register_analyzer(name: str, description: str = "", version: int = 1, source: str = "built-in", columns=(),
-                      needs: str = "predictions", reads_data: bool = True):
+                      needs: str = "predictions", reads_data: bool = True, detail: bool = False):
     """Register `function(predictions, weights) -> result` (or `function(probe)` with `needs="model"`);
     `columns` declare what reports show of it; `reads_data=False`: an analyzer that needs only the
-    members' weights (it runs where there is no data)."""
+    members' weights (it runs where there is no data); `detail=True`: the analyzer is part of the
+    detail catalogue, which a training grid's runs compute only with `train --detail` (none of its
+    columns may be in a headline table). A function with a `catalogue` keyword is told whether the
+    catalogue is wanted, and leaves its own detail part out when it is not."""
     if needs not in ("predictions", "model"):
         raise ValueError(f"analyzer {name!r}: needs must be 'predictions' or 'model', not {needs!r}")
 
@@ -177,8 +193,10 @@ def register_analyzer(name: str, description: str = "", version: int = 1, source
                     isinstance(column.examples, tuple) and all(isinstance(split, str) for split in column.examples))):
                 raise ValueError(f"analyzer {name!r}: column {column.label!r}: examples must be None, True, False or "
                                  "a tuple of split names")
+        if detail and any(table in HEADLINE_TABLES for column in columns for table in column.tables):
+            raise ValueError(f"analyzer {name!r}: a detail analyzer cannot fill a headline table ({', '.join(HEADLINE_TABLES)})")
         ANALYZERS[name] = Analyzer(name, function, description or (function.__doc__ or "").strip().split("\n")[0],
-                                   version, source, tuple(columns), needs, reads_data)
+                                   version, source, tuple(columns), needs, reads_data, detail)
         return function
     return register
 

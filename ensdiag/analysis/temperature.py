@@ -26,7 +26,7 @@ def scaled(split: Examples, pooled_t: float, member_t: list[float]) -> dict[str,
             "calibrate_then_pool": Examples(z / torch.tensor(member_t, dtype=torch.float64)[:, None, None], split.labels)}
 
 
-@register_analyzer("temperature", description="Temperature scaling fitted on the validation split: one T for the "
+@register_analyzer("temperature", detail=True, description="Temperature scaling fitted on the validation split: one T for the "
                    "pooled prediction or one per member; ECE and NLL before and after", columns=[
                        Column("T pooled", ("temperature_pooled", "value"), None, "the temperature fitted on log p̄",
                               ("temperature",), 10),

@@ -38,6 +38,10 @@ def train(
                              "(DistributedDataParallel) instead of spreading the runs over the ranks."),
     geometry: bool = typer.Option(None, "--geometry/--no-geometry", help="Member geometry after training: CKA per "
                                   "layer, aligned weight cosine, paths between members, rank of W_i ⊘ W_j (default on)."),
+    detail: bool = typer.Option(None, "--detail/--no-detail", help="Each run's diagnosis also computes the detail "
+                                "catalogue (SmoothECE and the calibration table, debiased ECE, temperature scaling, "
+                                "selective prediction, conformal sets, member pairs) with its intervals; by default "
+                                "the runs compute what the report's headline reads (docs/conventions.md)."),
     track_diversity: bool = typer.Option(None, "--track-diversity/--no-track-diversity",
                                          help="Record members' disagreement, JSD and weight cosine (raw and aligned) on the "
                                          "validation split at initialisation and after every epoch (diversity.jsonl)."),
@@ -65,7 +69,7 @@ def train(
                    batch_size=batch_size, members=members, dropout=dropout, mc_dropout_train=mc_dropout_train, be_variant=be_variant,
                    be_init=be_init, be_layout=be_layout, be_loss=be_loss, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
                    early_stopping=early_stopping, patience=patience, val_fraction=val_fraction,
-                   track_diversity=track_diversity, geometry=geometry, precision=precision, method_options=method_option or None,
+                   track_diversity=track_diversity, geometry=geometry, detail=detail, precision=precision, method_options=method_option or None,
                    shift=shift, ood=ood)
     if resume is not None:
         given = sorted(key for key, value in options.items() if value is not None)

@@ -25,14 +25,16 @@ SHARED = ("log_probs", "log_mean", "mean", "confidence", "predicted", "member_pr
 PARALLEL_EXAMPLES = 100_000  # members × examples over every split below which forking gains little (measured)
 
 
-def analyzed(predictions, weights=None, only=None, without_data: str | None = None, **intervals) -> dict:
-    """metrics.json's content: `analyze_predictions`, then (where there are predictions) `add_intervals`
-    with the keyword arguments given (detail, full, allowance)."""
+def analyzed(predictions, weights=None, only=None, without_data: str | None = None, catalogue: bool = True,
+             **intervals) -> dict:
+    """metrics.json's content: `analyze_predictions` (`catalogue`: the detail catalogue's numbers too),
+    then (where there are predictions) `add_intervals` with the keyword arguments given (detail, full,
+    allowance)."""
     predictions = without_ood_labels(predictions)
     names = predictions_analyzers(only)
     processes = processes_for(predictions, len(names))
     if processes == 1:
-        metrics = analyze_predictions(predictions, weights, only, without_data)
+        metrics = analyze_predictions(predictions, weights, only, without_data, catalogue)
         if predictions:
             add_intervals(metrics, predictions, weights, **intervals)
         return metrics
@@ -43,7 +45,7 @@ def analyzed(predictions, weights=None, only=None, without_data: str | None = No
             except Exception:  # (only made ahead: the analyzer that reads it meets it as it would in process)
                 break
     draws = B.Draws()  # each worker's copy fills with the counts its analyzers read
-    outcomes = forked.run([partial(_with_intervals, name, predictions, weights, without_data, draws, intervals)
+    outcomes = forked.run([partial(_with_intervals, name, predictions, weights, without_data, catalogue, draws, intervals)
                            for name in names], processes, stop=True)
     failed = next((found for ok, found in outcomes if not ok), None)
     if failed is not None:
@@ -58,8 +60,8 @@ def analyzed(predictions, weights=None, only=None, without_data: str | None = No
     return metrics
 
 
-def _with_intervals(name, predictions, weights, without_data, draws, intervals) -> tuple[dict, str | None]:
-    metrics = envelope(predictions, weights, {name: run_analyzer(name, predictions, weights, without_data)})
+def _with_intervals(name, predictions, weights, without_data, catalogue, draws, intervals) -> tuple[dict, str | None]:
+    metrics = envelope(predictions, weights, {name: run_analyzer(name, predictions, weights, without_data, catalogue)})
     notes = add_intervals(metrics, predictions, weights, only=[name], draws=draws, **intervals)
     return metrics["analyzers"][name], notes.get(name)
 

@@ -40,6 +40,7 @@ class Measure:
     path_points: int | str = 11  # points on each path between members, or "adaptive"
     only: tuple | None = None  # the analyzers to run (None: every registered one)
     detail: bool = False  # intervals for the detail catalogue too, not only the headline tables'
+    catalogue: bool = True  # the detail catalogue's numbers (a training grid's runs: only with `train --detail`)
     seed: int = 0  # MC Dropout's masks (geometry's own draws are fixed)
     plan: Plan | None = None  # a time budget and/or a precision target (planning.py); None: every example
 
@@ -186,7 +187,7 @@ def _analyze(predictions, weights, measure: Measure, no_data, plan: Plan):
     predictions = without_ood_labels(predictions)  # what the analyzers and the intervals share
     only = None if measure.only is None else _names(measure.only, "predictions")
     # a plug-in re-run on resamples gets a tenth of what a budget has left
-    metrics = analyzed(predictions, weights, only, no_data, full=plan.full, detail=measure.detail,
+    metrics = analyzed(predictions, weights, only, no_data, catalogue=measure.catalogue, full=plan.full, detail=measure.detail,
                        allowance=plan.allowance(GENERIC_SECONDS))
     if not predictions:
         return metrics

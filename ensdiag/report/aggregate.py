@@ -152,6 +152,20 @@ def _table(table_id, title, columns, runs, expected, note=""):
                         for name, _, direction, *extra in columns], "rows": rows}
 
 
+def _catalogue_note(runs) -> list[str]:
+    """A line saying so where a run left the detail catalogue out (a training grid without --detail)."""
+    from ..analysis.registry import CATALOGUE_LEFT_OUT
+    left_out = any(isinstance(result, dict) and result.get("reason") == CATALOGUE_LEFT_OUT
+                   for seeds in runs.values() for run in seeds.values() if run
+                   for result in run["metrics"]["analyzers"].values())
+    return [CATALOGUE_NOTE] if left_out else []
+
+
+CATALOGUE_NOTE = ("The detail catalogue (SmoothECE and the calibration table's other ECEs, debiased ECE, temperature "
+                  "scaling, selective prediction, conformal sets, member pairs) was left out of these runs: "
+                  "`ensdiag train --detail` computes it with each run, `ensdiag evaluate MODEL` for one model.")
+
+
 def _reference_rows(table, key):
     for method, numbers in PAPER[key].items():
         table["rows"].append({"method": method, "label": f"{_label(method)} — paper (published)", "reference": True,
@@ -451,7 +465,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
             "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION,
             "examples": EXAMPLES_DEFINITION, "marks": MARKS, "verdict": verdicts, "effective_size": sizes,
-            **({"notes": experiment["notes"]} if experiment.get("notes") else {}),
+            **({"notes": notes} if (notes := [*(experiment.get("notes") or []), *_catalogue_note(runs)]) else {}),
             "conventions": conventions, "ood_score": ood_score, **({"budgets": budgets} if budgets else {}),
             "definitions": definitions,
             "tables": tables, "figures": [], "figures_on_request": [],

@@ -1,0 +1,49 @@
+"""The detail catalogue left out where it is not read (a training grid without --detail): its
+analyzers skipped, saying why, the calibration table N/A, and every headline number as it was."""
+
+import pytest
+import torch
+
+from ensdiag.analysis import CATALOGUE_LEFT_OUT, all_analyzers, analyze_predictions
+from ensdiag.analysis.registry import HEADLINE_TABLES, Column, register_analyzer
+
+DETAIL = sorted(name for name, analyzer in all_analyzers().items() if analyzer.detail)
+
+
+def predictions():
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 5, (300,), generator=g)
+    logits = torch.randn(3, 300, 5, generator=g) + 2 * torch.nn.functional.one_hot(labels, 5)
+    return {"id": {"logits": logits[:, :200], "labels": labels[:200]},
+            "val": {"logits": logits[:, 200:], "labels": labels[200:]},
+            "ood": {"logits": torch.randn(3, 80, 5, generator=g), "labels": None}}
+
+
+def test_the_catalogue_is_the_issues_list_and_fills_no_headline_table():
+    assert DETAIL == ["conformal", "debiased-ece", "member-pairs", "selective", "temperature"]
+    for name in DETAIL:
+        assert not {table for column in all_analyzers()[name].columns for table in column.tables} & set(HEADLINE_TABLES)
+    with pytest.raises(ValueError, match="headline table"):
+        register_analyzer("headline-detail", detail=True, columns=[Column("x", ("x",), None, "x", ("id",))])(
+            lambda predictions, weights=None: {})
+    assert "headline-detail" not in all_analyzers()
+
+
+def test_without_the_catalogue_its_numbers_say_why_and_the_rest_are_unchanged():
+    everything = analyze_predictions(predictions())["analyzers"]
+    lean = analyze_predictions(predictions(), catalogue=False)["analyzers"]
+    assert everything.keys() == lean.keys()
+    for name in everything:
+        if name in DETAIL:
+            assert everything[name]["status"] == "ok"
+            assert lean[name]["status"] == "skipped" and lean[name]["reason"] == CATALOGUE_LEFT_OUT
+        elif name != "calibration":
+            assert lean[name] == everything[name], name
+    full, kept = everything["calibration"]["splits"], lean["calibration"]["splits"]
+    assert full.keys() == kept.keys() and full["val"] == kept["val"]
+    for key, entry in full["id"].items():
+        if isinstance(entry, dict) and kept["id"][key].get("note") == CATALOGUE_LEFT_OUT:
+            assert kept["id"][key]["value"] is None and entry["value"] is not None, key
+        else:
+            assert kept["id"][key] == entry, key
+    assert kept["id"]["smooth_ece"]["value"] is None and kept["id"]["ece"] == full["id"]["ece"]
