@@ -213,7 +213,7 @@ def test_the_grid_over_two_ranks_gives_the_single_process_numbers(single_grid, t
     run = tmp_path / "run"
     assert numbers(run) == numbers(single_grid)
     assert sorted(p.name for p in run.iterdir()) == sorted([*(p.name for p in single_grid.iterdir()), "figures",
-                                                            "report.md", "report.html"])  # the job's report, by rank 0
+                                                            "report.md", "report.html", "report-cache.json"])  # the job's report, by rank 0
     trained_by = {}
     for meta in run.glob("*/seed-*/meta.json"):
         data = json.loads(meta.read_text())
