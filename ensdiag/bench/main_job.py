@@ -3,8 +3,9 @@
     ensdiag bench --main-job --epochs 2       # 2 rounds of the default grid; a JSON record
 
 Each round runs, as separate processes from an empty folder: `ensdiag train` (the default grid:
-4 methods × 3 seeds on digits, each run diagnosed as it finishes), `ensdiag report RUN --format
-summary` twice (as the main job runs it, drawing every figure, and again after deleting figures/),
+4 methods × 3 seeds on digits, each run diagnosed as it finishes, then the grid's report written),
+`ensdiag report RUN --format summary` twice (as the main job runs it, reading back the report train
+wrote, and again after deleting figures/, which builds the report and draws every figure anew),
 and `ensdiag diversity` of the grid's Deep Ensemble within a budget. The first round
 starts with an empty data cache (a fresh machine), the others with the cache it wrote. From the
 runs' own records (meta.json): each run's training and diagnosis seconds, so the ratios the
