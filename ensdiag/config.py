@@ -54,7 +54,8 @@ class TrainConfig:
     method_options: dict = field(default_factory=dict)  # method -> {option: value}, from --option METHOD.NAME=VALUE
     track_diversity: bool = False  # disagreement, JSD, weight cosine on the validation split per epoch
     geometry: bool = True  # member geometry (CKA, alignment, paths, rank) after training
-    detail: bool = False  # each run's diagnosis computes the detail catalogue too, with its intervals
+    detail: bool = False  # each run's diagnosis computes the detail catalogue too, with its intervals (train --detail)
+    catalogue: bool = False  # the detail catalogue's numbers alone (grids started before 0.8 computed them on every run)
     precision: str = "auto"  # training arithmetic: auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 (precision.py)
     shift_severity: int = 5  # CIFAR-10-C
     ood_split: str = "test"
@@ -170,7 +171,7 @@ def _jsonable(values: dict) -> dict:
 
 
 # Fields added after runs existed, whose dataclass default is not what those runs did.
-LEGACY_DEFAULTS = {"be_loss": "sum", "detail": True}  # (before 0.8 every run computed the catalogue)
+LEGACY_DEFAULTS = {"be_loss": "sum", "catalogue": True}  # (before 0.8 every run computed the catalogue)
 
 FLOAT_OPTIONS = {"lr": "--lr", "dropout": "--dropout", "val_fraction": "--val-fraction", "momentum": "momentum",
                  "eps": "eps", "weight_decay": "weight_decay", "gamma": "gamma", "min_delta": "min_delta"}

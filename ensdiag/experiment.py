@@ -37,6 +37,7 @@ from .runs import DIAGNOSIS, EXPERIMENT_FORMAT, RUN_FILES, STATE_FILE, read_expe
 from .train import Diverged, FitData, fit
 
 GROWS = ("methods", "seeds", "method_options")  # what a rerun into a run folder may add to
+DIAGNOSIS_SETTINGS = ("detail", "catalogue")  # how each run is diagnosed: a rerun keeps the folder's own
 
 
 def stored_config(out: Path, config: TrainConfig) -> TrainConfig | None:
@@ -49,7 +50,7 @@ def stored_config(out: Path, config: TrainConfig) -> TrainConfig | None:
                                "ensdiag.diagnose, not a training run; train into another --out")
         stored = TrainConfig.from_dict(experiment["config"], source=str(out / "experiment.json"))
         differ = [f"{name} {getattr(stored, name)!r} there, {getattr(config, name)!r} here"
-                  for name in stored.to_dict() if name not in ("overrides", *GROWS)
+                  for name in stored.to_dict() if name not in ("overrides", *GROWS, *DIAGNOSIS_SETTINGS)
                   and getattr(stored, name) != getattr(config, name)]
         changed = {name: options for name, options in config.method_options.items()
                    if name in stored.methods and options != stored.method_options.get(name)}
@@ -152,7 +153,8 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     diagnosis = inspect(model, splits, preprocess=normalize,
                         train=Split(data.train.images[train_index], data.train.labels[train_index],
                                     training_source(len(train_index), len(val_index), seed)),
-                        measure=Measure(geometry=config.geometry, seed=seed, catalogue=config.detail, detail=config.detail),
+                        measure=Measure(geometry=config.geometry, seed=seed, catalogue=config.catalogue or config.detail,
+                                        detail=config.detail),
                         context=Context(device=device, titles=data.titles, skipped=data.skipped, spread=ddp))
     if diagnosis is None:
         distributed.barrier()  # rank 0 writes the run's files

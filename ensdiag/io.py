@@ -33,7 +33,7 @@ def is_path(value: str) -> bool:
 
 def cache_dir() -> Path:
     """Where ensdiag keeps what it made to use again (`$ENSDIAG_CACHE`, else ~/.cache/ensdiag)."""
-    return Path(os.environ.get("ENSDIAG_CACHE", Path.home() / ".cache" / "ensdiag"))
+    return Path(os.environ.get("ENSDIAG_CACHE") or Path.home() / ".cache" / "ensdiag")
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:

@@ -47,3 +47,17 @@ def test_without_the_catalogue_its_numbers_say_why_and_the_rest_are_unchanged():
         else:
             assert kept["id"][key] == entry, key
     assert kept["id"]["smooth_ece"]["value"] is None and kept["id"]["ece"] == full["id"]["ece"]
+
+
+def test_a_grid_begun_before_the_catalogue_was_optional_keeps_computing_it(tmp_path):
+    """A stored config without the fields (ensdiag before 0.8) resumes with the catalogue, as its first
+    runs were diagnosed, and with the short barrier search they had; a rerun into it need not say so."""
+    from ensdiag.config import TrainConfig, preset_config
+    from ensdiag.experiment import prepare_run_dir, stored_config
+    old = {key: value for key, value in preset_config("digits").to_dict().items() if key not in ("detail", "catalogue")}
+    config = TrainConfig.from_dict(old)
+    assert config.catalogue and not config.detail
+    out = tmp_path / "run"
+    prepare_run_dir(out, config, ["ensdiag", "train"])
+    kept = stored_config(out, preset_config("digits", seeds=[1, 2, 3, 4]))  # a rerun adding a seed, no --detail
+    assert kept.catalogue and not kept.detail and 4 in kept.seeds

@@ -370,6 +370,8 @@ def test_columns_of_percentile_intervals_equal_one_interval_each():
         found = B.percentile_columns(estimates, resampled, 200, given)
         assert found == [B.interval(float(estimates[j]), resampled[:, j], 200, strata=given) for j in range(5)]
     assert found[0]["low"] < found[0]["high"] and found[2]["low"] is None and found[3]["low"] is None
+    none_clean = B.percentile_columns(estimates[2:4], resampled[:, 2:4], 200)  # no column to batch: each on its own
+    assert none_clean == [B.interval(float(estimates[j]), resampled[:, j], 200) for j in (2, 3)]
 
 
 def test_counts_of_small_splits_fit_in_bytes_unchecked():

@@ -93,9 +93,11 @@ def test_a_cache_this_user_did_not_sign_is_never_believed(run_dir, builds, monke
     for damaged in (b"", b"not a signature\n{}", b"\xff\xfe" * 100, signature + b"\n[1, 2"):
         path.write_bytes(damaged)
         assert rendered(run_dir) == built
+    make_report(run_dir)
+    (tmp_path / "elsewhere.json").write_bytes(path.read_bytes())  # a valid cache, reached through a link
     path.unlink()
     path.symlink_to(tmp_path / "elsewhere.json")
-    assert rendered(run_dir) == built and len(builds) == 8
+    assert rendered(run_dir) == built and len(builds) == 8  # (the make_report above read back)
 
 
 def test_where_no_key_can_be_kept_nothing_is_cached(run_dir, builds, monkeypatch, tmp_path):  # noqa: F811
@@ -125,3 +127,37 @@ def test_train_ends_with_the_report_that_report_reads_back(tmp_path, capsys, bui
     for key in ("figures", "figures_on_request", "written"):
         kept.pop(key), fresh.pop(key, None)
     assert kept == json.loads(json.dumps(fresh))  # (through JSON: ±inf written and read back)
+
+
+def test_a_link_the_environment_or_an_odd_file_never_serves_a_stale_report(run_dir, builds, monkeypatch, tmp_path):  # noqa: F811
+    make_report(run_dir)
+    monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "3G")  # the budget can change what a report says: built again
+    make_report(run_dir)
+    assert len(builds) == 2
+    (run_dir / "notes-\udcff.txt").write_bytes(b"a file of no UTF-8 name")  # read like any other
+    make_report(run_dir)
+    make_report(run_dir)
+    assert len(builds) == 3
+    seed = next(run_dir.glob("deep-ensemble/seed-*"))
+    elsewhere = tmp_path / "elsewhere"
+    seed.rename(elsewhere)
+    seed.symlink_to(elsewhere, target_is_directory=True)  # a seed reached through a link: its files could change unseen
+    make_report(run_dir)
+    metrics = json.loads((elsewhere / "metrics.json").read_text())
+    metrics["analyzers"]["calibration"]["splits"]["id"]["accuracy"]["value"] = 0.123456
+    atomic_write_json(elsewhere / "metrics.json", metrics)
+    assert "0.123456" in json.dumps(make_report(run_dir)) and len(builds) == 5
+    assert not (run_dir / C.CACHE_FILE).exists()
+
+
+def test_a_report_that_fails_after_training_is_a_warning_not_a_failed_grid(tmp_path, capsys, monkeypatch):
+    import ensdiag.report
+    from ensdiag.errors import EnsdiagError
+
+    def refuse(*args, **kwargs):
+        raise EnsdiagError("the disk is full")
+    monkeypatch.setattr(ensdiag.report, "make_report", refuse)
+    code, out, err = run_cli(capsys, "train", "--method", "single", "--seeds", "1", "--epochs", "1", "--no-geometry",
+                             "--out", tmp_path / "run")
+    assert code == 0 and "the disk is full" in err and "ensdiag report" in err and str(tmp_path / "run") in out
+    assert (tmp_path / "run" / "single" / "seed-1" / "metrics.json").is_file()

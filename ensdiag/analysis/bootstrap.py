@@ -249,6 +249,7 @@ def basic(estimate: float, values: torch.Tensor, level: float = LEVEL, shrink: f
 RAY = torch.cat([torch.linspace(0, 4, 41), torch.linspace(0.8, 1.2, 41)]).unique().double()  # λ, finer near 1
 EDGE_STEPS = 24  # bisections that place each end of the kept range of λ (to 2⁻²⁴ of a grid step)
 EDGE_LEVELS = 4  # bisection steps decided by one batched evaluation (2⁴ − 1 midpoints)
+assert EDGE_STEPS % EDGE_LEVELS == 0
 
 
 def _midpoints(inside: float, outside: float, levels: int) -> dict:
@@ -445,7 +446,7 @@ def percentile_columns(estimates: torch.Tensor, resampled: torch.Tensor, n: int,
     tail = (1 - LEVEL) / 2
     shifted = estimates[clean] + (resampled[:, clean] - estimates[clean])  # percentile(): θ̂ + 1·(θ* − θ̂)
     bounds = torch.quantile(shifted, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0).T.tolist() \
-        if len(resampled) else []
+        if len(resampled) and bool(clean.any()) else []
     entry = {"level": LEVEL, "n": n, "method": f"{METHODS['percentile']}, {len(resampled):,} resamples"
              + (" per stratum, stratified" if strata else ""), **({"strata": strata} if strata else {})}
     found, done = [], iter(bounds)

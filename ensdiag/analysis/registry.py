@@ -54,8 +54,6 @@ class Skip(Exception):
     """Raised by an analyzer whose inputs are missing; the message says why."""
 
 
-
-
 @dataclass(frozen=True)
 class Column:
     """A number an analyzer puts into the report: where it is in the analyzer's result, how it

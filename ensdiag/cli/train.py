@@ -100,9 +100,14 @@ def train(
         return  # rank 0 reports for the whole job
     from ..report import make_report, to_rich
     # the grid's report, written once every run (every rank's) has finished: `ensdiag report` reads it back
-    with loading("writing the report (the verdict's bootstrap, figures) …", quiet):
-        summary = make_report(run_dir)
-    if verbose and not quiet:  # the tables are the report's: by default train ends with where they are
+    summary = None
+    try:
+        with loading("writing the report (the verdict's bootstrap, figures) …", quiet):
+            summary = make_report(run_dir)
+    except EnsdiagError as error:  # the grid trained: its report can be made again
+        note(f"warning: the grid trained, but its report was not written ({error}); `ensdiag report {terminal(run_dir)}` "
+             "tries again")
+    if verbose and not quiet and summary is not None:  # the tables are the report's: by default train ends with where they are
         for table in to_rich(summary, only={"verdict", "effective-size", "id", "ood", "diversity"},
                              width=err_console.width):
             show(err_console, table)

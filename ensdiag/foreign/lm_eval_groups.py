@@ -105,7 +105,7 @@ def _draw_counts(name: str, n: int, resamples: int):
     for start in range(0, resamples, size):
         rows = torch.randint(0, n, (min(size, resamples - start), n), generator=generator)
         counts = B.byte_counts(rows, n)  # (widened by the product below)
-        yield counts if counts is not None else B.counts_of(rows, n)
+        yield counts if counts is not None else B.exact_counts(rows, n)
 
 
 def subtask_means(per_question: torch.Tensor, subtask_of: list, resamples: int = B.RESAMPLES):

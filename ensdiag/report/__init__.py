@@ -4,6 +4,7 @@
     print(render(report, "markdown"))
 """
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from ..layout import DEFAULT_SCORE
 
 
 from ..io import atomic_write_text
-from .cached import fingerprint, read_cached, write_cached
+from .cached import CACHE_FILE, fingerprint, read_cached, write_cached
 from .load import dig, load_runs, newest_run
 from .merge import load_folders
 from .drawing import Job, draw_all
@@ -168,6 +169,9 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
     key = fingerprint(run_dir, options) if writable else None
     report = read_cached(run_dir, key) if key is not None else None
     if report is None or not _figures_on_disk(report, run_dir):  # built from these very files before: not again
+        if writable:  # the figures about to be drawn are another report's than the one kept, if any
+            with contextlib.suppress(OSError):
+                (run_dir / CACHE_FILE).unlink(missing_ok=True)
         from .aggregate import build_report
         data = load_runs(run_dir)
         report = build_report(run_dir, reference, data, conventions, ood_score)

@@ -9,13 +9,16 @@ reading one back does not, so a report asked for again (another `--format`, or `
 after `ensdiag train`, which writes the report as its last step) answers in well under a second.
 
 The fingerprint covers ensdiag's own code (every module's bytes, so an edited install never
-reads an older report), the plug-ins installed, the options, and the path, size and bytes of
-every file of the run folder except the report's own outputs and the models' weights (which no
-report reads). A report is read back only where its fingerprint is the folder's now and its
-figures are on disk. The file is signed (HMAC-SHA256) with a key this user keeps in ensdiag's
-cache folder, so a run folder from anywhere else, or a cache written by hand, is never believed:
-it is ignored and the report built again, as it is for a damaged, foreign or stale file. Where
-the cache folder cannot hold the key, nothing is cached.
+reads an older report), the plug-ins installed, the options, the memory budget and the versions
+of Python and the libraries that compute and draw the report, and the path and bytes of every
+file of the run folder except the report's own outputs and the models' weights (which no report
+reads). A run folder holding a link (whose target could change unseen), or one it cannot read
+through, is not cached. A report is read back only where its fingerprint is the folder's now and
+its figures are on disk. The file is signed (HMAC-SHA256) with a key this user keeps in ensdiag's
+cache folder (owned by them and readable by them alone, or no key), so a run folder from anywhere
+else, or a cache written by hand, is never believed: it is ignored and the report built again, as
+it is for a damaged, foreign or stale file. Where the cache folder cannot hold the key, nothing is
+cached.
 """
 
 import hashlib
@@ -24,7 +27,7 @@ import json
 import os
 import stat
 import sys
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 
 from ..io import atomic_write_bytes, cache_dir, read_bounded
@@ -35,6 +38,7 @@ OUTPUTS = {"report.md", "report.html", CACHE_FILE}  # what a report writes (figu
 NOT_READ = {"model.safetensors", "training-state.pt"}  # weights no report reads (and may be large)
 MAX_BYTES = 64 << 20
 PLUGIN_GROUP = "ensdiag.analyzers"
+LIBRARIES = ("torch", "numpy", "scipy", "matplotlib", "safetensors")
 
 
 def _code_digest() -> bytes:
@@ -45,24 +49,43 @@ def _code_digest() -> bytes:
     return digest.digest()
 
 
-def fingerprint(run_dir, options: dict) -> bytes:
-    """A digest of everything a report of `run_dir` with `options` is built from."""
+def fingerprint(run_dir, options: dict) -> bytes | None:
+    """A digest of everything a report of `run_dir` with `options` is built from, or None where the
+    folder cannot be fingerprinted (not a run folder, a link inside it, whose target may change
+    unseen, a file it cannot read): then nothing is cached."""
     run_dir = Path(run_dir)
-    digest = hashlib.sha256(_code_digest())
-    plugins = sorted(f"{point.name}={point.value} {getattr(point.dist, 'version', None)}"
-                     for point in entry_points(group=PLUGIN_GROUP))
-    digest.update(json.dumps([options, plugins], sort_keys=True, default=str).encode())
-    for path in sorted(run_dir.rglob("*")):
-        relative = path.relative_to(run_dir)
-        if relative.parts[0] == "figures" or path.name in OUTPUTS or path.name in NOT_READ \
-                or path.name.startswith(".") or not stat.S_ISREG(path.lstat().st_mode):  # (hidden: temporaries; links)
-            continue
-        content = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                content.update(chunk)
-        digest.update(str(relative).encode() + b"\0" + content.digest())
+    if not (run_dir / "experiment.json").is_file():
+        return None
+    try:
+        from ..budget import memory_budget
+        digest = hashlib.sha256(_code_digest())
+        plugins = sorted(f"{point.name}={point.value} {getattr(point.dist, 'version', None)}"
+                         for point in entry_points(group=PLUGIN_GROUP))
+        # what else a report depends on: the memory budget (a refusal names it), the libraries that compute and draw it
+        environment = [memory_budget(), sys.version, *(_version(name) for name in LIBRARIES)]
+        digest.update(json.dumps([options, plugins, environment], sort_keys=True, default=str).encode())
+        for path in sorted(run_dir.rglob("*")):
+            relative = path.relative_to(run_dir)
+            if path.is_symlink():
+                return None
+            if relative.parts[0] == "figures" or path.name in OUTPUTS or path.name in NOT_READ \
+                    or path.name.startswith(".") or not stat.S_ISREG(path.lstat().st_mode):  # (hidden: temporaries)
+                continue
+            content = hashlib.sha256()
+            with open(path, "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    content.update(chunk)
+            digest.update(os.fsencode(relative) + b"\0" + content.digest())
+    except Exception:  # a cache is an optimisation: a folder it cannot see through is reported as before
+        return None
     return digest.digest()
+
+
+def _version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 def registered_here() -> bool:
@@ -90,9 +113,12 @@ def _secret() -> bytes | None:
             made = path.with_name(f".{path.name}.{os.getpid()}")
             with os.fdopen(os.open(made, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
                 handle.write(os.urandom(32))
-            os.replace(made, path)  # (two processes at once: one key wins, and both read it below)
+            os.replace(made, path)  # (two processes at once: one key wins; the other's first cache is not believed)
         found = path.read_bytes()
-    except OSError:
+        owned = path.stat()
+        if owned.st_uid != os.geteuid() or owned.st_mode & 0o077:  # a key others could have planted or read
+            return None
+    except (OSError, RuntimeError):  # (RuntimeError: no home folder to find the cache folder in)
         return None
     return found if len(found) == 32 else None
 
@@ -124,8 +150,8 @@ def write_cached(run_dir, key: bytes, report: dict) -> None:
     secret = None if registered_here() else _secret()
     if secret is None:
         return
-    body = json.dumps({"format": FORMAT, "report": report}).encode()
     try:
+        body = json.dumps({"format": FORMAT, "report": report}).encode()
         atomic_write_bytes(Path(run_dir) / CACHE_FILE, _signature(secret, key, body).encode() + b"\n" + body)
     except Exception:  # a cache is an optimisation: a folder that refuses it loses nothing
         return
