@@ -7,13 +7,13 @@ AUROC, AUPR-Out, AUPR-In and FPR95 in both directions.
 
 import torch
 
+from ..layout import DEFAULT_SCORE  # noqa: F401 (the score reports show unless asked; ood_score.py reads it here)
 from . import scores as S
 from . import weighted as W
 from .examples import Examples
 from .registry import Column, Skip, metric, register_analyzer, register_resampler
 from .resampled import value
 
-from ..layout import DEFAULT_SCORE  # noqa: E402,F401 (the score reports show unless asked)
 ENERGY_TEMPERATURE = 1.0
 # name: (score of a split's Examples -> [N], description, ensemble only: absent for k = 1)
 SCORES = {

@@ -25,7 +25,7 @@ import inspect
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 
-from ..layout import HEADLINE_TABLES, SPLIT_TABLES, finite, lookup, non_finite as _finite  # noqa: F401 (re-exported)
+from ..layout import HEADLINE_TABLES, SPLIT_TABLES, finite, lookup, non_finite  # noqa: F401 (re-exported)
 from .examples import Examples
 
 ENTRY_POINT_GROUP = "ensdiag.analyzers"
@@ -239,7 +239,7 @@ def metric(value, definition: str, status: str | None = None, **extra) -> dict:
     "-inf" (a scalar), "non-finite" (a list or matrix with some such entries); "n/a" for a value
     given as None (not defined for these inputs). An explicit `status` (e.g. "empty" for a split
     with no samples) overrides the computed one. `extra` entries are made JSON-safe the same way."""
-    value, kinds = _finite(value)
+    value, kinds = non_finite(value)
     if status is None:
         if not kinds:
             status = "n/a" if value is None else "ok"
