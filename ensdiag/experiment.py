@@ -172,7 +172,9 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
     meta = {"run": run, "method": method, "seed": seed, "spec": json.loads(model.spec.to_json()),
             "parameters": parameters, "epochs_run": len(result["history"]), "weights_epoch": result["weights_epoch"],
             "best_val_epoch": result["best_val_epoch"], "early_stopping": config.early_stopping and model.kit.early_stopping,
-            "stopped_early": result["stopped_early"], "train_seconds": result["train_seconds"],
+            "stopped_early": result["stopped_early"],
+            **({"members_stopped_early": result["members_stopped_early"]} if "members_stopped_early" in result else {}),
+            "train_seconds": result["train_seconds"],
             "eval_seconds": eval_seconds, "splits": data.titles, "skipped_splits": data.skipped,
             "argv": list(argv), "environment": environment(device), "precision": precision_policy(config.precision, device),
             **({"world_size": ranks.world_size, "ddp": True} if ddp else

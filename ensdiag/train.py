@@ -227,6 +227,43 @@ def _resume(state_path: Path, model, optimizer, scheduler, generator, device, se
     return best, history, seconds, stopped, start, tracking, note
 
 
+def member_views(model) -> dict[str, torch.Tensor] | None:
+    """{state key: member-first view [k, …]} of every tensor the members hold apart (writing a view
+    writes the model), or None where the members share a parameter or buffer: they cannot stop apart."""
+    views = {f"{name}.{key}": tensor for name, module in model.named_modules() if hasattr(module, "stacked_state")
+             for key, tensor in module.stacked_state().items() if tensor.dim()}
+    shared = any(key not in views and tensor.dim() for key, tensor in model.state_dict().items())
+    return None if shared or not views else views
+
+
+def _first_best(views, early_stopping: bool) -> dict:
+    """Early stopping's state before the first epoch: one rule, or one per member (`views`). The best
+    weights are kept only when early stopping will restore them (a state-sized copy)."""
+    if views is None:
+        return {"accuracy": -math.inf, "epoch": -1, "bad_epochs": 0, "state": None}
+    k = len(next(iter(views.values())))
+    return {"accuracy": [-math.inf] * k, "epoch": [-1] * k, "bad_epochs": [0] * k, "stopped": [False] * k,
+            "state": {key: view.detach().clone() for key, view in views.items()}}
+
+
+def _step_members(best: dict, accuracies: list[float], epoch: int, views: dict, config) -> None:
+    """One epoch of early stopping for each member still training, on its own validation accuracy, as a
+    `single` run of it would: its best weights copied, its patience counted. A member that stopped keeps
+    training with the others (it shares no parameter with them, so nothing of theirs changes) and its
+    kept weights are restored at the end: the same member as one frozen at its stop."""
+    for i, accuracy in enumerate(accuracies):
+        if best["stopped"][i]:
+            continue
+        if accuracy > best["accuracy"][i] + config.min_delta or best["epoch"][i] < 0:
+            best["accuracy"][i], best["epoch"][i], best["bad_epochs"][i] = accuracy, epoch, 0
+            with torch.no_grad():
+                for key, view in views.items():
+                    best["state"][key][i].copy_(view[i])
+        else:
+            best["bad_epochs"][i] += 1
+        best["stopped"][i] = best["bad_epochs"][i] >= config.patience
+
+
 def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_epoch=None,
         autocast=False, channels_last=False, on_start=None, tracker=None, parallel=None, on_note=None) -> dict:
     """Train until the epochs run out or early stopping fires; resume from `state_path` if present.
@@ -247,14 +284,17 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
     early_stopping = config.early_stopping and model.kit.early_stopping  # a kit's own schedule runs to the end
     if early_stopping and len(data.val_images) == 0:
         raise ValueError("early stopping needs a validation split")
-    # The best weights are kept only when early stopping will restore them (a state-sized copy).
-    best = {"accuracy": -math.inf, "epoch": -1, "bad_epochs": 0, "state": None}
+    # Members that share no parameter (a Deep Ensemble) stop one by one, each as a single run would.
+    views = member_views(model) if early_stopping and model.kit.independent_members and model.num_members > 1 else None
+    best = _first_best(views, early_stopping)
     history, start, seconds, stopped, tracking = [], 0, 0.0, False, []
     if tracker is not None and len(data.val_images) == 0:
         raise ValueError("tracking diversity needs a validation split")
     if state_path.exists():
         best, history, seconds, stopped, start, tracking, note = _resume(state_path, model, optimizer, scheduler,
                                                                          generator, device, seed)
+        if not isinstance(best["accuracy"], list):  # a state saved before members stopped one by one
+            views = None  # resumes as it began: one rule for the whole ensemble
         if note is not None and on_note is not None:
             on_note(note)
     if on_start is not None:
@@ -279,21 +319,25 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         scheduler.step()
         model.kit.end_epoch(model, epoch + 1, config.epochs)  # a procedural ensemble stores its members here
         val_accuracy, val_nll, *logits = evaluate(model, data.val_images, data.val_labels, data.normalize,
-                                                  keep_logits=tracker is not None)
+                                                  keep_logits=tracker is not None or views is not None)
+        members = None if views is None else (logits[0].argmax(-1) == data.val_labels).double().mean(1).tolist()
         if parallel is not None:  # one decision for every rank (early stopping), whatever rounding did
-            val_accuracy, val_nll = distributed.broadcast((val_accuracy, val_nll))
+            val_accuracy, val_nll, members = distributed.broadcast((val_accuracy, val_nll, members))
         if val_accuracy is None:
             pass
+        elif views is not None:
+            _step_members(best, members, epoch, views, config)
         elif val_accuracy > best["accuracy"] + config.min_delta or best["epoch"] < 0:
             best = {"accuracy": val_accuracy, "epoch": epoch, "bad_epochs": 0,
                     "state": {k: v.detach().clone() for k, v in model.state_dict().items()}
                     if early_stopping else None}
         else:
             best["bad_epochs"] += 1
-        stopped = early_stopping and best["bad_epochs"] >= config.patience
+        stopped = early_stopping and (all(best["stopped"]) if views is not None else best["bad_epochs"] >= config.patience)
         seconds += time.perf_counter() - began
         history.append({"epoch": epoch + 1, "loss": loss, "accuracy": accuracy, "val_accuracy": val_accuracy,
-                        "val_nll": val_nll, "lr": lr, "seconds": time.perf_counter() - began})
+                        "val_nll": val_nll, "lr": lr, "seconds": time.perf_counter() - began,
+                        **({"val_member_accuracy": members} if members is not None else {})})
         if tracker is not None:
             tracking.append(tracker.measure(epoch + 1, logits[0]))
         buffer = io.BytesIO()
@@ -305,6 +349,13 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
             atomic_write_bytes(state_path, buffer.getvalue())
         if on_epoch is not None:
             on_epoch(history[-1])
+    if views is not None:  # each member's best weights
+        with torch.no_grad():
+            for key, view in views.items():
+                view.copy_(best["state"][key])
+        epochs = [epoch + 1 for epoch in best["epoch"]]
+        return {"history": history, "weights_epoch": epochs, "best_val_epoch": epochs, "stopped_early": stopped,
+                "members_stopped_early": best["stopped"], "train_seconds": seconds, "tracking": tracking}
     restore = early_stopping and best["state"] is not None
     if restore:
         model.load_state_dict(best["state"])

@@ -51,6 +51,49 @@ def test_deep_ensemble_member_trained_alone_equals_member_inside_the_ensemble():
         torch.testing.assert_close(ensemble.member_state_dict(1)[key.removeprefix("body.")], value, rtol=1e-5, atol=1e-6)
 
 
+def test_each_deep_ensemble_member_stops_and_keeps_its_weights_as_a_single_run_of_it_would(tmp_path, monkeypatch):
+    """Member i of a Deep Ensemble trained by `fit` with early stopping is the `single` run that starts from its
+    weights and follows its data order: the same epochs, validation accuracies, stop and kept weights."""
+    import ensdiag.train as training
+    config = small(methods=["deep-ensemble"], members=3, batch_size=32, epochs=12, patience=2, lr=0.01)
+    data = digits_fit_data(128)
+    ensemble = ensdiag.build_model("mlp", "deep-ensemble", 3, 10, (1, 8, 8))
+    initial = [ensemble.member_state_dict(i) for i in range(3)]
+    initial = [{key: value.clone() for key, value in state.items()} for state in initial]
+    drawn, permutations = [], training.epoch_permutations
+    monkeypatch.setattr(training, "epoch_permutations", lambda *a: drawn.append(permutations(*a)) or drawn[-1])
+    together = fit(ensemble, config, data, 1, tmp_path / "together.pt", "cpu")
+    assert len(set(together["weights_epoch"])) > 1  # the members stopped at different epochs
+    assert len(together["history"]) < config.epochs  # and the ensemble stopped when its last member did
+    for i in range(3):
+        alone = ensdiag.build_model("mlp", "single", 1, 10, (1, 8, 8))
+        alone.load_state_dict({f"body.{key}": value for key, value in initial[i].items()})
+        rows = iter([order[i:i + 1] for order in drawn])
+        monkeypatch.setattr(training, "epoch_permutations", lambda *a: next(rows))
+        single = fit(alone, config, data, 1, tmp_path / f"alone-{i}.pt", "cpu")
+        epochs = len(single["history"])
+        assert single["weights_epoch"] == together["weights_epoch"][i] and together["members_stopped_early"][i]
+        assert [row["val_accuracy"] for row in single["history"]] == pytest.approx(
+            [row["val_member_accuracy"][i] for row in together["history"][:epochs]])
+        for key, value in alone.state_dict().items():
+            torch.testing.assert_close(ensemble.member_state_dict(i)[key.removeprefix("body.")], value,
+                                       rtol=1e-5, atol=1e-6)
+
+
+def test_a_deep_ensemble_state_saved_before_members_stopped_apart_resumes_with_one_rule(tmp_path):
+    config = small(methods=["deep-ensemble"], members=2, epochs=3, patience=1, min_delta=1.0)  # nothing improves
+    state = tmp_path / "state.pt"
+    fit(ensdiag.build_model("mlp", "deep-ensemble", 2, 10, (1, 8, 8)), small(methods=["deep-ensemble"], members=2,
+        epochs=1), digits_fit_data(64), 1, state, "cpu")
+    saved = torch.load(state, weights_only=True)
+    model = ensdiag.build_model("mlp", "deep-ensemble", 2, 10, (1, 8, 8))
+    saved["best"] = {"accuracy": 0.5, "epoch": 0, "bad_epochs": 0, "state": model.state_dict()}  # as 0.7 saved it
+    torch.save(saved, state)
+    result = fit(model, config, digits_fit_data(64), 1, state, "cpu")
+    assert result["weights_epoch"] == 1 and result["stopped_early"] and "members_stopped_early" not in result
+    assert len(result["history"]) == 2 and "val_member_accuracy" not in result["history"][-1]
+
+
 @pytest.mark.parametrize("split_batch", [False, True])
 def test_batch_ensemble_shared_weight_steps_like_a_single_model_when_fast_weights_are_one(split_batch):
     """The loss is the mean CE over all k·B rows, so W gets a single model's gradient, not k times it."""
@@ -98,8 +141,10 @@ def final_weights(run_dir, method="batch-ensemble"):
     return load_file(run_dir / method / "seed-1" / "model.safetensors")
 
 
-def test_interrupted_run_resumes_to_identical_weights(tmp_path, monkeypatch):
-    config = small(methods=["batch-ensemble"], epochs=6, early_stopping=False)
+@pytest.mark.parametrize("method, stopping", [("batch-ensemble", {"early_stopping": False}),
+                                             ("deep-ensemble", {"patience": 2, "lr": 0.01})])  # members stop apart
+def test_interrupted_run_resumes_to_identical_weights(tmp_path, monkeypatch, method, stopping):
+    config = small(methods=[method], epochs=8, **stopping)
     run_experiment(config, tmp_path / "straight", "data", quiet=True)
 
     original = TrainProgress.epoch
@@ -112,14 +157,17 @@ def test_interrupted_run_resumes_to_identical_weights(tmp_path, monkeypatch):
     monkeypatch.setattr(TrainProgress, "epoch", interrupt_after_epoch_3)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(config, tmp_path / "cut", "data", quiet=True)
-    assert (tmp_path / "cut" / "batch-ensemble" / "seed-1" / "training-state.pt").exists()
-    assert not (tmp_path / "cut" / "batch-ensemble" / "seed-1" / "model.safetensors").exists()
+    assert (tmp_path / "cut" / method / "seed-1" / "training-state.pt").exists()
+    assert not (tmp_path / "cut" / method / "seed-1" / "model.safetensors").exists()
     monkeypatch.setattr(TrainProgress, "epoch", original)
     run_experiment(config, tmp_path / "cut", "data", quiet=True)
-    straight, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "cut")
+    straight, resumed = final_weights(tmp_path / "straight", method), final_weights(tmp_path / "cut", method)
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
-    history = (tmp_path / "cut" / "batch-ensemble" / "seed-1" / "history.jsonl").read_text().splitlines()
-    assert [json.loads(line)["epoch"] for line in history] == [1, 2, 3, 4, 5, 6]
+    history, meta = ((folder / method / "seed-1" / name).read_text() for folder in (tmp_path / "cut",)
+                     for name in ("history.jsonl", "meta.json"))
+    assert [json.loads(line)["epoch"] for line in history.splitlines()][:4] == [1, 2, 3, 4]
+    assert json.loads(meta)["weights_epoch"] == json.loads(
+        (tmp_path / "straight" / method / "seed-1" / "meta.json").read_text())["weights_epoch"]
 
 
 @pytest.mark.slow

@@ -93,8 +93,9 @@ def out_of_range(metrics: dict) -> str | None:
 
 def meta_out_of_range(meta: dict) -> str | None:
     """The first number of a meta.json the report reads that is damage, or None."""
-    for key, bounds in META.items():
-        why = bad_number(meta.get(key), bounds)
+    for key, bounds in META.items():  # (a Deep Ensemble's epochs: one per member)
+        why = next((f"{where} {why}" for where, number in _numbers(meta.get(key), key)
+                    if (why := bad_number(number, bounds))), None)
         if why:
-            return f"{key} {why}"
+            return why
     return None
