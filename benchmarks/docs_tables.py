@@ -331,7 +331,34 @@ def coverage(record: dict) -> list[str]:
     return lines
 
 
-RENDERERS = {"coverage": coverage, "budgeted": budgeted, "lm-eval-scale": lm_eval_scale, "main-job": main_job, "denormals": denormals, "methods": methods, "strategies": strategies, "tracking": tracking, "diagnose": diagnose, "report": report,
+def member_protocol(record: dict) -> list[str]:
+    """`benchmarks/member_protocol.py`: the Deep Ensemble's members against the single runs, per grid."""
+    lines = ["Test-set NLL and accuracy of the `single` runs and of every Deep-Ensemble member (digits preset; mean, "
+             "standard deviation, count), with Welch's t-test of the two groups and the paired t-test over seeds of "
+             "each single run against its seed's mean member:", "",
+             "| grid | quantity | single runs | Deep-Ensemble members | Welch p | paired p |", "|---|---|---|---|---|---|"]
+    for name, grid in record["grids"].items():
+        for key, label in (("nll", "NLL"), ("accuracy", "accuracy")):
+            found = grid[key]
+            single, members = found["single"], found["members"]
+            lines.append(f"| {name} | {label} | {single['mean']:.4f} ± {single['sd']:.4f} (n = {single['n']}) | "
+                         f"{members['mean']:.4f} ± {members['sd']:.4f} (n = {members['n']}) | "
+                         f"{found['welch']['p']:.2f} | {found['paired']['p']:.2f} |")
+    return lines
+
+
+def mce_bias(record: dict) -> list[str]:
+    """`benchmarks/mce_bias.py`: the mean MCE on test sets of N examples against the population's MCE."""
+    lines = [f"The MCE read on test sets drawn from the coverage suite's known populations (mean of "
+             f"{record['replicates']} test sets) against each population's own MCE:", "",
+             "| population | N | population's MCE | mean MCE read | ratio |", "|---|---|---|---|---|"]
+    for row in record["rows"]:
+        ratio = f"{row['ratio']:.1f}×" if row["ratio"] is not None else "–"
+        lines.append(f"| {row['population']} | {row['n']:,} | {row['truth']:.3f} | {row['mean']:.3f} | {ratio} |")
+    return lines
+
+
+RENDERERS = {"coverage": coverage, "member-protocol": member_protocol, "mce-bias": mce_bias, "budgeted": budgeted, "lm-eval-scale": lm_eval_scale, "main-job": main_job, "denormals": denormals, "methods": methods, "strategies": strategies, "tracking": tracking, "diagnose": diagnose, "report": report,
              "peer": peer}
 
 

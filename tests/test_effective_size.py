@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ensdiag.analysis import weighted as W
-from ensdiag.analysis.metrics import fit_temperature
+from ensdiag.analysis import scaling as S
 from ensdiag.predictions import save_predictions
 from ensdiag.report import effective_size as E
 from ensdiag.report import power_law as P
@@ -155,17 +155,6 @@ def test_the_seed_interval_is_where_scipys_paired_t_test_stops_rejecting():
 # ---------------------------------------------------------------- the per-example pieces
 
 
-def test_batched_temperatures_are_fit_temperature_row_by_row():
-    generator = torch.Generator().manual_seed(0)
-    log_probs = torch.log_softmax(3 * torch.randn(5, 200, 4, generator=generator, dtype=torch.float64), -1)
-    labels = torch.randint(0, 4, (200,), generator=generator)
-    right = torch.log_softmax(1e-3 * torch.nn.functional.one_hot(labels, 4).double(), -1)  # T's lower end: 0.02
-    log_probs = torch.cat([log_probs, right[None], log_probs[:1, :, [3, 2, 1, 0]]])  # (and noise: a large T)
-    found = E.fit_temperatures(log_probs, labels)
-    expected = [fit_temperature(row, labels) for row in log_probs]
-    assert found.tolist() == pytest.approx(expected, rel=1e-6) and expected[5] == pytest.approx(0.02)
-
-
 def test_auroc_is_the_tables_auroc_and_scikit_learns_under_resample_weights():
     from sklearn.metrics import roc_auc_score
 
@@ -194,23 +183,27 @@ def test_subsets_are_all_of_them_or_a_reproducible_sample():
 
 @pytest.mark.parametrize("validation", [True, False])
 def test_calibrated_nll_of_each_sub_ensemble_is_the_dense_computation(validation):
-    """T fitted on the validation split, or (without one) on the other half of the test set; the NLL
-    of softmax(log p̄ / T) written out with torch's cross-entropy."""
+    """T fitted on the validation split, or (without one) cross-fitted on the test set: each fold of each
+    assignment scored with the T fitted on the other folds, the assignments averaged; the NLL of softmax(log p̄ / T)
+    written out with torch's cross-entropy, one sub-ensemble and fold at a time."""
     generator = torch.Generator().manual_seed(4)
     (logits, labels), (val_logits, val_labels) = exchangeable(3, 120, generator), exchangeable(3, 60, generator)
     run = {"logits": logits, "labels": labels, "val": (val_logits, val_labels) if validation else None, "ood": None}
     chosen = E.subsets(3)
     found = E.per_example(run, chosen)["cnll"]
-    first = E._halves(120)
     for index, members in enumerate(chosen):
         def pooled(z):
             return torch.log(torch.softmax(z[list(members)].double(), -1).mean(0))
         if validation:
-            t = torch.full((120,), fit_temperature(pooled(val_logits), val_labels))
+            t = [torch.full((120,), S.fit_temperature(pooled(val_logits), val_labels))]
         else:
-            t_first, t_second = (fit_temperature(pooled(logits)[mask], labels[mask]) for mask in (first, ~first))
-            t = torch.where(first, t_second, t_first)  # each half scored with the other half's T
-        expected = torch.nn.functional.cross_entropy(pooled(logits) / t[:, None], labels, reduction="none")
+            t = []
+            for repeat in range(S.REPEATS):
+                fold, _ = S.folds("id", 120, repeat=repeat)
+                t.append(torch.stack([torch.tensor(S.fit_temperature(pooled(logits)[fold != j], labels[fold != j]))
+                                      for j in range(S.FOLDS)])[fold])
+        expected = sum(torch.nn.functional.cross_entropy(pooled(logits) / each[:, None], labels, reduction="none")
+                       for each in t) / len(t)
         assert torch.allclose(found[index], expected, atol=1e-6), members
 
 
@@ -300,7 +293,32 @@ def test_without_a_validation_split_the_test_set_fits_the_temperature_and_the_re
     assert report["effective_size"]["copies"]["temperature"] == "cross-validation"
     assert report["effective_size"]["copies"]["cnll"]["value"] == pytest.approx(1.0, abs=0.1)
     note = next(table for table in report["tables"] if table["id"] == "effective-size")["note"]
-    assert "two-fold cross-validation on the test set" in note
+    assert "cross-fitted on the test set" in note
+
+
+def test_a_member_without_an_error_on_the_folds_its_temperature_is_fitted_on_keeps_its_predictions(pool, tmp_path):
+    """A member that makes one error on the whole test set: in every fold assignment, the fold holding that error is
+    scored with a T fitted on examples without any error, whose minimum runs to T = 0.02 (every prediction sharpened
+    to certainty) and turns that one error's loss into ~50 times itself. Such a fit keeps T = 1 and the report says
+    so; the member's calibrated NLL stays its plain NLL there, and the Deep Ensemble still gets its size."""
+    from ensdiag.report import make_report
+    sharp = {}
+    for seed, data in pool.items():
+        logits, labels = data["test"]
+        member = 6 * torch.nn.functional.one_hot(labels, CLASSES).float() + 0.3 * logits[0]
+        member[0] = 6 * torch.nn.functional.one_hot((labels[0] + 1) % CLASSES, CLASSES).float()  # its one error
+        sharp[seed] = {**data, "test": (torch.cat([logits, member[None]]), labels),
+                       "ood": torch.cat([data["ood"], data["ood"][:1]])}
+    last = len(pool[1]["test"][0])  # the sharp member's place in the pool
+    root = write_folder(tmp_path / "run", {"deep-ensemble": list(range(K)), "sharp": [last]}, sharp, validation=False)
+    report = make_report(root, write=False)
+    found = report["effective_size"]["sharp"]
+    assert "had no error (or no correct prediction) to fit a temperature on: T = 1 there" in found["temperature_note"]
+    assert report["effective_size"]["deep-ensemble"]["cnll"]["value"] == pytest.approx(K, rel=1e-6)
+    run = {"logits": sharp[1]["test"][0][last:], "labels": sharp[1]["test"][1], "val": None, "ood": None}
+    cnll = E.per_example(run, [(0,)])["cnll"][0]
+    plain = torch.nn.functional.cross_entropy(run["logits"][0].double(), run["labels"], reduction="none")
+    assert cnll[0].item() == pytest.approx(plain[0].item(), rel=1e-9) and cnll.mean() < 2 * plain.mean()
 
 
 def test_no_size_without_a_deep_ensemble_or_where_its_curve_does_not_fall(pool, tmp_path):
@@ -309,3 +327,46 @@ def test_no_size_without_a_deep_ensemble_or_where_its_curve_does_not_fall(pool, 
     root = write_folder(tmp_path / "b", {"deep-ensemble": [0] * K, "copies": [0] * K}, pool)  # identical members
     found = E.effective_sizes(load_runs(root)["runs"])["copies"]["cnll"]
     assert found["value"] is None and "does not improve with every member" in found["reason"]
+
+
+def test_on_ensdiags_own_training_a_single_run_is_not_told_from_one_deep_ensemble_member(tmp_path):
+    """A known answer on real training: a `single` run is distributed as one Deep-Ensemble member (each member
+    stops on its own, as the single run does), so its effective size's interval holds 1."""
+    from ensdiag.config import preset_config
+    from ensdiag.experiment import run_experiment
+    from ensdiag.report import make_report
+    config = preset_config("digits", methods=["single", "deep-ensemble"], seeds=[1, 2], epochs=10, members=3)
+    run_experiment(config, tmp_path / "run", "data", quiet=True)
+    found = make_report(tmp_path / "run", write=False)["effective_size"]["single"]["cnll"]
+    assert found["interval"][0] <= 1.0 <= found["interval"][1], found
+
+
+@pytest.mark.slow
+def test_a_deep_ensemble_of_independent_single_runs_saved_by_analyze_gets_its_size(tmp_path, capsys):
+    """The population the effective size assumes, made by ensdiag's own training: each Deep-Ensemble seed is K
+    independent `single` runs, and the single model another one; each saved with `ensdiag analyze --method`
+    from its test predictions alone (no validation split: T is cross-fitted on the test set, where an accurate
+    sub-ensemble's fit set can hold no error). The Deep Ensemble reads K and the single run's interval holds 1."""
+    from ensdiag.config import preset_config
+    from ensdiag.experiment import run_experiment
+    from ensdiag.io import read_safetensors
+    seeds = list(range(1, 3 * (K + 1) + 1))
+    run_experiment(preset_config("digits", methods=["single"], seeds=seeds), tmp_path / "singles", "data", quiet=True)
+    logits = {seed: read_safetensors(tmp_path / "singles" / "single" / f"seed-{seed}" / "predictions.safetensors",
+                                     "predictions")[0] for seed in seeds}
+    root = tmp_path / "assembled"
+    for group in range(3):
+        first = 1 + group * (K + 1)
+        for method, chosen in (("deep-ensemble", range(first, first + K)), ("single", [first + K])):
+            path = tmp_path / f"{method}-{group}.npz"
+            np.savez(path, **{"id/logits": torch.cat([logits[seed]["id/logits"] for seed in chosen]).numpy(),
+                              "id/labels": logits[first]["id/labels"].numpy()})
+            code, _, err = run_cli(capsys, "analyze", path, "--method", method, "--seed", group, "--out", root)
+            assert code == 0, err
+    code, out, err = run_cli(capsys, "report", root, "--format", "json", "--no-figures")
+    assert code == 0, err
+    sizes = json.loads(out)["effective_size"]
+    assert sizes["deep-ensemble"]["temperature"] == "cross-validation"
+    assert sizes["deep-ensemble"]["cnll"]["value"] == pytest.approx(K, rel=1e-6), sizes["deep-ensemble"]["cnll"]
+    single = sizes["single"]["cnll"]
+    assert single["value"] is not None and single["interval"][0] <= 1.0 <= single["interval"][1], single

@@ -4,6 +4,7 @@ and interval, and every terminal table of the report fits 80 columns without hid
 
 import io
 import json
+import math
 import re
 
 import pytest
@@ -195,3 +196,57 @@ def test_every_table_of_one_diagnosis_fits_the_terminal_with_every_number_whole(
             assert cell(found[key], interval=True) in printed
     wide, _ = metrics_view(metrics, "toy", width=None)
     assert [len(table.columns) for table in wide][-2:] == [6, 6]  # the OOD and conformal tables as they were
+
+
+def _json_numbers(node):
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from _json_numbers(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _json_numbers(value)
+    elif isinstance(node, (int, float)) and not isinstance(node, bool):
+        yield node
+
+
+def test_every_number_on_the_first_screen_is_in_the_reports_json(screen_report):
+    """The screen says nothing the report's JSON does not hold: each number on a method's line is one of the
+    JSON's effective sizes, intervals, seed counts or seeds needed (with their ranges), as printed."""
+    import math
+
+    from ensdiag.report import render
+    report = json.loads(json.dumps({**screen_report, "run": "runs/demo", "written": None}, default=str))
+    text = render(report, "summary", "runs/demo")
+    shown = set()
+    for value in _json_numbers({"sizes": report["effective_size"], "verdict": report["verdict"],
+                                "seeds": len(report["seeds"])}):
+        if math.isfinite(value):
+            shown |= {f"{value:.1f}", f"{value:,.0f}", f"{value * 100:.0f}", f"{value:.2f}", f"{value:.3g}"}
+    lines = [line for line in text.splitlines()[2:] if not line.startswith(("Report:", "Open it:", "  number behind"))]
+    numbers = [token for line in lines for token in re.findall(r"\d[\d,]*(?:\.\d+)?", line)]
+    assert numbers and all(token in shown for token in numbers), [token for token in numbers if token not in shown]
+
+
+@pytest.mark.parametrize("sizes, said", [
+    ({"cnll": {"value": 2.6, "interval": [1.0, math.inf]}}, "(k = 1): 3 seeds cannot tell it from one Deep-Ensemble member"),
+    ({"cnll": {"value": 4.0, "interval": [4.0, 4.0]}, "reference": True}, "(k = 4): the reference, ≡ 4 members by construction"),
+    ({"cnll": {"value": 1.0, "interval": [1.0, 1.0]}}, "≡ no more than one Deep-Ensemble member, on every resample"),
+    ({"cnll": {"value": 2.6, "interval": [1.8, math.inf]}}, "≡ a Deep Ensemble of 2.6 [1.8, ∞) members"),
+])
+def test_a_size_is_a_point_only_where_its_interval_says_something(sizes, said):
+    """No line leads with a point whose interval is [1, ∞): the seeds cannot tell the method from one member; the
+    Deep Ensemble is the reference (K by construction, not a measurement); no zero-width interval is printed."""
+    from ensdiag.report.verdict_text import size_phrase
+    k = 4 if sizes.get("reference") or "[1.8" in said or "no more" in said else 1
+    phrase = size_phrase({"members": k, "reference_members": 4, "seeds": 3, **sizes})
+    assert said in phrase and "[1.0, ∞)" not in phrase and "[4.0, 4.0]" not in phrase
+
+
+def test_overlapping_printed_sizes_are_said_not_to_be_ranked():
+    from ensdiag.report.summary import to_summary
+    sizes = {"a": {"members": 4, "reference_members": 4, "seeds": 3, "cnll": {"value": 1.5, "interval": [1.2, 2.0]}},
+             "b": {"members": 4, "reference_members": 4, "seeds": 3, "cnll": {"value": 1.8, "interval": [1.4, 3.0]}},
+             "c": {"members": 4, "reference_members": 4, "seeds": 3, "cnll": {"value": 3.5, "interval": [3.1, 3.9]}}}
+    text = to_summary({"run": "r", "methods": ["a", "b", "c"], "effective_size": sizes, "labels": {}, "seeds": [1, 2, 3],
+                       "verdict": {"x": {}}})
+    assert "The sizes of a and b: their intervals overlap, so these seeds do not rank them." in " ".join(text.split())

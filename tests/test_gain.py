@@ -11,6 +11,7 @@ from ensdiag.analysis import analyze_predictions
 from ensdiag.analysis import metrics as M
 from ensdiag.analysis import weighted as W
 from ensdiag.analysis.examples import Examples
+from ensdiag.analysis.scaling import fit_temperature
 
 
 def gain_of(logits, labels) -> dict:
@@ -138,7 +139,7 @@ def calibration_case(margin, correct_of_four=3, members=2):
 def test_temperature_is_the_known_optimum_of_a_constructed_case():
     logits, labels = calibration_case(2.0)
     optimum = 2.0 / math.log(3)  # σ(2/T) = 3/4
-    assert M.fit_temperature(M.mean_log_probs(logits), labels) == pytest.approx(optimum, rel=1e-6)
+    assert fit_temperature(M.mean_log_probs(logits), labels) == pytest.approx(optimum, rel=1e-6)
     result = analyze_predictions({"val": {"logits": logits, "labels": labels}, "id": {"logits": logits, "labels": labels}},
                                  only=["temperature"])["analyzers"]["temperature"]
     assert result["temperature_pooled"]["value"] == pytest.approx(optimum, rel=1e-6)

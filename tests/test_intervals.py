@@ -380,3 +380,30 @@ def test_counts_of_small_splits_fit_in_bytes_unchecked():
         rows = torch.randint(0, n, (50, n), generator=torch.Generator().manual_seed(n))
         assert torch.equal(B.byte_counts(rows, n).double(), B.exact_counts(rows, n))
         assert torch.equal(B.counts_of(rows, n), B.exact_counts(rows, n))
+
+
+def test_an_interval_whose_lower_end_is_zero_on_every_resample_is_printed_as_an_upper_bound():
+    """SmoothECE and the classwise ECE are above 0 on any test set although a calibrated model's are 0, so their
+    interval runs from 0: it says only how large the error may be, and every renderer prints it as "≤ high"."""
+    from ensdiag.report.example_level import example_cell, example_text
+    from ensdiag.report.render import cell_text
+    from ensdiag.report.terminal import interval_text
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 5, (300,), generator=generator)
+    predictions = {"id": {"logits": torch.randn(4, 300, 5, generator=generator), "labels": labels},
+                   "val": {"logits": torch.randn(4, 100, 5, generator=generator), "labels": labels[:100]}}
+    metrics = analyze_predictions(predictions, only=["calibration"])
+    add_intervals(metrics, predictions, detail=True)
+    entry = metrics["analyzers"]["calibration"]["splits"]["id"]
+    smooth, nll = entry["smooth_ece"]["interval"], entry["nll"]["interval"]
+    assert smooth["bound"] == "upper" and smooth["low"] == 0.0 and "bound" not in nll
+    assert interval_text(smooth, with_n=False) == f" (≤ {smooth['high']:.3f})"
+    assert interval_text(nll, with_n=False) == f" [{nll['low']:.3f}, {nll['high']:.3f}]"
+
+    class Read:  # a report cell reads the interval of each seed's run
+        def interval(self, run):
+            return run
+    example = example_cell({1: smooth}, Read())["example"]
+    assert example_text(example, lambda value: f"{value:.3f}") == f" (≤ {smooth['high']:.3f}) (n = 300)"
+    assert cell_text({"mean": 0.1, "ci": None, "example": example}, "calibration", 0, compact=True).endswith(
+        f"(≤ {smooth['high']:.3f})")

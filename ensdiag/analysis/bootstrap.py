@@ -431,6 +431,8 @@ def interval(estimate, resampled, n: int, kind: str = "percentile", *, level: fl
     build = builders[kind]()
     clamp = lambda pair: [min(max(pair[0], bounds[0]), bounds[1]), min(max(pair[1], bounds[0]), bounds[1])]  # noqa: E731
     entry["low"], entry["high"] = clamp(build(estimate, resampled, level))
+    if kind == "upper" or (isinstance(resampled, Folded) and entry["low"] <= 0):
+        entry["bound"] = "upper"  # an unsigned error whose lower end is 0: the data are consistent with none
     if of is not None and of > n:
         low, high = clamp(build(estimate, resampled, level, shrink=finite_population(n, of)))
         entry["full_split"] = {"low": low, "high": high, "of": of}

@@ -193,29 +193,3 @@ def risk_coverage(confidence: torch.Tensor, errors: torch.Tensor) -> torch.Tenso
     return torch.cumsum(group_mean[inverse], 0) / torch.arange(1, n + 1, dtype=torch.float64)
 
 
-def fit_temperature(log_probs: torch.Tensor, labels: torch.Tensor, low: float = 0.02, high: float = 50.0,
-                    steps: int = 80) -> float:
-    """The temperature T minimising the NLL of softmax(log_probs / T) (log_probs [N, C]).
-
-    The NLL is convex in β = 1/T (a log-sum-exp minus a linear term), so a golden-section
-    search over β ∈ [1/high, 1/low] finds the minimum to float precision."""
-    z = log_probs.double()
-    picked = z.gather(1, labels[:, None]).squeeze(1)
-
-    def loss(beta):
-        return (torch.logsumexp(beta * z, dim=1) - beta * picked).mean().item()
-
-    a, b = 1 / high, 1 / low
-    ratio = (math.sqrt(5) - 1) / 2
-    c, d = b - ratio * (b - a), a + ratio * (b - a)
-    fc, fd = loss(c), loss(d)
-    for _ in range(steps):
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - ratio * (b - a)
-            fc = loss(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + ratio * (b - a)
-            fd = loss(d)
-    return 2 / (a + b)

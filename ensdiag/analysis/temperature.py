@@ -13,6 +13,7 @@ from . import weighted as W
 from .examples import Examples
 from .registry import SPLIT_TABLES, Column, Skip, metric, register_analyzer, register_resampler
 from .resampled import value
+from .scaling import fit_betas, fit_notes, informative
 
 NOTHING_CHANGES = 0.01  # |T − 1| below this: calibration changes (almost) nothing, and the result says so
 STATISTICS = {"ece": lambda split, w: W.calibration_bins(split.confidence, split.correct, w).folded(),
@@ -43,8 +44,9 @@ def temperature(predictions, weights=None):
     if val is None or val["labels"] is None or len(val["labels"]) == 0:
         raise Skip("no validation split to fit a temperature on (e.g. a run trained on its whole training set)")
     logits, labels = val["logits"], val["labels"]
-    pooled_t = M.fit_temperature(M.mean_log_probs(logits), labels)
-    member_t = [M.fit_temperature(torch.log_softmax(member.double(), -1), labels) for member in logits]
+    z = torch.cat([M.mean_log_probs(logits)[None], torch.log_softmax(logits.double(), -1)])  # pooled, then each member
+    betas = fit_betas(z, labels.expand(len(z), -1))
+    pooled_t, *member_t = (1 / betas).tolist()
     splits = {}
     for name, split in predictions.items():
         if name not in SPLIT_TABLES or split["labels"] is None or len(split["labels"]) == 0:
@@ -55,7 +57,11 @@ def temperature(predictions, weights=None):
     result = {"temperature_pooled": metric(pooled_t, "T minimising the validation NLL of softmax(log p̄ / T)"),
               "temperature_members": metric(member_t, "each member's T minimising its validation NLL"),
               "splits": splits}
-    if all(abs(t - 1) < NOTHING_CHANGES for t in [pooled_t, *member_t]):
+    fits = fit_notes(betas, informative(z, labels.expand(len(z), -1), torch.ones(len(z), len(labels))),
+                     "fits (the pooled prediction's and each member's)")
+    if fits:
+        result["note"] = fits
+    elif all(abs(t - 1) < NOTHING_CHANGES for t in [pooled_t, *member_t]):
         result["note"] = f"every fitted temperature is within {NOTHING_CHANGES} of 1: scaling changes almost nothing"
     return result
 

@@ -10,11 +10,12 @@ predictions of an LLM's adapters saved as methods of one run folder):
 1. each sub-ensemble of the Deep Ensemble (all subsets of each size n = 1…K, or `MAX_SUBSETS`
    drawn at random from a fixed generator where a size has more) and each method pool their
    members' probabilities, p̄ = mean_i p_i;
-2. the calibrated NLL: −log softmax(log p̄ / T)(y), T fitted like the temperature analyzer's
-   pooled T (minimising the NLL of log p̄ / T) on the run's validation split; a run without one
-   fits T by two-fold cross-validation on the test set (T fitted on one half scores the other:
-   Ashukha et al.'s test-time cross-validation); the Brier score and OOD AUROC (score 1 − max p̄)
-   as the per-split tables measure them, unscaled;
+2. the calibrated NLL: −log softmax(log p̄ / T)(y), T fitted by the one solver (analysis/scaling.py)
+   on the run's validation split; a run without one cross-fits T on the test set (Ashukha et al.'s
+   test-time cross-validation: each fold scored with the T fitted on the other folds, as the
+   refinement analyzer's, assignments averaged); a fit whose examples hold no error keeps T = 1, and
+   the entry's `temperature_note` says how many did and how many ran to a bound; the Brier score and
+   OOD AUROC (score 1 − max p̄) as the per-split tables measure them, unscaled;
 3. per seed, the Deep Ensemble's mean over the sub-ensembles of each size, the power law fitted to
    it, and the size at which it reaches the method's value on the same seed (≥ 1: a method no
    better than one member is 1; beyond the K sizes measured the law is extrapolated, and said so);
@@ -31,6 +32,8 @@ from itertools import combinations
 import torch
 
 from ..analysis import weighted as W
+from ..analysis.bootstrap import BLOCK_ENTRIES
+from ..analysis.scaling import FOLDS, REPEATS, fit_betas, fit_notes, fitting_sets, folds, informative, padded
 from ..budget import over_budget
 from ..io import read_safetensors
 from . import power_law
@@ -41,8 +44,6 @@ MAX_SUBSETS = 24  # sub-ensembles per size: all of them up to this many, else th
 RESAMPLES = 250  # the first of the verdict's resamples: each refits every law and re-reads every size, so a
 #                  quarter of them keeps the report's cost down (2.5th and 97.5th percentiles: the 7th from each end)
 METRICS = {"cnll": "calibrated NLL", "brier": "Brier score", "auroc": "OOD AUROC"}
-TEMPERATURE = {"validation": "T fitted on the validation split",
-               "cross-validation": "T fitted by two-fold cross-validation on the test set (no validation split)"}
 
 
 class _Wanted:
@@ -79,60 +80,33 @@ def subsets(k: int, limit: int = MAX_SUBSETS) -> list[tuple[int, ...]]:
     return found
 
 
-def fit_temperatures(log_probs: torch.Tensor, labels: torch.Tensor, low: float = 0.02, high: float = 50.0,
-                     steps: int = 60) -> torch.Tensor:
-    """[S]: for each of S predictions log_probs [S, N, C], the T minimising the NLL of
-    softmax(log_probs / T) over T ∈ [low, high] — metrics.fit_temperature's minimum, every row at once.
-
-    The NLL is convex in β = 1/T, with gradient mean(E_p[z] − z_y) and curvature mean(Var_p[z])
-    (p = softmax(β·z)), so Newton's method finds it in a few steps (a tenth of a golden section's
-    loss evaluations): each step inside the bracket the gradient's signs keep, else the bracket's
-    midpoint in log β, until the steps fall below 10⁻¹² of β (a boundary minimum: the bracket shrinks onto it)."""
-    z = log_probs.double()
-    picked = z.gather(2, labels.expand(len(z), -1)[..., None]).squeeze(-1)
-    lo = torch.full((len(z),), 1 / high, dtype=torch.float64)
-    hi = torch.full((len(z),), 1 / low, dtype=torch.float64)
-    beta = torch.ones(len(z), dtype=torch.float64).clamp(lo, hi)
-    for _ in range(steps):
-        p = torch.softmax(beta[:, None, None] * z, dim=2)
-        weighted = torch.where(p > 0, p * z, 0.0)  # (a class of probability 0 at −∞ adds nothing)
-        mean = weighted.sum(2)
-        gradient = (mean - picked).mean(1)
-        curvature = (torch.where(p > 0, weighted * z, 0.0).sum(2) - mean ** 2).mean(1)
-        hi, lo = torch.where(gradient > 0, beta, hi), torch.where(gradient < 0, beta, lo)
-        newton = beta - gradient / curvature
-        inside = torch.isfinite(newton) & (newton >= lo) & (newton <= hi)  # (at the optimum: β itself)
-        step = torch.where(inside, newton, (lo * hi).sqrt())  # else the bracket's midpoint in log β
-        done = bool(((step - beta).abs() <= 1e-12 * beta).all()) or bool((gradient == 0).all())
-        beta = torch.where(gradient == 0, beta, step)
-        if done:
-            break
-    return 1 / beta
-
-
 def _pooled(log_probs: torch.Tensor, chosen: list[tuple[int, ...]]) -> torch.Tensor:
     """[S, N, C] log p̄ of each chosen sub-ensemble, stably (logsumexp over its members − log n)."""
     return torch.stack([torch.logsumexp(log_probs[list(members)], 0) - math.log(len(members)) for members in chosen])
 
 
-def _halves(n: int) -> torch.Tensor:
-    """[n] bool: the first fold of the test set's two-fold cross-validation (a fixed random half)."""
-    first = torch.zeros(n, dtype=torch.bool)
-    first[torch.randperm(n, generator=torch.Generator().manual_seed(0))[: n // 2]] = True
-    return first
-
-
-def _calibrated_nll(pooled: torch.Tensor, labels: torch.Tensor, val_pooled, val_labels) -> torch.Tensor:
-    """[S, N] −log softmax(log p̄ / T)(y) per example, T from the validation split or, without one,
-    from the other half of the test set."""
+def _calibrated_nll(pooled: torch.Tensor, labels: torch.Tensor, val_pooled, val_labels) -> tuple:
+    """([S, N] −log softmax(log p̄ / T)(y) per example, the fitted β's, whether each fit had evidence): T fitted
+    on the validation split or, without one, cross-fitted on the test set (scaling.py: each fold's T fitted on
+    the other folds, `REPEATS` assignments averaged); a fit whose examples hold no error keeps T = 1."""
     if val_pooled is not None:
-        t = fit_temperatures(val_pooled, val_labels)[:, None, None].expand(-1, pooled.shape[1], 1)
-    else:
-        first = _halves(pooled.shape[1])
-        t_first, t_second = (fit_temperatures(pooled[:, mask], labels[mask]) for mask in (first, ~first))
-        t = torch.where(first[None], t_second[:, None], t_first[:, None])[..., None]  # the other fold's T
-    z = pooled / t
-    return torch.logsumexp(z, 2) - z.gather(2, labels.expand(len(z), -1)[..., None]).squeeze(-1)
+        y = val_labels.expand(len(val_pooled), -1)
+        beta = fit_betas(val_pooled, y)
+        z = pooled * beta[:, None, None]
+        return (torch.logsumexp(z, 2) - z.gather(2, labels.expand(len(z), -1)[..., None]).squeeze(-1), beta,
+                informative(val_pooled, y, torch.ones_like(y, dtype=torch.float64)))
+    assignments = [folds("id", pooled.shape[1], 1, repeat) for repeat in range(REPEATS)]
+    index, inside = padded([part for fold, place in assignments for part in fitting_sets(fold, place, len(labels))])
+    betas, fitted = [], []
+    for part in pooled.split(max(1, BLOCK_ENTRIES // inside.numel() // pooled.shape[2])):  # sub-ensembles at once
+        z_fit, y_fit, mask = part[:, index].flatten(0, 1), labels[index].repeat(len(part), 1), inside.repeat(len(part), 1)
+        betas.append(fit_betas(z_fit, y_fit, "nll", mask))
+        fitted.append(informative(z_fit, y_fit, mask))
+    betas = torch.cat(betas).view(len(pooled), -1)
+    picked = pooled.gather(2, labels.expand(len(pooled), -1)[..., None]).squeeze(-1)
+    nll = sum(torch.logsumexp(pooled * t[..., None], 2) - picked * t
+              for t in (betas[:, repeat * FOLDS + fold] for repeat, (fold, _) in enumerate(assignments))) / REPEATS
+    return nll, betas.flatten(), torch.cat(fitted)
 
 
 def per_example(run: dict, chosen: list[tuple[int, ...]]) -> dict:
@@ -143,7 +117,8 @@ def per_example(run: dict, chosen: list[tuple[int, ...]]) -> dict:
     val = run["val"]
     val_pooled = _pooled(torch.log_softmax(val[0].double(), -1), chosen) if val is not None else None
     mean = pooled.exp()
-    out = {"cnll": _calibrated_nll(pooled, labels, val_pooled, None if val is None else val[1]),
+    cnll, beta, fitted = _calibrated_nll(pooled, labels, val_pooled, None if val is None else val[1])
+    out = {"cnll": cnll, "beta": beta, "fitted": fitted,
            "brier": (mean - torch.nn.functional.one_hot(labels, mean.shape[2]).double()).pow(2).sum(2),
            "id_score": 1 - mean.max(2).values}
     if run["ood"] is not None:
@@ -262,16 +237,23 @@ def effective_sizes(runs: dict, draws=None, resamples: int = RESAMPLES) -> dict:
         w_id = torch.cat([torch.ones(1, n, dtype=torch.float64), counts("id", n)])
         w_ood = torch.cat([torch.ones(1, n_ood, dtype=torch.float64), counts("ood", n_ood)]) if n_ood else None
         if key not in fitted_for:  # the Deep Ensemble's laws serve every method with these seeds
-            per_seed = [_resampled(per_example(reference[seed], chosen_subsets), w_id, w_ood) for seed in seeds]
+            found_seeds = [per_example(reference[seed], chosen_subsets) for seed in seeds]
+            per_seed = [_resampled(values, w_id, w_ood) for values in found_seeds]
             fitted_for[key] = {metric: _fitted(torch.stack([values[metric] @ by_size for values in per_seed]), metric)
                                for metric in per_seed[0]}
+            fitted_for[key]["fits"] = [(values["beta"], values["fitted"]) for values in found_seeds]
         fitted = fitted_for[key]
-        mine = [_resampled(per_example(loaded[method][seed], [tuple(range(loaded[method][seed]["logits"].shape[0]))]),
-                           w_id, w_ood) for seed in seeds]
+        found_seeds = [per_example(loaded[method][seed], [tuple(range(loaded[method][seed]["logits"].shape[0]))])
+                       for seed in seeds]
+        mine = [_resampled(values, w_id, w_ood) for values in found_seeds]
         validated = all(group[seed]["val"] is not None for group in (reference, loaded[method]) for seed in seeds)
+        fits = [*fitted["fits"], *((values["beta"], values["fitted"]) for values in found_seeds)]
         entry = {"members": loaded[method][seeds[0]]["logits"].shape[0], "reference_members": k, "seeds": len(seeds),
-                 "subsets": len(chosen_subsets), "resamples": resamples,
-                 "temperature": "validation" if validated else "cross-validation"}
+                 "reference": method == REFERENCE, "subsets": len(chosen_subsets), "resamples": resamples,
+                 "temperature": "validation" if validated else "cross-validation",
+                 "temperature_note": fit_notes(torch.cat([beta for beta, _ in fits]),
+                                               torch.cat([mask for _, mask in fits]),
+                                               "temperature fits (this method's and the Deep Ensemble's sub-ensembles')")}
         picked = chosen_seeds(len(seeds), resamples)
         for metric in METRICS:
             if metric in fitted and metric in mine[0]:

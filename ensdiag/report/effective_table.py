@@ -8,6 +8,7 @@
 
 import math
 
+from ..analysis.scaling import FOLDS, REPEATS
 from .verdict_text import QUESTIONS
 
 COLUMNS = (("k", None), ("CNLL ≡ n", "cnll"), ("Brier ≡ n", "brier"), ("AUROC ≡ n", "auroc"))
@@ -19,8 +20,9 @@ SIZE_DEFINITIONS = {
     "Brier ≡ n": "the same on the Brier score of p̄",
     "AUROC ≡ n": "the same on OOD AUROC with the score 1 − max p̄"}
 TEMPERATURES = {"validation": "the temperature fitted on the validation split",
-                "cross-validation": "the temperature fitted by two-fold cross-validation on the test set (T fitted "
-                                    "on one half scores the other; a run without a validation split)"}
+                "cross-validation": f"the temperature cross-fitted on the test set (each of {FOLDS} folds scored with "
+                                    f"the T fitted on the others, {REPEATS} fold assignments averaged; a run without a "
+                                    "validation split)"}
 NAMES = {"cnll": "calibrated NLL", "brier": "Brier score", "auroc": "OOD AUROC"}
 
 
@@ -61,7 +63,9 @@ def effective_size_table(sizes: dict, label_of) -> dict | None:
         return None
     k = reference["reference_members"]
     curves = "; ".join(f"{NAMES[metric]} {_curve(reference[metric])}" for metric in NAMES if reference.get(metric))
-    temperature = TEMPERATURES[reference["temperature"]]
+    temperature = TEMPERATURES[reference["temperature"]] + "".join(
+        f" ({entry['temperature_note']}: {label_of(method)})" for method, entry in sizes.items()
+        if entry.get("temperature_note"))
     note = (f"Each method as the number of Deep-Ensemble members that would score as well (Ashukha et al. 2020; "
             f"Lobacheva et al. 2020): the Deep Ensemble's {reference['subsets']} sub-ensembles of 1…{k} members give "
             f"its score at each size per seed; a power law a + b·n^(−c) through the sizes 1 and {k} (c by least "

@@ -56,9 +56,18 @@ def example_cell(seeds: dict, value_of) -> dict:
     if len(entries) == 1:
         entry = entries[0]
         return {"example": {"low": entry["low"], "high": entry["high"], "n": n, "level": entry.get("level"),
-                            "method": entry.get("method"), **({"strata": entry["strata"]} if "strata" in entry else {})}}
+                            "method": entry.get("method"), **({"strata": entry["strata"]} if "strata" in entry else {}),
+                            **({"bound": "upper"} if entry.get("bound") == "upper" else {})}}
     half = sum((entry["high"] - entry["low"]) / 2 for entry in entries) / len(entries)
     return {"example": {"half_width": half, "n": n, "seeds": len(entries)}}
+
+
+def bounds_text(entry: dict, number) -> str:
+    """" [0.024, 0.039]", or " (≤ 0.039)" for an upper bound (an unsigned error whose interval starts at 0:
+    the data are consistent with no error, so only the upper end says anything; docs/conventions.md)."""
+    if entry.get("bound") == "upper":
+        return f" (≤ {number(entry['high'])})"
+    return f" [{number(entry['low'])}, {number(entry['high'])}]"
 
 
 def example_text(example: dict, number) -> str:
@@ -68,7 +77,7 @@ def example_text(example: dict, number) -> str:
     strata = example.get("strata")
     size = (" + ".join(f"{count:,} {split}" for split, count in strata.items()) if isinstance(strata, dict)
             else f"{example['n']:,}" if isinstance(example.get("n"), int) else "?")
-    return f" [{number(example['low'])}, {number(example['high'])}] (n = {size})"
+    return f"{bounds_text(example, number)} (n = {size})"
 
 
 def budget_notes(runs: dict) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import text as sink
 from ..layout import finite
 from ..console import wrapped
-from .example_level import example_text
+from .example_level import bounds_text, example_text
 
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
 ON_REQUEST = "Detail figures, drawn by `ensdiag report --detail`:"  # (the figures a report left out)
@@ -78,8 +78,7 @@ def cell_text(cell, table_id, column_index, compact=False):
         text += " [" + ", ".join(format_number(bound, table_id, column_index) for bound in cell["interval"]) + "]"
     example = cell.get("example")
     if example and compact and "low" in example and cell.get("ci") is None:  # one seed: its interval is the only one
-        text += f" [{format_number(example['low'], table_id, column_index)}, " \
-                f"{format_number(example['high'], table_id, column_index)}]"
+        text += bounds_text(example, lambda value: format_number(value, table_id, column_index))
     elif example and not compact:  # the test set's own sampling error, beside the seeds' (report/example_level.py)
         text += example_text(example, lambda value: format_number(value, table_id, column_index))
     if cell.get("expected") and cell.get("n") is not None and cell["n"] < cell["expected"]:

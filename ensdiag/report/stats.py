@@ -102,7 +102,8 @@ MOST_SEEDS = 1000  # seeds needed beyond this are "more than 1,000"
 
 def seeds_needed(per_seed: list[float], distance: float, floor: float = 0.0, power: float = POWER) -> dict:
     """How many seeds would make a 95 % interval over seeds clear a line `distance` away from the
-    estimate, with probability `power`, if the seeds vary as these do: {"seeds": n or None, "why"}.
+    estimate, with probability `power`, if the seeds vary as these do: {"seeds": n or None, "why",
+    "range": [low, high]}.
 
     `per_seed`: each seed's value whose mean is the estimate, or for a ratio of means ā/b̄ its
     values (a_s − L·b_s)/b̄ at the line L (Fieller's interval excludes L exactly when their t-test rejects).
@@ -112,9 +113,11 @@ def seeds_needed(per_seed: list[float], distance: float, floor: float = 0.0, pow
     with that chance ≥ `power` is returned (more than the seeds there are). `floor`: the half-width the test
     set's own sampling adds however many seeds there are (it does not shrink with seeds); the seeds'
     part must fit in √(distance² − floor²), and no number of seeds does where floor ≥ distance.
+    "range": the counts at the ends of σ's own 95 % interval, s·√((S−1)/χ²) (from S seeds, s is a rough
+    guess of σ: three seeds put σ anywhere from 0.52 to 6.3 times s), None at an end past `MOST_SEEDS`.
     why: "test set" (floor ≥ distance), "one seed" (no spread to project from), "no spread" (the seeds
     agree exactly: more of them change nothing), "too many" (more than `MOST_SEEDS`)."""
-    from scipy.special import nctdtr
+    from scipy.special import chdtri
     values = [value for value in per_seed if math.isfinite(value)]
     if floor >= distance:
         return {"seeds": None, "why": "test set"}
@@ -123,8 +126,19 @@ def seeds_needed(per_seed: list[float], distance: float, floor: float = 0.0, pow
     spread = math.sqrt(sum((v - sum(values) / len(values)) ** 2 for v in values) / (len(values) - 1))
     if spread == 0:
         return {"seeds": None, "why": "no spread"}
-    room = math.sqrt(distance ** 2 - floor ** 2)
-    for seeds in range(len(values) + 1, MOST_SEEDS + 1):  # more than there are: these left it open
-        if 1 - nctdtr(seeds - 1, room * math.sqrt(seeds) / spread, t_quantile(seeds)) >= power:
-            return {"seeds": seeds, "why": None}
-    return {"seeds": None, "why": "too many"}
+    room, freedom = math.sqrt(distance ** 2 - floor ** 2), len(values) - 1
+    tail = (1 - LEVEL) / 2
+    low, high = (spread * math.sqrt(freedom / chdtri(freedom, p)) for p in (tail, 1 - tail))
+    found = [_smallest(room, sigma, len(values), power) for sigma in (spread, low, high)]
+    return {"seeds": found[0], "why": None if found[0] else "too many", "range": found[1:]}
+
+
+def _smallest(room: float, sigma: float, seeds: int, power: float) -> int | None:
+    """The fewest seeds (more than `seeds`, at most `MOST_SEEDS`) whose interval clears a line `room`
+    away with probability `power` when seeds vary by `sigma`; None beyond (every count at once)."""
+    import numpy as np
+    from scipy.special import nctdtr
+    counts = np.arange(seeds + 1, MOST_SEEDS + 1)  # more than there are: these left it open
+    chance = 1 - nctdtr(counts - 1, room * np.sqrt(counts) / sigma, stdtrit(counts - 1, 0.5 + LEVEL / 2))
+    enough = np.flatnonzero(chance >= power)
+    return int(counts[enough[0]]) if len(enough) else None

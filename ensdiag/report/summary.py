@@ -14,7 +14,7 @@ from pathlib import PurePath
 from .. import text as sink
 from ..console import wrapped
 from .stats import BASELINE, REFERENCE
-from .verdict_text import size_line
+from .verdict_text import printed_size, size_line
 
 WIDTH = 80
 INDENT = "  "
@@ -50,6 +50,15 @@ def method_lines(report: dict) -> list[str]:
     return lines
 
 
+def _overlapping(report: dict) -> str | None:
+    """"Single and BatchEnsemble" (every method whose printed size's interval overlaps another's), or None."""
+    sizes = report.get("effective_size") or {}
+    printed = {method: found for method in sizes if (found := printed_size(sizes[method])) is not None}
+    names = [_label(method, report) for method, (_, (low, high)) in printed.items()
+             if any(other != method and low <= top and bottom <= high for other, (_, (bottom, top)) in printed.items())]
+    return None if not names else names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def to_summary(report: dict, written: str | None = None, width: int = WIDTH) -> str:
     """The short end of a run: a line of what ≡ means, one line per method, where the report is, and
     the one command that opens it (everything else is in the files)."""
@@ -58,6 +67,9 @@ def to_summary(report: dict, written: str | None = None, width: int = WIDTH) -> 
         seeds = len(report.get("seeds", []))
         lines.insert(0, f"{seeds} seed{'s' * (seeds != 1)}; ≡: the Deep-Ensemble members that score as well "
                         "(calibrated NLL), 95 % interval; ratios to the Deep Ensemble answer the rest.")
+    overlap = _overlapping(report)
+    if overlap:
+        lines.append(f"The sizes of {overlap}: their intervals overlap, so these seeds do not rank them.")
     if not report.get("verdict"):
         lines.append(f"No verdict: it needs a single model (`{BASELINE}`) and a Deep Ensemble (`{REFERENCE}`) beside "
                      "another method, with seeds in common.")

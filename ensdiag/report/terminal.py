@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..text import terminal
+from .example_level import bounds_text
 from .render import non_finite_word
 
 
@@ -70,7 +71,7 @@ def interval_text(entry, digits=3, with_n=True) -> str:
     + 10,000 ood" for a stratified resample; "" where there is none."""
     if not isinstance(entry, dict) or entry.get("low") is None or entry.get("high") is None:
         return ""
-    text = f" [{cell(entry['low'], digits)}, {cell(entry['high'], digits)}]"
+    text = bounds_text(entry, lambda value: cell(value, digits))
     if not with_n:
         return text
     strata = entry.get("strata")

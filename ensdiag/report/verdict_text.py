@@ -75,28 +75,54 @@ def _size(value: float) -> str:
     return "∞" if value == math.inf else f"{value:.1f}" if value < 9.95 else f"{value:,.0f}"
 
 
+def printed_size(sizes: dict | None, metric: str = "cnll") -> tuple | None:
+    """(value, [low, high]) where the first screen prints a size as a point with its interval; None where
+    it says it in words (the reference, no size, or an interval that holds 1 and is unbounded above)."""
+    found = (sizes or {}).get(metric) or {}
+    if (sizes or {}).get("reference") or found.get("value") is None or not found.get("interval"):
+        return None
+    low, high = found["interval"]
+    return None if low <= 1 + 1e-9 and high == math.inf or low == high else (found["value"], [low, high])
+
+
 def size_phrase(sizes: dict | None, metric: str = "cnll") -> str | None:
-    """"(k = 4) ≡ a Deep Ensemble of 1.1 [1.0, 1.3] members" (effective_size.py, on calibrated NLL),
-    with "extrapolated" where the law reads beyond the Deep Ensemble's own size; None without one."""
+    """"(k = 4) ≡ a Deep Ensemble of 1.1 [1.0, 1.3] members" (effective_size.py, on calibrated NLL), with
+    "extrapolated" where the law reads beyond the Deep Ensemble's own size; in words where a point would say
+    more than the data: the Deep Ensemble itself (k by construction), a size the seeds cannot tell from one
+    member (its interval holds 1 and is unbounded above), an interval of zero width; None without a size."""
     found = (sizes or {}).get(metric) or {}
     if found.get("value") is None:
         return None
+    k, members = sizes["reference_members"], f"(k = {sizes['members']})"
+    if sizes.get("reference"):
+        return f"{members}: the reference, ≡ {k} members by construction"
     low, high = found["interval"] or (None, None)
-    bounds = "" if low is None else f" [{_size(low)}, {_size(high)}{')' if high == math.inf else ']'}"
-    k = sizes["reference_members"]
+    if low is None:
+        return f"{members} ≡ a Deep Ensemble of {_size(found['value'])} members (no interval)"
+    if printed_size(sizes, metric) is None:  # [1, ∞), or an interval of zero width
+        return (f"{members}: {_seeds(sizes['seeds'])} cannot tell it from one Deep-Ensemble member" if high > low
+                else f"{members} ≡ no more than one Deep-Ensemble member, on every resample" if high <= 1 + 1e-9
+                else f"{members} ≡ more than any Deep Ensemble, on every resample" if low == math.inf
+                else f"{members} ≡ a Deep Ensemble of {_size(found['value'])} members on every resample")
     beyond = (f", extrapolated beyond its {k}" if found["value"] > k * (1 + 1e-9)
               else f", upper bound extrapolated beyond its {k}" if found.get("extrapolated") else "")
-    return f"(k = {sizes['members']}) ≡ a Deep Ensemble of {_size(found['value'])}{bounds} members{beyond}"
+    bounds = f" [{_size(low)}, {_size(high)}{')' if high == math.inf else ']'}"
+    return f"{members} ≡ a Deep Ensemble of {_size(found['value'])}{bounds} members{beyond}"
 
 
 def needed(found: dict) -> str | None:
-    """"≈ 12 seeds", "over 1,000 seeds", "a larger test set": what would settle an open question."""
+    """"≈ 12 seeds (5 to 300)", "over 1,000 seeds (at least 350)", "a larger test set": what would settle an
+    open question; the range is the count at each end of the seed-to-seed spread's own 95 % interval."""
     need = found.get("seeds_needed")
     if not need:
         return None
+    low, high = need.get("range") or (None, None)
     if need.get("seeds"):
-        return f"≈ {need['seeds']:,} seeds"
-    return {"too many": f"over {MOST_SEEDS:,} seeds", "test set": "a larger test set", "no spread": "a larger test set",
+        ends = f" ({low:,} to {f'{high:,}' if high else f'over {MOST_SEEDS:,}'})" if low else ""
+        return f"≈ {need['seeds']:,} seeds{ends}"
+    if need.get("why") == "too many":
+        return f"over {MOST_SEEDS:,} seeds" + (f" (at least {low:,})" if low else "")
+    return {"test set": "a larger test set", "no spread": "a larger test set",
             "one seed": "a second seed to tell"}.get(need.get("why"))
 
 
@@ -110,18 +136,40 @@ def answer(label: str, entry: dict) -> str:
     n = entry["seeds"]
     phrase = size_phrase(entry.get("effective_size"))
     lead = f"{label} {phrase};" if phrase else f"{label}:"
-    needs = [text for key in open_keys if (text := needed(entry[key]))]
-    needs = [text.removesuffix(" seeds") for text in needs[:-1]] + needs[-1:] if all(
-        text.endswith(" seeds") for text in needs) else needs  # "≈ 12 and ≈ 40 seeds"
-    would = f"would need {_join(needs)}" if needs and len(needs) == len(open_keys) else ""
+    needs = [(NAMES[key], text) for key in open_keys if (text := needed(entry[key]))]
+    if needs and len(needs) == len(open_keys):  # "NLL would need ≈ 12 seeds (5 to 300), diversity ≈ 40 seeds (…)"
+        would = f"would need {needs[0][1]}" if len(needs) == 1 else ", ".join(
+            f"{name} {'would need ' * (index == 0)}{text}" for index, (name, text) in enumerate(needs))
+    else:
+        would = ""
     if not settled:
-        inside = "; ".join(part for part in (_join(open_) if open_ else "", would) if part)
-        return f"{lead} {_unsettled(n)} on any question" + (f" ({inside})." if inside else ".")
-    said = "; ".join(f"{WORDS[category]} on {_join(NAMES[key] for key in keys)}" for category, keys in settled)
+        if would:
+            return f"{lead} {_unsettled(n)} on any question: " + (f"{open_[0]} " * (len(needs) == 1)) + f"{would}."
+        return f"{lead} {_unsettled(n)} on any question" + (f" ({_join(open_)})." if open_ else ".")
+    said = "; ".join(f"{WORDS[category]} on {_join(NAMES[key] for key in keys)}"
+                     + (f" ({caveat})" if category == "ensemble" and "diversity" in keys and (caveat := _weaker(entry))
+                        else "") for category, keys in settled)
     text = f"{lead} {'mixed — ' if len(settled) > 1 else ''}{said}"
     if open_:
-        text += f"; {_join(open_)} {_unsettled(n)}" + (f" ({would})" if would else "")
+        text += f"; {_join(open_)} {_unsettled(n)}" + (f": {would}" if would else "")
     return text + "."
+
+
+def _weaker(entry: dict) -> str | None:
+    """Why a diversity like an ensemble's buys no ensemble, in one clause: the method is worse than the single
+    model on NLL, or its members are individually worse than the Deep Ensemble's and their geometric-mean
+    ensemble is no better (drivers); None otherwise."""
+    drivers = entry.get("diversity", {}).get("drivers") or {}
+    ensemble = (drivers.get("geometric_nll_difference") or {}).get("interval")
+    if ensemble is not None and ensemble[1] < 0:  # a better ensemble: the diversity pays
+        return None
+    share = entry.get("nll", {}).get("value")
+    if share is not None and share < 0:
+        return "but worse than the single model on NLL: the diversity comes from weaker members"
+    members = (drivers.get("member_nll_difference") or {}).get("interval")
+    if members is not None and members[0] > 0:
+        return "but from weaker members, not a better ensemble"
+    return None
 
 
 def size_line(label: str, sizes: dict) -> str:
