@@ -118,3 +118,18 @@ def test_a_report_read_back_with_threads_given_loads_no_torch(run):
               "main(['report', sys.argv[1], '--format', 'summary', '--threads', '2'])\n")
     done = subprocess.run([sys.executable, "-c", script, str(run)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "single" in done.stdout, done.stderr[-2000:]
+
+
+def test_analyze_and_a_report_built_compute_with_the_threads_given(run, tmp_path, capsys, monkeypatch):
+    """--threads reaches the torch work of `analyze` and of a report built afresh, and is given back after."""
+    import numpy as np
+    np.save(tmp_path / "p.npy", np.random.default_rng(0).normal(size=(3, 40, 4)).astype("float32"))
+    np.save(tmp_path / "l.npy", np.random.default_rng(1).integers(0, 4, 40))
+    before, calls = torch.get_num_threads(), []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda count: calls.append(count) or real(count))
+    for command in (["analyze", tmp_path / "p.npy", "--labels", tmp_path / "l.npy"], ["report", run, "--no-figures"]):
+        calls.clear()
+        code, _, err = run_cli(capsys, *command, "--format", "json", "--threads", "3")
+        assert code == 0, err
+        assert set(calls[:-1]) == {3} and calls[-1] == before and torch.get_num_threads() == before

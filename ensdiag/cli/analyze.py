@@ -53,11 +53,12 @@ def analyze(
     check_inputs("--labels", [labels] if labels is not None else [])
     check_inputs("--ood", ood, folders=True)
     check_saving(out, method, seed, overwrite)
-    own_threads(threads)
     from ..core import inspect_predictions
     from ..foreign.lm_eval import LmEvalOptions
     from ..foreign.readers import load_any_predictions
     from ..io import atomic_write_json
+
+    own_threads(threads)
 
     options = LmEvalOptions(task, ood_task, filter_name, score)
     if _generated_answers(sources, ood, labels, inputs, options):
