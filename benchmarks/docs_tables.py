@@ -234,6 +234,34 @@ def main_job(record: dict) -> list[str]:
     return lines
 
 
+def contention(record: dict) -> list[str]:
+    """`benchmarks/contention.py`: each job's seconds per condition and their ratio to idle, then the targets."""
+    settings, found, ratios = record["settings"], record["conditions"], record["ratios"]
+    names = list(found)
+    jobs = {job: result for job, result in found[names[0]].items()}
+    threads = "; ".join(f"{job}: " + ", ".join(f"{count} ({origin})" for count, origin in result["threads"])
+                        for job, result in jobs.items() if result.get("threads"))
+    loads = ", ".join(f"{result['load_before']:.2f}" for result in jobs.values())
+    lines = [f"Each job as separate `ensdiag` processes, {settings['rounds']} round{'s' * (settings['rounds'] != 1)} of "
+             f"every condition in turn (medians); the other PyTorch job multiplies 512×512 matrices with torch's default "
+             f"threads; load average before each idle job {loads}"
+             + (f"; the jobs' threads (who chose): {threads}" if threads else "")
+             + (f"; the jobs' environment: {', '.join(f'{k}={v}' for k, v in settings['env'].items())}" if settings["env"] else "")
+             + ".", "", "| job | " + " | ".join(f"{name} s" + ("" if name == names[0] else " (× idle)") for name in names) + " |",
+             "|---|" + "---|" * len(names)]
+    for job in jobs:
+        for key, label in (("seconds", "end to end"), ("train_seconds", "training (meta.json)"),
+                           ("diagnosis_seconds", "diagnosis (meta.json)")):
+            if key not in jobs[job]:
+                continue
+            cells = [f"{found[name][job][key]:.1f}" + ("" if name == names[0] else f" ({ratios[name][job][key]:.1f}×)")
+                     for name in names]
+            lines.append(f"| {job}, {label} | " + " | ".join(cells) + " |")
+    lines += ["", "| target | met |", "|---|---|"] + [f"| {name} | {'yes' if met else '**no**'} |"
+                                                      for name, met in record["targets"].items()]
+    return lines
+
+
 def _coverage_cell(tally: dict, floor: float) -> str:
     """"0.95 [0.90, 0.98] ±0.012" of one cell's tally ("–" without a truth); ✗ where it fails the floor."""
     if tally is None or tally.get("covered") is None or not tally["replicates"]:
@@ -358,7 +386,7 @@ def mce_bias(record: dict) -> list[str]:
     return lines
 
 
-RENDERERS = {"coverage": coverage, "member-protocol": member_protocol, "mce-bias": mce_bias, "budgeted": budgeted, "lm-eval-scale": lm_eval_scale, "main-job": main_job, "denormals": denormals, "methods": methods, "strategies": strategies, "tracking": tracking, "diagnose": diagnose, "report": report,
+RENDERERS = {"contention": contention, "coverage": coverage, "member-protocol": member_protocol, "mce-bias": mce_bias, "budgeted": budgeted, "lm-eval-scale": lm_eval_scale, "main-job": main_job, "denormals": denormals, "methods": methods, "strategies": strategies, "tracking": tracking, "diagnose": diagnose, "report": report,
              "peer": peer}
 
 

@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from . import budget
+from .threads import cpus
 
 _TASKS: list = []  # what the forked workers run
 _IN_WORKER = False
@@ -36,11 +37,7 @@ def workers(tasks: int, most: int = 4) -> int:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, tasks, most))
+    return max(1, min(cpus(), tasks, most))
 
 
 def _start(processes: int) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from . import __version__
+from . import __version__, threads
 
 
 def _git_commit() -> str | None:
@@ -36,4 +36,5 @@ def environment(device: torch.device) -> dict:
             "numpy": numpy.__version__, "python": platform.python_version(), "platform": platform.platform(),
             "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
             else cpu_name(), "cpu": cpu_name(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+            "threads_from": threads.origin(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
             "git_commit": _git_commit()}

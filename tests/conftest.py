@@ -1,11 +1,16 @@
 import os
 
 import pytest
-import torch
 
-if os.environ.get("PYTEST_XDIST_WORKER"):  # one thread per test worker: the workers share the cores (pytest -n)
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"  # and the processes the tests start
-    torch.set_num_threads(1)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI: waiting threads sleep (before torch loads)
+import torch  # noqa: E402
+
+from ensdiag.threads import cpus  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers share the cores the run may use (pytest -n), as the CLI would
+    _threads = str(max(1, cpus() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = _threads  # and the processes the tests start
+    torch.set_num_threads(int(_threads))
 
 
 @pytest.fixture(autouse=True)

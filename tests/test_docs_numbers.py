@@ -1,10 +1,13 @@
 """Numbers in the README and docs come from committed result files and follow them."""
 
+import contextlib
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,3 +116,41 @@ def test_the_readme_main_job_seconds_are_the_committed_record():
     expected = (f"grid {summary['grid_seconds']:.1f} s, report {summary['report_seconds']:.1f} s, "
                 f"diversity {budget['wall_seconds']:.0f} s")
     assert expected in readme, expected
+
+
+def test_the_contention_bench_times_every_job_beside_the_work_it_starts_and_ends_it(tmp_path):
+    """benchmarks/contention.py on a stand-in job (writes a run's meta.json) and stand-in other work: each job
+    in each condition, its ratios to idle, the other work ended, and the record renders into a table."""
+    import importlib.util
+    import os
+    spec = importlib.util.spec_from_file_location("contention", ROOT / "benchmarks" / "contention.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    job = [sys.executable, "-c", "import json, pathlib, time\ntime.sleep(0.1)\nfolder = pathlib.Path('runs/x/seed-1')\n"
+           "folder.mkdir(parents=True)\n(folder / 'meta.json').write_text(json.dumps({'train_seconds': 2.0, "
+           "'eval_seconds': 0.5, 'environment': {'threads': 1, 'threads_from': 'ensdiag'}}))"]
+    other = [sys.executable, "-c", "import os, time\nprint('ready', flush=True)\ntime.sleep(600)"]
+    started = []
+    real_beside = bench.beside
+
+    def beside(commands, env):
+        with real_beside(commands, env) as pids:
+            started.extend(pids)
+            yield pids
+    bench.beside = contextlib.contextmanager(beside)
+    found = bench.measure({"stand-in": [job, [sys.executable, "-c", "pass"]]},
+                          {"idle": [], "beside a PyTorch job": [other], "beside 2 busy loops": [other, other]},
+                          1, tmp_path, dict(os.environ), log=lambda text: None)
+    assert set(found["conditions"]) == {"idle", "beside a PyTorch job", "beside 2 busy loops"} and len(started) == 3
+    for pid in started:  # every process the bench started has ended (and was reaped)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    idle = found["conditions"]["idle"]["stand-in"]
+    assert len(idle["steps"]) == 2 and idle["train_seconds"] == 2.0 and [tuple(t) for t in idle["threads"]] == [(1, "ensdiag")]
+    ratios = found["ratios"]["beside a PyTorch job"]["stand-in"]
+    assert ratios["train_seconds"] == 1.0 and ratios["seconds"] > 0
+    assert list(found["targets"]) == [f"stand-in beside a PyTorch job ≤ 3× idle ({key})"
+                                      for key in ("seconds", "train seconds", "diagnosis seconds")]
+    record = {**found, "settings": {"rounds": 1, "env": {}}}
+    table = "\n".join(_docs_tables().contention(record))
+    assert "| stand-in, training (meta.json) | 2.0 | 2.0 (1.0×) | 2.0 (1.0×) |" in table

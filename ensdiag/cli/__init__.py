@@ -8,6 +8,7 @@ Exit codes and how failures are shown: console.py.
 """
 
 from ..console import run
+from ..threads import owned
 from . import catalog, train, import_model, evaluate, analyze, diversity, report, bench  # noqa: F401  (registers, in help order)
 from .app import app
 
@@ -16,4 +17,5 @@ __all__ = ["app", "main"]
 
 def main(argv=None):
     """Entry point (`ensdiag`): see console.py for the exit codes."""
-    run(app, argv)
+    with owned():  # torch's thread count given back (a command run in-process leaves the process as it was)
+        run(app, argv)

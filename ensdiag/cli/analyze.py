@@ -7,7 +7,7 @@ import typer
 from ..console import check_format, note
 from ..errors import EnsdiagError
 from .app import app
-from .options import DETAIL, FORMAT, check_saving, claimed_file
+from .options import DETAIL, FORMAT, THREADS, check_saving, claimed_file, own_threads
 from .show import show_metrics
 
 PREDICTIONS_HELP = ("A .safetensors predictions file ('<split>/logits' [k,N,C], '<split>/labels' [N]), an .npz with the "
@@ -40,6 +40,7 @@ def analyze(
     score: str = typer.Option("loglikelihood", help="lm-eval logs: each choice's score: loglikelihood, acc_norm "
                               "(log-likelihood per character, lm-eval's) or mutual_info (minus the unconditional one)."),
     detail: bool = DETAIL,
+    threads: int = THREADS,
 ):
     """Every metric from member predictions made anywhere.
 
@@ -56,6 +57,8 @@ def analyze(
     from ..foreign.lm_eval import LmEvalOptions
     from ..foreign.readers import load_any_predictions
     from ..io import atomic_write_json
+
+    own_threads(threads)
 
     options = LmEvalOptions(task, ood_task, filter_name, score)
     if _generated_answers(sources, ood, labels, inputs, options):

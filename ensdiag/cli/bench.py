@@ -11,6 +11,7 @@ from rich.console import Console
 
 from ..console import check_format, note, print_json
 from .app import app, csv_list
+from .options import THREADS, own_threads
 
 
 @app.command()
@@ -42,6 +43,7 @@ def bench(
                                   "processes (--epochs: rounds), each run's diagnosis against its own training."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
     results_dir: Path = typer.Option(Path("benchmarks/results"), help="Where the JSON record is written."),
+    threads: int = THREADS,
 ):
     """Speed of training, inference and diagnosis, as JSON records.
 
@@ -59,6 +61,7 @@ def bench(
         from ..quickcheck import parse_precision, parse_seconds
         parse_seconds(budget), parse_precision(precision_target)
     resolved = resolve_device(device)
+    own_threads(threads, arch)
     if main_job:
         from ..bench import main_job_table
         from ..bench.main_job import MainJobSettings, run_main_job_bench

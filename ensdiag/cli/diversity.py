@@ -8,7 +8,7 @@ from ..console import check_format, loading, note, print_json
 from ..errors import DataNotFound, EnsdiagError
 from .app import app
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
-from .options import DETAIL, SEED, SHIFT, checked_seed, data_choice, plan_of, quick_checks
+from .options import DETAIL, SEED, SHIFT, THREADS, checked_seed, data_choice, own_threads, plan_of, quick_checks
 from .show import ended_by_interruption, show_items
 
 MEASURED = ["disagreement", "member-pairs", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
@@ -45,6 +45,7 @@ def diversity(
     detail: bool = DETAIL,
     overwrite: bool = typer.Option(False, "--overwrite", help="LoRA adapters with --save: replace the LoRA diagnosis "
                                    "already saved as that run (without it, an existing one is never replaced)."),
+    threads: int = THREADS,
 ):
     """How different the members really are, in outputs and weights.
 
@@ -73,6 +74,7 @@ def diversity(
     from ..foreign.checkpoints import open_ensemble
 
     model = open_ensemble(model_path, family, arch=arch, num_classes=num_classes)
+    own_threads(threads, getattr(getattr(model, "spec", None), "arch", None))
     inputs, no_data, skipped = _inputs(model, preset, data, shift, ood, normalize, data_dir, device, geometry)
     diagnosis = inspect(model, inputs.splits if inputs else {}, preprocess=inputs and inputs.preprocess,
                         train=inputs and inputs.train,

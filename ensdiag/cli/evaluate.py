@@ -8,7 +8,7 @@ from ..console import check_format, output_folder
 from ..errors import EnsdiagError
 from .app import app
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
-from .options import DETAIL, SHIFT, checked_seed, data_choice, plan_of, quick_checks
+from .options import DETAIL, SHIFT, THREADS, checked_seed, data_choice, own_threads, plan_of, quick_checks
 from .show import ended_by_interruption, show_metrics
 
 
@@ -43,6 +43,7 @@ def evaluate(
     method: str = typer.Option(None, help="LoRA adapters: the run's name in --out (default: the adapters' parent folder)."),
     limit: int = typer.Option(None, min=1, help="LoRA adapters: lm-eval's --limit (the first N documents per task)."),
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="LoRA adapters: lm-eval's batch size."),
+    threads: int = THREADS,
 ):
     """Predictions and every metric of one model on its data.
 
@@ -74,6 +75,7 @@ def evaluate(
     from ..foreign.checkpoints import open_ensemble
 
     model = open_ensemble(model_path, family, raw_ok=False, arch=arch, num_classes=num_classes)
+    own_threads(threads, model.spec.arch)
     try:
         ranks, device = distributed.start(device)  # under torchrun every rank predicts its share
         if download and not ranks.main:

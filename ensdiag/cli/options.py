@@ -32,6 +32,16 @@ DETAIL = typer.Option(False, "--detail", help="Intervals for the detail catalogu
                       "debiased ECE, member pairs, AURC, CKA, barriers): the headline tables' numbers always have them.")
 PRECISION = typer.Option(None, "--precision-target", help="An interval half-width (e.g. 0.01): a split or geometry "
                          "step stops reading examples once every headline number it feeds is this precise.")
+THREADS = typer.Option(None, "--threads", min=1, max=1024, help="torch's threads (default: OMP_NUM_THREADS, else one "
+                       "for a network without convolutions, else the CPUs this process may use).")
+
+
+def own_threads(threads, arch=None):
+    """--threads, else OMP_NUM_THREADS, else ensdiag's choice for a network of `arch` (None: none; threads.py)."""
+    from ..threads import own
+    if arch is not None:
+        from ..nn.architectures import ARCHITECTURES
+    own(threads, arch is not None and arch in ARCHITECTURES and not ARCHITECTURES[arch].convolutional)
 
 
 def plan_of(budget, precision, geometry=True):

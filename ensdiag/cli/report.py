@@ -9,6 +9,7 @@ from rich.console import Console
 from ..console import check_format, loading, note, output_file, show
 from ..errors import EnsdiagError, unknown
 from .app import app
+from .options import THREADS, own_threads
 
 
 
@@ -33,6 +34,7 @@ def report(
                                   "(mutual information), expected_entropy, energy, max_logit or variation_ratio."),
     conventions: str = typer.Option("ensdiag", help="Whose definitions of adaptive ECE and AURC the tables show: ensdiag or "
                                     "torch-uncertainty (to compare with papers that used it; docs/conventions.md)."),
+    threads: int = THREADS,
 ):
     """The paper's tables (mean ± 95 % CI) and figures of a run.
 
@@ -52,6 +54,7 @@ def report(
         raise EnsdiagError(f"--examples {examples}: name a .csv or .parquet file")
     if examples is not None:  # refused now, not after the whole report
         output_file(examples, None, "--examples")
+    own_threads(threads)  # (set once torch loads: a report read back needs none)
     from ..io import atomic_write_text
     from ..report import make_report, render, to_rich
 

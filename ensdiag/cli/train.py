@@ -10,6 +10,7 @@ from ..console import err_console, loading, note, show
 from ..errors import EnsdiagError
 from ..text import terminal
 from .app import app, csv_list
+from .options import THREADS, own_threads
 
 
 @app.command()
@@ -60,6 +61,7 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="After training, also print the verdict and the "
                                  "in-distribution, OOD and diversity tables (`ensdiag report RUN_DIR` prints them all)."),
+    threads: int = THREADS,
 ):
     """Train every method × seed of a preset into a run folder.
 
@@ -90,6 +92,7 @@ def train(
         if out is None and from_environment().distributed:
             raise EnsdiagError("under torchrun, name the run folder with --out: every rank must write the same one")
         out = out or default_run_dir(config.preset)
+    own_threads(threads, config.arch)
     from .. import distributed
     try:
         run_dir = run_experiment(config, out, data_dir, download, device, quiet, sys.argv, ddp=ddp)

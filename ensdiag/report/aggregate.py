@@ -9,6 +9,7 @@ seed) are counted and shown (n per cell), never averaged in as if complete.
 
 from ..analysis.registry import SPLIT_TABLES
 from ..errors import EnsdiagError, unknown
+from ..threads import apply as apply_threads
 from .example_level import EXAMPLES_DEFINITION, Declared, budget_notes, example_cell
 from .effective_table import SIZE_DEFINITIONS, effective_size_table, seeds_needed_table
 from .stats import mean_ci
@@ -355,6 +356,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     picks whose definition of adaptive ECE and AURC the tables show (`CONVENTIONS`); `ood_score` the
     score of the OOD table (default 1 − MSP; report/ood_score.py)."""
     from . import ood_score as scores
+    apply_threads(load=True)  # the CLI's choice, before the verdict's bootstrap (threads.py)
     if conventions not in CONVENTIONS:
         raise unknown("--conventions", conventions, CONVENTIONS)
     ood_score = scores.resolve(ood_score)
