@@ -79,29 +79,58 @@ MAX_JSON_BYTES = 64 << 20  # a shard index of a 400B model is a few MiB; ensdiag
 MAX_JSON_DEPTH = 64  # ensdiag's files and PEFT's configs nest a few levels; deeper is damage or malice
 
 
-def regular_file(path, what="file") -> Path:
-    """`path`, if it is a regular file (links followed). A folder, FIFO, device or socket is refused
-    before anything opens it: opening a FIFO waits for a writer for ever, a device never ends."""
+READS: list[set] = []  # the sets `recording_reads` fills
+
+
+@contextmanager
+def recording_reads():
+    """The set of every file read through this module while the block runs (report/cached.py keys
+    the report it keeps by exactly those files)."""
+    found: set[Path] = set()
+    READS.append(found)
+    try:
+        yield found
+    finally:
+        READS.remove(found)
+
+
+def plain_file(path) -> bool:
+    """Whether `path` is a regular file itself, not a link to one."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def regular_file(path, what="file", follow: bool = True) -> Path:
+    """`path`, if it is a regular file (links followed, or with `follow=False` refused). A folder,
+    FIFO, device or socket is refused before anything opens it: opening a FIFO waits for a writer
+    for ever, a device never ends."""
     path = Path(path)
     try:
-        mode = os.stat(path).st_mode
+        mode = (os.stat if follow else os.lstat)(path).st_mode
     except FileNotFoundError:
         raise EnsdiagError(f"{what} {path} does not exist") from None
     except OSError as error:
         raise EnsdiagError(f"cannot read {what} {path}: {error.strerror or error}") from None
     if stat.S_ISDIR(mode):
         raise EnsdiagError(f"{what} {path} is a folder, not a file")
+    if stat.S_ISLNK(mode):
+        raise EnsdiagError(f"{what} {path} is a link: ensdiag reads it only as a file of its own")
     if not stat.S_ISREG(mode):
         raise EnsdiagError(f"{what} {path} is not a regular file (a pipe, device or socket): ensdiag reads files only")
+    for reads in READS:
+        reads.add(path)
     return path
 
 
-def open_regular(path, what="file"):
-    """A binary file object of the regular file `path`: opened without waiting (O_NONBLOCK: a FIFO
-    put in its place after `regular_file` looked does not block) and checked again once open."""
-    regular_file(path, what)
+def open_regular(path, what="file", follow: bool = True):
+    """A binary file object of the regular file `path` (`follow=False`: not a link): opened without
+    waiting (O_NONBLOCK: a FIFO put in its place after `regular_file` looked does not block) and
+    checked again once open."""
+    regular_file(path, what, follow)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | (0 if follow else os.O_NOFOLLOW))
     except OSError as error:
         raise EnsdiagError(f"cannot read {what} {path}: {error.strerror or error}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
