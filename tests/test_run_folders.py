@@ -97,6 +97,18 @@ def test_a_method_cannot_take_a_name_the_run_folder_uses(tmp_path, capsys, predi
     assert not (tmp_path / "runs").exists()
 
 
+def test_no_method_takes_the_name_of_anything_ensdiag_writes_at_the_folders_root(tmp_path, capsys, predictions):
+    p, _, y = predictions
+    analyze(capsys, p, y, tmp_path / "runs", "--method", "m")
+    code, _, err = run_cli(capsys, "report", tmp_path / "runs")  # report.md, report.html, its cache, figures/
+    assert code == 0, err
+    written = sorted(path.name for path in (tmp_path / "runs").iterdir() if path.name != "m")
+    assert {"experiment.json", "report.md", "report-cache.json", "figures"} <= set(written)
+    for name in written:
+        assert_one_line_error(capsys, "analyze", p, "--labels", y, "--out", tmp_path / "runs", "--method", name,
+                              match="is a name the run folder itself uses")
+
+
 def test_saving_a_diagnosis_as_experiment_json_is_a_value_error(tmp_path):
     diagnosis = ensdiag.diagnose(lambda x: torch.stack([x, 2 * x]), id=(torch.eye(3), torch.arange(3)), geometry=False)
     with pytest.raises(ValueError, match="is a name the run folder itself uses") as raised:
