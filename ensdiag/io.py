@@ -358,10 +358,10 @@ def _check_tensor_bytes(handle, names, where: str):
     require(total, f"{where}: reading its tensors")
 
 
-def read_safetensors(path, what="file", only=None) -> tuple[dict, dict[str, str]]:
+def read_safetensors(path, what="file", only=None, shapes: dict | None = None) -> tuple[dict, dict[str, str]]:
     """The tensors (all, or those of `only` that the file has) and the metadata of a safetensors
     file, or one clear EnsdiagError. `only` spares reading what a caller does not need (a CIFAR-10-C
-    predictions file is mostly shift logits)."""
+    predictions file is mostly shift logits); `shapes` receives every tensor's shape from the header."""
     from safetensors import SafetensorError, safe_open
 
     if Path(path).is_dir():
@@ -371,6 +371,8 @@ def read_safetensors(path, what="file", only=None) -> tuple[dict, dict[str, str]
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             metadata = handle.metadata() or {}
             names = [name for name in handle.keys() if only is None or name in only]
+            if shapes is not None:
+                shapes.update({name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()})
             _check_tensor_bytes(handle, names, f"{what} {path}")  # from the header, before anything is read
             tensors = {name: handle.get_tensor(name) for name in names}
     except EnsdiagError:

@@ -28,7 +28,7 @@ from pathlib import Path
 from . import __version__
 from .config import TrainConfig
 from .errors import EnsdiagError
-from .io import atomic_write_json, inner_folder, locked_folder, read_json
+from .io import atomic_write_json, inner_folder, locked_folder, read_json, read_safetensors
 
 EXPERIMENT_FORMAT = "ensdiag.experiment/1"
 MAX_RUNS = 100_000  # (method, seed) pairs of one run folder: far beyond any real grid
@@ -273,6 +273,8 @@ def save_result(folder, method: str, seed: int, kind: str, record: dict, meta: d
     check_run_name(method, seed)  # before anything is created
     root = inner_folder(folder)
     with locked_folder(root, "run folder"):
+        if predictions is not None and (root / "experiment.json").exists():  # (claim_run's refusals first)
+            _one_test_set(root, claim_run(root, method, seed, kind, overwrite, create=False), predictions)
         run = claim_run(root, method, seed, kind, overwrite)
         add_diagnosis(root, method, seed, titles or {})
         if kind == LORA:
@@ -286,3 +288,24 @@ def save_result(folder, method: str, seed: int, kind: str, record: dict, meta: d
         atomic_write_json(run / "metrics.json", record)
         atomic_write_json(run / "meta.json", meta or {})
     return run
+
+
+def _one_test_set(root: Path, run: Path, predictions: dict) -> None:
+    """Refuse predictions whose classes or labels differ from those of another run of the folder on a split
+    both have (checks.test_set_difference): a report compares a folder's runs example by example."""
+    from .checks import test_set_difference
+    mine = {name: (split["labels"], split["logits"].shape[-1]) for name, split in predictions.items()
+            if split.get("labels") is not None}
+    config = read_experiment(root)["config"]
+    for other in (root / method / f"seed-{seed}" for method in config["methods"] for seed in config["seeds"]):
+        shapes = {}
+        try:
+            labels, _ = read_safetensors(other / "predictions.safetensors", "predictions file",
+                                         {f"{name}/labels" for name in mine}, shapes) if other != run else ({}, None)
+        except EnsdiagError:  # none, or damaged (which the report names)
+            continue
+        for name in mine.keys() & {key.removesuffix("/labels") for key in labels}:
+            difference = test_set_difference(*mine[name], labels[f"{name}/labels"], shapes[f"{name}/logits"][-1])
+            if difference is not None:
+                raise EnsdiagError(f"this run's {name!r} test set is not that of {other} ({difference}): a folder's "
+                                   "runs are compared on one test set; save it into a folder of its own")

@@ -32,6 +32,7 @@ import torch
 
 from ..analysis import weighted as W
 from ..budget import over_budget
+from ..checks import test_set_difference
 from ..io import read_safetensors
 from . import power_law
 from .stats import envelope, t_quantile
@@ -244,9 +245,12 @@ def effective_sizes(runs: dict, draws=None, resamples: int = RESAMPLES) -> dict:
         seeds = sorted(set(reference) & set(loaded[method]))
         if not seeds:
             continue
-        n = len(reference[seeds[0]]["labels"])
-        if any(len(group[seed]["labels"]) != n for group in (reference, loaded[method]) for seed in seeds):
-            found[method] = {"reason": "its test set and the Deep Ensemble's differ in size"}
+        first = reference[seeds[0]]
+        n, difference = len(first["labels"]), next(filter(None, (test_set_difference(
+            first["labels"], first["logits"].shape[-1], group[seed]["labels"], group[seed]["logits"].shape[-1])
+            for group in (reference, loaded[method]) for seed in seeds)), None)
+        if difference is not None:
+            found[method] = {"reason": f"its test set and the Deep Ensemble's differ ({difference})"}
             continue
         reason = over_budget(len(chosen_subsets) * n * reference[seeds[0]]["logits"].shape[-1] * 8 * 3,
                              "the Deep Ensemble's sub-ensembles")
