@@ -62,3 +62,19 @@ def test_a_broken_torch_install_is_one_line_not_an_internal_error(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
     assert "torch cannot be loaded (ImportError: libtorch_cpu.so" in lines[0] and "reinstall" in lines[0]
+
+
+@pytest.mark.parametrize("prefix", ["../../escape", "/etc", "a/./b", "a//b", ""])
+def test_a_logger_prefix_that_is_no_name_is_refused_before_anything_is_logged(prefix):
+    logged = []
+
+    class Writer:  # TensorBoard's calls, noted
+        def add_scalar(self, *args, **kwargs):
+            logged.append(args)
+        add_image = add_text = flush = add_scalar
+    net = torch.nn.Linear(4, 3)
+    diagnosis = ensdiag.diagnose([net, torch.nn.Linear(4, 3)], id=(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)),
+                                 geometry=False)
+    with pytest.raises(EnsdiagError, match="prefix .* must be names joined by '/'"):
+        diagnosis.log_to(Writer(), prefix=prefix)
+    assert logged == []
