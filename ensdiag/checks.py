@@ -80,16 +80,19 @@ def check_predictions(predictions: dict, where: str = "predictions", need_id: bo
     return checked
 
 
-def test_set_difference(labels, classes: int, other_labels, other_classes: int) -> str | None:
-    """What differs between two runs' test sets (each its labels [N] and number of classes): their classes,
-    sizes or labels, naming the first example labelled otherwise; None where they are one test set. Runs
-    on different test sets are never compared: `analyze --method` refuses to save one beside the other
-    (runs.save_result) and a report leaves out every number that pairs them (effective size, verdict, BVD)."""
-    if classes != other_classes:
-        return f"{classes} classes against {other_classes}"
-    if len(labels) != len(other_labels):
-        return f"{len(labels):,} examples against {len(other_labels):,}"
-    if not torch.equal(labels.long(), other_labels.long()):
-        index = int((labels.long() != other_labels.long()).nonzero()[0])
-        return f"other labels: example {index} is class {int(labels[index])} against {int(other_labels[index])}"
+def test_set_difference(test_sets) -> str | None:
+    """What differs between the first of some runs' test sets ((labels [N], number of classes) each) and
+    another: their classes, sizes or labels (the first example labelled otherwise); None where they are one
+    test set. Runs on different test sets are never compared: `analyze --method` refuses to save one beside
+    another (runs.save_result), and a report leaves out every number that pairs them (effective size,
+    verdict, BVD) and says why."""
+    (labels, classes), *others = test_sets
+    for other, other_classes in others:
+        if classes != other_classes:
+            return f"{classes} classes against {other_classes}"
+        if labels.shape != other.shape:
+            return f"{labels.numel():,} examples against {other.numel():,}"
+        if not torch.equal(labels.long(), other.long()):
+            index = int((labels.long() != other.long()).nonzero()[0])
+            return f"other labels: example {index} is class {int(labels[index])} against {int(other[index])}"
     return None

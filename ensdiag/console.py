@@ -9,7 +9,9 @@ traceback); 2 bad input (an option, a file, a folder: one `error:` line); 130 in
 import json
 import os
 import signal
+import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import typer
@@ -129,44 +131,30 @@ def torch_unloadable(cause: str) -> EnsdiagError:
     """The one line for a torch that cannot be loaded: the address-space limit, where one is set, or the install."""
     limit = _address_limit()
     if limit is None:
-        return EnsdiagError(f"torch cannot be loaded ({cause}); reinstall it (pip install -c constraints.txt -e .) in a "
-                            "fresh virtual environment")
+        return EnsdiagError(f"torch cannot be loaded ({cause}); reinstall it (pip install -c constraints.txt -e .)")
     return EnsdiagError(f"torch cannot be loaded under this process's address-space limit of {limit / 2**30:.1f} GiB "
                         f"(ulimit -v {limit // 1024}): {cause}; raise the limit (`ulimit -v unlimited`, or more memory "
-                        "for the job) and run the command again")
+                        "for the job)")
 
 
 class _TorchProbe:
-    """Under a low address-space limit (`ulimit -v`, as some clusters set) torch may not load, and not always
-    with a Python error: at some limits its libraries abort the process (std::bad_alloc). So the first
-    `import torch` is tried in a child process first, and a failure there is one line (`torch_unloadable`)."""
+    """Under an address-space limit (`ulimit -v`, as some clusters set) torch may not load, and not always with a
+    Python error (its libraries may abort the process): its first import is tried in a child process first."""
 
     BELOW = 16 << 30  # a limit under which torch may not load (torch 2.x maps about 4 GiB as it loads)
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
-            return None
-        sys.meta_path.remove(self)
-        import subprocess
-        done = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, errors="replace")
-        if done.returncode:
-            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-            raise torch_unloadable(lines[-1][:300] if lines else f"exit status {done.returncode}")
-        return None  # the import proceeds as usual
-
-
-def _loading_torch(error: BaseException) -> bool:
-    """Whether `error` was raised while torch's package was being imported (a broken install, a limit)."""
-    import traceback
-    return any(frame.name == "<module>" and Path(frame.filename).parts[-2:] == ("torch", "__init__.py")
-               for frame in traceback.extract_tb(error.__traceback__))
+        if name == "torch":
+            sys.meta_path.remove(self)
+            done = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, errors="replace")
+            if done.returncode:
+                raise torch_unloadable((done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1][:300])
 
 
 def run(app: typer.Typer, argv=None):
     """Run the typer app: every failure is one line on stderr and a documented exit code, never a traceback."""
     tolerant_output()
-    limit = _address_limit()
-    if "torch" not in sys.modules and limit is not None and limit < _TorchProbe.BELOW \
+    if "torch" not in sys.modules and (_address_limit() or _TorchProbe.BELOW) < _TorchProbe.BELOW \
             and not any(isinstance(finder, _TorchProbe) for finder in sys.meta_path):
         sys.meta_path.insert(0, _TorchProbe())
     # `ensdiag … | head`: end quietly as Unix tools do; not while downloading, where a reset
@@ -201,8 +189,9 @@ def run(app: typer.Typer, argv=None):
 
 
 def _unexpected(error: Exception):
-    if isinstance(error, (ImportError, OSError, MemoryError, RuntimeError)) and _loading_torch(error):
-        _fail(str(torch_unloadable(f"{type(error).__name__}: {error}")), EXIT_BAD_INPUT)
+    if any(frame.name == "<module>" and Path(frame.filename).parts[-2:] == ("torch", "__init__.py")
+           for frame in traceback.extract_tb(error.__traceback__)):
+        _fail(str(torch_unloadable(f"{type(error).__name__}: {error}")), EXIT_BAD_INPUT)  # (out of torch's own import)
     if isinstance(error, MemoryError) or "can't allocate memory" in str(error) or "out of memory" in str(error).lower():
         _fail("out of memory: the input asks for more than this machine has (ensdiag checks files against "
               "ENSDIAG_MEMORY_BUDGET before reading them; this allocation was not foreseen, please report it)",

@@ -5,11 +5,9 @@
 Pure-Python work (drawing a figure, parsing a file of JSON lines) holds the interpreter, so threads
 would take turns. The tasks (zero-argument callables) are never pickled: they sit in `_TASKS` when
 the workers are forked, and a worker is told only which one to run; only results and exceptions
-come back pickled. A worker ends with its caller, however the caller ends (Ctrl-C ends the workers at
-once; SIGTERM, SIGHUP or a kill end the caller, and Linux's parent-death signal its workers), and the
-signals that end a command are held while the workers are forked, then raised in the caller (one that
-came as a worker was forked is never lost in an at-fork hook, which swallows exceptions). A worker
-ignores Ctrl-C, writes to
+come back pickled. A worker ends with its caller however it ends (Linux's parent-death signal), and a
+signal that ends a command is held while the workers are forked and raised after (in an at-fork hook it
+would be swallowed). A worker ignores Ctrl-C (the caller's Ctrl-C ends the workers at once), writes to
 its own copies of stdout and stderr (a lock another thread held at the fork, a spinner's, must not
 hang it), computes with one torch thread (GNU OpenMP hangs a child that uses the threads its parent
 started), holds its share of the memory budget (budget.py), and forks no workers of its own. One
@@ -20,6 +18,7 @@ forked. `stop`: the first failure, in order, ends the run (the later tasks are n
 workers are ended); else every task runs once to an outcome.
 """
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -28,13 +27,12 @@ import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 
 from . import budget
 
 _TASKS: list = []  # what the forked workers run
 _IN_WORKER = False
-_HELD: dict = {}  # the caller's handlers of ENDING while it forks (a worker reads them)
+_HELD: dict = {}  # the caller's handlers of ENDING while it forks (a worker takes them back)
 ENDING = (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM))  # the signals that end a command
 PR_SET_PDEATHSIG = 1  # Linux's prctl option: the signal a process gets when the thread that forked it ends
 
@@ -56,33 +54,28 @@ def workers(tasks: int, most: int = 4) -> int:
 def _start(processes: int, caller: int) -> None:
     global _IN_WORKER
     _IN_WORKER = True
-    try:  # killed with its caller, whatever ends it
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # (no prctl: the check below still catches a caller gone before now)
-        pass
-    if os.getppid() != caller:
+    with contextlib.suppress(OSError, AttributeError):  # killed with its caller, whatever ends it
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != caller:  # (a caller gone before then)
         os._exit(1)
     budget.share(processes)
     torch = sys.modules.get("torch")
     if torch is not None:  # GNU OpenMP does not survive a fork after its threads started: a worker computes in one
         torch.set_num_threads(1)
+    for number, handler in _HELD.items():  # the caller's, as they were before it held them
+        signal.signal(number, handler)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for ending in ENDING[1:]:  # the caller's own handlers are not the worker's (one the caller ignores stays ignored)
-        signal.signal(ending, signal.SIG_IGN if _HELD.get(ending) is signal.SIG_IGN else signal.SIG_DFL)
     sys.stdout = open(os.devnull, "w")
     sys.stderr = open(os.dup(2), "w", buffering=1)
 
 
-@contextmanager
+@contextlib.contextmanager
 def _held():
-    """The signals that end a command (as Python handles them, in the main thread) noted while the
-    block forks the workers, and raised after it with the caller's own handlers back."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # (Python handles signals in the main thread: none is raised inside this thread's fork)
-        return
-    came = []
+    """The signals that end a command noted (Python handles them in the main thread) while the block forks
+    the workers, then raised with the caller's handlers back."""
+    came, main = [], threading.current_thread() is threading.main_thread()
     _HELD.update({number: signal.signal(number, lambda number, frame: came.append(number)) for number in ENDING
-                  if signal.getsignal(number) is not None})  # (None: a handler not set from Python, left alone)
+                  if main and signal.getsignal(number) is not None})  # (None: a handler not set from Python)
     try:
         yield
     finally:
@@ -146,13 +139,11 @@ def run(tasks: list, processes: int, *, stop: bool = False, each=None) -> list[t
                 _ended(pool)
                 return found
         pool.shutdown()
-    except OSError:  # no worker could be forked: run here, below
+    except BaseException as error:  # Ctrl-C: the workers end at once; no worker could be forked (OSError): run here
         if pool is not None:
             _ended(pool)
-    except BaseException:  # Ctrl-C: the workers end at once
-        if pool is not None:
-            _ended(pool)
-        raise
+        if not isinstance(error, OSError):
+            raise
     finally:
         _TASKS.clear()
     for task in tasks[len(found):]:

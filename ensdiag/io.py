@@ -79,19 +79,7 @@ MAX_JSON_BYTES = 64 << 20  # a shard index of a 400B model is a few MiB; ensdiag
 MAX_JSON_DEPTH = 64  # ensdiag's files and PEFT's configs nest a few levels; deeper is damage or malice
 
 
-READS: list[set] = []  # the sets `recording_reads` fills
-
-
-@contextmanager
-def recording_reads():
-    """The set of every file read through this module while the block runs (report/cached.py keys
-    the report it keeps by exactly those files)."""
-    found: set[Path] = set()
-    READS.append(found)
-    try:
-        yield found
-    finally:
-        READS.remove(found)
+RECORDED: set | None = None  # while report/cached.py builds a report: every file read through this module
 
 
 def plain_file(path) -> bool:
@@ -103,9 +91,8 @@ def plain_file(path) -> bool:
 
 
 def regular_file(path, what="file", follow: bool = True) -> Path:
-    """`path`, if it is a regular file (links followed, or with `follow=False` refused). A folder,
-    FIFO, device or socket is refused before anything opens it: opening a FIFO waits for a writer
-    for ever, a device never ends."""
+    """`path`, if it is a regular file (links followed, or refused with `follow=False`). A folder, FIFO,
+    device or socket is refused before anything opens it: opening a FIFO waits for a writer for ever."""
     path = Path(path)
     try:
         mode = (os.stat if follow else os.lstat)(path).st_mode
@@ -115,19 +102,16 @@ def regular_file(path, what="file", follow: bool = True) -> Path:
         raise EnsdiagError(f"cannot read {what} {path}: {error.strerror or error}") from None
     if stat.S_ISDIR(mode):
         raise EnsdiagError(f"{what} {path} is a folder, not a file")
-    if stat.S_ISLNK(mode):
-        raise EnsdiagError(f"{what} {path} is a link: ensdiag reads it only as a file of its own")
     if not stat.S_ISREG(mode):
-        raise EnsdiagError(f"{what} {path} is not a regular file (a pipe, device or socket): ensdiag reads files only")
-    for reads in READS:
-        reads.add(path)
+        raise EnsdiagError(f"{what} {path} is not a regular file (a link, pipe, device or socket): ensdiag reads files only")
+    if RECORDED is not None:
+        RECORDED.add(path)
     return path
 
 
 def open_regular(path, what="file", follow: bool = True):
-    """A binary file object of the regular file `path` (`follow=False`: not a link): opened without
-    waiting (O_NONBLOCK: a FIFO put in its place after `regular_file` looked does not block) and
-    checked again once open."""
+    """A binary file object of the regular file `path` (`follow=False`: never a link's): opened without waiting
+    (O_NONBLOCK: a FIFO put in its place after `regular_file` looked does not block) and checked again once open."""
     regular_file(path, what, follow)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | (0 if follow else os.O_NOFOLLOW))
@@ -284,7 +268,7 @@ def remove_stale_temporaries(folder, names, subfolders=()) -> list[Path]:
                          if sub.is_dir() and not _through_link(folder, sub))]
     for place in folders:
         for path in place.iterdir():
-            if pattern.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+            if pattern.fullmatch(path.name) and plain_file(path):
                 path.unlink(missing_ok=True)
                 removed.append(path)
     return removed

@@ -302,10 +302,11 @@ def _one_test_set(root: Path, run: Path, predictions: dict) -> None:
         try:
             labels, _ = read_safetensors(other / "predictions.safetensors", "predictions file",
                                          {f"{name}/labels" for name in mine}, shapes) if other != run else ({}, None)
-        except EnsdiagError:  # none, or damaged (which the report names)
+            differences = [(name, test_set_difference([mine[name], (labels[f"{name}/labels"], shapes[f"{name}/logits"][-1])]))
+                           for name in mine.keys() & {key.removesuffix("/labels") for key in labels}]
+        except Exception:  # no predictions, or damaged ones (which the report names)
             continue
-        for name in mine.keys() & {key.removesuffix("/labels") for key in labels}:
-            difference = test_set_difference(*mine[name], labels[f"{name}/labels"], shapes[f"{name}/logits"][-1])
+        for name, difference in differences:
             if difference is not None:
                 raise EnsdiagError(f"this run's {name!r} test set is not that of {other} ({difference}): a folder's "
                                    "runs are compared on one test set; save it into a folder of its own")

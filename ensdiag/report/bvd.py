@@ -74,7 +74,7 @@ def run_decompositions(runs: dict) -> dict:
     for one whose seeds were measured on different test sets."""
     found = {}
     for method, seeds in runs.items():
-        stacks, labels, difference = [], None, None
+        stacks, test_sets = [], []
         for run in seeds.values():
             if run is None:
                 continue
@@ -85,15 +85,10 @@ def run_decompositions(runs: dict) -> dict:
                 continue
             if "id/logits" not in tensors or "id/labels" not in tensors:
                 continue
-            if labels is not None:
-                difference = test_set_difference(labels, stacks[0].shape[-1], tensors["id/labels"],
-                                                 tensors["id/logits"].shape[-1])
-                if difference is not None:
-                    break
-            labels = tensors["id/labels"].long()
+            test_sets.append((tensors["id/labels"].long(), tensors["id/logits"].shape[-1]))
             stacks.append(torch.log_softmax(tensors["id/logits"].double(), -1))
-        if difference is not None:
+        if test_sets and (difference := test_set_difference(test_sets)) is not None:
             found[method] = {"reason": f"its seeds were measured on different test sets ({difference})"}
         elif len(stacks) >= 2 and stacks[0].shape[0] >= 2 and len({s.shape for s in stacks}) == 1:
-            found[method] = {**decompose(torch.stack(stacks), labels), "seeds": len(stacks)}
+            found[method] = {**decompose(torch.stack(stacks), test_sets[0][0]), "seeds": len(stacks)}
     return found

@@ -6,20 +6,18 @@ Building a report needs torch (the verdict's bootstrap, the effective size, OOD 
 reading one back does not, so a report asked for again (another `--format`, or `ensdiag report`
 after `ensdiag train`, which writes the report as its last step) answers in well under a second.
 
-A report is kept under a key of what it was built from: the code of ensdiag and of every installed
-plug-in (each module's bytes, so an edited install or a plug-in being written never reads an older
-report), the options, the memory budget, the versions of Python and the libraries that compute and
-draw the report, and the names of the run folder's files; beside it, the bytes of every file the
-build read (io.recording_reads), hashed after the build, and the report is kept only where no file of
-the folder changed while it was built (size, times and inode alike before and after), so what was
-hashed is what was read. Reading it back hashes those files again and no other: a large file no
-report reads costs a look at its name. A run folder holding a link (whose target could change
-unseen), or one it cannot read through, is not cached. A report is read back only where its key is
-the folder's now and its figures are on disk. The file is signed (HMAC-SHA256) with a key this user
-keeps in ensdiag's cache folder (a regular file of theirs, mode 0600, of its exact length, looked at
-before it is read; or no key), so a run folder from anywhere else, or a cache written by hand, is
-never believed: it is ignored and the report built again, as it is for a damaged, foreign or stale
-file. Where the cache folder cannot hold the key, nothing is cached.
+A report is kept under a key of the code of ensdiag and of every installed plug-in (each module's
+bytes: an edited install or a plug-in being written never reads an older report), the options, the
+memory budget, the versions of Python and the libraries behind the report, and the names of the run
+folder's files; beside it, the hash of every file the build read (io.RECORDED), kept only where no file
+of the folder changed while it was built (size, times and inode), so what was hashed is what was read.
+Reading it back hashes those files again and no other: a large file no report reads costs a look at
+its name. A folder holding a link (whose target could change unseen), or one it cannot read through,
+is not cached; a report is read back only where its figures are on disk. The file is signed
+(HMAC-SHA256) with a key this user keeps in ensdiag's cache folder (a regular file of theirs, mode
+0600, of its exact length, looked at before it is read), so a cache from anywhere else or written by
+hand is never believed: it is ignored and the report built again, as for a damaged or stale one.
+Where the cache folder cannot hold the key, nothing is cached.
 """
 
 import contextlib
@@ -34,7 +32,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from ..errors import EnsdiagError
-from ..io import atomic_write_bytes, cache_dir, open_regular, plain_file, read_bounded, recording_reads
+from .. import io
+from ..io import atomic_write_bytes, cache_dir, open_regular, plain_file, read_bounded
 from ..runs import CACHE_FILE, REPORT_FILES
 
 FORMAT = "ensdiag.report-cache/2"
@@ -81,8 +80,7 @@ def _state(run_dir: Path, options: dict) -> tuple[bytes, dict] | None:
             if stat.S_ISLNK(found.st_mode):
                 return None
             if not _output(name):
-                files[name] = (stat.S_IFMT(found.st_mode), *((found.st_size, found.st_mtime_ns, found.st_ctime_ns,
-                                                              found.st_ino) if stat.S_ISREG(found.st_mode) else ()))
+                files[name] = (stat.S_IFMT(found.st_mode), found.st_size, found.st_mtime_ns, found.st_ctime_ns, found.st_ino)
         environment = [memory_budget(), sys.version, *(_version(name) for name in LIBRARIES)]
         names = sorted((name, found[0]) for name, found in files.items())
         key = hashlib.sha256(_code_digest() + json.dumps([options, environment, names], default=str).encode())
@@ -175,16 +173,16 @@ def kept_report(run_dir: Path, options: dict, build, usable) -> dict:
         return report
     with contextlib.suppress(OSError):  # the figures about to be drawn are another report's than the one kept
         (run_dir / CACHE_FILE).unlink(missing_ok=True)
-    with recording_reads() as read:
+    io.RECORDED = read = set()
+    try:
         report = build()
+    finally:
+        io.RECORDED = None
     if secret is None or registered_here():
         return report
     try:
-        hashes = {}
-        for path in read:
-            name = os.fsdecode(path.relative_to(run_dir)) if path.is_relative_to(run_dir) else os.fsdecode(path.absolute())
-            if not _output(name):
-                hashes[name] = _digest(run_dir / name)
+        names = {os.fsdecode(path.relative_to(run_dir) if path.is_relative_to(run_dir) else path.absolute()) for path in read}
+        hashes = {name: _digest(run_dir / name) for name in names if not _output(name)}
         if _state(run_dir, options) == before:  # else a file changed as it was read: which bytes were read is unknown
             body = json.dumps({"format": FORMAT, "read": hashes, "report": report}).encode()
             atomic_write_bytes(run_dir / CACHE_FILE, _signature(secret, before[0], body).encode() + b"\n" + body)

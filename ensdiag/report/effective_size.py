@@ -245,10 +245,8 @@ def effective_sizes(runs: dict, draws=None, resamples: int = RESAMPLES) -> dict:
         seeds = sorted(set(reference) & set(loaded[method]))
         if not seeds:
             continue
-        first = reference[seeds[0]]
-        n, difference = len(first["labels"]), next(filter(None, (test_set_difference(
-            first["labels"], first["logits"].shape[-1], group[seed]["labels"], group[seed]["logits"].shape[-1])
-            for group in (reference, loaded[method]) for seed in seeds)), None)
+        n, difference = len(reference[seeds[0]]["labels"]), test_set_difference(
+            [(group[seed]["labels"], group[seed]["logits"].shape[-1]) for group in (reference, loaded[method]) for seed in seeds])
         if difference is not None:
             found[method] = {"reason": f"its test set and the Deep Ensemble's differ ({difference})"}
             continue

@@ -197,8 +197,7 @@ def verdict(run_dir, runs: dict, reasons: dict | None = None, draws: B.Draws | N
         trio = [loaded[BASELINE], loaded[REFERENCE], loaded[method]]
         first = trio[0][seeds[0]]
         sizes = {key: len(first.get(key, [])) for key in ("nll", "ood_score", "shift_nll")}
-        difference = next(filter(None, (test_set_difference(first["labels"], first["classes"], group[seed]["labels"],
-                                                            group[seed]["classes"]) for group in trio for seed in seeds)), None)
+        difference = test_set_difference([(group[seed]["labels"], group[seed]["classes"]) for group in trio for seed in seeds])
         if difference is not None:  # runs measured on different test sets cannot be paired
             reasons[method] = f"its runs and those it is compared with were measured on different test sets ({difference})"
             continue
