@@ -295,7 +295,7 @@ def _one_test_set(root: Path, run: Path, predictions: dict) -> None:
     both have (checks.test_set_difference): a report compares a folder's runs example by example."""
     from .checks import test_set_difference
     mine = {name: (split["labels"], split["logits"].shape[-1]) for name, split in predictions.items()
-            if split.get("labels") is not None}
+            if split.get("labels") is not None and name != "val"}  # (a seed's validation split may be its own)
     config = read_experiment(root)["config"]
     for other in (root / method / f"seed-{seed}" for method in config["methods"] for seed in config["seeds"]):
         shapes = {}
