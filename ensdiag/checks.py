@@ -78,3 +78,21 @@ def check_predictions(predictions: dict, where: str = "predictions", need_id: bo
     if need_id and (checked.get("id") is None or checked["id"]["logits"].shape[1] == 0):
         raise EnsdiagError(f"{where}: no in-distribution examples to measure on (empty data)")
     return checked
+
+
+def test_set_difference(test_sets) -> str | None:
+    """What differs between the first of some runs' test sets ((labels [N], number of classes) each) and
+    another: their classes, sizes or labels (the first example labelled otherwise); None where they are one
+    test set. Runs on different test sets are never compared: `analyze --method` refuses to save one beside
+    another (runs.save_result), and a report leaves out every number that pairs them (effective size,
+    verdict, BVD) and says why."""
+    (labels, classes), *others = test_sets
+    for other, other_classes in others:
+        if classes != other_classes:
+            return f"{classes} classes against {other_classes}"
+        if labels.shape != other.shape:
+            return f"{labels.numel():,} examples against {other.numel():,}"
+        if not torch.equal(labels.long(), other.long()):
+            index = int((labels.long() != other.long()).nonzero()[0])
+            return f"other labels: example {index} is class {int(labels[index])} against {int(other[index])}"
+    return None

@@ -9,7 +9,9 @@ traceback); 2 bad input (an option, a file, a folder: one `error:` line); 130 in
 import json
 import os
 import signal
+import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import typer
@@ -115,9 +117,46 @@ def tolerant_output():
                 pass
 
 
+def _address_limit() -> int | None:
+    """This process's address-space limit in bytes (`ulimit -v`), or None where there is none."""
+    try:
+        import resource
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):  # (no `resource` module on Windows)
+        return None
+    return None if limit == resource.RLIM_INFINITY else limit
+
+
+def torch_unloadable(cause: str) -> EnsdiagError:
+    """The one line for a torch that cannot be loaded: the address-space limit, where one is set, or the install."""
+    limit = _address_limit()
+    if limit is None:
+        return EnsdiagError(f"torch cannot be loaded ({cause}); reinstall it (pip install -c constraints.txt -e .)")
+    return EnsdiagError(f"torch cannot be loaded under this process's address-space limit of {limit / 2**30:.1f} GiB "
+                        f"(ulimit -v {limit // 1024}): {cause}; raise the limit (`ulimit -v unlimited`, or more memory "
+                        "for the job)")
+
+
+class _TorchProbe:
+    """Under an address-space limit (`ulimit -v`, as some clusters set) torch may not load, and not always with a
+    Python error (its libraries may abort the process): its first import is tried in a child process first."""
+
+    BELOW = 16 << 30  # a limit under which torch may not load (torch 2.x maps about 4 GiB as it loads)
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            done = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, errors="replace")
+            if done.returncode:
+                raise torch_unloadable((done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1][:300])
+
+
 def run(app: typer.Typer, argv=None):
     """Run the typer app: every failure is one line on stderr and a documented exit code, never a traceback."""
     tolerant_output()
+    if "torch" not in sys.modules and (_address_limit() or _TorchProbe.BELOW) < _TorchProbe.BELOW \
+            and not any(isinstance(finder, _TorchProbe) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _TorchProbe())
     # `ensdiag … | head`: end quietly as Unix tools do; not while downloading, where a reset
     # connection must stay an error instead of silently ending the process
     if argv is None and hasattr(signal, "SIGPIPE") and "--download" not in sys.argv:
@@ -150,6 +189,9 @@ def run(app: typer.Typer, argv=None):
 
 
 def _unexpected(error: Exception):
+    if any(frame.name == "<module>" and Path(frame.filename).parts[-2:] == ("torch", "__init__.py")
+           for frame in traceback.extract_tb(error.__traceback__)):
+        _fail(str(torch_unloadable(f"{type(error).__name__}: {error}")), EXIT_BAD_INPUT)  # (out of torch's own import)
     if isinstance(error, MemoryError) or "can't allocate memory" in str(error) or "out of memory" in str(error).lower():
         _fail("out of memory: the input asks for more than this machine has (ensdiag checks files against "
               "ENSDIAG_MEMORY_BUDGET before reading them; this allocation was not foreseen, please report it)",

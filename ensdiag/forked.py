@@ -5,7 +5,9 @@
 Pure-Python work (drawing a figure, parsing a file of JSON lines) holds the interpreter, so threads
 would take turns. The tasks (zero-argument callables) are never pickled: they sit in `_TASKS` when
 the workers are forked, and a worker is told only which one to run; only results and exceptions
-come back pickled. A worker ignores Ctrl-C (the caller's Ctrl-C ends the workers at once), writes to
+come back pickled. A worker ends with its caller however it ends (Linux's parent-death signal), and a
+signal that ends a command is held while the workers are forked and raised after (in an at-fork hook it
+would be swallowed). A worker ignores Ctrl-C (the caller's Ctrl-C ends the workers at once), writes to
 its own copies of stdout and stderr (a lock another thread held at the fork, a spinner's, must not
 hang it), computes with one torch thread (GNU OpenMP hangs a child that uses the threads its parent
 started), holds its share of the memory budget (budget.py), and forks no workers of its own. One
@@ -16,10 +18,13 @@ forked. `stop`: the first failure, in order, ends the run (the later tasks are n
 workers are ended); else every task runs once to an outcome.
 """
 
+import contextlib
+import ctypes
 import multiprocessing
 import os
 import signal
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -28,6 +33,9 @@ from .threads import cpus
 
 _TASKS: list = []  # what the forked workers run
 _IN_WORKER = False
+_HELD: dict = {}  # the caller's handlers of ENDING while it forks (a worker takes them back)
+ENDING = (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM))  # the signals that end a command
+PR_SET_PDEATHSIG = 1  # Linux's prctl option: the signal a process gets when the thread that forked it ends
 
 
 def workers(tasks: int, most: int = 4) -> int:
@@ -40,16 +48,39 @@ def workers(tasks: int, most: int = 4) -> int:
     return max(1, min(cpus(), tasks, most))
 
 
-def _start(processes: int) -> None:
+def _start(processes: int, caller: int) -> None:
     global _IN_WORKER
     _IN_WORKER = True
+    with contextlib.suppress(OSError, AttributeError):  # killed with its caller, whatever ends it
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != caller:  # (a caller gone before then)
+        os._exit(1)
     budget.share(processes)
     torch = sys.modules.get("torch")
     if torch is not None:  # GNU OpenMP does not survive a fork after its threads started: a worker computes in one
         torch.set_num_threads(1)
+    for number, handler in _HELD.items():  # the caller's, as they were before it held them
+        signal.signal(number, handler)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.stdout = open(os.devnull, "w")
     sys.stderr = open(os.dup(2), "w", buffering=1)
+
+
+@contextlib.contextmanager
+def _held():
+    """The signals that end a command noted (Python handles them in the main thread) while the block forks
+    the workers, then raised with the caller's handlers back."""
+    came, main = [], threading.current_thread() is threading.main_thread()
+    _HELD.update({number: signal.signal(number, lambda number, frame: came.append(number)) for number in ENDING
+                  if main and signal.getsignal(number) is not None})  # (None: a handler not set from Python)
+    try:
+        yield
+    finally:
+        for number, handler in _HELD.items():
+            signal.signal(number, handler)
+        _HELD.clear()
+        for number in dict.fromkeys(came):
+            signal.raise_signal(number)
 
 
 def _run_forked(index: int):
@@ -88,26 +119,28 @@ def run(tasks: list, processes: int, *, stop: bool = False, each=None) -> list[t
                 break
         return found
     _TASKS[:] = tasks
+    pool = None
     try:
-        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"), initializer=_start,
-                                 initargs=(processes,)) as pool:
+        with _held():  # (the workers are forked at the first submit)
+            pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"), initializer=_start,
+                                       initargs=(processes, os.getpid()))
+            futures = [pool.submit(_run_forked, index) for index in range(len(tasks))]
+        for future in futures:
             try:
-                futures = [pool.submit(_run_forked, index) for index in range(len(tasks))]
-                for index, future in enumerate(futures):
-                    try:
-                        outcome = True, future.result()
-                    except BrokenProcessPool:  # a worker died: this task and the rest run here, below
-                        break
-                    except Exception as error:
-                        outcome = False, error
-                    if known(outcome):
-                        _ended(pool)
-                        return found
-            except BaseException:  # Ctrl-C: the workers end at once
+                outcome = True, future.result()
+            except BrokenProcessPool:  # a worker died: this task and the rest run here, below
+                break
+            except Exception as error:
+                outcome = False, error
+            if known(outcome):
                 _ended(pool)
-                raise
-    except OSError:  # no worker could be forked: run here, below
-        pass
+                return found
+        pool.shutdown()
+    except BaseException as error:  # Ctrl-C: the workers end at once; no worker could be forked (OSError): run here
+        if pool is not None:
+            _ended(pool)
+        if not isinstance(error, OSError):
+            raise
     finally:
         _TASKS.clear()
     for task in tasks[len(found):]:

@@ -79,12 +79,23 @@ MAX_JSON_BYTES = 64 << 20  # a shard index of a 400B model is a few MiB; ensdiag
 MAX_JSON_DEPTH = 64  # ensdiag's files and PEFT's configs nest a few levels; deeper is damage or malice
 
 
-def regular_file(path, what="file") -> Path:
-    """`path`, if it is a regular file (links followed). A folder, FIFO, device or socket is refused
-    before anything opens it: opening a FIFO waits for a writer for ever, a device never ends."""
+RECORDED: set | None = None  # while report/cached.py builds a report: every file read through this module
+
+
+def plain_file(path) -> bool:
+    """Whether `path` is a regular file itself, not a link to one."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def regular_file(path, what="file", follow: bool = True) -> Path:
+    """`path`, if it is a regular file (links followed, or refused with `follow=False`). A folder, FIFO,
+    device or socket is refused before anything opens it: opening a FIFO waits for a writer for ever."""
     path = Path(path)
     try:
-        mode = os.stat(path).st_mode
+        mode = (os.stat if follow else os.lstat)(path).st_mode
     except FileNotFoundError:
         raise EnsdiagError(f"{what} {path} does not exist") from None
     except OSError as error:
@@ -92,16 +103,18 @@ def regular_file(path, what="file") -> Path:
     if stat.S_ISDIR(mode):
         raise EnsdiagError(f"{what} {path} is a folder, not a file")
     if not stat.S_ISREG(mode):
-        raise EnsdiagError(f"{what} {path} is not a regular file (a pipe, device or socket): ensdiag reads files only")
+        raise EnsdiagError(f"{what} {path} is not a regular file (a link, pipe, device or socket): ensdiag reads files only")
+    if RECORDED is not None:
+        RECORDED.add(path)
     return path
 
 
-def open_regular(path, what="file"):
-    """A binary file object of the regular file `path`: opened without waiting (O_NONBLOCK: a FIFO
-    put in its place after `regular_file` looked does not block) and checked again once open."""
-    regular_file(path, what)
+def open_regular(path, what="file", follow: bool = True):
+    """A binary file object of the regular file `path` (`follow=False`: never a link's): opened without waiting
+    (O_NONBLOCK: a FIFO put in its place after `regular_file` looked does not block) and checked again once open."""
+    regular_file(path, what, follow)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | (0 if follow else os.O_NOFOLLOW))
     except OSError as error:
         raise EnsdiagError(f"cannot read {what} {path}: {error.strerror or error}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -255,7 +268,7 @@ def remove_stale_temporaries(folder, names, subfolders=()) -> list[Path]:
                          if sub.is_dir() and not _through_link(folder, sub))]
     for place in folders:
         for path in place.iterdir():
-            if pattern.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+            if pattern.fullmatch(path.name) and plain_file(path):
                 path.unlink(missing_ok=True)
                 removed.append(path)
     return removed
@@ -329,10 +342,10 @@ def _check_tensor_bytes(handle, names, where: str):
     require(total, f"{where}: reading its tensors")
 
 
-def read_safetensors(path, what="file", only=None) -> tuple[dict, dict[str, str]]:
+def read_safetensors(path, what="file", only=None, shapes: dict | None = None) -> tuple[dict, dict[str, str]]:
     """The tensors (all, or those of `only` that the file has) and the metadata of a safetensors
     file, or one clear EnsdiagError. `only` spares reading what a caller does not need (a CIFAR-10-C
-    predictions file is mostly shift logits)."""
+    predictions file is mostly shift logits); `shapes` receives every tensor's shape from the header."""
     from safetensors import SafetensorError, safe_open
 
     if Path(path).is_dir():
@@ -342,6 +355,8 @@ def read_safetensors(path, what="file", only=None) -> tuple[dict, dict[str, str]
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             metadata = handle.metadata() or {}
             names = [name for name in handle.keys() if only is None or name in only]
+            if shapes is not None:
+                shapes.update({name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()})
             _check_tensor_bytes(handle, names, f"{what} {path}")  # from the header, before anything is read
             tensors = {name: handle.get_tensor(name) for name in names}
     except EnsdiagError:

@@ -28,12 +28,14 @@ from pathlib import Path
 from . import __version__
 from .config import TrainConfig
 from .errors import EnsdiagError
-from .io import atomic_write_json, inner_folder, locked_folder, read_json
+from .io import atomic_write_json, inner_folder, locked_folder, read_json, read_safetensors
 
 EXPERIMENT_FORMAT = "ensdiag.experiment/1"
 MAX_RUNS = 100_000  # (method, seed) pairs of one run folder: far beyond any real grid
 STATE_FILE = "training-state.pt"
-RUN_FILES = ("experiment.json", "report.md", "report.html", "report-cache.json", "model.safetensors", "predictions.safetensors",
+CACHE_FILE = "report-cache.json"  # the report kept for the next `ensdiag report` (report/cached.py)
+REPORT_FILES = ("report.md", "report.html", CACHE_FILE)  # what a report writes at the folder's root, beside figures/
+RUN_FILES = ("experiment.json", *REPORT_FILES, "model.safetensors", "predictions.safetensors",
              "metrics.json", "history.jsonl", "diversity.jsonl", "meta.json", "lora.json", STATE_FILE, "diversity.png", "diversity.svg",
              "reliability.png", "reliability.svg", "ood-scores.png", "ood-scores.svg", "training.png", "training.svg",
              "risk-coverage.png", "risk-coverage.svg", *(f"{name}.{ext}" for name in (
@@ -85,7 +87,7 @@ DIAGNOSIS = "diagnosis"
 METHOD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", re.ASCII)  # it names a folder; no dot-files
 # what the run folder itself holds beside its methods' folders (compared case-blind: macOS and
 # Windows file systems are)
-RESERVED = ("experiment.json", "figures", "report")
+RESERVED = ("experiment.json", "figures", "report", *REPORT_FILES)
 
 
 def check_run_name(method, seed):
@@ -95,7 +97,7 @@ def check_run_name(method, seed):
                            "(it names a folder)")
     if _reserved(method):
         raise EnsdiagError(f"method name {method!r} is a name the run folder itself uses (experiment.json, "
-                           "report.*, figures); choose another")
+                           f"report.*, {CACHE_FILE}, figures); choose another")
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
         raise EnsdiagError(f"seed must be an integer in 0..2³¹−1, got {str(seed)[:40]}")
 
@@ -197,7 +199,7 @@ def _check_diagnosis_config(path, config):
     if not all(isinstance(m, str) and METHOD_NAME.match(m) and not _reserved(m) for m in config["methods"]) \
             or len(set(config["methods"])) != len(config["methods"]):
         raise EnsdiagError(f"{path}: methods must be distinct names of letters, digits, '.', '_' or '-', none of "
-                           "them a name the folder itself uses (experiment.json, report.*, figures)")
+                           f"them a name the folder itself uses (experiment.json, report.*, {CACHE_FILE}, figures)")
     if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**31 for s in config["seeds"]) \
             or len(set(config["seeds"])) != len(config["seeds"]):
         raise EnsdiagError(f"{path}: seeds must be distinct integers in 0..2³¹−1")
@@ -271,6 +273,8 @@ def save_result(folder, method: str, seed: int, kind: str, record: dict, meta: d
     check_run_name(method, seed)  # before anything is created
     root = inner_folder(folder)
     with locked_folder(root, "run folder"):
+        if predictions is not None and (root / "experiment.json").exists():  # (claim_run's refusals first)
+            _one_test_set(root, claim_run(root, method, seed, kind, overwrite, create=False), predictions)
         run = claim_run(root, method, seed, kind, overwrite)
         add_diagnosis(root, method, seed, titles or {})
         if kind == LORA:
@@ -284,3 +288,25 @@ def save_result(folder, method: str, seed: int, kind: str, record: dict, meta: d
         atomic_write_json(run / "metrics.json", record)
         atomic_write_json(run / "meta.json", meta or {})
     return run
+
+
+def _one_test_set(root: Path, run: Path, predictions: dict) -> None:
+    """Refuse predictions whose classes or labels differ from those of another run of the folder on a split
+    both have (checks.test_set_difference): a report compares a folder's runs example by example."""
+    from .checks import test_set_difference
+    mine = {name: (split["labels"], split["logits"].shape[-1]) for name, split in predictions.items()
+            if split.get("labels") is not None and name != "val"}  # (a seed's validation split may be its own)
+    config = read_experiment(root)["config"]
+    for other in (root / method / f"seed-{seed}" for method in config["methods"] for seed in config["seeds"]):
+        shapes = {}
+        try:
+            labels, _ = read_safetensors(other / "predictions.safetensors", "predictions file",
+                                         {f"{name}/labels" for name in mine}, shapes) if other != run else ({}, None)
+            differences = [(name, test_set_difference([mine[name], (labels[f"{name}/labels"], shapes[f"{name}/logits"][-1])]))
+                           for name in mine.keys() & {key.removesuffix("/labels") for key in labels}]
+        except Exception:  # no predictions, or damaged ones (which the report names)
+            continue
+        for name, difference in differences:
+            if difference is not None:
+                raise EnsdiagError(f"this run's {name!r} test set is not that of {other} ({difference}): a folder's "
+                                   "runs are compared on one test set; save it into a folder of its own")

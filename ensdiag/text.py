@@ -76,6 +76,11 @@ def markdown(text, keep: str = "") -> str:
     return text.replace("|", "\\|").replace("](", "]\\(")
 
 
+def counted(number: int, noun: str) -> str:
+    """"1 member", "3 members": a count and its noun, singular for one."""
+    return f"{number:,} {noun}{'s' * (number != 1)}"
+
+
 def html(text, keep: str = "") -> str:
     """Text for an HTML element or attribute: `terminal()`, then `<`, `>`, `&` and quotes escaped."""
     return _html.escape(terminal(text, keep), quote=True)

@@ -293,8 +293,11 @@ def test_a_report_over_seeds_shows_both_uncertainties_as_what_they_are(tmp_path)
     from ensdiag.core import inspect_predictions
     from ensdiag.report import make_report
     from ensdiag.report.render import cell_text
-    for seed in (0, 1):
-        inspect_predictions(_predictions(seed=seed, n=(200, 100, 100, 100))).save(tmp_path, "ensemble", seed)
+    shared = _predictions(n=(200, 100, 100, 100))
+    for seed in (0, 1):  # two seeds on one test set
+        predictions = _predictions(seed=seed, n=(200, 100, 100, 100))
+        predictions.update({name: {**predictions[name], "labels": shared[name]["labels"]} for name in ("id", "shift")})
+        inspect_predictions(predictions).save(tmp_path, "ensemble", seed)
     report = make_report(tmp_path, write=False)
     table = next(table for table in report["tables"] if table["id"] == "id")
     index = [column["name"] for column in table["columns"]].index("NLL")

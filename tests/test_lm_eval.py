@@ -494,3 +494,23 @@ def test_the_documented_limits_are_the_readers():
     assert PAD_LOGIT == -1e30 and "`PAD_LOGIT` = −10³⁰" in text
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"a line over {lm_eval_lines.MAX_LINE_BYTES // 2**20} MiB" in readme
+
+
+def test_members_whose_group_has_other_subtasks_are_refused_naming_the_subtask(tmp_path, capsys):
+    folders = []
+    for member in MEMBERS[:2]:
+        folders.append(Path(shutil.copytree(member, tmp_path / member.name)))
+    (path,) = folders[1].glob("results_*.json")
+    data = json.loads(path.read_text())
+    data["group_subtasks"] = {"ensgroup": ["ensgroup_add"]}  # this member's group lacks a subtask
+    path.write_text(json.dumps(data))
+    assert_one_line_error(capsys, "analyze", *folders, "--task", "ensgroup",
+                          match=f"group 'ensgroup': .*{folders[0].name}'s run has subtask 'ensgroup_sub', "
+                                f".*{folders[1].name}'s does not")
+
+
+def test_one_member_is_one_member(capsys):
+    code, out, err = run_cli(capsys, "analyze", FIXTURES / "out" / "numbers" / "lora-r4__adapter-0", "--task", "ensgen")
+    text = " ".join((out + err).split())
+    assert code == 0 and "1 member:" in text and "the generated answers of 1 member" in text
+    assert not re.search(r"\b1 members\b", text)

@@ -116,6 +116,27 @@ def test_mlflow_keeps_every_measured_number_the_heatmaps_and_metrics_json(diagno
         diagnosis.log_to(mlflow)
 
 
+@pytest.mark.parametrize("prefix, run_id", [("ensdiag", "../../../etc"), ("ensdiag", "0" * 32),
+                                            ("../../escape", None), ("a/./b", None)])
+def test_what_mlflow_refuses_is_an_ensdiag_error(diagnosis, mlflow_store, prefix, run_id):
+    from ensdiag.integrations.mlflow import log_diagnosis
+    with mlflow_store.start_run() as run, pytest.raises(EnsdiagError) as raised:
+        log_diagnosis(diagnosis, run_id or run.info.run_id, prefix=prefix)
+    assert "\n" not in str(raised.value) and (prefix in str(raised.value) or run_id in str(raised.value))
+
+
+def test_what_wandb_refuses_is_an_ensdiag_error(diagnosis, tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = wandb.init(mode="offline", dir=str(tmp_path), project="ensdiag-test")
+    run.finish()
+    try:
+        with pytest.raises(EnsdiagError, match="W&B refused"):
+            diagnosis.log_to(run)  # a finished run
+    finally:
+        wandb.teardown()
+
+
 def test_wandb_offline_run_holds_every_measured_number_and_the_heatmaps(diagnosis, tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -187,7 +187,7 @@ HOSTILE = {
     "ragged members": ('{"answer": 0, "scores": [[1, 2], [1]]}', r"member 1 has 1 scores, member 0 has 2 \(ragged"),
     "C differs": (GOOD + '\n{"answer": 0, "scores": [[1, 2, 3], [2, 1, 0]]}',
                   r"line 2: 3 choices, line 1 has 2: ensdiag needs one number of choices per file"),
-    "k differs": (GOOD + '\n{"answer": 0, "scores": [[1, 2]]}', r"line 2: 1 members, line 1 has 2"),
+    "k differs": (GOOD + '\n{"answer": 0, "scores": [[1, 2]]}', r"line 2: 1 member, line 1 has 2"),
     "one choice": ('{"answer": 0, "scores": [[1], [2]]}', r"line 1: 1 choice; a question needs at least two"),
     "no scores": ('{"answer": 0}', r'line 1: no "scores"'),
     "flat scores": ('{"answer": 0, "scores": [1, 2]}', r'"scores" must be a non-empty list of lists'),

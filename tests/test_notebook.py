@@ -42,6 +42,26 @@ def test_the_summary_is_one_self_styled_element_with_numbers_and_heatmaps():
     assert "data:image/png" not in single and "1 member: a single model" in single
 
 
+HOSTILE = "<script>alert(1)</script>"
+
+
+def _hostile(node, keys: bool):
+    """`node` with every string and number (and with `keys`, every key) replaced by markup, as an edited metrics.json may hold."""
+    if isinstance(node, dict):
+        return {(HOSTILE + key if keys and isinstance(key, str) else key): _hostile(value, keys) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_hostile(value, keys) for value in node]
+    return HOSTILE if isinstance(node, (str, int, float)) and not isinstance(node, bool) else node
+
+
+@pytest.mark.parametrize("keys", [False, True])
+def test_every_field_of_an_edited_diagnosis_is_shown_as_text_never_as_markup(keys):
+    from ensdiag.report.notebook import diagnosis_html
+    text = diagnosis_html(_hostile(_diagnosis().metrics, keys))
+    assert "<script" not in text.lower() and text.startswith("<div style=") and text.endswith("</div>")
+    assert keys or f"k = {HOSTILE} · {HOSTILE} classes" in html.unescape(text)  # num_members, num_classes: literal
+
+
 PROPERTIES = ["color", "background-color", "font-family", "font-size", "font-weight", "line-height", "margin-top",
               "margin-bottom", "padding-left", "border-bottom-width", "border-collapse", "text-align", "display",
               "white-space", "max-width", "box-sizing"]

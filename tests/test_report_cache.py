@@ -161,3 +161,95 @@ def test_a_report_that_fails_after_training_is_a_warning_not_a_failed_grid(tmp_p
                              "--out", tmp_path / "run")
     assert code == 0 and "the disk is full" in err and "ensdiag report" in err and str(tmp_path / "run") in out
     assert (tmp_path / "run" / "single" / "seed-1" / "metrics.json").is_file()
+
+
+def _bytes_read() -> int:
+    """What this process has read through system calls so far (Linux's rchar)."""
+    with open("/proc/self/io") as handle:
+        return int(next(line for line in handle if line.startswith("rchar:")).split()[1])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="counts bytes read with Linux's /proc/self/io")
+def test_a_report_read_back_reads_what_the_report_reads_not_a_large_unrelated_file(run_dir, builds):  # noqa: F811
+    seed = next(run_dir.glob("deep-ensemble/seed-*"))
+    with open(seed / "checkpoint-notes.bin", "wb") as handle:  # 1 GiB, sparse: reading it would read 1 GiB of zeros
+        handle.truncate(1 << 30)
+    built = rendered(run_dir)
+    before = _bytes_read()
+    assert rendered(run_dir) == built and len(builds) == 1  # read back
+    assert _bytes_read() - before < 64 << 20
+    (seed / "checkpoint-notes.bin").write_bytes(b"other bytes")  # not a file the report reads: still read back
+    assert rendered(run_dir) == built and len(builds) == 1
+    (seed / "notes.txt").write_text("a new file")  # a new name: built again (a report may read it)
+    make_report(run_dir)
+    assert len(builds) == 2
+
+
+def test_a_plugin_edited_in_place_builds_the_report_again(run_dir, builds, monkeypatch, tmp_path):  # noqa: F811
+    from .test_analyzers import install_plugin
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    install_plugin(plugins, monkeypatch, "cache-plugin", "cache-count = cache_plugin_module:count",
+                   "def count(predictions, weights=None):\n    return {}\n", "cache_plugin_module")
+    make_report(run_dir)
+    make_report(run_dir)
+    assert len(builds) == 1
+    (plugins / "cache_plugin_module.py").write_text("def count(predictions, weights=None):\n    return {'edited': 1}\n")
+    make_report(run_dir)  # the same name and version, other code
+    assert len(builds) == 2
+
+
+def test_a_file_changed_while_the_report_is_built_is_never_served_later(run_dir, builds, monkeypatch):  # noqa: F811
+    import ensdiag.report as R
+    metrics = next(run_dir.glob("deep-ensemble/seed-*/metrics.json"))
+    original = metrics.read_bytes()
+    changed = json.loads(original)
+    changed["analyzers"]["calibration"]["splits"]["id"]["accuracy"]["value"] = 0.111111
+    real = R.load_runs
+
+    def racing(*args, **kwargs):  # the file changes as the report reads it, and is restored before it ends
+        atomic_write_json(metrics, changed)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            metrics.write_bytes(original)
+    monkeypatch.setattr(R, "load_runs", racing)
+    assert "0.111111" in json.dumps(make_report(run_dir))
+    monkeypatch.setattr(R, "load_runs", real)
+    assert "0.111111" not in json.dumps(make_report(run_dir)) and len(builds) == 2
+
+
+def test_a_figure_replaced_by_a_link_is_drawn_again_and_never_embeds_its_target(run_dir, tmp_path):  # noqa: F811
+    import base64
+    first = make_report(run_dir)
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"\x89PNG\r\n\x1a\n the recipient's own file")
+    figure = run_dir / first["figures"][0]["png"]
+    figure.unlink()
+    figure.symlink_to(secret)
+    for _ in range(2):  # built (a link in the folder: no cache), then as the next report finds it
+        make_report(run_dir)
+        assert not figure.is_symlink() and figure.read_bytes() != secret.read_bytes()
+        assert base64.b64encode(secret.read_bytes()).decode() not in (run_dir / "report.html").read_text()
+    assert secret.read_bytes().endswith(b"own file")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="counts bytes read with Linux's /proc/self/io")
+def test_a_key_file_that_is_no_key_is_never_read(run_dir, builds, monkeypatch, tmp_path):  # noqa: F811
+    monkeypatch.setenv("ENSDIAG_CACHE", str(tmp_path / "cache"))
+    make_report(run_dir)
+    key = tmp_path / "cache" / "report-cache.key"
+    assert oct(key.stat().st_mode & 0o777) == "0o600" and key.stat().st_size == 32
+    huge = tmp_path / "huge"
+    with open(huge, "wb") as handle:
+        handle.truncate(1 << 30)
+    os.chmod(huge, 0o600)
+    good = key.read_bytes()
+    for make in (lambda: key.symlink_to(huge), lambda: key.write_bytes(good * 2), lambda: key.write_bytes(good[:31]),
+                 lambda: (key.write_bytes(good), key.chmod(0o644))):
+        key.unlink()
+        make()
+        before = _bytes_read()
+        make_report(run_dir)
+        assert _bytes_read() - before < 64 << 20 and not (run_dir / C.CACHE_FILE).exists()
+    assert len(builds) == 5 and huge.stat().st_size == 1 << 30

@@ -97,6 +97,18 @@ def test_a_method_cannot_take_a_name_the_run_folder_uses(tmp_path, capsys, predi
     assert not (tmp_path / "runs").exists()
 
 
+def test_no_method_takes_the_name_of_anything_ensdiag_writes_at_the_folders_root(tmp_path, capsys, predictions):
+    p, _, y = predictions
+    analyze(capsys, p, y, tmp_path / "runs", "--method", "m")
+    code, _, err = run_cli(capsys, "report", tmp_path / "runs")  # report.md, report.html, its cache, figures/
+    assert code == 0, err
+    written = sorted(path.name for path in (tmp_path / "runs").iterdir() if path.name != "m")
+    assert {"experiment.json", "report.md", "report-cache.json", "figures"} <= set(written)
+    for name in written:
+        assert_one_line_error(capsys, "analyze", p, "--labels", y, "--out", tmp_path / "runs", "--method", name,
+                              match="is a name the run folder itself uses")
+
+
 def test_saving_a_diagnosis_as_experiment_json_is_a_value_error(tmp_path):
     diagnosis = ensdiag.diagnose(lambda x: torch.stack([x, 2 * x]), id=(torch.eye(3), torch.arange(3)), geometry=False)
     with pytest.raises(ValueError, match="is a name the run folder itself uses") as raised:
@@ -222,3 +234,26 @@ def test_a_check_before_computing_creates_nothing(tmp_path):
     from ensdiag.runs import LORA, claim_run
     run = claim_run(tmp_path / "runs", "m", 0, LORA, create=False)
     assert run == tmp_path / "runs" / "m" / "seed-0" and not (tmp_path / "runs").exists()
+
+
+# ------------------------------------------------------------------ one test set per folder
+
+@pytest.mark.parametrize("change, named", [
+    (lambda logits, labels: (np.concatenate([logits, logits[..., :1]], -1), labels), "5 classes against 4"),
+    (lambda logits, labels: (logits, (labels + 1) % 4), "other labels: example 0 is class"),
+    (lambda logits, labels: (logits[:, :30], labels[:30]), "30 examples against 40")])
+def test_a_run_on_another_test_set_is_never_saved_beside_the_folders_runs(tmp_path, capsys, predictions, change, named):
+    p, q, y = predictions
+    analyze(capsys, p, y, tmp_path / "runs", "--method", "single")
+    before = {path: path.read_bytes() for path in (tmp_path / "runs").rglob("*") if path.is_file()}
+    logits, labels = change(np.load(q), np.load(y))
+    np.save(tmp_path / "other.npy", logits)
+    np.save(tmp_path / "other-labels.npy", labels)
+    for method, seed in (("deep-ensemble", "0"), ("single", "1")):
+        assert_one_line_error(capsys, "analyze", tmp_path / "other.npy", "--labels", tmp_path / "other-labels.npy",
+                              "--out", tmp_path / "runs", "--method", method, "--seed", seed,
+                              match=rf"this run's 'id' test set is not that of .*single.seed-0 \({named}")
+    assert {path: path.read_bytes() for path in (tmp_path / "runs").rglob("*") if path.is_file()} == before
+    assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == ["experiment.json", "single"]
+    code, _, err = analyze(capsys, q, y, tmp_path / "runs", "--method", "deep-ensemble")  # the same test set
+    assert code == 0, err

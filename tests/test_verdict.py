@@ -329,7 +329,7 @@ def test_the_verdicts_resamples_are_the_cells_draws_and_equal_the_loop_over_resa
     for r in range(0, V.RESAMPLES, 97):  # the loop, resample by resample: index the examples, average the seeds
         picked = [seeds[i] for i in chosen[r]]
         resampled = [{seed: {key: values[rows[1][r]] if key == "ood_score" else values[rows[0][r]]
-                             for key, values in group[seed].items()} for seed in seeds} for group in trio]
+                             for key, values in group[seed].items() if key != "classes"} for seed in seeds} for group in trio]
         slow = V._shares(*(V._averaged(group, picked) for group in resampled))
         for key, value in slow.items():
             if math.isfinite(value):
@@ -354,3 +354,23 @@ def test_what_drives_a_higher_diversity_follows_which_differences_are_settled(me
     text = drivers(found)
     assert text.endswith(ending), text
     assert text.count("better ensemble") <= 1
+
+
+@pytest.mark.parametrize("other, named", [
+    ({"logits": torch.cat([_spread_logits(3, 0.8, 0.1), torch.full((3, N, 2), -30.0)], -1)}, "2 classes against 4"),
+    ({"labels": torch.ones(N, dtype=torch.long)}, "other labels: example 0 is class 0 against 1"),
+    ({"logits": _spread_logits(3, 0.8, 0.1, N - 1), "labels": torch.zeros(N - 1, dtype=torch.long)},
+     f"{N} examples against {N - 1}")])
+def test_runs_measured_on_another_test_set_are_never_compared_and_the_report_says_why(tmp_path, other, named):
+    from ensdiag.report import make_report
+    root = write_spread_run(tmp_path / "run", {"single": (1, 0.6, [0, 0, 0]), "deep-ensemble": (3, 0.9, [0.05] * 3),
+                                               "batch-ensemble": (3, 0.8, [0.03] * 3)})
+    found = {"logits": _spread_logits(3, 0.8, 0.1), "labels": torch.zeros(N, dtype=torch.long), **other}
+    save_predictions({"id": found}, root / "batch-ensemble" / "seed-2" / "predictions.safetensors")  # (hand-made)
+    report = make_report(root, write=False)
+    assert "batch-ensemble" not in report["verdict"] and "deep-ensemble" in report["effective_size"]
+    assert f"measured on different test sets ({named})" in json.dumps(report)  # the verdict's reason
+    assert report["effective_size"]["batch-ensemble"] == {"reason": f"its test set and the Deep Ensemble's differ ({named})"}
+    bvd = next(table for table in report["tables"] if table["id"] == "bvd")
+    assert [row["method"] for row in bvd["rows"]] == ["deep-ensemble"] and \
+        f"BatchEnsemble: left out, its seeds were measured on different test sets ({named})" in bvd["note"]

@@ -18,6 +18,7 @@ import torch
 
 from ..analysis import bootstrap as B
 from ..geometry.least import rule_for
+from ..text import counted
 
 PATH_EXAMPLES_FLOOR = 200  # below this many test examples per path point, fewer points and pairs
 GEOMETRY_FLOOR = 50  # below this many examples a geometry step is skipped
@@ -207,7 +208,7 @@ def _plan_geometry(plan, probe, steps: list) -> None:
             break
     if "paths" in steps and n < min(GEOMETRY_FLOOR, limit):
         pairs, points, _ = chosen
-        plan.skip("paths", f"{pairs} pair{'s' * (pairs > 1)} × {points} points on {GEOMETRY_FLOOR} examples (with CKA) "
+        plan.skip("paths", f"{counted(pairs, 'pair')} × {points} points on {GEOMETRY_FLOOR} examples (with CKA) "
                            f"would need {cka(GEOMETRY_FLOOR) + paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; "
                            f"{seconds:.0f} s were left")
         n = None

@@ -29,6 +29,7 @@ import torch
 
 from ..errors import EnsdiagError
 from ..io import text_lines
+from ..text import counted
 from .predictions import INPUTS, ROW_SUM_TOLERANCE, as_logits, check_analysis_size
 
 MAX_LINE_BYTES = 2**20  # a question with 4,096 members of 5 choices each fits with room to spare
@@ -137,7 +138,7 @@ class _Reader:
                 if not -FLOAT32_MAX <= value <= FLOAT32_MAX:
                     self.fail(number, f"member {index}: {_shown(value)} is not a finite float32 score")
         if choices < 2:
-            self.fail(number, f"{choices} choice{'s' if choices != 1 else ''}; a question needs at least two")
+            self.fail(number, f"{counted(choices, 'choice')}; a question needs at least two")
         self._check_shape(number, len(scores), choices)
         return scores
 
@@ -148,7 +149,7 @@ class _Reader:
         first_members, first_choices, first_line, first_file = self.shape
         first = f"line {first_line}" if first_file == self.path else f"{first_file}, line {first_line}"
         if members != first_members:
-            self.fail(number, f"{members} members, {first} has {first_members} (every question needs every member's scores)")
+            self.fail(number, f"{counted(members, 'member')}, {first} has {first_members} (every question needs every member's scores)")
         if choices != first_choices:
             self.fail(number, f"{choices} choices, {first} has {first_choices}: ensdiag needs one number of choices "
                               f"per file (write the questions with {choices} choices to a file of their own)")

@@ -43,6 +43,7 @@ from .. import forked
 from ..budget import require
 from ..errors import EnsdiagError, unknown
 from ..io import distinct_members, identity
+from ..text import counted
 from . import lm_eval_files as files
 from . import lm_eval_groups as groups
 from .lm_eval_lines import LOGGED, SCORE_TITLES, SCORES, Reader
@@ -182,7 +183,7 @@ def _answer_notes(section) -> list[str]:
     members = section["members"]
     names, also, subtasks = _described(section)
     return [f"lm-eval: task {section['task']} (generate_until, {section['documents']} documents{subtasks}), "
-            f"{len(members)} members: {names}; filter {section['filter']}{also}; each answer scored by lm-eval's "
+            f"{counted(len(members), 'member')}: {names}; filter {section['filter']}{also}; each answer scored by lm-eval's "
             "exact_match"]
 
 
@@ -223,7 +224,7 @@ def _identical(logits, section, warnings):
 def _notes(section) -> list[str]:
     members = section["members"]
     names, also, subtasks = _described(section)
-    lines = [f"lm-eval: task {section['task']} ({section['documents']} documents{subtasks}), {len(members)} member{'s' if len(members) != 1 else ''}: "
+    lines = [f"lm-eval: task {section['task']} ({section['documents']} documents{subtasks}), {counted(len(members), 'member')}: "
              f"{names}; filter {section['filter']}{also}; scores: {section['score_definition']}"]
     if len(section["choices"]) > 1:
         lines.append(f"questions have {', '.join(map(str, section['choices']))} choices: every question is padded to "
@@ -283,9 +284,14 @@ def _read_members(chosen, filter_name, make_reader, budget) -> tuple[dict, list,
     first), and joined: the same documents, prompts and answers for every member."""
     first = chosen[0]
     for other in chosen[1:]:
-        if other.task != first.task or list(other.files) != list(first.files):
+        if other.task != first.task:
             raise EnsdiagError(f"{other.member.name} is a run of {other.task!r}, {first.member.name} of {first.task!r}: "
                                "every member must be scored on the same task")
+        if set(other.files) != set(first.files):  # one group, other subtasks: name one that only one of them has
+            extra = min(set(other.files) ^ set(first.files))
+            has, lacks = (other, first) if extra in other.files else (first, other)
+            raise EnsdiagError(f"group {first.task!r}: {has.member.name}'s run has subtask {extra!r}, "
+                               f"{lacks.member.name}'s does not: every member must be scored on the same subtasks")
     files = [(index, subtask, path, selection) for index, selection in enumerate(chosen)
              for subtask, path in selection.files.items()]
     index, subtask, path, selection = files[0]

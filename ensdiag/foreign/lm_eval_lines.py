@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import EnsdiagError
 from ..io import text_lines
+from ..text import counted
 from .lm_eval_targets import Choices, TargetError, TargetRule, disagreement, gold_of
 
 SCORES = ("loglikelihood", "acc_norm", "mutual_info")
@@ -170,7 +171,7 @@ class Reader:
                 contexts[half + i] == "" and continuations[half + i] == continuations[i] for i in range(half)):
             contexts, continuations, lls, unconditional = contexts[:half], continuations[:half], lls[:half], lls[half:]
         if not 2 <= len(lls) <= MAX_CHOICES:
-            fail(number, f"{len(lls)} choice{'s' if len(lls) != 1 else ''}; a multiple-choice question has 2 to "
+            fail(number, f"{counted(len(lls), 'choice')}; a multiple-choice question has 2 to "
                          f"{MAX_CHOICES:,}")
         if len(set(continuations)) == 1 and len(set(contexts)) > 1:
             fail(number, "every choice is in the context and the continuation is shared (a task like winogrande): "

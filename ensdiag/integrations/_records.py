@@ -98,3 +98,5 @@ def checked_step(step, prefix: str = "ensdiag"):
         raise EnsdiagError(f"step must be a whole number in 0..2⁶³−1, got {str(step)[:40]}")
     if not isinstance(prefix, str):
         raise InputTypeError(f"prefix must be a string, got {type(prefix).__name__}")
+    if any(part in ("", ".", "..") for part in prefix.split("/")):  # loggers keep names as file paths too
+        raise EnsdiagError(f"prefix {prefix[:80]!r} must be names joined by '/', none of them empty, '.' or '..'")

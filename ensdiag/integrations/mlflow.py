@@ -14,6 +14,7 @@ import re
 import time
 
 from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from ..errors import EnsdiagError, public
@@ -27,14 +28,17 @@ def _key(name: str) -> str:
 def log(records: Records, client: MlflowClient, run_id: str, step: int | None = None) -> None:
     stamp = int(time.time() * 1000)
     metrics = [Metric(_key(name), value, stamp, step or 0) for name, value in records.scalars.items()]
-    for start in range(0, len(metrics), 1000):  # MLflow takes at most 1000 metrics per batch
-        client.log_batch(run_id, metrics=metrics[start:start + 1000])
-    for name, image in records.images.items():
-        client.log_image(run_id, image, artifact_file=f"{name}.png")
-    for name, text in records.texts.items():
-        client.log_text(run_id, text, f"{name}.txt")
-    for name, document in records.documents.items():
-        client.log_dict(run_id, document, name)
+    try:
+        for start in range(0, len(metrics), 1000):  # MLflow takes at most 1000 metrics per batch
+            client.log_batch(run_id, metrics=metrics[start:start + 1000])
+        for name, image in records.images.items():
+            client.log_image(run_id, image, artifact_file=f"{name}.png")
+        for name, text in records.texts.items():
+            client.log_text(run_id, text, f"{name}.txt")
+        for name, document in records.documents.items():
+            client.log_dict(run_id, document, name)
+    except MlflowException as error:  # (a run id or a name MLflow refuses, a store it cannot reach)
+        raise EnsdiagError(f"MLflow refused to log to run {str(run_id)[:80]!r}: {str(error)[:300]}") from error
 
 
 def run_id_of(target) -> str:

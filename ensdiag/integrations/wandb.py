@@ -17,14 +17,17 @@ from ._records import Records, checked_step, diagnosis_records
 
 def log(records: Records, run, step: int | None = None, step_metric: str | None = None) -> None:
     data = dict(records.scalars)
-    data.update({name: wandb.Image(image, caption=name) for name, image in records.images.items()})
-    if step_metric is not None and step is not None:
-        data[step_metric] = step
-        run.log(data)
-    else:
-        run.log(data, step=step)
-    for name, text in records.texts.items():
-        run.summary[name] = text
+    try:
+        data.update({name: wandb.Image(image, caption=name) for name, image in records.images.items()})
+        if step_metric is not None and step is not None:
+            data[step_metric] = step
+            run.log(data)
+        else:
+            run.log(data, step=step)
+        for name, text in records.texts.items():
+            run.summary[name] = text
+    except wandb.Error as error:  # (a finished run, a name W&B refuses)
+        raise EnsdiagError(f"W&B refused the records: {str(error)[:300]}") from error
 
 
 def run_of(target):

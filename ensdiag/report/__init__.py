@@ -4,27 +4,23 @@
     print(render(report, "markdown"))
 """
 
-import contextlib
 import os
 from pathlib import Path
 
 from ..errors import EnsdiagError, path_argument, public
+from ..io import atomic_write_text, plain_file
 from ..layout import DEFAULT_SCORE
-
-
-from ..io import atomic_write_text
-from .cached import CACHE_FILE, fingerprint, read_cached, write_cached
-from .load import dig, load_runs, newest_run
-from .merge import load_folders
+from .cached import kept_report
 from .drawing import Job, draw_all
 from .figures import (Drawn, heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure,
                       smooth_reliability_figure, training_curves_figure)
 from .geometry_figures import add_report_figures
+from .load import dig, load_runs, newest_run
 from .lora import add_lora_figures
+from .merge import load_folders
 from .pairs import add_pair_figures
 from .render import FORMATS, render, to_html, to_markdown, to_rich  # noqa: F401
 from .summary import to_summary  # noqa: F401  (callers ask it here)
-
 
 
 def _first_complete(seeds: dict):
@@ -166,18 +162,16 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
     writable = write and os.access(run_dir, os.W_OK)
     options = {"run": str(run_dir), "reference": reference, "conventions": conventions, "svg": svg,
                "ood_score": ood_score or DEFAULT_SCORE, "detail": detail}
-    key = fingerprint(run_dir, options) if writable else None
-    report = read_cached(run_dir, key) if key is not None else None
-    if report is None or not _figures_on_disk(report, run_dir):  # built from these very files before: not again
-        if writable:  # the figures about to be drawn are another report's than the one kept, if any
-            with contextlib.suppress(OSError):
-                (run_dir / CACHE_FILE).unlink(missing_ok=True)
+
+    def build() -> dict:
         from .aggregate import build_report
         data = load_runs(run_dir)
-        report = build_report(run_dir, reference, data, conventions, ood_score)
+        built = build_report(run_dir, reference, data, conventions, ood_score)
         if writable:
-            report["figures"] = make_figures(report, data["runs"], run_dir, svg, report["ood_score"], detail)
-            write_cached(run_dir, key, report)
+            built["figures"] = make_figures(built, data["runs"], run_dir, svg, built["ood_score"], detail)
+        return built
+    # built from these very files before, its figures on disk: read back, not built again
+    report = kept_report(run_dir, options, build, lambda kept: _figures_on_disk(kept, run_dir)) if writable else build()
     report["written"] = None
     if write and not writable:
         report["written"] = f"{run_dir} is not writable: its report.md, report.html and figures/ were left as they were"
@@ -189,10 +183,11 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
 
 
 def _figures_on_disk(report: dict, run_dir: Path) -> bool:
-    """Every figure file a cached report names is in the run folder (else it is drawn again)."""
+    """Every figure file a cached report names is in the run folder, a file of its own, not a link (else it
+    is drawn again)."""
     figures = report.get("figures")
     return isinstance(figures, list) and all(
-        isinstance(figure, dict) and all((run_dir / name).is_file() for key in ("png", "svg")
+        isinstance(figure, dict) and all(plain_file(run_dir / name) for key in ("png", "svg")
                                          if isinstance(name := figure.get(key), str)) for figure in figures)
 
 

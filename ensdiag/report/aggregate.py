@@ -316,6 +316,9 @@ def _bvd_table(runs):
     """Bias, variance and diversity over seeds (bvd.py), one row per method with ≥ 2 seeds."""
     from .bvd import run_decompositions
     found = run_decompositions(runs)
+    left_out = " ".join(f"{_label(method)}: left out, {entry['reason']}." for method, entry in found.items()
+                        if "reason" in entry)
+    found = {method: entry for method, entry in found.items() if "reason" not in entry}
     if not found:
         return None
     columns = [("CE bias", "cross_entropy", "bias"), ("CE variance", "cross_entropy", "variance"),
@@ -333,7 +336,7 @@ def _bvd_table(runs):
                     "p̄, the ensemble ensdiag predicts with (its diversity, the members' mean CE minus the CE of p̄, "
                     "depends on the label); Brier with their arithmetic mean. Bias and variance describe the members, "
                     "so both CE decompositions share them; the bias includes label noise. Variance is what more seeds "
-                    "would average away; diversity what the members do.",
+                    "would average away; diversity what the members do." + (f" {left_out}" if left_out else ""),
             "columns": [{"name": label, "direction": None} for label, _, _ in columns], "rows": rows}
 
 

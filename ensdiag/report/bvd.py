@@ -27,6 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..checks import test_set_difference
 from ..io import read_safetensors
 
 COMBINERS = {"squared": "arithmetic mean of the members' probabilities",
@@ -69,10 +70,11 @@ def decompose(log_probs: torch.Tensor, labels: torch.Tensor) -> dict[str, float]
 
 
 def run_decompositions(runs: dict) -> dict:
-    """{method: decomposition} for every method with ≥ 2 seeds and ≥ 2 members on one test set."""
+    """{method: decomposition} for every method with ≥ 2 seeds and ≥ 2 members on one test set; {"reason"}
+    for one whose seeds were measured on different test sets."""
     found = {}
     for method, seeds in runs.items():
-        stacks, labels = [], None
+        stacks, test_sets = [], []
         for run in seeds.values():
             if run is None:
                 continue
@@ -83,11 +85,10 @@ def run_decompositions(runs: dict) -> dict:
                 continue
             if "id/logits" not in tensors or "id/labels" not in tensors:
                 continue
-            if labels is not None and not torch.equal(labels, tensors["id/labels"].long()):
-                stacks = []  # seeds measured on different test sets: nothing to pair
-                break
-            labels = tensors["id/labels"].long()
+            test_sets.append((tensors["id/labels"].long(), tensors["id/logits"].shape[-1]))
             stacks.append(torch.log_softmax(tensors["id/logits"].double(), -1))
-        if len(stacks) >= 2 and stacks[0].shape[0] >= 2 and len({s.shape for s in stacks}) == 1:
-            found[method] = {**decompose(torch.stack(stacks), labels), "seeds": len(stacks)}
+        if test_sets and (difference := test_set_difference(test_sets)) is not None:
+            found[method] = {"reason": f"its seeds were measured on different test sets ({difference})"}
+        elif len(stacks) >= 2 and stacks[0].shape[0] >= 2 and len({s.shape for s in stacks}) == 1:
+            found[method] = {**decompose(torch.stack(stacks), test_sets[0][0]), "seeds": len(stacks)}
     return found

@@ -35,6 +35,7 @@ from ..analysis import weighted as W
 from ..analysis.bootstrap import BLOCK_ENTRIES
 from ..analysis.scaling import FOLDS, REPEATS, fit_betas, fit_notes, fitting_sets, folds, informative, padded
 from ..budget import over_budget
+from ..checks import test_set_difference
 from ..io import read_safetensors
 from . import power_law
 from .stats import envelope, t_quantile
@@ -219,9 +220,10 @@ def effective_sizes(runs: dict, draws=None, resamples: int = RESAMPLES) -> dict:
         seeds = sorted(set(reference) & set(loaded[method]))
         if not seeds:
             continue
-        n = len(reference[seeds[0]]["labels"])
-        if any(len(group[seed]["labels"]) != n for group in (reference, loaded[method]) for seed in seeds):
-            found[method] = {"reason": "its test set and the Deep Ensemble's differ in size"}
+        n, difference = len(reference[seeds[0]]["labels"]), test_set_difference(
+            [(group[seed]["labels"], group[seed]["logits"].shape[-1]) for group in (reference, loaded[method]) for seed in seeds])
+        if difference is not None:
+            found[method] = {"reason": f"its test set and the Deep Ensemble's differ ({difference})"}
             continue
         reason = over_budget(len(chosen_subsets) * n * reference[seeds[0]]["logits"].shape[-1] * 8 * 3,
                              "the Deep Ensemble's sub-ensembles")

@@ -15,6 +15,8 @@ it is, the example-level one:
 
 import math
 
+from ..text import counted
+
 EXAMPLES_DEFINITION = ("test set: a 95 % confidence interval for the value on the population the test examples were drawn "
                        "from (a bootstrap over them, stored in each run's metrics.json); for one seed the run's own "
                        "interval, for several the mean over seeds of each seed's half-width, an upper bound on their "
@@ -118,7 +120,7 @@ def budget_lines(metrics: dict) -> list[str]:
                                              for split, count in n.items()))
         elif name == "paths" and n is not None:
             points = step.get("points", [])
-            lines.append(f"paths: {step['pairs']} pair{'s' * (step['pairs'] != 1)} × {'/'.join(map(str, points))} points on "
+            lines.append(f"paths: {counted(step['pairs'], 'pair')} × {'/'.join(map(str, points))} points on "
                          f"{n:,} test examples" + (f", BatchNorm on {step['batchnorm_images']:,} training images"
                                                    if step.get("batchnorm_images") else "")
                          + (f", {'/'.join(map(str, step['restarts']))} restarts of weight matching"

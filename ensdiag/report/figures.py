@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EnsdiagError
-from ..io import atomic_write_bytes
+from ..io import atomic_write_bytes, plain_file
 from ..text import terminal
 
 if TYPE_CHECKING:
@@ -132,8 +132,10 @@ class Drawn:
         return fingerprint([self.version, name, list(formats), list(inputs)])
 
     def stale(self, name: str, formats, inputs) -> bool:
+        """Whether the figure is to be drawn: other inputs, or a file of it missing or not a file of its own
+        (a link is replaced, never followed: report.html would embed what it leads to)."""
         files = [self.path.parent / f"{name}.{fmt}" for fmt in formats]
-        return self.keys.get(name) != self._key(name, formats, inputs) or not all(f.is_file() for f in files)
+        return self.keys.get(name) != self._key(name, formats, inputs) or not all(plain_file(f) for f in files)
 
     def done(self, name: str, formats, inputs) -> None:
         from ..io import atomic_write_text

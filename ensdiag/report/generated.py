@@ -4,13 +4,14 @@ number with its interval, and lm-eval's group aggregates when the task is a grou
 from rich.table import Table
 
 from ..analysis.generated import COLUMNS
+from ..text import counted
 from .groups import group_table
 from .terminal import cell
 
 
 def generated_tables(metrics: dict, title: str) -> list:
     """The splits' table and, for a group, lm-eval's aggregates (rich tables)."""
-    table = Table(title=f"{title}: {metrics['num_members']} members' generated answers")
+    table = Table(title=f"{title}: the generated answers of {counted(metrics['num_members'], 'member')}")
     for label in ("split", "n", *(label for label, _ in COLUMNS), "members' Acc (lm-eval's exact_match)"):
         table.add_column(label, justify="left" if label == "split" else "right")
     for name, found in metrics["generated"].items():

@@ -116,13 +116,13 @@ def _number(value) -> str:
 
 def diagnosis_html(metrics: dict, title: str = "ensdiag diagnosis") -> str:
     """The compact, self-scoped HTML summary of one diagnosis (see the module's docstring)."""
-    esc = html  # names and reasons may come from files: HTML escaped, control characters too (text.py)
+    def esc(value) -> str:  # every field may come from a file: HTML escaped, control characters too (text.py)
+        return html(f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value))
     splits = metrics.get("splits", {})
-    sizes = " · ".join(f"{esc(str(name))} n={int(found.get('n', 0)):,}" for name, found in splits.items()
-                       if isinstance(found, dict))
+    sizes = " · ".join(f"{esc(name)} n={esc(found.get('n', 0))}" for name, found in splits.items() if isinstance(found, dict))
     parts = [f"<div style=\"{BOX}\">",
-             f"<div style=\"font-weight:600;margin:0 0 4px\">{esc(title)} · k = {metrics.get('num_members')} · "
-             f"{metrics.get('num_classes')} classes · {sizes}</div>",
+             f"<div style=\"font-weight:600;margin:0 0 4px\">{esc(title)} · k = {esc(metrics.get('num_members'))} · "
+             f"{esc(metrics.get('num_classes'))} classes · {sizes}</div>",
              f"<div style=\"margin:0 0 8px\">{esc(summary_line(metrics))}</div>"]
     rows, columns, missing = _main_rows(metrics)
     if rows:
@@ -130,7 +130,7 @@ def diagnosis_html(metrics: dict, title: str = "ensdiag diagnosis") -> str:
         parts.append(f"<table style=\"border-collapse:collapse;margin:0 0 8px;font-size:12px;width:auto;color:#1f2328\">"
                      f"<thead><tr><th style=\"{HEAD};text-align:left\"></th>{head}</tr></thead><tbody>")
         for label, cells in rows.items():
-            tds = "".join(f"<td style=\"{CELL}\" title=\"{esc(str(cells[c][1] or ''))}\">{_number(cells[c][0])}</td>"
+            tds = "".join(f"<td style=\"{CELL}\" title=\"{esc(cells[c][1] or '')}\">{esc(_number(cells[c][0]))}</td>"
                           if c in cells else f"<td style=\"{CELL};color:#8c959f\"></td>" for c in columns)
             parts.append(f"<tr><td style=\"{CELL};text-align:left\">{esc(label)}</td>{tds}</tr>")
         parts.append("</tbody></table>")

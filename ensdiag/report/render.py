@@ -13,8 +13,9 @@ import math
 from pathlib import Path
 
 from .. import text as sink
-from ..layout import finite
 from ..console import wrapped
+from ..io import open_regular
+from ..layout import finite
 from .example_level import bounds_text, example_text
 
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
@@ -221,7 +222,8 @@ def to_html(report, run_dir=None) -> str:
     if report["figures"]:
         body.append("<h2>Figures</h2>")
         for figure in report["figures"]:
-            data = base64.b64encode((Path(run_dir) / figure["png"]).read_bytes()).decode("ascii")
+            with open_regular(Path(run_dir) / figure["png"], "figure", follow=False) as handle:  # never a link's target
+                data = base64.b64encode(handle.read()).decode("ascii")
             body.append(f"<figure><img alt=\"{esc(figure['title'])}\" src=\"data:image/png;base64,{data}\">"
                         f"<figcaption>{esc(figure['title'])}</figcaption></figure>")
     if report.get("figures_on_request"):

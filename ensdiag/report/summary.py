@@ -65,7 +65,7 @@ def to_summary(report: dict, written: str | None = None, width: int = WIDTH) -> 
     lines = method_lines(report)
     if any(" ≡ " in line for line in lines):
         seeds = len(report.get("seeds", []))
-        lines.insert(0, f"{seeds} seed{'s' * (seeds != 1)}; ≡: the Deep-Ensemble members that score as well "
+        lines.insert(0, f"{sink.counted(seeds, 'seed')}; ≡: the Deep-Ensemble members that score as well "
                         "(calibrated NLL), 95 % interval; ratios to the Deep Ensemble answer the rest.")
     overlap = _overlapping(report)
     if overlap:

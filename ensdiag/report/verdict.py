@@ -38,6 +38,7 @@ from ..analysis import bootstrap as B
 from ..analysis import weighted as W
 from ..analysis.examples import Examples
 from ..analysis.metrics import gain_terms
+from ..checks import test_set_difference
 from ..io import read_safetensors
 from .stats import BASELINE, ENSEMBLE_LIKE, REFERENCE, SINGLE_LIKE, envelope, fieller, percentiles, seeds_needed, settles, t_interval
 
@@ -63,7 +64,8 @@ def _per_example(path) -> dict | None:
         return None
     split = Examples(tensors["id/logits"], tensors["id/labels"].long())
     terms = gain_terms(split)
-    out = {"nll": split.nll, "confidence": split.confidence, "correct": split.correct, "id_score": 1 - split.confidence,
+    out = {"labels": tensors["id/labels"], "classes": tensors["id/logits"].shape[-1],  # (which test set)
+           "nll": split.nll, "confidence": split.confidence, "correct": split.correct, "id_score": 1 - split.confidence,
            "kl": terms["kl_diversity"],  # mean_i KL(q̄ ‖ p_i), q̄ the normalised geometric mean
            "gibbs": terms["nll_gibbs"]}
     if "ood/logits" in tensors:
@@ -195,9 +197,10 @@ def verdict(run_dir, runs: dict, reasons: dict | None = None, draws: B.Draws | N
         trio = [loaded[BASELINE], loaded[REFERENCE], loaded[method]]
         first = trio[0][seeds[0]]
         sizes = {key: len(first.get(key, [])) for key in ("nll", "ood_score", "shift_nll")}
-        if any(len(group[seed]["nll"]) != sizes["nll"] for group in trio for seed in seeds):
-            reasons[method] = "its runs and those it is compared with were measured on test sets of different sizes"
-            continue  # seeds measured on different test sets cannot be paired
+        difference = test_set_difference([(group[seed]["labels"], group[seed]["classes"]) for group in trio for seed in seeds])
+        if difference is not None:  # runs measured on different test sets cannot be paired
+            reasons[method] = f"its runs and those it is compared with were measured on different test sets ({difference})"
+            continue
         if any(len(group[seed].get("ood_score", [])) != sizes["ood_score"] for group in trio for seed in seeds):
             trio = _without(trio, ("ood_score",))  # different OOD sets: no OOD question
         if any(len(group[seed].get("shift_nll", [])) != sizes["shift_nll"] for group in trio for seed in seeds):

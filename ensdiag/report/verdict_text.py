@@ -11,6 +11,7 @@ Questions with the same answer share one clause, so nothing is said twice.
 
 import math
 
+from ..text import counted
 from .stats import ENSEMBLE_LIKE, MOST_SEEDS, SINGLE_LIKE
 
 QUESTIONS = (("nll", "NLL"), ("ece", "ECE"), ("auroc", "OOD AUROC"), ("shift_nll", "NLL under shift"),
@@ -30,12 +31,8 @@ def _join(items):
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _seeds(n: int) -> str:
-    return f"{n} seed{'s' if n != 1 else ''}"
-
-
 def _unsettled(n: int) -> str:
-    return f"not settled by {_seeds(n)}"
+    return f"not settled by {counted(n, 'seed')}"
 
 
 def _bounds(interval, percent: bool) -> str:
@@ -219,7 +216,7 @@ def sentence(label: str, entry: dict) -> str:
         clauses.append("Diversity not compared: the Deep Ensemble's own diversity is at rounding level.")
     elif diversity.get("value") is not None and diversity["value"] > 1:
         clauses.append(drivers(diversity["drivers"]))
-    return f"{label} ({_seeds(n)}): " + " ".join(clauses)
+    return f"{label} ({counted(n, 'seed')}): " + " ".join(clauses)
 
 
 def _outside(entry) -> str:
@@ -280,6 +277,6 @@ def how_to_read(entries: dict) -> str:
             f"at or above {ENSEMBLE_LIKE * 100:.0f} % like an ensemble, at or below {SINGLE_LIKE * 100:.0f} % like a "
             f"single model, wholly between them in between; otherwise not settled (too wide to say). Intervals: {how}. "
             f"Multiplicity: each answer stands at 95 % on its own, not corrected for the {answers} answers here "
-            f"({questions} questions × {len(entries)} method{'s' if len(entries) != 1 else ''}); an overall line says "
+            f"({questions} questions × {counted(len(entries), 'method')}); an overall line says "
             f"\"like an ensemble\" or \"like a single model\" only where its settled questions agree, and \"mixed\" "
             f"where they do not.")
