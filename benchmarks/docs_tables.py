@@ -1,4 +1,4 @@
-"""Every performance table in README.md and docs/performance.md (and the coverage table in
+"""Every performance table in README.md and docs/*.md (docs/performance.md's, the coverage table in
 docs/conventions.md), rendered from a committed record.
 
     python benchmarks/docs_tables.py            # rewrite every block from its record
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = ("README.md", "docs/performance.md", "docs/conventions.md")
+DOCUMENTS = ("README.md", *sorted(f"docs/{page.name}" for page in (ROOT / "docs").glob("*.md")))  # wherever a block moves
 BLOCK = re.compile(r"(<!-- table (\S+) (benchmarks/results/\S+\.json) -->\n)(.*?)(<!-- end table -->)", re.S)
 
 LABELS = {"single": "single", "mc-dropout": "MC Dropout ({k} passes)", "deep-ensemble": "Deep Ensemble (k = {k})",

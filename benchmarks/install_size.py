@@ -1,5 +1,5 @@
-"""How much disk a fresh install of ensdiag takes, and how much of it is CUDA: the README's
-install note comes from the record this writes.
+"""How much disk a fresh install of ensdiag takes, and how much of it is CUDA: the install
+note of docs/install.md comes from the record this writes.
 
     python3 -m venv /tmp/fresh && /tmp/fresh/bin/pip install -c constraints.txt -e .
     python benchmarks/install_size.py /tmp/fresh --out benchmarks/results/install-size.json

@@ -27,30 +27,14 @@ def assert_one_line_error(capsys, *args, match: str):
     return lines[0]
 
 
-def readme_commands(section: str, folder) -> list[list[str]]:
-    """The commands of the README section `section` (its heading's text), as bash runs its bash
-    blocks there: `ensdiag` and `python` are only recorded (bash still expands loops and checks
-    the syntax), so a test can run them in-process, in order (`run_recorded`)."""
-    import re
-    import subprocess
-    from pathlib import Path
-    text = (Path(__file__).parents[1] / "README.md").read_text().split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
-    record = ("set -e\nrecord() { printf '%s\\t' \"$@\" >> commands.tsv; printf '\\n' >> commands.tsv; }\n"
-              "ensdiag() { record ensdiag \"$@\"; }\npython() { record python \"$@\"; }\n")
-    subprocess.run(["bash", "-c", record + "\n".join(blocks)], cwd=folder, check=True, timeout=60)
-    commands = [line.rstrip("\t").split("\t") for line in (Path(folder) / "commands.tsv").read_text().splitlines()]
-    (Path(folder) / "commands.tsv").unlink()
-    return commands
-
-
 def run_recorded(capsys, command: list[str], root) -> str:
-    """Run one recorded README command in-process from the current folder; its stdout."""
+    """Run one command recorded from a document (`tests.documents.recorded_commands`) in-process from
+    the current folder; its stdout."""
     import runpy
     from pathlib import Path
     if command[0] == "python":
         if command[1] == "-c":
-            exec(compile(command[2], "<README>", "exec"), {"__name__": "__main__"})
+            exec(compile(command[2], "<python -c>", "exec"), {"__name__": "__main__"})
         else:
             runpy.run_path(str(Path(root) / command[1]), run_name="__main__")
         return ""
@@ -59,4 +43,4 @@ def run_recorded(capsys, command: list[str], root) -> str:
     return out
 
 
-__all__ = ["assert_one_line_error", "pytest", "readme_commands", "run_cli", "run_recorded"]
+__all__ = ["assert_one_line_error", "pytest", "run_cli", "run_recorded"]

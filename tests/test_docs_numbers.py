@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from .documents import block_after
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -83,18 +85,18 @@ def test_the_performance_docs_cite_no_record_of_another_version():
             assert record["environment"]["ensdiag"] == ensdiag.__version__, f"{document} cites {name} of another version"
 
 
-def test_the_install_size_in_the_readme_is_the_committed_measurement():
+def test_the_install_size_in_the_docs_is_the_committed_measurement():
     record = json.loads((ROOT / "benchmarks" / "results" / "install-size.json").read_text())["gib"]
     expected = (f"A fresh environment takes {record['environment']:.1f} GiB, {record['nvidia']:.1f} GiB of it NVIDIA's "
-                f"CUDA libraries and\n{record['triton']:.1f} GiB Triton")
-    assert expected in (ROOT / "README.md").read_text(), expected
+                f"CUDA libraries and {record['triton']:.1f} GiB Triton")
+    assert expected in " ".join((ROOT / "docs" / "install.md").read_text().split()), expected
 
 
 def test_the_readme_verdict_lines_are_the_example_summary():
     """The README shows the main job's last screen as the example's summary.txt holds it; its lines
     per method (wrapped at 80 columns) are the same run's report's verdict lines."""
     summary = (ROOT / "examples" / "digits-report" / "summary.txt").read_text().splitlines()
-    block = (ROOT / "README.md").read_text().split("verdict lines", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    block = block_after("README.md", "verdict lines")
     assert summary and block.strip("\n").splitlines() == summary
     unwrapped = []
     for line in summary:

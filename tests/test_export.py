@@ -16,7 +16,8 @@ from torch import nn
 import ensdiag
 from ensdiag.export import REPORT_FIELDS, example_rows, flat_metrics, report_rows, to_csv
 from ensdiag.report import make_report
-from tests.cli import run_cli
+from tests.cli import run_cli, run_recorded
+from tests.documents import recorded_commands
 from tests.test_report import ACCURACY, SEEDS, run_dir  # noqa: F401  (the fixture)
 
 
@@ -108,15 +109,23 @@ def test_the_report_as_long_rows_keeps_every_seed_and_interval(run_dir):  # noqa
     assert len(single) == 3 and all(row["value"] == "" for row in single)  # N/A: one row per seed all the same
 
 
-def test_the_report_csv_reads_into_pandas(run_dir, capsys):  # noqa: F811
+def test_the_report_csv_reads_into_pandas(run_dir, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """docs/loggers-and-exports.md's commands as written, on the run as `runs/demo`."""
     pandas = pytest.importorskip("pandas")
-    code, out, err = run_cli(capsys, "report", run_dir, "--format", "csv", "--no-figures")
-    assert code == 0, err
-    frame = pandas.read_csv(io.StringIO(out))
+    (tmp_path / "runs").mkdir()
+    demo = run_dir.rename(tmp_path / "runs" / "demo")
+    monkeypatch.chdir(tmp_path)
+    commands = recorded_commands("docs/loggers-and-exports.md", "Tables", tmp_path)
+    assert [command[:2] for command in commands] == [["ensdiag", "report"], ["python", "-c"]]
+    for command in commands:
+        run_recorded(capsys, command, tmp_path)
+    pivot = capsys.readouterr().out
+    frame = pandas.read_csv(tmp_path / "demo.csv")
     assert list(frame.columns) == list(REPORT_FIELDS)
     means = frame[frame.table == "id"].groupby(["method", "column"])["value"].mean()
     assert means[("deep-ensemble", "Acc")] == pytest.approx(np.mean(ACCURACY["deep-ensemble"]))
-    assert ensdiag.report.report_frame(run_dir).shape == frame.shape
+    assert "deep-ensemble" in pivot and "single" in pivot  # the pivot by method, printed
+    assert ensdiag.report.report_frame(demo).shape == frame.shape
 
 
 def test_a_diagnosis_as_data_frames_and_parquet(tmp_path):

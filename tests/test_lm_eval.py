@@ -18,7 +18,8 @@ from scipy.special import softmax
 from scipy.stats import entropy
 from sklearn.metrics import roc_auc_score
 
-from .cli import assert_one_line_error, readme_commands, run_cli, run_recorded
+from .cli import assert_one_line_error, run_cli, run_recorded
+from .documents import blocks, recorded_commands, section
 
 ROOT = Path(__file__).parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "lm_eval"
@@ -454,21 +455,20 @@ def test_a_method_that_the_paths_do_not_name_must_be_given(tmp_path, capsys):
     assert code == 0 and "saved to" in err
 
 
-# ---------------------------------------------------------------- the README's section
+# ---------------------------------------------------------------- the documented commands (docs/llm.md)
 
 
 @pytest.mark.llm  # with the extra, its `evaluate` runs lm-eval
-def test_the_readme_llm_commands_run(tmp_path, capsys, monkeypatch):
+def test_the_documented_lm_eval_commands_run(tmp_path, capsys, monkeypatch):
     import importlib.util
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tests").mkdir()  # the commands name the repository's fixtures, relative to its root
     (tmp_path / "tests" / "fixtures").symlink_to(ROOT / "tests" / "fixtures")
-    commands = readme_commands("LLM ensembles", tmp_path)
+    commands = recorded_commands("docs/llm.md", "Scores from lm-evaluation-harness", tmp_path)
     assert [command[1] for command in commands] == ["analyze", "diversity", "report", "analyze", "analyze", "report",
                                                     "analyze", "analyze", "evaluate"]
     assert sum("adapter-" in part for part in commands[1]) == 3  # the glob
-    section = (ROOT / "README.md").read_text().split("## LLM ensembles\n", 1)[1].split("\n## ", 1)[0]
-    shown = [block.strip().splitlines() for block in re.findall(r"```text\n(.*?)```", section, flags=re.S)]
+    shown = [block.strip().splitlines() for block in blocks(section("docs/llm.md", "Scores from lm-evaluation-harness"), "text")]
     outputs = [run_recorded(capsys, command, ROOT) for command in commands[:-1]]
     assert all(line in outputs[2] for line in shown[0]) and all(line in outputs[5] for line in shown[1])
     group_row, generated_row = shown[2]  # the group's row and the generated answers' row
@@ -492,8 +492,8 @@ def test_the_documented_limits_are_the_readers():
     assert f"a results file of at most {lm_eval_files.MAX_RESULTS_BYTES // 2**20} MiB" in text
     assert lm_eval_lines.MAX_SCORE == 1e20 and "|s| ≤ 10²⁰" in text
     assert PAD_LOGIT == -1e30 and "`PAD_LOGIT` = −10³⁰" in text
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert f"a line over {lm_eval_lines.MAX_LINE_BYTES // 2**20} MiB" in readme
+    page = " ".join((ROOT / "docs" / "llm.md").read_text().split())
+    assert f"a line over {lm_eval_lines.MAX_LINE_BYTES // 2**20} MiB" in page
 
 
 def test_members_whose_group_has_other_subtasks_are_refused_naming_the_subtask(tmp_path, capsys):

@@ -72,7 +72,7 @@ def test_tensorboard_gets_every_measured_number_the_heatmaps_and_the_summary(dia
 
 @pytest.fixture
 def mlflow_store(tmp_path, monkeypatch):
-    """The README's local store: a SQLite database (artifacts in ./mlruns beside the working folder).
+    """docs/loggers-and-exports.md's local store: a SQLite database (artifacts in ./mlruns beside the working folder).
     The file store stays refused, as on a fresh machine: MLFLOW_ALLOW_FILE_STORE is not set."""
     mlflow = pytest.importorskip("mlflow")
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)

@@ -15,7 +15,8 @@ from safetensors.torch import load_file, save_file
 from ensdiag.lora.analysis import diagnose_adapters, layer_depth, module_type
 from ensdiag.lora.config import read_adapter_folders
 
-from .cli import assert_one_line_error, readme_commands, run_cli, run_recorded
+from .cli import assert_one_line_error, run_cli, run_recorded
+from .documents import recorded_commands
 from .lora_reference import ADAPTERS, BASE, FIXTURES, copied, reference
 
 ROOT = FIXTURES.parents[2]
@@ -259,11 +260,11 @@ def test_a_lora_save_writes_only_its_own_part_and_reads_back_in_the_old_layout_t
     assert tables[0] == tables[1] and tables[0][0]["id"] == "lora"
 
 
-def test_the_readme_lora_commands_run(tmp_path, capsys, monkeypatch):
+def test_the_documented_lora_commands_run(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tests").mkdir()  # the commands name the repository's fixtures, relative to its root
     (tmp_path / "tests" / "fixtures").symlink_to(ROOT / "tests" / "fixtures")
-    commands = readme_commands("LoRA ensembles", tmp_path)
+    commands = recorded_commands("docs/llm.md", "LoRA ensembles", tmp_path)
     assert [command[:2] for command in commands] == [["ensdiag", "diversity"]] * 2 + [["ensdiag", "report"]]
     assert commands[1].count("--save") == 1 and sum("adapter-" in part for part in commands[1]) == 3  # the glob
     outputs = [run_recorded(capsys, command, ROOT) for command in commands]

@@ -22,7 +22,8 @@ from sklearn.metrics import accuracy_score, average_precision_score, brier_score
 from ensdiag.cli import main
 from ensdiag.predictions import save_predictions
 
-from .cli import assert_one_line_error, readme_commands, run_cli, run_recorded
+from .cli import assert_one_line_error, run_cli, run_recorded
+from .documents import blocks, recorded_commands, section
 
 ROOT = Path(__file__).parents[1]
 
@@ -381,22 +382,21 @@ def test_analyze_with_method_and_seed_feeds_the_full_report(with_ood, tmp_path, 
     assert "Verdict" in (tmp_path / "runs" / "report.md").read_text()
 
 
-# ---------------------------------------------------------------- the README's example
+# ---------------------------------------------------------------- the documented example (docs/llm.md)
 
 
-def test_the_readme_example_runs_as_written(tmp_path, capsys, monkeypatch):
-    section = (ROOT / "README.md").read_text().split("## Multiple-choice predictions (LLMs)", 1)[1].split("\n## ", 1)[0]
+def test_the_documented_example_runs_as_written(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "80")
-    commands = readme_commands("Multiple-choice predictions (LLMs)", tmp_path)
+    commands = recorded_commands("docs/llm.md", "Multiple-choice predictions", tmp_path)
     assert [command[:2] for command in commands[:3]] == [["ensdiag", "analyze"], ["python", "examples/multiple_choice_scores.py"],
                                                          ["ensdiag", "analyze"]]
     assert len(commands) == 2 + 9 + 1 and commands[-1][:2] == ["ensdiag", "report"]
     printed = ""
     for command in commands:
         printed += run_recorded(capsys, command, ROOT)
-    for block in re.findall(r"```text\n(.*?)```", section, flags=re.S):  # the output the README shows
+    for block in blocks(section("docs/llm.md", "Multiple-choice predictions"), "text"):  # the output the page shows
         for line in block.strip().splitlines():
             assert line in printed, line
-    assert "like a single model — 0.08× [" in printed  # the diversity term the README quotes after the verdict
+    assert "like a single model — 0.08× [" in printed  # the diversity term the page quotes after the verdict
     assert (tmp_path / "runs" / "mc" / "figures" / "reliability.png").is_file()

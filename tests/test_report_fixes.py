@@ -92,7 +92,7 @@ def test_default_cka_layers_skip_parameter_free_modules():
 
 
 class PermutableMLP(nn.Module):
-    """The README's example of a permutation rule declared on one's own module."""
+    """docs/own-models.md's example of a permutation rule declared on one's own module."""
 
     def __init__(self):
         super().__init__()

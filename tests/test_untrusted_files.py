@@ -242,10 +242,10 @@ def test_the_limits_the_docs_state_are_the_codes():
     from ensdiag.lora.config import MAX_ADAPTERS, PATTERN_SECONDS
     from ensdiag.numbers import NORMALIZE_RANGE
     root = Path(__file__).resolve().parents[1]
-    conventions, readme = (root / "docs" / "conventions.md").read_text(), (root / "README.md").read_text()
+    conventions, llm = (root / "docs" / "conventions.md").read_text(), (root / "docs" / "llm.md").read_text()
     superscript = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
     low, high = (f"10{str(int(math.log10(value))).translate(superscript)}" for value in NORMALIZE_RANGE)
     for sentence in (f"more than {MAX_ADAPTERS} adapters", f"a {PATTERN_SECONDS:g} s time limit",
                      f"budget ÷ {DECODE_BYTES_PER_PIXEL} pixels", f"stds lie in [{low}, {high}]"):
         assert " ".join(sentence.split()) in " ".join(conventions.split()), sentence
-    assert f"at most {MAX_ADAPTERS} adapters" in readme
+    assert f"at most {MAX_ADAPTERS} adapters" in " ".join(llm.split())

@@ -44,7 +44,7 @@ def analyze(
 ):
     """Every metric from member predictions made anywhere.
 
-    File layouts are in the README ("Bring your own ensemble", "Multiple-choice predictions", "LLM ensembles").
+    File layouts: docs/own-models.md ("Bring your own ensemble") and docs/llm.md (LLM ensembles).
     PREDICTIONS may be k lm-evaluation-harness runs (--log_samples), one member each: sample files or output folders;
     with --out DIR and no --method, the run's name comes from the members' model paths."""
     check_format(fmt)

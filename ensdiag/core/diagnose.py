@@ -1,4 +1,4 @@
-"""`ensdiag.diagnose()`: every analyzer on any ensemble and any data, from Python (README: "From Python").
+"""`ensdiag.diagnose()`: every analyzer on any ensemble and any data, from Python (docs/own-models.md).
 
     diagnosis = ensdiag.diagnose([net_a, net_b], test=(x, y), ood=x_ood)
 
@@ -20,7 +20,7 @@ def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, tra
              geometry: bool = True,
              geometry_examples: int = GEOMETRY_EXAMPLES, device=None, seed: int = 0, progress: bool | None = None,
              path_points: int | str = 11, budget=None, precision=None, detail: bool = False) -> Diagnosis:
-    """Every analyzer on any ensemble and any data, from Python (README: "From Python").
+    """Every analyzer on any ensemble and any data, from Python (docs/own-models.md, "From Python").
 
     `members`: an `EnsembleModel` (ensdiag's, loaded or imported), a list of `nn.Module`s (each maps
     a batch [B, …] to logits [B, C]), one `nn.Module` returning [k, B, C] (or [k·B, C] with

@@ -20,7 +20,7 @@ from .base import Ensemble, adapter, seeded
 
 LAYOUTS = ("channels-first", "channels-last", "tokens")
 DECLARE = ("declare each member's effective weights (diagnose(member_weights=…), or a member_weights() method "
-           "on your module; README: 'Your own BatchEnsemble')")
+           "on your module; docs/own-models.md: 'Your own BatchEnsemble')")
 
 
 class Member(nn.Module):
