@@ -359,19 +359,31 @@ def coverage(record: dict) -> list[str]:
     return lines
 
 
+def _holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (each test's own, for its place in the family)."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted, running = [0.0] * len(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
 def member_protocol(record: dict) -> list[str]:
     """`benchmarks/member_protocol.py`: the Deep Ensemble's members against the single runs, per grid."""
-    lines = ["Test-set NLL and accuracy of the `single` runs and of every Deep-Ensemble member (digits preset; mean, "
+    rows = [(name, label, grid[key]) for name, grid in record["grids"].items()
+            for key, label in (("nll", "NLL"), ("accuracy", "accuracy"))]
+    holm = iter(_holm([found[test]["p"] for _, _, found in rows for test in ("welch", "paired")]))
+    lines = ["Test-set NLL and accuracy of the `single` runs and of every Deep-Ensemble member (digits preset; mean ± "
              "standard deviation, count), with Welch's t-test of the two groups and the paired t-test over seeds of "
-             "each single run against its seed's mean member:", "",
+             f"each single run against its seed's mean member; in brackets, Holm's adjustment over all {2 * len(rows)} "
+             "tests of the table:", "",
              "| grid | quantity | single runs | Deep-Ensemble members | Welch p | paired p |", "|---|---|---|---|---|---|"]
-    for name, grid in record["grids"].items():
-        for key, label in (("nll", "NLL"), ("accuracy", "accuracy")):
-            found = grid[key]
-            single, members = found["single"], found["members"]
-            lines.append(f"| {name} | {label} | {single['mean']:.4f} ± {single['sd']:.4f} (n = {single['n']}) | "
-                         f"{members['mean']:.4f} ± {members['sd']:.4f} (n = {members['n']}) | "
-                         f"{found['welch']['p']:.2f} | {found['paired']['p']:.2f} |")
+    for name, label, found in rows:
+        single, members = found["single"], found["members"]
+        tests = [f"{found[test]['p']:.2f} [{next(holm):.2f}]" for test in ("welch", "paired")]
+        lines.append(f"| {name} | {label} | {single['mean']:.4f} ± {single['sd']:.4f} (n = {single['n']}) | "
+                     f"{members['mean']:.4f} ± {members['sd']:.4f} (n = {members['n']}) | {tests[0]} | {tests[1]} |")
     return lines
 
 
