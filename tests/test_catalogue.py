@@ -20,7 +20,7 @@ def predictions():
 
 
 def test_the_catalogue_is_the_issues_list_and_fills_no_headline_table():
-    assert DETAIL == ["conformal", "debiased-ece", "member-pairs", "selective", "temperature"]
+    assert DETAIL == ["cka", "conformal", "debiased-ece", "member-pairs", "paths", "selective", "temperature"]
     for name in DETAIL:
         assert not {table for column in all_analyzers()[name].columns for table in column.tables} & set(HEADLINE_TABLES)
     with pytest.raises(ValueError, match="headline table"):
@@ -61,3 +61,20 @@ def test_a_grid_begun_before_the_catalogue_was_optional_keeps_computing_it(tmp_p
     prepare_run_dir(out, config, ["ensdiag", "train"])
     kept = stored_config(out, preset_config("digits", seeds=[1, 2, 3, 4]))  # a rerun adding a seed, no --detail
     assert kept.catalogue and not kept.detail and 4 in kept.seeds
+
+
+def test_a_grids_run_leaves_member_geometrys_paths_and_cka_out_unless_asked(tmp_path):
+    """The geometry table (barriers, CKA) is no headline table: a training grid's run measures it with
+    `train --detail` only, and says why it is missing otherwise; the aligned cosine (headline) is always there."""
+    import json
+
+    from ensdiag.config import preset_config
+    from ensdiag.experiment import run_experiment
+    for detail in (False, True):
+        config = preset_config("digits", methods=["deep-ensemble"], seeds=[1], epochs=2, members=2, detail=detail)
+        run_experiment(config, tmp_path / str(detail), "data", quiet=True)
+        found = json.loads((tmp_path / str(detail) / "deep-ensemble" / "seed-1" / "metrics.json").read_text())["analyzers"]
+        assert found["alignment"]["status"] == "ok"
+        for name in ("paths", "cka"):
+            assert found[name]["status"] == ("ok" if detail else "skipped"), (name, detail)
+            assert detail or "ensdiag train --detail" in found[name]["reason"]

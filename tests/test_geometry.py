@@ -120,7 +120,9 @@ def tracked_runs(tmp_path_factory):
     from ensdiag.experiment import run_experiment
     root = tmp_path_factory.mktemp("tracked")
     common = dict(methods=["mc-dropout", "deep-ensemble", "batch-ensemble"], seeds=[3], epochs=2, members=2)
-    run_experiment(preset_config("digits", track_diversity=True, **common), root / "tracked", "data", quiet=True)
+    # with the detail catalogue: member geometry's paths and CKA (a grid leaves them out without it)
+    run_experiment(preset_config("digits", track_diversity=True, detail=True, **common), root / "tracked", "data",
+                   quiet=True)
     run_experiment(preset_config("digits", geometry=False, **common), root / "plain", "data", quiet=True)
     return root
 
@@ -267,13 +269,15 @@ def test_train_diversity_and_diagnose_report_the_same_barrier_for_the_same_weigh
     from ensdiag.data.sets.digits import Digits
     folder = tracked_runs / "tracked" / "deep-ensemble" / "seed-3"
     trained = json.loads((folder / "metrics.json").read_text())["analyzers"]
-    code, out, err = run_cli(capsys, "diversity", folder / "model.safetensors", "--format", "json", "--seed", "0")
+    code, out, err = run_cli(capsys, "diversity", folder / "model.safetensors", "--format", "json", "--seed", "0",
+                             "--detail")  # the grid was trained with --detail: the same, longer restart search
     assert code == 0, err
     measured = json.loads(out)["analyzers"]
     train, test = Digits().load(split="train"), Digits().load(split="test")
     kept, held = holdout(len(train), 0.1, 3)
     diagnosed = ensdiag.diagnose(load_model(folder / "model.safetensors"), test=(test.images, test.labels),
-                                 train=(train.images[kept], train.labels[kept]), progress=False).metrics["analyzers"]
+                                 train=(train.images[kept], train.labels[kept]), progress=False,
+                                 detail=True).metrics["analyzers"]
     for key in ("loss_barrier", "train_loss_barrier", "accuracy_barrier", "loss_barrier_max"):
         values = [found["paths"][key]["value"] for found in (trained, measured, diagnosed)]
         assert values[0] is not None and values == pytest.approx([values[0]] * 3, abs=1e-9), key

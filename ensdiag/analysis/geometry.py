@@ -123,7 +123,8 @@ def _off_diagonal_mean(matrix) -> float:
     return M.mean_off_diagonal(torch.as_tensor(matrix, dtype=torch.float64))
 
 
-@register_analyzer("cka", needs="model", description="linear and debiased CKA between members' representations, per layer",
+@register_analyzer("cka", needs="model", detail=True,
+                   description="linear and debiased CKA between members' representations, per layer",
                    version=2,  # 2: the example-level interval of each split's mean
                    columns=[Column(f"CKA ({split})", ("splits", split, "mean", "value"), None,
                                    f"linear CKA between members on {split}, mean off-diagonal, averaged over layers",
@@ -211,7 +212,7 @@ LEAST = ("per pair the least over weight matching's restarts, restarted until th
          "mean over pairs")
 
 
-@register_analyzer("paths", needs="model", version=4,  # 2: least over restarts; 3: intervals; 4: restarts by a stop rule
+@register_analyzer("paths", needs="model", detail=True, version=4,  # 2: least over restarts; 3: intervals; 4: restarts by a stop rule
                    description="loss and accuracy on the straight line between members' weights",
                    columns=[Column("test-loss barrier", ("loss_barrier", "value"), "down",
                                    f"largest rise of the test loss above the line between two members ({LEAST}); 0 can "

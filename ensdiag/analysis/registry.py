@@ -30,7 +30,8 @@ from .examples import Examples
 
 ENTRY_POINT_GROUP = "ensdiag.analyzers"
 CATALOGUE_LEFT_OUT = ("the detail catalogue, left out of a training grid's runs unless `ensdiag train --detail` "
-                      "(`ensdiag evaluate MODEL` computes it for one model)")
+                      "(`ensdiag evaluate MODEL` or, for member geometry, `ensdiag diversity MODEL` computes it for one "
+                      "model)")
 ANALYZERS: dict[str, "Analyzer"] = {}
 
 

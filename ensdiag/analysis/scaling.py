@@ -59,26 +59,29 @@ def terms(z: torch.Tensor, labels: torch.Tensor, beta: torch.Tensor, loss: str) 
 
 
 def minimise(derivatives, rows: int) -> torch.Tensor:
-    """The β [rows] in [LOW, HIGH] minimising each row's loss, from `derivatives(β [rows, r]) -> (mean
-    slope, mean curvature) [rows, r]` of a loss with one minimum: at an end where the slope does not
+    """The β [rows] in [LOW, HIGH] minimising each row's loss, from `derivatives(β [n, r], which rows [n]) ->
+    (mean slope, mean curvature) [n, r]` of a loss with one minimum (each step asks only for the rows still
+    searching): at an end where the slope does not
     change sign there, else the slope's root by Newton steps kept inside a shrinking bracket (a
     bisection where a step would leave it). To 10⁻¹² of β."""
-    slope, _ = derivatives(torch.tensor([[LOW, HIGH]], dtype=torch.float64).expand(rows, 2))
+    every = torch.arange(rows)
+    slope, _ = derivatives(torch.tensor([[LOW, HIGH]], dtype=torch.float64).expand(rows, 2), every)
     low_slope, high_slope = slope.unbind(1)
     low, high = torch.full((rows,), LOW, dtype=torch.float64), torch.full((rows,), HIGH, dtype=torch.float64)
     beta = torch.where(low_slope >= 0, low, torch.where(high_slope <= 0, high, torch.ones(rows, dtype=torch.float64)))
-    inside = (low_slope < 0) & (high_slope > 0)  # a minimum strictly between the ends
+    active = every[(low_slope < 0) & (high_slope > 0)]  # a minimum strictly between the ends, not yet found
     for _ in range(MAX_STEPS):
-        if not inside.any():
+        if not len(active):
             break
-        slope, curve = (part[:, 0] for part in derivatives(beta[:, None]))
-        low, high = torch.where(inside & (slope < 0), beta, low), torch.where(inside & (slope > 0), beta, high)
-        step = beta - slope / curve.clamp(min=1e-300)
-        bisect = (low + high) / 2
-        new = torch.where((curve > 0) & (step >= low) & (step <= high), step, bisect)
-        done = (new - beta).abs() <= 1e-12 * beta.abs().clamp(min=1)
-        beta = torch.where(inside, new, beta)
-        inside = inside & ~done
+        at = beta[active]
+        slope, curve = (part[:, 0] for part in derivatives(at[:, None], active))  # the rows still searching only
+        low[active] = torch.where(slope < 0, at, low[active])
+        high[active] = torch.where(slope > 0, at, high[active])
+        step = at - slope / curve.clamp(min=1e-300)
+        new = torch.where((curve > 0) & (step >= low[active]) & (step <= high[active]), step,
+                          (low[active] + high[active]) / 2)  # else the bracket's midpoint
+        beta[active] = new
+        active = active[(new - at).abs() > 1e-12 * at.abs().clamp(min=1)]
     return beta
 
 
@@ -97,12 +100,20 @@ def fit_betas(z: torch.Tensor, labels: torch.Tensor, loss: str = "nll", inside: 
     z = z.double()
     rows, m = labels.shape
     inside = torch.ones(rows, m, dtype=torch.float64) if inside is None else inside.double()
+    share = (inside / inside.sum(-1, keepdim=True))[:, None]  # [rows, 1, m]: each counted example's part of the mean
+    finite = torch.where(z.isfinite(), z, 0.0)  # a class of probability 0 (z = −∞) weighs 0 in every moment
+    moments = (finite[:, None], (finite * finite)[:, None], finite.gather(-1, labels[..., None]).squeeze(-1)[:, None])
 
-    def derivatives(beta):  # β [rows, r] -> each row's mean slope and curvature at each
+    def derivatives(beta, which):  # β [n, r] of rows `which` -> each one's mean slope and curvature at each
+        weight = share[which]
+        if loss == "nll":  # d/dβ = E_q[z] − z_y, d²/dβ² = Var_q[z]: two moments of q = softmax(β·z), nothing more
+            q = torch.softmax(beta[..., None, None] * z[which, None], dim=-1)
+            first, second = (q * moments[0][which]).sum(-1), (q * moments[1][which]).sum(-1)
+            return ((first - moments[2][which]) * weight).sum(-1), ((second - first * first).clamp(min=0) * weight).sum(-1)
         shape = (*beta.shape, m)
-        _, slope, curve = terms(z[:, None].expand(*shape, -1), labels[:, None].expand(shape), beta[..., None].expand(shape),
-                                loss)
-        return tuple((part * inside[:, None]).sum(-1) / inside.sum(-1)[:, None] for part in (slope, curve))
+        _, slope, curve = terms(z[which, None].expand(*shape, -1), labels[which, None].expand(shape),
+                                beta[..., None].expand(shape), loss)
+        return (slope * weight).sum(-1), (curve * weight).sum(-1)
     return torch.where(informative(z, labels, inside), minimise(derivatives, rows), torch.ones(rows, dtype=torch.float64))
 
 

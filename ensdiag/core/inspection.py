@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .. import distributed
 from ..analysis import all_analyzers, analyze_model
-from ..analysis.registry import Skip, without_ood_labels
+from ..analysis.registry import CATALOGUE_LEFT_OUT, Skip, without_ood_labels
 from ..checks import check_predictions
 from ..data.registry import Split
 from ..ensembles import as_ensemble, forked_rng
@@ -126,13 +126,16 @@ def _geometry(ensemble, splits, kept, predictions, train, preprocess, measure, c
     names = _names(measure.only, "model")
     if interrupted:
         return {name: _skipped(name, INTERRUPTED) for name in names}, None
+    left_out = {name: _skipped(name, CATALOGUE_LEFT_OUT) for name in names
+                if not measure.catalogue and all_analyzers()[name].detail}
+    names = [name for name in names if name not in left_out]
     probe_splits = {name: kept.get(name, splits.get(name)) for name in GEOMETRY_SPLITS if name in predictions}
     train_split = train  # already a Split (or None): `_training_split`
     probe = ModelProbe(ensemble, probe_splits, preprocess, train_split.images if train_split else None,
                        measure.geometry_examples, train_labels=train_split.labels if train_split else None,
                        path_points=measure.path_points, train_source=train_split.source if train_split else None,
                        detail=measure.detail)
-    results = {}
+    results = dict(left_out)
     try:
         plan.run_geometry(probe, names, lambda name: analyze_model(probe, only=[name], without_data=context.no_data),
                           status, results)
