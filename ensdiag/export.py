@@ -227,32 +227,23 @@ def example_rows(predictions: dict, probabilities: bool = False) -> list[dict]:
     mean_i H(p_i), JSD (their difference, the mutual information), the fraction of members
     whose own argmax is the ensemble's prediction, and the fraction of member pairs that
     disagree on it; with `probabilities`, p̄ per class (`p_0`, `p_1`, ...)."""
-    import torch
-
-    from .analysis import metrics as M
+    from .analysis.examples import Examples
     rows = []
     for split, found in predictions.items():
-        logits, labels = found["logits"], found.get("labels")
-        k, n, classes = logits.shape
+        labels = found.get("labels")
+        examples = Examples(found["logits"], None if labels is None else labels.long())
+        n = examples.size
         if n == 0:
             continue
-        log_p = M.mean_log_probs(logits)
-        confidence, predicted = log_p.exp().max(1)
-        entropy, expected = M.predictive_entropy(logits), M.expected_entropy(logits)
-        jsd = M.jsd(logits)
-        votes = logits.argmax(-1)  # [k, N]
-        agreement = (votes == predicted).double().mean(0)
-        counts = torch.zeros(n, classes, dtype=torch.float64).scatter_add_(1, votes.T, torch.ones(n, k, dtype=torch.float64))
-        pairs = k * (k - 1) / 2
-        differing = (k * k - (counts ** 2).sum(1)) / 2  # pairs of members whose votes differ
-        disagreement = differing / pairs if pairs else torch.full((n,), math.nan, dtype=torch.float64)
-        nll = -log_p.gather(1, labels.long()[:, None]).squeeze(1) if labels is not None else None
-        probs = log_p.exp() if probabilities else None
-        columns = {"label": labels.tolist() if labels is not None else [None] * n, "prediction": predicted.tolist(),
-                   "correct": (predicted == labels).tolist() if labels is not None else [None] * n,
-                   "confidence": confidence.tolist(), "nll": nll.tolist() if nll is not None else [None] * n,
-                   "entropy": entropy.tolist(), "expected_entropy": expected.tolist(), "jsd": jsd.tolist(),
-                   "member_agreement": agreement.tolist(), "disagreement": disagreement.tolist()}
+        unlabelled = [None] * n
+        columns = {"label": unlabelled if labels is None else labels.tolist(), "prediction": examples.predicted.tolist(),
+                   "correct": unlabelled if labels is None else (examples.predicted == labels).tolist(),
+                   "confidence": examples.confidence.tolist(), "nll": unlabelled if labels is None else examples.nll.tolist(),
+                   "entropy": examples.entropy.tolist(), "expected_entropy": examples.expected_entropy.tolist(),
+                   "jsd": examples.jsd.tolist(),
+                   "member_agreement": (examples.member_predicted == examples.predicted).double().mean(0).tolist(),
+                   "disagreement": examples.pair_disagreement.tolist()}
+        probs = examples.mean if probabilities else None
         for index in range(n):
             row = {"split": split, "index": index, **{key: values[index] for key, values in columns.items()}}
             if probs is not None:

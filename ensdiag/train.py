@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from . import distributed
-from .analysis.metrics import mean_log_probs
+from .analysis.examples import Examples
 from .data.batching import Normalize, TrainingImages, batch_indices, epoch_permutations
 from .errors import EnsdiagError
 from .io import atomic_write_bytes, regular_file
@@ -148,7 +148,7 @@ def evaluate(model, images, labels, normalize, batch_size=1000, autocast=False, 
         y = labels[start:start + batch_size]
         with exact_math(), torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model(x).float()
-        log_mean = mean_log_probs(logits)
+        log_mean = Examples(logits, None).log_mean
         correct += (log_mean.argmax(-1) == y).sum().item()
         nll -= log_mean.gather(1, y[:, None]).sum().item()
         if keep_logits:

@@ -139,7 +139,7 @@ def calibration_case(margin, correct_of_four=3, members=2):
 def test_temperature_is_the_known_optimum_of_a_constructed_case():
     logits, labels = calibration_case(2.0)
     optimum = 2.0 / math.log(3)  # σ(2/T) = 3/4
-    assert fit_temperature(M.mean_log_probs(logits), labels) == pytest.approx(optimum, rel=1e-6)
+    assert fit_temperature(Examples(logits, None).log_mean, labels) == pytest.approx(optimum, rel=1e-6)
     result = analyze_predictions({"val": {"logits": logits, "labels": labels}, "id": {"logits": logits, "labels": labels}},
                                  only=["temperature"])["analyzers"]["temperature"]
     assert result["temperature_pooled"]["value"] == pytest.approx(optimum, rel=1e-6)

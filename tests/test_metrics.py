@@ -139,17 +139,17 @@ def test_entropies_against_scipy():
     logits, _ = random_logits(k=4, n=50)
     p = F.softmax(logits.double(), -1)
     expected_h = entropy(p.mean(0).numpy(), axis=1)
-    torch.testing.assert_close(M.predictive_entropy(logits), torch.tensor(expected_h))
-    torch.testing.assert_close(M.expected_entropy(logits), torch.tensor(entropy(p.numpy(), axis=2).mean(0)))
+    torch.testing.assert_close(Examples(logits, None).entropy, torch.tensor(expected_h))
+    torch.testing.assert_close(Examples(logits, None).expected_entropy, torch.tensor(entropy(p.numpy(), axis=2).mean(0)))
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 5), st.integers(1, 20), st.integers(2, 6), st.integers(0, 10_000), st.floats(0.01, 30))
 def test_jsd_is_nonnegative_and_zero_for_identical_members(k, n, c, seed, scale):
     logits = torch.randn(k, n, c, generator=torch.Generator().manual_seed(seed)) * scale
-    assert (M.jsd(logits) >= 0).all()
+    assert (Examples(logits, None).jsd >= 0).all()
     same = logits[:1].expand(k, n, c)
-    assert torch.equal(M.jsd(same), torch.zeros(n, dtype=torch.float64))  # exactly 0, not rounding noise
+    assert torch.equal(Examples(same, None).jsd, torch.zeros(n, dtype=torch.float64))  # exactly 0, not rounding noise
 
 
 def test_jsd_ties_between_identical_member_samples_stay_ties_for_ood_ranking():
@@ -158,7 +158,7 @@ def test_jsd_ties_between_identical_member_samples_stay_ties_for_ood_ranking():
     base = torch.randn(1, 40, 10, generator=g) * 4
     logits = base.expand(4, 40, 10).clone()
     logits[:, 30:] += torch.randn(4, 10, 10, generator=g)  # the last 10 samples: members differ
-    score = M.jsd(logits)
+    score = Examples(logits, None).jsd
     assert (score[:30] == 0).all() and (score[30:] > 0).all()
     score_id, score_ood = score[:20], score[20:]  # 20 tied ID vs 10 tied + 10 positive OOD
     expected = roc_auc_score(np.r_[np.zeros(20), np.ones(20)], np.r_[np.zeros(20), np.zeros(10), np.ones(10)])
@@ -301,7 +301,7 @@ def test_ece_variants_match_dense_loops(seed):
     generator = torch.Generator().manual_seed(seed)
     logits = torch.randn(3, 50, 4, generator=generator, dtype=torch.float64) * 3
     labels = torch.randint(0, 4, (50,), generator=generator)
-    p = M.mean_probs(logits)
+    p = Examples(logits, None).mean
     confidence, predicted = p.max(1)
     correct = (predicted == labels).double()
     n, bins = 50, 15
@@ -323,7 +323,7 @@ def test_ece_variants_match_dense_loops(seed):
             if members:
                 classwise += len(members) / n * abs(sum(float(labels[i] == c) for i in members) / len(members)
                                                     - sum(float(p[i, c]) for i in members) / len(members)) / 4
-    assert float(W.classwise_ece(M.mean_probs(logits), labels, bins=bins)) == pytest.approx(classwise, abs=1e-12)
+    assert float(W.classwise_ece(Examples(logits, None).mean, labels, bins=bins)) == pytest.approx(classwise, abs=1e-12)
     which = _dense_bins(confidence.tolist(), edges)
     signed = sum(sum(float(confidence[i] - correct[i]) for i in range(n) if which[i] == b) / n for b in range(bins))
     assert float(binned(logits, labels, bins).signed()) == pytest.approx(signed, abs=1e-12)
@@ -336,7 +336,7 @@ def test_torch_uncertainty_adaptive_bins_are_numpy_array_split(n):
     generator = torch.Generator().manual_seed(n)
     logits = torch.randn(2, n, 5, generator=generator, dtype=torch.float64) * 2
     labels = torch.randint(0, 5, (n,), generator=generator)
-    confidence, predicted = M.mean_probs(logits).max(1)
+    confidence, predicted = Examples(logits, None).mean.max(1)
     order = np.argsort(confidence.numpy(), kind="stable")
     correct = (predicted == labels).double().numpy()[order]
     expected = sum(len(part) / n * abs(correct[part].mean() - confidence.numpy()[order][part].mean())
@@ -372,7 +372,7 @@ def test_overconfidence_has_the_sign_of_the_miscalibration():
 
 def test_mce_is_the_largest_bin_gap_of_a_dense_loop():
     logits, labels = random_logits(k=3, n=300, c=4, seed=4)
-    confidence, predicted = M.mean_probs(logits).max(1)
+    confidence, predicted = Examples(logits, None).mean.max(1)
     gaps = []
     for b in range(15):  # the ECE's bins: [0, 1/15], then (lo, hi]
         lo, hi = b / 15, (b + 1) / 15

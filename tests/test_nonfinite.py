@@ -80,7 +80,7 @@ def test_metrics_of_nan_logits_are_nan_not_numbers_that_look_measured():
     d = M.disagreement_matrix(logits)
     assert torch.isnan(d[1, [0, 2]]).all() and torch.isnan(d[[0, 2], 1]).all() and (d.diagonal() == 0).all()
     assert not torch.isnan(d[0, 2]) and math.isnan(M.mean_off_diagonal(d))
-    assert torch.isnan(M.jsd(logits)[2]) and not torch.isnan(M.jsd(logits)[[0, 1, 3]]).any()
+    assert torch.isnan(Examples(logits, None).jsd[2]) and not torch.isnan(Examples(logits, None).jsd[[0, 1, 3]]).any()
 
 
 # --- analyze_predictions: JSON-safe with statuses -----------------------------------------------------

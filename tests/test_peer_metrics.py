@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from ensdiag.analysis import analyze_predictions
-from ensdiag.analysis import metrics as M
 from ensdiag.analysis import scores as S
 from ensdiag.analysis import smooth_ece as SE
+from ensdiag.analysis.examples import Examples
 
 HERE = Path(__file__).parent / "fixtures" / "peer_metrics"
 PEER = json.loads((HERE / "peer_metrics.json").read_text())
@@ -80,7 +80,7 @@ def test_smoothed_reliability_curve_equals_relplots_diagram(analysed):
 def test_aurc_and_augrc_equal_torch_uncertainty_where_no_confidences_tie(analysed):
     name, analyzers = analysed
     logits, labels, _ = case(name)
-    confidence, _ = M.mean_probs(logits).max(dim=1)
+    confidence, _ = Examples(logits, None).mean.max(dim=1)
     if len(confidence.unique()) < len(confidence):
         pytest.skip("tied confidences: torch-uncertainty orders them arbitrarily, ensdiag takes the expectation")
     peer, found = PEER["cases"][name]["calibration"], analyzers["selective"]["splits"]["id"]
@@ -90,16 +90,16 @@ def test_aurc_and_augrc_equal_torch_uncertainty_where_no_confidences_tie(analyse
 
 def test_tied_case_has_ties_so_the_skip_above_is_exercised():
     logits, _, _ = case("tied")
-    confidence, _ = M.mean_probs(logits).max(dim=1)
+    confidence, _ = Examples(logits, None).mean.max(dim=1)
     assert len(confidence.unique()) < len(confidence)
 
 
 OURS = {  # torch-uncertainty criterion -> (ensdiag score, what to add to the peer's value to get ensdiag's)
-    "msp": (lambda z: 1 - M.max_softmax_probability(z), 1.0),  # the peer's −max p̄; ensdiag's 1 − max p̄
+    "msp": (lambda z: 1 - Examples(z, None).confidence, 1.0),  # the peer's −max p̄; ensdiag's 1 − max p̄
     "logit": (S.max_logit, 0.0),
     "energy": (S.energy, 0.0),
-    "entropy": (M.expected_entropy, 0.0),  # the peer's "entropy" criterion is the mean member entropy
-    "mutual_information": (M.jsd, 0.0),
+    "entropy": (lambda z: Examples(z, None).expected_entropy, 0.0),  # the peer's "entropy" criterion is the mean member entropy
+    "mutual_information": (lambda z: Examples(z, None).jsd, 0.0),
 }
 
 
@@ -121,7 +121,7 @@ def test_variation_ratio_counts_the_modal_vote_where_torch_uncertainty_counts_th
     for member_logits, theirs in ((logits, peer["id_scores"]), (ood, peer["ood_scores"])):
         ours, theirs = S.variation_ratio(member_logits).numpy(), np.asarray(theirs)
         votes = torch.nn.functional.one_hot(member_logits.argmax(-1), member_logits.shape[-1]).sum(0)
-        modal = votes.gather(1, M.mean_probs(member_logits).argmax(-1, keepdim=True)).squeeze(1) == votes.max(1).values
+        modal = votes.gather(1, Examples(member_logits, None).mean.argmax(-1, keepdim=True)).squeeze(1) == votes.max(1).values
         np.testing.assert_allclose(ours[modal.numpy()], theirs[modal.numpy()], atol=1e-6)
         assert (ours[~modal.numpy()] < theirs[~modal.numpy()]).all()
 

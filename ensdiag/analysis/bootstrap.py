@@ -97,10 +97,11 @@ def draws(split: str, n: int, resamples: int, start: int = 0, stop: int | None =
     return _Stream(split, n).rows(start, resamples if stop is None else stop)  # the rows before: skipped a block at a time
 
 
-def blocks(split: str, n: int, resamples: int):
-    """(start, indices [b, n]) for every block of the split's draws, in order."""
+def blocks(split: str, n: int, resamples: int, seed: int | None = None):
+    """(start, indices [b, n]) for every block of the split's draws, in order (`seed`: a stream of the
+    caller's instead of the split's, e.g. each lm-eval subtask's own)."""
     size = block_size(n)
-    generator = torch.Generator().manual_seed(seed_of(split, n))
+    generator = torch.Generator().manual_seed(seed_of(split, n) if seed is None else seed)
     for start in range(0, resamples, size):
         yield start, torch.randint(0, n, (min(size, resamples - start), n), generator=generator)
 

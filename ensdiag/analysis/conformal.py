@@ -37,7 +37,7 @@ from fractions import Fraction
 import torch
 
 from . import bootstrap as B
-from . import metrics as M
+from .examples import Examples
 from .registry import Column, Skip, metric, register_analyzer
 
 ALPHA = 0.1
@@ -156,10 +156,10 @@ def conformal(predictions, weights=None):
     if ids is None or ids["labels"] is None or ids["logits"].shape[1] == 0:
         raise Skip("no labelled id split to measure prediction sets on")
     val = predictions.get("val")
-    probs = M.mean_probs(ids["logits"])
+    probs = Examples(ids["logits"], None).mean
     labels = ids["labels"]
     if val is not None and val["labels"] is not None and len(val["labels"]) >= 1:
-        cal_probs, cal_labels = M.mean_probs(val["logits"]), val["labels"]
+        cal_probs, cal_labels = Examples(val["logits"], None).mean, val["labels"]
         test = torch.arange(len(labels))
         split = {"calibration": "val", "test": "id (every question)", "n_calibration": len(cal_labels), "n_test": len(test)}
     else:

@@ -16,42 +16,6 @@ import torch.nn.functional as F
 from .examples import Examples, entropy  # noqa: F401  (entropy: the one definition, imported from here too)
 
 
-def mean_log_probs(logits: torch.Tensor) -> torch.Tensor:
-    """log p̄ [N, C], stably: logsumexp over members of log-softmax, minus log k."""
-    return Examples(logits, None).log_mean
-
-
-def mean_probs(logits: torch.Tensor) -> torch.Tensor:
-    return Examples(logits, None).mean
-
-
-def undefined_predictions(logits) -> torch.Tensor:
-    """[k, N] bool: where a member's softmax is undefined (NaN logits, a +inf logit, or all −inf).
-
-    Its argmax is then arbitrary (torch takes a NaN as the maximum), so the accuracies and the
-    disagreement built on it are NaN rather than a number that looks measured."""
-    return Examples(logits, None).undefined
-
-
-def predictive_entropy(logits) -> torch.Tensor:
-    """H(p̄) per sample [N]: total uncertainty."""
-    return Examples(logits, None).entropy
-
-
-def expected_entropy(logits) -> torch.Tensor:
-    """(1/k) Σ_i H(p_i) per sample [N]: aleatoric uncertainty."""
-    return Examples(logits, None).expected_entropy
-
-
-def jsd(logits) -> torch.Tensor:
-    """H(p̄) − (1/k) Σ_i H(p_i) per sample [N] (mutual information; epistemic; `Examples.jsd`)."""
-    return Examples(logits, None).jsd
-
-
-def max_softmax_probability(logits) -> torch.Tensor:
-    return Examples(logits, None).confidence
-
-
 def member_accuracy(examples: Examples) -> list[float]:
     """Accuracy of each member's argmax; NaN for a member whose prediction is undefined on some sample."""
     return (1 - examples.member_errors).mean(1).tolist()
@@ -90,7 +54,7 @@ def disagreement_matrix(logits, chunk_size: int | None = None) -> torch.Tensor:
     members mostly agree. The counts are integers (exact in float32 below 2²⁴ per chunk, summed
     in float64) and D = (N − agree) / N, bit for bit the dense `(P_i != P_j).double().mean()`:
     symmetric, diagonal exactly 0. N = 0 gives NaN everywhere, as the mean of nothing does;
-    a member whose prediction is undefined on some sample (`undefined_predictions`) gets NaN
+    a member whose prediction is undefined on some sample (`Examples.undefined`) gets NaN
     off the diagonal of its row and column."""
     predicted = logits.argmax(-1)  # [k, N]
     k, n = predicted.shape
@@ -121,7 +85,7 @@ def disagreement_matrix(logits, chunk_size: int | None = None) -> torch.Tensor:
     agree += everyone
     agree.diagonal().fill_(n)
     matrix = (n - agree) / n
-    undefined = undefined_predictions(logits).any(1)
+    undefined = Examples(logits, None).undefined.any(1)
     if undefined.any():
         off_diagonal = (undefined[:, None] | undefined[None, :]).fill_diagonal_(False)
         matrix = matrix.masked_fill(off_diagonal, math.nan)

@@ -11,13 +11,13 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .metrics import entropy, undefined_predictions
+from .examples import Examples, entropy
 
 CHUNK_BYTES = 64 * 2**20  # bound on the [k, n, C] working tensor of the JSD matrix
 
 
 def _mark_undefined(matrix, logits, diagonal):
-    undefined = undefined_predictions(logits).any(1)
+    undefined = Examples(logits, None).undefined.any(1)
     if undefined.any():
         matrix = matrix.masked_fill(undefined[:, None] | undefined[None, :], math.nan)
     return matrix.fill_diagonal_(diagonal)
@@ -54,7 +54,7 @@ def jsd_matrix(logits) -> torch.Tensor:
 def errors(logits, labels) -> torch.Tensor:
     """e [k, N] float64: 1 where member i's argmax is not the label (NaN where it is undefined)."""
     wrong = (logits.argmax(-1) != labels).double()
-    return wrong.masked_fill(undefined_predictions(logits), math.nan)
+    return wrong.masked_fill(Examples(logits, None).undefined, math.nan)
 
 
 def double_fault(logits, labels) -> torch.Tensor:

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from .metrics import undefined_predictions
+from .examples import Examples
 
 
 def mean_logits(logits) -> torch.Tensor:
@@ -34,4 +34,4 @@ def variation_ratio(logits) -> torch.Tensor:
     k, _, classes = logits.shape
     votes = torch.nn.functional.one_hot(logits.argmax(-1), classes).sum(0)  # [N, C]
     ratio = 1 - votes.max(dim=-1).values.double() / k
-    return ratio.masked_fill(undefined_predictions(logits).any(0), math.nan)
+    return ratio.masked_fill(Examples(logits, None).undefined.any(0), math.nan)

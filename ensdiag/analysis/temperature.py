@@ -8,7 +8,6 @@ Runs without a validation split (the cifar10 preset trains on all 50,000 images)
 
 import torch
 
-from . import metrics as M
 from . import weighted as W
 from .examples import Examples
 from .registry import SPLIT_TABLES, Column, Skip, metric, register_analyzer, register_resampler
@@ -44,7 +43,7 @@ def temperature(predictions, weights=None):
     if val is None or val["labels"] is None or len(val["labels"]) == 0:
         raise Skip("no validation split to fit a temperature on (e.g. a run trained on its whole training set)")
     logits, labels = val["logits"], val["labels"]
-    z = torch.cat([M.mean_log_probs(logits)[None], torch.log_softmax(logits.double(), -1)])  # pooled, then each member
+    z = torch.cat([Examples(logits, None).log_mean[None], torch.log_softmax(logits.double(), -1)])  # pooled, then each member
     betas = fit_betas(z, labels.expand(len(z), -1))
     pooled_t, *member_t = (1 / betas).tolist()
     splits = {}

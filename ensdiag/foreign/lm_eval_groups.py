@@ -98,26 +98,16 @@ def _sample_len(results: dict, task: str):
     return value if type(value) is int and value > 0 else None
 
 
-def _draw_counts(name: str, n: int, resamples: int):
-    """Blocks of [b, n] counts of the subtask's own draws (a generator seeded by its name and size)."""
-    generator = torch.Generator().manual_seed(zlib.crc32(f"lm-eval subtask/{name}/{n}".encode()))
-    size = B.block_size(n)
-    for start in range(0, resamples, size):
-        rows = torch.randint(0, n, (min(size, resamples - start), n), generator=generator)
-        counts = B.byte_counts(rows, n)  # (widened by the product below)
-        yield counts if counts is not None else B.exact_counts(rows, n)
-
-
 def subtask_means(per_question: torch.Tensor, subtask_of: list, resamples: int = B.RESAMPLES):
     """(means [S, Q], resampled means [R, S, Q]) of the per-question values [N, Q] of each subtask
     (`subtask_of`: [(name, start, stop)] of the questions' positions), each resampled on its own."""
     means = torch.stack([per_question[start:stop].mean(0) for _, start, stop in subtask_of])
     resampled = torch.empty(resamples, len(subtask_of), per_question.shape[1], dtype=torch.float64)
     for index, (name, start, stop) in enumerate(subtask_of):
-        values, done = per_question[start:stop].double(), 0
-        for counts in _draw_counts(name, stop - start, resamples):
-            resampled[done:done + len(counts), index] = counts.double() @ values / (stop - start)
-            done += len(counts)
+        values = per_question[start:stop].double()
+        seed = zlib.crc32(f"lm-eval subtask/{name}/{stop - start}".encode())  # each subtask its own stream
+        for done, rows in B.blocks(name, stop - start, resamples, seed):
+            resampled[done:done + len(rows), index] = B.counts_of(rows, stop - start) @ values / (stop - start)
     return means, resampled
 
 
@@ -183,20 +173,13 @@ def positions(order) -> list:
 def choice_quantities(logits: torch.Tensor, labels: torch.Tensor) -> dict:
     """Per question [N] (members' accuracies [N, k]) of multiple-choice logits [k, N, C]: the
     numbers a group aggregates (analysis/metrics.py's definitions, question by question)."""
-    from ..analysis import metrics as M
-    log_p = M.mean_log_probs(logits)
-    p = log_p.exp()
-    votes = logits.argmax(-1)  # [k, N]
-    k = logits.shape[0]
-    counts = torch.zeros(logits.shape[1], logits.shape[2], dtype=torch.float64).scatter_add_(
-        1, votes.T, torch.ones(votes.T.shape, dtype=torch.float64))
-    pairs = (k * k - counts.pow(2).sum(1)) / (k * (k - 1)) if k > 1 else torch.full((logits.shape[1],), math.nan)
-    return {"accuracy": (log_p.argmax(-1) == labels).double(),
-            "nll": -log_p.gather(1, labels[:, None]).squeeze(1),
-            "brier": (p - torch.nn.functional.one_hot(labels, p.shape[1]).double()).pow(2).sum(1),
-            "jsd": M.jsd(logits) if k > 1 else torch.full((logits.shape[1],), math.nan),
-            "disagreement": pairs,
-            "member_accuracy": (votes == labels).double().T}
+    from ..analysis.examples import Examples
+    examples = Examples(logits, labels)
+    several = examples.members > 1
+    return {"accuracy": (examples.predicted == labels).double(), "nll": examples.nll, "brier": examples.brier,
+            "jsd": examples.jsd if several else torch.full((examples.size,), math.nan),
+            "disagreement": examples.pair_disagreement if several else torch.full((examples.size,), math.nan),
+            "member_accuracy": 1 - examples.member_errors.T}
 
 
 CHOICE_DEFINITIONS = {

@@ -14,6 +14,7 @@ import time
 import torch
 
 from ..analysis import metrics as M
+from ..analysis.examples import Examples
 
 
 MAX_ALIGNED_MEMBERS = 64  # as member geometry: beyond it, no aligned cosine
@@ -61,7 +62,7 @@ class DiversityTracker:
         row = {"epoch": epoch, "disagreement": None, "jsd": None, "weight_cosine": None, "aligned_weight_cosine": None}
         if logits.shape[0] > 1 and logits.shape[1] > 0:
             row["disagreement"] = M.mean_off_diagonal(M.disagreement_matrix(logits))
-            row["jsd"] = float(M.jsd(logits).mean())
+            row["jsd"] = float(Examples(logits, None).jsd.mean())
         weights = self._weights()
         if len(weights) > 1:
             row["weight_cosine"] = M.mean_off_diagonal(M.weight_cosine(weights)[0])
