@@ -149,10 +149,6 @@ class Plan:
         return chosen
 
 
-def family(split: str) -> str:
-    return B.family(split)
-
-
 def random_order(name: str, size: int) -> torch.Tensor:
     """The order a split's examples are read in under a budget: seeded by the split and its size
     (the same examples for every method measured on that split)."""
@@ -188,11 +184,11 @@ def predict_within(plan: Plan, ensemble, splits: dict, preprocess, device, keep:
     first `keep` of them}); every split's step recorded in the plan."""
     known = ("id", "shift", "ood", "val")
     order = sorted((name for name in splits if splits[name] is not None),
-                   key=lambda s: known.index(family(s)) if family(s) in known else len(known))
+                   key=lambda s: known.index(B.family(s)) if B.family(s) in known else len(known))
     plan.sizes = {name: length(splits[name]) for name in order}
     families = {}
     for name in order:
-        families.setdefault(family(name), []).append(name)
+        families.setdefault(B.family(name), []).append(name)
     family_sizes = {group: (sum(plan.sizes[s] for s in names) if all(plan.sizes[s] is not None for s in names) else None)
                     for group, names in families.items()}
     budget, start = plan.prediction_seconds(), plan.spent()

@@ -8,10 +8,6 @@ from .terminal import cell, heatmap_table
 from ..text import terminal
 
 
-def _number(value, digits=3) -> str:
-    return cell(value, digits)
-
-
 def _gap(value) -> str:
     """1 − cosine of effective weights, which sit near 1: the digits that differ."""
     return "N/A" if value is None else f"{1 - value:.3g}"
@@ -32,21 +28,21 @@ def summary_table(section: dict) -> Table:
     for column in ("quantity", "value", "baseline", "reading"):
         table.add_column(column, justify="left" if column in ("quantity", "reading") else "right")
     delta = summary["delta_cosine"]
-    table.add_row("ΔW cosine (mean over pairs)", _number(delta["mean"]), f"null RMS {_number(delta['null_rms'])}",
+    table.add_row("ΔW cosine (mean over pairs)", cell(delta["mean"]), f"null RMS {cell(delta['null_rms'])}",
                   "1: members moved the same way; independent random updates: ≈ 0")
     for name, key in (("column-space overlap (mean cos²)", "column_overlap"),
                       ("row-space overlap (mean cos²)", "row_overlap")):
-        table.add_row(name, _number(summary[key]["mean"]), f"null {_number(summary[key]['null'])}",
+        table.add_row(name, cell(summary[key]["mean"]), f"null {cell(summary[key]['null'])}",
                       "1: the same subspace; random subspaces: the null")
     rank = summary["effective_rank"]
-    table.add_row("effective rank of ΔW (mean)", _number(rank["mean"], 2), f"r = {rank['r']}",
+    table.add_row("effective rank of ΔW (mean)", cell(rank["mean"], 2), f"r = {rank['r']}",
                   "1: one direction; r: all r directions equally used")
     effective = summary["effective_cosine"]
     if effective is not None:
         table.add_row("1 − cosine of W + ΔW_i (mean)", _gap(effective["mean"]),
                       f"orthogonal {_gap(effective['orthogonal_baseline'])}",
                       "below the baseline: the updates share directions (with W or each other)")
-        table.add_row("‖ΔW‖/‖W‖ (mean over members)", _number(summary["relative_norm"]["mean"], 4), "",
+        table.add_row("‖ΔW‖/‖W‖ (mean over members)", cell(summary["relative_norm"]["mean"], 4), "",
                       "how far the adapters moved the adapted layers")
     return table
 
@@ -60,11 +56,11 @@ def group_table(section: dict, by: str) -> Table:
     for index, column in enumerate(columns):
         table.add_column(column, justify="left" if index == 0 else "right")
     for group in section[f"by_{by}"]:
-        cells = [str(group["layers"]), _number(group["delta_cosine"]), _number(group["delta_cosine_null"]),
-                 _number(group["column_overlap"]), _number(group["column_overlap_null"]), _number(group["row_overlap"]),
-                 _number(group["row_overlap_null"]), _number(group["effective_rank"], 2)]
+        cells = [str(group["layers"]), cell(group["delta_cosine"]), cell(group["delta_cosine_null"]),
+                 cell(group["column_overlap"]), cell(group["column_overlap_null"]), cell(group["row_overlap"]),
+                 cell(group["row_overlap_null"]), cell(group["effective_rank"], 2)]
         if with_base:
-            cells += [_gap(group["effective_cosine"]), _number(group["relative_norm"], 4)]
+            cells += [_gap(group["effective_cosine"]), cell(group["relative_norm"], 4)]
         table.add_row(Text("none" if group[by] is None else terminal(group[by])), *cells)
     return table
 
