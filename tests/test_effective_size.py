@@ -10,14 +10,21 @@ import numpy as np
 import pytest
 import torch
 
-from ensdiag.analysis import weighted as W
 from ensdiag.analysis import scaling as S
+from ensdiag.analysis import weighted as W
+from ensdiag.analysis.examples import Examples
 from ensdiag.predictions import save_predictions
-from ensdiag.report import effective_size as E
-from ensdiag.report import power_law as P
 from ensdiag.report.load import load_runs
+from ensdiag.seeds import effective_size as E
+from ensdiag.seeds import power_law as P
+from ensdiag.seeds.loaded import Seed, load_seeds
 
 from .cli import run_cli
+
+
+def sizes_of(root) -> dict:
+    """The effective sizes of a run folder's methods, its predictions read as a report reads them."""
+    return E.effective_sizes(load_seeds(load_runs(root)["runs"])[0])
 
 K, CLASSES = 4, 5
 
@@ -137,7 +144,7 @@ def test_the_seed_interval_is_where_scipys_paired_t_test_stops_rejecting():
     from scipy import stats
     from scipy.optimize import brentq
 
-    from ensdiag.report.stats import t_quantile
+    from ensdiag.seeds.stats import t_quantile
     rng = np.random.default_rng(1)
     a, b, c = 0.1 + 0.01 * rng.standard_normal(4), 0.2 + 0.02 * rng.standard_normal(4), np.full(4, 0.9)
     values = a + b * 2.5 ** -c + 0.004 * rng.standard_normal(4)  # about 2.5 members, seed to seed
@@ -188,7 +195,7 @@ def test_calibrated_nll_of_each_sub_ensemble_is_the_dense_computation(validation
     written out with torch's cross-entropy, one sub-ensemble and fold at a time."""
     generator = torch.Generator().manual_seed(4)
     (logits, labels), (val_logits, val_labels) = exchangeable(3, 120, generator), exchangeable(3, 60, generator)
-    run = {"logits": logits, "labels": labels, "val": (val_logits, val_labels) if validation else None, "ood": None}
+    run = Seed(Examples(logits, labels), Examples(val_logits, val_labels) if validation else None)
     chosen = E.subsets(3)
     found = E.per_example(run, chosen)["cnll"]
     for index, members in enumerate(chosen):
@@ -212,8 +219,8 @@ def test_the_resampled_curves_are_the_loop_over_resamples(tmp_path):
     over that resample's drawn examples, and the counts are the cells' draws (bootstrap.Draws)."""
     from ensdiag.analysis import bootstrap as B
     data = grid_runs(seeds=(1,), n=90, n_val=40)[1]
-    run = {"logits": data["test"][0][:3], "labels": data["test"][1], "val": (data["val"][0][:3], data["val"][1]),
-           "ood": data["ood"][:3]}
+    run = Seed(Examples(data["test"][0][:3], data["test"][1]), Examples(data["val"][0][:3], data["val"][1]),
+               Examples(data["ood"][:3], None))
     values = E.per_example(run, E.subsets(3))
     draws = B.Draws()
     w_id, w_ood = draws.counts("id", 90, 0, 50), draws.counts("ood", 45, 0, 50)
@@ -240,7 +247,7 @@ def known(pool, tmp_path_factory):
     root = write_folder(tmp_path_factory.mktemp("sizes") / "run", {
         "deep-ensemble": list(range(K)), "copies": [0] * K, "other": list(range(K, 2 * K)),
         "eight": list(range(2 * K))}, pool)
-    return E.effective_sizes(load_runs(root)["runs"])
+    return sizes_of(root)
 
 
 def test_a_deep_ensemble_reads_its_own_size_and_copies_of_one_member_read_one(known):
@@ -315,17 +322,17 @@ def test_a_member_without_an_error_on_the_folds_its_temperature_is_fitted_on_kee
     found = report["effective_size"]["sharp"]
     assert "had no error (or no correct prediction) to fit a temperature on: T = 1 there" in found["temperature_note"]
     assert report["effective_size"]["deep-ensemble"]["cnll"]["value"] == pytest.approx(K, rel=1e-6)
-    run = {"logits": sharp[1]["test"][0][last:], "labels": sharp[1]["test"][1], "val": None, "ood": None}
+    run = Seed(Examples(sharp[1]["test"][0][last:], sharp[1]["test"][1]))
     cnll = E.per_example(run, [(0,)])["cnll"][0]
-    plain = torch.nn.functional.cross_entropy(run["logits"][0].double(), run["labels"], reduction="none")
+    plain = torch.nn.functional.cross_entropy(run.id.logits[0].double(), run.id.labels, reduction="none")
     assert cnll[0].item() == pytest.approx(plain[0].item(), rel=1e-9) and cnll.mean() < 2 * plain.mean()
 
 
 def test_no_size_without_a_deep_ensemble_or_where_its_curve_does_not_fall(pool, tmp_path):
     root = write_folder(tmp_path / "a", {"copies": [0] * K}, pool)
-    assert E.effective_sizes(load_runs(root)["runs"]) == {}
+    assert sizes_of(root) == {}
     root = write_folder(tmp_path / "b", {"deep-ensemble": [0] * K, "copies": [0] * K}, pool)  # identical members
-    found = E.effective_sizes(load_runs(root)["runs"])["copies"]["cnll"]
+    found = sizes_of(root)["copies"]["cnll"]
     assert found["value"] is None and "does not improve with every member" in found["reason"]
 
 

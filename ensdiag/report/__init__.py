@@ -90,14 +90,14 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
     add_smooth_reliability(runs, add)
     if "ood" not in report["skipped_splits"]:
         from ..analysis.ood import SCORES, score_of
-        from ..predictions import load_predictions
+        from ..seeds.loaded import read_predictions
         from .ood_score import title
-        panels = []
+        panels, damaged = [], report.get("damaged_runs", {})
         for method, seeds in runs.items():
-            _, run = _first_complete(seeds)
+            _, run = _first_complete({seed: run for seed, run in seeds.items() if str(seed) not in damaged.get(method, {})})
             if run is None or "ood" not in run["metrics"]["splits"]:  # e.g. LoRA adapters: weights, no predictions
                 continue
-            predictions, _ = load_predictions(run["folder"] / "predictions.safetensors")
+            predictions = read_predictions(run["folder"])
             if "ood" in predictions and not (SCORES[ood_score][2] and predictions["ood"]["logits"].shape[0] < 2):
                 panels.append((method, *(score_of(ood_score, predictions[s]["logits"]).float() for s in ("id", "ood"))))
         if panels:

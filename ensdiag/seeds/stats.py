@@ -71,8 +71,9 @@ def envelope(*intervals) -> list[float] | None:
 
 
 def percentiles(values, level: float = LEVEL) -> list[float] | None:
-    """The (1−level)/2 and (1+level)/2 percentiles of bootstrap draws (None without finite draws)."""
-    values = sorted(value for value in values if math.isfinite(value))
+    """The (1−level)/2 and (1+level)/2 percentiles of bootstrap draws, NaN left out and infinite ones kept (a
+    size past a curve's limit); None without draws."""
+    values = sorted(value for value in values if not math.isnan(value))
     if not values:
         return None
     tail = (1 - level) / 2
