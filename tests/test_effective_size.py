@@ -17,7 +17,7 @@ from ensdiag.predictions import save_predictions
 from ensdiag.report.load import load_runs
 from ensdiag.seeds import effective_size as E
 from ensdiag.seeds import power_law as P
-from ensdiag.seeds.loaded import Seed, load_seeds
+from ensdiag.seeds.across import Seed, load_seeds
 
 from .cli import run_cli
 
@@ -81,6 +81,11 @@ def write_folder(root, methods: dict, pool: dict, validation=True):
 # ---------------------------------------------------------------- the power law
 
 
+def curve(sizes, a, b, c) -> torch.Tensor:
+    """a + b·n^(−c) [B, len(sizes)] of fitted laws (a, b, c each [B])."""
+    return a[:, None] + b[:, None] * torch.as_tensor(sizes, dtype=torch.float64)[None] ** -c[:, None]
+
+
 @pytest.mark.parametrize("k", [3, 4, 5, 7])
 def test_the_fit_is_scipys_least_squares_of_the_law_through_the_ends(k):
     from scipy.optimize import curve_fit
@@ -99,8 +104,8 @@ def test_the_fit_is_scipys_least_squares_of_the_law_through_the_ends(k):
         fa, fb, fc = P.fit(torch.tensor(y)[None])
         assert error(fc.item()) <= error(expected) + 1e-15  # at least as good a least-squares fit as SciPy's
         assert law(sizes, fc.item()).tolist() == pytest.approx(law(sizes, expected).tolist(), abs=2e-5)  # (c is flat)
-        assert P.curve([1, k], fa, fb, fc)[0].tolist() == pytest.approx([y[0], y[-1]], abs=1e-12)
-        assert P.curve(sizes, fa, fb, fc)[0].tolist() == pytest.approx(law(sizes, fc.item()).tolist(), abs=1e-12)
+        assert curve([1, k], fa, fb, fc)[0].tolist() == pytest.approx([y[0], y[-1]], abs=1e-12)
+        assert curve(sizes, fa, fb, fc)[0].tolist() == pytest.approx(law(sizes, fc.item()).tolist(), abs=1e-12)
 
 
 def test_with_three_sizes_the_law_passes_through_all_three():
@@ -117,7 +122,7 @@ def test_two_sizes_fix_the_exponent_at_one_and_sizes_are_read_back():
     assert c.item() == 1.0 and (a + b).item() == pytest.approx(0.5) and (a + b / 2).item() == pytest.approx(0.4)
     a, b, c = P.fit(torch.tensor([[0.5, 0.42, 0.39, 0.375]]))
     for n in (1.0, 1.7, 3.2, 4.0, 9.5):
-        assert P.size_at(P.curve([n], a, b, c)[:, 0], a, b, c).item() == pytest.approx(n, rel=1e-9)
+        assert P.size_at(curve([n], a, b, c)[:, 0], a, b, c).item() == pytest.approx(n, rel=1e-9)
     assert P.size_at(0.6, a, b, c).item() == 1.0  # worse than one member
     assert P.size_at(a - 0.01, a, b, c).item() == math.inf  # better than the curve's limit
     assert math.isnan(P.size_at(0.3, torch.tensor([0.3]), torch.tensor([-0.1]), c).item())  # a curve that rises
@@ -186,6 +191,20 @@ def test_subsets_are_all_of_them_or_a_reproducible_sample():
     by_size = {n: [s for s in sampled if len(s) == n] for n in range(1, 11)}
     assert [len(by_size[n]) for n in range(1, 11)] == [10, 20, 20, 20, 20, 20, 20, 20, 10, 1]
     assert all(len(set(chosen)) == len(chosen) for chosen in by_size.values())
+
+
+def test_a_sub_ensembles_per_example_quantities_are_those_of_its_members_alone():
+    """The sizes read the tables' definitions (Examples): a sub-ensemble shares its split's log-probabilities
+    and gives what its members' own logits give, NLL, Brier and confidence alike."""
+    logits, labels = exchangeable(4, 50, torch.Generator().manual_seed(1))
+    split = Examples(logits, labels)
+    for members in E.subsets(4):
+        part, alone = split.subset(members), Examples(logits[list(members)], labels)
+        for name in ("log_mean", "nll", "brier", "confidence"):
+            assert torch.equal(getattr(part, name), getattr(alone, name)), (members, name)
+    assert E.per_example(Seed(split), [(0, 2)])["brier"][0].tolist() == pytest.approx(
+        ((torch.softmax(logits[[0, 2]].double(), -1).mean(0) - torch.eye(CLASSES, dtype=torch.float64)[labels]) ** 2)
+        .sum(-1).tolist(), abs=1e-12)
 
 
 @pytest.mark.parametrize("validation", [True, False])

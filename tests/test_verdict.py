@@ -9,7 +9,7 @@ import torch
 
 from ensdiag.predictions import save_predictions
 from ensdiag.report.load import load_runs
-from ensdiag.seeds.loaded import load_seeds, read_seed
+from ensdiag.seeds.across import load_seeds, read_seed
 from ensdiag.seeds.verdict import verdict
 from ensdiag.report.verdict_text import answer, sentence
 
@@ -229,6 +229,23 @@ def test_a_diversity_ratio_over_a_deep_ensemble_diversity_at_rounding_level_is_n
     assert "the Deep Ensemble's own diversity is at rounding level" in sentence("BatchEnsemble", entry)
 
 
+@pytest.mark.parametrize("same_images", [True, False])
+def test_the_nll_under_shift_is_each_images_mean_over_the_corruptions_that_share_the_images(tmp_path, same_images):
+    """Read once with the pooled shift split: corruptions of the same test images give each image's mean NLL over
+    them (one sample, as the pooled split resamples it); corruptions of different images, every example."""
+    generator = torch.Generator().manual_seed(5)
+    labels = torch.randint(0, 3, (30,), generator=generator)
+    shift = {f"shift/{name}": {"logits": torch.randn(2, 30, 3, generator=generator),
+                               "labels": labels if same_images else torch.randint(0, 3, (30,), generator=generator)}
+             for name in ("blur", "noise", "zoom")}
+    save_predictions({"id": {"logits": torch.randn(2, 30, 3, generator=generator), "labels": labels}, **shift},
+                     tmp_path / "predictions.safetensors")
+    nll = [torch.nn.functional.cross_entropy(torch.softmax(split["logits"].double(), -1).mean(0).log(), split["labels"],
+                                             reduction="none") for split in shift.values()]
+    expected = torch.stack(nll).mean(0) if same_images else torch.cat(nll)
+    assert read_seed(tmp_path).shift_nll.tolist() == pytest.approx(expected.tolist(), abs=1e-12)
+
+
 @pytest.mark.parametrize("damage, reason", [
     (lambda path: path.write_bytes(path.read_bytes()[:100]), "is not a readable safetensors file"),
     (lambda path: save_predictions({"id": {"logits": torch.full((3, N, 2), math.nan),
@@ -355,7 +372,7 @@ def test_the_verdicts_resamples_are_the_cells_draws_and_equal_the_loop_over_resa
     counts, chosen = V.example_counts(trio[0][1], B.Draws()), V.chosen_seeds(len(seeds))
     rows = B.draws("id", n, V.RESAMPLES), B.draws("ood", n_ood, V.RESAMPLES)  # the cells' draws, as indices
     assert torch.equal(counts[0], B.counts_of(rows[0], n)) and torch.equal(counts[1], B.counts_of(rows[1], n_ood))
-    fast = V._shares(*(V._bootstrap(group, list(seeds), chosen, counts) for group in trio))
+    fast = V._shares(*(V._bootstrap(V._per_seed_resampled(group, list(seeds), counts), chosen) for group in trio))
     for r in range(0, V.RESAMPLES, 97):  # the loop, resample by resample: index the examples, average the seeds
         picked = [seeds[i] for i in chosen[r]]
         resampled = [{seed: {key: values[rows[1][r]] if key == "ood_score" else values[rows[0][r]]

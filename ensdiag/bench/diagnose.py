@@ -143,7 +143,7 @@ def _report_steps(folder: Path) -> dict:
     from ..report import make_figures, make_report, render
     from ..report.aggregate import build_report
     from ..report.load import load_runs
-    from ..seeds.loaded import load_seeds
+    from ..seeds.across import load_seeds
     from ..seeds.verdict import verdict
     data = load_runs(folder)
     report = build_report(folder, None, data, "ensdiag")

@@ -197,15 +197,12 @@ def _meta_column(label, key, direction):
     return label, lambda run: dig(run["meta"], (key,)), direction
 
 
-def _verdict_table(found, reasons, expected, groups=None, sizes=None):
+def _verdict_table(found, reasons, expected, groups=None):
     """The verdict (seeds/verdict.py) as a table of ratios with their intervals; per method, its overall
-    line (led by its effective size, `sizes`) and what each question answers (verdict_text.py), then
-    how to read them, as the note; `reasons`: why a method has none. The table carries no best/second
-    marks: the answers are the verdict's tests."""
+    line (led by its effective size) and what each question answers (verdict_text.py), then how to read
+    them, as the note; `reasons`: why a method has none. The table carries no best/second marks: the
+    answers are the verdict's tests."""
     from .verdict_text import answer, how_to_read, sentence
-    for method, entry in found.items():
-        if (sizes or {}).get(method):
-            entry["effective_size"] = sizes[method]
     missing = [f"{_label(method)}: no verdict — {reason}." for method, reason in reasons.items() if method not in found]
     if not found:
         if not missing or not groups:
@@ -302,7 +299,7 @@ def _bvd_table(found):
 
 
 def _damaged(damaged: dict, tables: list) -> list[str]:
-    """A line per run whose predictions file could not be used (seeds/loaded.py): below the first table over
+    """A line per run whose predictions file could not be used (seeds/across.py): below the first table over
     seeds (what the terminal shows), or, without one, as the report's notes (returned)."""
     lines = [f"{_label(method)} seed {seed}: left out of the verdict, effective size and bias–variance — {why}."
              for method, seeds in damaged.items() for seed, why in seeds.items()]
@@ -407,7 +404,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                                      {m: runs[m] for m in variants}, declared_in="id"))
     across = across_seeds(runs, data.get("groups"))
     sizes = across.effective_size
-    verdict_table, verdicts = _verdict_table(across.verdict, across.reasons, expected, data.get("groups"), sizes)
+    verdict_table, verdicts = _verdict_table(across.verdict, across.reasons, expected, data.get("groups"))
     sizes_table = effective_size_table(sizes, _label)
     if sizes_table is not None:
         definitions.update(SIZE_DEFINITIONS)

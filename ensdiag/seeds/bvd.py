@@ -67,7 +67,7 @@ def decompose(splits: list) -> dict[str, float]:
 
 def run_decompositions(runs: dict) -> dict:
     """{method: decomposition} for every method with ≥ 2 seeds and ≥ 2 members on one test set ({method:
-    {seed: loaded.Seed}}); {"reason"} for one whose seeds were measured on different test sets."""
+    {seed: across.Seed}}); {"reason"} for one whose seeds were measured on different test sets."""
     found = {}
     for method, seeds in runs.items():
         splits = [run.id for run in seeds.values()]

@@ -5,7 +5,7 @@ of the Deep Ensemble's loss in its size (Lobacheva et al., NeurIPS 2020; power_l
     found = effective_sizes(runs)          # {method: {"members", "cnll" | "brier" | "auroc": {"value", "interval", …}}}
     found["batch-ensemble"]["cnll"]        # {"value": 1.1, "interval": [1.0, 1.3], "extrapolated": False, …}
 
-From predictions alone (every run's, as loaded.py reads them: trained here, or `ensdiag analyze`
+From predictions alone (every run's, as across.py reads them: trained here, or `ensdiag analyze`
 predictions of an LLM's adapters saved as methods of one run folder):
 1. each sub-ensemble of the Deep Ensemble (all subsets of each size n = 1…K, or `MAX_SUBSETS`
    drawn at random from a fixed generator where a size has more) and each method pool their
@@ -95,7 +95,7 @@ def _calibrated_nll(pooled: torch.Tensor, labels: torch.Tensor, val_pooled, val_
 
 
 def per_example(run, chosen: list[tuple[int, ...]]) -> dict:
-    """Each chosen sub-ensemble's per-example values on one run (loaded.Seed): {"cnll", "brier",
+    """Each chosen sub-ensemble's per-example values on one run (across.Seed): {"cnll", "brier",
     "id_score": [S, N], "ood_score": [S, N_ood] (where the run has OOD data)}."""
     pooled, brier, confidence = _pooled(run.id, chosen, "log_mean", "brier", "confidence")
     val_pooled, val_labels = (_pooled(run.val, chosen, "log_mean")[0], run.val.labels) if run.val is not None else (None, None)
@@ -164,7 +164,7 @@ def _entry(fitted: dict, values: torch.Tensor, picked: torch.Tensor, k: int) -> 
 
 
 def effective_sizes(runs: dict, draws=None, resamples: int = RESAMPLES) -> dict:
-    """{method: entry} for every method of `runs` ({method: {seed: loaded.Seed}}) beside a Deep Ensemble,
+    """{method: entry} for every method of `runs` ({method: {seed: across.Seed}}) beside a Deep Ensemble,
     the Deep Ensemble itself included (it reads K: the law passes through its value); {} without
     one. An entry: {"members": k, "reference_members": K, "seeds", "subsets", "temperature", and
     per metric {"value", "interval", "per_seed", "extrapolated", "reason", "curve", "fit"}} or

@@ -46,7 +46,7 @@ NO_DIVERSITY = 1e-9  # nats: a Deep Ensemble KL diversity this small is rounding
 
 
 def _per_example(seed) -> dict:
-    """What the verdict reads of one run's predictions (loaded.Seed), per example."""
+    """What the verdict reads of one run's predictions (across.Seed), per example."""
     split = seed.id
     terms = gain_terms(split)
     out = {"labels": split.labels, "classes": split.logits.shape[-1],  # (which test set)
@@ -126,10 +126,9 @@ def _per_seed_resampled(group, seeds, counts) -> dict:
     return {key: torch.stack([metrics[key] for metrics in per_seed], dim=1) for key in per_seed[0]}
 
 
-def _bootstrap(group, seeds, chosen, counts, stacked: dict | None = None) -> dict:
+def _bootstrap(stacked: dict, chosen) -> dict:
     """The seed-averaged metrics of every resample at once ({key: [R]}): each seed's metrics on the
-    resampled examples (weighted by their counts), then the mean over the seeds each resample chose."""
-    stacked = stacked if stacked is not None else _per_seed_resampled(group, seeds, counts)
+    resampled examples (`stacked`, _per_seed_resampled), then the mean over the seeds each resample chose."""
     return {key: values.gather(1, chosen).mean(1) for key, values in stacked.items()}
 
 
@@ -140,7 +139,7 @@ def _averaged(group, seeds) -> dict:
 
 def verdict(runs: dict, reasons: dict | None = None, draws: B.Draws | None = None) -> dict:
     """{method: {"nll" | "ece" | "auroc" | "diversity": {"value", "interval", "answer", "seeds_needed",
-    …}, "seeds": n}} of the loaded runs ({method: {seed: loaded.Seed}}); `reasons` ({method: why}) receives,
+    …}, "seeds": n}} of the loaded runs ({method: {seed: across.Seed}}); `reasons` ({method: why}) receives,
     for every other method, why no verdict could be formed; `draws`: the bootstrap draws to share (the
     effective size's, effective_size.py)."""
     reasons = {} if reasons is None else reasons
@@ -178,7 +177,7 @@ def verdict(runs: dict, reasons: dict | None = None, draws: B.Draws | None = Non
             if key not in resampled_for:  # the single model's and the Deep Ensemble's serve every other method
                 resampled_for[key] = _per_seed_resampled(group, seeds, counts)
             stacks.append(resampled_for[key])
-            resampled.append(_bootstrap(group, seeds, chosen, counts, resampled_for[key]))
+            resampled.append(_bootstrap(resampled_for[key], chosen))
         resampled_shares = {key: value.tolist() for key, value in _shares(*resampled).items()}
         per_seed = [_shares(*(_metrics(group[seed]) for group in trio)) for seed in seeds]
         result[method] = _entry(point, _intervals(point, resampled_shares, per_seed), len(seeds))
