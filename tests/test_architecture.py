@@ -32,30 +32,37 @@ def _runtime_nodes(tree):
         pending += list(ast.iter_child_nodes(node))
 
 
+def _imported(name: str, package: bool, tree):
+    """(module, [names]) of every import that runs in module `name`: `from m import a, b` gives (m, [a, b])
+    with relative imports resolved, `import m` gives (m, [])."""
+    for node in _runtime_nodes(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = name.split(".") if package else name.split(".")[:-1]
+            if node.level:
+                base = base[:len(base) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            yield source, [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            yield from ((alias.name, []) for alias in node.names)
+
+
 def _imports(modules) -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
     """(module -> the ensdiag modules it imports, [(importer, module, private name)])."""
     edges, private = {name: set() for name in modules}, []
     for name, (path, package) in modules.items():
-        for node in _runtime_nodes(ast.parse(path.read_text())):
-            targets = []
-            if isinstance(node, ast.ImportFrom):
-                base = name.split(".") if package else name.split(".")[:-1]
-                if node.level:
-                    base = base[:len(base) - node.level + 1]
-                    source = ".".join(base + ([node.module] if node.module else []))
+        for source, names in _imported(name, package, ast.parse(path.read_text())):
+            if not source.startswith("ensdiag"):
+                continue
+            targets = [] if names else [source]
+            for imported in names:
+                if f"{source}.{imported}" in modules:
+                    targets.append(f"{source}.{imported}")
                 else:
-                    source = node.module or ""
-                if not source.startswith("ensdiag"):
-                    continue
-                for alias in node.names:
-                    if f"{source}.{alias.name}" in modules:
-                        targets.append(f"{source}.{alias.name}")
-                    else:
-                        targets.append(source)
-                        if alias.name.startswith("_") and not alias.name.startswith("__"):
-                            private.append((name, source, alias.name))
-            elif isinstance(node, ast.Import):
-                targets += [alias.name for alias in node.names if alias.name.startswith("ensdiag")]
+                    targets.append(source)
+                    if imported.startswith("_") and not imported.startswith("__"):
+                        private.append((name, source, imported))
             for target in targets:
                 while target not in modules and "." in target:
                     target = target.rsplit(".", 1)[0]
@@ -115,6 +122,8 @@ FLOORS = [
     ("ensembles", ["ensdiag.ensembles", "ensdiag.geometry"]),
     ("analyzers", ["ensdiag.analysis"]),
     ("core", ["ensdiag.core"]),
+    # statistics across runs: each run's predictions read once, the verdict, effective sizes, bias–variance
+    ("seeds", ["ensdiag.seeds"]),
     ("training and LoRA", ["ensdiag.train", "ensdiag.experiment", "ensdiag.tracker", "ensdiag.lora"]),
     ("outputs", ["ensdiag.report", "ensdiag.export", "ensdiag.integrations"]),
     # the Diagnosis with its views (results.py) and the Lightning callback, which trains with it, above the outputs
@@ -172,9 +181,34 @@ def test_the_checks_find_what_they_look_for():
     assert _cycles(edges) == [["a", "b", "c"]]
     assert _floor("ensdiag.integrations.lightning") > _floor("ensdiag.integrations.mlflow") > _floor("ensdiag.core.intervals")
     assert _floor("ensdiag.analysis.weighted") < _floor("ensdiag.data.files") < _floor("ensdiag.analysis.calibration")
+    assert _floor("ensdiag.analysis.scaling") < _floor("ensdiag.seeds.verdict") < _floor("ensdiag.report.aggregate")
+    assert _readers("ensdiag.report.x", False, ast.parse(
+        "from ..io import atomic_write_text, read_safetensors\nfrom .. import predictions\nimport safetensors.torch\n"
+        "def f(p):\n    return predictions.load_predictions(p)")) == ["read_safetensors", "safetensors.torch",
+                                                                      "load_predictions"]
     modules = _modules()
     edges, _ = _imports(modules)
     assert "ensdiag.core" in edges["ensdiag.cli.evaluate"]  # imported inside the command function
+
+
+READERS = {"read_safetensors", "load_predictions"}  # ensdiag.io's and ensdiag.predictions' readers of a tensors file
+
+
+def _readers(name: str, package: bool, tree) -> list[str]:
+    """The readers of tensor files a module reaches: ensdiag's (`READERS`, imported or called as a module's
+    attribute) and safetensors itself."""
+    found = [imported for source, names in _imported(name, package, tree) if source.startswith("ensdiag")
+             for imported in names if imported in READERS]
+    found += [source for source, _ in _imported(name, package, tree) if source.split(".")[0] == "safetensors"]
+    return found + [node.attr for node in _runtime_nodes(tree) if isinstance(node, ast.Attribute) and node.attr in READERS]
+
+
+def test_report_reads_no_predictions_file_itself():
+    """report/ renders: the runs' predictions reach it through seeds/ (read once, checked, damaged runs named),
+    never through a reader of its own."""
+    reading = {name: found for name, (path, package) in _modules().items() if name.startswith("ensdiag.report")
+               if (found := _readers(name, package, ast.parse(path.read_text())))}
+    assert not reading, reading
 
 
 def test_every_lazy_public_name_is_visible_to_type_checkers():

@@ -152,3 +152,18 @@ def test_run_folders_written_by_older_ensdiag_still_report(run, capsys):
     ood = next(t for t in json.loads(out)["tables"] if t["id"] == "ood")
     column = [c["name"] for c in ood["columns"]].index("FPR95 OOD→ID")
     assert next(r for r in ood["rows"] if r["method"] == "single")["cells"][column]["mean"] == legacy["value"]
+
+
+def test_a_damaged_predictions_file_is_named_by_the_report_which_draws_the_rest(run, capsys):
+    """A predictions file cut short: the report (figures included) is built from the other runs and says which
+    run was left out and why, in its data and its notes."""
+    path = run / "batch-ensemble" / "seed-1" / "predictions.safetensors"
+    path.write_bytes(path.read_bytes()[:200])
+    code, out, err = run_cli(capsys, "report", run, "--format", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    why = report["damaged_runs"]["batch-ensemble"]["1"]
+    assert str(path) in why and "is not a readable safetensors file" in why
+    assert f"BatchEnsemble seed 1: left out of the verdict, effective size and bias–variance — {why}." in report["notes"]
+    assert "ood-scores" in {figure["name"] for figure in report["figures"]}  # the single model's histogram
+    assert outside_untouched(run)

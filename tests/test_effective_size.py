@@ -10,14 +10,21 @@ import numpy as np
 import pytest
 import torch
 
-from ensdiag.analysis import weighted as W
 from ensdiag.analysis import scaling as S
+from ensdiag.analysis import weighted as W
+from ensdiag.analysis.examples import Examples
 from ensdiag.predictions import save_predictions
-from ensdiag.report import effective_size as E
-from ensdiag.report import power_law as P
 from ensdiag.report.load import load_runs
+from ensdiag.seeds import effective_size as E
+from ensdiag.seeds import power_law as P
+from ensdiag.seeds.across import Seed, load_seeds
 
 from .cli import run_cli
+
+
+def sizes_of(root) -> dict:
+    """The effective sizes of a run folder's methods, its predictions read as a report reads them."""
+    return E.effective_sizes(load_seeds(load_runs(root)["runs"])[0])
 
 K, CLASSES = 4, 5
 
@@ -74,6 +81,11 @@ def write_folder(root, methods: dict, pool: dict, validation=True):
 # ---------------------------------------------------------------- the power law
 
 
+def curve(sizes, a, b, c) -> torch.Tensor:
+    """a + b·n^(−c) [B, len(sizes)] of fitted laws (a, b, c each [B])."""
+    return a[:, None] + b[:, None] * torch.as_tensor(sizes, dtype=torch.float64)[None] ** -c[:, None]
+
+
 @pytest.mark.parametrize("k", [3, 4, 5, 7])
 def test_the_fit_is_scipys_least_squares_of_the_law_through_the_ends(k):
     from scipy.optimize import curve_fit
@@ -92,8 +104,8 @@ def test_the_fit_is_scipys_least_squares_of_the_law_through_the_ends(k):
         fa, fb, fc = P.fit(torch.tensor(y)[None])
         assert error(fc.item()) <= error(expected) + 1e-15  # at least as good a least-squares fit as SciPy's
         assert law(sizes, fc.item()).tolist() == pytest.approx(law(sizes, expected).tolist(), abs=2e-5)  # (c is flat)
-        assert P.curve([1, k], fa, fb, fc)[0].tolist() == pytest.approx([y[0], y[-1]], abs=1e-12)
-        assert P.curve(sizes, fa, fb, fc)[0].tolist() == pytest.approx(law(sizes, fc.item()).tolist(), abs=1e-12)
+        assert curve([1, k], fa, fb, fc)[0].tolist() == pytest.approx([y[0], y[-1]], abs=1e-12)
+        assert curve(sizes, fa, fb, fc)[0].tolist() == pytest.approx(law(sizes, fc.item()).tolist(), abs=1e-12)
 
 
 def test_with_three_sizes_the_law_passes_through_all_three():
@@ -110,7 +122,7 @@ def test_two_sizes_fix_the_exponent_at_one_and_sizes_are_read_back():
     assert c.item() == 1.0 and (a + b).item() == pytest.approx(0.5) and (a + b / 2).item() == pytest.approx(0.4)
     a, b, c = P.fit(torch.tensor([[0.5, 0.42, 0.39, 0.375]]))
     for n in (1.0, 1.7, 3.2, 4.0, 9.5):
-        assert P.size_at(P.curve([n], a, b, c)[:, 0], a, b, c).item() == pytest.approx(n, rel=1e-9)
+        assert P.size_at(curve([n], a, b, c)[:, 0], a, b, c).item() == pytest.approx(n, rel=1e-9)
     assert P.size_at(0.6, a, b, c).item() == 1.0  # worse than one member
     assert P.size_at(a - 0.01, a, b, c).item() == math.inf  # better than the curve's limit
     assert math.isnan(P.size_at(0.3, torch.tensor([0.3]), torch.tensor([-0.1]), c).item())  # a curve that rises
@@ -137,7 +149,7 @@ def test_the_seed_interval_is_where_scipys_paired_t_test_stops_rejecting():
     from scipy import stats
     from scipy.optimize import brentq
 
-    from ensdiag.report.stats import t_quantile
+    from ensdiag.seeds.stats import t_quantile
     rng = np.random.default_rng(1)
     a, b, c = 0.1 + 0.01 * rng.standard_normal(4), 0.2 + 0.02 * rng.standard_normal(4), np.full(4, 0.9)
     values = a + b * 2.5 ** -c + 0.004 * rng.standard_normal(4)  # about 2.5 members, seed to seed
@@ -181,6 +193,20 @@ def test_subsets_are_all_of_them_or_a_reproducible_sample():
     assert all(len(set(chosen)) == len(chosen) for chosen in by_size.values())
 
 
+def test_a_sub_ensembles_per_example_quantities_are_those_of_its_members_alone():
+    """The sizes read the tables' definitions (Examples): a sub-ensemble shares its split's log-probabilities
+    and gives what its members' own logits give, NLL, Brier and confidence alike."""
+    logits, labels = exchangeable(4, 50, torch.Generator().manual_seed(1))
+    split = Examples(logits, labels)
+    for members in E.subsets(4):
+        part, alone = split.subset(members), Examples(logits[list(members)], labels)
+        for name in ("log_mean", "nll", "brier", "confidence"):
+            assert torch.equal(getattr(part, name), getattr(alone, name)), (members, name)
+    assert E.per_example(Seed(split), [(0, 2)])["brier"][0].tolist() == pytest.approx(
+        ((torch.softmax(logits[[0, 2]].double(), -1).mean(0) - torch.eye(CLASSES, dtype=torch.float64)[labels]) ** 2)
+        .sum(-1).tolist(), abs=1e-12)
+
+
 @pytest.mark.parametrize("validation", [True, False])
 def test_calibrated_nll_of_each_sub_ensemble_is_the_dense_computation(validation):
     """T fitted on the validation split, or (without one) cross-fitted on the test set: each fold of each
@@ -188,7 +214,7 @@ def test_calibrated_nll_of_each_sub_ensemble_is_the_dense_computation(validation
     written out with torch's cross-entropy, one sub-ensemble and fold at a time."""
     generator = torch.Generator().manual_seed(4)
     (logits, labels), (val_logits, val_labels) = exchangeable(3, 120, generator), exchangeable(3, 60, generator)
-    run = {"logits": logits, "labels": labels, "val": (val_logits, val_labels) if validation else None, "ood": None}
+    run = Seed(Examples(logits, labels), Examples(val_logits, val_labels) if validation else None)
     chosen = E.subsets(3)
     found = E.per_example(run, chosen)["cnll"]
     for index, members in enumerate(chosen):
@@ -212,8 +238,8 @@ def test_the_resampled_curves_are_the_loop_over_resamples(tmp_path):
     over that resample's drawn examples, and the counts are the cells' draws (bootstrap.Draws)."""
     from ensdiag.analysis import bootstrap as B
     data = grid_runs(seeds=(1,), n=90, n_val=40)[1]
-    run = {"logits": data["test"][0][:3], "labels": data["test"][1], "val": (data["val"][0][:3], data["val"][1]),
-           "ood": data["ood"][:3]}
+    run = Seed(Examples(data["test"][0][:3], data["test"][1]), Examples(data["val"][0][:3], data["val"][1]),
+               Examples(data["ood"][:3], None))
     values = E.per_example(run, E.subsets(3))
     draws = B.Draws()
     w_id, w_ood = draws.counts("id", 90, 0, 50), draws.counts("ood", 45, 0, 50)
@@ -240,7 +266,7 @@ def known(pool, tmp_path_factory):
     root = write_folder(tmp_path_factory.mktemp("sizes") / "run", {
         "deep-ensemble": list(range(K)), "copies": [0] * K, "other": list(range(K, 2 * K)),
         "eight": list(range(2 * K))}, pool)
-    return E.effective_sizes(load_runs(root)["runs"])
+    return sizes_of(root)
 
 
 def test_a_deep_ensemble_reads_its_own_size_and_copies_of_one_member_read_one(known):
@@ -315,17 +341,17 @@ def test_a_member_without_an_error_on_the_folds_its_temperature_is_fitted_on_kee
     found = report["effective_size"]["sharp"]
     assert "had no error (or no correct prediction) to fit a temperature on: T = 1 there" in found["temperature_note"]
     assert report["effective_size"]["deep-ensemble"]["cnll"]["value"] == pytest.approx(K, rel=1e-6)
-    run = {"logits": sharp[1]["test"][0][last:], "labels": sharp[1]["test"][1], "val": None, "ood": None}
+    run = Seed(Examples(sharp[1]["test"][0][last:], sharp[1]["test"][1]))
     cnll = E.per_example(run, [(0,)])["cnll"][0]
-    plain = torch.nn.functional.cross_entropy(run["logits"][0].double(), run["labels"], reduction="none")
+    plain = torch.nn.functional.cross_entropy(run.id.logits[0].double(), run.id.labels, reduction="none")
     assert cnll[0].item() == pytest.approx(plain[0].item(), rel=1e-9) and cnll.mean() < 2 * plain.mean()
 
 
 def test_no_size_without_a_deep_ensemble_or_where_its_curve_does_not_fall(pool, tmp_path):
     root = write_folder(tmp_path / "a", {"copies": [0] * K}, pool)
-    assert E.effective_sizes(load_runs(root)["runs"]) == {}
+    assert sizes_of(root) == {}
     root = write_folder(tmp_path / "b", {"deep-ensemble": [0] * K, "copies": [0] * K}, pool)  # identical members
-    found = E.effective_sizes(load_runs(root)["runs"])["copies"]["cnll"]
+    found = sizes_of(root)["copies"]["cnll"]
     assert found["value"] is None and "does not improve with every member" in found["reason"]
 
 

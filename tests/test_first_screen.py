@@ -10,11 +10,9 @@ import re
 import pytest
 import torch
 
-from ensdiag.report.effective_size import effective_sizes
-from ensdiag.report.load import load_runs
 
 from .cli import run_cli
-from .test_effective_size import K, grid_runs, write_folder
+from .test_effective_size import K, grid_runs, sizes_of, write_folder
 
 METHODS = {"single": [0], "mc-dropout": [K] * K, "deep-ensemble": list(range(K)),
            "batch-ensemble": list(range(K, 2 * K))}  # MC Dropout as copies: it reads 1; BatchEnsemble as a second DE
@@ -91,11 +89,11 @@ def test_sizes_come_from_predictions_alone_llm_padding_included(tmp_path):
                      "ood": torch.nn.functional.pad(data["ood"], (0, 2), value=PAD_LOGIT)}
               for seed, data in pool.items()}
     methods = {"deep-ensemble": list(range(K)), "lora-r4": list(range(K, 2 * K))}
-    plain = effective_sizes(load_runs(write_folder(tmp_path / "plain", methods, pool))["runs"])
+    plain = sizes_of(write_folder(tmp_path / "plain", methods, pool))
     root = write_folder(tmp_path / "padded", methods, padded)
     assert {path.name for path in root.rglob("*") if path.is_file()} == {
         "experiment.json", "predictions.safetensors", "metrics.json", "meta.json"}
-    found = effective_sizes(load_runs(root)["runs"])
+    found = sizes_of(root)
     for metric in ("cnll", "brier", "auroc"):
         assert found["lora-r4"][metric]["value"] == pytest.approx(plain["lora-r4"][metric]["value"], rel=1e-6), metric
         assert found["lora-r4"][metric]["interval"] == pytest.approx(plain["lora-r4"][metric]["interval"], rel=1e-6)

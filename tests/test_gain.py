@@ -169,12 +169,12 @@ def test_runs_store_validation_predictions_and_report_temperatures(finished_run,
 
 @pytest.mark.parametrize("seed", range(3))
 def test_bias_variance_diversity_sum_to_the_expected_loss_and_match_dense_loops(seed):
-    from ensdiag.report.bvd import decompose
+    from ensdiag.seeds.bvd import decompose
     generator = torch.Generator().manual_seed(seed)
     s, k, n, c = 3, 4, 12, 5
     log_q = torch.log_softmax(torch.randn(s, k, n, c, generator=generator, dtype=torch.float64) * 2, -1)
     labels = torch.randint(0, c, (n,), generator=generator)
-    result = decompose(log_q, labels)
+    result = decompose([Examples(logits, labels) for logits in log_q])
     for part in result.values():
         assert part["bias"] + part["variance"] - part["diversity"] == pytest.approx(part["loss"], abs=1e-12)
     # the cross-entropy terms by explicit loops
@@ -199,12 +199,12 @@ def test_bias_variance_diversity_sum_to_the_expected_loss_and_match_dense_loops(
 def test_the_arithmetic_mean_decomposition_holds_exactly_and_shares_bias_and_variance(seed):
     """CE with the arithmetic mean p̄_s: loss = bias + variance − diversity, the diversity being the members'
     mean CE minus p̄'s (label-dependent); both CE decompositions name their combiner."""
-    from ensdiag.report.bvd import decompose
+    from ensdiag.seeds.bvd import decompose
     generator = torch.Generator().manual_seed(seed)
     s, k, n, c = 3, 4, 12, 5
     log_q = torch.log_softmax(torch.randn(s, k, n, c, generator=generator, dtype=torch.float64) * 2, -1)
     labels = torch.randint(0, c, (n,), generator=generator)
-    result = decompose(log_q, labels)
+    result = decompose([Examples(logits, labels) for logits in log_q])
     arithmetic, geometric = result["cross_entropy_arithmetic"], result["cross_entropy"]
     assert arithmetic["bias"] + arithmetic["variance"] - arithmetic["diversity"] == pytest.approx(arithmetic["loss"],
                                                                                                 abs=1e-12)

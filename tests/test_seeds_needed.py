@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from ensdiag.report import stats
-from ensdiag.report.verdict import _add_seeds_needed
+from ensdiag.seeds import stats
+from ensdiag.seeds.verdict import _add_seeds_needed
 
 REPLICATES = 2000  # the share's standard error ≈ 0.009: 0.80 and 0.75 lie 5 apart
 
@@ -120,7 +120,7 @@ def test_the_test_sets_shared_error_raises_the_count_or_rules_seeds_out():
 
 def test_the_shared_floor_is_the_between_seed_covariance_of_the_resamples():
     """Against numpy: 1.96·√(mean covariance between two different seeds' resampled values)."""
-    from ensdiag.report.verdict import _shared_floor
+    from ensdiag.seeds.verdict import _shared_floor
     rng = np.random.default_rng(3)
     shared = rng.normal(0, 0.05, 400)  # the test set's error, common to every seed
     resampled = [shared + rng.normal(0, 0.02, 400) for _ in range(4)]

@@ -9,12 +9,17 @@ import torch
 
 from ensdiag.predictions import save_predictions
 from ensdiag.report.load import load_runs
-from ensdiag.report.verdict import verdict
+from ensdiag.seeds.across import load_seeds, read_seed
+from ensdiag.seeds.verdict import verdict
 from ensdiag.report.verdict_text import answer, sentence
 
 from .cli import run_cli
 
 N = 40
+
+
+def verdict_of(root):
+    return verdict(load_seeds(load_runs(root)["runs"])[0])
 
 
 def constant_logits(k, p_label, classes=2):
@@ -45,17 +50,17 @@ def write_run(root, methods, seeds=(1, 2)):
 def test_a_method_halfway_between_single_and_deep_ensemble_gets_half_the_nll_gain(tmp_path):
     midway = math.sqrt(0.6 * 0.9)  # −log p halfway between −log 0.6 and −log 0.9
     root = write_run(tmp_path / "run", {"single": (1, 0.6), "deep-ensemble": (3, 0.9), "batch-ensemble": (3, midway)})
-    found = verdict(root, load_runs(root)["runs"])
+    found = verdict_of(root)
     entry = found["batch-ensemble"]
     assert entry["nll"]["value"] == pytest.approx(0.5) and entry["nll"]["interval"] == pytest.approx([0.5, 0.5])
     assert entry["seeds"] == 2
     assert entry["diversity"]["value"] is None  # identical members: the Deep Ensemble has no diversity to compare with
-    assert verdict(root, load_runs(root)["runs"]) == found  # a fixed generator: the same intervals every time
+    assert verdict_of(root) == found  # a fixed generator: the same intervals every time
 
 
 def test_no_share_is_given_when_the_deep_ensemble_gains_nothing(tmp_path):
     root = write_run(tmp_path / "run", {"single": (1, 0.7), "deep-ensemble": (3, 0.7), "batch-ensemble": (3, 0.8)})
-    entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]
+    entry = verdict_of(root)["batch-ensemble"]
     assert entry["nll"]["value"] is None and entry["nll"]["reference_gain"] == pytest.approx(0.0)
     assert entry["nll"]["undetermined"] == "no gain"
     assert "No share of the NLL and ECE gains: the Deep Ensemble gains nothing" in sentence("BatchEnsemble", entry)
@@ -78,7 +83,7 @@ def _fieller_by_inverting_the_paired_t_test(a, b, level=0.95):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_fieller_equals_the_inverted_paired_t_test(seed):
-    from ensdiag.report.stats import fieller
+    from ensdiag.seeds.stats import fieller
     generator = torch.Generator().manual_seed(seed)
     n = 3 + seed
     b = (1.0 + 0.2 * torch.randn(n, generator=generator, dtype=torch.float64)).tolist()
@@ -87,7 +92,7 @@ def test_fieller_equals_the_inverted_paired_t_test(seed):
 
 
 def test_fieller_gives_no_interval_when_the_denominator_is_not_told_from_zero():
-    from ensdiag.report.stats import fieller
+    from ensdiag.seeds.stats import fieller
     assert fieller([0.5, 0.4, 0.6], [0.3, -0.2, 0.1]) is None  # mean 0.067, t-interval holds 0: unbounded
     assert fieller([1.0], [2.0]) is None  # one pair: no spread to speak of
     assert fieller([1.0, 1.0], [2.0, 2.0]) == pytest.approx([0.5, 0.5])
@@ -104,13 +109,13 @@ def test_every_printed_share_interval_holds_fiellers_interval_for_the_ratio_of_m
     for seeds, picked in (((1, 2, 3), method[:3]), ((1, 2, 3), method[3:])):
         root = write_run(tmp_path / f"run-{picked[0]:.4f}", {"single": (1, single), "deep-ensemble": (3, deep),
                                                            "batch-ensemble": (3, picked)}, seeds=seeds)
-        entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]["nll"]
+        entry = verdict_of(root)["batch-ensemble"]["nll"]
         gain = math.log(deep) - math.log(single)
         mine = [math.log(p) - math.log(single) for p in picked]
         low, high = _fieller_by_inverting_the_paired_t_test(mine, [gain] * 3)
         assert entry["interval"][0] <= low + 1e-6 and entry["interval"][1] >= high - 1e-6  # float32 logits
         assert entry["value"] == pytest.approx(sum(mine) / 3 / gain, abs=1e-6)
-        from ensdiag.report.stats import settles
+        from ensdiag.seeds.stats import settles
         assert entry["answer"] == settles(entry["interval"])
         if low < 0.5 < high:
             assert entry["answer"] == "unsettled"
@@ -147,7 +152,7 @@ def test_a_diversity_far_below_the_deep_ensembles_reads_like_a_single_model_whil
     root = write_spread_run(tmp_path / "run", {"single": (1, 0.7, [0, 0, 0]),
                                                "deep-ensemble": (3, 0.75, [0.2, 0.21, 0.19]),
                                                "batch-ensemble": (3, [0.66, 0.8, 0.7], [0.05, 0.055, 0.05])})
-    entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]
+    entry = verdict_of(root)["batch-ensemble"]
     diversity = entry["diversity"]
     assert diversity["answer"] == "single" and diversity["interval"][1] <= 0.25
     assert entry["nll"]["answer"] == "unsettled"
@@ -167,7 +172,7 @@ def test_a_diversity_interval_never_holds_negative_values(tmp_path):
     root = write_spread_run(tmp_path / "run", {"single": (1, 0.7, [0, 0, 0]),
                                                "deep-ensemble": (3, 0.75, [0.2, 0.18, 0.22]),
                                                "mc-dropout": (3, 0.7, [0.01, 0.25, 0.002])})
-    diversity = verdict(root, load_runs(root)["runs"])["mc-dropout"]["diversity"]
+    diversity = verdict_of(root)["mc-dropout"]["diversity"]
     assert diversity["interval"][0] == 0.0 and diversity["interval"][1] > diversity["value"] > 0
 
 
@@ -177,7 +182,7 @@ def test_a_diversity_above_the_deep_ensembles_says_what_drives_it(tmp_path):
     root = write_spread_run(tmp_path / "run", {"single": (1, 0.8, [0, 0, 0]),
                                                "deep-ensemble": (3, 0.8, [0.15, 0.16, 0.14]),
                                                "mc-dropout": (3, 0.6, [0.3, 0.31, 0.29])})
-    entry = verdict(root, load_runs(root)["runs"])["mc-dropout"]
+    entry = verdict_of(root)["mc-dropout"]
     assert entry["diversity"]["value"] > 1
     drivers = entry["diversity"]["drivers"]
     assert drivers["member_nll_difference"]["interval"][0] > 0
@@ -190,7 +195,7 @@ def test_a_diversity_above_the_deep_ensembles_says_what_drives_it(tmp_path):
 def test_shares_outside_0_to_100_percent_say_what_they_mean(tmp_path):
     root = write_run(tmp_path / "run", {"single": (1, 0.6), "deep-ensemble": (3, 0.8), "batch-ensemble": (3, 0.5),
                                         "packed-ensemble": (3, 0.9)})
-    found = verdict(root, load_runs(root)["runs"])
+    found = verdict_of(root)
     worse, beyond = sentence("BatchEnsemble", found["batch-ensemble"]), sentence("Packed", found["packed-ensemble"])
     assert found["batch-ensemble"]["nll"]["value"] < 0 and "Below 0 % is worse than the single model" in worse
     assert found["packed-ensemble"]["nll"]["value"] > 1 and "Above 100 % is more than the Deep Ensemble gains" in beyond
@@ -202,7 +207,7 @@ def test_a_deep_ensemble_worse_than_the_single_model_gets_no_share(tmp_path):
     print as nonsense (−1225 % in a reviewer's run), so none is given, and the reason is said."""
     root = write_run(tmp_path / "run", {"single": (1, [0.80, 0.82, 0.81]), "deep-ensemble": (3, [0.70, 0.72, 0.71]),
                                         "batch-ensemble": (3, 0.85)}, seeds=(1, 2, 3))
-    entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]
+    entry = verdict_of(root)["batch-ensemble"]
     assert entry["nll"]["value"] is None and entry["nll"]["undetermined"] == "worse"
     assert entry["nll"]["reference_gain_interval"][1] < 0
     assert "the Deep Ensemble is worse than the single model" in sentence("BatchEnsemble", entry)
@@ -211,7 +216,7 @@ def test_a_deep_ensemble_worse_than_the_single_model_gets_no_share(tmp_path):
 def test_a_deep_ensemble_gain_within_noise_gets_no_share(tmp_path):
     root = write_run(tmp_path / "run", {"single": (1, 0.8), "deep-ensemble": (3, [0.9, 0.7, 0.81]),
                                         "batch-ensemble": (3, 0.85)}, seeds=(1, 2, 3))
-    entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]
+    entry = verdict_of(root)["batch-ensemble"]
     assert entry["nll"]["undetermined"] == "noise" and entry["nll"]["reference_gain_interval"][0] <= 0
     assert "the Deep Ensemble's own gain is within noise" in sentence("BatchEnsemble", entry)
 
@@ -219,9 +224,51 @@ def test_a_deep_ensemble_gain_within_noise_gets_no_share(tmp_path):
 def test_a_diversity_ratio_over_a_deep_ensemble_diversity_at_rounding_level_is_not_given(tmp_path):
     """Identical Deep Ensemble members: a KL diversity of float rounding would make any ratio huge."""
     root = write_run(tmp_path / "run", {"single": (1, 0.6), "deep-ensemble": (3, 0.9), "batch-ensemble": (3, 0.7)})
-    entry = verdict(root, load_runs(root)["runs"])["batch-ensemble"]
+    entry = verdict_of(root)["batch-ensemble"]
     assert entry["diversity"]["value"] is None and entry["diversity"]["undetermined"] == "rounding"
     assert "the Deep Ensemble's own diversity is at rounding level" in sentence("BatchEnsemble", entry)
+
+
+@pytest.mark.parametrize("same_images", [True, False])
+def test_the_nll_under_shift_is_each_images_mean_over_the_corruptions_that_share_the_images(tmp_path, same_images):
+    """Read once with the pooled shift split: corruptions of the same test images give each image's mean NLL over
+    them (one sample, as the pooled split resamples it); corruptions of different images, every example."""
+    generator = torch.Generator().manual_seed(5)
+    labels = torch.randint(0, 3, (30,), generator=generator)
+    shift = {f"shift/{name}": {"logits": torch.randn(2, 30, 3, generator=generator),
+                               "labels": labels if same_images else torch.randint(0, 3, (30,), generator=generator)}
+             for name in ("blur", "noise", "zoom")}
+    save_predictions({"id": {"logits": torch.randn(2, 30, 3, generator=generator), "labels": labels}, **shift},
+                     tmp_path / "predictions.safetensors")
+    nll = [torch.nn.functional.cross_entropy(torch.softmax(split["logits"].double(), -1).mean(0).log(), split["labels"],
+                                             reduction="none") for split in shift.values()]
+    expected = torch.stack(nll).mean(0) if same_images else torch.cat(nll)
+    assert read_seed(tmp_path).shift_nll.tolist() == pytest.approx(expected.tolist(), abs=1e-12)
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda path: path.write_bytes(path.read_bytes()[:100]), "is not a readable safetensors file"),
+    (lambda path: save_predictions({"id": {"logits": torch.full((3, N, 2), math.nan),
+                                           "labels": torch.zeros(N, dtype=torch.long)}}, path), "contains NaN"),
+    (lambda path: save_predictions({"ood": {"logits": _spread_logits(3, 0.8, 0.1), "labels": None}}, path),
+     "holds no labelled in-distribution (id) split")], ids=["truncated", "NaN logits", "no test split"])
+def test_a_damaged_seed_is_named_with_its_reason_and_left_out_of_every_statistic(tmp_path, damage, reason):
+    """One read of the predictions serves the verdict, the effective size and the bias–variance decomposition;
+    a run whose file cannot be used is left out of all three, and the data and the report name it and why."""
+    from ensdiag.report import make_report
+    from ensdiag.seeds.across import across_seeds
+    root = write_spread_run(tmp_path / "run", {"single": (1, 0.6, [0, 0, 0]), "deep-ensemble": (3, 0.9, [0.05, 0.06, 0.04]),
+                                               "batch-ensemble": (3, 0.8, [0.03, 0.02, 0.04])})
+    damage(root / "batch-ensemble" / "seed-2" / "predictions.safetensors")
+    found = across_seeds(load_runs(root)["runs"])
+    assert list(found.damaged) == ["batch-ensemble"] and list(found.damaged["batch-ensemble"]) == [2]
+    assert reason in found.damaged["batch-ensemble"][2] and "seed-2/predictions.safetensors" in found.damaged["batch-ensemble"][2]
+    assert [found.verdict["batch-ensemble"]["seeds"], found.effective_size["batch-ensemble"]["seeds"],
+            found.bvd["batch-ensemble"]["seeds"], found.bvd["deep-ensemble"]["seeds"]] == [2, 2, 2, 3]
+    report = make_report(root, write=False)
+    assert report["damaged_runs"] == {"batch-ensemble": {"2": found.damaged["batch-ensemble"][2]}}
+    note = next(table for table in report["tables"] if table["id"] == "verdict")["note"]
+    assert f"BatchEnsemble seed 2: left out of the verdict, effective size and bias–variance — {found.damaged['batch-ensemble'][2]}" in note
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +324,7 @@ def test_members_table_and_analyzer_notes_in_the_report(trio_run, tmp_path, caps
 def test_the_one_line_answer_follows_the_intervals():
 
     def entry(**shares):
-        from ensdiag.report.stats import settles
+        from ensdiag.seeds.stats import settles
         found = {key: {"value": sum(bounds) / 2, "interval": bounds, "answer": settles(bounds)}
                  for key, bounds in shares.items()}
         return {"seeds": 3, "diversity": found.pop("diversity", {"value": None, "interval": None}), **found}
@@ -306,7 +353,7 @@ def test_the_verdicts_resamples_are_the_cells_draws_and_equal_the_loop_over_resa
     indexes each resample's examples on random predictions with ties and OOD data; and the test-set
     counts are the very draws behind the cells' intervals (bootstrap.Draws)."""
     from ensdiag.analysis import bootstrap as B
-    from ensdiag.report import verdict as V
+    from ensdiag.seeds import verdict as V
     generator = torch.Generator().manual_seed(3)
     seeds, n, n_ood = (1, 2, 3), 60, 40
     data = {}
@@ -320,12 +367,12 @@ def test_the_verdicts_resamples_are_the_cells_draws_and_equal_the_loop_over_resa
             folder.mkdir(parents=True)
             save_predictions({"id": {"logits": logits, "labels": labels}, "ood": {"logits": ood, "labels": None}},
                              folder / "predictions.safetensors")
-            data[method][seed] = V._per_example(folder / "predictions.safetensors")
+            data[method][seed] = V._per_example(read_seed(folder))
     trio = [data["single"], data["deep-ensemble"], data["batch-ensemble"]]
     counts, chosen = V.example_counts(trio[0][1], B.Draws()), V.chosen_seeds(len(seeds))
     rows = B.draws("id", n, V.RESAMPLES), B.draws("ood", n_ood, V.RESAMPLES)  # the cells' draws, as indices
     assert torch.equal(counts[0], B.counts_of(rows[0], n)) and torch.equal(counts[1], B.counts_of(rows[1], n_ood))
-    fast = V._shares(*(V._bootstrap(group, list(seeds), chosen, counts) for group in trio))
+    fast = V._shares(*(V._bootstrap(V._per_seed_resampled(group, list(seeds), counts), chosen) for group in trio))
     for r in range(0, V.RESAMPLES, 97):  # the loop, resample by resample: index the examples, average the seeds
         picked = [seeds[i] for i in chosen[r]]
         resampled = [{seed: {key: values[rows[1][r]] if key == "ood_score" else values[rows[0][r]]

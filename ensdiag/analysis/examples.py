@@ -42,6 +42,14 @@ class Examples(dict):
                 other.__dict__[name] = self.__dict__[name]
         return other
 
+    def subset(self, members) -> "Examples":
+        """The members `members` (indices) as an ensemble of their own (a sub-ensemble), sharing this
+        split's member log-probabilities."""
+        chosen = list(members)
+        other = Examples(self["logits"][chosen], self["labels"], self.clusters)
+        other.__dict__["log_probs"] = self.log_probs[chosen]
+        return other
+
     def memo(self, name: str, make):
         """`make()` once per split: a quantity an analyzer derives from these examples (its per-example
         terms), kept for its other statistics and its resampler."""

@@ -143,12 +143,13 @@ def _report_steps(folder: Path) -> dict:
     from ..report import make_figures, make_report, render
     from ..report.aggregate import build_report
     from ..report.load import load_runs
-    from ..report.verdict import verdict
+    from ..seeds.across import load_seeds
+    from ..seeds.verdict import verdict
     data = load_runs(folder)
     report = build_report(folder, None, data, "ensdiag")
     return {"report load": lambda: load_runs(folder),
             "report tables and verdict": lambda: build_report(folder, None, load_runs(folder), "ensdiag"),
-            "report verdict bootstrap": lambda: verdict(folder, load_runs(folder)["runs"]),
+            "report verdict bootstrap": lambda: verdict(load_seeds(load_runs(folder)["runs"])[0]),
             "report figures": lambda: make_figures(report, data["runs"], folder),
             "report markdown and html": lambda: (render(report, "markdown"), render(report, "html", folder)),
             "report (whole command)": lambda: make_report(folder)}

@@ -66,8 +66,7 @@ def report(
         result = make_report(list(run_dirs or []) or None, reference, write=figures, conventions=conventions, svg=svg,
                              ood_score=ood_score, detail=detail)
     if examples is not None:
-        from ..export import EXAMPLE_FIELDS, write_table
-        from ..report.examples import run_example_rows
+        from ..export import EXAMPLE_FIELDS, run_example_rows, write_table
         write_table(run_example_rows(list(run_dirs) if run_dirs else [Path(result["run"])]), examples, EXAMPLE_FIELDS)
         note(f"per-example predictions written to {examples}")
     written = result.pop("written")  # a note for the terminal, not part of the report

@@ -90,16 +90,16 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
     add_smooth_reliability(runs, add)
     if "ood" not in report["skipped_splits"]:
         from ..analysis.ood import SCORES, score_of
-        from ..predictions import load_predictions
+        from ..seeds.across import read_seed
         from .ood_score import title
-        panels = []
+        panels, damaged = [], report.get("damaged_runs", {})
         for method, seeds in runs.items():
-            _, run = _first_complete(seeds)
+            _, run = _first_complete({seed: run for seed, run in seeds.items() if str(seed) not in damaged.get(method, {})})
             if run is None or "ood" not in run["metrics"]["splits"]:  # e.g. LoRA adapters: weights, no predictions
                 continue
-            predictions, _ = load_predictions(run["folder"] / "predictions.safetensors")
-            if "ood" in predictions and not (SCORES[ood_score][2] and predictions["ood"]["logits"].shape[0] < 2):
-                panels.append((method, *(score_of(ood_score, predictions[s]["logits"]).float() for s in ("id", "ood"))))
+            found = read_seed(run["folder"])
+            if found.ood is not None and not (SCORES[ood_score][2] and found.ood.members < 2):
+                panels.append((method, *(score_of(ood_score, split.logits).float() for split in (found.id, found.ood))))
         if panels:
             add("ood-scores", f"Histograms of the OOD score {title(ood_score)} on ID and OOD data (first seed)",
                 ood_histogram_figure, [(m, a.numpy(), b.numpy()) for m, a, b in panels], title(ood_score),

@@ -9,10 +9,11 @@ seed) are counted and shown (n per cell), never averaged in as if complete.
 
 from ..analysis.registry import SPLIT_TABLES
 from ..errors import EnsdiagError, unknown
+from ..seeds.across import across_seeds
+from ..seeds.stats import mean_ci
 from ..threads import apply as apply_threads
 from .example_level import EXAMPLES_DEFINITION, Declared, budget_notes, example_cell
 from .effective_table import SIZE_DEFINITIONS, effective_size_table, seeds_needed_table
-from .stats import mean_ci
 from .load import MISSING, _lookup, _number, dig, load_runs
 from .llm import llm_tables
 from .lora import lora_tables
@@ -196,53 +197,12 @@ def _meta_column(label, key, direction):
     return label, lambda run: dig(run["meta"], (key,)), direction
 
 
-def _within_folders(run_dir, runs, groups, reasons: dict | None = None, draws=None) -> dict:
-    """The verdict of each folder's methods on their own (several folders whose single model or Deep
-    Ensemble are kept apart, merge.py), under their merged names; a method found in several folders
-    keeps the verdict of the most seeds."""
-    from .verdict import verdict
-    found = {}
-    for group in groups:
-        found_reasons = {}
-        for method, entry in verdict(run_dir, {original: runs[name] for name, original in group.items()},
-                                     found_reasons, draws).items():
-            name = next(name for name, original in group.items() if original == method)
-            if name not in found or entry["seeds"] > found[name]["seeds"]:
-                found[name] = entry
-        if reasons is not None:  # named as the report names the method (merge.py)
-            reasons.update({next(name for name, original in group.items() if original == method): why
-                            for method, why in found_reasons.items()})
-    return found
-
-
-def _effective_sizes(runs, groups, draws) -> dict:
-    """effective_size.py's entries of every method beside a Deep Ensemble (within each folder where
-    the verdict is, merge.py), under the report's names."""
-    from .effective_size import effective_sizes
-    if not groups:
-        return effective_sizes(runs, draws)
-    found = {}
-    for group in groups:
-        for method, entry in effective_sizes({original: runs[name] for name, original in group.items()}, draws).items():
-            name = next(name for name, original in group.items() if original == method)
-            if name not in found or entry.get("seeds", 0) > found[name].get("seeds", 0):
-                found[name] = entry
-    return found
-
-
-def _verdict_table(run_dir, runs, expected, groups=None, sizes=None, draws=None):
-    """The verdict (verdict.py) as a table of ratios with their intervals; per method, its overall
-    line (led by its effective size, `sizes`) and what each question answers (verdict_text.py), then
-    how to read them, as the note. The table carries no best/second marks: the answers are the
-    verdict's tests."""
-    from .verdict import verdict
+def _verdict_table(found, reasons, expected, groups=None):
+    """The verdict (seeds/verdict.py) as a table of ratios with their intervals; per method, its overall
+    line (led by its effective size) and what each question answers (verdict_text.py), then how to read
+    them, as the note; `reasons`: why a method has none. The table carries no best/second marks: the
+    answers are the verdict's tests."""
     from .verdict_text import answer, how_to_read, sentence
-    reasons = {}
-    found = (verdict(run_dir, runs, reasons, draws) if not groups
-             else _within_folders(run_dir, runs, groups, reasons, draws))
-    for method, entry in found.items():
-        if (sizes or {}).get(method):
-            entry["effective_size"] = sizes[method]
     missing = [f"{_label(method)}: no verdict — {reason}." for method, reason in reasons.items() if method not in found]
     if not found:
         if not missing or not groups:
@@ -312,10 +272,8 @@ def _members_table(runs, expected):
     return table
 
 
-def _bvd_table(runs):
-    """Bias, variance and diversity over seeds (bvd.py), one row per method with ≥ 2 seeds."""
-    from .bvd import run_decompositions
-    found = run_decompositions(runs)
+def _bvd_table(found):
+    """Bias, variance and diversity over seeds (seeds/bvd.py), one row per method with ≥ 2 seeds."""
     left_out = " ".join(f"{_label(method)}: left out, {entry['reason']}." for method, entry in found.items()
                         if "reason" in entry)
     found = {method: entry for method, entry in found.items() if "reason" not in entry}
@@ -338,6 +296,18 @@ def _bvd_table(runs):
                     "so both CE decompositions share them; the bias includes label noise. Variance is what more seeds "
                     "would average away; diversity what the members do." + (f" {left_out}" if left_out else ""),
             "columns": [{"name": label, "direction": None} for label, _, _ in columns], "rows": rows}
+
+
+def _damaged(damaged: dict, tables: list) -> list[str]:
+    """A line per run whose predictions file could not be used (seeds/across.py): below the first table over
+    seeds (what the terminal shows), or, without one, as the report's notes (returned)."""
+    lines = [f"{_label(method)} seed {seed}: left out of the verdict, effective size and bias–variance — {why}."
+             for method, seeds in damaged.items() for seed, why in seeds.items()]
+    first = next((table for table in tables if table["id"] in ("verdict", "effective-size", "bvd")), None)
+    if first is None or not lines:
+        return lines
+    first["note"] = "\n\n".join(part for part in (first["note"], *lines) if part)
+    return []
 
 
 def _plugin_tables() -> list[tuple[str, object]]:
@@ -432,10 +402,9 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     if len(variants) == 2:
         tables.append(analyzer_table("be-variants", "BatchEnsemble channel- vs kernel-wise (in-distribution)", "id",
                                      {m: runs[m] for m in variants}, declared_in="id"))
-    from ..analysis.bootstrap import Draws
-    draws = Draws()  # the test examples' resamples, drawn once for the effective sizes and the verdict
-    sizes = _effective_sizes(runs, data.get("groups"), draws)
-    verdict_table, verdicts = _verdict_table(run_dir, runs, expected, data.get("groups"), sizes, draws)
+    across = across_seeds(runs, data.get("groups"))
+    sizes = across.effective_size
+    verdict_table, verdicts = _verdict_table(across.verdict, across.reasons, expected, data.get("groups"))
     sizes_table = effective_size_table(sizes, _label)
     if sizes_table is not None:
         definitions.update(SIZE_DEFINITIONS)
@@ -443,7 +412,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     needed_table = seeds_needed_table(verdicts, _label)
     tables[:0] = [*(table for table in (verdict_table, sizes_table, needed_table) if table is not None), *llm]
     definitions.update(llm_definitions)
-    bvd = _bvd_table(runs)
+    bvd = _bvd_table(across.bvd)
     if bvd is not None:
         tables.append(bvd)
     tables.append(_members_table(runs, expected))
@@ -465,12 +434,14 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             if table["id"] in PAPER and not (table["id"] == "ood" and ood_score != scores.DEFAULT_SCORE):
                 _reference_rows(table, table["id"])
     missing = {method: [seed for seed, run in seeds.items() if run is None] for method, seeds in runs.items()}
-    budgets = budget_notes(runs)
+    budgets, damaged = budget_notes(runs), _damaged(across.damaged, tables)
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
             "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION,
             "examples": EXAMPLES_DEFINITION, "marks": MARKS, "verdict": verdicts, "effective_size": sizes,
-            **({"notes": notes} if (notes := [*(experiment.get("notes") or []), *_catalogue_note(runs)]) else {}),
+            **({"notes": notes} if (notes := [*(experiment.get("notes") or []), *_catalogue_note(runs), *damaged]) else {}),
+            **({"damaged_runs": {m: {str(seed): why for seed, why in seeds.items()} for m, seeds in across.damaged.items()}}
+               if across.damaged else {}),
             "conventions": conventions, "ood_score": ood_score, **({"budgets": budgets} if budgets else {}),
             "definitions": definitions,
             "tables": tables, "figures": [], "figures_on_request": [],

@@ -19,9 +19,9 @@ this adds what needs several methods at once:
 
 import math
 
+from ..seeds.stats import BASELINE, REFERENCE
 from .load import dig
 
-BASELINE, REFERENCE = "single", "deep-ensemble"
 GAPS = ("disagreement gap (train − test)", "KL gap (train − test)")
 NOTES = {
     "diversity-gap": "Diversity on a fixed sample of training examples, on the validation and on the test split, and "

@@ -9,6 +9,7 @@
 import math
 
 from ..analysis.scaling import FOLDS, REPEATS
+from ..seeds.effective_size import METRICS
 from .verdict_text import QUESTIONS
 
 COLUMNS = (("k", None), ("CNLL ≡ n", "cnll"), ("Brier ≡ n", "brier"), ("AUROC ≡ n", "auroc"))
@@ -23,7 +24,6 @@ TEMPERATURES = {"validation": "the temperature fitted on the validation split",
                 "cross-validation": f"the temperature cross-fitted on the test set (each of {FOLDS} folds scored with "
                                     f"the T fitted on the others, {REPEATS} fold assignments averaged; a run without a "
                                     "validation split)"}
-NAMES = {"cnll": "calibrated NLL", "brier": "Brier score", "auroc": "OOD AUROC"}
 
 
 def _cell(found: dict | None, seeds) -> dict:
@@ -53,16 +53,16 @@ def effective_size_table(sizes: dict, label_of) -> dict | None:
         rows.append({"method": method, "label": label, "cells": [
             {"mean": entry["members"], "ci": None, "n": entry["seeds"], "values": []},
             *(_cell(entry.get(metric), entry["seeds"]) for _, metric in COLUMNS[1:])]})
-        for metric in NAMES:
+        for metric in METRICS:
             found = entry.get(metric) or {}
             if found.get("extrapolated"):
-                beyond.setdefault(label, []).append(NAMES[metric])
+                beyond.setdefault(label, []).append(METRICS[metric])
             elif found.get("reason"):
-                missing.setdefault(found["reason"], []).append(f"{label} ({NAMES[metric]})")
+                missing.setdefault(found["reason"], []).append(f"{label} ({METRICS[metric]})")
     if not rows:
         return None
     k = reference["reference_members"]
-    curves = "; ".join(f"{NAMES[metric]} {_curve(reference[metric])}" for metric in NAMES if reference.get(metric))
+    curves = "; ".join(f"{METRICS[metric]} {_curve(reference[metric])}" for metric in METRICS if reference.get(metric))
     temperature = TEMPERATURES[reference["temperature"]] + "".join(
         f" ({entry['temperature_note']}: {label_of(method)})" for method, entry in sizes.items()
         if entry.get("temperature_note"))

@@ -45,13 +45,6 @@ def cka_layers_figure(results: dict) -> "Figure":
     return figure
 
 
-def cka_heatmaps(result: dict, title=None) -> "Figure | None":
-    """One row per split, one k×k linear-CKA panel per layer."""
-    rows = [(split, [(layer, plottable(entry["linear"]["value"])) for layer, entry in found["layers"].items()])
-            for split, found in result.get("splits", {}).items() if found["layers"]]
-    return heatmap_grid(rows, title=title, colorbar_label="linear CKA") if rows else None
-
-
 def alignment_figure(results: dict) -> "Figure":
     figure = new_figure((8.0, 3.0))
     ax = figure.subplots()

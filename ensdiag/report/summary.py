@@ -13,7 +13,7 @@ from pathlib import PurePath
 
 from .. import text as sink
 from ..console import wrapped
-from .stats import BASELINE, REFERENCE
+from ..seeds.stats import BASELINE, REFERENCE
 from .verdict_text import printed_size, size_line
 
 WIDTH = 80

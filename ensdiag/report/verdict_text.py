@@ -11,8 +11,8 @@ Questions with the same answer share one clause, so nothing is said twice.
 
 import math
 
+from ..seeds.stats import ENSEMBLE_LIKE, MOST_SEEDS, SINGLE_LIKE
 from ..text import counted
-from .stats import ENSEMBLE_LIKE, MOST_SEEDS, SINGLE_LIKE
 
 QUESTIONS = (("nll", "NLL"), ("ece", "ECE"), ("auroc", "OOD AUROC"), ("shift_nll", "NLL under shift"),
              ("diversity", "diversity"))

@@ -27,7 +27,7 @@ quantity cannot take (a diversity ratio is ≥ 0).
 A share is not given when the Deep Ensemble's own gain is not positive beyond noise (its interval
 reaches 0, or it is worse than the single model): there is no gain to take a share of. The
 diversity ratio is not given when the Deep Ensemble's own diversity is at rounding level.
-verdict_text.py turns the entries into the report's lines.
+report/verdict_text.py turns the entries into the report's lines.
 """
 
 import math
@@ -36,10 +36,8 @@ import torch
 
 from ..analysis import bootstrap as B
 from ..analysis import weighted as W
-from ..analysis.examples import Examples
 from ..analysis.metrics import gain_terms
 from ..checks import test_set_difference
-from ..io import read_safetensors
 from .stats import BASELINE, ENSEMBLE_LIKE, REFERENCE, SINGLE_LIKE, envelope, fieller, percentiles, seeds_needed, settles, t_interval
 
 RESAMPLES = B.RESAMPLES  # the first rows of the draws behind the cells' intervals
@@ -47,51 +45,19 @@ NO_GAIN = 1e-12  # a Deep Ensemble gain this small is none (float rounding of eq
 NO_DIVERSITY = 1e-9  # nats: a Deep Ensemble KL diversity this small is rounding (float32 logits), not diversity
 
 
-class _Wanted:
-    """The tensors the verdict reads: the id and ood splits, and every shift split."""
-
-    def __contains__(self, name):
-        return name in ("id/logits", "id/labels", "ood/logits") or name.startswith("shift")
-
-
-def _per_example(path) -> dict | None:
-    """What the verdict needs of one run's predictions, per example (id, ood and shift splits are read)."""
-    try:
-        tensors, _ = read_safetensors(path, "predictions file", only=_Wanted())
-    except Exception:
-        return None
-    if "id/logits" not in tensors or "id/labels" not in tensors:
-        return None
-    split = Examples(tensors["id/logits"], tensors["id/labels"].long())
+def _per_example(seed) -> dict:
+    """What the verdict reads of one run's predictions (across.Seed), per example."""
+    split = seed.id
     terms = gain_terms(split)
-    out = {"labels": tensors["id/labels"], "classes": tensors["id/logits"].shape[-1],  # (which test set)
+    out = {"labels": split.labels, "classes": split.logits.shape[-1],  # (which test set)
            "nll": split.nll, "confidence": split.confidence, "correct": split.correct, "id_score": 1 - split.confidence,
            "kl": terms["kl_diversity"],  # mean_i KL(q̄ ‖ p_i), q̄ the normalised geometric mean
            "gibbs": terms["nll_gibbs"]}
-    if "ood/logits" in tensors:
-        out["ood_score"] = 1 - Examples(tensors["ood/logits"], None).confidence
-    shift = _shift_nll(tensors)
-    if shift is not None:
-        out["shift_nll"], out["shift_family"] = shift
+    if seed.ood is not None:
+        out["ood_score"] = 1 - seed.ood.confidence
+    if seed.shift_nll is not None:
+        out["shift_nll"] = seed.shift_nll
     return out
-
-
-def _shift_nll(tensors) -> tuple[torch.Tensor, str] | None:
-    """(the NLL under shift per example, the name its draws go by): where every corruption split holds
-    the same labelled images, the mean over corruptions per image (the corruptions of one image are
-    one sample: resampled together, as the pooled shift split's interval resamples them); otherwise
-    every shifted example on its own. None without shift."""
-    names = sorted(name.removesuffix("/logits") for name in tensors
-                   if name.startswith("shift/") and name.endswith("/logits") and f"{name[:-7]}/labels" in tensors)
-    if not names and "shift/logits" in tensors and "shift/labels" in tensors:
-        names = ["shift"]
-    if not names:
-        return None
-    found = [(Examples(tensors[f"{name}/logits"], tensors[f"{name}/labels"].long()).nll, tensors[f"{name}/labels"])
-             for name in names]
-    if len({len(labels) for _, labels in found}) == 1 and all(torch.equal(labels, found[0][1]) for _, labels in found):
-        return torch.stack([nll for nll, _ in found]).mean(0), "shift"
-    return torch.cat([nll for nll, _ in found]), "shift"
 
 
 def _metrics(run, w=None, w_ood=None, w_shift=None) -> dict:
@@ -150,7 +116,7 @@ def example_counts(run, draws: B.Draws, resamples: int = RESAMPLES) -> tuple:
     """(id, OOD, shift counts [R, n]): the test examples' resamples, the draws behind the cells' intervals."""
     n = len(run["nll"])
     ood = draws.counts("ood", len(run["ood_score"]), 0, resamples) if "ood_score" in run else None
-    shift = draws.counts(run["shift_family"], len(run["shift_nll"]), 0, resamples) if "shift_nll" in run else None
+    shift = draws.counts("shift", len(run["shift_nll"]), 0, resamples) if "shift_nll" in run else None
     return draws.counts("id", n, 0, resamples), ood, shift
 
 
@@ -160,10 +126,9 @@ def _per_seed_resampled(group, seeds, counts) -> dict:
     return {key: torch.stack([metrics[key] for metrics in per_seed], dim=1) for key in per_seed[0]}
 
 
-def _bootstrap(group, seeds, chosen, counts, stacked: dict | None = None) -> dict:
+def _bootstrap(stacked: dict, chosen) -> dict:
     """The seed-averaged metrics of every resample at once ({key: [R]}): each seed's metrics on the
-    resampled examples (weighted by their counts), then the mean over the seeds each resample chose."""
-    stacked = stacked if stacked is not None else _per_seed_resampled(group, seeds, counts)
+    resampled examples (`stacked`, _per_seed_resampled), then the mean over the seeds each resample chose."""
     return {key: values.gather(1, chosen).mean(1) for key, values in stacked.items()}
 
 
@@ -172,19 +137,18 @@ def _averaged(group, seeds) -> dict:
     return {key: sum(values[key] for values in per_seed) / len(per_seed) for key in per_seed[0]}
 
 
-def verdict(run_dir, runs: dict, reasons: dict | None = None, draws: B.Draws | None = None) -> dict:
+def verdict(runs: dict, reasons: dict | None = None, draws: B.Draws | None = None) -> dict:
     """{method: {"nll" | "ece" | "auroc" | "diversity": {"value", "interval", "answer", "seeds_needed",
-    …}, "seeds": n}}; `reasons` ({method: why}) receives, for every other method, why no verdict could
-    be formed; `draws`: the bootstrap draws to share (the effective size's, effective_size.py)."""
+    …}, "seeds": n}} of the loaded runs ({method: {seed: across.Seed}}); `reasons` ({method: why}) receives,
+    for every other method, why no verdict could be formed; `draws`: the bootstrap draws to share (the
+    effective size's, effective_size.py)."""
     reasons = {} if reasons is None else reasons
     if BASELINE not in runs or REFERENCE not in runs:
         missing = " and ".join(f"`{name}`" for name in (BASELINE, REFERENCE) if name not in runs)
         reasons.update({method: f"no {missing} run beside it to compare with" for method in runs
                         if method not in (BASELINE, REFERENCE)})
         return {}
-    loaded = {method: {seed: data for seed, run in seeds.items() if run is not None
-                       and (data := _per_example(run["folder"] / "predictions.safetensors")) is not None}
-              for method, seeds in runs.items()}
+    loaded = {method: {seed: _per_example(run) for seed, run in seeds.items()} for method, seeds in runs.items()}
     result, draws, resampled_for = {}, draws if draws is not None else B.Draws(), {}
     for method in runs:
         if method in (BASELINE, REFERENCE):
@@ -204,7 +168,7 @@ def verdict(run_dir, runs: dict, reasons: dict | None = None, draws: B.Draws | N
         if any(len(group[seed].get("ood_score", [])) != sizes["ood_score"] for group in trio for seed in seeds):
             trio = _without(trio, ("ood_score",))  # different OOD sets: no OOD question
         if any(len(group[seed].get("shift_nll", [])) != sizes["shift_nll"] for group in trio for seed in seeds):
-            trio = _without(trio, ("shift_nll", "shift_family"))  # different shift sets: no shift question
+            trio = _without(trio, ("shift_nll",))  # different shift sets: no shift question
         point = _shares(*(_averaged(group, seeds) for group in trio))
         counts, chosen = example_counts(trio[0][seeds[0]], draws), chosen_seeds(len(seeds))
         resampled, stacks = [], []
@@ -213,7 +177,7 @@ def verdict(run_dir, runs: dict, reasons: dict | None = None, draws: B.Draws | N
             if key not in resampled_for:  # the single model's and the Deep Ensemble's serve every other method
                 resampled_for[key] = _per_seed_resampled(group, seeds, counts)
             stacks.append(resampled_for[key])
-            resampled.append(_bootstrap(group, seeds, chosen, counts, resampled_for[key]))
+            resampled.append(_bootstrap(resampled_for[key], chosen))
         resampled_shares = {key: value.tolist() for key, value in _shares(*resampled).items()}
         per_seed = [_shares(*(_metrics(group[seed]) for group in trio)) for seed in seeds]
         result[method] = _entry(point, _intervals(point, resampled_shares, per_seed), len(seeds))

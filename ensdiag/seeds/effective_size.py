@@ -5,11 +5,12 @@ of the Deep Ensemble's loss in its size (Lobacheva et al., NeurIPS 2020; power_l
     found = effective_sizes(runs)          # {method: {"members", "cnll" | "brier" | "auroc": {"value", "interval", …}}}
     found["batch-ensemble"]["cnll"]        # {"value": 1.1, "interval": [1.0, 1.3], "extrapolated": False, …}
 
-From predictions alone (every run's predictions.safetensors: trained here, or `ensdiag analyze`
+From predictions alone (every run's, as across.py reads them: trained here, or `ensdiag analyze`
 predictions of an LLM's adapters saved as methods of one run folder):
 1. each sub-ensemble of the Deep Ensemble (all subsets of each size n = 1…K, or `MAX_SUBSETS`
    drawn at random from a fixed generator where a size has more) and each method pool their
-   members' probabilities, p̄ = mean_i p_i;
+   members' probabilities, p̄ = mean_i p_i (`Examples.subset`: every per-example quantity as the
+   tables define it);
 2. the calibrated NLL: −log softmax(log p̄ / T)(y), T fitted by the one solver (analysis/scaling.py)
    on the run's validation split; a run without one cross-fits T on the test set (Ashukha et al.'s
    test-time cross-validation: each fold scored with the T fitted on the other folds, as the
@@ -31,39 +32,20 @@ from itertools import combinations
 
 import torch
 
+from ..analysis import bootstrap as B
 from ..analysis import weighted as W
 from ..analysis.bootstrap import BLOCK_ENTRIES
 from ..analysis.scaling import FOLDS, REPEATS, fit_betas, fit_notes, fitting_sets, folds, informative, padded
 from ..budget import over_budget
 from ..checks import test_set_difference
-from ..io import read_safetensors
 from . import power_law
-from .stats import envelope, t_quantile
+from .stats import envelope, percentiles, t_quantile
 from .verdict import REFERENCE, chosen_seeds
 
 MAX_SUBSETS = 24  # sub-ensembles per size: all of them up to this many, else this many drawn at random
 RESAMPLES = 250  # the first of the verdict's resamples: each refits every law and re-reads every size, so a
 #                  quarter of them keeps the report's cost down (2.5th and 97.5th percentiles: the 7th from each end)
 METRICS = {"cnll": "calibrated NLL", "brier": "Brier score", "auroc": "OOD AUROC"}
-
-
-class _Wanted:
-    def __contains__(self, name):
-        return name in ("id/logits", "id/labels", "val/logits", "val/labels", "ood/logits")
-
-
-def _load(path) -> dict | None:
-    """The test, validation and OOD logits of one run (None where it has no predictions file or no
-    labelled test split; a damaged file is an error, named, as everywhere else)."""
-    if not path.is_file():
-        return None
-    tensors, _ = read_safetensors(path, "predictions file", only=_Wanted())
-    if "id/logits" not in tensors or "id/labels" not in tensors or len(tensors["id/labels"]) < 2:
-        return None
-    val = (tensors["val/logits"], tensors["val/labels"].long()) if "val/labels" in tensors and len(
-        tensors["val/labels"]) and "val/logits" in tensors else None
-    return {"logits": tensors["id/logits"], "labels": tensors["id/labels"].long(), "val": val,
-            "ood": tensors.get("ood/logits")}
 
 
 def subsets(k: int, limit: int = MAX_SUBSETS) -> list[tuple[int, ...]]:
@@ -81,9 +63,11 @@ def subsets(k: int, limit: int = MAX_SUBSETS) -> list[tuple[int, ...]]:
     return found
 
 
-def _pooled(log_probs: torch.Tensor, chosen: list[tuple[int, ...]]) -> torch.Tensor:
-    """[S, N, C] log p̄ of each chosen sub-ensemble, stably (logsumexp over its members − log n)."""
-    return torch.stack([torch.logsumexp(log_probs[list(members)], 0) - math.log(len(members)) for members in chosen])
+def _pooled(split, chosen: list[tuple[int, ...]], *quantities) -> list[torch.Tensor]:
+    """[S, …] each of the `Examples` quantities (log_mean, brier, confidence, …) of every chosen
+    sub-ensemble of a split, one sub-ensemble at a time."""
+    found = [[getattr(part, name) for name in quantities] for part in (split.subset(members) for members in chosen)]
+    return [torch.stack(column) for column in zip(*found)]
 
 
 def _calibrated_nll(pooled: torch.Tensor, labels: torch.Tensor, val_pooled, val_labels) -> tuple:
@@ -110,20 +94,15 @@ def _calibrated_nll(pooled: torch.Tensor, labels: torch.Tensor, val_pooled, val_
     return nll, betas.flatten(), torch.cat(fitted)
 
 
-def per_example(run: dict, chosen: list[tuple[int, ...]]) -> dict:
-    """Each chosen sub-ensemble's per-example values on one run: {"cnll", "brier", "id_score": [S, N],
-    "ood_score": [S, N_ood] (where the run has OOD data)}."""
-    log_probs = torch.log_softmax(run["logits"].double(), -1)
-    pooled, labels = _pooled(log_probs, chosen), run["labels"]
-    val = run["val"]
-    val_pooled = _pooled(torch.log_softmax(val[0].double(), -1), chosen) if val is not None else None
-    mean = pooled.exp()
-    cnll, beta, fitted = _calibrated_nll(pooled, labels, val_pooled, None if val is None else val[1])
-    out = {"cnll": cnll, "beta": beta, "fitted": fitted,
-           "brier": (mean - torch.nn.functional.one_hot(labels, mean.shape[2]).double()).pow(2).sum(2),
-           "id_score": 1 - mean.max(2).values}
-    if run["ood"] is not None:
-        out["ood_score"] = 1 - _pooled(torch.log_softmax(run["ood"].double(), -1), chosen).exp().max(2).values
+def per_example(run, chosen: list[tuple[int, ...]]) -> dict:
+    """Each chosen sub-ensemble's per-example values on one run (across.Seed): {"cnll", "brier",
+    "id_score": [S, N], "ood_score": [S, N_ood] (where the run has OOD data)}."""
+    pooled, brier, confidence = _pooled(run.id, chosen, "log_mean", "brier", "confidence")
+    val_pooled, val_labels = (_pooled(run.val, chosen, "log_mean")[0], run.val.labels) if run.val is not None else (None, None)
+    cnll, beta, fitted = _calibrated_nll(pooled, run.id.labels, val_pooled, val_labels)
+    out = {"cnll": cnll, "beta": beta, "fitted": fitted, "brier": brier, "id_score": 1 - confidence}
+    if run.ood is not None:
+        out["ood_score"] = 1 - _pooled(run.ood, chosen, "confidence")[0]
     return out
 
 
@@ -135,15 +114,6 @@ def _resampled(values: dict, w_id: torch.Tensor, w_ood) -> dict:
         found["auroc"] = 1 - torch.stack([W.auroc(i, o, w_id, w_ood) for i, o in zip(values["id_score"],
                                                                                      values["ood_score"])], dim=1)
     return found
-
-
-def _percentiles(values: torch.Tensor, level: float = 0.95) -> list[float] | None:
-    """The 2.5th and 97.5th percentiles of resampled sizes, infinite ones kept (a curve's limit passed)."""
-    values = values[~values.isnan()].sort().values
-    if not len(values):
-        return None
-    tail = (1 - level) / 2
-    return [values[int(tail * (len(values) - 1))].item(), values[int(math.ceil((1 - tail) * (len(values) - 1)))].item()]
 
 
 def _read(values: torch.Tensor, law: tuple, picked: torch.Tensor, k: int) -> dict:
@@ -163,7 +133,7 @@ def _read(values: torch.Tensor, law: tuple, picked: torch.Tensor, k: int) -> dic
     over_seeds = power_law.seed_interval(values[:, 0], a[:, 0], b[:, 0], c[:, 0], t_quantile(values.shape[0])) \
         if values.shape[0] > 1 else None
     value = round(value, 9)  # the bisection's last digits are noise: a Deep Ensemble reads its k exactly
-    interval = envelope(_percentiles(resampled), over_seeds, [value, value])  # (holding the estimate)
+    interval = envelope(percentiles(resampled.tolist()), over_seeds, [value, value])  # (holding the estimate)
     interval = [round(bound, 9) if math.isfinite(bound) else bound for bound in interval]
     beyond = k * (1 + 1e-9)  # a size past the Deep Ensemble's own is read by extrapolating the law (∞: unbounded)
     return {"value": value, "interval": interval, "per_seed": per_seed, "reason": None,
@@ -194,20 +164,17 @@ def _entry(fitted: dict, values: torch.Tensor, picked: torch.Tensor, k: int) -> 
 
 
 def effective_sizes(runs: dict, draws=None, resamples: int = RESAMPLES) -> dict:
-    """{method: entry} for every method of `runs` ({method: {seed: run}}) beside a Deep Ensemble,
+    """{method: entry} for every method of `runs` ({method: {seed: across.Seed}}) beside a Deep Ensemble,
     the Deep Ensemble itself included (it reads K: the law passes through its value); {} without
     one. An entry: {"members": k, "reference_members": K, "seeds", "subsets", "temperature", and
     per metric {"value", "interval", "per_seed", "extrapolated", "reason", "curve", "fit"}} or
     {"reason"}; `draws` is the verdict's bootstrap.Draws (shared: the test-set sampling is the tables')."""
-    from ..analysis import bootstrap as B
     if REFERENCE not in runs:
         return {}
     draws = draws if draws is not None else B.Draws()
-    loaded = {method: {seed: data for seed, run in seeds.items() if run is not None
-                       and (data := _load(run["folder"] / "predictions.safetensors")) is not None}
-              for method, seeds in runs.items()}
+    loaded = {method: {seed: run for seed, run in seeds.items() if run.id.size >= 2} for method, seeds in runs.items()}
     reference = loaded[REFERENCE]
-    ks = {data["logits"].shape[0] for data in reference.values()}
+    ks = {run.id.members for run in reference.values()}
     if len(ks) != 1 or min(ks) < 2:
         why = "the Deep Ensemble has one member" if ks == {1} else "the Deep Ensemble's seeds have different member counts"
         return {method: {"reason": why} for method in runs} if ks else {}
@@ -220,17 +187,17 @@ def effective_sizes(runs: dict, draws=None, resamples: int = RESAMPLES) -> dict:
         seeds = sorted(set(reference) & set(loaded[method]))
         if not seeds:
             continue
-        n, difference = len(reference[seeds[0]]["labels"]), test_set_difference(
-            [(group[seed]["labels"], group[seed]["logits"].shape[-1]) for group in (reference, loaded[method]) for seed in seeds])
+        n, difference = reference[seeds[0]].id.size, test_set_difference(
+            [(group[seed].id.labels, group[seed].id.logits.shape[-1]) for group in (reference, loaded[method]) for seed in seeds])
         if difference is not None:
             found[method] = {"reason": f"its test set and the Deep Ensemble's differ ({difference})"}
             continue
-        reason = over_budget(len(chosen_subsets) * n * reference[seeds[0]]["logits"].shape[-1] * 8 * 3,
+        reason = over_budget(len(chosen_subsets) * n * reference[seeds[0]].id.logits.shape[-1] * 8 * 3,
                              "the Deep Ensemble's sub-ensembles")
         if reason:
             found[method] = {"reason": reason}
             continue
-        ood = {group[seed]["ood"].shape[1] if group[seed]["ood"] is not None else None
+        ood = {group[seed].ood.size if group[seed].ood is not None else None
                for group in (reference, loaded[method]) for seed in seeds}
         n_ood = ood.pop() if len(ood) == 1 else None
         key = (tuple(seeds), n, n_ood)
@@ -245,12 +212,12 @@ def effective_sizes(runs: dict, draws=None, resamples: int = RESAMPLES) -> dict:
                                for metric in per_seed[0]}
             fitted_for[key]["fits"] = [(values["beta"], values["fitted"]) for values in found_seeds]
         fitted = fitted_for[key]
-        found_seeds = [per_example(loaded[method][seed], [tuple(range(loaded[method][seed]["logits"].shape[0]))])
+        found_seeds = [per_example(loaded[method][seed], [tuple(range(loaded[method][seed].id.members))])
                        for seed in seeds]
         mine = [_resampled(values, w_id, w_ood) for values in found_seeds]
-        validated = all(group[seed]["val"] is not None for group in (reference, loaded[method]) for seed in seeds)
+        validated = all(group[seed].val is not None for group in (reference, loaded[method]) for seed in seeds)
         fits = [*fitted["fits"], *((values["beta"], values["fitted"]) for values in found_seeds)]
-        entry = {"members": loaded[method][seeds[0]]["logits"].shape[0], "reference_members": k, "seeds": len(seeds),
+        entry = {"members": loaded[method][seeds[0]].id.members, "reference_members": k, "seeds": len(seeds),
                  "reference": method == REFERENCE, "subsets": len(chosen_subsets), "resamples": resamples,
                  "temperature": "validation" if validated else "cross-validation",
                  "temperature_note": fit_notes(torch.cat([beta for beta, _ in fits]),

@@ -15,7 +15,8 @@ interval for the ratio of means — the estimate printed — not for the mean of
 
 import math
 
-from scipy.special import stdtrit  # Student's t quantile: scipy.stats's own, without importing all of scipy.stats
+import numpy as np
+from scipy.special import chdtri, nctdtr, stdtrit  # scipy.stats's own, without importing all of scipy.stats
 
 LEVEL = 0.95
 BASELINE, REFERENCE = "single", "deep-ensemble"  # the runs every other method is compared with
@@ -71,8 +72,9 @@ def envelope(*intervals) -> list[float] | None:
 
 
 def percentiles(values, level: float = LEVEL) -> list[float] | None:
-    """The (1−level)/2 and (1+level)/2 percentiles of bootstrap draws (None without finite draws)."""
-    values = sorted(value for value in values if math.isfinite(value))
+    """The (1−level)/2 and (1+level)/2 percentiles of bootstrap draws, NaN left out and infinite ones kept (a
+    size past a curve's limit); None without draws."""
+    values = sorted(value for value in values if not math.isnan(value))
     if not values:
         return None
     tail = (1 - level) / 2
@@ -117,7 +119,6 @@ def seeds_needed(per_seed: list[float], distance: float, floor: float = 0.0, pow
     guess of σ: three seeds put σ anywhere from 0.52 to 6.3 times s), None at an end past `MOST_SEEDS`.
     why: "test set" (floor ≥ distance), "one seed" (no spread to project from), "no spread" (the seeds
     agree exactly: more of them change nothing), "too many" (more than `MOST_SEEDS`)."""
-    from scipy.special import chdtri
     values = [value for value in per_seed if math.isfinite(value)]
     if floor >= distance:
         return {"seeds": None, "why": "test set"}
@@ -136,8 +137,6 @@ def seeds_needed(per_seed: list[float], distance: float, floor: float = 0.0, pow
 def _smallest(room: float, sigma: float, seeds: int, power: float) -> int | None:
     """The fewest seeds (more than `seeds`, at most `MOST_SEEDS`) whose interval clears a line `room`
     away with probability `power` when seeds vary by `sigma`; None beyond (every count at once)."""
-    import numpy as np
-    from scipy.special import nctdtr
     counts = np.arange(seeds + 1, MOST_SEEDS + 1)  # more than there are: these left it open
     chance = 1 - nctdtr(counts - 1, room * np.sqrt(counts) / sigma, stdtrit(counts - 1, 0.5 + LEVEL / 2))
     enough = np.flatnonzero(chance >= power)

@@ -70,12 +70,6 @@ def fit(y, sizes=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return (*_through_ends(y, sizes, c), c)
 
 
-def curve(sizes, a, b, c) -> torch.Tensor:
-    """a + b·n^(−c) [B, len(sizes)]."""
-    sizes = torch.as_tensor(sizes, dtype=torch.float64)
-    return a[:, None] + b[:, None] * sizes[None] ** -c[:, None]
-
-
 def size_at(value, a, b, c) -> torch.Tensor:
     """The size n ≥ 1 at which the fitted curve reaches `value` (a loss, lower is better):
     n = ((value − a) / b)^(−1/c); 1 for a value no better than one member's (a + b), inf for one

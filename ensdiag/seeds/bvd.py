@@ -22,23 +22,20 @@ bias includes the label noise, which labels alone cannot separate. Variance is w
 seeds of the same method would average away; diversity is what the members already do.
 """
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from ..checks import test_set_difference
-from ..io import read_safetensors
 
 COMBINERS = {"squared": "arithmetic mean of the members' probabilities",
              "cross_entropy": "normalised geometric mean of the members' probabilities",
              "cross_entropy_arithmetic": "arithmetic mean of the members' probabilities"}
 
 
-def decompose(log_probs: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    """log_probs [S, k, N, C] (member log-softmax per seed), labels [N] -> the three decompositions, each
-    with its combiner named."""
-    log_q = log_probs.double()
+def decompose(splits: list) -> dict[str, float]:
+    """Each seed's test split (`Examples`, one test set) -> the three decompositions, each with its combiner
+    named; the NLLs of p̄_s and of the members are the splits' own (Examples.nll, member_log_likelihood)."""
+    log_q, labels = torch.stack([split.log_probs for split in splits]), splits[0].labels  # [S, k, N, C]
     q = log_q.exp()
     onehot = F.one_hot(labels, q.shape[-1]).double()
     central = q.mean(dim=(0, 1))  # [N, C]
@@ -60,9 +57,8 @@ def decompose(log_probs: torch.Tensor, labels: torch.Tensor) -> dict[str, float]
                      "bias": -log_central.gather(-1, labels[:, None]).mean().item(),
                      "variance": kl(log_central, central_q, log_q).mean().item(),
                      "diversity": kl(log_ensemble[:, None], log_ensemble.exp()[:, None], log_q).mean().item()}
-    member_loss = -log_q.gather(-1, labels.expand(*log_q.shape[:2], -1)[..., None]).mean().item()
-    log_mean = torch.logsumexp(log_q, dim=1) - math.log(log_q.shape[1])  # log p̄_s [S, N, C]
-    arithmetic_loss = -log_mean.gather(-1, labels.expand(log_mean.shape[0], -1)[..., None]).mean().item()
+    member_loss = -torch.stack([split.member_log_likelihood for split in splits]).mean().item()
+    arithmetic_loss = torch.stack([split.nll for split in splits]).mean().item()
     arithmetic = {"loss": arithmetic_loss, "bias": cross_entropy["bias"], "variance": cross_entropy["variance"],
                   "diversity": member_loss - arithmetic_loss}
     decompositions = {"squared": squared, "cross_entropy": cross_entropy, "cross_entropy_arithmetic": arithmetic}
@@ -70,25 +66,14 @@ def decompose(log_probs: torch.Tensor, labels: torch.Tensor) -> dict[str, float]
 
 
 def run_decompositions(runs: dict) -> dict:
-    """{method: decomposition} for every method with ≥ 2 seeds and ≥ 2 members on one test set; {"reason"}
-    for one whose seeds were measured on different test sets."""
+    """{method: decomposition} for every method with ≥ 2 seeds and ≥ 2 members on one test set ({method:
+    {seed: across.Seed}}); {"reason"} for one whose seeds were measured on different test sets."""
     found = {}
     for method, seeds in runs.items():
-        stacks, test_sets = [], []
-        for run in seeds.values():
-            if run is None:
-                continue
-            try:
-                tensors, _ = read_safetensors(run["folder"] / "predictions.safetensors", "predictions file",
-                                              only=("id/logits", "id/labels"))
-            except Exception:
-                continue
-            if "id/logits" not in tensors or "id/labels" not in tensors:
-                continue
-            test_sets.append((tensors["id/labels"].long(), tensors["id/logits"].shape[-1]))
-            stacks.append(torch.log_softmax(tensors["id/logits"].double(), -1))
+        splits = [run.id for run in seeds.values()]
+        test_sets = [(split.labels, split.logits.shape[-1]) for split in splits]
         if test_sets and (difference := test_set_difference(test_sets)) is not None:
             found[method] = {"reason": f"its seeds were measured on different test sets ({difference})"}
-        elif len(stacks) >= 2 and stacks[0].shape[0] >= 2 and len({s.shape for s in stacks}) == 1:
-            found[method] = {**decompose(torch.stack(stacks), test_sets[0][0]), "seeds": len(stacks)}
+        elif len(splits) >= 2 and splits[0].members >= 2 and len({split.logits.shape for split in splits}) == 1:
+            found[method] = {**decompose(splits), "seeds": len(splits)}
     return found
