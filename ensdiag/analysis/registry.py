@@ -26,12 +26,13 @@ from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 
 from ..layout import HEADLINE_TABLES, SPLIT_TABLES, finite, lookup, non_finite  # noqa: F401 (re-exported)
+from ..registry import Registry
 from .examples import Examples
 
 ENTRY_POINT_GROUP = "ensdiag.analyzers"
 CATALOGUE_LEFT_OUT = ("the detail catalogue, left out of a training grid's runs unless `ensdiag train --detail` "
                       "(`ensdiag evaluate MODEL` computes it for one model)")
-ANALYZERS: dict[str, "Analyzer"] = {}
+ANALYZERS = Registry("analyzer")  # name -> Analyzer, in the order registered (the order they run)
 
 
 def is_ood_split(name: str) -> bool:
@@ -154,7 +155,7 @@ def _takes_catalogue(function) -> bool:
         return False
 
 
-RESAMPLERS: dict[str, callable] = {}
+RESAMPLERS = Registry("resampler")  # analyzer name -> its resampler
 
 
 def register_resampler(name: str):
@@ -164,10 +165,7 @@ def register_resampler(name: str):
     each example was drawn in each of b resamples} to {key path: Tensor [b] or `bootstrap.Folded`}.
     With counts of ones it gives the analyzer's own values (tests/test_intervals.py checks every
     built-in against re-running its analyzer); paths it leaves out are resampled by re-running."""
-    def register(function):
-        RESAMPLERS[name] = function
-        return function
-    return register
+    return RESAMPLERS.register(name)
 
 
 def register_analyzer(name: str, description: str = "", version: int = 1, source: str = "built-in", columns=(),
@@ -193,8 +191,8 @@ def register_analyzer(name: str, description: str = "", version: int = 1, source
                                  "a tuple of split names")
         if detail and any(table in HEADLINE_TABLES for column in columns for table in column.tables):
             raise ValueError(f"analyzer {name!r}: a detail analyzer cannot fill a headline table ({', '.join(HEADLINE_TABLES)})")
-        ANALYZERS[name] = Analyzer(name, function, description or (function.__doc__ or "").strip().split("\n")[0],
-                                   version, source, tuple(columns), needs, reads_data, detail)
+        ANALYZERS.add(name, Analyzer(name, function, description or (function.__doc__ or "").strip().split("\n")[0],
+                                     version, source, tuple(columns), needs, reads_data, detail))
         return function
     return register
 

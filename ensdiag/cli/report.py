@@ -7,7 +7,8 @@ import typer
 from rich.console import Console
 
 from ..console import check_format, loading, note, output_file, show
-from ..errors import EnsdiagError, unknown
+from ..errors import unknown
+from ..export import table_writer
 from .app import app
 from .options import THREADS, own_threads
 
@@ -50,9 +51,8 @@ def report(
     from ..runs import check_run_folder
     for run_dir in run_dirs or ():
         check_run_folder(run_dir)
-    if examples is not None and examples.suffix.lower() not in (".csv", ".parquet"):
-        raise EnsdiagError(f"--examples {examples}: name a .csv or .parquet file")
     if examples is not None:  # refused now, not after the whole report
+        table_writer(examples, "--examples ")
         output_file(examples, None, "--examples")
     own_threads(threads)  # (set once torch loads: a report read back needs none)
     from ..io import atomic_write_text
