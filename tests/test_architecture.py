@@ -105,7 +105,7 @@ FLOORS = [
     ("ground", ["ensdiag", "ensdiag.errors", "ensdiag.numbers", "ensdiag.io", "ensdiag.text", "ensdiag.console",
                 "ensdiag.progress", "ensdiag.device", "ensdiag.precision", "ensdiag.budget", "ensdiag.forked",
                 "ensdiag.provenance", "ensdiag.distributed", "ensdiag.threads"]),
-    ("maths", ["ensdiag.analysis.metrics", "ensdiag.analysis.weighted", "ensdiag.analysis.bootstrap",
+    ("maths", ["ensdiag.analysis.metrics", "ensdiag.analysis.weighted", "ensdiag.analysis.bootstrap", "ensdiag.analysis.constructions",
                "ensdiag.analysis.examples", "ensdiag.analysis.registry", "ensdiag.analysis.scores",
                "ensdiag.analysis.pairwise", "ensdiag.analysis.smooth_ece", "ensdiag.analysis.resampled",
                "ensdiag.analysis.generated"]),

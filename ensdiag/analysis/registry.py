@@ -79,7 +79,7 @@ class Column:
     peer: tuple[str, ...] | None = None  # where the peer convention's value is (`report --conventions torch-uncertainty`)
     peer_since: int = 1  # the analyzer version that added it
     examples: tuple[str, ...] | bool | None = None  # the splits whose examples it is a statistic of (below)
-    # its interval's construction (bootstrap.py, chosen from benchmarks/interval_coverage.py's record): "percentile";
+    # its interval's construction (constructions.py, chosen from benchmarks/interval_coverage.py's record): "percentile";
     # "basic" where its resamples carry a bias of their own (a debiased estimator re-biased by the duplicates);
     # "upper" ([0, …]) for an unsigned error a test set puts above 0 where the population's is 0; "logit" for a
     # number in [0, 1] that may sit near 1 (AUROC; "logit-debiased" where it also reads high there: AUPR);
@@ -162,7 +162,7 @@ def register_resampler(name: str):
     """Register `function(predictions, weights, result, wanted) -> resample`: analyzer `name`'s
     example-level columns over resamples, vectorised. `result` is the analyzer's own result,
     `wanted` the key paths asked for; `resample(counts)` maps {split: [b, n] float64, how often
-    each example was drawn in each of b resamples} to {key path: Tensor [b] or `bootstrap.Folded`}.
+    each example was drawn in each of b resamples} to {key path: Tensor [b] or `constructions.Folded`}.
     With counts of ones it gives the analyzer's own values (tests/test_intervals.py checks every
     built-in against re-running its analyzer); paths it leaves out are resampled by re-running."""
     return RESAMPLERS.register(name)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ..budget import over_budget
 from ..errors import EnsdiagError
-from .bootstrap import Folded
+from .constructions import Folded
 from .metrics import sortable_key
 
 ECE_BINS = 15
@@ -160,7 +160,7 @@ class Bins:
         return torch.where(self.mass > 0, self.gap() / self.mass.clamp(min=1e-300), torch.zeros_like(self.mass))
 
     def folded(self) -> Folded:
-        """The ECE as φ(bin means, bin masses), for ray inversion (bootstrap.py)."""
+        """The ECE as φ(bin means, bin masses), for ray inversion (constructions.py)."""
         return Folded(self.mean_gaps(), self.mass / self.total[..., None], absolute_sum)
 
 

@@ -18,14 +18,14 @@ examples it can afford:
   split too small for its share gives the rest to the others;
 - examples are read in a seeded random order (a split's first examples may be one class) and in
   doubling chunks; with a precision target a split stops once every headline number that
-  reads it has an interval at most that half-width (`bootstrap.half_width`);
+  reads it has an interval at most that half-width (`constructions.half_width`);
 - member geometry then shares what is left (`planned_geometry.py`): CKA and paths read the same n where they can, paths
   on 3, then 2, then 1 pair of 11 points, then 1 adaptive pair, as n would otherwise fall below
   `PATH_EXAMPLES_FLOOR` (an adaptive path is costed at its worst, 11 points); a step that cannot
   run says why (`skipped`), never silently.
 
 A subsample's intervals carry `full_split`, the interval for what the whole split would give
-(`bootstrap.py`).
+(`constructions.py`).
 """
 
 import math
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..analysis import bootstrap as B
+from ..analysis import constructions as CI
 from ..errors import EnsdiagError
 from ..numbers import parse_precision, parse_seconds
 
@@ -398,7 +399,7 @@ def _widest(predictions: dict, split: str) -> dict:
             node = result
             for key in path[:-1]:
                 node = node[key]
-            width = B.half_width(node.get("interval"))
+            width = CI.half_width(node.get("interval"))
             if width is not None and (not widest or width > widest["half_width"]):
                 widest = {"half_width": round(width, 6), "column": f"{name}/{'/'.join(path[:-1])}"}
     return widest
