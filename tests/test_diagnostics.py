@@ -19,6 +19,7 @@ from ensdiag.analysis import analyze_predictions
 from ensdiag.analysis import bootstrap as B
 from ensdiag.analysis import refinement as R
 from ensdiag.analysis import weighted as W
+from ensdiag.analysis import ordered as O
 from ensdiag.analysis.diversity_gap import TRAINING_SAMPLE, training_pick
 from ensdiag.analysis.examples import Examples
 from ensdiag.analysis.registry import without_ood_labels
@@ -318,12 +319,12 @@ def test_rank_correlation_of_resampled_examples_is_spearmans_of_the_repeated_exa
     x = torch.randint(0, 12, (200,), generator=g).double()  # ties
     y = x + 4 * torch.randn(200, generator=g, dtype=torch.float64)
     counts = B.counts_of(B.draws("id", 200, 5), 200)
-    found = W.rank_correlation(x, y, counts)
+    found = O.rank_correlation(x, y, counts)
     for row in range(5):
         repeat = counts[row].long().numpy()
         expected = stats.spearmanr(np.repeat(x.numpy(), repeat), np.repeat(y.numpy(), repeat)).statistic
         assert float(found[row]) == pytest.approx(expected, abs=1e-12)
-    assert math.isnan(float(W.rank_correlation(torch.ones(10), y[:10])))  # one value: no ranking
+    assert math.isnan(float(O.rank_correlation(torch.ones(10), y[:10])))  # one value: no ranking
 
 
 def test_the_note_says_when_aleatoric_and_epistemic_parts_do_not_separate():
