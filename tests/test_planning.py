@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ensdiag
-from ensdiag.core.planning import NEED_MARGIN, random_order
+from ensdiag.core.planned_predictions import NEED_MARGIN, random_order
 from ensdiag.quickcheck import parse_precision, parse_seconds
 from ensdiag.errors import EnsdiagError
 
@@ -88,12 +88,11 @@ def _headline_intervals(metrics):
 
     from ensdiag.analysis import all_analyzers
     from ensdiag.core.intervals import targets
-    from ensdiag.core.planning import HEADLINE_TABLES
     for name, analyzer in all_analyzers().items():
         result = metrics["analyzers"].get(name, {})
         if analyzer.needs != "predictions" or result.get("status") != "ok":
             continue
-        headline = SimpleNamespace(columns=[c for c in analyzer.columns if set(c.tables) & set(HEADLINE_TABLES)])
+        headline = SimpleNamespace(columns=[c for c in analyzer.columns if c.headline])
         for path, _ in targets(headline, result, {"id": {"logits": torch.zeros(1, 1, 1)}}):
             node = result
             for key in path[:-1]:
