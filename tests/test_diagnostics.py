@@ -357,19 +357,20 @@ def test_the_core_predicts_a_seeded_training_sample_where_labelled_training_data
     g = torch.Generator().manual_seed(0)
     test = (torch.rand(60, 1, 6, 6, generator=g), torch.randint(0, 4, (60,), generator=g))
     train = (torch.rand(1300, 1, 6, 6, generator=g), torch.randint(0, 4, (1300,), generator=g))
-    diagnosis = ensdiag.diagnose(model, test=test, train=train, geometry=False)
+    diagnosis = ensdiag.diagnose(model, test=test, train=train, measure=ensdiag.Measure(geometry=False))
     assert diagnosis.metrics["splits"]["train"]["n"] == TRAINING_SAMPLE
     assert "1,000 training examples (a seeded sample" in diagnosis.metrics["split_titles"]["train"]
     pick = training_pick(1300)
     assert len(pick) == TRAINING_SAMPLE and torch.equal(diagnosis.predictions["train"]["labels"], train[1][pick])
-    direct = ensdiag.diagnose(model, test=(train[0][pick], train[1][pick]), geometry=False)  # the same examples as a test set
+    direct = ensdiag.diagnose(model, test=(train[0][pick], train[1][pick]), measure=ensdiag.Measure(geometry=False))  # the same examples as a test set
     found = diagnosis.metrics["analyzers"]["diversity-gap"]["splits"]["train"]["disagreement"]["value"]
     assert found == pytest.approx(direct.metrics["analyzers"]["diversity-gap"]["splits"]["id"]["disagreement"]["value"])
-    without = ensdiag.diagnose(model, test=test, geometry=False)
+    without = ensdiag.diagnose(model, test=test, measure=ensdiag.Measure(geometry=False))
     assert "train" not in without.metrics["splits"]
     gap = without.metrics["analyzers"]["diversity-gap"]
     assert gap["disagreement_gap"]["value"] is None and "no training sample" in gap["disagreement_gap"]["note"]
-    small = ensdiag.diagnose(model, test=test, train=(train[0][:70], train[1][:70]), geometry=False)
+    small = ensdiag.diagnose(model, test=test, train=(train[0][:70], train[1][:70]),
+                             measure=ensdiag.Measure(geometry=False))
     assert small.metrics["splits"]["train"]["n"] == 70  # fewer than the sample: all of them
 
 

@@ -130,7 +130,7 @@ def test_the_lightning_callback_writes_rows_that_the_report_draws(tmp_path):
     logged = (tmp_path / "logs" / "lightning_logs" / "version_0" / "metrics.csv").read_text()
     assert "ensdiag/disagreement" in logged and "ensdiag/weight_cosine" in logged
     assert trainer.current_epoch == 2
-    ensdiag.diagnose(list(module.members), id=_data(seed=2), geometry=False).save(run, "deep-ensemble", 0)
+    ensdiag.diagnose(list(module.members), test=_data(seed=2), measure=ensdiag.Measure(geometry=False)).save(run, "deep-ensemble", 0)
     report = make_report(run)
     assert "tracking" in {figure["name"] for figure in report["figures"]}
 

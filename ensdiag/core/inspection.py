@@ -42,7 +42,8 @@ class Measure:
     detail: bool = False  # intervals for the detail catalogue too, not only the headline tables'
     catalogue: bool = True  # the detail catalogue's numbers (a training grid's runs: only with `train --detail`)
     seed: int = 0  # MC Dropout's masks (geometry's own draws are fixed)
-    plan: Plan | None = None  # a time budget and/or a precision target (planning.py); None: every example
+    budget: float | str | None = None  # a time the inspection may take ("5m", "90s", seconds; planning.py)
+    precision: float | None = None  # an interval half-width at which a step stops reading examples
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def inspect(ensemble, splits: dict, *, preprocess=None, train=None, measure: Mea
     Interrupted (Ctrl-C) after the in-distribution split was read, it keeps what it finished: the
     splits read so far are analysed, the steps not reached say so, and `metrics["interrupted"]`
     says where it stopped (the commands print or save it, then exit 130)."""
-    ensemble, plan = as_ensemble(ensemble), measure.plan or Plan()
+    ensemble, plan = as_ensemble(ensemble), Plan.of(measure.budget, measure.precision, measure.geometry)
     device = context.device if context.device is not None else ensemble.device
     preprocess = preprocess or (lambda x: x)
     status = context.status or (lambda text: nullcontext())
