@@ -75,24 +75,28 @@ def _deep_ensemble(states, source):
     return ModelSpec(arch, "deep-ensemble", len(renamed), classes, shape, {}, arch_options), renamed
 
 
+def _check_fits(state, expected, network: str, where: str, optional=()) -> None:
+    """`state` holds every tensor `network` expects (but those ending in `optional`), each of its shape,
+    and no other: the first that does not, named in one line (`where`: the file and the member)."""
+    missing = [key for key in expected if key not in state and not key.endswith(optional)]
+    extra = [key for key in state if key not in expected]
+    wrong = [key for key in expected if key in state and tuple(state[key].shape) != tuple(expected[key].shape)]
+    if missing:
+        raise EnsdiagError(f"{where} lacks {missing[0]!r} (shape {list(expected[missing[0]].shape)}) that {network} "
+                           f"needs ({len(missing)} missing, {len(extra)} unexpected)")
+    if extra:
+        raise EnsdiagError(f"{where} has {extra[0]!r}, which {network} lacks ({len(extra)} unexpected): is it another "
+                           "architecture?")
+    if wrong:
+        raise EnsdiagError(f"{where} {wrong[0]!r} has shape {list(state[wrong[0]].shape)}, {network} expects "
+                           f"{list(expected[wrong[0]].shape)}")
+
+
 def _fill_members(model, members, source):
     """Write each member's plain state into the ensemble's stacked tensors; name the first misfit."""
     with torch.no_grad():
         for i, state in enumerate(members):
-            expected = model.member_state_dict(i)
-            for key, target in expected.items():
-                if key.endswith("num_batches_tracked"):
-                    continue
-                if key not in state:
-                    raise EnsdiagError(f"{source}: member {i} lacks {key!r} (shape {list(target.shape)}) that "
-                                       f"{model.spec.arch} needs")
-                if tuple(state[key].shape) != tuple(target.shape):
-                    raise EnsdiagError(f"{source}: member {i} {key!r} has shape {list(state[key].shape)}, "
-                                       f"{model.spec.arch} expects {list(target.shape)}")
-            extra = sorted(key for key in state if key not in expected)
-            if extra:
-                raise EnsdiagError(f"{source}: member {i} has {len(extra)} tensor(s) that {model.spec.arch} lacks "
-                                   f"(e.g. {extra[0]!r}); is it another architecture?")
+            _check_fits(state, model.member_state_dict(i), model.spec.arch, f"{source}: member {i}", "num_batches_tracked")
             for name, module in model.body.named_modules():
                 if hasattr(module, "stacked_state"):
                     for key, view in module.stacked_state().items():
@@ -106,17 +110,7 @@ def _fill_members(model, members, source):
 def _load_into(spec, state, source):
     from ..nn.model import build_from_spec
     model = build_from_spec(_resolved(spec))
-    expected = model.body.state_dict()
-    missing = sorted(set(expected) - set(state))
-    extra = sorted(set(state) - set(expected))
-    if missing or extra:
-        what = f"lacks {missing[0]!r}" if missing else f"has {extra[0]!r}, which {spec.arch} lacks"
-        raise EnsdiagError(f"{source}: the {spec.method} {spec.arch} it looks like {what} "
-                           f"({len(missing)} missing, {len(extra)} unexpected)")
-    for key, tensor in expected.items():
-        if tuple(state[key].shape) != tuple(tensor.shape):
-            raise EnsdiagError(f"{source}: {key!r} has shape {list(state[key].shape)}, {spec.arch} expects "
-                               f"{list(tensor.shape)}")
+    _check_fits(state, model.body.state_dict(), f"the {spec.method} {spec.arch} it looks like", source)
     model.body.load_state_dict(state)
     return model.eval()
 
@@ -202,23 +196,11 @@ def _torchvision(states, name, num_classes, source):
     with torch.device("meta"):  # every key and shape checked before anything real is allocated
         skeleton = build_from_spec(spec)
     for i, state in enumerate(states):
-        _check_member(state, skeleton.body.member_module(i).state_dict(), name, source, i)
+        _check_fits(state, skeleton.body.member_module(i).state_dict(), f"torchvision's {name}", f"{source}: member {i}")
     model = build_from_spec(spec)
     for i, state in enumerate(states):
         model.body.member_module(i).load_state_dict(state)
     return model.eval()
-
-
-def _check_member(state, expected, name, source, i):
-    """One torchvision member's keys and shapes against the network's (built on the meta device)."""
-    missing = [key for key in expected if key not in state]
-    extra = [key for key in state if key not in expected]
-    wrong = [key for key in expected if key in state and tuple(state[key].shape) != tuple(expected[key].shape)]
-    if missing or extra or wrong:
-        first = (f"lacks {missing[0]!r}" if missing else f"has {extra[0]!r}, which torchvision's {name} lacks"
-                 if extra else f"{wrong[0]!r} has shape {list(state[wrong[0]].shape)}, torchvision's {name} "
-                 f"expects {list(expected[wrong[0]].shape)}")
-        raise EnsdiagError(f"{source}: member {i} {first}")
 
 
 def _split_members(state, source):
