@@ -98,6 +98,7 @@ def _again(kind):
     from ensdiag import export, integrations
     from ensdiag.analysis import register_analyzer
     from ensdiag.analysis.registry import register_resampler
+    from ensdiag.data.corruptions import corruption
     from ensdiag.data.registry import Dataset, register_dataset
     from ensdiag.ensembles import adapter
     from ensdiag.foreign.readers import predictions_reader
@@ -105,6 +106,9 @@ def _again(kind):
     from ensdiag.nn.kit import Kit
     from ensdiag.report.render import report_format
     entry = lambda *args: None  # noqa: E731
+
+    def blur(images, generator):  # a corruption under a built-in's name
+        return images
     return {"method": lambda: register_method("deep-ensemble")(type("Again", (Kit,), {})),
             "architecture": lambda: register_arch("mlp")(entry),
             "dataset": lambda: register_dataset(type("Again", (Dataset,), {"name": "mnist"})),
@@ -114,11 +118,12 @@ def _again(kind):
             "predictions reader": lambda: predictions_reader("NumPy arrays (.npy, .npz)", bool)(entry),
             "--format": lambda: report_format("markdown", "md")(entry),
             "logger": lambda: integrations.logger("a TensorBoard SummaryWriter", bool)(entry),
-            "table format": lambda: export.TABLE_FORMATS.register("csv")(entry)}[kind]
+            "table format": lambda: export.TABLE_FORMATS.register("csv")(entry),
+            "corruption": lambda: corruption(blur)}[kind]
 
 
 @pytest.mark.parametrize("kind", ["method", "architecture", "dataset", "analyzer", "resampler", "ensemble adapter",
-                                  "predictions reader", "--format", "logger", "table format"])
+                                  "predictions reader", "--format", "logger", "table format", "corruption"])
 def test_every_registry_refuses_a_second_entry_under_a_built_in_name(kind):
     from ensdiag.errors import EnsdiagError
     ensdiag.list_datasets()  # the built-in datasets registered
