@@ -38,13 +38,6 @@ class Split:
     def __len__(self):
         return len(self.images)
 
-    def float01(self) -> torch.Tensor:
-        """Images as float32 in [0, 1]."""
-        import torch
-        if self.images.dtype == torch.uint8:
-            return self.images.float().div_(255)
-        return self.images.float()
-
     def subset(self, index) -> "Split":
         return Split(self.images[index], None if self.labels is None else self.labels[index], self.source)
 
