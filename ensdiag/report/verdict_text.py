@@ -97,7 +97,7 @@ def size_phrase(sizes: dict | None, metric: str = "cnll") -> str | None:
     if low is None:
         return f"{members} ≡ a Deep Ensemble of {_size(found['value'])} members (no interval)"
     if printed_size(sizes, metric) is None:  # [1, ∞), or an interval of zero width
-        return (f"{members}: {_seeds(sizes['seeds'])} cannot tell it from one Deep-Ensemble member" if high > low
+        return (f"{members}: {counted(sizes['seeds'], 'seed')} cannot tell it from one Deep-Ensemble member" if high > low
                 else f"{members} ≡ no more than one Deep-Ensemble member, on every resample" if high <= 1 + 1e-9
                 else f"{members} ≡ more than any Deep Ensemble, on every resample" if low == math.inf
                 else f"{members} ≡ a Deep Ensemble of {_size(found['value'])} members on every resample")
