@@ -26,7 +26,7 @@ class Registry(dict):
         super().__init__()
         self.kind = kind  # what an entry is, in errors: "method", "dataset", …
         self.orders: dict = {}
-        self.tests: dict = {}
+        self.recognisers: dict = {}
 
     def add(self, name: str, entry, order=None, recognises=None):
         """Register `entry` as `name` (refused if the name is taken); `order`: its place among the
@@ -35,9 +35,9 @@ class Registry(dict):
         if name in self:
             raise EnsdiagError(f"{self.kind} {name!r} is registered twice")
         self[name] = entry
-        self.tests.pop(name, None)
+        self.recognisers.pop(name, None)
         if recognises is not None:
-            self.tests[name] = recognises
+            self.recognisers[name] = recognises
         if order is not None:
             self.orders[name] = order
         if self.orders:  # stable: equal orders keep the order they were registered in
@@ -58,7 +58,7 @@ class Registry(dict):
 
     def recognise(self, thing):
         """The name of the first entry, in order, whose `recognises` test accepts `thing`, or None."""
-        return next((name for name in self if name in self.tests and self.tests[name](thing)), None)
+        return next((name for name in self if name in self.recognisers and self.recognisers[name](thing)), None)
 
 
 @cache

@@ -36,7 +36,7 @@ class Measure:
     """What an inspection measures (the defaults are the commands')."""
 
     geometry: bool = True  # member geometry (CKA, alignment, paths, rank) where a model is at hand
-    geometry_examples: int | None = None  # inputs per split member geometry reads (None: all)
+    geometry_examples: int | None = None  # inputs per split member geometry reads (None: all; diagnose(): 2,000)
     path_points: int | str = 11  # points on each path between members, or "adaptive"
     only: tuple | None = None  # the analyzers to run (None: every registered one)
     detail: bool = False  # intervals for the detail catalogue too, not only the headline tables'
@@ -57,7 +57,7 @@ class Context:
     cost: dict | None = None  # {"parameters", "train_seconds"} for the report's cost table
     initial: dict | None = None  # {"mean", "source"}: the members' weight cosine before training
     no_data: str | None = None  # there is nothing to predict on, and why (the weights alone are inspected)
-    progress: object = None  # progress(split) -> a wrapper of that split's batches (a bar)
+    progress: object = None  # progress(split) -> a wrapper of that split's batches (a bar); diagnose(): True/False too
     status: object = None  # status(text) -> a context manager around each slow step (a status line)
 
 
