@@ -59,7 +59,7 @@ def key_of(analyzer: str, path) -> str:
 
 def clopper_pearson(hits: int, trials: int) -> tuple[float, float]:
     """The exact binomial interval of a coverage (ensdiag's, tested against scipy's beta quantiles)."""
-    from ensdiag.analysis.bootstrap import clopper_pearson as exact
+    from ensdiag.analysis.constructions import clopper_pearson as exact
     return exact(hits, trials, 0.95)
 
 
@@ -71,22 +71,22 @@ def candidates(estimate, resampled, value) -> dict:
     and the value for any statistic; the logit-scale ones (plain and debiased) for a number in [0, 1]
     (their floor 10⁻⁹, not the column's half pair, and no exact bound at 0 or 1: the column's own
     interval has those); the ray inversion and its hull for a folded one (a sum of absolute
-    gaps or a maximum). "… ∪ percentile" is what `bootstrap.hulled` prints."""
-    from ensdiag.analysis import bootstrap as B
-    folded = isinstance(resampled, B.Folded)
+    gaps or a maximum). "… ∪ percentile" is what `constructions.hulled` prints."""
+    from ensdiag.analysis import constructions as CI
+    folded = isinstance(resampled, CI.Folded)
     values = resampled.combine(torch_nan_to_num(resampled.means)[None], resampled.mass)[0] if folded else resampled
     values = values[values.isfinite()]
     if value is None or not math.isfinite(value) or len(values) < 0.9 * len(resampled.means if folded else resampled):
         return {}
-    found = {"percentile": B.percentile(value, values), "basic": B.basic(value, values), "bc": _bias_corrected(value, values)}
+    found = {"percentile": CI.percentile(value, values), "basic": CI.basic(value, values), "bc": _bias_corrected(value, values)}
     hull = lambda name: (min(found[name][0], found["percentile"][0], value),  # noqa: E731
                          max(found[name][1], found["percentile"][1], value))
     found["basic ∪ percentile"] = hull("basic")
     if 0 <= value <= 1 and bool(((values >= 0) & (values <= 1)).all()):  # a number in [0, 1]: also on the logit scale
-        found["logit"] = B.logit(1e-9)(value, values)
-        found["logit-debiased"] = B.logit(1e-9, debiased=True)(value, values)
+        found["logit"] = CI.logit(1e-9)(value, values)
+        found["logit-debiased"] = CI.logit(1e-9, debiased=True)(value, values)
     if folded:
-        found["ray"] = B.ray(estimate, resampled)
+        found["ray"] = CI.ray(estimate, resampled)
         found["ray ∪ percentile"] = hull("ray")
     found["[0, hull]"] = (0.0, found["ray ∪ percentile" if folded else "basic ∪ percentile"][1])
     return found

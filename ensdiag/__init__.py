@@ -7,6 +7,7 @@
     model = ensdiag.load_model("model.safetensors")
     model = ensdiag.import_ensemble(["be_mlp.ckpt"])      # trained elsewhere (torch-uncertainty, PyTorch)
     diagnosis = ensdiag.diagnose([net_a, net_b], test=(x, y))  # any ensemble, any data
+    diagnosis = ensdiag.diagnose(members, test=(x, y), measure=ensdiag.Measure(geometry=False, budget="5m"))
     diagnosis.save("runs/mine", method="deep-ensemble")     # then: ensdiag report runs/mine
 """
 
@@ -18,6 +19,8 @@ from .errors import EnsdiagError, InputTypeError
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and editors (py.typed ships)
     from .checkpoint import load_model, save_model
+    from .core import Context, Measure
+    from .ensembles import as_ensemble
     from .results import Diagnosis, diagnose
     from .foreign.checkpoints import import_ensemble, open_ensemble
     from .nn import EnsembleModel, ModelSpec, build_model
@@ -29,6 +32,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
 _LAZY = {"load_model": "checkpoint", "save_model": "checkpoint", "import_ensemble": "foreign.checkpoints",
          "open_ensemble": "foreign.checkpoints", "EnsembleModel": "nn", "ModelSpec": "nn",
          "build_model": "nn", "diagnose": "results", "Diagnosis": "results", "Tracker": "tracker",
+         "Measure": "core", "Context": "core", "as_ensemble": "ensembles",
          "list_methods": "registries", "list_analyzers": "registries", "list_datasets": "registries"}
 
 
@@ -36,7 +40,7 @@ _SUBMODULES = {"analysis", "bench", "checkpoint", "checks", "config", "core", "d
                "foreign", "io", "nn", "predictions", "report", "train"}
 
 
-_CLASSES = {"EnsembleModel", "ModelSpec", "Diagnosis", "Tracker"}
+_CLASSES = {"EnsembleModel", "ModelSpec", "Diagnosis", "Tracker", "Measure", "Context"}
 
 
 def __getattr__(name):
@@ -53,5 +57,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'ensdiag' has no attribute {name!r}")
 
 
-__all__ = ["Diagnosis", "EnsdiagError", "InputTypeError", "Tracker", "EnsembleModel", "ModelSpec", "build_model", "diagnose", "import_ensemble",
+__all__ = ["Context", "Diagnosis", "EnsdiagError", "InputTypeError", "Measure", "Tracker", "EnsembleModel", "ModelSpec",
+           "as_ensemble", "build_model", "diagnose", "import_ensemble",
            "list_analyzers", "list_datasets", "list_methods", "load_model", "open_ensemble", "save_model"]

@@ -246,9 +246,7 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
         raise EnsdiagError(f"--be-split-batch needs --batch-size divisible by --members ({config.members})")
     from .nn import ARCHITECTURES, METHODS
     from .nn.methods import resolve_options
-    if config.arch not in ARCHITECTURES:
-        raise unknown_name("architecture", config.arch, ARCHITECTURES)
-    builder = ARCHITECTURES[config.arch]
+    builder = ARCHITECTURES.named(config.arch)
     if builder.whole_networks:
         raise EnsdiagError(f"{config.arch} networks are imported (ensdiag import), not trained by ensdiag")
     for method, options in config.method_options.items():

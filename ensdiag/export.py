@@ -23,8 +23,10 @@ import math
 import os
 from pathlib import Path
 
-from .layout import SPLIT_TABLES, lookup
 from .errors import EnsdiagError, InputTypeError
+from .io import atomic_write_text
+from .layout import SPLIT_TABLES, lookup
+from .registry import Registry
 from .text import csv_cell
 
 STATUS_REASONS = {"n/a": "not defined for these inputs", "empty": "the split has no samples",
@@ -291,24 +293,38 @@ def _csv_cell(value):
     return csv_cell(value)
 
 
+TABLE_FORMATS = Registry("table format")  # file extension -> write(rows, path, fields) -> path
+
+
+@TABLE_FORMATS.register("csv")
+def _write_csv(rows: list[dict], path: Path, fields) -> Path:
+    return atomic_write_text(path, to_csv(rows, fields))
+
+
+@TABLE_FORMATS.register("parquet")
+def _write_parquet(rows: list[dict], path: Path, fields) -> Path:
+    try:  # the parquet extra (pyarrow)
+        from .integrations.parquet import write_parquet
+    except ImportError:
+        raise EnsdiagError(f"{path}: Parquet needs pyarrow (pip install 'ensdiag[parquet]'), or name a .csv file") from None
+    return write_parquet(rows, path, columns(rows, fields))
+
+
+def table_writer(path: Path, what: str = ""):
+    """The writer of the table format `path`'s extension names (`TABLE_FORMATS`), or the one-line
+    error naming them (`what`: the option it came from, for the CLI)."""
+    write = TABLE_FORMATS.get(path.suffix.lower()[1:])
+    if write is None or path.is_dir():
+        kinds = " or ".join(f".{name}" for name in TABLE_FORMATS)
+        raise EnsdiagError(f"{what}{path}{' is a folder;' if path.is_dir() else ':'} name a {kinds} file")
+    return write
+
+
 def write_table(rows: list[dict], path, fields=None) -> Path:
-    """The rows as `path`: CSV (`.csv`), or Parquet (`.parquet`: the parquet extra, pyarrow), written atomically."""
-    from .io import atomic_write_text
+    """The rows as `path`, in the table format its extension names (CSV, Parquet), written atomically."""
     if not isinstance(path, (str, os.PathLike)):
         raise InputTypeError(f"path must be a file name (str or Path), got {type(path).__name__}")
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if path.is_dir():
-        raise EnsdiagError(f"{path} is a folder; name a .csv or .parquet file")
-    if suffix == ".csv":
-        return atomic_write_text(path, to_csv(rows, fields))
-    if suffix == ".parquet":
-        try:
-            from .integrations.parquet import write_parquet
-        except ImportError:
-            raise EnsdiagError(f"{path}: Parquet needs pyarrow (pip install 'ensdiag[parquet]'), or name a .csv file") from None
-        return write_parquet(rows, path, columns(rows, fields))
-    raise EnsdiagError(f"{path}: name a .csv or .parquet file")
+    return table_writer(Path(path))(rows, Path(path), fields)
 
 
 def columns(rows: list[dict], fields=None) -> list[str]:

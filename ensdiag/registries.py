@@ -6,8 +6,12 @@
 
 Each component registers itself from its own module (a kit under nn/kits/, an analyzer under
 analysis/, a dataset under data/sets/), so these lists, and docs/components.md, which
-`python -m ensdiag.registries > docs/components.md` writes, follow the code.
+`python -m ensdiag.registries > docs/components.md` writes, follow the code; so does ensdiag/names.py
+(`python -m ensdiag.registries names > ensdiag/names.py`), the names checked before torch is imported.
 """
+
+import sys
+import textwrap
 
 
 def list_methods() -> list[str]:
@@ -49,5 +53,28 @@ def components_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _built_in(entry) -> bool:
+    return getattr(entry, "__module__", type(entry).__module__).startswith("ensdiag.")
+
+
+def names_module() -> str:
+    """ensdiag/names.py: the built-in names quickcheck.py checks arguments against before torch is imported."""
+    from .data import all_datasets
+    from .nn import METHODS
+    from .report import FORMATS
+    tables = [("every run name training accepts: the methods and their run variants", "METHODS",
+               tuple(run for name, kit in METHODS.items() if _built_in(kit) for run in (name, *kit.run_variants))),
+              ("the datasets", "DATASETS", tuple(name for name, dataset in all_datasets().items() if _built_in(dataset))),
+              ("`report --format`: name -> file extension", "REPORT_FORMATS",
+               {name: extension for name, (extension, render) in FORMATS.items() if _built_in(render)})]
+    lines = ['"""The registries\' names, for the argument checks that run before torch is imported (quickcheck.py).',
+             "", "Generated from the registries by `python -m ensdiag.registries names > ensdiag/names.py`",
+             '(tests/test_startup.py keeps it current): edit the registries, not this file."""']
+    for comment, name, value in tables:
+        lines += ["", f"# {comment}", *textwrap.wrap(f"{name} = {value!r}", 120, subsequent_indent=" " * (len(name) + 4),
+                                                    break_long_words=False, break_on_hyphens=False)]
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
-    print(components_markdown(), end="")
+    print(names_module() if sys.argv[1:] == ["names"] else components_markdown(), end="")

@@ -111,9 +111,9 @@ def _package_of(name, modules) -> str:
 FLOORS = [
     ("ground", ["ensdiag", "ensdiag.errors", "ensdiag.numbers", "ensdiag.io", "ensdiag.text", "ensdiag.console",
                 "ensdiag.progress", "ensdiag.device", "ensdiag.precision", "ensdiag.budget", "ensdiag.forked",
-                "ensdiag.provenance", "ensdiag.distributed", "ensdiag.threads"]),
-    ("maths", ["ensdiag.analysis.metrics", "ensdiag.analysis.weighted", "ensdiag.analysis.bootstrap",
-               "ensdiag.analysis.examples", "ensdiag.analysis.registry", "ensdiag.analysis.scores",
+                "ensdiag.provenance", "ensdiag.distributed", "ensdiag.threads", "ensdiag.registry", "ensdiag.names"]),
+    ("maths", ["ensdiag.analysis.metrics", "ensdiag.analysis.weighted", "ensdiag.analysis.ordered",
+               "ensdiag.analysis.bootstrap", "ensdiag.analysis.constructions", "ensdiag.analysis.examples", "ensdiag.analysis.registry", "ensdiag.analysis.scores",
                "ensdiag.analysis.pairwise", "ensdiag.analysis.smooth_ece", "ensdiag.analysis.resampled",
                "ensdiag.analysis.generated"]),
     ("data and networks", ["ensdiag.data", "ensdiag.nn"]),

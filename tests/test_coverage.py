@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from ensdiag.analysis import bootstrap as B
+from ensdiag.analysis import constructions as CI
 from ensdiag.analysis import all_analyzers, analyze_predictions
 
 pytestmark = pytest.mark.slow  # coverage simulations: the slow tier
@@ -121,7 +122,7 @@ def test_near_separated_scores_get_an_interval_that_covers_where_the_percentiles
         value = float(ood_metrics(score_id, score_ood, only=(metric,))[metric])
         resampled = ood_metrics(score_id, score_ood, counts["id"], counts["ood"], only=(metric,))[metric]
         for construction in covered:
-            entry = B.interval(value, resampled, 2 * n, construction, strata={"id": n, "ood": n}, trials=n)
+            entry = CI.interval(value, resampled, 2 * n, construction, strata={"id": n, "ood": n}, trials=n)
             covered[construction] += entry["low"] <= target <= entry["high"]
             if construction == kind:
                 assert entry["low"] <= value <= entry["high"]

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from ensdiag.analysis import analyze_predictions
-from ensdiag.analysis import weighted as W
+from ensdiag.analysis import ordered as O
 
 
 def debiased_l2(confidence, correct) -> dict:
-    return {key: float(value) for key, value in W.debiased_l2(confidence, correct).items()}
+    return {key: float(value) for key, value in O.debiased_l2(confidence, correct).items()}
 
 CASES = json.loads((Path(__file__).parent / "fixtures" / "debiased_ece" / "cases.json").read_text())["cases"]
 

@@ -40,7 +40,8 @@ def test_custom_modules_on_tensors_match_dense_references():
     members = [TwoLayer() for _ in range(3)]
     x, y = _data()
     ood = torch.randn(40, 12) * 3
-    diagnosis = ensdiag.diagnose(members, id=(x, y), ood=ood, layers=["hidden", "head"], train=(x, y))
+    diagnosis = ensdiag.diagnose(ensdiag.as_ensemble(members, layers=["hidden", "head"]), test=(x, y), ood=ood,
+                                 train=(x, y))
     analyzers = diagnosis.metrics["analyzers"]
     with torch.no_grad():
         logits = torch.stack([member(x) for member in members])
@@ -71,7 +72,8 @@ def test_three_torchvision_resnets_with_cka_at_named_modules():
     x = torch.rand(24, 3, 32, 32)
     y = torch.randint(0, 4, (24,))
     loader = DataLoader(TensorDataset(x, y), batch_size=10)
-    diagnosis = ensdiag.diagnose(members, id=loader, layers=["layer1", "avgpool", "fc"], geometry_examples=16)
+    diagnosis = ensdiag.diagnose(ensdiag.as_ensemble(members, layers=["layer1", "avgpool", "fc"]), test=loader,
+                                 measure=ensdiag.Measure(geometry_examples=16))
     cka = diagnosis.metrics["analyzers"]["cka"]["splits"]["id"]
     assert cka["n"] == 16 and set(cka["layers"]) == {"layer1", "avgpool", "fc"}
     assert all(member.training for member in members)  # diagnose left the members in their own mode
@@ -98,7 +100,7 @@ def test_token_outputs_are_averaged_over_tokens_not_features():
 def test_a_callable_gives_predictions_only_and_a_dataset_works_as_data():
     x, y = _data()
     weights = torch.randn(2, 12, 3)
-    diagnosis = ensdiag.diagnose(lambda batch: torch.einsum("bd,kdc->kbc", batch, weights), id=TensorDataset(x, y))
+    diagnosis = ensdiag.diagnose(lambda batch: torch.einsum("bd,kdc->kbc", batch, weights), test=TensorDataset(x, y))
     analyzers = diagnosis.metrics["analyzers"]
     assert analyzers["calibration"]["status"] == "ok"
     for name in ("weight-similarity", "cka", "paths", "alignment", "rank-structure"):  # each says why
@@ -108,7 +110,7 @@ def test_a_callable_gives_predictions_only_and_a_dataset_works_as_data():
 def test_an_ensdiag_model_is_diagnosed_like_training_does():
     model = ensdiag.build_model("mlp", "deep-ensemble", 3, 4, (1, 4, 4))
     x, y = torch.rand(30, 1, 4, 4), torch.randint(0, 4, (30,))
-    diagnosis = ensdiag.diagnose(model, id=(x, y), train=(x, y))
+    diagnosis = ensdiag.diagnose(model, test=(x, y), train=(x, y))
     assert diagnosis.metrics["analyzers"]["alignment"]["status"] == "ok"
     assert diagnosis.metrics["num_members"] == 3
 
@@ -119,19 +121,19 @@ def test_saved_diagnoses_make_a_report(tmp_path, capsys):
     for method, k in (("single", 1), ("deep-ensemble", 3)):
         for seed in (0, 1):
             members = [TwoLayer() for _ in range(k)]
-            ensdiag.diagnose(members, id=(x, y), ood=torch.randn(20, 12), geometry=False).save(tmp_path / "mine", method, seed)
+            ensdiag.diagnose(members, test=(x, y), ood=torch.randn(20, 12), measure=ensdiag.Measure(geometry=False)).save(tmp_path / "mine", method, seed)
     experiment = json.loads((tmp_path / "mine" / "experiment.json").read_text())
     assert experiment["config"]["methods"] == ["single", "deep-ensemble"] and experiment["config"]["seeds"] == [0, 1]
     code, out, err = run_cli(capsys, "report", tmp_path / "mine", "--format", "markdown")
     assert code == 0, err
     assert "Deep Ensemble" in out or "deep-ensemble" in out
-    markdown = ensdiag.diagnose([TwoLayer(), TwoLayer()], id=(x, y), geometry=False).to_markdown()
+    markdown = ensdiag.diagnose([TwoLayer(), TwoLayer()], test=(x, y), measure=ensdiag.Measure(geometry=False)).to_markdown()
     assert "In-distribution" in markdown
 
 
 @pytest.mark.parametrize("method", ["../up", "", "a" * 65, "with space"])
 def test_a_method_name_must_be_a_plain_folder_name(tmp_path, method):
-    diagnosis = ensdiag.diagnose([TwoLayer()], id=_data(), geometry=False)
+    diagnosis = ensdiag.diagnose([TwoLayer()], test=_data(), measure=ensdiag.Measure(geometry=False))
     with pytest.raises(EnsdiagError, match="method name"):
         diagnosis.save(tmp_path, method)
     assert not any(tmp_path.iterdir())
@@ -142,11 +144,11 @@ def test_a_training_run_is_not_extended_with_diagnoses(finished_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
     with pytest.raises(EnsdiagError, match="holds a training run"):
-        ensdiag.diagnose([TwoLayer()], id=_data(), geometry=False).save(run, "mine")
+        ensdiag.diagnose([TwoLayer()], test=_data(), measure=ensdiag.Measure(geometry=False)).save(run, "mine")
 
 
 def test_a_hostile_diagnosis_folder_is_a_one_line_error(tmp_path, capsys):
-    ensdiag.diagnose([TwoLayer()], id=_data(), geometry=False).save(tmp_path / "mine", "single", 0)
+    ensdiag.diagnose([TwoLayer()], test=_data(), measure=ensdiag.Measure(geometry=False)).save(tmp_path / "mine", "single", 0)
     path = tmp_path / "mine" / "experiment.json"
     data = json.loads(path.read_text())
     data["config"]["methods"] = ["../../etc"]
@@ -164,14 +166,14 @@ def test_a_hostile_diagnosis_folder_is_a_one_line_error(tmp_path, capsys):
 ])
 def test_bad_inputs_are_clear_errors(members, data, match):
     with pytest.raises(EnsdiagError, match=match):
-        ensdiag.diagnose(members, id=data if data is not None else _data(), geometry=False)
+        ensdiag.diagnose(members, test=data if data is not None else _data(), measure=ensdiag.Measure(geometry=False))
 
 
 def test_unknown_layers_are_named():
     with pytest.raises(EnsdiagError, match="layer 'nope'"):
-        ensdiag.diagnose([TwoLayer(), TwoLayer()], id=_data(), layers=["nope"])
+        ensdiag.diagnose(ensdiag.as_ensemble([TwoLayer(), TwoLayer()], layers=["nope"]), test=_data())
     with pytest.raises(EnsdiagError, match="layout must be one of"):
-        ensdiag.diagnose([TwoLayer(), TwoLayer()], id=_data(), layers={"hidden": "sideways"})
+        ensdiag.diagnose(ensdiag.as_ensemble([TwoLayer(), TwoLayer()], layers={"hidden": "sideways"}), test=_data())
 
 
 # --- a Ctrl-C keeps what was finished --------------------------------------------------------------
@@ -191,16 +193,19 @@ def _members_that_stop_on(marker: float):
 def test_a_ctrl_c_while_predicting_keeps_the_splits_read_before_it():
     run, members = _members_that_stop_on(7.0)
     x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
-    diagnosis = ensdiag.diagnose(run, test=(x, y), shift=(x * 2, y), ood=torch.full((20, 4), 7.0), modules=members,
-                                 geometry=False, progress=False)
+    diagnosis = ensdiag.diagnose(ensdiag.as_ensemble(run, modules=members), test=(x, y), shift=(x * 2, y),
+                                 ood=torch.full((20, 4), 7.0),
+                                 measure=ensdiag.Measure(geometry=False),
+                                 context=ensdiag.Context(progress=False))
     metrics = diagnosis.metrics
     assert metrics["interrupted"].startswith("Ctrl-C while predicting ood")
     assert set(diagnosis.predictions) == {"id", "shift"} and "interrupted" in metrics["skipped_splits"]["ood"]
     assert metrics["analyzers"]["calibration"]["splits"]["shift"]["nll"]["interval"]["low"] is not None
     assert "interrupted" in repr(diagnosis)
     with pytest.raises(KeyboardInterrupt):  # nothing finished: nothing to keep
-        ensdiag.diagnose(run, test=(torch.full((10, 4), 7.0), torch.zeros(10, dtype=torch.long)), modules=members,
-                         geometry=False, progress=False)
+        ensdiag.diagnose(ensdiag.as_ensemble(run, modules=members),
+                         test=(torch.full((10, 4), 7.0), torch.zeros(10, dtype=torch.long)),
+                         measure=ensdiag.Measure(geometry=False), context=ensdiag.Context(progress=False))
 
 
 def test_a_ctrl_c_during_member_geometry_keeps_the_steps_finished(monkeypatch):
@@ -214,7 +219,7 @@ def test_a_ctrl_c_during_member_geometry_keeps_the_steps_finished(monkeypatch):
     monkeypatch.setattr(inspection, "analyze_model", stop_at_paths)
     model = ensdiag.build_model("mlp", "deep-ensemble", 2, 3, (1, 4, 4))
     x, y = torch.rand(60, 1, 4, 4), torch.randint(0, 3, (60,))
-    metrics = ensdiag.diagnose(model, test=(x, y), train=(x, y), progress=False).metrics
+    metrics = ensdiag.diagnose(model, test=(x, y), train=(x, y), context=ensdiag.Context(progress=False)).metrics
     analyzers = metrics["analyzers"]
     assert analyzers["alignment"]["status"] == "ok" and analyzers["cka"]["status"] == "ok"
     assert analyzers["paths"]["status"] == "skipped" and "interrupted" in analyzers["paths"]["reason"]

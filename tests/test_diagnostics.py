@@ -19,6 +19,7 @@ from ensdiag.analysis import analyze_predictions
 from ensdiag.analysis import bootstrap as B
 from ensdiag.analysis import refinement as R
 from ensdiag.analysis import weighted as W
+from ensdiag.analysis import ordered as O
 from ensdiag.analysis.diversity_gap import TRAINING_SAMPLE, training_pick
 from ensdiag.analysis.examples import Examples
 from ensdiag.analysis.registry import without_ood_labels
@@ -318,12 +319,12 @@ def test_rank_correlation_of_resampled_examples_is_spearmans_of_the_repeated_exa
     x = torch.randint(0, 12, (200,), generator=g).double()  # ties
     y = x + 4 * torch.randn(200, generator=g, dtype=torch.float64)
     counts = B.counts_of(B.draws("id", 200, 5), 200)
-    found = W.rank_correlation(x, y, counts)
+    found = O.rank_correlation(x, y, counts)
     for row in range(5):
         repeat = counts[row].long().numpy()
         expected = stats.spearmanr(np.repeat(x.numpy(), repeat), np.repeat(y.numpy(), repeat)).statistic
         assert float(found[row]) == pytest.approx(expected, abs=1e-12)
-    assert math.isnan(float(W.rank_correlation(torch.ones(10), y[:10])))  # one value: no ranking
+    assert math.isnan(float(O.rank_correlation(torch.ones(10), y[:10])))  # one value: no ranking
 
 
 def test_the_note_says_when_aleatoric_and_epistemic_parts_do_not_separate():
@@ -356,19 +357,20 @@ def test_the_core_predicts_a_seeded_training_sample_where_labelled_training_data
     g = torch.Generator().manual_seed(0)
     test = (torch.rand(60, 1, 6, 6, generator=g), torch.randint(0, 4, (60,), generator=g))
     train = (torch.rand(1300, 1, 6, 6, generator=g), torch.randint(0, 4, (1300,), generator=g))
-    diagnosis = ensdiag.diagnose(model, test=test, train=train, geometry=False)
+    diagnosis = ensdiag.diagnose(model, test=test, train=train, measure=ensdiag.Measure(geometry=False))
     assert diagnosis.metrics["splits"]["train"]["n"] == TRAINING_SAMPLE
     assert "1,000 training examples (a seeded sample" in diagnosis.metrics["split_titles"]["train"]
     pick = training_pick(1300)
     assert len(pick) == TRAINING_SAMPLE and torch.equal(diagnosis.predictions["train"]["labels"], train[1][pick])
-    direct = ensdiag.diagnose(model, test=(train[0][pick], train[1][pick]), geometry=False)  # the same examples as a test set
+    direct = ensdiag.diagnose(model, test=(train[0][pick], train[1][pick]), measure=ensdiag.Measure(geometry=False))  # the same examples as a test set
     found = diagnosis.metrics["analyzers"]["diversity-gap"]["splits"]["train"]["disagreement"]["value"]
     assert found == pytest.approx(direct.metrics["analyzers"]["diversity-gap"]["splits"]["id"]["disagreement"]["value"])
-    without = ensdiag.diagnose(model, test=test, geometry=False)
+    without = ensdiag.diagnose(model, test=test, measure=ensdiag.Measure(geometry=False))
     assert "train" not in without.metrics["splits"]
     gap = without.metrics["analyzers"]["diversity-gap"]
     assert gap["disagreement_gap"]["value"] is None and "no training sample" in gap["disagreement_gap"]["note"]
-    small = ensdiag.diagnose(model, test=test, train=(train[0][:70], train[1][:70]), geometry=False)
+    small = ensdiag.diagnose(model, test=test, train=(train[0][:70], train[1][:70]),
+                             measure=ensdiag.Measure(geometry=False))
     assert small.metrics["splits"]["train"]["n"] == 70  # fewer than the sample: all of them
 
 

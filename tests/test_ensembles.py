@@ -100,7 +100,8 @@ def test_a_declared_batch_ensemble_gets_the_effective_weight_cosine():
     assert not found["rank-structure"]["construction_check"]  # a user's module: no "by construction" caption
     assert "member_network" in found["paths"]["reason"]  # what would add paths and CKA
     # the same weights declared for views of the module
-    views = ensdiag.diagnose([View(be, i) for i in range(4)], test=_data(), member_weights=be.member_weights)
+    views = ensdiag.diagnose(ensdiag.as_ensemble([View(be, i) for i in range(4)], member_weights=be.member_weights),
+                             test=_data())
     torch.testing.assert_close(torch.tensor(views.metrics["analyzers"]["weight-similarity"]["matrix"]["value"],
                                             dtype=torch.float64), expected, atol=1e-6, rtol=0)
 
@@ -160,7 +161,7 @@ def test_diagnose_leaves_the_users_modules_bit_identical(no_moves):
     members[1].eval()  # modes differ between members: each is restored as it was
     ood = torch.randn(30, 12)
     before = _snapshot(members)
-    ensdiag.diagnose(members, test=_data(), ood=ood, train=_data(seed=1), device="cpu")
+    ensdiag.diagnose(members, test=_data(), ood=ood, train=_data(seed=1), context=ensdiag.Context(device="cpu"))
     _assert_untouched(before, members)
     ids = {id(m) for member in members for m in member.modules()}
     assert not ids & set(no_moves)  # nothing was moved (or cast), not even to the device it is on
@@ -170,7 +171,7 @@ def test_diagnose_measures_in_eval_mode_whatever_the_modules_mode():
     torch.manual_seed(0)
     members = [Noisy() for _ in range(2)]
     x, y = _data()
-    first = ensdiag.diagnose(members, test=(x, y), geometry=False).predictions["id"]["logits"]
+    first = ensdiag.diagnose(members, test=(x, y), measure=ensdiag.Measure(geometry=False)).predictions["id"]["logits"]
     for member in members:
         member.eval()
     with torch.no_grad():
@@ -248,7 +249,7 @@ class _Stacked(nn.Module):
         return torch.stack([m(x) for m in self.members])
 
 
-@pytest.mark.parametrize("name", [name for _, name, _ in ADAPTERS])
+@pytest.mark.parametrize("name", list(ADAPTERS))
 def test_every_adapter_is_reachable_and_gives_logits_members_first(name, tmp_path):
     torch.manual_seed(0)
     x = torch.randn(5, 1, 8, 8)
@@ -266,7 +267,8 @@ def test_every_adapter_is_reachable_and_gives_logits_members_first(name, tmp_pat
 def test_two_dimensional_logits_say_what_shape_is_expected():
     with pytest.raises(ValueError, match=r"logits \[k, B, C\].*num_members"):
         ensdiag.diagnose(nn.Linear(12, 3), test=_data())
-    one = ensdiag.diagnose(nn.Linear(12, 3), test=_data(), num_members=1, geometry=False)  # a single model, said so
+    one = ensdiag.diagnose(ensdiag.as_ensemble(nn.Linear(12, 3), num_members=1), test=_data(),
+                           measure=ensdiag.Measure(geometry=False))  # a single model, said so
     assert one.metrics["num_members"] == 1
 
 
@@ -309,7 +311,7 @@ def test_a_deliberate_eval_mode_mc_dropout_is_measured_as_it_is():
     model.drop.train()  # dropout on at test time, on purpose
     model.body[1].train()  # a stray BatchNorm in training mode: measured in eval mode all the same
     before = _snapshot([model])
-    found = ensdiag.diagnose(model, test=_data(), geometry=False).metrics["analyzers"]
+    found = ensdiag.diagnose(model, test=_data(), measure=ensdiag.Measure(geometry=False)).metrics["analyzers"]
     assert found["disagreement"]["splits"]["id"]["mean"]["value"] > 0  # the members differ: dropout was on
     _assert_untouched(before, [model])
 
@@ -317,7 +319,8 @@ def test_a_deliberate_eval_mode_mc_dropout_is_measured_as_it_is():
 def test_the_users_tensors_are_never_changed_in_place():
     x, y = _data()
     original = x.clone()
-    ensdiag.diagnose([nn.Linear(12, 3), nn.Linear(12, 3)], test=(x, y), normalize=lambda b: b.sub_(0.5), geometry=False)
+    ensdiag.diagnose([nn.Linear(12, 3), nn.Linear(12, 3)], test=(x, y), normalize=lambda b: b.sub_(0.5),
+                     measure=ensdiag.Measure(geometry=False))
     assert torch.equal(x, original)
 
 
@@ -340,14 +343,18 @@ def test_members_of_other_layouts_are_compared_on_what_they_share_and_say_so():
     assert found["paths"]["status"] == "skipped" and "different layers or shapes" in found["paths"]["reason"]
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    ({"device": "meta"}, ValueError, "never moves your modules"),
-    ({"cost": 5}, TypeError, "cost must be a dict"),
-    ({"geometry_examples": 0}, ValueError, "geometry_examples must be a whole number in 1"),
-    ({"titles": {"tset": "x"}}, ValueError, "did you mean 'test'"),
-    ({"num_members": 3}, ValueError, "num_members = 3 but 2 member modules"),
-    ({"normalize": ([0.5, 0.5], [0.2, 0.2])}, ValueError, "cannot be normalised per channel"),
+@pytest.mark.parametrize("call,error,match", [
+    (lambda members: {"context": ensdiag.Context(device="meta")}, ValueError, "never moves your modules"),
+    (lambda members: {"context": ensdiag.Context(cost=5)}, TypeError, "cost must be a dict"),
+    (lambda members: {"measure": ensdiag.Measure(geometry=True, geometry_examples=0)}, ValueError,
+     "geometry_examples must be a whole number in 1"),
+    (lambda members: {"context": ensdiag.Context(titles={"tset": "x"})}, ValueError, "did you mean 'test'"),
+    (lambda members: {"members": ensdiag.as_ensemble(members, num_members=3)}, ValueError,
+     "num_members = 3 but 2 member modules"),
+    (lambda members: {"normalize": ([0.5, 0.5], [0.2, 0.2])}, ValueError, "cannot be normalised per channel"),
 ])
-def test_arguments_from_python_are_checked_in_one_line(kwargs, error, match):
+def test_arguments_from_python_are_checked_in_one_line(call, error, match):
+    members = [nn.Linear(12, 3), nn.Linear(12, 3)]
     with pytest.raises(error, match=match):
-        ensdiag.diagnose([nn.Linear(12, 3), nn.Linear(12, 3)], test=_data(), geometry=False, **kwargs)
+        ensdiag.diagnose(**{"members": members, "test": _data(), "measure": ensdiag.Measure(geometry=False),
+                            **call(members)})

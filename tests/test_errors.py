@@ -24,7 +24,7 @@ def test_except_value_error_catches_a_bad_file(tmp_path):
 def test_wrong_logits_shape_from_python_is_a_value_error():
     net = torch.nn.Linear(4, 3)
     with pytest.raises(ValueError):
-        ensdiag.diagnose(lambda x: net(x), id=(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)))
+        ensdiag.diagnose(lambda x: net(x), test=(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)))
 
 
 def _ensdiag(tmp_path, shell: str, fake_torch: str | None = None):
@@ -73,8 +73,9 @@ def test_a_logger_prefix_that_is_no_name_is_refused_before_anything_is_logged(pr
             logged.append(args)
         add_image = add_text = flush = add_scalar
     net = torch.nn.Linear(4, 3)
-    diagnosis = ensdiag.diagnose([net, torch.nn.Linear(4, 3)], id=(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)),
-                                 geometry=False)
+    diagnosis = ensdiag.diagnose([net, torch.nn.Linear(4, 3)],
+                                 test=(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)),
+                                 measure=ensdiag.Measure(geometry=False))
     with pytest.raises(EnsdiagError, match="prefix .* must be names joined by '/'"):
         diagnosis.log_to(Writer(), prefix=prefix)
     assert logged == []

@@ -33,9 +33,11 @@ def _data(n=90, seed=0):
 
 def test_the_flat_view_has_the_same_names_for_every_k_and_says_why_a_number_is_missing():
     x, y = _data()
-    one = ensdiag.diagnose(_members(1), id=(x, y), ood=torch.randn(40, 12) * 3, geometry=False).flat()
+    one = ensdiag.diagnose(_members(1), test=(x, y), ood=torch.randn(40, 12) * 3,
+                           measure=ensdiag.Measure(geometry=False)).flat()
     members = _members(3)
-    three = ensdiag.diagnose(members, id=(x, y), ood=torch.randn(40, 12) * 3, geometry=False)
+    three = ensdiag.diagnose(members, test=(x, y), ood=torch.randn(40, 12) * 3,
+                             measure=ensdiag.Measure(geometry=False))
     flat = three.flat()
     assert list(one) == list(flat) and len(flat) > 30  # a loop over methods needs no special case
     assert math.isnan(one["disagreement/id/mean"]) and "two members" in one.reasons["disagreement/id/mean"]
@@ -54,7 +56,7 @@ def test_the_flat_view_has_the_same_names_for_every_k_and_says_why_a_number_is_m
 
 def test_the_full_flat_view_adds_every_stored_scalar():
     x, y = _data()
-    diagnosis = ensdiag.diagnose(_members(3), id=(x, y), geometry=False)
+    diagnosis = ensdiag.diagnose(_members(3), test=(x, y), measure=ensdiag.Measure(geometry=False))
     full = diagnosis.flat(full=True)
     probs = torch.softmax(diagnosis.predictions["id"]["logits"].double(), -1).mean(0).numpy()
     brier = np.mean(((probs - np.eye(3)[y.numpy()]) ** 2).sum(1))
@@ -131,7 +133,7 @@ def test_the_report_csv_reads_into_pandas(run_dir, tmp_path, capsys, monkeypatch
 def test_a_diagnosis_as_data_frames_and_parquet(tmp_path):
     pandas = pytest.importorskip("pandas")
     x, y = _data()
-    diagnosis = ensdiag.diagnose(_members(3), id=(x, y), geometry=False)
+    diagnosis = ensdiag.diagnose(_members(3), test=(x, y), measure=ensdiag.Measure(geometry=False))
     metrics = diagnosis.to_frame()
     assert set(metrics.columns) >= {"name", "value", "reason", "definition"}
     assert metrics.set_index("name")["value"]["calibration/id/accuracy"] == diagnosis.flat()["calibration/id/accuracy"]
@@ -148,8 +150,9 @@ def _save(folder, methods, seeds, ood=True, titles=None):
     x, y = _data(60)
     for method, k in methods:
         for seed in seeds:
-            ensdiag.diagnose(_members(k, seed), id=(x, y), ood=torch.randn(30, 12) * 3 if ood else None,
-                             geometry=False, titles=titles).save(folder, method, seed)
+            ensdiag.diagnose(_members(k, seed), test=(x, y), ood=torch.randn(30, 12) * 3 if ood else None,
+                             measure=ensdiag.Measure(geometry=False),
+                             context=ensdiag.Context(titles=titles)).save(folder, method, seed)
 
 
 def test_folders_of_different_data_are_reported_side_by_side_never_averaged(tmp_path, capsys):

@@ -160,7 +160,7 @@ def test_every_registered_reader_is_chosen_for_its_files_and_refuses_what_does_n
     """The readers' registry: each kind of file reaches its reader (the same metrics from the same
     numbers), and each reader refuses, in one line, the options that are not for its files."""
     from ensdiag.foreign.readers import READERS
-    assert [what for what, _, _ in READERS][-1] == "NumPy arrays (.npy, .npz)"  # the fallback comes last
+    assert list(READERS)[-1] == "NumPy arrays (.npy, .npz)"  # the fallback comes last
     logits, labels, _ = arrays
     save_predictions({"id": {"logits": logits, "labels": labels}}, tmp_path / "p.safetensors")
     np.savez(tmp_path / "p.npz", logits=logits.numpy(), labels=labels.numpy())

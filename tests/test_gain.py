@@ -10,6 +10,7 @@ import torch
 from ensdiag.analysis import analyze_predictions
 from ensdiag.analysis import metrics as M
 from ensdiag.analysis import weighted as W
+from ensdiag.analysis import ordered as O
 from ensdiag.analysis.examples import Examples
 from ensdiag.analysis.scaling import fit_temperature
 
@@ -22,7 +23,7 @@ def gain_of(logits, labels) -> dict:
 
 
 def aurc(confidence, errors) -> float:
-    return float(W.risk_coverage_areas(confidence, errors)["aurc"])
+    return float(O.risk_coverage_areas(confidence, errors)["aurc"])
 
 from .cli import run_cli
 

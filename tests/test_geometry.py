@@ -276,8 +276,8 @@ def test_train_diversity_and_diagnose_report_the_same_barrier_for_the_same_weigh
     train, test = Digits().load(split="train"), Digits().load(split="test")
     kept, held = holdout(len(train), 0.1, 3)
     diagnosed = ensdiag.diagnose(load_model(folder / "model.safetensors"), test=(test.images, test.labels),
-                                 train=(train.images[kept], train.labels[kept]), progress=False,
-                                 detail=True).metrics["analyzers"]
+                                 train=(train.images[kept], train.labels[kept]), measure=ensdiag.Measure(detail=True),
+                                 context=ensdiag.Context(progress=False)).metrics["analyzers"]
     for key in ("loss_barrier", "train_loss_barrier", "accuracy_barrier", "loss_barrier_max"):
         values = [found["paths"][key]["value"] for found in (trained, measured, diagnosed)]
         assert values[0] is not None and values == pytest.approx([values[0]] * 3, abs=1e-9), key
@@ -306,7 +306,8 @@ def test_independent_networks_with_batchnorm_read_a_weight_cosine_near_zero():
     torch.manual_seed(0)
     members = [_cnn() for _ in range(4)]
     x, y = torch.rand(64, 1, 8, 8), torch.randint(0, 10, (64,))
-    weights = ensdiag.diagnose(members, test=(x, y), geometry=False, progress=False).metrics["analyzers"]["weight-similarity"]
+    weights = ensdiag.diagnose(members, test=(x, y), measure=ensdiag.Measure(geometry=False),
+                               context=ensdiag.Context(progress=False)).metrics["analyzers"]["weight-similarity"]
     assert abs(weights["mean"]["value"]) < 0.1 and "normalisation layers' scales and shifts left out" in weights["scope"]
     with_norm = torch.stack([torch.cat([p.flatten() for p in m.parameters()]) for m in members])
     unit = torch.nn.functional.normalize(with_norm.double(), dim=1)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ensdiag.analysis import bootstrap as B
+from ensdiag.analysis import constructions as CI
 
 
 def _ensemble(n, classes, temperature, seed, k=4):
@@ -76,9 +77,9 @@ def test_the_classwise_ece_s_ray_alone_would_miss_its_value_and_the_hull_holds_i
     counts = B.counts_of(B.draws("id", 150, 400), 150)
     resampled = classwise_bins(split.mean, split.labels, counts).folded()
     value = estimate.value()
-    ray_low, ray_high = B.ray(estimate, resampled)
+    ray_low, ray_high = CI.ray(estimate, resampled)
     assert ray_high < value  # the ray alone: an interval for the bias-corrected value, below the plug-in
-    entry = B.interval(estimate, resampled, 150, "ray")
+    entry = CI.interval(estimate, resampled, 150, "ray")
     assert entry["low"] <= ray_low and entry["low"] <= value <= entry["high"] and "hull" in entry["method"]
 
 
@@ -94,15 +95,15 @@ def test_cka_on_few_examples_holds_its_value():
     linear = moments.cka()[0]
     value = float((linear.sum() - linear.diagonal().sum()) / 6)
     estimate, values = cka_resamples(features, 60, "id", value)
-    assert B.basic(value, values)[1] < value  # the bias correction alone moves the interval off the value
+    assert CI.basic(value, values)[1] < value  # the bias correction alone moves the interval off the value
     entry = cka_entry((estimate, values), 60, 60)
     assert 0.0 <= entry["low"] <= value <= entry["high"] <= 1.0
 
 
 def test_a_percentile_column_is_unchanged_by_the_hull():
     values = torch.linspace(0, 1, 1001, dtype=torch.float64)
-    assert B.interval(0.5, values, 100)["low"] == pytest.approx(0.025)
-    low, high = B.basic(0.2, values**2)
-    entry = B.interval(0.2, values**2, 100, "basic")
-    plain = B.percentile(0.2, values**2)
+    assert CI.interval(0.5, values, 100)["low"] == pytest.approx(0.025)
+    low, high = CI.basic(0.2, values**2)
+    entry = CI.interval(0.2, values**2, 100, "basic")
+    plain = CI.percentile(0.2, values**2)
     assert (entry["low"], entry["high"]) == pytest.approx((min(low, plain[0], 0.2), max(high, plain[1], 0.2)))

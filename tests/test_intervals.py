@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ensdiag.analysis import bootstrap as B
+from ensdiag.analysis import constructions as CI
 from ensdiag.analysis import ANALYZERS, Column, all_analyzers, analyze_predictions, metric, register_analyzer
 from ensdiag.analysis.registry import without_ood_labels
 from ensdiag.core.intervals import _generic, _vectorised, add_intervals, targets
@@ -96,7 +97,7 @@ def test_the_ood_columns_intervals_reach_past_a_perfect_separation_and_a_zero_co
     metrics = analyze_predictions(predictions, only=["ood"])
     add_intervals(metrics, predictions)
     msp = metrics["analyzers"]["ood"]["scores"]["msp"]
-    exact = B.clopper_pearson(0, 80)[1]
+    exact = CI.clopper_pearson(0, 80)[1]
     for key in ("auroc", "aupr_out"):
         assert msp[key]["value"] == 1.0
         interval = msp[key]["interval"]
@@ -104,7 +105,7 @@ def test_the_ood_columns_intervals_reach_past_a_perfect_separation_and_a_zero_co
     for key, n in (("fpr95_ood_as_id", 80), ("fpr95_id_as_ood", 120)):
         interval = msp[key]["interval"]
         assert msp[key]["value"] == 0.0 and interval["low"] == 0.0
-        assert interval["high"] == pytest.approx(B.clopper_pearson(0, n)[1]) and "Clopper–Pearson" in interval["method"]
+        assert interval["high"] == pytest.approx(CI.clopper_pearson(0, n)[1]) and "Clopper–Pearson" in interval["method"]
 
 
 # a re-run refits what these fit on the resampled split itself; their own tests check their resamplers
@@ -130,7 +131,7 @@ def test_every_built_in_resampler_is_its_analyzer_re_run_on_the_same_resamples(n
             assert fast[path].startswith("no interval: ") and path[-2] in ("mce", "ece_direction")
             continue
         estimate, values = fast[path]
-        if isinstance(values, B.Folded):  # the folded statistic itself, and its estimate the analyzer's value
+        if isinstance(values, CI.Folded):  # the folded statistic itself, and its estimate the analyzer's value
             assert estimate.value() == pytest.approx(_value(result, path), abs=1e-12)
             values = values.combine(values.means[None], values.mass)[0]
         torch.testing.assert_close(values, slow[path][1], rtol=1e-9, atol=1e-12, msg=f"{name} {path}")
@@ -201,18 +202,18 @@ def test_columns_say_which_examples_they_are_statistics_of():
 
 def test_percentile_basic_and_the_finite_population_factor():
     values = torch.linspace(0, 1, 1001, dtype=torch.float64)
-    assert B.percentile(0.5, values) == pytest.approx((0.025, 0.975))
+    assert CI.percentile(0.5, values) == pytest.approx((0.025, 0.975))
     skewed = values**2  # resamples sitting above the estimate on average: the basic interval takes that bias off
-    low, high = B.basic(0.2, skewed)
+    low, high = CI.basic(0.2, skewed)
     centre = float(skewed.mean())
     assert (low, high) == pytest.approx((0.2 - (centre - 0.2) - (0.950625 - centre), 0.2 - (centre - 0.2) - (0.000625 - centre)))
-    entry = B.interval(0.5, values, 400, of=1000)
+    entry = CI.interval(0.5, values, 400, of=1000)
     factor = math.sqrt(600 / 999)
     assert entry["full_split"]["low"] == pytest.approx(0.5 - factor * 0.475)
     assert entry["full_split"]["of"] == 1000 and entry["n"] == 400
-    assert "full_split" not in B.interval(0.5, values, 1000, of=1000)
-    assert B.interval(float("nan"), values, 10)["low"] is None
-    assert B.interval(0.5, torch.full((100,), float("nan")), 10)["note"].startswith("only 0 of 100")
+    assert "full_split" not in CI.interval(0.5, values, 1000, of=1000)
+    assert CI.interval(float("nan"), values, 10)["low"] is None
+    assert CI.interval(0.5, torch.full((100,), float("nan")), 10)["note"].startswith("only 0 of 100")
 
 
 def test_the_ray_interval_of_a_folded_statistic():
@@ -221,18 +222,18 @@ def test_the_ray_interval_of_a_folded_statistic():
     g = torch.Generator().manual_seed(0)
     combine = lambda means, mass: (mass * means.abs()).sum(-1)  # noqa: E731
     ones = torch.ones(3, dtype=torch.float64)
-    far = B.Folded(torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64), ones, combine)
+    far = CI.Folded(torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64), ones, combine)
     draws = far.means + 0.05 * torch.randn(2000, 3, generator=g, dtype=torch.float64)
-    low, high = B.ray(far, B.Folded(draws, ones.expand(2000, 3), combine))
-    plain = B.percentile(6.0, combine(draws[None], ones.expand(2000, 3))[0])
+    low, high = CI.ray(far, CI.Folded(draws, ones.expand(2000, 3), combine))
+    plain = CI.percentile(6.0, combine(draws[None], ones.expand(2000, 3))[0])
     assert low == pytest.approx(plain[0], abs=0.02) and high == pytest.approx(plain[1], abs=0.02)
     noise = 0.05 * torch.randn(3, generator=g, dtype=torch.float64)
-    near = B.Folded(noise, ones, combine)
+    near = CI.Folded(noise, ones, combine)
     draws = noise + 0.05 * torch.randn(2000, 3, generator=g, dtype=torch.float64)
-    low, high = B.ray(near, B.Folded(draws, ones.expand(2000, 3), combine))
-    assert low == 0.0 and B.percentile(near.value(), combine(draws[None], ones.expand(2000, 3))[0])[0] > 0
-    lucky = B.Folded(noise / 20, ones, combine)  # smaller than pure noise typically gives: [0, where the resamples reach]
-    low, high = B.ray(lucky, B.Folded(noise / 20 + draws - noise, ones.expand(2000, 3), combine))
+    low, high = CI.ray(near, CI.Folded(draws, ones.expand(2000, 3), combine))
+    assert low == 0.0 and CI.percentile(near.value(), combine(draws[None], ones.expand(2000, 3))[0])[0] > 0
+    lucky = CI.Folded(noise / 20, ones, combine)  # smaller than pure noise typically gives: [0, where the resamples reach]
+    low, high = CI.ray(lucky, CI.Folded(noise / 20 + draws - noise, ones.expand(2000, 3), combine))
     assert low == 0.0 and lucky.value() < high
 
 
@@ -370,11 +371,11 @@ def test_columns_of_percentile_intervals_equal_one_interval_each():
     estimates[3] = math.nan  # no value: no interval
     strata = {"a": 120, "b": 80}
     for given in (None, strata):
-        found = B.percentile_columns(estimates, resampled, 200, given)
-        assert found == [B.interval(float(estimates[j]), resampled[:, j], 200, strata=given) for j in range(5)]
+        found = CI.percentile_columns(estimates, resampled, 200, given)
+        assert found == [CI.interval(float(estimates[j]), resampled[:, j], 200, strata=given) for j in range(5)]
     assert found[0]["low"] < found[0]["high"] and found[2]["low"] is None and found[3]["low"] is None
-    none_clean = B.percentile_columns(estimates[2:4], resampled[:, 2:4], 200)  # no column to batch: each on its own
-    assert none_clean == [B.interval(float(estimates[j]), resampled[:, j], 200) for j in (2, 3)]
+    none_clean = CI.percentile_columns(estimates[2:4], resampled[:, 2:4], 200)  # no column to batch: each on its own
+    assert none_clean == [CI.interval(float(estimates[j]), resampled[:, j], 200) for j in (2, 3)]
 
 
 def test_counts_of_small_splits_fit_in_bytes_unchecked():

@@ -34,7 +34,7 @@ def _members(k=3):
 @pytest.fixture(scope="module")
 def diagnosis():
     x, y = _data()
-    return ensdiag.diagnose(_members(), id=(x, y), ood=torch.randn(40, 6) * 3, train=(x, y))
+    return ensdiag.diagnose(_members(), test=(x, y), ood=torch.randn(40, 6) * 3, train=(x, y))
 
 
 def _measured(diagnosis):
@@ -165,7 +165,8 @@ def test_a_run_folders_report_goes_to_tensorboard_with_the_verdict_and_figures(t
         for seed in (0, 1):
             torch.manual_seed(seed)
             members = [nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)) for _ in range(k)]
-            ensdiag.diagnose(members, id=(x, y), ood=torch.randn(40, 6) * 3, geometry=False).save(tmp_path / "run", method, seed)
+            ensdiag.diagnose(members, test=(x, y), ood=torch.randn(40, 6) * 3,
+                             measure=ensdiag.Measure(geometry=False)).save(tmp_path / "run", method, seed)
     writer = SummaryWriter(str(tmp_path / "tb"))
     log_report(tmp_path / "run", writer)
     writer.close()

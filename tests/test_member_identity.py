@@ -94,5 +94,5 @@ def test_the_same_module_given_twice_from_python_is_refused():
     net, other = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
     x, y = torch.randn(20, 4), torch.randint(0, 3, (20,))
     with pytest.raises(EnsdiagError, match="member 2 is member 0 \\(the same module object\\)"):
-        ensdiag.diagnose([net, other, net], test=(x, y), geometry=False)
-    assert ensdiag.diagnose([net, other], test=(x, y), geometry=False).metrics["num_members"] == 2
+        ensdiag.diagnose([net, other, net], test=(x, y), measure=ensdiag.Measure(geometry=False))
+    assert ensdiag.diagnose([net, other], test=(x, y), measure=ensdiag.Measure(geometry=False)).metrics["num_members"] == 2

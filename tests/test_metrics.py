@@ -13,6 +13,7 @@ from sklearn.metrics import accuracy_score, average_precision_score, roc_auc_sco
 import ensdiag
 from ensdiag.analysis import metrics as M
 from ensdiag.analysis import weighted as W
+from ensdiag.analysis import ordered as O
 from ensdiag.analysis.calibration import reliability
 from ensdiag.analysis.examples import Examples
 
@@ -33,7 +34,7 @@ def mean_of(logits, labels, key) -> float:
 
 def adaptive_ece(logits, labels, bins=15, extra_first=False) -> float:
     split = Examples(logits, labels)
-    return float(W.adaptive_ece(split.confidence, split.correct, bins=bins, extra_first=extra_first))
+    return float(O.adaptive_ece(split.confidence, split.correct, bins=bins, extra_first=extra_first))
 
 
 def binned(logits, labels, bins=15):
@@ -42,7 +43,7 @@ def binned(logits, labels, bins=15):
 
 
 def areas(confidence, errors) -> dict:
-    return {key: float(value) for key, value in W.risk_coverage_areas(confidence, errors).items()}
+    return {key: float(value) for key, value in O.risk_coverage_areas(confidence, errors).items()}
 
 
 def random_logits(k=3, n=200, c=5, seed=0):

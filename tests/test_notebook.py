@@ -22,7 +22,7 @@ def _diagnosis(k=3):
     torch.manual_seed(0)
     members = [nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)) for _ in range(k)]
     x, y = torch.randn(80, 6), torch.randint(0, 3, (80,))
-    return ensdiag.diagnose(members, id=(x, y), ood=torch.randn(30, 6) * 3, geometry=False)
+    return ensdiag.diagnose(members, test=(x, y), ood=torch.randn(30, 6) * 3, measure=ensdiag.Measure(geometry=False))
 
 
 def test_the_summary_is_one_self_styled_element_with_numbers_and_heatmaps():

@@ -57,7 +57,7 @@ def test_a_budget_in_other_digits_or_with_units_repeated_or_missing_is_refused(v
     with pytest.raises(EnsdiagError, match="is not a duration"):
         parse_seconds(value)
     with pytest.raises(EnsdiagError, match="precision target"):
-        ensdiag.diagnose([], test=([], []), precision=value)
+        ensdiag.diagnose([], test=([], []), measure=ensdiag.Measure(precision=value))
 
 
 @pytest.mark.parametrize("value", [10**400, -10**400, float("inf"), float("nan"), 0, -1])

@@ -68,7 +68,8 @@ def test_the_python_api_takes_the_same_seeds(tmp_path):
     import torch
 
     import ensdiag
-    diagnosis = ensdiag.diagnose(lambda x: torch.stack([x, -x]), id=(torch.eye(3), torch.arange(3)), geometry=False)
+    diagnosis = ensdiag.diagnose(lambda x: torch.stack([x, -x]), test=(torch.eye(3), torch.arange(3)),
+                                 measure=ensdiag.Measure(geometry=False))
     for seed in (2**70, -1, 1.5, True):
         with pytest.raises(ValueError, match="seed must be"):
             diagnosis.save(tmp_path / "r", "m", seed)

@@ -40,7 +40,8 @@ def test_training_evaluate_and_diagnose_agree(finished_run, test_split, tmp_path
     evaluated = json.loads(out)["analyzers"]
     model = ensdiag.load_model(run / "model.safetensors")
     assert model.preprocess is not None  # the model file records how its inputs were normalised
-    diagnosed = ensdiag.diagnose(model, test=(test_split.images, test_split.labels), geometry=False).metrics["analyzers"]
+    diagnosed = ensdiag.diagnose(model, test=(test_split.images, test_split.labels),
+                                 measure=ensdiag.Measure(geometry=False)).metrics["analyzers"]
     for path in QUANTITIES:
         expected = _value(trained, path)
         assert _value(evaluated, path) == pytest.approx(expected, abs=1e-6), path
@@ -54,8 +55,8 @@ def test_diagnose_without_the_recorded_preprocessing_measures_something_else(fin
     """The default is not a no-op: raw images, un-normalised, give other numbers (so the test above can fail)."""
     model = ensdiag.load_model(finished_run / "batch-ensemble" / "seed-1" / "model.safetensors")
     data = (test_split.images, test_split.labels)
-    default = ensdiag.diagnose(model, test=data, geometry=False).metrics["analyzers"]
-    raw = ensdiag.diagnose(model, test=data, geometry=False, normalize="none").metrics["analyzers"]
+    default = ensdiag.diagnose(model, test=data, measure=ensdiag.Measure(geometry=False)).metrics["analyzers"]
+    raw = ensdiag.diagnose(model, test=data, normalize="none", measure=ensdiag.Measure(geometry=False)).metrics["analyzers"]
     assert _value(raw, QUANTITIES[1]) != pytest.approx(_value(default, QUANTITIES[1]), abs=1e-3)
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ensdiag
-from ensdiag.core.planning import NEED_MARGIN, random_order
+from ensdiag.core.planned_predictions import NEED_MARGIN, random_order
 from ensdiag.quickcheck import parse_precision, parse_seconds
 from ensdiag.errors import EnsdiagError
 
@@ -55,8 +55,9 @@ def _data(n, seed=0):
 @pytest.mark.clock  # wall-clock budgets: run alone
 def test_a_budget_reads_a_seeded_random_subsample_and_says_so():
     x, y = _data(4000)
-    diagnosis = ensdiag.diagnose(Ensemble(delay=5e-4), test=(x, y), ood=_data(4000, seed=1)[0], budget="2s",
-                                 progress=False)
+    diagnosis = ensdiag.diagnose(Ensemble(delay=5e-4), test=(x, y), ood=_data(4000, seed=1)[0],
+                                 measure=ensdiag.Measure(budget="2s"),
+                                 context=ensdiag.Context(progress=False))
     record = diagnosis.metrics["budget"]
     step, ood = (next(step for step in record["steps"] if step["step"] == f"predict {name}") for name in ("id", "ood"))
     n = step["n"]
@@ -74,7 +75,8 @@ def test_a_budget_reads_a_seeded_random_subsample_and_says_so():
 @pytest.mark.clock  # wall-clock budgets: run alone
 def test_a_precision_target_stops_a_split_once_its_headline_intervals_are_narrow():
     x, y = _data(40_000)
-    diagnosis = ensdiag.diagnose(Ensemble(), test=(x, y), precision=0.03, progress=False, detail=True)
+    diagnosis = ensdiag.diagnose(Ensemble(), test=(x, y), measure=ensdiag.Measure(detail=True, precision=0.03),
+                                 context=ensdiag.Context(progress=False))
     step = next(step for step in diagnosis.metrics["budget"]["steps"] if step["step"] == "predict id")
     assert step["stopped"] == "precision reached" and step["n"] < 40_000 and step["half_width"] <= 0.03
     widths = [(entry["high"] - entry["low"]) / 2 for entry in _headline_intervals(diagnosis.metrics)]
@@ -88,12 +90,11 @@ def _headline_intervals(metrics):
 
     from ensdiag.analysis import all_analyzers
     from ensdiag.core.intervals import targets
-    from ensdiag.core.planning import HEADLINE_TABLES
     for name, analyzer in all_analyzers().items():
         result = metrics["analyzers"].get(name, {})
         if analyzer.needs != "predictions" or result.get("status") != "ok":
             continue
-        headline = SimpleNamespace(columns=[c for c in analyzer.columns if set(c.tables) & set(HEADLINE_TABLES)])
+        headline = SimpleNamespace(columns=[c for c in analyzer.columns if c.headline])
         for path, _ in targets(headline, result, {"id": {"logits": torch.zeros(1, 1, 1)}}):
             node = result
             for key in path[:-1]:
@@ -115,7 +116,8 @@ def _intervals(node):
 def test_a_stream_is_read_in_its_own_order():
     x, y = _data(20_000)
     stream = ((x[i:i + 500], y[i:i + 500]) for i in range(0, 20_000, 500))
-    diagnosis = ensdiag.diagnose(Ensemble(), test=stream, precision=0.05, progress=False)
+    diagnosis = ensdiag.diagnose(Ensemble(), test=stream, measure=ensdiag.Measure(precision=0.05),
+                                 context=ensdiag.Context(progress=False))
     n = diagnosis.metrics["splits"]["id"]["n"]
     assert 0 < n < 20_000 and torch.equal(diagnosis.predictions["id"]["labels"], y[:n])
 
@@ -132,7 +134,9 @@ def _model_and_data():
 def test_geometry_steps_report_what_they_read_and_a_step_out_of_time_says_why():
     from ensdiag.report.inspection import diversity_view
     model, test, ood = _model_and_data()
-    roomy = ensdiag.diagnose(model, test=test, ood=ood, train=test, budget="10m", progress=False, detail=True)
+    roomy = ensdiag.diagnose(model, test=test, ood=ood, train=test,
+                             measure=ensdiag.Measure(detail=True, budget="10m"),
+                             context=ensdiag.Context(progress=False))
     steps = {step["step"]: step for step in roomy.metrics["budget"]["steps"]}
     assert steps["paths"]["pairs"] == 2 and steps["paths"]["points"] == [11, 11] and steps["paths"]["n"] > 0
     assert set(steps["cka"]["n"]) == {"id", "ood"} and steps["cka"]["half_width"]["id"] is not None
@@ -144,7 +148,9 @@ def test_geometry_steps_report_what_they_read_and_a_step_out_of_time_says_why():
     while budgets and tried < 8:
         budget, tried = budgets.pop(0), tried + 1
         try:
-            found = ensdiag.diagnose(model, test=test, ood=ood, train=test, budget=f"{budget:g}s", progress=False)
+            found = ensdiag.diagnose(model, test=test, ood=ood, train=test,
+                                     measure=ensdiag.Measure(budget=f"{budget:g}s"),
+                                     context=ensdiag.Context(progress=False))
         except EnsdiagError as refusal:
             named = re.search(r"give at least ([\d.]+) s", str(refusal))
             if named is None:
@@ -176,10 +182,10 @@ def test_a_budget_that_cannot_hold_the_least_is_refused_before_it_is_spent():
     splits = {"test": (x, y), "ood": _data(400, seed=1)[0], "shift": (x + 1, y), "val": (x - 1, y)}
     began = time.perf_counter()
     with pytest.raises(EnsdiagError, match=r"a budget of 1 s cannot hold the least .* give at least [\d.]+ s"):
-        ensdiag.diagnose(Ensemble(delay=0.01), budget="1s", progress=False, **splits)
+        ensdiag.diagnose(Ensemble(delay=0.01), measure=ensdiag.Measure(budget="1s"), context=ensdiag.Context(progress=False), **splits)
     assert time.perf_counter() - began < 1.5  # said after the pilot, not after the budget
     began = time.perf_counter()
-    diagnosis = ensdiag.diagnose(Ensemble(delay=0.01), budget="4s", progress=False, **splits)
+    diagnosis = ensdiag.diagnose(Ensemble(delay=0.01), measure=ensdiag.Measure(budget="4s"), context=ensdiag.Context(progress=False), **splits)
     assert time.perf_counter() - began <= 4 * 1.1 + 1  # within the budget and 10 % (and Python's own start of it)
     assert all(diagnosis.metrics["splits"][name]["n"] >= 32 for name in ("id", "ood", "shift", "val"))
 

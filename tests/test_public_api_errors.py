@@ -27,7 +27,7 @@ DATA = (torch.randn(20, 4), torch.randint(0, 3, (20,)))
 
 @pytest.fixture(scope="module")
 def diagnosis():
-    return ensdiag.diagnose(_members(), test=DATA, geometry=False)
+    return ensdiag.diagnose(_members(), test=DATA, measure=ensdiag.Measure(geometry=False))
 
 
 @pytest.fixture
@@ -57,8 +57,9 @@ def test_paths_given_to_the_public_api(diagnosis, place):
     for call in (diagnosis.save, diagnosis.write_files, diagnosis.save_examples, ensdiag.load_model,
                  lambda path: ensdiag.save_model(model, path), ensdiag.import_ensemble, ensdiag.open_ensemble,
                  lambda path: tensorboard.log_diagnosis(diagnosis, path), lambda path: make_report(path, write=False),
-                 report_frame, lambda path: ensdiag.diagnose(path, test=DATA, geometry=False),
-                 lambda path: ensdiag.diagnose(_members(), test=DATA, geometry=False, initial=path)):
+                 report_frame, lambda path: ensdiag.diagnose(path, test=DATA, measure=ensdiag.Measure(geometry=False)),
+                 lambda path: ensdiag.diagnose(_members(), test=DATA, measure=ensdiag.Measure(geometry=False),
+                                               context=ensdiag.Context(initial=path))):
         only_ensdiag_errors(call, PATHS)
 
 
@@ -70,20 +71,24 @@ def test_the_cases_of_issue_45_are_ensdiag_errors(diagnosis, place):
         log_diagnosis(diagnosis, "a_file")
     for option in ("budget", "precision"):
         with pytest.raises(EnsdiagError, match="finite"):
-            ensdiag.diagnose(_members(), test=DATA, geometry=False, **{option: 10**400})
+            ensdiag.diagnose(_members(), test=DATA, measure=ensdiag.Measure(geometry=False, **{option: 10**400}))
 
 
 @pytest.mark.slow
 def test_numbers_given_to_the_public_api(diagnosis, place):
-    def diagnose(**options):
-        return ensdiag.diagnose(_members(), test=DATA, geometry=False, **options)
+    def diagnose(members=None, normalize=None, **options):
+        return ensdiag.diagnose(members or _members(), test=DATA, normalize=normalize,
+                                measure=ensdiag.Measure(**{"geometry": False, **options.pop("measure", {})}),
+                                context=ensdiag.Context(**options))
     from torch.utils.tensorboard import SummaryWriter
     writer = SummaryWriter("tb")
-    for call in (lambda v: diagnose(budget=v), lambda v: diagnose(precision=v), lambda v: diagnose(seed=v),
-                 lambda v: diagnose(path_points=v), lambda v: diagnose(num_members=v), lambda v: diagnose(initial=v),
+    for call in (lambda v: diagnose(measure={"budget": v}), lambda v: diagnose(measure={"precision": v}),
+                 lambda v: diagnose(measure={"seed": v}), lambda v: diagnose(measure={"path_points": v}),
+                 lambda v: diagnose(ensdiag.as_ensemble(_members(), num_members=v)), lambda v: diagnose(initial=v),
                  lambda v: diagnose(device=v), lambda v: diagnose(cost={"parameters": v}),
                  lambda v: diagnose(titles={"id": v}), lambda v: diagnose(normalize=(v, 1)),
-                 lambda v: ensdiag.diagnose(_members(), test=DATA, geometry=True, layers=v, geometry_examples=8),
+                 lambda v: ensdiag.diagnose(ensdiag.as_ensemble(_members(), layers=v), test=DATA,
+                                            measure=ensdiag.Measure(geometry=True, geometry_examples=8)),
                  lambda v: diagnosis.log_to(writer, step=v), lambda v: diagnosis.to_frame(v),
                  lambda v: ensdiag.build_model("mlp", "deep-ensemble", v, 3, (1, 8, 8)),
                  lambda v: ensdiag.build_model("mlp", "deep-ensemble", 2, v, (1, 8, 8)),

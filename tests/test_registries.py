@@ -71,3 +71,61 @@ def test_an_analyzer_added_from_a_test_file_runs_and_is_listed():
         assert result["analyzers"]["toy-max-logit"]["value"]["value"] == pytest.approx(2.5)
     finally:
         del ANALYZERS["toy-max-logit"]
+
+
+def test_the_registry_helper_refuses_a_name_twice_keeps_order_and_recognises():
+    from ensdiag.errors import EnsdiagError
+    from ensdiag.registry import Registry
+    kinds = Registry("kind")
+    kinds.register("b")(2)
+    kinds.add("a", 1, recognises=lambda thing: thing > 0)
+    kinds.add("c", 3, recognises=lambda thing: thing > 10)
+    assert list(kinds) == ["b", "a", "c"]  # the order registered, not the names'
+    assert kinds.recognise(20) == "a" and kinds.recognise(5) == "a" and kinds.recognise(-1) is None  # first in order
+    with pytest.raises(EnsdiagError, match="kind 'a' is registered twice"):
+        kinds.add("a", 4)
+    assert kinds["a"] == 1
+    with pytest.raises(EnsdiagError, match="unknown kind 'aa'"):
+        kinds.named("aa")
+    ranked = Registry("ranked")
+    for name, order in (("late", 30), ("early", 10), ("middle", 20), ("also-middle", 20)):
+        ranked.add(name, None, order=order)
+    assert list(ranked) == ["early", "middle", "also-middle", "late"]  # by order, ties as registered
+
+
+def _again(kind):
+    """Registering an entry under a name a built-in already has, through each registry's own decorator."""
+    from ensdiag import export, integrations
+    from ensdiag.analysis import register_analyzer
+    from ensdiag.analysis.registry import register_resampler
+    from ensdiag.data.corruptions import corruption
+    from ensdiag.data.registry import Dataset, register_dataset
+    from ensdiag.ensembles import adapter
+    from ensdiag.foreign.readers import predictions_reader
+    from ensdiag.nn import register_arch, register_method
+    from ensdiag.nn.kit import Kit
+    from ensdiag.report.render import report_format
+    entry = lambda *args: None  # noqa: E731
+
+    def blur(images, generator):  # a corruption under a built-in's name
+        return images
+    return {"method": lambda: register_method("deep-ensemble")(type("Again", (Kit,), {})),
+            "architecture": lambda: register_arch("mlp")(entry),
+            "dataset": lambda: register_dataset(type("Again", (Dataset,), {"name": "mnist"})),
+            "analyzer": lambda: register_analyzer("calibration")(entry),
+            "resampler": lambda: register_resampler("calibration")(entry),
+            "ensemble adapter": lambda: adapter("a callable", 99)(entry),
+            "predictions reader": lambda: predictions_reader("NumPy arrays (.npy, .npz)", bool)(entry),
+            "--format": lambda: report_format("markdown", "md")(entry),
+            "logger": lambda: integrations.logger("a TensorBoard SummaryWriter", bool)(entry),
+            "table format": lambda: export.TABLE_FORMATS.register("csv")(entry),
+            "corruption": lambda: corruption(blur)}[kind]
+
+
+@pytest.mark.parametrize("kind", ["method", "architecture", "dataset", "analyzer", "resampler", "ensemble adapter",
+                                  "predictions reader", "--format", "logger", "table format", "corruption"])
+def test_every_registry_refuses_a_second_entry_under_a_built_in_name(kind):
+    from ensdiag.errors import EnsdiagError
+    ensdiag.list_datasets()  # the built-in datasets registered
+    with pytest.raises(EnsdiagError, match=f"{kind} '.*' is registered twice"):
+        _again(kind)()

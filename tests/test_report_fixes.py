@@ -87,7 +87,7 @@ def test_default_cka_layers_skip_parameter_free_modules():
                              nn.Sequential(nn.Linear(8, 8), nn.ReLU()), nn.Linear(8, 3)) for _ in range(2)]
     assert default_layers(members[0]) == ["1", "5", "6"]
     x, y = torch.randn(40, 6), torch.randint(0, 3, (40,))
-    cka = ensdiag.diagnose(members, id=(x, y)).metrics["analyzers"]["cka"]["splits"]["id"]["layers"]
+    cka = ensdiag.diagnose(members, test=(x, y)).metrics["analyzers"]["cka"]["splits"]["id"]["layers"]
     assert list(cka) == ["1", "5", "6"]
 
 
@@ -117,7 +117,7 @@ def test_a_declared_permutation_rule_aligns_ones_own_members():
         shuffled.head.weight.copy_(members[0].head.weight[:, order])
         shuffled.head.bias.copy_(members[0].head.bias)
     x, y = torch.randn(50, 6), torch.randint(0, 3, (50,))
-    found = ensdiag.diagnose([members[0], shuffled, members[1]], id=(x, y), train=(x, y)).metrics["analyzers"]["alignment"]
+    found = ensdiag.diagnose([members[0], shuffled, members[1]], test=(x, y), train=(x, y)).metrics["analyzers"]["alignment"]
     assert found["status"] == "ok" and found["groups"] == 1
     assert found["aligned"]["matrix"]["value"][0][1] == pytest.approx(1.0)  # the permutation is undone exactly
     assert found["raw"]["matrix"]["value"][0][1] < 0.9

@@ -113,8 +113,9 @@ def saved_metrics(tmp_path_factory):
     generator = torch.Generator().manual_seed(0)
     data = {name: torch.randn(90, 5, generator=generator) for name in ("id", "shift", "ood")}
     labels = torch.randint(0, 5, (90,), generator=generator)
-    diagnosis = ensdiag.diagnose(lambda x: torch.stack([x, 0.5 * x, x.roll(1, 1)]), id=(data["id"], labels),
-                                 shift=(data["shift"], labels), ood=data["ood"], geometry=False)
+    diagnosis = ensdiag.diagnose(lambda x: torch.stack([x, 0.5 * x, x.roll(1, 1)]), test=(data["id"], labels),
+                                 shift=(data["shift"], labels), ood=data["ood"],
+                                 measure=ensdiag.Measure(geometry=False))
     return json.loads(json.dumps(diagnosis.metrics))
 
 

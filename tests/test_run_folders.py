@@ -110,7 +110,8 @@ def test_no_method_takes_the_name_of_anything_ensdiag_writes_at_the_folders_root
 
 
 def test_saving_a_diagnosis_as_experiment_json_is_a_value_error(tmp_path):
-    diagnosis = ensdiag.diagnose(lambda x: torch.stack([x, 2 * x]), id=(torch.eye(3), torch.arange(3)), geometry=False)
+    diagnosis = ensdiag.diagnose(lambda x: torch.stack([x, 2 * x]), test=(torch.eye(3), torch.arange(3)),
+                                 measure=ensdiag.Measure(geometry=False))
     with pytest.raises(ValueError, match="is a name the run folder itself uses") as raised:
         diagnosis.save(tmp_path / "runs", method="experiment.json")
     assert isinstance(raised.value, EnsdiagError) and "\n" not in str(raised.value)
@@ -165,7 +166,8 @@ def test_a_second_lora_diagnosis_into_the_same_run_is_refused_unless_overwrite(t
 
 
 def test_the_python_api_refuses_to_replace_a_saved_diagnosis_unless_asked(tmp_path):
-    diagnosis = ensdiag.diagnose(lambda x: torch.stack([x, 2 * x]), id=(torch.eye(3), torch.arange(3)), geometry=False)
+    diagnosis = ensdiag.diagnose(lambda x: torch.stack([x, 2 * x]), test=(torch.eye(3), torch.arange(3)),
+                                 measure=ensdiag.Measure(geometry=False))
     diagnosis.save(tmp_path / "runs", "m", 0)
     with pytest.raises(ValueError, match="already holds an analysis of predictions"):
         diagnosis.save(tmp_path / "runs", "m", 0)

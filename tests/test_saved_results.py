@@ -122,7 +122,8 @@ def test_the_python_writers_refuse_a_folder_in_place_of_a_file(tmp_path):
     import ensdiag
     from ensdiag.errors import EnsdiagError
     x, y = torch.randn(20, 4), torch.randint(0, 3, (20,))
-    diagnosis = ensdiag.diagnose([torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)], test=(x, y), geometry=False)
+    diagnosis = ensdiag.diagnose([torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)], test=(x, y),
+                                 measure=ensdiag.Measure(geometry=False))
     (tmp_path / "e.csv").mkdir()
     with pytest.raises(EnsdiagError, match="e.csv is a folder"):
         diagnosis.save_examples(tmp_path / "e.csv")

@@ -130,7 +130,7 @@ def test_the_lightning_callback_writes_rows_that_the_report_draws(tmp_path):
     logged = (tmp_path / "logs" / "lightning_logs" / "version_0" / "metrics.csv").read_text()
     assert "ensdiag/disagreement" in logged and "ensdiag/weight_cosine" in logged
     assert trainer.current_epoch == 2
-    ensdiag.diagnose(list(module.members), id=_data(seed=2), geometry=False).save(run, "deep-ensemble", 0)
+    ensdiag.diagnose(list(module.members), test=_data(seed=2), measure=ensdiag.Measure(geometry=False)).save(run, "deep-ensemble", 0)
     report = make_report(run)
     assert "tracking" in {figure["name"] for figure in report["figures"]}
 
@@ -147,7 +147,7 @@ def test_stacked_outputs_need_the_member_count(tmp_path):
 def test_a_torch_uncertainty_routine_gives_its_member_weights(tmp_path):
     """A routine's `.model` holding torch-uncertainty's BatchEnsemble weights (the committed fixture,
     saved by torch-uncertainty itself) is read as ensdiag's model, so rows get a weight cosine."""
-    from ensdiag.foreign.checkpoints import read_state_dict
+    from ensdiag.foreign.state_dicts import read_state_dict
     from ensdiag.integrations.lightning import _torch_uncertainty_model
     state = read_state_dict(Path(__file__).parent / "fixtures" / "torch_uncertainty" / "be_mlp.pt")
 

@@ -30,7 +30,7 @@ def test_diversity_on_an_npz_gives_the_python_api_numbers(model_file, tmp_path, 
     assert code == 0, err
     found = json.loads(out)
     model = ensdiag.load_model(model_file)
-    diagnosis = ensdiag.diagnose(model, id=(torch.from_numpy(images), torch.from_numpy(labels)),
+    diagnosis = ensdiag.diagnose(model, test=(torch.from_numpy(images), torch.from_numpy(labels)),
                                  normalize=Normalize(DIGITS_MEAN, DIGITS_STD))
     ours = diagnosis.metrics["analyzers"]
     assert found["analyzers"]["disagreement"]["splits"]["id"]["matrix"]["value"] == ours["disagreement"]["splits"]["id"]["matrix"]["value"]

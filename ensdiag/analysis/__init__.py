@@ -4,11 +4,9 @@
     result["analyzers"]["ood"]["scores"]["msp"]["auroc"]["value"]
 """
 
-import importlib
-import pkgutil
-
 from .. import __version__
 from ..precision import exact_math
+from ..registry import import_all
 from .registry import (ANALYZERS, CATALOGUE_LEFT_OUT, PLUGIN_ERRORS, SPLIT_TABLES, Column, Skip, all_analyzers, finite, is_ood_split, load_plugins,
                        metric, register_analyzer, without_ood_labels)
 
@@ -17,8 +15,7 @@ METRICS_SCHEMA = "ensdiag.metrics/2"  # 2: example-level intervals beside the he
 # The built-in analyzers: every module of this package registers its own on import (adding an
 # analyzer is adding a module here, or a plug-in); nothing keeps a list. Alphabetical order is
 # the order they run and appear in metrics.json.
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+import_all(__name__)
 
 
 def analyze_predictions(predictions, weights=None, only=None, without_data: str | None = None,

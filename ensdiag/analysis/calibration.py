@@ -11,6 +11,7 @@ import torch
 from . import metrics as M
 from . import smooth_ece as SE
 from . import weighted as W
+from . import ordered as O
 from .examples import Examples
 from .registry import CATALOGUE_LEFT_OUT, SPLIT_TABLES, Column, Skip, empty_metric, finite, metric, register_analyzer, register_resampler
 from .resampled import Refused, per_split, value
@@ -56,8 +57,8 @@ DETAIL = {  # the in-distribution test set only: the calibration table
     "overconfidence": lambda split, w: bins(split, w).signed(),
     "ece_direction": lambda split, w: bins(split, w).direction(),
     "mce": lambda split, w: bins(split, w).mce(),
-    "ece_adaptive": lambda split, w: W.equal_mass_bins(split.confidence, split.correct, w, ECE_BINS).folded(),
-    "ece_adaptive_tu": lambda split, w: W.equal_mass_bins(split.confidence, split.correct, w, ECE_BINS,
+    "ece_adaptive": lambda split, w: O.equal_mass_bins(split.confidence, split.correct, w, ECE_BINS).folded(),
+    "ece_adaptive_tu": lambda split, w: O.equal_mass_bins(split.confidence, split.correct, w, ECE_BINS,
                                                           extra_first=True).folded(),
     "ece_classwise": lambda split, w: W.classwise_bins(split.mean, split.labels, w, ECE_BINS).folded(),
     "smooth_ece": lambda split, w: SE.smooth_ece(split.confidence, split.correct, w),

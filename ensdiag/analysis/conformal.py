@@ -37,6 +37,7 @@ from fractions import Fraction
 import torch
 
 from . import bootstrap as B
+from . import constructions as CI
 from .examples import Examples
 from .registry import Column, Skip, metric, register_analyzer
 
@@ -121,8 +122,8 @@ def _measured(sets: torch.Tensor, labels: torch.Tensor, with_intervals: bool) ->
              "set_size": metric(sizes.mean().item(), "mean number of choices in a set"),
              "empty": metric((sizes == 0).double().mean().item(), "fraction of test questions with an empty set")}
     if with_intervals and n:
-        low, high = B.clopper_pearson(int(covered.sum()), n)
-        entry["coverage"]["interval"] = {"low": low, "high": high, "level": B.LEVEL, "n": n,
+        low, high = CI.clopper_pearson(int(covered.sum()), n)
+        entry["coverage"]["interval"] = {"low": low, "high": high, "level": CI.LEVEL, "n": n,
                                          "method": "Clopper–Pearson over the test questions, given the calibration"}
         entry["set_size"]["sizes"] = sizes  # its interval: `_set_size_intervals`, every score's from one pass
     return entry
@@ -136,8 +137,8 @@ def _set_size_intervals(entries: list[dict], name: str) -> None:
     count = B.resamples_for(n)
     resampled = torch.cat([B.counts_of(rows, n) @ sizes / n for _, rows in B.blocks(name, n, count)])
     for entry, column in zip(entries, resampled.T):
-        entry["set_size"]["interval"] = {**B.interval(entry["set_size"]["value"], column.contiguous(), n),
-                                         "method": f"{B.METHODS['percentile']} (the test questions), {count:,} resamples, "
+        entry["set_size"]["interval"] = {**CI.interval(entry["set_size"]["value"], column.contiguous(), n),
+                                         "method": f"{CI.METHODS['percentile']} (the test questions), {count:,} resamples, "
                                                    "given the calibration"}
 
 

@@ -18,6 +18,7 @@ edge is ≥ its confidence.
 """
 
 from . import weighted as W
+from . import ordered as O
 from .examples import Examples
 from .registry import Column, Skip, metric, register_analyzer, register_resampler
 from .resampled import per_split, value
@@ -27,7 +28,7 @@ DEFINITION = (f"Kumar et al.'s debiased ℓ2 calibration error of max p̄ over {
               "sqrt(max(Σ_b n_b/n·[(conf_b − acc_b)² − acc_b(1 − acc_b)/(n_b − 1)], 0)); unbiased for the squared "
               "error, where the binned ECE grows as the test set shrinks")
 PLUGIN = f"plug-in ℓ2 calibration error of the same {BINS} equal-mass bins (biased upward)"
-STATISTICS = {key: (lambda split, w, key=key: W.debiased_l2(split.confidence, split.correct, w, BINS)[key])
+STATISTICS = {key: (lambda split, w, key=key: O.debiased_l2(split.confidence, split.correct, w, BINS)[key])
               for key in ("debiased_l2", "plugin_l2")}
 
 
@@ -43,7 +44,7 @@ def debiased_ece(predictions, weights=None):
         split = Examples.of(split)
         splits[name] = {"debiased_l2": metric(value(STATISTICS["debiased_l2"](split, None)), DEFINITION),
                         "plugin_l2": metric(value(STATISTICS["plugin_l2"](split, None)), PLUGIN),
-                        "bins": _count(W.debiased_l2(split.confidence, split.correct, None, BINS)["bins"])}
+                        "bins": _count(O.debiased_l2(split.confidence, split.correct, None, BINS)["bins"])}
     if not splits:
         raise Skip("no split has labels")
     return {"splits": splits}

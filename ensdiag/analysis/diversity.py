@@ -261,7 +261,7 @@ def weight_similarity(predictions, weights=None):
                          for layer, matrix in per_layer.items()}}  # NaN weights: null
     initial = getattr(weights, "initial", None)
     result["initial"] = (metric(initial["mean"], INITIAL, source=initial["source"]) if initial is not None else
-                         metric(None, INITIAL, note="not known: no spec to rebuild the members from, and none given (diagnose(initial=…))"))
+                         metric(None, INITIAL, note="not known: no spec to rebuild the members from, and none given (diagnose(context=Context(initial=…)))"))
     if scope:
         result["scope"] = scope
     return result if store else {**result, "note": note}

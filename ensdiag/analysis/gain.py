@@ -12,6 +12,7 @@ import torch
 
 from . import metrics as M
 from . import weighted as W
+from . import ordered as O
 from .examples import Examples
 from .registry import SPLIT_TABLES, Column, Skip, finite, metric, register_analyzer, register_resampler
 from .resampled import per_split, value
@@ -116,7 +117,7 @@ def selective(predictions, weights=None, points=101):
         members = _members(split)
         splits[name] = {**{key: metric(value(statistic(split, None)), SELECTIVE_DEFINITIONS[key])
                            for key, statistic in SELECTIVE.items()},
-                        "member_aurc": metric([value(W.risk_coverage_areas(member.confidence, _errors(member))["aurc"])
+                        "member_aurc": metric([value(O.risk_coverage_areas(member.confidence, _errors(member))["aurc"])
                                                for member in members],
                                               "each member's AURC with its own max softmax as confidence")}
         if name == "id":  # the curves the report draws (thinned to `points` coverages)
@@ -143,5 +144,5 @@ SELECTIVE_DEFINITIONS = {
     "augrc_trapezoid": "torch-uncertainty's AUGRC: the trapezoid rule over the generalised risks (j/N)·risk_j at "
                        "coverages 1/N..1, divided by 1 − 1/N"}
 SELECTIVE = {key: (lambda split, w, key=key: split.per_weighting(
-    "risk", w, lambda: W.risk_coverage_areas(split.confidence, _errors(split), w))[key]) for key in SELECTIVE_DEFINITIONS}
+    "risk", w, lambda: O.risk_coverage_areas(split.confidence, _errors(split), w))[key]) for key in SELECTIVE_DEFINITIONS}
 register_resampler("selective")(per_split(SELECTIVE))

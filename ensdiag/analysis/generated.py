@@ -27,6 +27,7 @@ import math
 import torch
 
 from . import bootstrap as B
+from . import constructions as CI
 from .registry import metric
 
 SCHEMA = "ensdiag.generated/1"
@@ -80,7 +81,7 @@ def split_metrics(name: str, ids: torch.Tensor, correct: torch.Tensor, resamples
     found = {"n": n}
     for index, key in enumerate(scalars):
         value = values[:, index].mean().item()
-        found[key] = metric(value, DEFINITIONS[key], interval=B.interval(value, resampled[:, index], n)
+        found[key] = metric(value, DEFINITIONS[key], interval=CI.interval(value, resampled[:, index], n)
                             if math.isfinite(value) else None)
     found["member_accuracy"] = metric(per_question["member_accuracy"].mean(0).tolist(), DEFINITIONS["member_accuracy"])
     found["pairs"] = pair_matrices(ids, correct)

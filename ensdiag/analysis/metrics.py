@@ -143,7 +143,7 @@ def gain_terms(examples: Examples) -> dict[str, torch.Tensor]:
 
 
 def risk_coverage(confidence: torch.Tensor, errors: torch.Tensor) -> torch.Tensor:
-    """The risk at coverage j/N for j = 1..N: the curve (its areas: weighted.risk_coverage_areas).
+    """The risk at coverage j/N for j = 1..N: the curve (its areas: ordered.risk_coverage_areas).
 
     Samples are accepted in decreasing confidence; within a group of tied confidences the order
     is arbitrary, so each of them counts the group's mean error (the expectation over tie orders)."""

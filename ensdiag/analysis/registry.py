@@ -26,13 +26,14 @@ from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 
 from ..layout import HEADLINE_TABLES, SPLIT_TABLES, finite, lookup, non_finite  # noqa: F401 (re-exported)
+from ..registry import Registry
 from .examples import Examples
 
 ENTRY_POINT_GROUP = "ensdiag.analyzers"
 CATALOGUE_LEFT_OUT = ("the detail catalogue, left out of a training grid's runs unless `ensdiag train --detail` "
                       "(`ensdiag evaluate MODEL` or, for member geometry, `ensdiag diversity MODEL` computes it for one "
                       "model)")
-ANALYZERS: dict[str, "Analyzer"] = {}
+ANALYZERS = Registry("analyzer")  # name -> Analyzer, in the order registered (the order they run)
 
 
 def is_ood_split(name: str) -> bool:
@@ -79,7 +80,7 @@ class Column:
     peer: tuple[str, ...] | None = None  # where the peer convention's value is (`report --conventions torch-uncertainty`)
     peer_since: int = 1  # the analyzer version that added it
     examples: tuple[str, ...] | bool | None = None  # the splits whose examples it is a statistic of (below)
-    # its interval's construction (bootstrap.py, chosen from benchmarks/interval_coverage.py's record): "percentile";
+    # its interval's construction (constructions.py, chosen from benchmarks/interval_coverage.py's record): "percentile";
     # "basic" where its resamples carry a bias of their own (a debiased estimator re-biased by the duplicates);
     # "upper" ([0, …]) for an unsigned error a test set puts above 0 where the population's is 0; "logit" for a
     # number in [0, 1] that may sit near 1 (AUROC; "logit-debiased" where it also reads high there: AUPR);
@@ -155,20 +156,17 @@ def _takes_catalogue(function) -> bool:
         return False
 
 
-RESAMPLERS: dict[str, callable] = {}
+RESAMPLERS = Registry("resampler")  # analyzer name -> its resampler
 
 
 def register_resampler(name: str):
     """Register `function(predictions, weights, result, wanted) -> resample`: analyzer `name`'s
     example-level columns over resamples, vectorised. `result` is the analyzer's own result,
     `wanted` the key paths asked for; `resample(counts)` maps {split: [b, n] float64, how often
-    each example was drawn in each of b resamples} to {key path: Tensor [b] or `bootstrap.Folded`}.
+    each example was drawn in each of b resamples} to {key path: Tensor [b] or `constructions.Folded`}.
     With counts of ones it gives the analyzer's own values (tests/test_intervals.py checks every
     built-in against re-running its analyzer); paths it leaves out are resampled by re-running."""
-    def register(function):
-        RESAMPLERS[name] = function
-        return function
-    return register
+    return RESAMPLERS.register(name)
 
 
 def register_analyzer(name: str, description: str = "", version: int = 1, source: str = "built-in", columns=(),
@@ -194,8 +192,8 @@ def register_analyzer(name: str, description: str = "", version: int = 1, source
                                  "a tuple of split names")
         if detail and any(table in HEADLINE_TABLES for column in columns for table in column.tables):
             raise ValueError(f"analyzer {name!r}: a detail analyzer cannot fill a headline table ({', '.join(HEADLINE_TABLES)})")
-        ANALYZERS[name] = Analyzer(name, function, description or (function.__doc__ or "").strip().split("\n")[0],
-                                   version, source, tuple(columns), needs, reads_data, detail)
+        ANALYZERS.add(name, Analyzer(name, function, description or (function.__doc__ or "").strip().split("\n")[0],
+                                     version, source, tuple(columns), needs, reads_data, detail))
         return function
     return register
 

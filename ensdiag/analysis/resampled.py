@@ -6,7 +6,7 @@
 
 A statistic is f(split, w) over one split's `Examples` (examples.py) and example weights w
 (weighted.py: None, or counts [b, n] of b bootstrap resamples); it returns a tensor, or a
-`bootstrap.Folded` where the interval is inverted along a ray (a sum of absolute bin gaps). The
+`constructions.Folded` where the interval is inverted along a ray (a sum of absolute bin gaps). The
 analyzer reports f(split, None); the interval pass (ensdiag/core/intervals.py) calls the same f with
 blocks of counts, so an analyzer's number and its interval can never be computed two ways.
 """
@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from .bootstrap import Folded
+from .constructions import Folded
 from .examples import Examples
 from .weighted import OverBudget, rows
 

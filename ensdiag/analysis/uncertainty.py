@@ -9,6 +9,7 @@ split into two sources says little, and the result's note says so in words.
 """
 
 from . import weighted as W
+from . import ordered as O
 from .examples import Examples
 from .registry import SPLIT_TABLES, Column, empty_metric, metric, register_analyzer, register_resampler
 from .resampled import per_split, value
@@ -46,7 +47,7 @@ def _part(key):
 STATISTICS = {**{key: (lambda split, w, key=key: W.mean(getattr(split, key), w))
                  for key in ("entropy", "expected_entropy", "jsd")},
               "epkl": _part("epkl"), "rmi": _part("rmi"),
-              "spearman_au_eu": lambda split, w: W.rank_correlation(split.expected_entropy, split.jsd, w)}
+              "spearman_au_eu": lambda split, w: O.rank_correlation(split.expected_entropy, split.jsd, w)}
 
 DETAIL_TABLE = "uncertainty"
 

@@ -69,7 +69,6 @@ def skipped(metrics: dict) -> dict:
 
 def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
     from ..core import Context, Measure, inspect
-    from ..core.planning import Plan
     flush_denormals()
     config, splits, train = synthetic_protocol(settings, ("id", "shift", "ood", "val"))
     methods = {}
@@ -81,7 +80,7 @@ def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
         load = os.getloadavg()
         began = time.perf_counter()
         diagnosis = inspect(model, splits, preprocess=Normalize(config.mean, config.std, device), train=train,
-                            measure=Measure(plan=Plan.of(settings.budget, settings.precision)),
+                            measure=Measure(budget=settings.budget, precision=settings.precision),
                             context=Context(device=device))
         wall = time.perf_counter() - began
         metrics = diagnosis.metrics

@@ -8,7 +8,7 @@ from ..console import check_format, loading, note, print_json
 from ..errors import DataNotFound, EnsdiagError
 from .app import app
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
-from .options import DETAIL, SEED, SHIFT, THREADS, checked_seed, data_choice, own_threads, plan_of, quick_checks
+from .options import DETAIL, SEED, SHIFT, THREADS, budget_of, checked_seed, data_choice, own_threads, quick_checks
 from .show import ended_by_interruption, show_items
 
 MEASURED = ["disagreement", "member-pairs", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
@@ -69,7 +69,7 @@ def diversity(
     device = resolve_device(device)  # --device cuda without a GPU: one line, not a disagreement section skipped
     from ..quickcheck import path_points_option
     points = path_points_option(path_points)
-    plan = plan_of(budget, precision_target, geometry)
+    budget, precision_target = budget_of(budget, precision_target)
     from ..core import Context, Measure, inspect
     from ..foreign.checkpoints import open_ensemble
 
@@ -80,7 +80,7 @@ def diversity(
                         train=inputs and inputs.train,
                         measure=Measure(geometry=geometry, geometry_examples=max_examples, path_points=points,
                                         only=tuple(MEASURED + _geometry_names(geometry)), detail=detail, seed=seed,
-                                        plan=plan),
+                                        budget=budget, precision=precision_target),
                         context=Context(titles=inputs and inputs.titles, skipped=skipped, no_data=no_data, status=loading))
     name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"
     drawn = []

@@ -8,7 +8,7 @@ from ..console import check_format, output_folder
 from ..errors import EnsdiagError
 from .app import app
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
-from .options import DETAIL, SHIFT, THREADS, checked_seed, data_choice, own_threads, plan_of, quick_checks
+from .options import DETAIL, SHIFT, THREADS, budget_of, checked_seed, data_choice, own_threads, quick_checks
 from .show import ended_by_interruption, show_metrics
 
 
@@ -65,7 +65,7 @@ def evaluate(
     if any(value is not None for value in (base, tasks, ood_task, include_path, method, limit)):
         raise EnsdiagError("--base, --tasks, --ood-task, --include-path, --method and --limit are for LoRA adapter "
                            "folders (ADAPTER_DIR…, each with adapter_config.json)")
-    plan = plan_of(budget, precision_target, geometry=False)
+    budget, precision_target = budget_of(budget, precision_target)
     if overwrite and out is None:
         raise EnsdiagError("--overwrite replaces what --out holds: give --out DIR too")
     out = None if out is None else _claimed(out, overwrite)  # refused now, not after predicting every split
@@ -85,7 +85,8 @@ def evaluate(
         if download and ranks.main:
             distributed.barrier()
         diagnosis = inspect(model.to(device), inputs.splits, preprocess=inputs.preprocess,
-                            measure=Measure(geometry=False, detail=detail, seed=seed, plan=plan),
+                            measure=Measure(geometry=False, detail=detail, seed=seed, budget=budget,
+                                            precision=precision_target),
                             context=Context(titles=inputs.titles, skipped=inputs.skipped, spread=ranks.distributed))
     finally:
         distributed.finish()

@@ -44,14 +44,10 @@ def own_threads(threads, arch=None):
     own(threads, arch is not None and arch in ARCHITECTURES and not ARCHITECTURES[arch].convolutional)
 
 
-def plan_of(budget, precision, geometry=True):
-    """The `planning.Plan` of --budget and --precision-target (None without either); checked before torch."""
+def budget_of(budget, precision) -> tuple:
+    """(seconds, half-width) of --budget and --precision-target (None where not given), checked before torch."""
     from ..quickcheck import parse_precision, parse_seconds
-    parse_seconds(budget), parse_precision(precision)
-    if budget is None and precision is None:
-        return None
-    from ..core.planning import Plan
-    return Plan.of(budget, precision, geometry)
+    return parse_seconds(budget), parse_precision(precision)
 
 
 def quick_checks(model_path, data, shift, ood):

@@ -7,7 +7,9 @@ import typer
 from rich.console import Console
 
 from ..console import check_format, loading, note, output_file, show
-from ..errors import EnsdiagError, unknown
+from ..errors import unknown
+from ..export import table_writer
+from ..names import REPORT_FORMATS
 from .app import app
 from .options import THREADS, own_threads
 
@@ -41,8 +43,7 @@ def report(
     Also rebuilds report.md, report.html and figures/ in the run folder."""
 
     fmt = fmt or ("table" if sys.stdout.isatty() and out is None else "markdown")
-    from ..quickcheck import report_formats
-    check_format(fmt, tuple(report_formats()))  # every check that needs no tensor before matplotlib and torch
+    check_format(fmt, tuple(REPORT_FORMATS))  # every check that needs no tensor before matplotlib and torch
     if reference not in (None, "paper"):
         raise unknown("--reference", reference, ("paper",))
     if conventions not in ("ensdiag", "torch-uncertainty"):
@@ -50,9 +51,8 @@ def report(
     from ..runs import check_run_folder
     for run_dir in run_dirs or ():
         check_run_folder(run_dir)
-    if examples is not None and examples.suffix.lower() not in (".csv", ".parquet"):
-        raise EnsdiagError(f"--examples {examples}: name a .csv or .parquet file")
     if examples is not None:  # refused now, not after the whole report
+        table_writer(examples, "--examples ")
         output_file(examples, None, "--examples")
     own_threads(threads)  # (set once torch loads: a report read back needs none)
     from ..io import atomic_write_text
@@ -60,7 +60,7 @@ def report(
 
     if detail and (not figures or len(run_dirs or ()) > 1):
         note("--detail draws figures into a run folder: with --no-figures or several folders nothing is drawn")
-    extension = report_formats()[fmt]
+    extension = REPORT_FORMATS[fmt]
     target = None if out is None else output_file(out, f"report.{extension}")
     with loading("building the report (verdict bootstrap, figures) …"):
         result = make_report(list(run_dirs or []) or None, reference, write=figures, conventions=conventions, svg=svg,

@@ -6,64 +6,63 @@ The members and data are turned into an `Ensemble` and splits, checked like user
 to the one inspection (inspection.py); nothing here measures anything itself.
 """
 
-from ..ensembles import as_ensemble
+from dataclasses import replace
+
 from ..analysis.registry import Skip
+from ..ensembles import as_ensemble
 from ..errors import EnsdiagError, InputTypeError
+from ..numbers import integer, parse_precision, parse_seconds, path_points_option, seed as checked_seed
 from .diagnosis import Diagnosis
 from .inspection import Context, Measure, inspect, member_weights
 
 GEOMETRY_EXAMPLES = 2000  # inputs per split diagnose() keeps for member geometry (CKA, paths)
 
 
-def diagnose(members, id=None, ood=None, shift=None, val=None, *, test=None, train=None, normalize=None, layers=None,
-             num_members=None, member_weights=None, modules=None, initial=None, titles=None, cost=None,
-             geometry: bool = True,
-             geometry_examples: int = GEOMETRY_EXAMPLES, device=None, seed: int = 0, progress: bool | None = None,
-             path_points: int | str = 11, budget=None, precision=None, detail: bool = False) -> Diagnosis:
+def diagnose(members, test=None, ood=None, shift=None, val=None, *, train=None, normalize=None,
+             measure: Measure = Measure(), context: Context = Context()) -> Diagnosis:
     """Every analyzer on any ensemble and any data, from Python (docs/own-models.md, "From Python").
 
     `members`: an `EnsembleModel` (ensdiag's, loaded or imported), a list of `nn.Module`s (each maps
-    a batch [B, …] to logits [B, C]), one `nn.Module` returning [k, B, C] (or [k·B, C] with
-    `num_members`), a callable returning [k, B, C], or model file paths. `test` (alias `id`),
-    `ood`, `shift`, `val`, `train`: `(x, y)` tensors, a tensor `x`, a Dataset or an iterable of
-    batches. `normalize`: None applies the preprocessing an ensdiag model records (others get their
-    inputs as given), "none" none, a (mean, std) pair per channel, or a function of a batch.
-    `member_weights`: a function returning each member's effective weights, for ensembles whose
-    members share parameters (your own BatchEnsemble). `modules`: the `nn.Module`s a callable
-    runs, so they are measured in eval mode too (their modes restored). `initial`: the members before training (the
-    same kinds as `members`), a `Tracker` (its epoch 0) or a number: the weight cosine the trained
-    one is read against. `titles`: {split: what the data is}. `cost`: {"parameters", "train_seconds"}
-    for the report's cost table (parameters are counted when not given). `layers`: the modules CKA
-    reads, as names or {name: layout}. `device`: where inputs go (default: where the members are;
-    the members are never moved). `progress`: a bar per split (default: when stderr is a terminal).
-    `path_points`: points on each path between members, or "adaptive". `budget`: a time the whole
-    diagnosis may take ("5m", "90s", seconds) and/or `precision`: an interval half-width at which a
-    step stops reading examples; each step then reads the examples its measured cost affords, and
-    `metrics["budget"]` says what was measured, with what precision, and what was skipped and why.
-    `detail`: intervals for the detail catalogue too (every declared column, CKA, barriers); the
-    headline tables' numbers always have theirs."""
-    from ..numbers import integer, path_points_option, seed as checked_seed
-    from .planning import Plan
-    path_points, seed = path_points_option(path_points, "path_points"), checked_seed(seed, "seed")
-    if isinstance(geometry_examples, bool) or not isinstance(geometry_examples, int):
-        raise InputTypeError(f"geometry_examples must be a whole number, got {type(geometry_examples).__name__}")
-    geometry_examples = integer(geometry_examples, "geometry_examples", 1)
-    plan = Plan.of(budget, precision, geometry)
-    if test is not None and id is not None:
-        raise EnsdiagError("give the test data once: test= (id= is its older name)")
-    test = test if test is not None else id
+    a batch [B, …] to logits [B, C]), one `nn.Module` returning [k, B, C], a callable returning
+    [k, B, C], model file paths, or `ensdiag.as_ensemble(members, …)` of any of them with what ensdiag
+    cannot see itself (`num_members` of a module returning [k·B, C], `member_weights`, `modules`,
+    CKA's `layers`). `test`, `ood`, `shift`, `val`, `train`: `(x, y)` tensors, a tensor `x`, a
+    Dataset or an iterable of batches. `normalize`: None applies the preprocessing an ensdiag model
+    records (others get their inputs as given), "none" none, a (mean, std) pair per channel, or a
+    function of a batch.
+
+    `measure` (`ensdiag.Measure`, as the commands' inspection takes it): `geometry`,
+    `geometry_examples` (inputs per split member geometry reads; None: 2,000), `path_points`,
+    `seed`, `detail` (intervals for the detail catalogue too: every declared column, CKA,
+    barriers; the headline tables' numbers always have theirs), `budget` (a time the whole
+    diagnosis may take: "5m", "90s", seconds) and/or `precision` (an interval half-width at which
+    a step stops reading examples; `metrics["budget"]` says what was measured, with what precision,
+    what was skipped and why). `context` (`ensdiag.Context`): `device` (where inputs go; default:
+    where the members are, which are never moved), `titles` ({split: what the data is}), `cost`
+    ({"parameters", "train_seconds"} for the report's cost table; parameters are counted when not
+    given), `initial` (the members before training, as `members` are given, a `Tracker` (its epoch
+    0) or a number: the weight cosine the trained one is read against), `progress` (a bar per
+    split; default: when stderr is a terminal)."""
+    if not isinstance(measure, Measure) or not isinstance(context, Context):
+        raise InputTypeError("measure and context must be an ensdiag.Measure and an ensdiag.Context")
     if test is None:
         raise EnsdiagError("diagnose needs in-distribution test data: test=(x, y)")
-    ensemble = as_ensemble(members, layers=layers, num_members=num_members, member_weights=member_weights,
-                           modules=modules)
-    device = ensemble.device if device is None else checked_device(device, ensemble)
+    examples = GEOMETRY_EXAMPLES if measure.geometry_examples is None else measure.geometry_examples
+    if isinstance(examples, bool) or not isinstance(examples, int):
+        raise InputTypeError(f"geometry_examples must be a whole number, got {type(examples).__name__}")
+    measure = replace(measure, geometry_examples=integer(examples, "geometry_examples", 1), detail=bool(measure.detail),
+                      path_points=path_points_option(measure.path_points, "path_points"),
+                      seed=checked_seed(measure.seed, "seed"), budget=parse_seconds(measure.budget),
+                      precision=parse_precision(measure.precision))
+    ensemble = as_ensemble(members)
+    device = ensemble.device if context.device is None else checked_device(context.device, ensemble)
     given = {"id": test, "shift": shift, "ood": ood, "val": val}
     names = {name: f"{name} (given to diagnose)" for name, data in given.items() if data is not None}
-    return inspect(ensemble, given, preprocess=preprocessing(normalize, ensemble, device), train=train,
-                   measure=Measure(geometry=geometry, geometry_examples=geometry_examples, path_points=path_points,
-                                   detail=bool(detail), seed=seed, plan=plan),
-                   context=Context(device=device, titles={**names, **_checked_titles(titles)}, cost=_cost(ensemble, cost),
-                                   initial=initial_cosine(initial, ensemble, seed), progress=_bars(progress)))
+    progress = context.progress if callable(context.progress) else _bars(context.progress)
+    return inspect(ensemble, given, preprocess=preprocessing(normalize, ensemble, device), train=train, measure=measure,
+                   context=replace(context, device=device, titles={**names, **_checked_titles(context.titles)},
+                                   cost=_cost(ensemble, context.cost), progress=progress,
+                                   initial=initial_cosine(context.initial, ensemble, measure.seed)))
 
 
 def preprocessing(normalize, ensemble, device):

@@ -36,13 +36,14 @@ class Measure:
     """What an inspection measures (the defaults are the commands')."""
 
     geometry: bool = True  # member geometry (CKA, alignment, paths, rank) where a model is at hand
-    geometry_examples: int | None = None  # inputs per split member geometry reads (None: all)
+    geometry_examples: int | None = None  # inputs per split member geometry reads (None: all; diagnose(): 2,000)
     path_points: int | str = 11  # points on each path between members, or "adaptive"
     only: tuple | None = None  # the analyzers to run (None: every registered one)
     detail: bool = False  # intervals for the detail catalogue too, not only the headline tables'
     catalogue: bool = True  # the detail catalogue's numbers (a training grid's runs: only with `train --detail`)
     seed: int = 0  # MC Dropout's masks (geometry's own draws are fixed)
-    plan: Plan | None = None  # a time budget and/or a precision target (planning.py); None: every example
+    budget: float | str | None = None  # a time the inspection may take ("5m", "90s", seconds; planning.py)
+    precision: float | None = None  # an interval half-width at which a step stops reading examples
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Context:
     cost: dict | None = None  # {"parameters", "train_seconds"} for the report's cost table
     initial: dict | None = None  # {"mean", "source"}: the members' weight cosine before training
     no_data: str | None = None  # there is nothing to predict on, and why (the weights alone are inspected)
-    progress: object = None  # progress(split) -> a wrapper of that split's batches (a bar)
+    progress: object = None  # progress(split) -> a wrapper of that split's batches (a bar); diagnose(): True/False too
     status: object = None  # status(text) -> a context manager around each slow step (a status line)
 
 
@@ -73,7 +74,7 @@ def inspect(ensemble, splits: dict, *, preprocess=None, train=None, measure: Mea
     Interrupted (Ctrl-C) after the in-distribution split was read, it keeps what it finished: the
     splits read so far are analysed, the steps not reached say so, and `metrics["interrupted"]`
     says where it stopped (the commands print or save it, then exit 130)."""
-    ensemble, plan = as_ensemble(ensemble), measure.plan or Plan()
+    ensemble, plan = as_ensemble(ensemble), Plan.of(measure.budget, measure.precision, measure.geometry)
     device = context.device if context.device is not None else ensemble.device
     preprocess = preprocess or (lambda x: x)
     status = context.status or (lambda text: nullcontext())

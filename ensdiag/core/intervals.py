@@ -10,7 +10,7 @@ analyzers get intervals without a line of their own). How: the analyzer's regist
 resampler where it has one (vectorised, `analysis/resampled.py`), otherwise the analyzer
 itself re-run on each resample of the splits the column reads (the other splits held as
 measured), as many resamples as `allowance` seconds permit, at least `MIN_RESAMPLES`, or a
-note saying why there is no interval. The draws and the constructions are `bootstrap.py`'s.
+note saying why there is no interval. The draws are `bootstrap.py`'s, the constructions `constructions.py`'s.
 """
 
 import time
@@ -18,6 +18,7 @@ import time
 import torch
 
 from ..analysis import bootstrap as B
+from ..analysis import constructions as CI
 from ..analysis.registry import SPLIT_TABLES, all_analyzers, lookup
 from ..analysis.resampled import Refused
 from ..budget import over_budget
@@ -25,7 +26,7 @@ from ..budget import over_budget
 WORDS = "a 95 % confidence interval for the value on the population the test examples were drawn from"
 GENERIC_SECONDS = 30.0  # what re-running one analyzer over its resamples may take, without a budget
 MIN_GENERIC = 100  # re-runs below which a generic interval is not given (its 2.5th percentile would rest on 2 draws)
-DEFINITION = {"level": B.LEVEL, "resamples": B.RESAMPLES,
+DEFINITION = {"level": CI.LEVEL, "resamples": B.RESAMPLES,
               "draws": "test examples resampled with replacement, ID and OOD separately; each split's draws come "
                        "from a generator seeded by its family and size, so analyzers, members and methods measured "
                        "on the same examples share them (paired)",
@@ -33,7 +34,7 @@ DEFINITION = {"level": B.LEVEL, "resamples": B.RESAMPLES,
                             "more); full_split (where a budget measured a subsample): the same for the whole split; "
                             "[0, …] on an unsigned calibration error: the data are consistent with no error, and the "
                             "signed error (over-confidence) says in which direction the model may be miscalibrated",
-              "methods": B.METHODS}
+              "methods": CI.METHODS}
 
 
 def targets(analyzer, result: dict, predictions: dict, detail: bool = False) -> list[tuple[tuple, tuple]]:
@@ -110,7 +111,7 @@ def column_resamples(analyzer, result: dict, predictions: dict, weights, wanted,
     entries = {}
     for path, reads in wanted:
         if isinstance(found.get(path), str):  # refused (memory, or no construction covers): the reason instead
-            entries[path] = ({"low": None, "high": None, "level": B.LEVEL, "n": _size(reads, predictions),
+            entries[path] = ({"low": None, "high": None, "level": CI.LEVEL, "n": _size(reads, predictions),
                               "note": found[path]}, None)
             continue
         kind = next((column.interval for column in analyzer.columns if column.reads(path)), "percentile")
@@ -118,7 +119,7 @@ def column_resamples(analyzer, result: dict, predictions: dict, weights, wanted,
         if entry is not None:
             entries[path] = (entry, found[path])
         elif note:
-            entries[path] = ({"low": None, "high": None, "level": B.LEVEL, "n": _size(reads, predictions), "note": note},
+            entries[path] = ({"low": None, "high": None, "level": CI.LEVEL, "n": _size(reads, predictions), "note": note},
                              None)
     return entries, note
 
@@ -146,12 +147,12 @@ def _entry(result, path, reads, predictions, resampled, full, kind: str = "perce
     kind, _, of_split = kind.partition(":")  # "binomial:ood": a fraction of the ood split's examples
     if of_split and of_split not in sizes:
         raise ValueError(f"the interval {kind}:{of_split} of {'/'.join(path)} names a split it does not read {reads}")
-    if isinstance(values, B.Folded):
-        entry = B.interval(estimate, values, sum(sizes.values()), "upper" if kind == "upper" else "ray", of=of,
+    if isinstance(values, CI.Folded):
+        entry = CI.interval(estimate, values, sum(sizes.values()), "upper" if kind == "upper" else "ray", of=of,
                            strata=strata)
     else:
         value = _metric(result, path).get("value")
-        entry = B.interval(value if isinstance(value, (int, float)) else None, values, sum(sizes.values()), kind,
+        entry = CI.interval(value if isinstance(value, (int, float)) else None, values, sum(sizes.values()), kind,
                            of=of, strata=strata, trials=sizes.get(of_split))
     clustered = {split: clusters for split in reads if (clusters := getattr(predictions[split], "clusters", None))}
     if clustered:
@@ -204,11 +205,11 @@ def _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws
     found, refused = {}, {}
     for path, pieces in parts.items():  # a number refused (memory, or no construction covers): no interval, why
         reason = next((piece.reason for piece in pieces if isinstance(piece, Refused)), None)
-        if reason is None and isinstance(pieces[0], B.Folded):
+        if reason is None and isinstance(pieces[0], CI.Folded):
             reason = over_budget(2 * 8 * count * pieces[0].means.shape[-1], f"{count:,} resamples of {path[-2]}")
         if reason is not None:
             refused[path] = f"no interval: {reason}"
-    folded_paths = {path for path, pieces in parts.items() if isinstance(pieces[0], B.Folded) and path not in refused}
+    folded_paths = {path for path, pieces in parts.items() if isinstance(pieces[0], CI.Folded) and path not in refused}
     ones = {split: torch.ones(1, predictions[split]["logits"].shape[1], dtype=torch.float64) for split in splits}
     estimates = analyzer.resampler(predictions, weights, result, folded_paths)(ones) if folded_paths else {}
     for path, reads in wanted:
@@ -218,10 +219,10 @@ def _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws
         if path not in parts or any(piece is None for piece in parts[path]):
             continue
         pieces = parts[path]
-        if isinstance(pieces[0], B.Folded):
+        if isinstance(pieces[0], CI.Folded):
             estimate = estimates[path]
-            folded = B.Folded(estimate.means[0], estimate.mass[0], estimate.combine)
-            found[path] = (folded, B.Folded(torch.cat([p.means for p in pieces]), torch.cat([p.mass for p in pieces]),
+            folded = CI.Folded(estimate.means[0], estimate.mass[0], estimate.combine)
+            found[path] = (folded, CI.Folded(torch.cat([p.means for p in pieces]), torch.cat([p.mass for p in pieces]),
                                             pieces[0].combine))
         else:
             found[path] = (None, torch.cat(pieces))

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from ..analysis import bootstrap as B
+from ..analysis import constructions as CI
 from ..geometry.least import rule_for
 from ..text import counted
 
@@ -68,12 +68,12 @@ def _geometry_facts(name, result, probe) -> dict:
         return {"status": result.get("status"), "reason": result.get("reason")}
     if name == "cka":
         return {"n": {split: found["n"] for split, found in result["splits"].items()},
-                "half_width": {split: B.half_width(found["mean"].get("interval")) for split, found in result["splits"].items()}}
+                "half_width": {split: CI.half_width(found["mean"].get("interval")) for split, found in result["splits"].items()}}
     if name == "paths":
         return {"pairs": len(result["pairs"]), "points": [len(pair["t"]) for pair in result["pairs"]], "n": result["n"],
                 "batchnorm_images": len(probe._training_pick()) if "recomputed" in result["batchnorm"] else 0,
                 "train_sample": result.get("train_n", 0), "restarts": result["restarts"]["per_pair"],
-                "half_width": B.half_width(result["loss_barrier"].get("interval"))}
+                "half_width": CI.half_width(result["loss_barrier"].get("interval"))}
     return {}
 
 
@@ -139,7 +139,7 @@ def _cka_pilot(plan, probe) -> tuple[float, float, float | None]:
     if not found["kept"]:
         return forward, 0.0, None
     began = time.perf_counter()
-    width = B.half_width(cka_interval(found["kept"], len(split), "id", None))
+    width = CI.half_width(cka_interval(found["kept"], len(split), "id", None))
     return forward, time.perf_counter() - began, width
 
 
@@ -258,7 +258,7 @@ def _refit_paths(plan, probe) -> None:
 def _barrier_precise(curves, target) -> bool:
     from ..geometry.paths import excess
     from ..geometry.resampled import barrier_interval
-    width = B.half_width(barrier_interval([(curves["t"], excess(curves["t"], curves["loss"]))], "id"))
+    width = CI.half_width(barrier_interval([(curves["t"], excess(curves["t"], curves["loss"]))], "id"))
     return width is not None and width <= target
 
 

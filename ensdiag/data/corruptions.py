@@ -12,12 +12,13 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms.v2.functional import gaussian_blur
 
-CORRUPTIONS = {}
+from ..registry import Registry
+
+CORRUPTIONS = Registry("corruption")  # name -> corrupt(images, generator), in the order defined
 
 
 def corruption(fn):
-    CORRUPTIONS[fn.__name__] = fn
-    return fn
+    return CORRUPTIONS.add(fn.__name__, fn)
 
 
 def _uniform(n, low, high, g):

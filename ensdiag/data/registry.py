@@ -8,8 +8,6 @@ them (`load`). `ensdiag datasets` renders this registry as a table.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,9 +15,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: listing datasets imports no torch
     import torch
 
-from ..errors import DataNotFound, EnsdiagError, unknown
+from ..errors import DataNotFound, EnsdiagError
+from ..registry import Registry, import_all
 
-DATASETS: dict[str, "Dataset"] = {}
+DATASETS = Registry("dataset")  # name -> Dataset, in their `order` (built-ins first)
 
 from .constants import CIFAR10_MEAN, CIFAR10_STD, DIGITS_MEAN, DIGITS_STD, MNIST_MEAN, MNIST_STD  # noqa: F401
 
@@ -38,13 +37,6 @@ class Split:
 
     def __len__(self):
         return len(self.images)
-
-    def float01(self) -> torch.Tensor:
-        """Images as float32 in [0, 1]."""
-        import torch
-        if self.images.dtype == torch.uint8:
-            return self.images.float().div_(255)
-        return self.images.float()
 
     def subset(self, index) -> "Split":
         return Split(self.images[index], None if self.labels is None else self.labels[index], self.source)
@@ -87,34 +79,15 @@ class Dataset:
 
 
 def register_dataset(cls):
-    DATASETS[cls.name] = cls()
+    DATASETS.add(cls.name, cls(), order=cls.order)
     return cls
 
 
-def _register_builtins():
-    """Import every module of `ensdiag.data.sets` (each registers its datasets), then list the
-    datasets in their `order`: adding a dataset is adding a module there, nothing keeps a list."""
-    if _LOADED:
-        return
-    from . import sets
-    for module in pkgutil.iter_modules(sets.__path__):
-        importlib.import_module(f"{sets.__name__}.{module.name}")
-    ordered = sorted(DATASETS.items(), key=lambda item: item[1].order)
-    DATASETS.clear()
-    DATASETS.update(ordered)
-    _LOADED.append(True)
-
-
-_LOADED: list = []
-
-
 def all_datasets() -> dict[str, Dataset]:
-    _register_builtins()
+    import_all(f"{__package__}.sets")  # every module there registers its datasets: adding one is adding a module
     return dict(DATASETS)
 
 
 def get_dataset(name: str) -> Dataset:
-    _register_builtins()
-    if name not in DATASETS:
-        raise unknown("dataset", name, DATASETS)
-    return DATASETS[name]
+    all_datasets()
+    return DATASETS.named(name)

@@ -7,12 +7,9 @@ registering itself with `@adapter(name, order)`; nothing keeps a list.
         logits = ensemble(x)                   # [k, B, C]
 """
 
-import importlib
-import pkgutil
-
+from ..registry import import_all
 from .base import ADAPTERS, Ensemble, adapter, as_ensemble, forked_rng, measuring, seeded
 
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+import_all(__name__)
 
 __all__ = ["ADAPTERS", "Ensemble", "adapter", "as_ensemble", "forked_rng", "measuring", "seeded"]

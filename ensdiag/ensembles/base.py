@@ -18,17 +18,14 @@ import torch
 
 from ..analysis.registry import Skip
 from ..errors import InputTypeError
+from ..registry import Registry
 
-ADAPTERS: list[tuple[int, str, object]] = []  # (order, name, function(obj, hints) -> Ensemble | None)
+ADAPTERS = Registry("ensemble adapter")  # name -> function(obj, hints) -> Ensemble | None, tried in `order`
 
 
 def adapter(name: str, order: int):
     """Register `function(obj, hints) -> Ensemble | None` (None: not this adapter's kind)."""
-    def register(function):
-        ADAPTERS.append((order, name, function))
-        ADAPTERS.sort(key=lambda entry: entry[0])
-        return function
-    return register
+    return ADAPTERS.register(name, order)
 
 
 class Ensemble:
@@ -91,7 +88,7 @@ def as_ensemble(members, **hints) -> Ensemble:
     (a function returning each member's effective weights), `layers` (CKA's modules)."""
     if isinstance(members, Ensemble):
         return members
-    for _, _, function in ADAPTERS:
+    for function in ADAPTERS.values():
         found = function(members, hints)
         if found is not None:
             return found

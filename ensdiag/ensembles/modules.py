@@ -19,7 +19,7 @@ from ..errors import EnsdiagError, InputTypeError
 from .base import Ensemble, adapter, seeded
 
 LAYOUTS = ("channels-first", "channels-last", "tokens")
-DECLARE = ("declare each member's effective weights (diagnose(member_weights=…), or a member_weights() method "
+DECLARE = ("declare each member's effective weights (ensdiag.as_ensemble(…, member_weights=…), or a member_weights() method "
            "on your module; docs/own-models.md: 'Your own BatchEnsemble')")
 
 

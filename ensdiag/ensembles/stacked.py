@@ -5,7 +5,7 @@ torch-uncertainty routine, a Lightning module — returning logits [k, B, C], or
 Its parameters are shared by construction, so they are not the members' weights: the module
 declares them with a `member_weights()` method (one {name: tensor} dict of effective weights per
 member, e.g. W ∘ r_i s_iᵀ for each BatchEnsemble layer), or the caller passes a function
-(`diagnose(member_weights=…)`). A `member_network(i)` method returning member i as a plain
+(`as_ensemble(…, member_weights=…)`). A `member_network(i)` method returning member i as a plain
 `nn.Module` adds paths, CKA and alignment. A callable that is no module gives predictions only.
 """
 

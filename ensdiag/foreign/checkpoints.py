@@ -20,85 +20,17 @@ than tensors is loaded: such a file is refused with the reason. When no ensdiag 
 matches, `import_ensemble` returns `RawEnsemble`: weight similarity still runs on the tensors.
 """
 
-import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from ..errors import EnsdiagError, InputTypeError, path_argument
+from ..errors import EnsdiagError, InputTypeError
 from . import torch_uncertainty
+from .state_dicts import member_files, path_list, read_state_dict
 
 FAMILIES = ("auto", "torch-uncertainty", "state-dicts")
 STATS = ("running_mean", "running_var", "num_batches_tracked")
-
-
-def check_zip_sizes(path, inflation=8):
-    """torch.save writes an uncompressed zip; one whose records inflate far beyond the file is refused
-    before torch.load decompresses it (a zip bomb)."""
-    import zipfile
-    if not zipfile.is_zipfile(path):
-        return  # a legacy (non-zip) torch.save file: torch.load checks its record sizes itself
-    try:
-        with zipfile.ZipFile(path) as archive:
-            total = sum(entry.file_size for entry in archive.infolist())
-    except (zipfile.BadZipFile, OSError) as error:
-        raise EnsdiagError(f"{path} is not a readable PyTorch checkpoint ({type(error).__name__})") from None
-    if total > inflation * path.stat().st_size + 2**20:
-        raise EnsdiagError(f"{path} decompresses to {total:,} bytes from {path.stat().st_size:,} (refused: a zip bomb?)")
-
-
-def load_tensors(path, what="PyTorch checkpoint", mmap=False):
-    """What `torch.load(weights_only=True)` reads from a file, or one line: torch's warnings (a
-    pickle protocol it does not know) stay quiet, and a refused pickle is said as ensdiag says it,
-    naming what the file wanted to run, never quoting torch's advice to turn the protection off."""
-    import warnings
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except Exception as error:  # pickle.UnpicklingError and whatever a damaged zip raises
-        text = str(error).strip()
-        if "weights_only" in text or "GLOBAL" in text or "Unsupported" in text:
-            lines = [line.strip() for line in text.splitlines() if line.strip()]
-            wanted = next((line for line in lines if "GLOBAL" in line or "Unsupported" in line), "")
-            raise EnsdiagError(f"{path} needs more than tensors to load{f' ({wanted[:120]})' if wanted else ''}; "
-                               "ensdiag loads it with torch.load(weights_only=True) and never runs pickled code: "
-                               "save a state_dict of tensors") from None
-        reason = text.splitlines()[0] if text else type(error).__name__
-        raise EnsdiagError(f"{path} is not a readable {what} ({reason[:160]})") from None
-
-
-def read_state_dict(path) -> dict[str, torch.Tensor]:
-    """The tensors of a checkpoint file, read without running pickled code."""
-    path = Path(path)
-    if not path.is_file():
-        raise EnsdiagError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")
-    if path.suffix == ".safetensors":
-        from ..io import read_safetensors
-        state, _ = read_safetensors(path, "checkpoint")
-        return _network_keys(state)
-    check_zip_sizes(path)
-    loaded = load_tensors(path)
-    if isinstance(loaded, dict) and isinstance(loaded.get("state_dict"), dict):  # Lightning, and many trainers
-        loaded = loaded["state_dict"]
-    if not isinstance(loaded, dict) or not loaded:
-        raise EnsdiagError(f"{path} holds no state_dict (a dict of tensors), got {type(loaded).__name__}")
-    state = {}
-    for key, value in loaded.items():
-        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
-            raise EnsdiagError(f"{path}: entry {str(key)[:60]!r} is not a named tensor; expected a state_dict")
-        state[key] = value
-    return _network_keys(state)
-
-
-def _network_keys(state):
-    """A Lightning module holds the network as `model` beside other modules (its loss's weight, a
-    calibration scaler): keep the network's keys, without the prefix."""
-    if any(key.startswith("model.") for key in state):
-        state = {key[len("model."):]: value for key, value in state.items() if key.startswith("model.")}
-    return state
 
 
 @dataclass
@@ -143,24 +75,28 @@ def _deep_ensemble(states, source):
     return ModelSpec(arch, "deep-ensemble", len(renamed), classes, shape, {}, arch_options), renamed
 
 
+def _check_fits(state, expected, network: str, where: str, optional=()) -> None:
+    """`state` holds every tensor `network` expects (but those ending in `optional`), each of its shape,
+    and no other: the first that does not, named in one line (`where`: the file and the member)."""
+    missing = [key for key in expected if key not in state and not key.endswith(optional)]
+    extra = [key for key in state if key not in expected]
+    wrong = [key for key in expected if key in state and tuple(state[key].shape) != tuple(expected[key].shape)]
+    if missing:
+        raise EnsdiagError(f"{where} lacks {missing[0]!r} (shape {list(expected[missing[0]].shape)}) that {network} "
+                           f"needs ({len(missing)} missing, {len(extra)} unexpected)")
+    if extra:
+        raise EnsdiagError(f"{where} has {extra[0]!r}, which {network} lacks ({len(extra)} unexpected): is it another "
+                           "architecture?")
+    if wrong:
+        raise EnsdiagError(f"{where} {wrong[0]!r} has shape {list(state[wrong[0]].shape)}, {network} expects "
+                           f"{list(expected[wrong[0]].shape)}")
+
+
 def _fill_members(model, members, source):
     """Write each member's plain state into the ensemble's stacked tensors; name the first misfit."""
     with torch.no_grad():
         for i, state in enumerate(members):
-            expected = model.member_state_dict(i)
-            for key, target in expected.items():
-                if key.endswith("num_batches_tracked"):
-                    continue
-                if key not in state:
-                    raise EnsdiagError(f"{source}: member {i} lacks {key!r} (shape {list(target.shape)}) that "
-                                       f"{model.spec.arch} needs")
-                if tuple(state[key].shape) != tuple(target.shape):
-                    raise EnsdiagError(f"{source}: member {i} {key!r} has shape {list(state[key].shape)}, "
-                                       f"{model.spec.arch} expects {list(target.shape)}")
-            extra = sorted(key for key in state if key not in expected)
-            if extra:
-                raise EnsdiagError(f"{source}: member {i} has {len(extra)} tensor(s) that {model.spec.arch} lacks "
-                                   f"(e.g. {extra[0]!r}); is it another architecture?")
+            _check_fits(state, model.member_state_dict(i), model.spec.arch, f"{source}: member {i}", "num_batches_tracked")
             for name, module in model.body.named_modules():
                 if hasattr(module, "stacked_state"):
                     for key, view in module.stacked_state().items():
@@ -174,17 +110,7 @@ def _fill_members(model, members, source):
 def _load_into(spec, state, source):
     from ..nn.model import build_from_spec
     model = build_from_spec(_resolved(spec))
-    expected = model.body.state_dict()
-    missing = sorted(set(expected) - set(state))
-    extra = sorted(set(state) - set(expected))
-    if missing or extra:
-        what = f"lacks {missing[0]!r}" if missing else f"has {extra[0]!r}, which {spec.arch} lacks"
-        raise EnsdiagError(f"{source}: the {spec.method} {spec.arch} it looks like {what} "
-                           f"({len(missing)} missing, {len(extra)} unexpected)")
-    for key, tensor in expected.items():
-        if tuple(state[key].shape) != tuple(tensor.shape):
-            raise EnsdiagError(f"{source}: {key!r} has shape {list(state[key].shape)}, {spec.arch} expects "
-                               f"{list(tensor.shape)}")
+    _check_fits(state, model.body.state_dict(), f"the {spec.method} {spec.arch} it looks like", source)
     model.body.load_state_dict(state)
     return model.eval()
 
@@ -222,31 +148,6 @@ def _raw(states, source, reason=RawEnsemble.reason):
     if not keys:
         raise EnsdiagError(f"{source}: the members share no tensor of one shape; nothing to compare")
     return RawEnsemble([{key: state[key].float() for key in keys} for state in states], source, reason)
-
-
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors")
-
-
-def _member_files(paths):
-    """Paths as given, each file once (a file given twice, or through a link, would be two identical
-    members); a folder stands for its checkpoint files, in name order."""
-    from ..io import distinct_members
-    distinct_members(paths, "checkpoint")
-    if len(paths) == 1 and paths[0].is_dir():
-        files = sorted(p for p in paths[0].iterdir() if p.is_file() and p.suffix in CHECKPOINT_SUFFIXES)
-        if not files:
-            raise EnsdiagError(f"{paths[0]} holds no checkpoint files ({', '.join(CHECKPOINT_SUFFIXES)})")
-        return files
-    return paths
-
-
-def path_list(paths) -> list[Path]:
-    """One path or a list of them (errors.path_argument each)."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    if not isinstance(paths, (list, tuple)) or not paths:
-        raise InputTypeError(f"paths must be a checkpoint path or a non-empty list of them, got {type(paths).__name__}")
-    return [path_argument(path, "checkpoint") for path in paths]
 
 
 def open_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=None):
@@ -295,23 +196,11 @@ def _torchvision(states, name, num_classes, source):
     with torch.device("meta"):  # every key and shape checked before anything real is allocated
         skeleton = build_from_spec(spec)
     for i, state in enumerate(states):
-        _check_member(state, skeleton.body.member_module(i).state_dict(), name, source, i)
+        _check_fits(state, skeleton.body.member_module(i).state_dict(), f"torchvision's {name}", f"{source}: member {i}")
     model = build_from_spec(spec)
     for i, state in enumerate(states):
         model.body.member_module(i).load_state_dict(state)
     return model.eval()
-
-
-def _check_member(state, expected, name, source, i):
-    """One torchvision member's keys and shapes against the network's (built on the meta device)."""
-    missing = [key for key in expected if key not in state]
-    extra = [key for key in state if key not in expected]
-    wrong = [key for key in expected if key in state and tuple(state[key].shape) != tuple(expected[key].shape)]
-    if missing or extra or wrong:
-        first = (f"lacks {missing[0]!r}" if missing else f"has {extra[0]!r}, which torchvision's {name} lacks"
-                 if extra else f"{wrong[0]!r} has shape {list(state[wrong[0]].shape)}, torchvision's {name} "
-                 f"expects {list(expected[wrong[0]].shape)}")
-        raise EnsdiagError(f"{source}: member {i} {first}")
 
 
 def _split_members(state, source):
@@ -407,7 +296,7 @@ def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=
         raise EnsdiagError(f"--arch must be auto or torchvision:NAME (e.g. torchvision:resnet18), got {arch!r}")
     if num_classes is not None and not 2 <= num_classes <= 1_000_000:
         raise EnsdiagError(f"--num-classes must lie in 2..1000000, got {num_classes}")
-    paths = _member_files(path_list(paths))
+    paths = member_files(path_list(paths))
     source = ", ".join(str(p) for p in paths[:3]) + (f" … ({len(paths)} files)" if len(paths) > 3 else "")
     states = [read_state_dict(p) for p in paths]
     _check_tensors(states, source)

@@ -33,6 +33,7 @@ import zlib
 import torch
 
 from ..analysis import bootstrap as B
+from ..analysis import constructions as CI
 from ..analysis.registry import metric
 from ..budget import require
 from ..errors import EnsdiagError
@@ -132,7 +133,7 @@ def aggregates(per_question: dict, subtask_of: list, tree: dict, weighting: dict
     single = torch.tensor([at for at, (_, width) in zip(_starts(layout), layout) if width == 1], dtype=torch.long)
 
     def entries(value, values, n, strata):
-        out, at, intervals = {}, 0, iter(B.percentile_columns(value[single], values[:, single], n, strata))
+        out, at, intervals = {}, 0, iter(CI.percentile_columns(value[single], values[:, single], n, strata))
         for name, width in layout:
             if width == 1:
                 out[name] = metric(float(value[at]), definitions[name], interval=next(intervals))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EnsdiagError
+from ..registry import Registry
 
 
 @dataclass
@@ -27,16 +28,13 @@ class Request:
     about: dict | None = None  # filled with what a reader knows beyond the arrays (lm-eval: titles, members)
 
 
-READERS: list = []  # (what it reads, recognises(paths), read(request)), tried in order
+READERS = Registry("predictions reader")  # what it reads -> read(request), tried in the order registered
 
 
 def predictions_reader(what: str, recognises):
     """Register `read(request)` for the paths `recognises(paths)` accepts (before the readers
     registered after it)."""
-    def register(read):
-        READERS.append((what, recognises, read))
-        return read
-    return register
+    return READERS.register(what, recognises=recognises)
 
 
 def _is_lm_eval(paths) -> bool:
@@ -90,10 +88,10 @@ def load_any_predictions(sources, labels=None, ood=(), inputs="logits", lm_eval=
     if inputs not in INPUTS:
         raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
     paths = [*request.sources, *request.ood]
-    what, _, read = next(reader for reader in READERS if reader[1](paths))
+    what = READERS.recognise(paths)
     if what != "lm-evaluation-harness logs" and lm_eval is not None:
         from .lm_eval import LmEvalOptions
         if lm_eval != LmEvalOptions():
             raise EnsdiagError("--task, --ood-task, --filter and --score are for lm-evaluation-harness logs "
                                "(samples_<task>_<date>.jsonl files or lm-eval output folders)")
-    return read(request)
+    return READERS[what](request)

@@ -24,7 +24,7 @@ of its definition. The rule, for each pair:
 
 Two rules, both stated with every result (`describe`): `FULL` (at least 24 restarts, until 12
 in a row lowered none, at most 64) where the barrier gets its interval (`--detail`,
-`diagnose(detail=True)`), whose resamples draw the restarts, so the interval answers for the
+`diagnose(measure=Measure(detail=True))`), whose resamples draw the restarts, so the interval answers for the
 search; and `QUICK` (at least 6, until 3 in a row lowered none, at most 12) otherwise, so that
 the search adds little to `ensdiag train`'s per-run diagnosis (on the digits main job the full
 rule made a Deep Ensemble's diagnosis 1.8× as costly; docs/conventions.md).

@@ -8,7 +8,7 @@ it keeps the moments at (k·C)² numbers per layer (Kornblith et al. flatten ins
 costs (C·H·W)² or n² memory); the choice is stated in every result. Outputs are read as
 [B, C, H, W] (ensdiag's and torchvision's convolutional networks) and [B, T, D] as tokens
 (averaged over T); a point may name its layout instead (`pooled`: channels-last maps of
-Swin-style networks), as `ensdiag.diagnose(layers={name: layout})` does.
+Swin-style networks), as `ensdiag.as_ensemble(…, layers={name: layout})` does.
 """
 
 import torch
@@ -19,7 +19,7 @@ MAX_MOMENT_BYTES = 2**30  # float64 moments of all layers together; layers beyon
 
 
 def representation_points(network) -> dict:
-    """{name: (module, layout)}: the network's own points (a user's, `diagnose(layers=...)`), else
+    """{name: (module, layout)}: the network's own points (a user's, `as_ensemble(…, layers=...)`), else
     the architecture's; layout None reads [B, C, ...] as channels-first and [B, T, D] as tokens."""
     if hasattr(network, "representation_points"):
         points = network.representation_points()

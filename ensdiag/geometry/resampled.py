@@ -7,7 +7,7 @@ Both are resampled with the draws every other analyzer uses on the same examples
 - a barrier is the maximum over path points of a mean over test examples (each example's rise
   above the line between the ends, `paths.excess`): the per-example values of every point and
   pair are kept, and a resample is a product with its counts. A maximum folds noise into an
-  upward bias, so the interval is the ray inversion (`bootstrap.py`). A pair's barrier is the
+  upward bias, so the interval is the ray inversion (`constructions.py`). A pair's barrier is the
   least over weight matching's restarts (geometry/least.py): each resample also draws the pair's
   restarts with replacement and takes the least over the alignments they reached, so the
   interval holds the alignment's variation too;
@@ -29,6 +29,7 @@ import math
 import torch
 
 from ..analysis import bootstrap as B
+from ..analysis import constructions as CI
 
 CKA_INTERVAL_EXAMPLES = 500  # features kept per split for CKA's interval (Gram matrices m × m; the cost grows as m²)
 CKA_RESAMPLES = 300  # each costs (k + k(k+1)/2) products of m × m by the block, per layer
@@ -40,7 +41,7 @@ def barrier_interval(curves: list[tuple[list, torch.Tensor]], split: str, of: in
     return least_barrier_interval([[(values, 1)] for _, values in curves], split, of)
 
 
-def barrier_resamples(curves: list[tuple[list, torch.Tensor]], split: str) -> tuple[B.Folded, B.Folded]:
+def barrier_resamples(curves: list[tuple[list, torch.Tensor]], split: str) -> tuple[CI.Folded, CI.Folded]:
     """(the estimate, its resamples) of a mean over pairs of barriers, one alignment per pair, as
     `Folded` statistics (what the coverage suite, benchmarks/interval_coverage.py, checks)."""
     return least_barrier_resamples([[(values, 1)] for _, values in curves], split)
@@ -49,13 +50,13 @@ def barrier_resamples(curves: list[tuple[list, torch.Tensor]], split: str) -> tu
 def barrier_entry(resampled: tuple, n: int, of: int | None = None) -> dict:
     """The interval entry of a barrier from its (estimate, resamples) on n examples."""
     estimate, values = resampled
-    return B.interval(estimate, values, n, "ray", of=of)
+    return CI.interval(estimate, values, n, "ray", of=of)
 
 
 RESTART_DRAWS_SEED = 0  # the restarts' draws in the resamples: fixed, as every draw here
 
 
-def least_barrier_resamples(pairs: list[list[tuple[torch.Tensor, int]]], split: str) -> tuple[B.Folded, B.Folded]:
+def least_barrier_resamples(pairs: list[list[tuple[torch.Tensor, int]]], split: str) -> tuple[CI.Folded, CI.Folded]:
     """(the estimate, its resamples) of a mean over pairs of the least barrier over weight matching's
     restarts, as `Folded` statistics.
 
@@ -82,9 +83,9 @@ def least_barrier_resamples(pairs: list[list[tuple[torch.Tensor, int]]], split: 
         return barriers.masked_fill(~drawn, math.inf).unflatten(-1, (len(pairs), width)).amin(-1).mean(-1)
 
     count = B.resamples_for(n)
-    estimate = B.Folded(flat.mean(1), real.double(), combine)
+    estimate = CI.Folded(flat.mean(1), real.double(), combine)
     means = torch.cat([B.counts_of(rows, n) @ flat.T / n for _, rows in B.blocks(split, n, count)])
-    return estimate, B.Folded(means, _restart_draws(pairs, width, count).flatten(1), combine)
+    return estimate, CI.Folded(means, _restart_draws(pairs, width, count).flatten(1), combine)
 
 
 def least_barrier_interval(pairs: list[list[tuple[torch.Tensor, int]]], split: str, of: int | None = None) -> dict:
@@ -157,7 +158,7 @@ def cka_interval(features: dict, n: int, split: str, estimate: float | None, of:
 def cka_entry(resampled: tuple, n: int, m: int, of: int | None = None) -> dict:
     """The interval entry of CKA's mean from `cka_resamples`' (estimate, resamples [R]), m of n examples kept."""
     estimate, values = resampled
-    entry = B.interval(estimate, values, n, "basic", of=of, bounds=(0.0, 1.0))
+    entry = CI.interval(estimate, values, n, "basic", of=of, bounds=(0.0, 1.0))
     if m < n:
         entry["method"] += f" on the first {m:,} of the {n:,} examples, bias and spread scaled to {n:,}"
     return entry

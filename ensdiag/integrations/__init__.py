@@ -11,6 +11,7 @@ gets the scalars through its `log_metrics`).
 """
 
 from ..errors import EnsdiagError, public
+from ..registry import Registry
 from ._records import checked_step
 
 
@@ -24,16 +25,13 @@ def _root(target) -> str:
     return (name or "").split(".")[0]
 
 
-LOGGERS: list = []  # (what it is, recognises(target), write(records, target, step)), tried in order
+LOGGERS = Registry("logger")  # what it is -> write(records, target, step), tried in the order registered
 
 
 def logger(what: str, recognises):
     """Register `write(records, target, step)` for the targets `recognises(target)` accepts (a test of the
     target's type by name: no library is imported to recognise it, each `write` imports its own)."""
-    def register(write):
-        LOGGERS.append((what, recognises, write))
-        return write
-    return register
+    return LOGGERS.register(what, recognises=recognises)
 
 
 @logger("Lightning's TensorBoardLogger", lambda target: "TensorBoardLogger" in _class_names(target))
@@ -83,9 +81,8 @@ def _tensorboard(records, target, step):
 def log_records(records, target, step: int | None = None) -> None:
     """Write `records` (_records.py) to the logger `target`: the first registered logger that recognises it."""
     checked_step(step)
-    for _, recognises, write in LOGGERS:
-        if recognises(target):
-            return write(records, target, step)
+    if (found := LOGGERS.recognise(target)) is not None:
+        return LOGGERS[found](records, target, step)
     raise EnsdiagError(f"cannot log to a {type(target).__name__}: give a TensorBoard SummaryWriter, an MLflow run "
                        "(or the mlflow module with an active run), a W&B run (or the wandb module), or a "
                        "Lightning logger")

@@ -83,10 +83,11 @@ class DiversityCallback(lightning.Callback):
         `ensdiag/<stage>/`; the module's modes and the random state are as they were after."""
         if not self.final or data is None or not trainer.is_global_zero:
             return
+        from ..core import Context, Measure
         from ..results import diagnose  # the module's modes and the random state are kept by the core itself
         from . import log_to
-        self.diagnosis = diagnose(self._members(module), test=data, ood=self.ood, geometry=self.geometry,
-                                  device=module.device, progress=False)
+        self.diagnosis = diagnose(self._members(module), test=data, ood=self.ood, measure=Measure(geometry=self.geometry),
+                                  context=Context(device=module.device, progress=False))
         for logger in trainer.loggers:
             log_to(self.diagnosis, logger, step=trainer.global_step, prefix=f"ensdiag/{stage}")
 

@@ -50,7 +50,7 @@ def _bin_state(path) -> dict:
 def _loaded_bin(path, mtime, size) -> dict:
     import zipfile
 
-    from ..foreign.checkpoints import check_zip_sizes, load_tensors
+    from ..foreign.state_dicts import check_zip_sizes, load_tensors
     check_zip_sizes(path)
     state = load_tensors(path, "adapter_model.bin", mmap=zipfile.is_zipfile(path))
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):

@@ -24,9 +24,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import EnsdiagError
+from ..registry import Registry
 from .kit import Option
 
-ARCHITECTURES: dict[str, callable] = {}
+ARCHITECTURES = Registry("architecture")  # name -> builder(kit, num_classes, input_shape, **options)
 
 
 def register_arch(name, convolutional=True, options=(), any_input_size=False, whole_networks=False, **default_options):
@@ -41,8 +42,7 @@ def register_arch(name, convolutional=True, options=(), any_input_size=False, wh
         builder.options = tuple(options)
         builder.any_input_size = any_input_size
         builder.convolutional = convolutional  # kernel-wise BatchEnsemble needs convolutions
-        ARCHITECTURES[name] = builder
-        return builder
+        return ARCHITECTURES.add(name, builder)
     return register
 
 

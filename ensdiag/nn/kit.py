@@ -33,19 +33,19 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import EnsdiagError
+from ..registry import Registry
 from .layers import shared_input_linear
 
-METHODS: dict[str, type["Kit"]] = {}
+METHODS = Registry("method")  # name -> Kit subclass, in the kits' `order` (the paper's four first)
 
 
 def register_method(name):
     """Class decorator: register a Kit subclass as the method `name`."""
     def register(cls):
-        METHODS[name] = cls
         cls.name = name
         if cls.declared:
             cls.options = {option.name: option.default for option in cls.declared}
-        return cls
+        return METHODS.add(name, cls, order=cls.order)
     return register
 
 

@@ -9,7 +9,7 @@ batch reaches the members, the loss reduction over members, which parameters tak
 decay, how members are run, its report label, run variants and options.
 """
 
-from ..errors import EnsdiagError, unknown
+from ..errors import EnsdiagError
 from .kit import METHODS, register_method
 
 __all__ = ["METHODS", "register_method", "members_for", "run_methods", "run_label", "resolve_options",
@@ -63,15 +63,14 @@ def parse_method_options(pairs) -> dict[str, dict]:
 def resolve_options(method: str, given: dict, arch_defaults: dict, convolutional: bool = True,
                     arch: str = "this architecture") -> dict:
     """The method's full option dict: given values over architecture and method defaults."""
-    if method not in METHODS:
-        raise unknown("method", method, METHODS)
-    allowed = METHODS[method].options
+    kit = METHODS.named(method)
+    allowed = kit.options
     extra = sorted(set(given) - set(allowed))
     if extra:
         accepted = ", ".join(allowed) or "none"
         raise EnsdiagError(f"method {method!r} takes no option {', '.join(extra)} (accepted: {accepted})")
     options = {name: given.get(name, arch_defaults.get(name, default)) for name, default in allowed.items()}
-    for option in METHODS[method].declared:  # each value against its one declaration
+    for option in kit.declared:  # each value against its one declaration
         options[option.name] = option.check(options[option.name], method)
-    METHODS[method].check_options(options, convolutional, arch)
+    kit.check_options(options, convolutional, arch)
     return options

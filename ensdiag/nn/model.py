@@ -71,18 +71,14 @@ class ModelSpec:
         return spec
 
     def validate(self) -> None:
-        if self.arch not in ARCHITECTURES:
-            raise unknown("architecture", self.arch, ARCHITECTURES)
-        if self.method not in METHODS:
-            raise unknown("method", self.method, METHODS)
-        fixed = METHODS[self.method].fixed_members
+        builder = ARCHITECTURES.named(self.arch)
+        fixed = METHODS.named(self.method).fixed_members
         if not 1 <= self.num_members <= MAX_MEMBERS or (fixed and self.num_members != fixed):
             raise EnsdiagError(f"a {self.method} model cannot have {self.num_members} members (1..{MAX_MEMBERS})")
         if not 2 <= self.num_classes <= MAX_CLASSES:
             raise EnsdiagError(f"num_classes must lie in 2..{MAX_CLASSES}, got {self.num_classes}")
         if not 1 <= len(self.input_shape) <= 3 or not all(1 <= d <= MAX_INPUT_SIDE for d in self.input_shape):
             raise EnsdiagError(f"input_shape must be 1 to 3 sizes in 1..{MAX_INPUT_SIDE}, got {list(self.input_shape)}")
-        builder = ARCHITECTURES[self.arch]
         # convolutional=True: a model saved before kernel-wise was refused on the mlp still loads
         resolve_options(self.method, self.options, builder.default_options, True, self.arch)
         resolve_arch_options(self.arch, self.arch_options)

@@ -16,21 +16,19 @@ from .. import text as sink
 from ..console import wrapped
 from ..io import open_regular
 from ..layout import finite
+from ..registry import Registry
 from .example_level import bounds_text, example_text
 
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
 ON_REQUEST = "Detail figures, drawn by `ensdiag report --detail`:"  # (the figures a report left out)
-FORMATS: dict = {}  # name -> (file extension, renderer(report, run_dir) -> text): `report --format NAME`
+FORMATS = Registry("--format")  # name -> (file extension, renderer(report, run_dir) -> text): `report --format NAME`
 
 
 def report_format(name: str, extension: str):
     """Register a renderer `(report, run_dir) -> text` as `ensdiag report --format NAME`, written to
-    `report.EXTENSION` by `--out FOLDER` (the command reads the names from this module's source
-    before anything heavy is imported: quickcheck.report_format_names)."""
-    def register(function):
-        FORMATS[name] = (extension, function)
-        return function
-    return register
+    `report.EXTENSION` by `--out FOLDER` (the command checks the name against ensdiag/names.py, made
+    from this registry, before anything heavy is imported)."""
+    return lambda function: FORMATS.add(name, (extension, function))[1]
 
 
 def render(report: dict, fmt: str, run_dir=None) -> str:
