@@ -59,7 +59,7 @@ def key_of(analyzer: str, path) -> str:
 
 def clopper_pearson(hits: int, trials: int) -> tuple[float, float]:
     """The exact binomial interval of a coverage (ensdiag's, tested against scipy's beta quantiles)."""
-    from ensdiag.analysis.constructions import clopper_pearson as exact
+    from ensdiag.stats.constructions import clopper_pearson as exact
     return exact(hits, trials, 0.95)
 
 
@@ -72,7 +72,7 @@ def candidates(estimate, resampled, value) -> dict:
     (their floor 10⁻⁹, not the column's half pair, and no exact bound at 0 or 1: the column's own
     interval has those); the ray inversion and its hull for a folded one (a sum of absolute
     gaps or a maximum). "… ∪ percentile" is what `constructions.hulled` prints."""
-    from ensdiag.analysis import constructions as CI
+    from ensdiag.stats import constructions as CI
     folded = isinstance(resampled, CI.Folded)
     values = resampled.combine(torch_nan_to_num(resampled.means)[None], resampled.mass)[0] if folded else resampled
     values = values[values.isfinite()]
@@ -115,7 +115,7 @@ class Replicates:
     def __init__(self, population: P.Population, n: int, only=None):
         import torch
         from ensdiag.analysis import all_analyzers
-        from ensdiag.analysis import bootstrap as B
+        from ensdiag.stats import bootstrap as B
         self.population, self.n, self.draws = population, n, B.Draws()
         names = [name for name, analyzer in all_analyzers().items() if analyzer.needs == "predictions"]
         if not population.everything:  # the OOD populations: the analyzers that read the OOD split
@@ -142,7 +142,8 @@ class Replicates:
 
     def _predictions_columns(self, predictions) -> dict:
         from ensdiag.analysis import all_analyzers, analyze_predictions
-        from ensdiag.analysis.registry import lookup, without_ood_labels
+        from ensdiag.analysis.registry import without_ood_labels
+        from ensdiag.layout import lookup
         from ensdiag.core.intervals import column_resamples, targets
         examples = without_ood_labels(predictions)
         metrics = analyze_predictions(examples, only=self.only)
@@ -164,9 +165,9 @@ class Replicates:
 
     def _mce_resamples(self, examples):
         """The MCE over the shared draws, for the candidates that show why it prints no interval."""
-        from ensdiag.analysis import bootstrap as B
+        from ensdiag.stats import bootstrap as B
         from ensdiag.analysis.calibration import bins
-        from ensdiag.analysis.examples import Examples
+        from ensdiag.stats.examples import Examples
         split = Examples.of(examples["id"])
         return bins(split, self.draws.counts("id", self.n, 0, B.resamples_for(self.n))).mce()
 

@@ -18,7 +18,7 @@ import torch
 
 from coverage_populations import POPULATIONS, true_values
 from ensdiag.analysis.calibration import bins
-from ensdiag.analysis.examples import Examples
+from ensdiag.stats.examples import Examples
 from ensdiag.provenance import environment
 
 KEY = "calibration/splits/id/mce/value"

@@ -2,7 +2,7 @@
 
     python benchmarks/ood_metrics.py [--n 1000000] [--repeats 3]
 
-Times AUROC + AUPR-Out + AUPR-In + FPR95 from `ensdiag.analysis.metrics.ood_metrics` on
+Times AUROC + AUPR-Out + AUPR-In + FPR95 from `ensdiag.stats.metrics.ood_metrics` on
 n ID + n OOD scores, beside roc_auc_score + average_precision_score (twice) in the same run,
 checks that the numbers agree, and prints the ratio. Timings are measured, never asserted.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from ensdiag.analysis.metrics import ood_metrics
+from ensdiag.stats.metrics import ood_metrics
 
 
 def best_of(repeats, fn):

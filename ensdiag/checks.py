@@ -13,7 +13,7 @@ learned). Returns the predictions as the analyzers read them: float32 logits, in
 
 import torch
 
-from .analysis.registry import is_ood_split
+from .layout import is_ood_split
 from .budget import require
 from .errors import EnsdiagError, InputTypeError
 

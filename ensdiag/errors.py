@@ -22,6 +22,10 @@ class InputTypeError(EnsdiagError, TypeError):
     """An argument of a type ensdiag does not take (a `TypeError` and a `ValueError`)."""
 
 
+class Skip(Exception):
+    """Raised by an analyzer whose inputs are missing; the message says why."""
+
+
 class DataNotFound(EnsdiagError):
     """A dataset's files are not where ensdiag looked (as opposed to being there but wrong)."""
 

@@ -229,7 +229,7 @@ def example_rows(predictions: dict, probabilities: bool = False) -> list[dict]:
     mean_i H(p_i), JSD (their difference, the mutual information), the fraction of members
     whose own argmax is the ensemble's prediction, and the fraction of member pairs that
     disagree on it; with `probabilities`, p̄ per class (`p_0`, `p_1`, ...)."""
-    from .analysis.examples import Examples
+    from .stats.examples import Examples
     rows = []
     for split, found in predictions.items():
         labels = found.get("labels")

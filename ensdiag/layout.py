@@ -1,6 +1,6 @@
 """The layout of a diagnosis's numbers as metrics.json holds them, readable without torch (the
 report re-renders a cached report from it: report/cached.py): the report's tables, key paths,
-and numbers made JSON-safe. analysis/registry.py builds on these."""
+numbers made JSON-safe, one metric's entry (`metric`) and the split kinds. analysis/registry.py builds on these."""
 
 import math
 from numbers import Integral, Real
@@ -41,3 +41,36 @@ def non_finite(node):
 def finite(node):
     """The node (numbers, lists, dicts) with every NaN and ±inf replaced by None: JSON-safe."""
     return non_finite(node)[0]
+
+
+def is_ood_split(name: str) -> bool:
+    """OOD splits (`ood`, `ood/<part>`) are unlabelled by definition: whatever labels the
+    dataset carries on disk (FashionMNIST's, SVHN's) name classes the model never learned."""
+    return name == "ood" or name.startswith("ood/")
+
+
+NON_FINITE_STATUSES = ("nan", "inf", "-inf", "non-finite")
+
+
+def metric(value, definition: str, status: str | None = None, **extra) -> dict:
+    """One reported number (or list, or matrix) with its definition and a status.
+
+    Non-finite numbers are not JSON: NaN, +inf and −inf become None (null), also inside lists
+    and matrices, and `status` says what was there: "ok" (every number finite), "nan", "inf" or
+    "-inf" (a scalar), "non-finite" (a list or matrix with some such entries); "n/a" for a value
+    given as None (not defined for these inputs). An explicit `status` (e.g. "empty" for a split
+    with no samples) overrides the computed one. `extra` entries are made JSON-safe the same way."""
+    value, kinds = non_finite(value)
+    if status is None:
+        if not kinds:
+            status = "n/a" if value is None else "ok"
+        elif value is None:  # a scalar
+            status = kinds.pop()
+        else:
+            status = "non-finite"
+    return {"value": value, "definition": definition, "status": status, **finite(extra)}
+
+
+def empty_metric(definition: str, **extra) -> dict:
+    """A metric of a split without samples: undefined, None with status "empty"."""
+    return metric(None, definition, status="empty", **extra)

@@ -13,7 +13,7 @@ import json
 
 import torch
 
-from .analysis.registry import is_ood_split
+from .layout import is_ood_split
 from .errors import EnsdiagError
 from .io import atomic_write_bytes, read_safetensors, safetensors_bytes_deterministic
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from . import distributed
-from .analysis.examples import Examples
+from .stats.examples import Examples
 from .data.batching import Normalize, TrainingImages, batch_indices, epoch_permutations
 from .errors import EnsdiagError
 from .io import atomic_write_bytes, regular_file

@@ -77,7 +77,7 @@ def test_analyzer_contract(name):
 
 @pytest.mark.parametrize("k,stored", [(256, True), (257, False)])
 def test_disagreement_stores_the_matrix_only_up_to_256_members(k, stored):
-    from ensdiag.analysis import metrics as M
+    from ensdiag.stats import metrics as M
     splits = predictions(k=k, with_ood=False)
     result = all_analyzers()["disagreement"](splits, None)
     entry = result["splits"]["id"]

@@ -112,10 +112,7 @@ FLOORS = [
     ("ground", ["ensdiag", "ensdiag.errors", "ensdiag.numbers", "ensdiag.io", "ensdiag.text", "ensdiag.console",
                 "ensdiag.progress", "ensdiag.device", "ensdiag.precision", "ensdiag.budget", "ensdiag.forked",
                 "ensdiag.provenance", "ensdiag.distributed", "ensdiag.threads", "ensdiag.registry", "ensdiag.names"]),
-    ("maths", ["ensdiag.analysis.metrics", "ensdiag.analysis.weighted", "ensdiag.analysis.ordered",
-               "ensdiag.analysis.bootstrap", "ensdiag.analysis.constructions", "ensdiag.analysis.examples", "ensdiag.analysis.registry", "ensdiag.analysis.scores",
-               "ensdiag.analysis.pairwise", "ensdiag.analysis.smooth_ece", "ensdiag.analysis.resampled",
-               "ensdiag.analysis.generated"]),
+    ("maths", ["ensdiag.stats"]),
     ("data and networks", ["ensdiag.data", "ensdiag.nn"]),
     ("files", ["ensdiag.config", "ensdiag.checkpoint", "ensdiag.checks", "ensdiag.predictions", "ensdiag.runs"]),
     ("readers", ["ensdiag.foreign"]),
@@ -127,7 +124,7 @@ FLOORS = [
     ("training and LoRA", ["ensdiag.train", "ensdiag.experiment", "ensdiag.tracker", "ensdiag.lora"]),
     ("outputs", ["ensdiag.report", "ensdiag.export", "ensdiag.integrations"]),
     # the Diagnosis with its views (results.py) and the Lightning callback, which trains with it, above the outputs
-    ("public API", ["ensdiag.results", "ensdiag.integrations.lightning"]),
+    ("public API", ["ensdiag.results", "ensdiag.lightning"]),
     ("commands", ["ensdiag.cli", "ensdiag.bench", "ensdiag.registries", "ensdiag.entry", "ensdiag.__main__",
                   "ensdiag.quickcheck"]),
 ]
@@ -150,6 +147,28 @@ def test_every_module_has_a_floor_and_every_import_runs_down_the_floors():
     upward = [f"{a} ({FLOORS[_floor(a)][0]}) imports {b} ({FLOORS[_floor(b)][0]})"
               for a, targets in edges.items() for b in targets if _floor(a) < _floor(b)]
     assert not upward, "\n".join(upward)
+
+
+def _folder(name, modules) -> str:
+    """A module's folder (`ensdiag.report` for `ensdiag.report.render`); a module at the root is its own."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or modules[name][1] else name
+
+
+def test_every_folder_stands_on_one_floor_and_its_imports_run_down():
+    """The folder view: each folder's modules share one floor (the maths in stats/, the analyzers in
+    analysis/, the Lightning callback beside the public API), and at most five imports between folders
+    run back up."""
+    modules = _modules()
+    floors = {}
+    for name in modules:
+        floors.setdefault(_folder(name, modules), set()).add(_floor(name))
+    spanning = {folder: sorted(FLOORS[floor][0] for floor in found) for folder, found in floors.items() if len(found) > 1}
+    assert not spanning, spanning
+    edges, _ = _imports(modules)
+    upward = [(a, b) for a, targets in edges.items() for b in targets
+              if _folder(a, modules) != _folder(b, modules) and min(floors[_folder(a, modules)]) < min(floors[_folder(b, modules)])]
+    assert len(upward) <= 5, upward
 
 
 def test_the_core_imports_nothing_from_the_outputs():
@@ -179,9 +198,9 @@ def test_the_checks_find_what_they_look_for():
     """The graph reader sees lazy imports, cycles and floors (so the tests above can fail)."""
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(edges) == [["a", "b", "c"]]
-    assert _floor("ensdiag.integrations.lightning") > _floor("ensdiag.integrations.mlflow") > _floor("ensdiag.core.intervals")
-    assert _floor("ensdiag.analysis.weighted") < _floor("ensdiag.data.files") < _floor("ensdiag.analysis.calibration")
-    assert _floor("ensdiag.analysis.scaling") < _floor("ensdiag.seeds.verdict") < _floor("ensdiag.report.aggregate")
+    assert _floor("ensdiag.lightning") > _floor("ensdiag.integrations.mlflow") > _floor("ensdiag.core.intervals")
+    assert _floor("ensdiag.stats.weighted") < _floor("ensdiag.data.files") < _floor("ensdiag.analysis.calibration")
+    assert _floor("ensdiag.stats.scaling") < _floor("ensdiag.seeds.verdict") < _floor("ensdiag.report.aggregate")
     assert _readers("ensdiag.report.x", False, ast.parse(
         "from ..io import atomic_write_text, read_safetensors\nfrom .. import predictions\nimport safetensors.torch\n"
         "def f(p):\n    return predictions.load_predictions(p)")) == ["read_safetensors", "safetensors.torch",

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from ensdiag.analysis import CATALOGUE_LEFT_OUT, all_analyzers, analyze_predictions
-from ensdiag.analysis.registry import HEADLINE_TABLES, Column, register_analyzer
+from ensdiag.analysis.registry import Column, register_analyzer
+from ensdiag.layout import HEADLINE_TABLES
 
 DETAIL = sorted(name for name, analyzer in all_analyzers().items() if analyzer.detail)
 

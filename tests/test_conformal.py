@@ -11,7 +11,7 @@ import torch
 from scipy.stats import binom
 
 from ensdiag.analysis import analyze_predictions
-from ensdiag.analysis.constructions import clopper_pearson
+from ensdiag.stats.constructions import clopper_pearson
 from ensdiag.analysis.conformal import (aps_scores, calibration_split, conformal, conformal_quantile,
                                         conformal_rank, lac_scores, prediction_sets)
 

@@ -14,8 +14,8 @@ import math
 import pytest
 import torch
 
-from ensdiag.analysis import bootstrap as B
-from ensdiag.analysis import constructions as CI
+from ensdiag.stats import bootstrap as B
+from ensdiag.stats import constructions as CI
 from ensdiag.analysis import all_analyzers, analyze_predictions
 
 pytestmark = pytest.mark.slow  # coverage simulations: the slow tier
@@ -96,7 +96,7 @@ def _separated_scores(n, shift, seed):
 
 
 def _large_sample_truth(metric, shift):
-    from ensdiag.analysis.weighted import ood_metrics
+    from ensdiag.stats.weighted import ood_metrics
     score_id, score_ood = _separated_scores(1_000_000, shift, seed=10**6)
     return float(ood_metrics(score_id, score_ood, only=(metric,))[metric])
 
@@ -112,7 +112,7 @@ def test_near_separated_scores_get_an_interval_that_covers_where_the_percentiles
     has no closed form: its truth is a million-example sample's.)"""
     from statistics import NormalDist
 
-    from ensdiag.analysis.weighted import ood_metrics
+    from ensdiag.stats.weighted import ood_metrics
     n, draws = 200, 200
     target = truth(NormalDist(), shift)
     covered = {"percentile": 0, kind: 0}

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ensdiag.analysis import analyze_predictions
-from ensdiag.analysis import ordered as O
+from ensdiag.stats import ordered as O
 
 
 def debiased_l2(confidence, correct) -> dict:

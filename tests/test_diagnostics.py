@@ -16,12 +16,12 @@ from scipy.special import log_softmax, softmax
 
 import ensdiag
 from ensdiag.analysis import analyze_predictions
-from ensdiag.analysis import bootstrap as B
+from ensdiag.stats import bootstrap as B
 from ensdiag.analysis import refinement as R
-from ensdiag.analysis import weighted as W
-from ensdiag.analysis import ordered as O
+from ensdiag.stats import weighted as W
+from ensdiag.stats import ordered as O
 from ensdiag.analysis.diversity_gap import TRAINING_SAMPLE, training_pick
-from ensdiag.analysis.examples import Examples
+from ensdiag.stats.examples import Examples
 from ensdiag.analysis.registry import without_ood_labels
 from ensdiag.core.intervals import add_intervals
 
@@ -270,7 +270,7 @@ def test_the_calibration_part_on_a_small_test_set_covers_the_populations_and_ave
     the part printed is the mean over 4 assignments (each kept in `assignments`), and its interval holds the
     population's calibration part — 0 for a calibrated population, E NLL(p̄) − min_T E NLL(p̄ at T) for an
     over-confident one, both on 200,000 examples — in at least 90 % of 30 test sets."""
-    from ensdiag.analysis.scaling import fit_temperature
+    from ensdiag.stats.scaling import fit_temperature
     rng = np.random.default_rng(5)
     _, labels, z = _population(temperature, 200_000, rng)
     z, labels = torch.tensor(z), labels.clone()

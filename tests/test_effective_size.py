@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from ensdiag.analysis import scaling as S
-from ensdiag.analysis import weighted as W
-from ensdiag.analysis.examples import Examples
+from ensdiag.stats import scaling as S
+from ensdiag.stats import weighted as W
+from ensdiag.stats.examples import Examples
 from ensdiag.predictions import save_predictions
 from ensdiag.report.load import load_runs
 from ensdiag.seeds import effective_size as E
@@ -170,7 +170,7 @@ def test_the_seed_interval_is_where_scipys_paired_t_test_stops_rejecting():
 def test_auroc_is_the_tables_auroc_and_scikit_learns_under_resample_weights():
     from sklearn.metrics import roc_auc_score
 
-    from ensdiag.analysis import bootstrap as B
+    from ensdiag.stats import bootstrap as B
     generator = torch.Generator().manual_seed(2)
     score_id = torch.randn(80, generator=generator).round(decimals=1)  # ties within and across the two sets
     score_ood = (torch.randn(50, generator=generator) + 0.7).round(decimals=1)
@@ -236,7 +236,7 @@ def test_calibrated_nll_of_each_sub_ensemble_is_the_dense_computation(validation
 def test_the_resampled_curves_are_the_loop_over_resamples(tmp_path):
     """Every resample's sub-ensemble means (weighted by the examples' counts) equal the plain mean
     over that resample's drawn examples, and the counts are the cells' draws (bootstrap.Draws)."""
-    from ensdiag.analysis import bootstrap as B
+    from ensdiag.stats import bootstrap as B
     data = grid_runs(seeds=(1,), n=90, n_val=40)[1]
     run = Seed(Examples(data["test"][0][:3], data["test"][1]), Examples(data["val"][0][:3], data["val"][1]),
                Examples(data["ood"][:3], None))

@@ -127,7 +127,7 @@ def test_packed_member_networks_match_with_own_inputs_in_training_mode(arch, sha
 
 
 def test_packed_weight_cosine_equals_the_dense_members_cosine():
-    from ensdiag.analysis.metrics import weight_cosine
+    from ensdiag.stats.metrics import weight_cosine
     model = ensdiag.build_model("resnet18", "packed-ensemble", 3, 5, (3, 16, 16), alpha=3.0, gamma=2)
     compact, _ = weight_cosine(model.member_weights())
     dense = [{k: v for k, v in model.member_state_dict(i).items() if "bn" not in k and "shortcut.1" not in k}

@@ -192,7 +192,7 @@ def test_the_tracker_leaves_the_users_modules_bit_identical(no_moves):
 
 def test_the_lightning_callback_leaves_the_module_as_it_was(tmp_path):
     lightning = pytest.importorskip("lightning")
-    from ensdiag.integrations.lightning import DiversityCallback
+    from ensdiag.lightning import DiversityCallback
 
     class Members(lightning.LightningModule):
         def __init__(self):
@@ -227,7 +227,7 @@ def test_the_lightning_callback_leaves_the_module_as_it_was(tmp_path):
 
 def test_the_callback_measures_with_dropout_off():
     lightning = pytest.importorskip("lightning")  # noqa: F841
-    from ensdiag.integrations.lightning import DiversityCallback
+    from ensdiag.lightning import DiversityCallback
     torch.manual_seed(0)
     module = nn.ModuleList([Noisy() for _ in range(2)])
     module.train()

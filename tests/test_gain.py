@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from ensdiag.analysis import analyze_predictions
-from ensdiag.analysis import metrics as M
-from ensdiag.analysis import weighted as W
-from ensdiag.analysis import ordered as O
-from ensdiag.analysis.examples import Examples
-from ensdiag.analysis.scaling import fit_temperature
+from ensdiag.stats import metrics as M
+from ensdiag.stats import weighted as W
+from ensdiag.stats import ordered as O
+from ensdiag.stats.examples import Examples
+from ensdiag.stats.scaling import fit_temperature
 
 
 def gain_of(logits, labels) -> dict:

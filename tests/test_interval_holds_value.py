@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from ensdiag.analysis import bootstrap as B
-from ensdiag.analysis import constructions as CI
+from ensdiag.stats import bootstrap as B
+from ensdiag.stats import constructions as CI
 
 
 def _ensemble(n, classes, temperature, seed, k=4):
@@ -69,8 +69,8 @@ def test_every_printed_value_lies_in_its_own_interval(n, classes, temperature, s
 def test_the_classwise_ece_s_ray_alone_would_miss_its_value_and_the_hull_holds_it():
     """The case that prompted the hull: the ray inversion's interval for a sum of |gaps| over sparse
     bins lies wholly below the plug-in value; the printed interval holds both."""
-    from ensdiag.analysis.examples import Examples
-    from ensdiag.analysis.weighted import classwise_bins
+    from ensdiag.stats.examples import Examples
+    from ensdiag.stats.weighted import classwise_bins
     logits, labels = _ensemble(150, 20, 1.0, 5)
     split = Examples.of({"logits": logits, "labels": labels})
     estimate = classwise_bins(split.mean, split.labels, None).folded()

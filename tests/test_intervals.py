@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from ensdiag.analysis import bootstrap as B
-from ensdiag.analysis import constructions as CI
+from ensdiag.stats import bootstrap as B
+from ensdiag.stats import constructions as CI
 from ensdiag.analysis import ANALYZERS, Column, all_analyzers, analyze_predictions, metric, register_analyzer
 from ensdiag.analysis.registry import without_ood_labels
 from ensdiag.core.intervals import _generic, _vectorised, add_intervals, targets

@@ -222,7 +222,7 @@ def _loader(seed):
 def test_the_callback_logs_the_diagnosis_at_fit_and_test_end_through_lightning_loggers(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-    from ensdiag.integrations.lightning import DiversityCallback
+    from ensdiag.lightning import DiversityCallback
     callback = DiversityCallback(_data(seed=1), members=lambda m: list(m.members), path=tmp_path / "d.jsonl",
                                  ood=torch.randn(30, 6) * 3, geometry=True)
     module = Members()
@@ -253,7 +253,7 @@ def test_the_callback_logs_through_mlflow_and_wandb_loggers(tmp_path, monkeypatc
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_MODE", "offline")
     from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
-    from ensdiag.integrations.lightning import DiversityCallback
+    from ensdiag.lightning import DiversityCallback
     callback = DiversityCallback(_data(seed=1), members=lambda m: list(m.members), path=tmp_path / "d.jsonl",
                                  geometry=False)
     mlflow_logger = MLFlowLogger(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from sklearn.metrics import accuracy_score, average_precision_score, roc_auc_score, roc_curve
 
 import ensdiag
-from ensdiag.analysis import metrics as M
-from ensdiag.analysis import weighted as W
-from ensdiag.analysis import ordered as O
+from ensdiag.stats import metrics as M
+from ensdiag.stats import weighted as W
+from ensdiag.stats import ordered as O
 from ensdiag.analysis.calibration import reliability
-from ensdiag.analysis.examples import Examples
+from ensdiag.stats.examples import Examples
 
 
 def ood(score_id, score_ood) -> dict:
@@ -298,7 +298,7 @@ def _dense_bins(confidence, edges):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_ece_variants_match_dense_loops(seed):
-    from ensdiag.analysis import metrics as M
+    from ensdiag.stats import metrics as M
     generator = torch.Generator().manual_seed(seed)
     logits = torch.randn(3, 50, 4, generator=generator, dtype=torch.float64) * 3
     labels = torch.randint(0, 4, (50,), generator=generator)
@@ -430,7 +430,7 @@ def test_trapezoid_augrc_is_sklearn_auc_of_the_generalised_risk_divided_by_the_s
 def test_energy_and_max_logit_of_the_mean_logits_against_scipy():
     from scipy.special import logsumexp
 
-    from ensdiag.analysis import scores as S
+    from ensdiag.stats import scores as S
     logits, _ = random_logits(k=4, n=50, c=6, seed=2)
     mean = logits.double().numpy().mean(0)
     np.testing.assert_allclose(S.energy(logits).numpy(), -logsumexp(mean, axis=1), rtol=1e-12)
@@ -439,7 +439,7 @@ def test_energy_and_max_logit_of_the_mean_logits_against_scipy():
 
 
 def test_variation_ratio_hand_computed():
-    from ensdiag.analysis import scores as S
+    from ensdiag.stats import scores as S
     # 4 members, 3 classes; sample 0: votes 0,0,0,0 -> 0; sample 1: 0,0,1,2 -> 1 − 2/4; sample 2: 0,1,1,0 -> 1 − 2/4
     votes = torch.tensor([[0, 0, 0], [0, 0, 1], [0, 1, 1], [0, 2, 0]])  # [k, N]
     logits = torch.nn.functional.one_hot(votes, 3).float() * 5
@@ -458,7 +458,7 @@ def dense_smooth_ece(f, y, sigma, points=20001):
 
 @pytest.mark.parametrize("sigma", [0.02, 0.05, 0.1, 0.3])
 def test_smooth_ece_at_a_bandwidth_is_the_kernel_integral_of_its_definition(sigma):
-    from ensdiag.analysis import smooth_ece as SE
+    from ensdiag.stats import smooth_ece as SE
     rng = np.random.default_rng(1)
     f = rng.beta(4, 1.5, 300)
     y = (rng.uniform(size=300) < f ** 1.5).astype(float)
@@ -466,7 +466,7 @@ def test_smooth_ece_at_a_bandwidth_is_the_kernel_integral_of_its_definition(sigm
 
 
 def test_smooth_ece_bandwidth_is_the_fixed_point():
-    from ensdiag.analysis import smooth_ece as SE
+    from ensdiag.stats import smooth_ece as SE
     rng = np.random.default_rng(3)
     f = rng.uniform(0.3, 1, 500)
     y = (rng.uniform(size=500) < f - 0.1).astype(float)
@@ -478,7 +478,7 @@ def test_smooth_ece_bandwidth_is_the_fixed_point():
 
 
 def test_smooth_ece_hand_cases():
-    from ensdiag.analysis import smooth_ece as SE
+    from ensdiag.stats import smooth_ece as SE
     # calibrated: confidence ½ and half of the samples right: the smoothed gap is 0 at every σ, so the search
     # halves σ down to its floor: 2⁻⁹, the last step not below 0.001
     assert float(SE.smooth_ece(np.full(10, 0.5), np.array([0, 1] * 5))) == pytest.approx(0.0, abs=1e-12)
@@ -490,7 +490,7 @@ def test_smooth_ece_hand_cases():
 
 
 def test_variation_ratio_is_nan_where_a_vote_is_undefined():
-    from ensdiag.analysis import scores as S
+    from ensdiag.stats import scores as S
     logits, _ = random_logits(k=3, n=5, c=4, seed=1)
     logits[2, 3] = math.nan
     ratio = S.variation_ratio(logits)

@@ -10,9 +10,9 @@ from rich.console import Console
 from safetensors.torch import save_file
 
 from ensdiag.analysis import analyze_predictions, metric
-from ensdiag.analysis import metrics as M
-from ensdiag.analysis import weighted as W
-from ensdiag.analysis.examples import Examples
+from ensdiag.stats import metrics as M
+from ensdiag.stats import weighted as W
+from ensdiag.stats.examples import Examples
 from ensdiag.report.render import cell_text, format_number, to_json
 from ensdiag.report.terminal import cell, heatmap_table, metrics_table, ood_table
 

@@ -81,7 +81,12 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
 def test_every_import_of_the_package_comes_from_a_declared_dependency():
-    assert undeclared(ROOT / "ensdiag", PROJECT["dependencies"], skip=("integrations", "harness.py")) == []
+    assert undeclared(ROOT / "ensdiag", PROJECT["dependencies"], skip=("integrations", "harness.py", "lightning.py")) == []
+
+
+def test_the_lightning_callback_imports_only_the_dependencies_and_its_extra():
+    assert undeclared(ROOT / "ensdiag" / "lightning.py",
+                      [*PROJECT["dependencies"], *PROJECT["optional-dependencies"]["lightning"]]) == []
 
 
 def test_the_lm_eval_harness_imports_only_the_dependencies_and_the_llm_extra():

@@ -12,9 +12,9 @@ from scipy.special import rel_entr
 
 import ensdiag
 from ensdiag.analysis import all_analyzers, analyze_predictions
-from ensdiag.analysis import metrics as M
-from ensdiag.analysis.examples import Examples
-from ensdiag.analysis import pairwise as P
+from ensdiag.stats import metrics as M
+from ensdiag.stats.examples import Examples
+from ensdiag.stats import pairwise as P
 
 from .cli import run_cli
 

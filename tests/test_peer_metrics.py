@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from ensdiag.analysis import analyze_predictions
-from ensdiag.analysis import scores as S
-from ensdiag.analysis import smooth_ece as SE
-from ensdiag.analysis.examples import Examples
+from ensdiag.stats import scores as S
+from ensdiag.stats import smooth_ece as SE
+from ensdiag.stats.examples import Examples
 
 HERE = Path(__file__).parent / "fixtures" / "peer_metrics"
 PEER = json.loads((HERE / "peer_metrics.json").read_text())

@@ -1,4 +1,4 @@
-"""Temperature scaling's one solver (analysis/scaling.py): every temperature ensdiag fits comes from it, so it is
+"""Temperature scaling's one solver (stats/scaling.py): every temperature ensdiag fits comes from it, so it is
 checked here against SciPy's bounded scalar minimiser on the same loss, for the NLL and the Brier score, with the
 rule that a fit without an error to fit on keeps T = 1."""
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.optimize import minimize_scalar
 
-from ensdiag.analysis import scaling as S
+from ensdiag.stats import scaling as S
 
 
 def _reference(z: np.ndarray, labels: np.ndarray, loss: str) -> float:

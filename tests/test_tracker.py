@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import ensdiag
-from ensdiag.analysis import metrics as M
+from ensdiag.stats import metrics as M
 from ensdiag.errors import EnsdiagError
 
 
@@ -118,7 +118,7 @@ def _fit(module, callback, tmp_path, epochs=2):
 
 
 def test_the_lightning_callback_writes_rows_that_the_report_draws(tmp_path):
-    from ensdiag.integrations.lightning import DiversityCallback
+    from ensdiag.lightning import DiversityCallback
     from ensdiag.report import make_report
     run = tmp_path / "runs" / "mine"
     module = Members()
@@ -136,7 +136,7 @@ def test_the_lightning_callback_writes_rows_that_the_report_draws(tmp_path):
 
 
 def test_stacked_outputs_need_the_member_count(tmp_path):
-    from ensdiag.integrations.lightning import DiversityCallback
+    from ensdiag.lightning import DiversityCallback
     callback = DiversityCallback(_data(seed=1), num_members=3, path=tmp_path / "d.jsonl")
     _fit(Members(stacked=True), callback, tmp_path, epochs=1)
     rows = [json.loads(line) for line in (tmp_path / "d.jsonl").read_text().splitlines()]
@@ -148,7 +148,7 @@ def test_a_torch_uncertainty_routine_gives_its_member_weights(tmp_path):
     """A routine's `.model` holding torch-uncertainty's BatchEnsemble weights (the committed fixture,
     saved by torch-uncertainty itself) is read as ensdiag's model, so rows get a weight cosine."""
     from ensdiag.foreign.state_dicts import read_state_dict
-    from ensdiag.integrations.lightning import _torch_uncertainty_model
+    from ensdiag.lightning import _torch_uncertainty_model
     state = read_state_dict(Path(__file__).parent / "fixtures" / "torch_uncertainty" / "be_mlp.pt")
 
     class Stored(nn.Module):

@@ -352,7 +352,7 @@ def test_the_verdicts_resamples_are_the_cells_draws_and_equal_the_loop_over_resa
     """Every resample's shares, computed at once from the examples' counts, equal the plain loop that
     indexes each resample's examples on random predictions with ties and OOD data; and the test-set
     counts are the very draws behind the cells' intervals (bootstrap.Draws)."""
-    from ensdiag.analysis import bootstrap as B
+    from ensdiag.stats import bootstrap as B
     from ensdiag.seeds import verdict as V
     generator = torch.Generator().manual_seed(3)
     seeds, n, n_ood = (1, 2, 3), 60, 40

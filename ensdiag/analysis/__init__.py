@@ -7,8 +7,9 @@
 from .. import __version__
 from ..precision import exact_math
 from ..registry import import_all
-from .registry import (ANALYZERS, CATALOGUE_LEFT_OUT, PLUGIN_ERRORS, SPLIT_TABLES, Column, Skip, all_analyzers, finite, is_ood_split, load_plugins,
-                       metric, register_analyzer, without_ood_labels)
+from ..errors import Skip  # (a plug-in's contract: `from ensdiag.analysis import Skip, metric, register_analyzer`)
+from ..layout import SPLIT_TABLES, finite, is_ood_split, metric
+from .registry import ANALYZERS, CATALOGUE_LEFT_OUT, PLUGIN_ERRORS, Column, all_analyzers, load_plugins, register_analyzer, without_ood_labels
 
 METRICS_SCHEMA = "ensdiag.metrics/2"  # 2: example-level intervals beside the headline numbers ("intervals")
 

@@ -8,13 +8,15 @@ and its bootstrap interval come from the same function (resampled.py).
 
 import torch
 
-from . import metrics as M
-from . import smooth_ece as SE
-from . import weighted as W
-from . import ordered as O
-from .examples import Examples
-from .registry import CATALOGUE_LEFT_OUT, SPLIT_TABLES, Column, Skip, empty_metric, finite, metric, register_analyzer, register_resampler
-from .resampled import Refused, per_split, value
+from ..stats import metrics as M
+from ..stats import smooth_ece as SE
+from ..stats import weighted as W
+from ..stats import ordered as O
+from ..stats.examples import Examples
+from .registry import CATALOGUE_LEFT_OUT, Column, register_analyzer, register_resampler
+from ..errors import Skip
+from ..layout import SPLIT_TABLES, empty_metric, finite, metric
+from ..stats.resampled import Refused, per_split, value
 
 ECE_BINS = 15
 DEFINITIONS = {

@@ -36,10 +36,12 @@ from fractions import Fraction
 
 import torch
 
-from . import bootstrap as B
-from . import constructions as CI
-from .examples import Examples
-from .registry import Column, Skip, metric, register_analyzer
+from ..stats import bootstrap as B
+from ..stats import constructions as CI
+from ..stats.examples import Examples
+from .registry import Column, register_analyzer
+from ..errors import Skip
+from ..layout import metric
 
 ALPHA = 0.1
 LEVELS = (0.05, 0.1, 0.2)

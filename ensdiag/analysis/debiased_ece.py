@@ -17,11 +17,13 @@ midway between neighbouring groups, the last at 1; an example goes into the firs
 edge is ≥ its confidence.
 """
 
-from . import weighted as W
-from . import ordered as O
-from .examples import Examples
-from .registry import Column, Skip, metric, register_analyzer, register_resampler
-from .resampled import per_split, value
+from ..stats import weighted as W
+from ..stats import ordered as O
+from ..stats.examples import Examples
+from .registry import Column, register_analyzer, register_resampler
+from ..errors import Skip
+from ..layout import metric
+from ..stats.resampled import per_split, value
 
 BINS = W.ECE_BINS
 DEFINITION = (f"Kumar et al.'s debiased ℓ2 calibration error of max p̄ over {BINS} equal-mass bins: "

@@ -18,10 +18,12 @@ handful of such examples there is no interval.
 
 import torch
 
-from . import weighted as W
-from .examples import Examples
-from .registry import Column, Skip, metric, register_analyzer, register_resampler
-from .resampled import per_split, value
+from ..stats import weighted as W
+from ..stats.examples import Examples
+from .registry import Column, register_analyzer, register_resampler
+from ..errors import Skip
+from ..layout import metric
+from ..stats.resampled import per_split, value
 
 DEFINITIONS = {
     "ratio": "mean pairwise disagreement / mean member error over the same samples (Jiang et al. 2022: ≈ 1 for "

@@ -10,12 +10,14 @@ import math
 
 import torch
 
-from . import metrics as M
-from . import pairwise as P
-from . import weighted as W
-from .examples import Examples, entropy
-from .registry import SPLIT_TABLES, Column, Skip, empty_metric, finite, metric, register_analyzer, register_resampler
-from .resampled import Refused, nan_for, per_split, value
+from ..stats import metrics as M
+from ..stats import pairwise as P
+from ..stats import weighted as W
+from ..stats.examples import Examples, entropy
+from .registry import Column, register_analyzer, register_resampler
+from ..errors import Skip
+from ..layout import SPLIT_TABLES, empty_metric, finite, metric
+from ..stats.resampled import Refused, nan_for, per_split, value
 
 MAX_STORED_MATRIX = 256  # members up to which the k×k disagreement matrices are stored (metrics.json stays small)
 MATRIX = "D[i,j] = fraction of samples where members i and j predict different labels"

@@ -19,9 +19,11 @@ split `train` wherever labelled training data are given (core/inspection.py).
 
 import torch
 
-from . import weighted as W
-from .examples import Examples
-from .registry import Column, Skip, metric, register_analyzer, register_resampler
+from ..stats import weighted as W
+from ..stats.examples import Examples
+from .registry import Column, register_analyzer, register_resampler
+from ..errors import Skip
+from ..layout import metric
 
 TRAINING_SAMPLE = 1000  # training examples predicted for the diversity on training data (all, where fewer)
 SPLITS = ("train", "val", "id")

@@ -10,12 +10,14 @@ confidence ranks its own mistakes.
 
 import torch
 
-from . import metrics as M
-from . import weighted as W
-from . import ordered as O
-from .examples import Examples
-from .registry import SPLIT_TABLES, Column, Skip, finite, metric, register_analyzer, register_resampler
-from .resampled import per_split, value
+from ..stats import metrics as M
+from ..stats import weighted as W
+from ..stats import ordered as O
+from ..stats.examples import Examples
+from .registry import Column, register_analyzer, register_resampler
+from ..errors import Skip
+from ..layout import SPLIT_TABLES, finite, metric
+from ..stats.resampled import per_split, value
 
 AUGRC = ("area under the generalised risk–coverage curve (Traub et al. 2024): mean over coverages j/N of (j/N)·risk_j, "
          "the fraction of all samples accepted and wrong (ties share their mean error)")

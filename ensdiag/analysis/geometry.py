@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import metrics as M
-from .registry import Column, Skip, metric, register_analyzer
+from ..stats import metrics as M
+from .registry import Column, register_analyzer
+from ..errors import Skip
+from ..layout import metric
 
 PATH_POINTS = 11  # t = 0, 0.1, …, 1
 PATH_PAIRS = 3  # member 0 with members 1..3

@@ -8,11 +8,13 @@ AUROC, AUPR-Out, AUPR-In and FPR95 in both directions.
 import torch
 
 from ..layout import DEFAULT_SCORE  # noqa: F401 (the score reports show unless asked; ood_score.py reads it here)
-from . import scores as S
-from . import weighted as W
-from .examples import Examples
-from .registry import Column, Skip, metric, register_analyzer, register_resampler
-from .resampled import value
+from ..stats import scores as S
+from ..stats import weighted as W
+from ..stats.examples import Examples
+from .registry import Column, register_analyzer, register_resampler
+from ..errors import Skip
+from ..layout import metric
+from ..stats.resampled import value
 
 ENERGY_TEMPERATURE = 1.0
 # name: (score of a split's Examples -> [N], description, ensemble only: absent for k = 1)

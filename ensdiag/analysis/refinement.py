@@ -29,11 +29,13 @@ pass over the examples.
 
 import torch
 
-from . import weighted as W
-from .examples import Examples
+from ..stats import weighted as W
+from ..stats.examples import Examples
 from ..layout import finite
-from .registry import Column, Skip, metric, register_analyzer, register_resampler
-from .scaling import (FOLDS, HIGH, LOSSES, LOW, REPEATS, fit_betas, fit_notes, fitting_sets, folds, informative, losses,
+from .registry import Column, register_analyzer, register_resampler
+from ..errors import Skip
+from ..layout import metric
+from ..stats.scaling import (FOLDS, HIGH, LOSSES, LOW, REPEATS, fit_betas, fit_notes, fitting_sets, folds, informative, losses,
                       padded, terms)
 
 FIT_EXAMPLES = 20_000  # of the other folds' examples, at most, fit each fold's temperature

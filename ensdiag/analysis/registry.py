@@ -25,21 +25,15 @@ import inspect
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 
-from ..layout import HEADLINE_TABLES, SPLIT_TABLES, finite, lookup, non_finite  # noqa: F401 (re-exported)
+from ..layout import HEADLINE_TABLES, SPLIT_TABLES, is_ood_split
 from ..registry import Registry
-from .examples import Examples
+from ..stats.examples import Examples
 
 ENTRY_POINT_GROUP = "ensdiag.analyzers"
 CATALOGUE_LEFT_OUT = ("the detail catalogue, left out of a training grid's runs unless `ensdiag train --detail` "
                       "(`ensdiag evaluate MODEL` or, for member geometry, `ensdiag diversity MODEL` computes it for one "
                       "model)")
 ANALYZERS = Registry("analyzer")  # name -> Analyzer, in the order registered (the order they run)
-
-
-def is_ood_split(name: str) -> bool:
-    """OOD splits (`ood`, `ood/<part>`) are unlabelled by definition: whatever labels the
-    dataset carries on disk (FashionMNIST's, SVHN's) name classes the model never learned."""
-    return name == "ood" or name.startswith("ood/")
 
 
 def without_ood_labels(predictions: dict) -> dict:
@@ -51,9 +45,6 @@ def without_ood_labels(predictions: dict) -> dict:
         found[name] = split.without_labels() if is_ood_split(name) and split.labels is not None else split
     return found
 
-
-class Skip(Exception):
-    """Raised by an analyzer whose inputs are missing; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -225,30 +216,3 @@ def load_plugins(force: bool = False) -> dict[str, str]:
 def all_analyzers() -> dict[str, Analyzer]:
     load_plugins()
     return dict(ANALYZERS)
-
-
-NON_FINITE_STATUSES = ("nan", "inf", "-inf", "non-finite")
-
-
-def metric(value, definition: str, status: str | None = None, **extra) -> dict:
-    """One reported number (or list, or matrix) with its definition and a status.
-
-    Non-finite numbers are not JSON: NaN, +inf and −inf become None (null), also inside lists
-    and matrices, and `status` says what was there: "ok" (every number finite), "nan", "inf" or
-    "-inf" (a scalar), "non-finite" (a list or matrix with some such entries); "n/a" for a value
-    given as None (not defined for these inputs). An explicit `status` (e.g. "empty" for a split
-    with no samples) overrides the computed one. `extra` entries are made JSON-safe the same way."""
-    value, kinds = non_finite(value)
-    if status is None:
-        if not kinds:
-            status = "n/a" if value is None else "ok"
-        elif value is None:  # a scalar
-            status = kinds.pop()
-        else:
-            status = "non-finite"
-    return {"value": value, "definition": definition, "status": status, **finite(extra)}
-
-
-def empty_metric(definition: str, **extra) -> dict:
-    """A metric of a split without samples: undefined, None with status "empty"."""
-    return metric(None, definition, status="empty", **extra)

@@ -8,11 +8,13 @@ Runs without a validation split (the cifar10 preset trains on all 50,000 images)
 
 import torch
 
-from . import weighted as W
-from .examples import Examples
-from .registry import SPLIT_TABLES, Column, Skip, metric, register_analyzer, register_resampler
-from .resampled import value
-from .scaling import fit_betas, fit_notes, informative
+from ..stats import weighted as W
+from ..stats.examples import Examples
+from .registry import Column, register_analyzer, register_resampler
+from ..errors import Skip
+from ..layout import SPLIT_TABLES, metric
+from ..stats.resampled import value
+from ..stats.scaling import fit_betas, fit_notes, informative
 
 NOTHING_CHANGES = 0.01  # |T − 1| below this: calibration changes (almost) nothing, and the result says so
 STATISTICS = {"ece": lambda split, w: W.calibration_bins(split.confidence, split.correct, w).folded(),

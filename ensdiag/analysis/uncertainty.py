@@ -8,11 +8,12 @@ epistemic parts: where they rank the examples alike (Mucsányi et al. 2024 find 
 split into two sources says little, and the result's note says so in words.
 """
 
-from . import weighted as W
-from . import ordered as O
-from .examples import Examples
-from .registry import SPLIT_TABLES, Column, empty_metric, metric, register_analyzer, register_resampler
-from .resampled import per_split, value
+from ..stats import weighted as W
+from ..stats import ordered as O
+from ..stats.examples import Examples
+from .registry import Column, register_analyzer, register_resampler
+from ..layout import SPLIT_TABLES, empty_metric, metric
+from ..stats.resampled import per_split, value
 
 NOT_SEPARATED = 0.8  # |ρ(AU, EU)| at or above this: the two parts rank a split's examples alike
 DEFINITIONS = {

@@ -1,5 +1,5 @@
 """`ensdiag analyze LOGS --task NAME` on a generate_until task (cli/analyze.py hands it here): the
-answers read (foreign/lm_eval.py), measured (analysis/generated.py) and printed. Imports stay in the
+answers read (foreign/lm_eval.py), measured (stats/generated.py) and printed. Imports stay in the
 function: `ensdiag --help` does not pay for torch."""
 
 from ..console import note, output_file, print_json, show
@@ -11,7 +11,7 @@ def generated_command(sources, options, out, method, fmt: str, title: str):
     if method is not None or (out is not None and out.suffix.lower() != ".json"):
         raise EnsdiagError("generated answers have no probabilities, so the report's tables and verdict (NLL, ECE, "
                            "diversity, OOD) do not apply to them: keep these metrics with --out FILE.json")
-    from ..analysis.generated import DEFINITIONS, generated_metrics
+    from ..stats.generated import DEFINITIONS, generated_metrics
     from ..foreign.lm_eval import load_lm_eval_answers
     about = {}
     splits, warnings = load_lm_eval_answers(sources, options, about)

@@ -16,7 +16,7 @@ from functools import partial
 
 from .. import forked
 from ..analysis import analyze_predictions, envelope, plugin_failures, predictions_analyzers, run_analyzer
-from ..analysis import bootstrap as B
+from ..stats import bootstrap as B
 from ..analysis.registry import without_ood_labels
 from .intervals import add_intervals, interval_summary
 

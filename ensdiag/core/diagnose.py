@@ -8,7 +8,7 @@ to the one inspection (inspection.py); nothing here measures anything itself.
 
 from dataclasses import replace
 
-from ..analysis.registry import Skip
+from ..errors import Skip
 from ..ensembles import as_ensemble
 from ..errors import EnsdiagError, InputTypeError
 from ..numbers import integer, parse_precision, parse_seconds, path_points_option, seed as checked_seed
@@ -99,7 +99,7 @@ def initial_cosine(initial, ensemble, seed: int) -> dict | None:
         if not -1 <= float(initial) <= 1:
             raise EnsdiagError(f"initial: a cosine is in [−1, 1], got {initial!r}")
         return {"mean": float(initial), "source": "given to diagnose"}
-    from ..analysis import metrics as M
+    from ..stats import metrics as M
     try:
         weights = member_weights(as_ensemble(initial), seed)
     except InputTypeError:

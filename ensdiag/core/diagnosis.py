@@ -54,7 +54,7 @@ class Diagnosis:
         return folder
 
     def to_json(self) -> str:
-        from ..analysis import finite
+        from ..layout import finite
         return json.dumps(finite(self.metrics), indent=2, allow_nan=False) + "\n"
 
     def __repr__(self) -> str:

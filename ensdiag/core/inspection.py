@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from .. import distributed
 from ..analysis import all_analyzers, analyze_model
-from ..analysis.registry import CATALOGUE_LEFT_OUT, Skip, without_ood_labels
+from ..analysis.registry import CATALOGUE_LEFT_OUT, without_ood_labels
+from ..errors import Skip
 from ..checks import check_predictions
 from ..data.registry import Split
 from ..ensembles import as_ensemble, forked_rng

@@ -7,7 +7,7 @@
 Which numbers: every declared report `Column` whose `example_splits()` names splits (the
 default for the columns of the per-split tables and of a named split: plug-ins and new
 analyzers get intervals without a line of their own). How: the analyzer's registered
-resampler where it has one (vectorised, `analysis/resampled.py`), otherwise the analyzer
+resampler where it has one (vectorised, `stats/resampled.py`), otherwise the analyzer
 itself re-run on each resample of the splits the column reads (the other splits held as
 measured), as many resamples as `allowance` seconds permit, at least `MIN_RESAMPLES`, or a
 note saying why there is no interval. The draws are `bootstrap.py`'s, the constructions `constructions.py`'s.
@@ -17,10 +17,11 @@ import time
 
 import torch
 
-from ..analysis import bootstrap as B
-from ..analysis import constructions as CI
-from ..analysis.registry import SPLIT_TABLES, all_analyzers, lookup
-from ..analysis.resampled import Refused
+from ..stats import bootstrap as B
+from ..stats import constructions as CI
+from ..analysis.registry import all_analyzers
+from ..layout import SPLIT_TABLES, lookup
+from ..stats.resampled import Refused
 from ..budget import over_budget
 
 WORDS = "a 95 % confidence interval for the value on the population the test examples were drawn from"
@@ -231,7 +232,7 @@ def _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws
 
 def _generic(analyzer, predictions, weights, wanted, resamples, allowance) -> tuple[dict, str | None]:
     """({path: (None, Tensor [R])}, note): the analyzer re-run on resampled predictions."""
-    from ..analysis.registry import Skip
+    from ..errors import Skip
     splits = sorted({split for _, reads in wanted for split in reads})
     count, _ = _resamples(predictions, splits, resamples)
     streams = _Streams(predictions, splits, count)

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from ..analysis import constructions as CI
+from ..stats import constructions as CI
 from ..geometry.least import rule_for
 from ..text import counted
 
@@ -80,7 +80,7 @@ def _geometry_facts(name, result, probe) -> dict:
 def _timed_restart(probe) -> float:
     """Seconds of one restart of weight matching from a random start (members 0 and 1), or 0 where
     members are compared as trained."""
-    from ..analysis.registry import Skip
+    from ..errors import Skip
     from ..geometry.align import RESTARTS, restart
     try:
         groups, states, _ = probe.aligned()
@@ -178,7 +178,7 @@ def _largest(cost, limit: float, seconds: float) -> int:
 def _plan_geometry(plan, probe, steps: list) -> None:
     """Examples (and path pairs and points) for CKA and paths from their measured costs."""
     from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES
-    from ..analysis.registry import Skip
+    from ..errors import Skip
     plan.costs["geometry"] = 1.0
     try:
         probe.members()

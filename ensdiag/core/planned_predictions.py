@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import torch
 
 from ..analysis import all_analyzers, analyze_predictions
-from ..analysis.bootstrap import family, seed_of
-from ..analysis.constructions import half_width
+from ..stats.bootstrap import family, seed_of
+from ..stats.constructions import half_width
 from ..checks import check_predictions
 from ..data.given import batches
 from ..data.registry import Split

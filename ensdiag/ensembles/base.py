@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
-from ..analysis.registry import Skip
+from ..errors import Skip
 from ..errors import InputTypeError
 from ..registry import Registry
 

@@ -172,7 +172,7 @@ def common_parameters(members):
     """Each member's floating-point parameters that carry its function (`nn.layers.function_parameters`:
     normalisation layers' scales and shifts left out, as the alignment analyzer leaves them out) and
     that every member has under the same name and shape; what is compared is said (`MemberWeights.scope`)."""
-    from ..analysis.registry import Skip
+    from ..errors import Skip
     from ..nn.layers import function_parameters
     from ..nn.model import MemberWeights
     states = [dict(member.named_parameters()) for member in members]

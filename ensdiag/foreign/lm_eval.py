@@ -148,7 +148,7 @@ def load_lm_eval_answers(sources, options: LmEvalOptions = LmEvalOptions(),
                          about: dict | None = None) -> tuple[dict[str, dict], list[str]]:
     """({split: {"ids", "correct"}}, warnings) of a generate_until task's logs, each source one
     member (lm_eval_generated.py); `about` receives the lm-eval section and the notes."""
-    from ..analysis.generated import DEFINITIONS, question_quantities
+    from ..stats.generated import DEFINITIONS, question_quantities
     from .lm_eval_generated import check_generated_options, load_generated
     check_generated_options(options)
     if options.ood_task is not None:

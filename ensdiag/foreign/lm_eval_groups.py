@@ -32,9 +32,9 @@ import zlib
 
 import torch
 
-from ..analysis import bootstrap as B
-from ..analysis import constructions as CI
-from ..analysis.registry import metric
+from ..stats import bootstrap as B
+from ..stats import constructions as CI
+from ..layout import metric
 from ..budget import require
 from ..errors import EnsdiagError
 from . import lm_eval_files as files
@@ -173,8 +173,8 @@ def positions(order) -> list:
 
 def choice_quantities(logits: torch.Tensor, labels: torch.Tensor) -> dict:
     """Per question [N] (members' accuracies [N, k]) of multiple-choice logits [k, N, C]: the
-    numbers a group aggregates (analysis/metrics.py's definitions, question by question)."""
-    from ..analysis.examples import Examples
+    numbers a group aggregates (stats/metrics.py's definitions, question by question)."""
+    from ..stats.examples import Examples
     examples = Examples(logits, labels)
     several = examples.members > 1
     return {"accuracy": (examples.predicted == labels).double(), "nll": examples.nll, "brier": examples.brier,

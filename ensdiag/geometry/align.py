@@ -178,7 +178,7 @@ def weight_keys(network) -> list[str]:
 
 def state_cosines(states: list[dict], keys: list[str]):
     """(k×k cosine over all `keys`, {layer: k×k}) of member states (analysis.metrics.weight_cosine)."""
-    from ..analysis.metrics import weight_cosine
+    from ..stats.metrics import weight_cosine
     return weight_cosine([{key.removeprefix("body."): state[key] for key in keys} for state in states])
 
 

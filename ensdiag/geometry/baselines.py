@@ -16,7 +16,7 @@ what alignment alone produces.
     null = aligned_null(model, seed=0)             # {"raw", "aligned", "layers"} or None (no permutation rule)
 """
 
-from ..analysis import metrics as M
+from ..stats import metrics as M
 from ..errors import EnsdiagError
 
 

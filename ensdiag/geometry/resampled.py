@@ -28,8 +28,8 @@ import math
 
 import torch
 
-from ..analysis import bootstrap as B
-from ..analysis import constructions as CI
+from ..stats import bootstrap as B
+from ..stats import constructions as CI
 
 CKA_INTERVAL_EXAMPLES = 500  # features kept per split for CKA's interval (Gram matrices m × m; the cost grows as m²)
 CKA_RESAMPLES = 300  # each costs (k + k(k+1)/2) products of m × m by the block, per layer

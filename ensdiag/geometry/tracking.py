@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from ..analysis import metrics as M
-from ..analysis.examples import Examples
+from ..stats import metrics as M
+from ..stats.examples import Examples
 
 
 MAX_ALIGNED_MEMBERS = 64  # as member geometry: beyond it, no aligned cosine
@@ -28,7 +28,7 @@ class DiversityTracker:
         self.groups = None
         model = self.model
         if model is not None and model.own_weights and 1 < (model.num_members or 0) <= MAX_ALIGNED_MEMBERS:
-            from ..analysis.registry import Skip
+            from ..errors import Skip
             from ..errors import EnsdiagError
             from .align import permutation_groups
             try:
@@ -47,7 +47,7 @@ class DiversityTracker:
         return M.mean_off_diagonal(cosine_before_and_after(networks[0], states, self.groups)["aligned"][0])
 
     def _weights(self):
-        from ..analysis.registry import Skip
+        from ..errors import Skip
         try:
             return self.model.member_weights() if self.model is not None else []
         except Skip as reason:  # shared storage without declared weights: no weight cosine

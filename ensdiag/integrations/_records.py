@@ -35,7 +35,7 @@ def _slug(text: str) -> str:
 
 def diagnosis_records(metrics: dict, prefix: str = "ensdiag") -> Records:
     """Every headline number, the heatmaps, the summary line, what was not measured, and metrics.json."""
-    from ..analysis import finite
+    from ..layout import finite
     from ..export import metric_entries
     from ..report.notebook import figure_rgb, heatmaps, summary_line
     records = Records()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..analysis.registry import finite
+from ..layout import finite
 from ..budget import require
 from . import maths
 from .adapters import adapted_modules, read_factors

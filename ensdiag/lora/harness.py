@@ -192,7 +192,7 @@ def _weight_space(configs, base) -> dict:
 def _save_answers(out, method, seed, members, configs, base, tasks, ood_task):
     """A generate_until task: the answers' metrics (generated.py) as generated.json beside lm-eval's
     logs, and the weight-space part; no predictions part (there are no probabilities)."""
-    from ..analysis.generated import generated_metrics
+    from ..stats.generated import generated_metrics
     from ..foreign.lm_eval import LmEvalOptions, load_lm_eval_answers
     from ..io import atomic_write_json
     from .analysis import save_lora_run

@@ -7,7 +7,7 @@ seed) are counted and shown (n per cell), never averaged in as if complete.
 
 
 
-from ..analysis.registry import SPLIT_TABLES
+from ..layout import SPLIT_TABLES
 from ..errors import EnsdiagError, unknown
 from ..seeds.across import across_seeds
 from ..seeds.stats import mean_ci

@@ -8,7 +8,7 @@
 
 import math
 
-from ..analysis.scaling import FOLDS, REPEATS
+from ..stats.scaling import FOLDS, REPEATS
 from ..seeds.effective_size import METRICS
 from .verdict_text import QUESTIONS
 

@@ -1,9 +1,9 @@
-"""The terminal's tables of generated answers (analysis/generated.py): one row per split, each
+"""The terminal's tables of generated answers (stats/generated.py): one row per split, each
 number with its interval, and lm-eval's group aggregates when the task is a group."""
 
 from rich.table import Table
 
-from ..analysis.generated import COLUMNS
+from ..stats.generated import COLUMNS
 from ..text import counted
 from .groups import group_table
 from .terminal import cell

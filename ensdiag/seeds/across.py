@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from ..analysis.bootstrap import Draws
-from ..analysis.examples import Examples
+from ..stats.bootstrap import Draws
+from ..stats.examples import Examples
 from ..errors import EnsdiagError
 from ..predictions import load_predictions
 from .bvd import run_decompositions

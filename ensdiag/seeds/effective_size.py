@@ -11,7 +11,7 @@ predictions of an LLM's adapters saved as methods of one run folder):
    drawn at random from a fixed generator where a size has more) and each method pool their
    members' probabilities, p̄ = mean_i p_i (`Examples.subset`: every per-example quantity as the
    tables define it);
-2. the calibrated NLL: −log softmax(log p̄ / T)(y), T fitted by the one solver (analysis/scaling.py)
+2. the calibrated NLL: −log softmax(log p̄ / T)(y), T fitted by the one solver (stats/scaling.py)
    on the run's validation split; a run without one cross-fits T on the test set (Ashukha et al.'s
    test-time cross-validation: each fold scored with the T fitted on the other folds, as the
    refinement analyzer's, assignments averaged); a fit whose examples hold no error keeps T = 1, and
@@ -32,10 +32,10 @@ from itertools import combinations
 
 import torch
 
-from ..analysis import bootstrap as B
-from ..analysis import weighted as W
-from ..analysis.bootstrap import BLOCK_ENTRIES
-from ..analysis.scaling import FOLDS, REPEATS, fit_betas, fit_notes, fitting_sets, folds, informative, padded
+from ..stats import bootstrap as B
+from ..stats import weighted as W
+from ..stats.bootstrap import BLOCK_ENTRIES
+from ..stats.scaling import FOLDS, REPEATS, fit_betas, fit_notes, fitting_sets, folds, informative, padded
 from ..budget import over_budget
 from ..checks import test_set_difference
 from . import power_law

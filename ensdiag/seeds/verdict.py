@@ -34,9 +34,9 @@ import math
 
 import torch
 
-from ..analysis import bootstrap as B
-from ..analysis import weighted as W
-from ..analysis.metrics import gain_terms
+from ..stats import bootstrap as B
+from ..stats import weighted as W
+from ..stats.metrics import gain_terms
 from ..checks import test_set_difference
 from .stats import BASELINE, ENSEMBLE_LIKE, REFERENCE, SINGLE_LIKE, envelope, fieller, percentiles, seeds_needed, settles, t_interval
 

@@ -28,7 +28,7 @@ import torch
 
 from . import bootstrap as B
 from . import constructions as CI
-from .registry import metric
+from ..layout import metric
 
 SCHEMA = "ensdiag.generated/1"
 DEFINITIONS = {
