@@ -5,6 +5,8 @@ private name (`_x`) is imported across a package boundary. Read from the source 
 `if TYPE_CHECKING:` never run and do not count)."""
 
 import ast
+
+import pytest
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ensdiag"
@@ -242,3 +244,63 @@ def test_every_lazy_public_name_is_visible_to_type_checkers():
                 guarded.update({alias.name: statement.module for alias in statement.names})
     assert guarded == {name: module for name, module in ensdiag._LAZY.items()}
     assert (PACKAGE / "py.typed").is_file()
+
+
+# Imports inside functions: only those that keep torch, scipy, matplotlib or an extra's library out of a path that
+# must not load them (`ensdiag --help`, a mistyped command, a report read back from its cache, the console script's
+# guard) may wait in a function; everything else is imported at the top. A library in HEAVY may always be imported
+# late; an ensdiag module only where LAZY names it, beside the importing module, each with its reason.
+HEAVY = {"torch", "torchvision", "scipy", "matplotlib", "sklearn", "numpy", "safetensors", "PIL", "pandas", "pyarrow",
+         "lightning", "mlflow", "wandb", "tensorboard", "lm_eval", "transformers", "peft", "typer", "rich"}
+# {importing module: {the ensdiag modules it may import inside a function}}, one dict per group of folders:
+LAZY_COMMANDS = {  # the root modules, cli/, bench/ (the commands: parsing, --help and a typo load no torch)
+}
+
+
+LAZY_OUTPUTS = {  # report/, seeds/, integrations/, lightning.py (a report read back loads no torch)
+}
+
+
+LAZY_CORE = {  # core/, analysis/, stats/, geometry/, ensembles/
+}
+
+
+LAZY_READERS = {  # foreign/, lora/, data/, nn/
+}
+
+
+LAZY = {**LAZY_COMMANDS, **LAZY_OUTPUTS, **LAZY_CORE, **LAZY_READERS}
+
+
+def _unit(name, modules) -> str:
+    """A module's folder, "ensdiag" for a module at the root."""
+    folder = _folder(name, modules)
+    return "ensdiag" if folder == name and not modules[name][1] else folder
+
+
+FOLDERS = sorted({_unit(name, _modules()) for name in _modules()})
+
+
+def _late_imports(name: str, path: Path, package: bool):
+    """(line, imported module) of every import inside a function of a module, ensdiag's resolved absolute."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for inner in _runtime_nodes(node):
+            if isinstance(inner, ast.Import):
+                yield from ((inner.lineno, alias.name) for alias in inner.names)
+            elif isinstance(inner, ast.ImportFrom):
+                base = name.split(".") if package else name.split(".")[:-1]
+                source = ".".join(base[:len(base) - inner.level + 1] + ([inner.module] if inner.module else [])) \
+                    if inner.level else inner.module
+                yield inner.lineno, source
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_imports_are_at_the_top_but_for_the_named_lazy_ones(folder):
+    modules = _modules()
+    late = [f"{name}:{line} imports {source}" for name, (path, package) in modules.items() if _unit(name, modules) == folder
+            for line, source in _late_imports(name, path, package)
+            if source.split(".")[0] not in HEAVY and not (source.startswith("ensdiag") and any(
+                source == allowed or source.startswith(allowed + ".") for allowed in LAZY.get(name, ())))]
+    assert not late, "\n".join(late)
