@@ -13,9 +13,10 @@
 
 __version__ = "0.7.0"
 
+from importlib import import_module
 from typing import TYPE_CHECKING
 
-from .errors import EnsdiagError, InputTypeError
+from .errors import EnsdiagError, InputTypeError, public
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and editors (py.typed ships)
     from .checkpoint import load_model, save_model
@@ -44,11 +45,9 @@ _CLASSES = {"EnsembleModel", "ModelSpec", "Diagnosis", "Tracker", "Measure", "Co
 
 
 def __getattr__(name):
-    from importlib import import_module
     if name in _LAZY:
         found = getattr(import_module(f".{_LAZY[name]}", __name__), name)
         if name not in _CLASSES:  # the public functions: every failure on bad input an EnsdiagError (errors.public)
-            from .errors import public
             found = public(found)
         globals()[name] = found  # resolved once
         return found

@@ -5,20 +5,22 @@ The file's metadata (strings only) makes it self-describing:
     ensdiag.spec    the model's `ModelSpec` as a JSON string
     ensdiag.initial_cosine  (optional) {"mean", "seed"}: the members' weight cosine at initialisation
     ensdiag.preprocess      (optional) {"mean", "std"}: the per-channel normalisation of images in [0, 1]
+                            the model was trained with (every path applies it by default)
     ensdiag.holdout         (optional) {"seed", "fraction", "train_size"}: the validation examples held out of
                             the training split (data/preset.py `holdout`), so geometry's training loss reads
                             training examples only
-                            the model was trained with (every path applies it by default)
 so `load_model(path)` rebuilds the architecture and loads the weights with no other input.
 Files are written byte-for-byte reproducibly (`safetensors_bytes_deterministic`): the same
 tensors and metadata give the same sha256 in any process.
 """
 
 import json
+import math
 
 import torch
 
 from . import __version__
+from .config import PRESETS, preset_for
 from .errors import EnsdiagError, InputTypeError, path_argument
 from .io import atomic_write_bytes, parse_json, read_safetensors, safetensors_bytes_deterministic
 from .nn.model import EnsembleModel, ModelSpec, build_from_spec
@@ -109,7 +111,6 @@ def _initial_cosine(text) -> dict | None:
 def _trained_with(spec) -> tuple | None:
     """An ensdiag model file without the record (written before 0.7): ensdiag trained it on the preset
     whose architecture, inputs and classes it has, normalised as that preset is."""
-    from .config import PRESETS, preset_for
     preset = preset_for(spec)
     return None if preset is None else (tuple(PRESETS[preset].mean), tuple(PRESETS[preset].std))
 
@@ -117,7 +118,6 @@ def _trained_with(spec) -> tuple | None:
 def _preprocess(text, channels: int) -> tuple | None:
     """The recorded (mean, std), checked like user input: one finite mean and one positive finite std
     per channel; anything else counts as not recorded (the fitting preset's is used, as before)."""
-    import math
     try:
         found = json.loads(text)
         mean, std = found["mean"], found["std"]

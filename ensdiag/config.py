@@ -6,11 +6,13 @@
 
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from pathlib import Path
 
 from .data.constants import CIFAR10_MEAN, CIFAR10_STD, DIGITS_MEAN, DIGITS_STD, MNIST_MEAN, MNIST_STD
+from .data.registry import all_datasets
 from .errors import EnsdiagError
 from .errors import unknown as unknown_name
-
+from .io import is_path
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,14 @@ class TrainConfig:
         from .nn.methods import METHODS, run_methods
         method, fixed = run_methods()[run]
         return method, {**METHODS[method].options_from(self), **fixed}
+
+    def build(self, run: str):
+        """The untrained model of one run name, on torch's default device (`with torch.device("meta")`: no memory)."""
+        from .nn import build_model
+        from .nn.methods import members_for
+        method, options = self.model_options(run)
+        return build_model(self.arch, method, members_for(method, self.members), self.num_classes, self.input_shape,
+                           **options)
 
 
 PRESETS = {
@@ -180,13 +190,10 @@ FLOAT_OPTIONS = {"lr": "--lr", "dropout": "--dropout", "val_fraction": "--val-fr
 def _check_set(option: str, value: str, stored: bool) -> None:
     """A shift or OOD set: a registered dataset's name or files that exist (a stored run's files
     are checked when its data is loaded, where a missing one says so)."""
-    from .io import is_path
     if is_path(value):
-        from pathlib import Path
         if not stored and not Path(value).exists():
             raise EnsdiagError(f"{option} {value} does not exist")
         return
-    from .data.registry import all_datasets
     if value not in all_datasets():
         raise EnsdiagError(f"{option}: unknown dataset {value!r}; give a registered one (`ensdiag datasets`) or a path "
                            "(an image folder, .npz or .npy)")
@@ -195,6 +202,8 @@ def _check_set(option: str, value: str, stored: bool) -> None:
 def validate(config: TrainConfig, stored: bool = False) -> None:
     """Every field checked as user input (also for configs read back from a run folder, which
     may hold kernel-wise BatchEnsemble on the mlp: older ensdiag accepted it)."""
+    from .nn import ARCHITECTURES, METHODS
+    from .nn.methods import members_for, resolve_options, run_methods
     if config.preset not in PRESETS:
         raise unknown_name("preset", config.preset, PRESETS)
     for name, option in FLOAT_OPTIONS.items():
@@ -203,7 +212,6 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
     for name in ("betas", "mean", "std"):
         if not all(math.isfinite(v) for v in getattr(config, name)):
             raise EnsdiagError(f"{name} must be finite numbers, got {getattr(config, name)}")
-    from .nn.methods import run_methods
     unknown_runs = [m for m in config.methods if m not in run_methods()]
     if unknown_runs:
         raise unknown_name("method", unknown_runs[0], run_methods())
@@ -244,8 +252,6 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
         raise EnsdiagError("--track-diversity measures on the validation split: pass --val-fraction (e.g. 0.1)")
     if config.be_split_batch and config.batch_size % config.members:
         raise EnsdiagError(f"--be-split-batch needs --batch-size divisible by --members ({config.members})")
-    from .nn import ARCHITECTURES, METHODS
-    from .nn.methods import resolve_options
     builder = ARCHITECTURES.named(config.arch)
     if builder.whole_networks:
         raise EnsdiagError(f"{config.arch} networks are imported (ensdiag import), not trained by ensdiag")
@@ -255,7 +261,6 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
         if not isinstance(options, dict):
             raise EnsdiagError(f"method_options of {method} must map option names to values, got {options!r}"[:300])
         resolve_options(method, options, builder.default_options, builder.convolutional or stored, config.arch)
-    from .nn.methods import members_for
     if config.track_diversity and all(members_for(config.model_options(run)[0], config.members) == 1
                                       for run in config.methods):
         raise EnsdiagError("--track-diversity follows how members differ; every method here has one member "

@@ -8,14 +8,21 @@ traceback); 2 bad input (an option, a file, a folder: one `error:` line); 130 in
 
 import json
 import os
+import re
+import resource
 import signal
 import subprocess
 import sys
+import textwrap
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from .errors import EnsdiagError, unknown
 from .text import terminal
@@ -33,7 +40,6 @@ def note(text: str):
 def show(console: Console, renderable):
     """Print a table whole: if it is wider than the terminal, lines run long (the terminal wraps
     them) instead of rich cropping or eliding cells, so no digit is ever hidden."""
-    from rich.measure import Measurement
     wide = Console(width=10_000)
     natural = Measurement.get(wide, wide.options, renderable).maximum
     if natural > console.width:  # rich caps a print's width at the console's: print on a wider twin
@@ -45,7 +51,6 @@ def show(console: Console, renderable):
 def literal(text):
     """A user-controlled string (a path, a split name) shown as it is, never read as markup, its
     control characters escaped (text.terminal)."""
-    from rich.text import Text
     return Text(terminal(text, keep="\n"))
 
 
@@ -120,9 +125,8 @@ def tolerant_output():
 def _address_limit() -> int | None:
     """This process's address-space limit in bytes (`ulimit -v`), or None where there is none."""
     try:
-        import resource
         limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-    except (ImportError, OSError, ValueError):  # (no `resource` module on Windows)
+    except (OSError, ValueError):
         return None
     return None if limit == resource.RLIM_INFINITY else limit
 
@@ -208,8 +212,6 @@ def _unexpected(error: Exception):
 def wrapped(text: str, width: int) -> str:
     """The text wrapped at `width`, left-aligned, paragraphs kept, never breaking inside an
     interval ("[0.36, 0.78]") or between a number and its unit ("72 %", "0.55×")."""
-    import re
-    import textwrap
     keep = "\u00a0"  # textwrap breaks at ASCII whitespace only
     lines = []
     for paragraph in text.split("\n\n"):
@@ -223,10 +225,8 @@ def loading(text: str, quiet: bool = False):
     """A transient status line on the terminal while a slow step prints nothing (torch's import, a
     geometry step), with the time it has been running: it leaves nothing behind, and shows nothing
     when stderr is not a terminal or with --quiet."""
-    from contextlib import nullcontext
     if quiet or not err_console.is_terminal:
         return nullcontext()
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     progress = Progress(SpinnerColumn("dots"), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=err_console, transient=True)
     progress.add_task(text, total=None)

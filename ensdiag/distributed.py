@@ -14,12 +14,17 @@ torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; without them ensdiag is one proce
   writing. Its timeout is `WAIT_TIMEOUT` (7 days).
 """
 
+import inspect
 import os
+import types
 from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
+from .device import resolve_device
 from .errors import EnsdiagError
 
 TIMEOUT = timedelta(minutes=30)
@@ -64,7 +69,6 @@ def start(device_name: str = "auto") -> tuple[Ranks, torch.device]:
     device LOCAL_RANK on a GPU machine, else the CPU."""
     global _RANKS
     ranks = from_environment()
-    from .device import resolve_device
     device = resolve_device(device_name)
     if device.type == "cuda" and ranks.distributed:
         if ranks.local_rank >= torch.cuda.device_count():
@@ -171,7 +175,6 @@ def _synced_batchnorm_forward(self, x):
     with autograd, so gradients flow back to every rank's examples and the update equals one
     process's on the whole batch. The portable path: it runs on the CPU (gloo), where torch's
     SyncBatchNorm does not; CUDA uses `_cuda_synced_batchnorm_forward`."""
-    import torch.nn.functional as F
     if not self.training:
         return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
     dims = [0, *range(2, x.dim())]
@@ -198,7 +201,6 @@ def _cuda_synced_batchnorm_forward(self, x):
     """The same BatchNorm over the global batch on CUDA, through torch's SyncBatchNorm kernels
     (fused statistics in fp32 for bf16 input, channels-last kept, one all-gather per layer and
     no host synchronisation); it computes what `_synced_batchnorm_forward` does."""
-    import torch.nn.functional as F
     from torch.nn.modules._functions import SyncBatchNorm
     if not self.training:
         return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
@@ -214,8 +216,6 @@ def synced_batchnorm_forward(device):
 def no_buffer_sync() -> dict:
     """DDP's argument for "no buffer broadcast before each forward": `forward_sync_buffers` where
     torch has it (it deprecated `broadcast_buffers`), else `broadcast_buffers`."""
-    import inspect
-    from torch.nn.parallel.distributed import DistributedDataParallel
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:
         return {"forward_sync_buffers": False}
     return {"broadcast_buffers": False}
@@ -230,7 +230,6 @@ class DataParallel:
     they stay identical without it."""
 
     def __init__(self, model, device):
-        from torch.nn.parallel import DistributedDataParallel
         self.model = model
         self.norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
         self.norm_forward = synced_batchnorm_forward(device)
@@ -238,7 +237,6 @@ class DataParallel:
                                                **no_buffer_sync())
 
     def __enter__(self):
-        import types
         for module in self.norms:
             module.forward = types.MethodType(self.norm_forward, module)
         return self

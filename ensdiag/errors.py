@@ -6,6 +6,11 @@ From Python it is a `ValueError` (`except ValueError` catches it); `InputTypeErr
 argument of the wrong type, is also a `TypeError`.
 """
 
+import difflib
+import functools
+import os
+from pathlib import Path
+
 
 class EnsdiagError(ValueError):
     """An error caused by the user's input, reported as one line (a `ValueError`)."""
@@ -33,7 +38,6 @@ class DataNotFound(EnsdiagError):
 def unknown(kind: str, value, choices) -> EnsdiagError:
     """The error for a name that is not one of `choices`, with the nearest one when a typo is likely:
     "unknown method 'deep-ensembel'; did you mean 'deep-ensemble'? (choose from …)"."""
-    import difflib
     choices = [str(choice) for choice in choices]
     close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -44,8 +48,6 @@ def unknown(kind: str, value, choices) -> EnsdiagError:
 def path_argument(value, what: str = "path"):
     """A path argument from Python as a `Path`: a str or os.PathLike (an InputTypeError otherwise)
     without NUL bytes, which no file system takes (an EnsdiagError)."""
-    import os
-    from pathlib import Path
     if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
         raise InputTypeError(f"{what} must be a path (str or pathlib.Path), got {type(value).__name__}")
     path = Path(value)
@@ -59,8 +61,6 @@ def public(function):
     docstring promises: an OSError (a path the system refuses: too long, a file in a folder's place,
     no permission) or an OverflowError (a number beyond what a float or an index holds) becomes one
     EnsdiagError saying so, chained to it; everything else passes as it was raised."""
-    import functools
-
     @functools.wraps(function)
     def checked(*args, **kwargs):
         try:

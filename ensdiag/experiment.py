@@ -6,7 +6,6 @@ retrained; anything else is resumed from its training state or started afresh.
 """
 
 import json
-import os
 import sys
 import time
 from contextlib import ExitStack
@@ -17,16 +16,18 @@ from pathlib import Path
 import torch
 
 from . import __version__, distributed
+from .analysis import load_plugins
+from .budget import physical_memory
 from .checkpoint import save_model
 from .config import TrainConfig
+from .core import Context, Measure, inspect
 from .data.batching import Normalize
 from .data.preset import PresetData, holdout, load_preset_data, training_source
 from .data.registry import Split
 from .errors import EnsdiagError
+from .geometry.baselines import initial_cosine
 from .geometry.tracking import DiversityTracker
 from .io import atomic_write_json, atomic_write_text, inner_folder, locked_folder, remove_stale_temporaries
-from .nn import build_model
-from .nn.methods import members_for
 from .nn.members import fastest
 from .nn.model import flush_denormals
 from .precision import policy as precision_policy, uses_bf16
@@ -104,14 +105,9 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
               progress: TrainProgress, argv, ranks=distributed.Ranks(), ddp=False) -> dict | None:
     """Train, predict and analyse one (method, seed); write its files, meta.json last. With `ddp`
     every rank trains it together and rank 0 writes (the others return None)."""
-    from .core import Context, Measure, inspect  # analysis imports nothing from training
-    from .geometry.baselines import initial_cosine
-
     run_dir.mkdir(parents=True, exist_ok=True)
-    method, options = config.model_options(run)
     torch.manual_seed(seed)
-    model = build_model(config.arch, method, members_for(method, config.members),
-                        config.num_classes, config.input_shape, **options).to(device)
+    model = config.build(run).to(device)
     initial = initial_cosine(model)  # before any step (and before a resume loads trained weights)
     model.initial_cosine = None if initial is None else {"mean": initial["mean"], "seed": seed}
     model.preprocess = (tuple(config.mean), tuple(config.std))  # recorded in the model file: every path applies it
@@ -169,7 +165,7 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
         atomic_write_text(run_dir / "diversity.jsonl", "".join(json.dumps(row) + "\n" for row in result["tracking"]))
     atomic_write_json(run_dir / "metrics.json", metrics)
     parameters = sum(p.numel() for p in model.parameters())
-    meta = {"run": run, "method": method, "seed": seed, "spec": json.loads(model.spec.to_json()),
+    meta = {"run": run, "method": model.method, "seed": seed, "spec": json.loads(model.spec.to_json()),
             "parameters": parameters, "epochs_run": len(result["history"]), "weights_epoch": result["weights_epoch"],
             "best_val_epoch": result["best_val_epoch"], "early_stopping": config.early_stopping and model.kit.early_stopping,
             "stopped_early": result["stopped_early"],
@@ -254,10 +250,8 @@ def _prepare(config, out, data_dir, download, argv, held: ExitStack):
 def run_cost(config: TrainConfig, run: str) -> int:
     """The estimated training cost of one run, for spreading runs over ranks: the member forward
     passes a training example costs × the parameters of one member (counted on the meta device)."""
-    method, options = config.model_options(run)
     with torch.device("meta"):
-        model = build_model(config.arch, method, members_for(method, config.members),
-                            config.num_classes, config.input_shape, **options)
+        model = config.build(run)
         member = sum(p.numel() for p in model.member_network(0).parameters())
     return model.kit.passes_per_example(config.be_split_batch) * member
 
@@ -275,27 +269,14 @@ def assign_runs(runs: list[tuple[str, int]], costs: dict[str, int], world_size: 
     return assigned
 
 
-def physical_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except EnsdiagError:
-        raise  # already one line for the user
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def check_fits(config: TrainConfig, available: int | None = None) -> None:
+def check_fits(config: TrainConfig) -> None:
     """Refuse, before training, a method whose weights, gradients and optimiser state alone
     would not fit in memory (16 bytes per parameter with Adam or SGD with momentum), instead of
     being killed by the kernel hours later. Counted on the meta device: nothing is allocated."""
-    available = physical_memory() if available is None else available
-    if available is None:
-        return
+    available = physical_memory()
     for run in config.methods:
-        method, options = config.model_options(run)
         with torch.device("meta"):
-            model = build_model(config.arch, method, members_for(method, config.members),
-                                config.num_classes, config.input_shape, **options)
+            model = config.build(run)
         needed = 16 * sum(p.numel() for p in model.parameters())
         if needed > 0.8 * available:
             raise EnsdiagError(f"{run} with k = {model.num_members} needs about {needed / 2**30:.1f} GiB for its weights, "
@@ -324,7 +305,6 @@ def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet:
                          "this display shows rank 0's")
     for split, reason in data.skipped.items():
         progress.message(f"note: {split} split skipped: {reason}")
-    from .analysis import load_plugins
     for name, error in load_plugins().items():
         progress.message(f"warning: plug-in analyzer {name} failed to import ({error}); its results are missing")
     if ranks.main:

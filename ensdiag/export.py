@@ -20,10 +20,9 @@ what ran). pandas is optional: these are plain dicts and lists; `frame` makes a 
 import csv
 import io
 import math
-import os
 from pathlib import Path
 
-from .errors import EnsdiagError, InputTypeError
+from .errors import EnsdiagError, path_argument
 from .io import atomic_write_text
 from .layout import SPLIT_TABLES, lookup
 from .registry import Registry
@@ -100,6 +99,17 @@ def _status_reason(entry: dict) -> str:
 NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
+def _metric_value(node: dict) -> tuple[float, str | None]:
+    """(value, None) of a metric() entry, or (NaN or ±inf, why) where it holds no finite number."""
+    value = _number(node["value"])
+    if value is not None:
+        return value, None
+    status = node.get("status")
+    if status in NON_FINITE:
+        return NON_FINITE[status], None if status != "nan" else _status_reason(node)
+    return math.nan, _status_reason(node)
+
+
 def read_entry(metrics: dict, entry: dict) -> tuple[float, str | None]:
     """(value, None) or (NaN, why it is missing) of one headline entry in a metrics dict."""
     result = metrics.get("analyzers", {}).get(entry["analyzer"])
@@ -120,12 +130,7 @@ def read_entry(metrics: dict, entry: dict) -> tuple[float, str | None]:
     if not found:
         return math.nan, "not in the analyzer's result"
     if isinstance(holder, dict) and "value" in holder:
-        value = _number(holder["value"])
-        if value is not None:
-            return value, None
-        if holder.get("status") in NON_FINITE:
-            return NON_FINITE[holder["status"]], None if holder["status"] != "nan" else _status_reason(holder)
-        return math.nan, _status_reason(holder)
+        return _metric_value(holder)
     value = _number(holder)
     return (value, None) if value is not None else (math.nan, "not a number")
 
@@ -159,16 +164,11 @@ def metric_entries(metrics: dict, full: bool = False) -> list[dict]:
                 if name in known:
                     continue
                 known.add(name)
-                value = _number(node["value"])
-                status = node.get("status")
+                value, reason = _metric_value(node)
                 parts = name.split("/")
                 split = parts[1] if len(parts) > 2 and parts[1] in metrics.get("splits", {}) else None
-                if value is None and status in NON_FINITE:
-                    value = NON_FINITE[status]
                 entries.append({"name": name, "analyzer": analyzer, "split": split, "label": parts[-1],
-                                "definition": node.get("definition"), "tables": (),
-                                "value": math.nan if value is None else value,
-                                "reason": None if value is not None and status != "nan" else _status_reason(node)})
+                                "definition": node.get("definition"), "tables": (), "value": value, "reason": reason})
     return entries
 
 
@@ -322,9 +322,8 @@ def table_writer(path: Path, what: str = ""):
 
 def write_table(rows: list[dict], path, fields=None) -> Path:
     """The rows as `path`, in the table format its extension names (CSV, Parquet), written atomically."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise InputTypeError(f"path must be a file name (str or Path), got {type(path).__name__}")
-    return table_writer(Path(path))(rows, Path(path), fields)
+    path = path_argument(path)
+    return table_writer(path)(rows, path, fields)
 
 
 def columns(rows: list[dict], fields=None) -> list[str]:

@@ -21,15 +21,16 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from .budget import require
 from .errors import EnsdiagError
 
 TEMPORARY_SUFFIX = ".tmp"  # atomic writes go to ".<name>.<random>.tmp" next to the target
 
 
-
 def is_path(value: str) -> bool:
     """Whether an --ood/--shift/--data value names files rather than a registered dataset."""
     return value.endswith((".npz", ".npy")) or "/" in value or "\\" in value or Path(value).is_dir()
+
 
 def cache_dir() -> Path:
     """Where ensdiag keeps what it made to use again (`$ENSDIAG_CACHE`, else ~/.cache/ensdiag)."""
@@ -331,7 +332,6 @@ SAFETENSORS_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I
 def _check_tensor_bytes(handle, names, where: str):
     """The memory budget (budget.py) against what reading `names` allocates, from the header's shapes and
     dtypes: a sparse file (or one whose size is no reason to trust it) is refused before it is read."""
-    from .budget import require
     total = 0
     for name in names:
         found = handle.get_slice(name)

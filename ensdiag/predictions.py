@@ -13,9 +13,10 @@ import json
 
 import torch
 
-from .layout import is_ood_split
+from .checks import check_predictions
 from .errors import EnsdiagError
 from .io import atomic_write_bytes, read_safetensors, safetensors_bytes_deterministic
+from .layout import is_ood_split
 
 PREDICTIONS_FORMAT = "ensdiag.predictions/1"
 
@@ -55,7 +56,7 @@ def load_predictions(path) -> tuple[dict[str, dict], dict]:
     for name, split in splits.items():
         if split["logits"] is None:
             raise EnsdiagError(f"{path}: split {name!r} has labels but no logits")
-    from .checks import check_predictions  # shapes, dtypes, finiteness, labels, k and C: the one place
+    # shapes, dtypes, finiteness, labels, k and C: the one place
     return with_pooled_shift(check_predictions(splits, str(path))), metadata
 
 

@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 from . import names
-from .io import is_path  # noqa: F401  (callers ask it here too)
-from .numbers import (DECIMAL, INTEGER, decimal, integer, integer_list, normalize_option, parse_precision,  # noqa: F401
-                      parse_seconds, path_points_option, seed)  # (the same: the checks that need no tensor, by name)
+from .config import PRESETS
 from .errors import EnsdiagError, unknown
+from .io import is_path, regular_file
 
 
 def check_set(option: str, value: str | None):
@@ -29,7 +28,6 @@ def check_set(option: str, value: str | None):
 
 def check_train(preset: str, methods: list[str] | None, out: Path | None, resume: Path | None,
                 shift: str | None = None, ood: str | None = None):
-    from .config import PRESETS
     if resume is None and preset not in PRESETS:
         raise unknown("preset", preset, PRESETS)
     known = set(names.METHODS)
@@ -49,12 +47,9 @@ def check_train(preset: str, methods: list[str] | None, out: Path | None, resume
 def check_inputs(what: str, paths, folders: bool = False):
     """Every named input exists and is a folder (where `folders` allows one) or a regular file: a
     FIFO or a device is refused here, before anything would wait on it for ever."""
-    from .io import regular_file
     for path in paths or ():
         path = Path(path)
         if not path.exists():
             raise EnsdiagError(f"{what} {path} does not exist")
         if not (folders and path.is_dir()):
             regular_file(path, what)
-
-

@@ -13,31 +13,26 @@ analysis/, a dataset under data/sets/), so these lists, and docs/components.md, 
 import sys
 import textwrap
 
+from .analysis import ANALYZERS, all_analyzers
+from .data import all_datasets
+from .nn import METHODS
+from .report import FORMATS
+
 
 def list_methods() -> list[str]:
-    from .nn import METHODS
     return list(METHODS)
 
 
 def list_analyzers() -> list[str]:
-    from .analysis import all_analyzers
     return list(all_analyzers())
 
 
 def list_datasets() -> list[str]:
-    from .data import all_datasets
     return list(all_datasets())
-
-
-def _first_line(text) -> str:
-    return " ".join((text or "").strip().split("\n\n")[0].split())
 
 
 def components_markdown() -> str:
     """docs/components.md: one table per registry, built-ins only (plug-ins are the user's)."""
-    from .analysis import ANALYZERS
-    from .data import all_datasets
-    from .nn import METHODS
     lines = ["# Components", "", "Generated from ensdiag's registries by `python -m ensdiag.registries > "
              "docs/components.md` (a test keeps it current). Adding one is adding a module: a method under "
              "`ensdiag/nn/kits/`, an analyzer under `ensdiag/analysis/`, a dataset under `ensdiag/data/sets/` "
@@ -59,9 +54,6 @@ def _built_in(entry) -> bool:
 
 def names_module() -> str:
     """ensdiag/names.py: the built-in names quickcheck.py checks arguments against before torch is imported."""
-    from .data import all_datasets
-    from .nn import METHODS
-    from .report import FORMATS
     tables = [("every run name training accepts: the methods and their run variants", "METHODS",
                tuple(run for name, kit in METHODS.items() if _built_in(kit) for run in (name, *kit.run_variants))),
               ("the datasets", "DATASETS", tuple(name for name, dataset in all_datasets().items() if _built_in(dataset))),

@@ -18,6 +18,10 @@ from pathlib import Path
 from .core import diagnose as core_diagnose
 from .core.diagnosis import Diagnosis as Found
 from .errors import EnsdiagError, path_argument, public
+from .export import EXAMPLE_FIELDS, example_rows, flat_metrics, frame, metric_entries, write_table
+from .integrations import log_to as log_to_target
+from .report import make_report, render
+from .report.notebook import diagnosis_html
 
 
 class Diagnosis(Found):
@@ -31,7 +35,6 @@ class Diagnosis(Found):
 
     @public
     def _report(self, fmt: str) -> str:
-        from .report import make_report, render
         with tempfile.TemporaryDirectory() as scratch:
             self.save(scratch, "ensemble", 0)
             report = make_report(scratch, write=False)
@@ -42,20 +45,17 @@ class Diagnosis(Found):
         return self._report("markdown")
 
     def _repr_html_(self) -> str:  # Jupyter: a compact summary scoped to its own element (report/notebook.py)
-        from .report.notebook import diagnosis_html
         return diagnosis_html(self.metrics)
 
     def flat(self, full: bool = False) -> dict:
         """{name: value} of every headline number, the same names for every k; NaN where not measured,
         with the reason in `.reasons` (export.py); `full`: every other stored scalar too."""
-        from .export import flat_metrics
         return flat_metrics(self.metrics, full)
 
     @public
     def to_frame(self, what: str = "metrics", full: bool = False):
         """A pandas DataFrame: "metrics" (one row per number: name, value, reason, definition) or
         "examples" (one row per example: prediction, confidence, entropy, JSD, member agreement)."""
-        from .export import EXAMPLE_FIELDS, example_rows, frame, metric_entries
         if what == "examples":
             return frame(example_rows(self.predictions), EXAMPLE_FIELDS[2:])
         if what != "metrics":
@@ -66,15 +66,13 @@ class Diagnosis(Found):
     @public
     def save_examples(self, path) -> Path:
         """Per-example predictions and uncertainty as a .csv or .parquet file (pyarrow) at `path`."""
-        from .export import EXAMPLE_FIELDS, example_rows, write_table
         return write_table(example_rows(self.predictions), path_argument(path), EXAMPLE_FIELDS[2:])
 
     @public
     def log_to(self, target, step: int | None = None, prefix: str = "ensdiag") -> None:
         """Log every headline number, the heatmaps and the summary to TensorBoard (a SummaryWriter),
         MLflow (mlflow, a run), W&B (wandb, a run) or a Lightning logger (integrations/)."""
-        from .integrations import log_to
-        log_to(self, target, step, prefix)
+        log_to_target(self, target, step, prefix)
 
 
 @functools.wraps(core_diagnose)

@@ -205,17 +205,11 @@ def _check_diagnosis_config(path, config):
         raise EnsdiagError(f"{path}: seeds must be distinct integers in 0..2³¹−1")
 
 
-def add_diagnosis(folder, method: str, seed: int, titles: dict) -> dict:
-    """Create or extend a diagnosis folder's experiment.json with (method, seed); a folder that
-    holds a training run is refused (its config names what was trained)."""
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise EnsdiagError(f"{folder} exists and is not a directory")
-    folder.mkdir(parents=True, exist_ok=True)
+def add_diagnosis(folder: Path, method: str, seed: int, titles: dict) -> dict:
+    """Create or extend the experiment.json of a diagnosis folder (`claim_run` refused any other) with
+    (method, seed)."""
     if (folder / "experiment.json").exists():
         data = read_experiment(folder)
-        if data.get("kind") != DIAGNOSIS:
-            raise EnsdiagError(f"{folder} holds a training run; save diagnoses into a folder of their own")
     else:
         data = {"format": EXPERIMENT_FORMAT, "kind": DIAGNOSIS, "ensdiag_version": __version__,
                 "created": datetime.now().isoformat(timespec="seconds"),
@@ -228,7 +222,6 @@ def add_diagnosis(folder, method: str, seed: int, titles: dict) -> dict:
     data["skipped"] = {split: "no run saved here has this split" for split in ("shift", "ood") if split not in data["splits"]}
     atomic_write_json(folder / "experiment.json", data)
     return data
-
 
 
 def _legacy_lora(run_folder: Path):

@@ -19,18 +19,18 @@ declared effective weights get no weight cosine (`weights_skipped` says why).
 import json
 from pathlib import Path
 
-from .core.diagnose import preprocessing
+from .core.diagnose import checked_device, preprocessing
+from .core.predict import predict_batches
 from .data.given import batches
 from .ensembles import as_ensemble, measuring
 from .errors import EnsdiagError
-from .core.predict import predict_batches
+from .geometry.tracking import DiversityTracker
+from .io import MAX_JSON_BYTES, UnreadableJson, atomic_write_text, parse_json, read_bounded
 
 
 class Tracker:
     def __init__(self, members, val, path=None, normalize=None, device=None, seed: int = 0, num_members=None,
                  member_weights=None, modules=None):
-        from .core.diagnose import checked_device
-        from .geometry.tracking import DiversityTracker
         self.ensemble = as_ensemble(members, num_members=num_members, member_weights=member_weights, modules=modules)
         self.val, self.seed, self.given_normalize = val, seed, normalize
         self.given_device = None if device is None else checked_device(device, self.ensemble)
@@ -46,7 +46,6 @@ class Tracker:
 
     def _read(self) -> list[dict]:
         """The rows an earlier (interrupted) loop wrote: a bounded regular file, one JSON object per line."""
-        from .io import MAX_JSON_BYTES, UnreadableJson, parse_json, read_bounded
         try:
             text = read_bounded(self.path, "diversity record", 64 * MAX_JSON_BYTES).decode("utf-8")
             rows = [parse_json(line, f"line {number}") for number, line in enumerate(text.splitlines(), 1) if line.strip()]
@@ -71,7 +70,6 @@ class Tracker:
             row = self._rows.measure(epoch, logits)
         self.rows = [r for r in self.rows if r["epoch"] < epoch] + [row]
         if self.path is not None:
-            from .io import atomic_write_text
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
         return row

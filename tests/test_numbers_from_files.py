@@ -52,7 +52,7 @@ def test_a_log_likelihood_in_other_digits_or_too_long_is_not_a_number(value, tmp
 def test_a_budget_in_other_digits_or_with_units_repeated_or_missing_is_refused(value, capsys):
     import ensdiag
     from ensdiag.errors import EnsdiagError
-    from ensdiag.quickcheck import parse_seconds
+    from ensdiag.numbers import parse_seconds
     assert_one_line_error(capsys, "evaluate", __file__, "--budget", value, match="budget .* is not a duration")
     with pytest.raises(EnsdiagError, match="is not a duration"):
         parse_seconds(value)
@@ -63,7 +63,7 @@ def test_a_budget_in_other_digits_or_with_units_repeated_or_missing_is_refused(v
 @pytest.mark.parametrize("value", [10**400, -10**400, float("inf"), float("nan"), 0, -1])
 def test_a_budget_or_precision_beyond_any_float_is_refused(value):
     from ensdiag.errors import EnsdiagError
-    from ensdiag.quickcheck import parse_precision, parse_seconds
+    from ensdiag.numbers import parse_precision, parse_seconds
     with pytest.raises(EnsdiagError, match="budget .*: a finite duration above 0 seconds"):
         parse_seconds(value)
     with pytest.raises(EnsdiagError, match="precision target .*: a finite interval half-width above 0"):

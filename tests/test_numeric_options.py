@@ -105,7 +105,7 @@ def test_an_ascii_only_terminal_prints_every_name_and_table(tmp_path):
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=30))
 def test_any_text_is_a_whole_number_or_one_clear_error(text):
-    from ensdiag.quickcheck import decimal, integer
+    from ensdiag.numbers import decimal, integer
     for parse, kind in ((integer, int), (decimal, float)):
         try:
             value = parse(text, "--x")

@@ -11,7 +11,7 @@ import torch
 
 import ensdiag
 from ensdiag.core.planned_predictions import NEED_MARGIN, random_order
-from ensdiag.quickcheck import parse_precision, parse_seconds
+from ensdiag.numbers import parse_precision, parse_seconds
 from ensdiag.errors import EnsdiagError
 
 from .cli import assert_one_line_error, run_cli
