@@ -254,20 +254,6 @@ def example_rows(predictions: dict, probabilities: bool = False) -> list[dict]:
     return rows
 
 
-def run_example_rows(run_dirs) -> list[dict]:
-    """`example_rows` of every finished run of one or more run folders (`report --examples`), each row led by
-    its `method` and `seed` (the stored splits: per-corruption shift splits, not their pool)."""
-    from .predictions import load_predictions
-    from .report.merge import load_folders
-    rows = []
-    for method, seeds in load_folders(run_dirs)["runs"].items():
-        for seed, run in seeds.items():
-            if run is not None and (run["folder"] / "predictions.safetensors").is_file():  # (LoRA: weights only)
-                predictions = load_predictions(run["folder"] / "predictions.safetensors")[0]
-                rows += [{"method": method, "seed": seed, **row} for row in example_rows(predictions)]
-    return rows
-
-
 # ---------------------------------------------------------------- writing
 
 def to_csv(rows: list[dict], fields=None) -> str:

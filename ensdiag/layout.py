@@ -49,9 +49,6 @@ def is_ood_split(name: str) -> bool:
     return name == "ood" or name.startswith("ood/")
 
 
-NON_FINITE_STATUSES = ("nan", "inf", "-inf", "non-finite")
-
-
 def metric(value, definition: str, status: str | None = None, **extra) -> dict:
     """One reported number (or list, or matrix) with its definition and a status.
 

@@ -5,7 +5,9 @@ import platform
 import subprocess
 from pathlib import Path
 
+import numpy
 import torch
+import torchvision
 
 from . import __version__, threads
 
@@ -30,8 +32,6 @@ def cpu_name() -> str:
 
 
 def environment(device: torch.device) -> dict:
-    import numpy
-    import torchvision
     return {"ensdiag": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
             "numpy": numpy.__version__, "python": platform.python_version(), "platform": platform.platform(),
             "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"

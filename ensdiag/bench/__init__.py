@@ -15,18 +15,23 @@ from rich.table import Table
 
 from ..errors import EnsdiagError
 from ..io import atomic_write_json
+from ..nn.methods import run_methods
 from ..precision import PRECISIONS
-from .diagnose import PROTOCOL_IMAGES
+from ..provenance import environment
+from ..report.example_level import budget_lines
+from .budgeted import BudgetSettings, run_budget_bench
+from .diagnose import PROTOCOL_IMAGES, DiagnoseSettings, run_diagnose_bench
 from .harness import BENCH_METHODS, COMPILE_MODES, PROTOCOLS, BenchSettings, default_methods, run_bench
+from .main_job import MainJobSettings, run_main_job_bench
 
 BENCH_FORMAT = "ensdiag.bench/1"
-__all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "bench", "bench_record", "bench_table", "default_methods",
-           "budget_table", "diagnose_table", "main_job_table", "write_result"]
+__all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "BudgetSettings", "DiagnoseSettings", "MainJobSettings", "bench",
+           "bench_record", "bench_table", "budget_table", "default_methods", "diagnose_table", "main_job_table",
+           "run_budget_bench", "run_diagnose_bench", "run_main_job_bench", "write_result"]
 
 
-def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:
-    from ..nn.methods import run_methods
-
+def bench(settings: BenchSettings, device, log=None) -> dict:
+    """`run_bench`, its settings checked as user input first."""
     unknown = [m for m in settings.methods if m not in run_methods()]
     if unknown or not settings.methods:
         raise EnsdiagError(f"unknown method {', '.join(unknown) or '(none given)'}; choose from {', '.join(BENCH_METHODS)}")
@@ -42,13 +47,12 @@ def bench(settings: BenchSettings, device, argv=(), log=None) -> dict:
     for ok, message in checks:
         if not ok:
             raise EnsdiagError(message)
-    return bench_record(run_bench, settings, device, argv, log)
+    return run_bench(settings, device, log)
 
 
 def bench_record(run, settings, device, argv=(), log=None) -> dict:
     """`run(settings, device, log)`'s result with what makes it traceable: the time, the command,
     the machine and the library versions (ensdiag's included)."""
-    from ..provenance import environment
     if settings.arch not in PROTOCOLS:
         raise EnsdiagError(f"unknown --arch {settings.arch!r}; choose from {', '.join(PROTOCOLS)}")
     result = run(settings, device, log)
@@ -177,7 +181,6 @@ def diagnose_table(result: dict) -> list[Table]:
 
 def budget_table(result: dict) -> list[Table]:
     """`bench --diagnose --budget`: what each step read within the budget, and the headline numbers."""
-    from ..report.example_level import budget_lines
     tables = []
     for run, row in result["methods"].items():
         table = Table(title=f"{run}, k = {row['members']}: {row['wall_seconds']:.0f} s within a budget of "

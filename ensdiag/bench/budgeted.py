@@ -14,17 +14,21 @@ run measured. The machine's load average before and after is recorded: timings o
 machine are only as quiet as it was.
 """
 
+import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
+from ..core import Context, Measure, inspect
 from ..data.batching import Normalize
-from ..nn import build_model, flush_denormals
+from ..export import headline_entries, read_entry
+from ..layout import lookup
+from ..nn import flush_denormals
 from ..nn.members import fastest
-from ..nn.methods import members_for
 from .diagnose import PROTOCOL_IMAGES, synthetic_protocol
+from .harness import settings_record
 
 
 @dataclass
@@ -38,15 +42,9 @@ class BudgetSettings:
     budget: str = "5m"
     precision: float | None = None
 
-    def to_dict(self):
-        return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
-
 
 def headline(metrics: dict) -> dict:
     """{flat name: {"value", "low", "high", "n", "method"}} of every headline number that was measured."""
-    import math
-
-    from ..export import headline_entries, lookup, read_entry
     found = {}
     for entry in headline_entries():
         value, _ = read_entry(metrics, entry)
@@ -68,14 +66,12 @@ def skipped(metrics: dict) -> dict:
 
 
 def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
-    from ..core import Context, Measure, inspect
     flush_denormals()
     config, splits, train = synthetic_protocol(settings, ("id", "shift", "ood", "val"))
     methods = {}
     for run in settings.methods:
         torch.manual_seed(0)
-        model = build_model(config.arch, run, members_for(run, settings.members), config.num_classes, config.input_shape,
-                            **config.model_options(run)[1]).to(device).eval()
+        model = config.build(run).to(device).eval()
         model.member_strategy = fastest(device.type, config.arch)
         load = os.getloadavg()
         began = time.perf_counter()
@@ -90,7 +86,7 @@ def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
                         "budget": metrics["budget"], "headline": headline(metrics), "skipped": skipped(metrics)}
         if log is not None:
             log(f"{run}: {wall:.0f} s within a budget of {settings.budget}")
-    return {"kind": "diagnose-budget", "settings": {**settings.to_dict(), "threads": torch.get_num_threads()},
+    return {"kind": "diagnose-budget", "settings": settings_record(settings),
             "methods": methods}
 
 

@@ -27,8 +27,7 @@ step's measured cost per image to the protocol's sizes (10,000 images per split,
 
 import statistics
 import tempfile
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -36,15 +35,19 @@ import torch
 from ..analysis import all_analyzers, analyze_model, analyze_predictions
 from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES, PATH_PAIRS, PATH_POINTS, ModelProbe
 from ..config import preset_config
+from ..core.diagnosis import Diagnosis
+from ..core.predict import predict
 from ..data.batching import Normalize
 from ..data.registry import Split
-from ..core.diagnosis import Diagnosis
-from ..nn import build_model, flush_denormals
+from ..nn import flush_denormals
 from ..nn.members import fastest
-from ..nn.methods import members_for
-from ..core.predict import predict
 from ..predictions import with_pooled_shift
-from .harness import PROTOCOLS, synthetic_split
+from ..report import make_figures, make_report, render
+from ..report.aggregate import build_report
+from ..report.load import load_runs
+from ..seeds.across import load_seeds
+from ..seeds.verdict import verdict
+from .harness import PROTOCOLS, settings_record, synthetic_split, timed
 
 SPLITS = ("id", "shift", "ood", "val")  # val: what temperature scaling is fitted on
 PROTOCOL_IMAGES = 10_000  # the test splits of MNIST and CIFAR-10
@@ -64,19 +67,6 @@ class DiagnoseSettings:
     path_points: int | str = PATH_POINTS
     warmup: bool = True  # a first, untimed call of every step (off where one call takes minutes)
 
-    def to_dict(self):
-        return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
-
-
-def _timed(fn, device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    began = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - began
-
 
 class MethodSteps:
     """One method's model on the synthetic splits, and its diagnosis steps as timers."""
@@ -84,8 +74,7 @@ class MethodSteps:
     def __init__(self, config, method, settings, splits, train, device):
         torch.manual_seed(0)
         self.method = method
-        self.model = build_model(config.arch, method, members_for(method, settings.members), config.num_classes,
-                                 config.input_shape, **config.model_options(method)[1]).to(device).eval()
+        self.model = config.build(method).to(device).eval()
         self.model.member_strategy = fastest(device.type, config.arch)
         self.normalize = Normalize(config.mean, config.std, device)
         self.splits, self.train, self.settings, self.device = splits, train, settings, device
@@ -140,11 +129,6 @@ def _report_folder(folder: Path, methods: dict, seeds: int):
 def _report_steps(folder: Path) -> dict:
     """The report's parts, each timed alone (figures and text from one report built up front),
     and the whole command, which builds the report itself."""
-    from ..report import make_figures, make_report, render
-    from ..report.aggregate import build_report
-    from ..report.load import load_runs
-    from ..seeds.across import load_seeds
-    from ..seeds.verdict import verdict
     data = load_runs(folder)
     report = build_report(folder, None, data, "ensdiag")
     return {"report load": lambda: load_runs(folder),
@@ -226,7 +210,7 @@ def run_diagnose_bench(settings: DiagnoseSettings, device, log=None) -> dict:
         seconds = {key: [] for key in timers}
         for round_ in range(settings.rounds):
             for key, fn in timers.items():
-                seconds[key].append(_timed(fn, device))
+                seconds[key].append(timed(fn, device)[0])
             if log is not None:
                 log(f"round {round_ + 1}/{settings.rounds} done")
     median = {key: statistics.median(values) for key, values in seconds.items()}
@@ -244,7 +228,7 @@ def run_diagnose_bench(settings: DiagnoseSettings, device, log=None) -> dict:
     unit = median[unit_run, "predict id"]
     report = {step: {"seconds": median["report", step], "passes": median["report", step] / unit}
               for (r, step) in median if r == "report"}
-    return {"kind": "diagnose", "settings": {**settings.to_dict(), "threads": torch.get_num_threads()},
+    return {"kind": "diagnose", "settings": settings_record(settings),
             "unit": f"one evaluation pass: the model's members predicting the {settings.test_size:,} ID test images",
             "methods": result, "report": {"unit_method": unit_run, "runs": len(methods) * settings.seeds, "steps": report}}
 

@@ -23,11 +23,12 @@ import torch
 from ..config import preset_config
 from ..data.batching import Normalize, epoch_permutations
 from ..errors import EnsdiagError
-from ..nn import METHODS, build_model, flush_denormals
-from ..nn.methods import members_for
+from ..geometry.tracking import DiversityTracker
+from ..nn import ARCHITECTURES, METHODS, flush_denormals
 from ..nn.members import fastest, unsupported
+from ..nn.methods import resolve_options, run_methods
 from ..precision import training_math, uses_bf16
-from ..train import FitData, make_optimizer, train_epoch
+from ..train import FitData, evaluate, make_optimizer, train_epoch
 from .reference import ReferenceModel, make_loader
 
 PROTOCOLS = {"mlp": ("mnist", 60_000), "resnet18": ("cifar10", 50_000)}
@@ -48,8 +49,6 @@ BENCH_METHODS = bench_methods()
 
 def default_methods(arch: str) -> tuple[str, ...]:
     """Every bench method the architecture can build (kernel-wise BatchEnsemble needs convolutions)."""
-    from ..nn import ARCHITECTURES
-    from ..nn.methods import resolve_options, run_methods
     if arch not in ARCHITECTURES:
         return bench_methods()
     builder, runs, usable = ARCHITECTURES[arch], run_methods(), []
@@ -83,8 +82,11 @@ class BenchSettings:
     members: int = 4
     tracking: bool = False  # also time `train --track-diversity`'s per-epoch measurement
 
-    def to_dict(self):
-        return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
+
+def settings_record(settings) -> dict:
+    """A bench's settings as its JSON record keeps them (tuples as lists), with torch's thread count."""
+    return {**{key: list(value) if isinstance(value, tuple) else value for key, value in asdict(settings).items()},
+            "threads": torch.get_num_threads()}
 
 
 def synthetic_split(n, shape, num_classes, seed):
@@ -99,7 +101,7 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _timed(fn, device):
+def timed(fn, device):
     _sync(device)
     began = time.perf_counter()
     result = fn()
@@ -116,10 +118,8 @@ class FastPathTimer:
     """One method on ensdiag's own training loop, set up once and timed an epoch at a time."""
 
     def __init__(self, config, run, data: FitData, settings, device, strategy=None):
-        method, options = config.model_options(run)
         torch.manual_seed(0)
-        model = build_model(config.arch, method, members_for(method, config.members),
-                            config.num_classes, config.input_shape, **options).to(device)
+        model = config.build(run).to(device)
         model.member_strategy = strategy or fastest(device.type, config.arch)
         self.autocast = uses_bf16(settings.precision, device)
         self.channels_last = device.type == "cuda" and config.arch != "mlp"
@@ -150,18 +150,16 @@ class FastPathTimer:
         self.compiled = compile_report(self.settings.compile_mode, before, compile_counters()) if self.settings.compile else None
 
     def epoch(self) -> float:
-        return _timed(lambda: self._epoch(self.timed_batches), self.device)[0]
+        return timed(lambda: self._epoch(self.timed_batches), self.device)[0]
 
     def tracking_seconds(self, val, rounds=3) -> float:
         """The median time of one `--track-diversity` row on the validation split `val` (images,
         labels); the validation logits it reads come from the epoch's validation pass (exact fp32, as in `train`)."""
-        from ..geometry.tracking import DiversityTracker
-        from ..train import evaluate
         logits = evaluate(self.model, val[0].to(self.device), val[1].to(self.device), self.data.normalize,
                           keep_logits=True)[2]
         tracker = DiversityTracker(self.model)
         tracker.measure(0, logits)  # warm-up
-        return statistics.median(_timed(lambda: tracker.measure(1, logits), self.device)[0] for _ in range(rounds))
+        return statistics.median(timed(lambda: tracker.measure(1, logits), self.device)[0] for _ in range(rounds))
 
     def summary(self, seconds, test_images) -> dict:
         per_epoch = epoch_seconds(seconds, self.batches_per_epoch, self.timed_batches)
@@ -213,7 +211,7 @@ def time_fast_inference(model, images, normalize, settings, device, autocast, ch
 
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         model(x[:size])  # warm-up
-    seconds, _ = _timed(run, device)
+    seconds, _ = timed(run, device)
     return {"inference_images_per_second": len(x) / seconds,
             "inference_member_images_per_second": len(x) * model.num_members / seconds}
 
@@ -233,12 +231,12 @@ class ReferenceTimer:
         self.reference.train_epoch(self.loader, max_batches=min(self.settings.warmup_batches, self.timed_batches))
 
     def epoch(self) -> float:
-        return _timed(lambda: self.reference.train_epoch(self.loader, max_batches=self.timed_batches), self.device)[0]
+        return timed(lambda: self.reference.train_epoch(self.loader, max_batches=self.timed_batches), self.device)[0]
 
     def summary(self, seconds, test) -> dict:
         test_loader = make_loader(*test, self.config, self.settings.eval_batch_size, False, self.workers, self.device)
         self.reference.predict(test_loader, max_batches=1)
-        inference_seconds, _ = _timed(lambda: self.reference.predict(test_loader), self.device)
+        inference_seconds, _ = timed(lambda: self.reference.predict(test_loader), self.device)
         return {"reference_seconds_per_epoch": epoch_seconds(seconds, self.batches_per_epoch, self.timed_batches),
                 "reference_epoch_seconds_measured": seconds, "reference_timed_batches": self.timed_batches,
                 "reference_inference_images_per_second": len(test[1]) / inference_seconds}
@@ -265,7 +263,7 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
     data = FitData(train[0].to(device), train[1].to(device), test[0][:0].to(device), test[1][:0].to(device),
                    Normalize(config.mean, config.std, device), augment=config.augment)
     dtype = torch.bfloat16 if uses_bf16(settings.precision, device) else torch.float32
-    prepare_seconds, _ = _timed(lambda: data.training_images(dtype), device)
+    prepare_seconds, _ = timed(lambda: data.training_images(dtype), device)
 
     if settings.compile:  # every model shares the architectures' forward code: one cache entry per model and shape
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
@@ -308,10 +306,9 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
             row = timer.summary(seconds[name, kind], test[0])
             strategies[name] = {key: row[key] for key in ("seconds_per_epoch", "timed_batches",
                                                           "inference_images_per_second")}
-    return {"settings": {**settings.to_dict(), "preset": preset, "train_size": len(train[1]),
+    return {"settings": {**settings_record(settings), "preset": preset, "train_size": len(train[1]),
                          "batch_size": config.batch_size, "optimizer": config.optimizer,
-                         "augment": config.augment, "reference_workers": workers,
-                         "threads": torch.get_num_threads(), "timing": "round-robin, median epoch"},
+                         "augment": config.augment, "reference_workers": workers, "timing": "round-robin, median epoch"},
             "methods": results, "strategies": strategies, "strategies_skipped": skipped, "ratios": ratios(results),
             "strategy_in_use": fastest(device.type, settings.arch)}
 

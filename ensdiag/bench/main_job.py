@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from statistics import median
 
 from ..errors import EnsdiagError
 
@@ -90,12 +91,6 @@ def _round(index: int, scratch: Path, settings: MainJobSettings, cache: Path) ->
                        "skipped": budget.get("skipped", {})}}
 
 
-def _median(values):
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def run_main_job_bench(settings: MainJobSettings, device=None, log=None) -> dict:
     """{"settings", "rounds", "summary", "targets"}: `settings.rounds` rounds of the main job (module docstring)."""
     if settings.rounds < 1:
@@ -108,7 +103,7 @@ def run_main_job_bench(settings: MainJobSettings, device=None, log=None) -> dict
                 log(f"main job, round {index + 1} of {settings.rounds} …")
             rounds.append(_round(index, scratch, settings, cache))
     warm = [found for found in rounds if found["cache"] == "warm"] or rounds
-    summary = {key: _median([found[key] for found in warm]) for key in
+    summary = {key: median([found[key] for found in warm]) for key in
                ("grid_seconds", "training_seconds", "diagnosis_seconds", "diagnosis_to_training", "report_seconds",
                 "report_to_training", "report_cold_seconds", "report_cold_to_training")}
     summary["worst_run_diagnosis_to_training"] = max(r["ratio"] for found in warm for r in found["runs"] if r["ratio"])

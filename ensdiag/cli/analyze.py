@@ -6,7 +6,11 @@ import typer
 
 from ..console import check_format, note
 from ..errors import EnsdiagError
+from ..foreign.readers import load_any_predictions
+from ..io import atomic_write_json
+from ..quickcheck import check_inputs
 from .app import app
+from .generated import generated_command
 from .options import DETAIL, FORMAT, THREADS, check_saving, claimed_file, own_threads
 from .show import show_metrics
 
@@ -48,26 +52,25 @@ def analyze(
     PREDICTIONS may be k lm-evaluation-harness runs (--log_samples), one member each: sample files or output folders;
     with --out DIR and no --method, the run's name comes from the members' model paths."""
     check_format(fmt)
-    from ..quickcheck import check_inputs
     check_inputs("PREDICTIONS", sources, folders=True)
     check_inputs("--labels", [labels] if labels is not None else [])
     check_inputs("--ood", ood, folders=True)
     check_saving(out, method, seed, overwrite)
     from ..core import inspect_predictions
-    from ..foreign.lm_eval import LmEvalOptions
-    from ..foreign.readers import load_any_predictions
-    from ..io import atomic_write_json
+    from ..foreign.lm_eval import LmEvalOptions, lm_eval_answers_task, looks_like_lm_eval, run_name_of
 
     own_threads(threads)
 
     options = LmEvalOptions(task, ood_task, filter_name, score)
-    if _generated_answers(sources, ood, labels, inputs, options):
-        from .generated import generated_command
+    if all(looks_like_lm_eval(path) for path in sources) and lm_eval_answers_task(sources, options):
+        # lm-eval logs of a generate_until task: answers, not choices (cli/generated.py)
+        if ood or labels is not None or inputs != "logits":
+            raise EnsdiagError("generated answers (a generate_until task) hold each question's reference and lm-eval's "
+                               "score: drop --ood, --labels and --inputs")
         return generated_command(sources, options, out, method, fmt, ", ".join(map(str, sources)))
     about = {}  # what the lm-eval reader found: run names, split titles, notes
     predictions, warnings = load_any_predictions(sources, labels, ood or (), inputs, options, about)
     if "lm_eval" in about and method is None and out is not None and out.suffix.lower() != ".json":
-        from ..foreign.lm_eval import run_name_of
         method, seed = run_name_of(about["lm_eval"], seed)  # from the members' model paths
     if method is None and seed is not None:
         raise EnsdiagError("--seed names the run --method saves: give --method too (and --out)")
@@ -86,14 +89,3 @@ def analyze(
     elif target is not None:
         atomic_write_json(claimed_file(out, overwrite), diagnosis.metrics)
     show_metrics(diagnosis.metrics, fmt, ", ".join(map(str, sources)))
-
-
-def _generated_answers(sources, ood, labels, inputs, options) -> bool:
-    """lm-eval logs of a generate_until task (answers, not choices: `ensdiag/generated.py`)."""
-    from ..foreign.lm_eval import lm_eval_answers_task, looks_like_lm_eval
-    if not sources or not all(looks_like_lm_eval(path) for path in sources) or not lm_eval_answers_task(sources, options):
-        return False
-    if ood or labels is not None or inputs != "logits":
-        raise EnsdiagError("generated answers (a generate_until task) hold each question's reference and lm-eval's "
-                           "score: drop --ood, --labels and --inputs")
-    return True

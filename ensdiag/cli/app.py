@@ -8,7 +8,6 @@ import sys
 import typer
 
 from .. import __version__
-from ..errors import EnsdiagError
 
 
 class _Command(typer.core.TyperCommand):
@@ -51,13 +50,6 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     Exit codes: 0 ok, 1 internal error, 2 bad input, 130 interrupted (rerun to resume)."""
 
 
-
-
-def csv_list(text, kind=str, what="value"):
-    """A comma-separated option as a list of `kind`s (None stays None)."""
-    if text is None:
-        return None
-    try:
-        return [kind(part.strip()) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise EnsdiagError(f"{what} must be a comma-separated list of {kind.__name__}s, got {text!r}") from None
+def csv_list(text):
+    """A comma-separated option as a list of its non-empty parts (None stays None)."""
+    return None if text is None else [part.strip() for part in text.split(",") if part.strip()]

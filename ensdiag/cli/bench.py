@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 
 from ..console import check_format, note, print_json
+from ..errors import EnsdiagError
+from ..numbers import parse_precision, parse_seconds, path_points_option
 from .app import app, csv_list
 from .options import THREADS, own_threads
 
@@ -49,82 +51,55 @@ def bench(
 
     Training and inference, ensdiag's fast path against the reference pipeline; with --diagnose,
     every diagnosis step as a multiple of one evaluation pass."""
-    from ..bench import BenchSettings, bench_table, default_methods, write_result
-    from ..bench import bench as run
-    from ..device import resolve_device
-
     check_format(fmt)
     if (budget is not None or precision_target is not None) and not (diagnose or main_job):
-        from ..errors import EnsdiagError
         raise EnsdiagError("--budget and --precision-target time a budgeted diagnosis: give --diagnose too")
-    if budget is not None or precision_target is not None:
-        from ..quickcheck import parse_precision, parse_seconds
-        parse_seconds(budget), parse_precision(precision_target)
+    parse_seconds(budget), parse_precision(precision_target)
+    from ..bench import (BenchSettings, BudgetSettings, DiagnoseSettings, MainJobSettings, bench_record, bench_table,
+                         budget_table, default_methods, diagnose_table, main_job_table, run_budget_bench,
+                         run_diagnose_bench, run_main_job_bench, write_result)
+    from ..bench import bench as run_bench
+    from ..device import resolve_device
+
     resolved = resolve_device(device)
     own_threads(threads, arch)
+    methods = csv_list(method)
     if main_job:
-        from ..bench import main_job_table
-        from ..bench.main_job import MainJobSettings, run_main_job_bench
+        run, tables = run_main_job_bench, main_job_table
         settings = MainJobSettings(rounds=epochs if epochs != 3 else 2, budget=budget or "1m", device=resolved.type)
-        return _record(run_main_job_bench, settings, resolved, fmt, results_dir, main_job_table)
-    if diagnose and (budget is not None or precision_target is not None):
-        from ..bench import budget_table
-        from ..bench.budgeted import BudgetSettings, run_budget_bench
+    elif diagnose and (budget is not None or precision_target is not None):
+        run, tables = run_budget_bench, budget_table
         settings = BudgetSettings(arch=arch, device=resolved.type, members=members, budget=budget or "5m",
-                                  precision=precision_target,
-                                  methods=tuple(csv_list(method, what="--method") or BudgetSettings.methods),
+                                  precision=precision_target, methods=tuple(methods or BudgetSettings.methods),
                                   **({"test_size": test_size} if test_size else {}),
                                   **({"train_size": train_size} if train_size else {}))
-        return _record(run_budget_bench, settings, resolved, fmt, results_dir, budget_table)
-    if diagnose:
-        from ..bench import diagnose_table
-        from ..bench.diagnose import DiagnoseSettings, run_diagnose_bench
-        from ..quickcheck import path_points_option
+    elif diagnose:
         # one CPU evaluation pass of 10,000 CIFAR images takes minutes: fewer images, one path pair,
         # no warm-up, one round; the JSON's estimate scales the steps to the protocol's sizes
         small = arch == "resnet18" and resolved.type == "cpu"
+        run, tables = run_diagnose_bench, diagnose_table
         settings = DiagnoseSettings(arch=arch, device=resolved.type, members=members,
-                                    methods=tuple(csv_list(method, what="--method") or DiagnoseSettings.methods),
+                                    methods=tuple(methods or DiagnoseSettings.methods),
                                     test_size=test_size or (500 if small else 10_000),
                                     train_size=train_size or (250 if small else 2_000),
                                     rounds=epochs if epochs != 3 or not small else 1, path_points=path_points_option(path_points),
                                     **({"warmup": False, "path_pairs": 1} if small else {}))
-        return _record(run_diagnose_bench, settings, resolved, fmt, results_dir, diagnose_table)
-    if arch == "resnet18" and resolved.type == "cpu":  # a full epoch takes the better part of an hour
-        batches = 10 if batches is None else batches
-        test_size = 1_000 if test_size is None else test_size
-    settings = BenchSettings(arch=arch, methods=tuple(csv_list(method, what="--method") or default_methods(arch)),
-                             device=resolved.type, epochs=epochs, batches=batches, train_size=train_size,
-                             test_size=10_000 if test_size is None else test_size, precision=precision,
-                             compile=compile or compile_mode != "default", compile_mode=compile_mode,
-                             reference=reference, strategies=strategies, members=members,
-                             tracking=tracking)
-
-    def log(message):
-        if fmt == "table":
-            note(message)
-
-    result = run(settings, resolved, sys.argv, log)
+    else:
+        if arch == "resnet18" and resolved.type == "cpu":  # a full epoch takes the better part of an hour
+            batches = 10 if batches is None else batches
+            test_size = 1_000 if test_size is None else test_size
+        run, tables = run_bench, bench_table
+        settings = BenchSettings(arch=arch, methods=tuple(methods or default_methods(arch)), device=resolved.type,
+                                 epochs=epochs, batches=batches, train_size=train_size,
+                                 test_size=10_000 if test_size is None else test_size, precision=precision,
+                                 compile=compile or compile_mode != "default", compile_mode=compile_mode,
+                                 reference=reference, strategies=strategies, members=members, tracking=tracking)
+    result = bench_record(run, settings, resolved, sys.argv, note if fmt == "table" else None)
     path = write_result(result, results_dir)
     if fmt == "json":
         print_json(result)
     else:
-        console = Console()
-        console.width = max(console.width, 120)  # a wide table beats a truncated one in a pipe
-        for table in bench_table(result):
-            console.print(table)
-    note(f"results written to {path}")
-
-
-def _record(run, settings, device, fmt: str, results_dir, tables) -> None:
-    """Run one bench, write its record, print it (tables or JSON) and say where it went."""
-    from ..bench import bench_record, write_result
-    result = bench_record(run, settings, device, sys.argv, note if fmt == "table" else None)
-    path = write_result(result, results_dir)
-    if fmt == "json":
-        print_json(result)
-    else:
-        console = Console(width=max(Console().width, 120))
+        console = Console(width=max(Console().width, 120))  # a wide table beats a truncated one in a pipe
         for table in tables(result):
             console.print(table)
     note(f"results written to {path}")

@@ -1,12 +1,15 @@
 """`ensdiag models`, `presets` and `datasets`: what ensdiag builds, runs and reads (no tensors)."""
 
+import dataclasses
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..console import check_format, literal, note, print_json, show
+from ..config import PRESETS
+from ..console import check_format, literal, note, print_json, show, wrapped
+from ..data import all_datasets  # torch-free: listing costs no torch start-up
 from ..errors import unknown
 from .app import app
 
@@ -103,9 +106,6 @@ def presets(fmt: str = typer.Option("table", "--format", help="table or json."))
     """Every preset's protocol: data, model and training defaults.
 
     What `ensdiag train --preset P` runs when no option overrides it."""
-    import dataclasses
-
-    from ..config import PRESETS
     check_format(fmt)
     fields = ("dataset", "shift", "ood", "arch", "methods", "members", "seeds", "epochs", "optimizer", "lr", "batch_size",
               "weight_decay", "milestones", "early_stopping", "patience", "val_fraction", "augment")
@@ -128,9 +128,6 @@ def datasets(data_dir: Path = typer.Option(Path("data"), "--data-dir", help="Whe
     """Every dataset ensdiag reads: found or missing, and where.
 
     Where it looked, what it expects, and how to get it."""
-    from ..console import wrapped
-    from ..data import all_datasets  # torch-free: listing costs no torch start-up
-
     console = Console()
     width = max(40, console.width - 2)
     console.print(literal(f"Datasets (--data-dir {data_dir})"), soft_wrap=True)

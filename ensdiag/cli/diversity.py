@@ -6,9 +6,14 @@ import typer
 
 from ..console import check_format, loading, note, print_json
 from ..errors import DataNotFound, EnsdiagError
+from ..lora import adapter_folders
+from ..numbers import parse_precision, parse_seconds, path_points_option
+from ..numbers import seed as checked_seed
+from ..text import terminal_safe
 from .app import app
+from .lora import lora_diversity
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
-from .options import DETAIL, SEED, SHIFT, THREADS, budget_of, checked_seed, data_choice, own_threads, quick_checks
+from .options import DETAIL, SEED, SHIFT, THREADS, data_choice, own_threads, quick_checks
 from .show import ended_by_interruption, show_items
 
 MEASURED = ["disagreement", "member-pairs", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
@@ -55,9 +60,7 @@ def diversity(
     check_format(fmt)
     seed = checked_seed(seed)
     quick_checks(model_path, data, shift, ood)
-    from ..lora import adapter_folders
     if adapter_folders(model_path):  # before anything imports torch: their configs are checked first
-        from .lora import lora_diversity
         return lora_diversity(model_path, base, fmt, plot, save, method, seed, {
             "--preset": preset, "--data": data, "--shift": shift, "--ood": ood, "--normalize": normalize,
             "--num-classes": num_classes, "--max-examples": max_examples, "--budget": budget,
@@ -65,42 +68,33 @@ def diversity(
     if base is not None or save is not None or overwrite:
         raise EnsdiagError("--base, --save and --overwrite are for LoRA adapter folders (ADAPTER_DIR…, each with "
                            "adapter_config.json)")
-    from ..device import resolve_device
-    device = resolve_device(device)  # --device cuda without a GPU: one line, not a disagreement section skipped
-    from ..quickcheck import path_points_option
-    points = path_points_option(path_points)
-    budget, precision_target = budget_of(budget, precision_target)
+    from ..analysis import all_analyzers
     from ..core import Context, Measure, inspect
+    from ..device import resolve_device
     from ..foreign.checkpoints import open_ensemble
-
+    device = resolve_device(device)  # --device cuda without a GPU: one line, not a disagreement section skipped
+    points = path_points_option(path_points)
+    budget, precision_target = parse_seconds(budget), parse_precision(precision_target)
+    measured = (*MEASURED, *(name for name, analyzer in all_analyzers().items() if geometry and analyzer.needs == "model"))
     model = open_ensemble(model_path, family, arch=arch, num_classes=num_classes)
     own_threads(threads, getattr(getattr(model, "spec", None), "arch", None))
     inputs, no_data, skipped = _inputs(model, preset, data, shift, ood, normalize, data_dir, device, geometry)
     diagnosis = inspect(model, inputs.splits if inputs else {}, preprocess=inputs and inputs.preprocess,
                         train=inputs and inputs.train,
                         measure=Measure(geometry=geometry, geometry_examples=max_examples, path_points=points,
-                                        only=tuple(MEASURED + _geometry_names(geometry)), detail=detail, seed=seed,
-                                        budget=budget, precision=precision_target),
+                                        only=measured, detail=detail, seed=seed, budget=budget,
+                                        precision=precision_target),
                         context=Context(titles=inputs and inputs.titles, skipped=skipped, no_data=no_data, status=loading))
     name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"
-    drawn = []
-    if plot is not None:
-        from ..report.inspection import diversity_figures
-        drawn = diversity_figures(diagnosis.metrics, plot, name)
+    from ..report.inspection import diversity_figures, diversity_view
+    drawn = diversity_figures(diagnosis.metrics, plot, name) if plot is not None else []
     if fmt == "json":
         print_json(diagnosis.metrics)
     else:
-        from ..report.inspection import diversity_view
-        from ..text import terminal_safe
         show_items(*diversity_view(terminal_safe(diagnosis.metrics), ", ".join(map(str, model_path))))
     if drawn:
         note(f"figures written to {', '.join(map(str, drawn))}")
     ended_by_interruption(diagnosis.metrics)
-
-
-def _geometry_names(geometry: bool) -> list[str]:
-    from ..analysis import all_analyzers
-    return [name for name, analyzer in all_analyzers().items() if analyzer.needs == "model"] if geometry else []
 
 
 def _inputs(model, preset, data, shift, ood, normalize, data_dir, device, geometry):

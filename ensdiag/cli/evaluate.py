@@ -6,9 +6,14 @@ import typer
 
 from ..console import check_format, output_folder
 from ..errors import EnsdiagError
+from ..lora import adapter_folders
+from ..numbers import parse_precision, parse_seconds
+from ..numbers import seed as checked_seed
+from ..runs import claim_files
 from .app import app
+from .lora import evaluate_command
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
-from .options import DETAIL, SHIFT, THREADS, budget_of, checked_seed, data_choice, own_threads, quick_checks
+from .options import DETAIL, SHIFT, THREADS, data_choice, own_threads, quick_checks
 from .show import ended_by_interruption, show_metrics
 
 
@@ -53,9 +58,7 @@ def evaluate(
     check_format(fmt)
     seed = checked_seed(seed)
     quick_checks(model_path, data, shift, ood)
-    from ..lora import adapter_folders
     if adapter_folders(model_path):
-        from .lora import evaluate_command
         return evaluate_command(model_path, base, tasks, ood_task, include_path, out, method, seed, device, batch_size,
                                 limit, fmt, {"--preset": preset, "--data": data, "--shift": shift, "--ood": ood,
                                                "--normalize": normalize, "--num-classes": num_classes, "--download": download,
@@ -65,11 +68,12 @@ def evaluate(
     if any(value is not None for value in (base, tasks, ood_task, include_path, method, limit)):
         raise EnsdiagError("--base, --tasks, --ood-task, --include-path, --method and --limit are for LoRA adapter "
                            "folders (ADAPTER_DIR…, each with adapter_config.json)")
-    budget, precision_target = budget_of(budget, precision_target)
+    budget, precision_target = parse_seconds(budget), parse_precision(precision_target)
     if overwrite and out is None:
         raise EnsdiagError("--overwrite replaces what --out holds: give --out DIR too")
-    out = None if out is None else _claimed(out, overwrite)  # refused now, not after predicting every split
-    from .. import distributed
+    if out is not None:  # refused now, not after predicting every split (runs.claim_files says what is refused)
+        out = claim_files(output_folder(out), ("predictions.safetensors", "metrics.json"), overwrite)
+    from ..distributed import barrier, finish, start
     from ..core import Context, Measure, inspect
     from ..core.inputs import prepare
     from ..foreign.checkpoints import open_ensemble
@@ -77,19 +81,19 @@ def evaluate(
     model = open_ensemble(model_path, family, raw_ok=False, arch=arch, num_classes=num_classes)
     own_threads(threads, model.spec.arch)
     try:
-        ranks, device = distributed.start(device)  # under torchrun every rank predicts its share
+        ranks, device = start(device)  # under torchrun every rank predicts its share
         if download and not ranks.main:
-            distributed.barrier()  # rank 0 downloads first
+            barrier()  # rank 0 downloads first
         inputs = prepare(model, data_choice(model, preset, data, shift, ood, normalize), data_dir, download and ranks.main,
                          device)
         if download and ranks.main:
-            distributed.barrier()
+            barrier()
         diagnosis = inspect(model.to(device), inputs.splits, preprocess=inputs.preprocess,
                             measure=Measure(geometry=False, detail=detail, seed=seed, budget=budget,
                                             precision=precision_target),
                             context=Context(titles=inputs.titles, skipped=inputs.skipped, spread=ranks.distributed))
     finally:
-        distributed.finish()
+        finish()
     if diagnosis is None:
         return  # rank 0 analyses and writes
     if out is not None:
@@ -97,10 +101,3 @@ def evaluate(
     show_metrics(diagnosis.metrics, fmt, f"{', '.join(map(str, model_path))} ({model.spec.arch}, {model.method}, "
                                          f"k={model.num_members})")
     ended_by_interruption(diagnosis.metrics)
-
-
-def _claimed(out: Path, overwrite: bool) -> Path:
-    """--out: a real folder (not a link or a file) that is no run folder's root, holds no training run or LoRA
-    diagnosis, and no saved predictions or metrics unless --overwrite (runs.claim_files)."""
-    from ..runs import claim_files
-    return claim_files(output_folder(out), ("predictions.safetensors", "metrics.json"), overwrite)

@@ -1,9 +1,10 @@
 """`ensdiag analyze LOGS --task NAME` on a generate_until task (cli/analyze.py hands it here): the
-answers read (foreign/lm_eval.py), measured (stats/generated.py) and printed. Imports stay in the
-function: `ensdiag --help` does not pay for torch."""
+answers read (foreign/lm_eval.py), measured (stats/generated.py) and printed."""
 
-from ..console import note, output_file, print_json, show
+from ..console import note, output_file, print_json
 from ..errors import EnsdiagError
+from ..io import atomic_write_json
+from .show import show_items
 
 
 def generated_command(sources, options, out, method, fmt: str, title: str):
@@ -11,8 +12,9 @@ def generated_command(sources, options, out, method, fmt: str, title: str):
     if method is not None or (out is not None and out.suffix.lower() != ".json"):
         raise EnsdiagError("generated answers have no probabilities, so the report's tables and verdict (NLL, ECE, "
                            "diversity, OOD) do not apply to them: keep these metrics with --out FILE.json")
-    from ..stats.generated import DEFINITIONS, generated_metrics
     from ..foreign.lm_eval import load_lm_eval_answers
+    from ..report.generated import generated_tables
+    from ..stats.generated import DEFINITIONS, generated_metrics
     about = {}
     splits, warnings = load_lm_eval_answers(sources, options, about)
     for line in [*about["notes"], *(f"warning: {warning}" for warning in warnings)]:
@@ -21,16 +23,10 @@ def generated_command(sources, options, out, method, fmt: str, title: str):
     if warnings:
         metrics["input_warnings"] = warnings
     if out is not None:
-        from ..io import atomic_write_json
         atomic_write_json(output_file(out, "metrics.json"), metrics)
     if fmt == "json":
         print_json(metrics)
         return
-    from rich.console import Console
-
-    from ..report.generated import generated_tables
-    console = Console()
-    for table in generated_tables(metrics, title):
-        show(console, table)
-    note("[low, high]: a 95 % confidence interval for the mean over the task's population of questions (a bootstrap "
-         "over the questions); " + DEFINITIONS["vote_accuracy"])
+    show_items(generated_tables(metrics, title), ["[low, high]: a 95 % confidence interval for the mean over the task's "
+                                                  "population of questions (a bootstrap over the questions); "
+                                                  + DEFINITIONS["vote_accuracy"]])

@@ -1,10 +1,12 @@
 """`ensdiag import`: an ensemble trained elsewhere, converted once to an ensdiag model file."""
 
+import json
 from pathlib import Path
 
 import typer
 
 from ..console import note, output_file
+from ..quickcheck import check_inputs
 from ..text import terminal
 from .app import app
 from .options import ARCH, FAMILY, NUM_CLASSES, SOURCES_HELP
@@ -21,9 +23,6 @@ def import_(
     """Convert an ensemble trained elsewhere to an ensdiag model file.
 
     Once, with its source recorded; ensdiag model files are copied as they are."""
-    import json
-
-    from ..quickcheck import check_inputs
     check_inputs("SRC", sources, folders=True)
     from ..checkpoint import save_model
     from ..foreign.checkpoints import open_ensemble

@@ -5,11 +5,14 @@ that `ensdiag report DIR` renders."""
 
 from pathlib import Path
 
-from rich.console import Console
-
-from ..console import literal, note, output_folder, print_json, show
+from ..console import note, output_folder, print_json
 from ..errors import EnsdiagError
 from ..lora.config import read_adapter_folders
+from ..lora.harness import evaluate_adapters
+from ..progress import step_bar
+from ..runs import LORA, claim_run
+from ..text import terminal_safe
+from .show import show_items, show_metrics
 
 SOURCE = "ensdiag diversity (LoRA adapters)"
 
@@ -28,12 +31,10 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
         raise EnsdiagError(f"--base {base} does not exist")
     configs = read_adapter_folders(folders)
     if save is not None:  # refused now, not after the whole diagnosis (nothing is created yet)
-        from ..runs import LORA, claim_run
         claim_run(output_folder(save, "--save"), method, seed, LORA, overwrite, create=False)
     if plot is not None:
         _check_plot(plot)
     from ..lora.analysis import diagnose_adapters, save_lora_run
-    from ..progress import step_bar
     with step_bar(f"comparing {len(configs)} adapters, layer by layer") as advance:
         section = diagnose_adapters(configs, base, progress=advance)
     if save is not None:
@@ -44,7 +45,7 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
         print_json(with_lora({"splits": {}, "ensemble": {"method": "LoRA adapters", "num_members": section["k"]}},
                              section))
     else:
-        _show_lora(lora_renderables_of(section))
+        show_items(lora_renderables_of(section), [])
     if drawn:
         note(f"figures written to {', '.join(map(str, drawn))}")
 
@@ -76,14 +77,7 @@ def with_lora(metrics: dict, section: dict) -> dict:
 
 def lora_renderables_of(section: dict) -> list:
     from ..report.lora_terminal import lora_renderables
-    from ..text import terminal_safe
     return lora_renderables(terminal_safe(section))  # layer and module names come from files
-
-
-def _show_lora(items):
-    console = Console()
-    for item in items:
-        show(console, item) if not isinstance(item, str) else console.print(literal(item), soft_wrap=True)
 
 
 def evaluate_command(folders, base, tasks, ood_task, include_path, out, method, seed, device, batch_size, limit, fmt,
@@ -91,25 +85,16 @@ def evaluate_command(folders, base, tasks, ood_task, include_path, out, method, 
     """`ensdiag evaluate ADAPTER_DIR…`: lm-eval runs, the run is saved, then its metrics (with their
     intervals) and the weight-space summary are printed, or --format json: one metrics layout with the
     weight space as its `lora` analyzer, as `diversity ADAPTER_DIR… --format json` prints it."""
-    from ..lora.harness import evaluate_adapters
-    from ..text import terminal_safe
     run, metrics, section = evaluate_adapters(folders, base, tasks, ood_task, include_path, out, method, seed, device,
                                               batch_size, limit, not_for_adapters)
     if fmt == "json":
         print_json(with_lora(metrics, section))
     else:
         title = f"{tasks}: {len(folders)} LoRA adapters (lm-eval)"
-        shown = terminal_safe(metrics)  # names from lm-eval's files
-        if "generated" in shown:
+        if "generated" in metrics:
             from ..report.generated import generated_tables
-            tables, notes = generated_tables(shown, title), []
+            show_items(generated_tables(terminal_safe(metrics), title), [])  # names from lm-eval's files
         else:
-            from ..report.inspection import metrics_view
-            tables, notes = metrics_view(shown, title, Console().width)
-        console = Console()
-        for table in tables:
-            show(console, table)
-        for line in notes:
-            note(line)
-        _show_lora(lora_renderables_of(section)[:3])  # the headline, the members, the summary table
+            show_metrics(metrics, "table", title)
+        show_items(lora_renderables_of(section)[:3], [])  # the headline, the members, the summary table
     note(f"saved to {run}; `ensdiag report {run.parent.parent}` reports every run saved there")

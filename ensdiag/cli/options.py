@@ -5,7 +5,12 @@ from pathlib import Path
 
 import typer
 
-from ..console import note
+from ..console import note, output_file, output_folder
+from ..errors import EnsdiagError
+from ..numbers import seed as checked_seed
+from ..quickcheck import check_inputs, check_set
+from ..runs import PREDICTIONS, RUN_FILES, claim_files, claim_run
+from ..threads import own
 
 SOURCES_HELP = ("An ensdiag model file, or an ensemble trained elsewhere: a torch-uncertainty checkpoint "
                 "(.ckpt/.pt/.safetensors) or one state_dict per member (format detected from the keys).")
@@ -38,21 +43,13 @@ THREADS = typer.Option(None, "--threads", min=1, max=1024, help="torch's threads
 
 def own_threads(threads, arch=None):
     """--threads, else OMP_NUM_THREADS, else ensdiag's choice for a network of `arch` (None: none; threads.py)."""
-    from ..threads import own
     if arch is not None:
         from ..nn.architectures import ARCHITECTURES
     own(threads, arch is not None and arch in ARCHITECTURES and not ARCHITECTURES[arch].convolutional)
 
 
-def budget_of(budget, precision) -> tuple:
-    """(seconds, half-width) of --budget and --precision-target (None where not given), checked before torch."""
-    from ..quickcheck import parse_precision, parse_seconds
-    return parse_seconds(budget), parse_precision(precision)
-
-
 def quick_checks(model_path, data, shift, ood):
     """What needs no tensor, before torch is imported: the inputs exist, the sets are known."""
-    from ..quickcheck import check_inputs, check_set
     check_inputs("MODEL", model_path, folders=True)
     check_inputs("--data", [data] if data is not None else [], folders=True)
     check_set("--shift", shift)
@@ -60,27 +57,21 @@ def quick_checks(model_path, data, shift, ood):
 
 
 def data_choice(model, preset, data, shift, ood, normalize):
-    """The `DataChoice` of the command line (its paths were checked by `quick_checks`)."""
-    from ..core.inputs import DataChoice
-    return DataChoice(preset=preset or (None if data is not None else guessed_preset(model)),
-                      data=None if data is None else str(data), shift=shift, ood=ood, normalize=normalize)
-
-
-def guessed_preset(model) -> str:
-    """The preset whose architecture, inputs and classes fit; said aloud for imported models, whose
+    """The `DataChoice` of the command line (its paths were checked by `quick_checks`); without --preset and
+    --data, the preset whose architecture, inputs and classes fit, said aloud for imported models, whose
     shapes need not say which data they were trained on."""
-    from ..core.inputs import guess_preset
-    preset = guess_preset(model.spec)
-    if getattr(model, "imported_from", None):
-        note(f"no --preset given: measuring on the {preset} preset's data, whose inputs and classes fit this model")
-    return preset
+    from ..core.inputs import DataChoice, guess_preset
+    if not preset and data is None:
+        preset = guess_preset(model.spec)
+        if getattr(model, "imported_from", None):
+            note(f"no --preset given: measuring on the {preset} preset's data, whose inputs and classes fit this model")
+    return DataChoice(preset=preset or None, data=None if data is None else str(data), shift=shift, ood=ood,
+                      normalize=normalize)
 
 
 def check_saving(out, method, seed, overwrite=False):
     """--method saves a diagnosis-kind run folder (as `Diagnosis.save`); --seed and --overwrite only go
     with it (lm-eval logs name their run themselves: --seed with --out is checked after reading them)."""
-    from ..console import output_folder
-    from ..errors import EnsdiagError
     if method is None:
         if (seed is not None or overwrite) and out is None:
             raise EnsdiagError(f"{'--overwrite' if overwrite else '--seed'} names the run --method saves: give "
@@ -90,7 +81,6 @@ def check_saving(out, method, seed, overwrite=False):
         return
     if out is None:
         raise EnsdiagError("--method saves the analysis as a run of a folder: give that folder with --out DIR")
-    from ..runs import PREDICTIONS, claim_run
     claim_run(output_folder(out), method, checked_seed(0 if seed is None else seed), PREDICTIONS, overwrite, create=False)
 
 
@@ -98,18 +88,9 @@ def claimed_file(out, overwrite=False) -> Path:
     """`analyze --out FILE.json|DIR` without --method: the file to write (DIR/metrics.json), never a link,
     never a run's result file replaced (runs.claim_files: not in a run folder's root or a training run's
     folder; an existing file only with --overwrite)."""
-    from ..console import output_file
-    from ..errors import EnsdiagError
-    from ..runs import RUN_FILES, claim_files
     target = output_file(out, "metrics.json")
     if target.name in RUN_FILES:
         claim_files(target.parent, (target.name,), overwrite)
     elif (target.exists() or target.is_symlink()) and not overwrite:
         raise EnsdiagError(f"--out {target} already exists; pass --overwrite to replace it, or name another file")
     return target
-
-
-def checked_seed(value) -> int:
-    """A seed option: a whole number in 0..2³¹−1, one line otherwise (`--seed 2**70`)."""
-    from ..numbers import seed
-    return seed(value)

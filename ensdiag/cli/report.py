@@ -8,11 +8,12 @@ from rich.console import Console
 
 from ..console import check_format, loading, note, output_file, show
 from ..errors import unknown
-from ..export import table_writer
+from ..export import EXAMPLE_FIELDS, example_rows, table_writer, write_table
+from ..io import atomic_write_text
 from ..names import REPORT_FORMATS
+from ..runs import check_run_folder
 from .app import app
 from .options import THREADS, own_threads
-
 
 
 @app.command()
@@ -41,21 +42,18 @@ def report(
     """The paper's tables (mean ± 95 % CI) and figures of a run.
 
     Also rebuilds report.md, report.html and figures/ in the run folder."""
-
     fmt = fmt or ("table" if sys.stdout.isatty() and out is None else "markdown")
     check_format(fmt, tuple(REPORT_FORMATS))  # every check that needs no tensor before matplotlib and torch
     if reference not in (None, "paper"):
         raise unknown("--reference", reference, ("paper",))
     if conventions not in ("ensdiag", "torch-uncertainty"):
         raise unknown("--conventions", conventions, ("ensdiag", "torch-uncertainty"))
-    from ..runs import check_run_folder
     for run_dir in run_dirs or ():
         check_run_folder(run_dir)
     if examples is not None:  # refused now, not after the whole report
         table_writer(examples, "--examples ")
         output_file(examples, None, "--examples")
     own_threads(threads)  # (set once torch loads: a report read back needs none)
-    from ..io import atomic_write_text
     from ..report import make_report, render, to_rich
 
     if detail and (not figures or len(run_dirs or ()) > 1):
@@ -66,7 +64,6 @@ def report(
         result = make_report(list(run_dirs or []) or None, reference, write=figures, conventions=conventions, svg=svg,
                              ood_score=ood_score, detail=detail)
     if examples is not None:
-        from ..export import EXAMPLE_FIELDS, run_example_rows, write_table
         write_table(run_example_rows(list(run_dirs) if run_dirs else [Path(result["run"])]), examples, EXAMPLE_FIELDS)
         note(f"per-example predictions written to {examples}")
     written = result.pop("written")  # a note for the terminal, not part of the report
@@ -83,3 +80,17 @@ def report(
             note(f"report written to {target}")
     if written and not (fmt == "summary" and target is None and written.startswith("report.md")):
         note(written)  # (the summary says where the report is itself)
+
+
+def run_example_rows(run_dirs) -> list[dict]:
+    """`example_rows` of every finished run of one or more run folders (`report --examples`), each row led by
+    its `method` and `seed` (the stored splits: per-corruption shift splits, not their pool)."""
+    from ..predictions import load_predictions
+    from ..report.merge import load_folders
+    rows = []
+    for method, seeds in load_folders(run_dirs)["runs"].items():
+        for seed, run in seeds.items():
+            if run is not None and (run["folder"] / "predictions.safetensors").is_file():  # (LoRA: weights only)
+                predictions = load_predictions(run["folder"] / "predictions.safetensors")[0]
+                rows += [{"method": method, "seed": seed, **row} for row in example_rows(predictions)]
+    return rows

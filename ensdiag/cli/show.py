@@ -3,9 +3,10 @@ metrics.json holds it) or tables on stdout, with notes on stderr. Tables are bui
 metrics with every string passed through the terminal sink first (text.terminal_safe): split
 names, titles, filters and reasons may come from files."""
 
+import typer
 from rich.console import Console
 
-from ..console import literal, note, print_json, show
+from ..console import EXIT_INTERRUPTED, literal, note, print_json, show
 from ..text import terminal, terminal_safe
 
 
@@ -40,8 +41,5 @@ def ended_by_interruption(metrics: dict) -> None:
     """A diagnosis a Ctrl-C cut short was shown (and saved) with what it finished: say so, and end
     with the interrupted exit code (130)."""
     if metrics.get("interrupted"):
-        import typer
-
-        from ..console import EXIT_INTERRUPTED
         note(metrics["interrupted"])
         raise typer.Exit(EXIT_INTERRUPTED)

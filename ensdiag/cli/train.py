@@ -5,9 +5,13 @@ from pathlib import Path
 
 import typer
 
-from ..config import PRESETS  # torch-free: the presets' names for the help
+from ..config import PRESETS, TrainConfig, preset_config  # torch-free: the presets' names for the help
 from ..console import err_console, loading, note, show
 from ..errors import EnsdiagError
+from ..io import is_path
+from ..numbers import integer_list
+from ..quickcheck import check_train
+from ..runs import default_run_dir, read_experiment
 from ..text import terminal
 from .app import app, csv_list
 from .options import THREADS, own_threads
@@ -66,8 +70,7 @@ def train(
     """Train every method × seed of a preset into a run folder.
 
     Writes models, predictions and metrics per run; rerun into the folder to resume."""
-    from ..quickcheck import check_train, integer_list
-    options = dict(methods=csv_list(method, what="--method"), seeds=integer_list(seeds, "--seeds"), epochs=epochs, lr=lr,
+    options = dict(methods=csv_list(method), seeds=integer_list(seeds, "--seeds"), epochs=epochs, lr=lr,
                    batch_size=batch_size, members=members, dropout=dropout, mc_dropout_train=mc_dropout_train, be_variant=be_variant,
                    be_init=be_init, be_layout=be_layout, be_loss=be_loss, be_split_batch=be_split_batch, be_fast_weight_decay=be_fast_weight_decay,
                    early_stopping=early_stopping, patience=patience, val_fraction=val_fraction,
@@ -79,29 +82,27 @@ def train(
             raise EnsdiagError(f"--resume continues a run with its stored settings; drop {', '.join(given) or '--out'}")
     check_train(preset, options["methods"], out, resume, shift, ood)  # before torch: a typo costs well under a second
     with loading("loading torch …", quiet):  # a transient line: gone once training shows its progress
-        from ..config import TrainConfig, preset_config
+        from ..distributed import finish, from_environment, ranks
         from ..experiment import run_experiment
-        from ..runs import default_run_dir, read_experiment
+        from ..nn.methods import parse_method_options
+        from ..report import make_report, to_rich
 
-    options.update(method_options=_method_options(method_option), shift=_set(shift), ood=_set(ood))
+    options.update(method_options=parse_method_options(method_option) if method_option else None, shift=_set(shift),
+                   ood=_set(ood))
     if resume is not None:
         config, out = TrainConfig.from_dict(read_experiment(resume)["config"], source=str(resume / "experiment.json")), resume
     else:
         config = preset_config(preset, **options)
-        from ..distributed import from_environment
         if out is None and from_environment().distributed:
             raise EnsdiagError("under torchrun, name the run folder with --out: every rank must write the same one")
         out = out or default_run_dir(config.preset)
     own_threads(threads, config.arch)
-    from .. import distributed
     try:
         run_dir = run_experiment(config, out, data_dir, download, device, quiet, sys.argv, ddp=ddp)
     finally:
-        distributed.finish()
-    ranks = distributed.ranks()
-    if not ranks.main:
+        finish()
+    if not ranks().main:
         return  # rank 0 reports for the whole job
-    from ..report import make_report, to_rich
     # the grid's report, written once every run (every rank's) has finished: `ensdiag report` reads it back
     summary = None
     try:
@@ -124,12 +125,4 @@ def _set(value):
     """A --shift/--ood value as stored in the run: a dataset name as given, files as an absolute path."""
     if value is None:
         return None
-    from ..io import is_path
     return str(Path(value).resolve()) if is_path(value) else value
-
-
-def _method_options(pairs):
-    if not pairs:
-        return None
-    from ..nn.methods import parse_method_options
-    return parse_method_options(pairs)
