@@ -96,12 +96,12 @@ def barrier() -> None:
         torch.distributed.barrier(group=_WAITS["group"])
 
 
-def broadcast(value, source: int = 0):
-    """A picklable value from rank `source` to every rank (over the waiting group)."""
+def broadcast(value):
+    """A picklable value from rank 0 to every rank (over the waiting group)."""
     if not _RANKS.distributed:
         return value
     box = [value]
-    torch.distributed.broadcast_object_list(box, src=source, group=_WAITS["group"])
+    torch.distributed.broadcast_object_list(box, src=0, group=_WAITS["group"])
     return box[0]
 
 

@@ -88,13 +88,6 @@ def prepare_run_dir(out: Path, config: TrainConfig, argv) -> TrainConfig:
         if stored.to_dict() != experiment["config"]:
             atomic_write_json(out / "experiment.json", {**experiment, "config": stored.to_dict()})
         return stored
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".ensdiag-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise EnsdiagError(f"cannot write to --out {out}: {error.strerror or error}") from None
     atomic_write_json(out / "experiment.json", {"format": EXPERIMENT_FORMAT, "ensdiag_version": __version__,
                                                 "created": datetime.now().isoformat(timespec="seconds"),
                                                 "argv": list(argv), "config": config.to_dict()})

@@ -13,6 +13,7 @@ link that leads elsewhere (`inner_folder`).
 
 import fcntl
 import json
+import math
 import os
 import re
 import stat
@@ -332,13 +333,8 @@ SAFETENSORS_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I
 def _check_tensor_bytes(handle, names, where: str):
     """The memory budget (budget.py) against what reading `names` allocates, from the header's shapes and
     dtypes: a sparse file (or one whose size is no reason to trust it) is refused before it is read."""
-    total = 0
-    for name in names:
-        found = handle.get_slice(name)
-        count = 1
-        for size in found.get_shape():
-            count *= size
-        total += count * SAFETENSORS_BYTES.get(str(found.get_dtype()).upper(), 8)
+    total = sum(math.prod(found.get_shape()) * SAFETENSORS_BYTES.get(str(found.get_dtype()).upper(), 8)
+                for found in map(handle.get_slice, names))
     require(total, f"{where}: reading its tensors")
 
 
@@ -348,8 +344,6 @@ def read_safetensors(path, what="file", only=None, shapes: dict | None = None) -
     predictions file is mostly shift logits); `shapes` receives every tensor's shape from the header."""
     from safetensors import SafetensorError, safe_open
 
-    if Path(path).is_dir():
-        raise EnsdiagError(f"{what} {path} is a directory, not a .safetensors file")
     path = regular_file(path, what)
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:

@@ -42,8 +42,8 @@ RUN_FILES = ("experiment.json", *REPORT_FILES, "model.safetensors", "predictions
                  "cka-layers", "cka-heatmaps", "alignment", "paths", "tracking") for ext in ("png", "svg")))
 
 
-def default_run_dir(preset: str, root="runs") -> Path:
-    return Path(root) / f"{preset}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+def default_run_dir(preset: str) -> Path:
+    return Path("runs") / f"{preset}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
 def check_run_folder(run_dir) -> Path:

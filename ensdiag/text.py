@@ -81,9 +81,9 @@ def counted(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'s' * (number != 1)}"
 
 
-def html(text, keep: str = "") -> str:
+def html(text) -> str:
     """Text for an HTML element or attribute: `terminal()`, then `<`, `>`, `&` and quotes escaped."""
-    return _html.escape(terminal(text, keep), quote=True)
+    return _html.escape(terminal(text), quote=True)
 
 
 LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",

@@ -134,28 +134,25 @@ def train_epoch(model, optimizer, data: FitData, orders, config, generator, auto
 
 
 @torch.no_grad()
-def evaluate(model, images, labels, normalize, batch_size=1000, autocast=False, keep_logits=False):
+def evaluate(model, images, labels, normalize, keep_logits=False):
     """(accuracy, NLL) of the ensemble mean p̄ = mean of member softmaxes; (None, None) for no images.
     With `keep_logits`, also the member logits [k, N, C] (on the model's device). In exact fp32
-    (precision.py) unless `autocast` (the bench times bf16 inference with it)."""
+    (precision.py)."""
     if len(images) == 0:
         return (None, None, None) if keep_logits else (None, None)
     model.eval()
     correct = nll = 0.0
     kept = []
-    for start in range(0, len(images), batch_size):
-        x = normalize(images[start:start + batch_size])
-        y = labels[start:start + batch_size]
-        with exact_math(), torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
-            logits = model(x).float()
+    for x, y in zip(images.split(1000), labels.split(1000)):
+        with exact_math():
+            logits = model(normalize(x)).float()
         log_mean = Examples(logits, None).log_mean
         correct += (log_mean.argmax(-1) == y).sum().item()
         nll -= log_mean.gather(1, y[:, None]).sum().item()
         if keep_logits:
             kept.append(logits)
-    if keep_logits:
-        return correct / len(images), nll / len(images), torch.cat(kept, dim=1)
-    return correct / len(images), nll / len(images)
+    found = correct / len(images), nll / len(images)
+    return (*found, torch.cat(kept, dim=1)) if keep_logits else found
 
 
 def _rng_state(generator, device):

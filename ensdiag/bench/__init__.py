@@ -60,12 +60,20 @@ def bench_record(run, settings, device, argv=(), log=None) -> dict:
             "command": list(argv), "environment": environment(device), **result}
 
 
+def _table(title: str, columns, **options) -> Table:
+    """A table of text in its first column and of numbers, right-aligned, in the others."""
+    table = Table(title=title, **options)
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="right" if index else "left", no_wrap=not index)
+    return table
+
+
 def main_job_table(result: dict) -> list[Table]:
     """The main job's record: per round its seconds and ratios, then the targets, met or not."""
-    rounds = Table(title="The main job (default grid, its report, diversity within a budget), per round", title_justify="left")
-    for column in ("round", "cache", "grid s", "training s", "diagnosis s", "diagnosis / training", "report s",
-                   "report / training", "report s (figures redrawn)", "diversity s / budget", "load before"):
-        rounds.add_column(column, justify="right")
+    rounds = _table("The main job (default grid, its report, diversity within a budget), per round",
+                    ("round", "cache", "grid s", "training s", "diagnosis s", "diagnosis / training", "report s",
+                     "report / training", "report s (figures redrawn)", "diversity s / budget", "load before"),
+                    title_justify="left")
     for found in result["rounds"]:
         rounds.add_row(str(found["round"] + 1), found["cache"], f"{found['grid_seconds']:.1f}",
                        f"{found['training_seconds']:.1f}", f"{found['diagnosis_seconds']:.1f}",
@@ -73,9 +81,7 @@ def main_job_table(result: dict) -> list[Table]:
                        f"{found['report_to_training']:.2f}", f"{found['report_cold_seconds']:.1f}",
                        f"{found['budget']['wall_seconds']:.0f} / {found['budget']['asked_seconds']:.0f}",
                        " ".join(f"{x:.2f}" for x in found["load_average"]["before"]))
-    targets = Table(title="Targets", title_justify="left")
-    targets.add_column("target")
-    targets.add_column("met")
+    targets = _table("Targets", ("target", "met"), title_justify="left")
     for name, met in result["targets"].items():
         targets.add_row(name, "yes" if met else "no")
     return [rounds, targets]
@@ -85,13 +91,7 @@ def write_result(result: dict, folder=Path("benchmarks/results")) -> Path:
     settings = result["settings"]
     stamp = result["created"].replace(":", "").replace("-", "")
     kind = result.get("kind") if result.get("kind") in ("diagnose", "diagnose-budget", "main-job") else "bench"
-    path = Path(folder) / f"{kind}-{settings['arch']}-{settings['device']}-{stamp}.json"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise EnsdiagError(f"cannot write benchmark results to {folder}: {error.strerror or error}") from None
-    atomic_write_json(path, result)
-    return path
+    return atomic_write_json(Path(folder) / f"{kind}-{settings['arch']}-{settings['device']}-{stamp}.json", result)
 
 
 def _rate(value):
@@ -108,11 +108,8 @@ def bench_table(result: dict) -> list[Table]:
     settings, env = result["settings"], result["environment"]
     title = (f"ensdiag bench: {settings['arch']} on {env['device_name']} ({env['device']}, "
              f"{settings['threads']} threads), {settings['train_size']:,} images, batch {settings['batch_size']}")
-    table = Table(title=title)
-    columns = ["method", "k", "s/epoch", "ref s/epoch", "speed-up", "img/s", "member img/s",
-               "infer img/s", "infer member img/s", "ref infer img/s"]
-    for column in columns:
-        table.add_column(column, justify="left" if column == "method" else "right", no_wrap=column == "method")
+    table = _table(title, ("method", "k", "s/epoch", "ref s/epoch", "speed-up", "img/s", "member img/s", "infer img/s",
+                           "infer member img/s", "ref infer img/s"))
     for run, row in result["methods"].items():
         reference = row.get("reference_seconds_per_epoch")
         table.add_row(run, str(row["members"]), f"{row['seconds_per_epoch']:.3f}",
@@ -122,9 +119,7 @@ def bench_table(result: dict) -> list[Table]:
                       _rate(row.get("reference_inference_images_per_second")))
     tables = [table]
     if result["ratios"]:
-        ratios = Table(title="Ratios the targets are stated in")
-        ratios.add_column("ratio")
-        ratios.add_column("value", justify="right")
+        ratios = _table("Ratios the targets are stated in", ("ratio", "value"))
         for name, value in result["ratios"].items():
             ratios.add_row(name, f"{value:.2f}")
         tables.append(ratios)
@@ -133,9 +128,8 @@ def bench_table(result: dict) -> list[Table]:
         in_use = result["strategy_in_use"]
         caption = (f"{in_use} is in use (FASTEST in nn/members.py)"
                    + ("" if measured == in_use else f"; {measured} was faster in this run"))
-        strategies = Table(title="Deep Ensemble member strategies (nn/members.py)", caption=caption)
-        for column in ("strategy", "s/epoch", "infer images/s"):
-            strategies.add_column(column, justify="left" if column == "strategy" else "right")
+        strategies = _table("Deep Ensemble member strategies (nn/members.py)", ("strategy", "s/epoch", "infer images/s"),
+                            caption=caption)
         for name, row in result["strategies"].items():
             strategies.add_row(name, f"{row['seconds_per_epoch']:.3f}", _rate(row["inference_images_per_second"]))
         for name, why in result.get("strategies_skipped", {}).items():
@@ -151,13 +145,10 @@ def bench_table(result: dict) -> list[Table]:
 def diagnose_table(result: dict) -> list[Table]:
     """`bench --diagnose`: seconds and evaluation passes per step, one column pair per method."""
     settings, methods = result["settings"], result["methods"]
-    table = Table(title=f"ensdiag bench --diagnose: {settings['arch']}, k = {settings['members']}, "
-                        f"{settings['test_size']:,} images per split ({settings['threads']} threads); "
-                        f"passes = multiples of one evaluation pass")
-    table.add_column("step", no_wrap=True)
-    for run in methods:
-        table.add_column(f"{run} s", justify="right")
-        table.add_column("passes", justify="right")
+    table = _table(f"ensdiag bench --diagnose: {settings['arch']}, k = {settings['members']}, "
+                   f"{settings['test_size']:,} images per split ({settings['threads']} threads); "
+                   f"passes = multiples of one evaluation pass",
+                   ("step", *(label for run in methods for label in (f"{run} s", "passes"))))
     steps = list(dict.fromkeys(step for row in methods.values() for step in row["steps"]))
     for step in steps:
         cells = []
@@ -171,9 +162,8 @@ def diagnose_table(result: dict) -> list[Table]:
     if estimates:
         table.caption = (f"whole diagnosis at {PROTOCOL_IMAGES:,} images per split, estimated: " + ", ".join(estimates))
     report = result["report"]
-    reporting = Table(title=f"report of {report['runs']} runs (passes of {report['unit_method']}'s evaluation pass)")
-    for column in ("step", "s", "passes"):
-        reporting.add_column(column, justify="left" if column == "step" else "right")
+    reporting = _table(f"report of {report['runs']} runs (passes of {report['unit_method']}'s evaluation pass)",
+                       ("step", "s", "passes"))
     for step, found in report["steps"].items():
         reporting.add_row(step, f"{found['seconds']:.3g}", f"{found['passes']:.3g}")
     return [table, reporting]
@@ -183,14 +173,11 @@ def budget_table(result: dict) -> list[Table]:
     """`bench --diagnose --budget`: what each step read within the budget, and the headline numbers."""
     tables = []
     for run, row in result["methods"].items():
-        table = Table(title=f"{run}, k = {row['members']}: {row['wall_seconds']:.0f} s within a budget of "
-                            f"{result['settings']['budget']}")
-        table.add_column("step")
+        table = _table(f"{run}, k = {row['members']}: {row['wall_seconds']:.0f} s within a budget of "
+                       f"{result['settings']['budget']}", ("step",))
         for line in budget_lines({"budget": row["budget"]}):
             table.add_row(line)
-        numbers = Table(title="headline numbers with their example-level 95 % intervals")
-        for column in ("number", "value", "interval", "n"):
-            numbers.add_column(column, justify="left" if column == "number" else "right")
+        numbers = _table("headline numbers with their example-level 95 % intervals", ("number", "value", "interval", "n"))
         for name, found in row["headline"].items():
             interval = f"[{found['low']:.3g}, {found['high']:.3g}]" if found.get("low") is not None else "–"
             numbers.add_row(name, f"{found['value']:.3g}", interval, f"{found['n']:,}" if found.get("n") else "–")

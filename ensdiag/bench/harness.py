@@ -152,14 +152,14 @@ class FastPathTimer:
     def epoch(self) -> float:
         return timed(lambda: self._epoch(self.timed_batches), self.device)[0]
 
-    def tracking_seconds(self, val, rounds=3) -> float:
+    def tracking_seconds(self, val) -> float:
         """The median time of one `--track-diversity` row on the validation split `val` (images,
         labels); the validation logits it reads come from the epoch's validation pass (exact fp32, as in `train`)."""
         logits = evaluate(self.model, val[0].to(self.device), val[1].to(self.device), self.data.normalize,
                           keep_logits=True)[2]
         tracker = DiversityTracker(self.model)
         tracker.measure(0, logits)  # warm-up
-        return statistics.median(timed(lambda: tracker.measure(1, logits), self.device)[0] for _ in range(rounds))
+        return statistics.median(timed(lambda: tracker.measure(1, logits), self.device)[0] for _ in range(3))
 
     def summary(self, seconds, test_images) -> dict:
         per_epoch = epoch_seconds(seconds, self.batches_per_epoch, self.timed_batches)

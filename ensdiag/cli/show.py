@@ -15,12 +15,7 @@ def show_metrics(metrics: dict, fmt: str, title: str):
         print_json(metrics)  # JSON escapes control characters (and all non-ASCII) itself
         return
     from ..report.inspection import metrics_view
-    console = Console()
-    tables, notes = metrics_view(terminal_safe(metrics), terminal(title), console.width)
-    for table in tables:
-        show(console, table)
-    for line in notes:
-        note(line)
+    show_items(*metrics_view(terminal_safe(metrics), terminal(title), Console().width))
 
 
 def show_items(items: list, notes: list):
