@@ -70,11 +70,8 @@ def check_predictions(predictions: dict, where: str = "predictions", need_id: bo
         if not torch.isfinite(logits).all():
             raise EnsdiagError(f"{at}: logits contains NaN or infinite values")
         labels = split.get("labels")
-        if labels is not None and not is_ood_split(name):
-            labels = check_labels(labels, n, c, at)
-        else:
-            labels = None
-        checked[name] = {"logits": logits.float(), "labels": labels}
+        labelled = labels is not None and not is_ood_split(name)
+        checked[name] = {"logits": logits.float(), "labels": check_labels(labels, n, c, at) if labelled else None}
     if need_id and (checked.get("id") is None or checked["id"]["logits"].shape[1] == 0):
         raise EnsdiagError(f"{where}: no in-distribution examples to measure on (empty data)")
     return checked

@@ -35,11 +35,10 @@ MAX_RUNS = 100_000  # (method, seed) pairs of one run folder: far beyond any rea
 STATE_FILE = "training-state.pt"
 CACHE_FILE = "report-cache.json"  # the report kept for the next `ensdiag report` (report/cached.py)
 REPORT_FILES = ("report.md", "report.html", CACHE_FILE)  # what a report writes at the folder's root, beside figures/
-RUN_FILES = ("experiment.json", *REPORT_FILES, "model.safetensors", "predictions.safetensors",
-             "metrics.json", "history.jsonl", "diversity.jsonl", "meta.json", "lora.json", STATE_FILE, "diversity.png", "diversity.svg",
-             "reliability.png", "reliability.svg", "ood-scores.png", "ood-scores.svg", "training.png", "training.svg",
-             "risk-coverage.png", "risk-coverage.svg", *(f"{name}.{ext}" for name in (
-                 "cka-layers", "cka-heatmaps", "alignment", "paths", "tracking") for ext in ("png", "svg")))
+RUN_FILES = ("experiment.json", *REPORT_FILES, "model.safetensors", "predictions.safetensors", "metrics.json",
+             "history.jsonl", "diversity.jsonl", "meta.json", "lora.json", STATE_FILE, *(f"{name}.{ext}" for name in (
+                 "diversity", "reliability", "ood-scores", "training", "risk-coverage", "cka-layers", "cka-heatmaps",
+                 "alignment", "paths", "tracking") for ext in ("png", "svg")))
 
 
 def default_run_dir(preset: str) -> Path:

@@ -115,14 +115,13 @@ class MethodSteps:
 def _report_folder(folder: Path, methods: dict, seeds: int):
     """Every method × seed as diagnosis runs; seeds after the first reuse seed 0's logits with noise."""
     for run, steps in methods.items():
-        metrics = analyze_predictions(steps.predictions, steps.weights)
         for seed in range(seeds):
             predictions = steps.predictions
             if seed:
                 generator = torch.Generator().manual_seed(seed)
                 predictions = {name: {**split, "logits": split["logits"] + 0.05 * torch.randn(
                     split["logits"].shape, generator=generator)} for name, split in predictions.items()}
-                metrics = analyze_predictions(predictions, steps.weights)
+            metrics = analyze_predictions(predictions, steps.weights)
             Diagnosis(metrics, predictions, {name: f"synthetic {name}" for name in SPLITS}).save(folder, run, seed)
 
 

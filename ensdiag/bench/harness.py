@@ -38,10 +38,7 @@ TEST_SIZE = 10_000
 
 def bench_methods() -> tuple[str, ...]:
     """Every registered method, one with run variants (BatchEnsemble) as its variants."""
-    runs = []
-    for name, kit in METHODS.items():
-        runs += list(kit.run_variants) or [name]
-    return tuple(runs)
+    return tuple(run for name, kit in METHODS.items() for run in (kit.run_variants or (name,)))
 
 
 BENCH_METHODS = bench_methods()
@@ -77,7 +74,6 @@ class BenchSettings:
     compile: bool = False  # torch.compile the model body (fast path only)
     compile_mode: str = "default"  # torch.compile mode; "reduce-overhead" adds CUDA graphs on CUDA
     reference: bool = True
-    reference_workers: int | None = None  # DataLoader workers; default 0 on CPU, min(8, cores) on CUDA
     strategies: bool = False  # also time the Deep Ensemble member strategies (nn/members.py)
     members: int = 4
     tracking: bool = False  # also time `train --track-diversity`'s per-epoch measurement
@@ -257,9 +253,7 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
     config = preset_config(preset, members=settings.members, methods=list(settings.methods))  # validates them
     train = synthetic_split(settings.train_size or default_size, config.input_shape, config.num_classes, seed=0)
     test = synthetic_split(settings.test_size, config.input_shape, config.num_classes, seed=1)
-    workers = settings.reference_workers
-    if workers is None:
-        workers = 0 if device.type == "cpu" else min(8, torch.get_num_threads())
+    workers = 0 if device.type == "cpu" else min(8, torch.get_num_threads())  # the reference's DataLoader workers
     data = FitData(train[0].to(device), train[1].to(device), test[0][:0].to(device), test[1][:0].to(device),
                    Normalize(config.mean, config.std, device), augment=config.augment)
     dtype = torch.bfloat16 if uses_bf16(settings.precision, device) else torch.float32

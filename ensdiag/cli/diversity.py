@@ -105,7 +105,6 @@ def _inputs(model, preset, data, shift, ood, normalize, data_dir, device, geomet
     if isinstance(model, RawEnsemble):  # foreign tensors no architecture runs
         return None, (f"{model.reason}: disagreement needs a model that runs (ensdiag runs its mlp and CIFAR-style "
                       "resnet18, and torchvision members with --arch torchvision:NAME)"), {}
-    guessed = preset is None and data is None
     try:
         with loading("loading the data …"):
             inputs = prepare(model, data_choice(model, preset, data, shift, ood, normalize), data_dir, device=device,
@@ -113,7 +112,7 @@ def _inputs(model, preset, data, shift, ood, normalize, data_dir, device, geomet
     except DataNotFound as error:
         return None, f"no data to predict on: {error}", {split: str(error) for split in ("id", "shift", "ood")}
     except EnsdiagError as error:
-        if not guessed:
+        if preset is not None or data is not None:  # (the data of a preset guessed from the shapes may be missing)
             raise
         return None, f"no data to predict on: {error}", {}
     model.to(inputs.device)
