@@ -82,7 +82,8 @@ class TrainConfig:
         data = {**LEGACY_DEFAULTS, **data}  # a run started by an older ensdiag resumes as it began
         if "method_options" not in data and data.get("preset") in PRESETS:  # before 0.3: no method ran with any
             data["method_options"] = PRESETS[data["preset"]].method_options
-        config = cls(**{key: _typed(key, value, getattr(PRESETS["digits"], key), source) for key, value in data.items()})
+        config = cls(**{key: _typed(key, value, getattr(PRESETS["digits"], key), source)
+                        for key, value in data.items()})
         validate(config, stored=True)
         return config
 

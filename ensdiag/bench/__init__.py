@@ -20,14 +20,14 @@ from ..precision import PRECISIONS
 from ..provenance import environment
 from ..report.example_level import budget_lines
 from .budgeted import BudgetSettings, run_budget_bench
-from .diagnose import PROTOCOL_IMAGES, DiagnoseSettings, run_diagnose_bench
-from .harness import BENCH_METHODS, COMPILE_MODES, PROTOCOLS, BenchSettings, default_methods, run_bench
+from .diagnose import DiagnoseSettings, run_diagnose_bench
+from .harness import BENCH_METHODS, COMPILE_MODES, PROTOCOL_IMAGES, PROTOCOLS, BenchSettings, default_methods, run_bench
 from .main_job import MainJobSettings, run_main_job_bench
 
 BENCH_FORMAT = "ensdiag.bench/1"
-__all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "BudgetSettings", "DiagnoseSettings", "MainJobSettings", "bench",
-           "bench_record", "bench_table", "budget_table", "default_methods", "diagnose_table", "main_job_table",
-           "run_budget_bench", "run_diagnose_bench", "run_main_job_bench", "write_result"]
+__all__ = ["BENCH_METHODS", "PROTOCOLS", "BenchSettings", "BudgetSettings", "DiagnoseSettings", "MainJobSettings",
+           "bench", "bench_record", "bench_table", "budget_table", "default_methods", "diagnose_table",
+           "main_job_table", "run_budget_bench", "run_diagnose_bench", "run_main_job_bench", "write_result"]
 
 
 def bench(settings: BenchSettings, device, log=None) -> dict:
@@ -127,8 +127,8 @@ def bench_table(result: dict) -> list[Table]:
         in_use = result["strategy_in_use"]
         caption = (f"{in_use} is in use (FASTEST in nn/members.py)"
                    + ("" if measured == in_use else f"; {measured} was faster in this run"))
-        strategies = _table("Deep Ensemble member strategies (nn/members.py)", ("strategy", "s/epoch", "infer images/s"),
-                            caption=caption)
+        strategies = _table("Deep Ensemble member strategies (nn/members.py)",
+                            ("strategy", "s/epoch", "infer images/s"), caption=caption)
         for name, row in result["strategies"].items():
             strategies.add_row(name, f"{row['seconds_per_epoch']:.3f}", _rate(row["inference_images_per_second"]))
         for name, why in result.get("strategies_skipped", {}).items():
@@ -176,7 +176,8 @@ def budget_table(result: dict) -> list[Table]:
                        f"{result['settings']['budget']}", ("step",))
         for line in budget_lines({"budget": row["budget"]}):
             table.add_row(line)
-        numbers = _table("headline numbers with their example-level 95 % intervals", ("number", "value", "interval", "n"))
+        numbers = _table("headline numbers with their example-level 95 % intervals",
+                         ("number", "value", "interval", "n"))
         for name, found in row["headline"].items():
             interval = f"[{found['low']:.3g}, {found['high']:.3g}]" if found.get("low") is not None else "–"
             numbers.add_row(name, f"{found['value']:.3g}", interval, f"{found['n']:,}" if found.get("n") else "–")

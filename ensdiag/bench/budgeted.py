@@ -27,8 +27,8 @@ from ..export import headline_entries, read_entry
 from ..layout import lookup
 from ..nn import flush_denormals
 from ..nn.members import fastest
-from .diagnose import PROTOCOL_IMAGES, synthetic_protocol
-from .harness import settings_record
+from .diagnose import synthetic_protocol
+from .harness import PROTOCOL_IMAGES, settings_record
 
 
 @dataclass

@@ -47,10 +47,9 @@ from ..report.aggregate import build_report
 from ..report.load import load_runs
 from ..seeds.across import load_seeds
 from ..seeds.verdict import verdict
-from .harness import PROTOCOLS, settings_record, synthetic_split, timed
+from .harness import PROTOCOL_IMAGES, PROTOCOLS, settings_record, synthetic_split, timed
 
 SPLITS = ("id", "shift", "ood", "val")  # val: what temperature scaling is fitted on
-PROTOCOL_IMAGES = 10_000  # the test splits of MNIST and CIFAR-10
 
 
 @dataclass

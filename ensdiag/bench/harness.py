@@ -33,7 +33,7 @@ from .reference import ReferenceModel, make_loader
 
 PROTOCOLS = {"mlp": ("mnist", 60_000), "resnet18": ("cifar10", 50_000)}
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-TEST_SIZE = 10_000
+PROTOCOL_IMAGES = 10_000  # the test splits of MNIST and CIFAR-10
 
 
 def bench_methods() -> tuple[str, ...]:
@@ -67,7 +67,7 @@ class BenchSettings:
     epochs: int = 3  # timed rounds (one epoch of every method each), after warm-up; the median counts
     batches: int | None = None  # time only this many batches per epoch, extrapolate to the epoch
     train_size: int | None = None  # default: the protocol's (60,000 / 50,000)
-    test_size: int = TEST_SIZE
+    test_size: int = PROTOCOL_IMAGES
     eval_batch_size: int = 1000
     warmup_batches: int = 5  # never more than the timed batches
     precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
@@ -302,7 +302,8 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
                                                           "inference_images_per_second")}
     return {"settings": {**settings_record(settings), "preset": preset, "train_size": len(train[1]),
                          "batch_size": config.batch_size, "optimizer": config.optimizer,
-                         "augment": config.augment, "reference_workers": workers, "timing": "round-robin, median epoch"},
+                         "augment": config.augment, "reference_workers": workers,
+                         "timing": "round-robin, median epoch"},
             "methods": results, "strategies": strategies, "strategies_skipped": skipped, "ratios": ratios(results),
             "strategy_in_use": fastest(device.type, settings.arch)}
 

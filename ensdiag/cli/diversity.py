@@ -75,14 +75,14 @@ def diversity(
     device = resolve_device(device)  # --device cuda without a GPU: one line, not a disagreement section skipped
     points = path_points_option(path_points)
     budget, precision_target = parse_seconds(budget), parse_precision(precision_target)
-    measured = (*MEASURED, *(name for name, analyzer in all_analyzers().items() if geometry and analyzer.needs == "model"))
+    geometric = [name for name, analyzer in all_analyzers().items() if analyzer.needs == "model"] if geometry else []
     model = open_ensemble(model_path, family, arch=arch, num_classes=num_classes)
     own_threads(threads, getattr(getattr(model, "spec", None), "arch", None))
     inputs, no_data, skipped = _inputs(model, preset, data, shift, ood, normalize, data_dir, device, geometry)
     diagnosis = inspect(model, inputs.splits if inputs else {}, preprocess=inputs and inputs.preprocess,
                         train=inputs and inputs.train,
                         measure=Measure(geometry=geometry, geometry_examples=max_examples, path_points=points,
-                                        only=measured, detail=detail, seed=seed, budget=budget,
+                                        only=(*MEASURED, *geometric), detail=detail, seed=seed, budget=budget,
                                         precision=precision_target),
                         context=Context(titles=inputs and inputs.titles, skipped=skipped, no_data=no_data, status=loading))
     name = model_path[0].name if len(model_path) == 1 else f"{len(model_path)} files"

@@ -27,6 +27,6 @@ def generated_command(sources, options, out, method, fmt: str, title: str):
     if fmt == "json":
         print_json(metrics)
         return
-    show_items(generated_tables(metrics, title), ["[low, high]: a 95 % confidence interval for the mean over the task's "
-                                                  "population of questions (a bootstrap over the questions); "
+    show_items(generated_tables(metrics, title), ["[low, high]: a 95 % confidence interval for the mean over the "
+                                                  "task's population of questions (a bootstrap over the questions); "
                                                   + DEFINITIONS["vote_accuracy"]])
