@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EnsdiagError, InputTypeError
+from ..export import metric_entries
+from ..layout import finite
+from ..report.notebook import figure_rgb, heatmaps, summary_line
 from ..text import terminal
 
 
@@ -35,9 +38,6 @@ def _slug(text: str) -> str:
 
 def diagnosis_records(metrics: dict, prefix: str = "ensdiag") -> Records:
     """Every headline number, the heatmaps, the summary line, what was not measured, and metrics.json."""
-    from ..layout import finite
-    from ..export import metric_entries
-    from ..report.notebook import figure_rgb, heatmaps, summary_line
     records = Records()
     missing = []
     for entry in metric_entries(metrics):

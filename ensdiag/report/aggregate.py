@@ -5,18 +5,23 @@ t_{0.975, n−1} · s / √n. Seeds without metrics (a run in progress, a crashe
 seed) are counted and shown (n per cell), never averaged in as if complete.
 """
 
-
-
-from ..layout import SPLIT_TABLES
+from ..analysis import all_analyzers
+from ..analysis.registry import CATALOGUE_LEFT_OUT
 from ..errors import EnsdiagError, unknown
+from ..export import STATUS_REASONS, flat_name
+from ..layout import SPLIT_TABLES
+from ..nn.methods import run_label
 from ..seeds.across import across_seeds
 from ..seeds.stats import mean_ci
 from ..threads import apply as apply_threads
 from .example_level import EXAMPLES_DEFINITION, Declared, budget_notes, example_cell
+from . import ood_score as scores
+from .diagnostics import with_diagnostics
 from .effective_table import SIZE_DEFINITIONS, effective_size_table, seeds_needed_table
 from .load import MISSING, _lookup, _number, dig, load_runs
 from .llm import llm_tables
 from .lora import lora_tables
+from .verdict_text import answer, how_to_read, sentence
 
 REPORT_SCHEMA = "ensdiag.report/1"
 CI_DEFINITION = "mean ± t_{0.975,n−1}·s/√n over seeds (95 % Student-t interval; s = sample std, n seeds)"
@@ -45,7 +50,6 @@ def declared_columns(table_id: str, split: str | None = None, skipped=(), conven
     """[(label, analyzer, key path, direction, definition, split)] of every registered analyzer's
     columns in this table, in their declared order; columns of a skipped split are left out.
     With `conventions="torch-uncertainty"`, a column with a peer value reads that instead."""
-    from ..analysis import all_analyzers
     found = [(column.order, index, column.as_peer() if conventions == "torch-uncertainty" else column, analyzer)
              for analyzer in all_analyzers().values()
              for index, column in enumerate(analyzer.columns) if table_id in column.tables
@@ -80,7 +84,6 @@ def _analyzer_value(run, analyzer, path, label, split=None, since=1, optional=Fa
 
 def absent_reason(run, analyzer, path, split=None, since=1) -> str | None:
     """Why a run's declared number is absent, in words (None where it is there)."""
-    from ..export import STATUS_REASONS
     if run is None:
         return "not finished"
     result = run["metrics"]["analyzers"].get(analyzer)
@@ -144,7 +147,7 @@ def _table(table_id, title, columns, runs, expected, note=""):
     """columns: [(label, value_of(run) -> number | None, direction[, {extra column fields}])]. A row
     lists the seeds that have metrics (`seeds`); a method's expected seeds are those it has
     (the run's seeds, or, from several folders, the seeds found for it)."""
-    rows = [{"method": method, "label": _label(method), "seeds": [seed for seed, run in seeds.items() if run is not None],
+    rows = [{"method": method, "label": run_label(method), "seeds": [seed for seed, run in seeds.items() if run is not None],
              "cells": [{**_cell(seeds, value_of), **example_cell(seeds, value_of), "expected": len(seeds) or expected}
                        for _, value_of, *_ in columns]}
             for method, seeds in runs.items()]
@@ -156,7 +159,6 @@ def _table(table_id, title, columns, runs, expected, note=""):
 
 def _catalogue_note(runs) -> list[str]:
     """A line saying so where a run left the detail catalogue out (a training grid without --detail)."""
-    from ..analysis.registry import CATALOGUE_LEFT_OUT
     left_out = any(isinstance(result, dict) and result.get("reason") == CATALOGUE_LEFT_OUT
                    for seeds in runs.values() for run in seeds.values() if run
                    for result in run["metrics"]["analyzers"].values())
@@ -170,18 +172,12 @@ CATALOGUE_NOTE = ("The detail catalogue (SmoothECE and the calibration table's o
 
 def _reference_rows(table, key):
     for method, numbers in PAPER[key].items():
-        table["rows"].append({"method": method, "label": f"{_label(method)} — paper (published)", "reference": True,
+        table["rows"].append({"method": method, "label": f"{run_label(method)} — paper (published)", "reference": True,
                               "cells": [{"mean": numbers.get(column["name"]), "ci": None, "n": None, "values": []}
                                         for column in table["columns"]]})
 
 
-def _label(run: str) -> str:
-    from ..nn.methods import run_label
-    return run_label(run)
-
-
 def _analyzer_columns(declared, optional=False) -> list[tuple]:
-    from ..export import flat_name
     return [(label, Declared(lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _analyzer_value(
                 run, a, p, lb, sp, si, optional), analyzer, path), direction, {"split": split, "key": flat_name(analyzer, path)})
             for label, analyzer, path, direction, _, split, since in declared]
@@ -202,8 +198,7 @@ def _verdict_table(found, reasons, expected, groups=None):
     line (led by its effective size) and what each question answers (verdict_text.py), then how to read
     them, as the note; `reasons`: why a method has none. The table carries no best/second marks: the
     answers are the verdict's tests."""
-    from .verdict_text import answer, how_to_read, sentence
-    missing = [f"{_label(method)}: no verdict — {reason}." for method, reason in reasons.items() if method not in found]
+    missing = [f"{run_label(method)}: no verdict — {reason}." for method, reason in reasons.items() if method not in found]
     if not found:
         if not missing or not groups:
             return None, {}
@@ -213,9 +208,9 @@ def _verdict_table(found, reasons, expected, groups=None):
                ("shift NLL share", "shift_nll", "up"), ("diversity ×", "diversity", "up")]
     rows = []
     for method, entry in found.items():
-        entry["sentence"] = sentence(_label(method), entry)
-        entry["answer"] = answer(_label(method), entry)
-        rows.append({"method": method, "label": _label(method), "cells": [
+        entry["sentence"] = sentence(run_label(method), entry)
+        entry["answer"] = answer(run_label(method), entry)
+        rows.append({"method": method, "label": run_label(method), "cells": [
             {"mean": entry.get(key, {}).get("value"), "ci": None, "n": entry["seeds"], "values": [],
              "interval": entry.get(key, {}).get("interval"), "answer": entry.get(key, {}).get("answer"),
              "expected": expected} for _, key, _ in columns]})
@@ -234,7 +229,7 @@ def _notes(runs, analyzer) -> str:
         for seed, run in seeds.items():
             note = dig(run["metrics"], ("analyzers", analyzer, "note")) if run else None
             if isinstance(note, str):
-                notes.setdefault(_label(method), []).append(f"seed {seed}")
+                notes.setdefault(run_label(method), []).append(f"seed {seed}")
                 last = note
     return " ".join(f"{label} ({', '.join(seeds)}): {last}." for label, seeds in notes.items()) if notes else ""
 
@@ -274,7 +269,7 @@ def _members_table(runs, expected):
 
 def _bvd_table(found):
     """Bias, variance and diversity over seeds (seeds/bvd.py), one row per method with ≥ 2 seeds."""
-    left_out = " ".join(f"{_label(method)}: left out, {entry['reason']}." for method, entry in found.items()
+    left_out = " ".join(f"{run_label(method)}: left out, {entry['reason']}." for method, entry in found.items()
                         if "reason" in entry)
     found = {method: entry for method, entry in found.items() if "reason" not in entry}
     if not found:
@@ -284,7 +279,7 @@ def _bvd_table(found):
                ("CE diversity (arithmetic)", "cross_entropy_arithmetic", "diversity"),
                ("Brier bias", "squared", "bias"), ("Brier variance", "squared", "variance"),
                ("Brier diversity", "squared", "diversity")]
-    rows = [{"method": method, "label": _label(method), "cells": [
+    rows = [{"method": method, "label": run_label(method), "cells": [
         {"mean": entry[loss][part], "ci": None, "n": entry["seeds"], "values": []} for _, loss, part in columns]}
         for method, entry in found.items()]
     return {"id": "bvd", "title": "Bias, variance and diversity over seeds (in-distribution test set)",
@@ -301,7 +296,7 @@ def _bvd_table(found):
 def _damaged(damaged: dict, tables: list) -> list[str]:
     """A line per run whose predictions file could not be used (seeds/across.py): below the first table over
     seeds (what the terminal shows), or, without one, as the report's notes (returned)."""
-    lines = [f"{_label(method)} seed {seed}: left out of the verdict, effective size and bias–variance — {why}."
+    lines = [f"{run_label(method)} seed {seed}: left out of the verdict, effective size and bias–variance — {why}."
              for method, seeds in damaged.items() for seed, why in seeds.items()]
     first = next((table for table in tables if table["id"] in ("verdict", "effective-size", "bvd")), None)
     if first is None or not lines:
@@ -312,7 +307,6 @@ def _damaged(damaged: dict, tables: list) -> list[str]:
 
 def _plugin_tables() -> list[tuple[str, object]]:
     """(table id, analyzer) of every table named by a column that no built-in table shows."""
-    from ..analysis import all_analyzers
     built_in = {*SPLIT_TABLES, "diversity", "geometry"}
     seen = {}
     for analyzer in all_analyzers().values():
@@ -328,7 +322,6 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     """The report dict; `data` is `load_runs(run_dir)` when the caller already has it; `conventions`
     picks whose definition of adaptive ECE and AURC the tables show (`CONVENTIONS`); `ood_score` the
     score of the OOD table (default 1 − MSP; report/ood_score.py)."""
-    from . import ood_score as scores
     apply_threads(load=True)  # the CLI's choice, before the verdict's bootstrap (threads.py)
     if conventions not in CONVENTIONS:
         raise unknown("--conventions", conventions, CONVENTIONS)
@@ -377,7 +370,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                                      "numbers --reference paper shows). metrics.json holds every score's numbers "
                                      "(analyzer ood, scores); `ensdiag report --ood-score NAME` shows another."))
     # the paper's Figure 2a: disagreement on in-distribution, shifted and OOD data, then weight cosine
-    scopes = {_label(method): dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))
+    scopes = {run_label(method): dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))
               for method, seeds in runs.items() for run in seeds.values()
               if run and dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))}
     scoped = " ".join(f"{label}: weight cosine on the {scope}." for label, scope in scopes.items() if scope)
@@ -405,11 +398,11 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     across = across_seeds(runs, data.get("groups"))
     sizes = across.effective_size
     verdict_table, verdicts = _verdict_table(across.verdict, across.reasons, expected, data.get("groups"))
-    sizes_table = effective_size_table(sizes, _label)
+    sizes_table = effective_size_table(sizes, run_label)
     if sizes_table is not None:
         definitions.update(SIZE_DEFINITIONS)
     llm, llm_definitions = llm_tables(runs, verdicts, expected, _table)  # weight beside function space, subtasks
-    needed_table = seeds_needed_table(verdicts, _label)
+    needed_table = seeds_needed_table(verdicts, run_label)
     tables[:0] = [*(table for table in (verdict_table, sizes_table, needed_table) if table is not None), *llm]
     definitions.update(llm_definitions)
     bvd = _bvd_table(across.bvd)
@@ -420,7 +413,6 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
         tables.append(analyzer_table(table_id, analyzer.description[:1].upper() + analyzer.description[1:]
                                      if analyzer.description else table_id,
                                      note=_notes(runs, analyzer.name)))
-    from .diagnostics import with_diagnostics  # the diversity gap's flags, the gain's calibration and refinement
     tables, diagnostic_definitions = with_diagnostics(tables, runs, expected, _table)
     definitions.update(diagnostic_definitions)
     lora, lora_definitions = lora_tables(runs, expected, _table)
@@ -445,4 +437,4 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             "conventions": conventions, "ood_score": ood_score, **({"budgets": budgets} if budgets else {}),
             "definitions": definitions,
             "tables": tables, "figures": [], "figures_on_request": [],
-            "labels": {method: _label(method) for method in dict.fromkeys([*config["methods"], *runs, *sizes, *verdicts])}}
+            "labels": {method: run_label(method) for method in dict.fromkeys([*config["methods"], *runs, *sizes, *verdicts])}}

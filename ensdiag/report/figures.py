@@ -10,12 +10,14 @@ import hashlib
 import io
 import json
 import math
+import textwrap
 from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from .. import __version__
 from ..errors import EnsdiagError
-from ..io import atomic_write_bytes, plain_file
+from ..io import atomic_write_bytes, atomic_write_text, plain_file, read_json
 from ..text import terminal
 
 if TYPE_CHECKING:
@@ -119,10 +121,8 @@ class Drawn:
     damaged or foreign one only means every figure is drawn again."""
 
     def __init__(self, folder: Path):
-        from .. import __version__
         self.path, self.version = Path(folder) / "drawn.json", __version__
         try:
-            from ..io import read_json
             found = read_json(self.path, "figure record") if self.path.is_file() else {}
         except Exception:
             found = {}
@@ -138,7 +138,6 @@ class Drawn:
         return self.keys.get(name) != self._key(name, formats, inputs) or not all(plain_file(f) for f in files)
 
     def done(self, name: str, formats, inputs) -> None:
-        from ..io import atomic_write_text
         self.keys[name] = self._key(name, formats, inputs)
         atomic_write_text(self.path, json.dumps(self.keys, indent=1, sort_keys=True) + "\n")
 
@@ -193,7 +192,6 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
     """rows: [(row label, [(panel title, k×k matrix[, quantity]), ...]), ...]. Panels of one quantity
     share one labelled colour scale (`SCALES`, or the arguments for panels without a quantity), its
     bar right of the last column that shows the quantity, as tall as the rows that do."""
-    import textwrap
     from matplotlib.figure import Figure
     from matplotlib.ticker import FixedLocator, MaxNLocator
     rows = [(textwrap.fill(terminal(label), ROW_CHARACTERS), panels) for label, panels in rows if panels]

@@ -41,6 +41,11 @@ def _number(value) -> bool:
         return False
 
 
+def first_run(seeds: dict) -> tuple:
+    """(seed, run) of the first finished run of a method's seeds, or (None, None)."""
+    return next(((seed, run) for seed, run in seeds.items() if run is not None), (None, None))
+
+
 def newest_run(root="runs") -> Path:
     candidates = sorted((p for p in Path(root).glob("*/experiment.json")), key=lambda p: p.stat().st_mtime)
     if not candidates:

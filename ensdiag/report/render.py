@@ -8,16 +8,24 @@ every format); JSON escapes control characters and every non-ASCII character its
 """
 
 import base64
+import io
 import json
 import math
 from pathlib import Path
 
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
 from .. import text as sink
-from ..console import wrapped
+from ..console import show, wrapped
+from ..export import REPORT_FIELDS, report_rows, to_csv
 from ..io import open_regular
 from ..layout import finite
 from ..registry import Registry
 from .example_level import bounds_text, example_text
+from .summary import to_summary
 
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
 ON_REQUEST = "Detail figures, drawn by `ensdiag report --detail`:"  # (the figures a report left out)
@@ -241,7 +249,6 @@ def to_html(report, run_dir=None) -> str:
 def summary_format(report, run_dir=None) -> str:
     """The first screen (summary.py): one line per method led by its effective size, what the seeds
     settle, where the report is; at most 80 columns and 24 rows for the main job's grid."""
-    from .summary import to_summary
     return to_summary(report, report.get("written"))
 
 
@@ -253,18 +260,12 @@ def to_json(report, run_dir=None) -> str:
 @report_format("csv", "csv")
 def to_csv_rows(report, run_dir=None) -> str:
     """Every number as long, tidy rows (export.py): one per table, method, column and seed."""
-    from ..export import REPORT_FIELDS, report_rows, to_csv
     return to_csv(report_rows(report), REPORT_FIELDS)
 
 
 @report_format("table", "txt")
 def to_table_text(report, run_dir=None, width: int = 160) -> str:
     """The terminal's tables as plain text (what `--format table --out` writes)."""
-    import io
-
-    from rich.console import Console
-
-    from ..console import show
     buffer = io.StringIO()
     console = Console(file=buffer, width=width)
     for table in to_rich(report, width=width):
@@ -277,11 +278,6 @@ def to_rich(report, only=None, width=None):
 
     With a `width`, a table too wide for it is shown transposed (methods as columns) when
     that fits better, so that a per-corruption table stays readable in 80 columns."""
-    from rich.console import Console
-    from rich.measure import Measurement
-    from rich.table import Table
-    from rich.text import Text
-
     def decorate(text, mark):  # a cell is text, never markup
         return Text(sink.terminal(text), style="bold green" if mark == "best" else "yellow" if mark == "second" else "")
 

@@ -28,12 +28,8 @@ def _wrap(line: str, width: int = WIDTH) -> list[str]:
 
 
 def _label(method: str, report: dict) -> str:
-    """The method's name as the report built it (`labels`), else its kit's."""
-    found = (report.get("labels") or {}).get(method)
-    if isinstance(found, str):
-        return found
-    from ..nn.methods import run_label
-    return run_label(method)
+    """The method's name as the report built it (`labels`: every method it names)."""
+    return report.get("labels", {}).get(method, method)
 
 
 def method_lines(report: dict) -> list[str]:
