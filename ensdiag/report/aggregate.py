@@ -9,7 +9,7 @@ from ..analysis import all_analyzers
 from ..analysis.registry import CATALOGUE_LEFT_OUT
 from ..errors import EnsdiagError, unknown
 from ..export import STATUS_REASONS, flat_name
-from ..layout import SPLIT_TABLES
+from ..layout import SPLIT_TABLES, lookup
 from ..nn.methods import run_label
 from ..seeds.across import across_seeds
 from ..seeds.stats import mean_ci
@@ -17,11 +17,11 @@ from ..threads import apply as apply_threads
 from .example_level import EXAMPLES_DEFINITION, Declared, budget_notes, example_cell
 from . import ood_score as scores
 from .diagnostics import with_diagnostics
-from .effective_table import SIZE_DEFINITIONS, effective_size_table, seeds_needed_table
-from .load import MISSING, _lookup, _number, dig, load_runs
+from .across_tables import (SIZE_DEFINITIONS, bvd_table, damaged_lines, effective_size_table, seeds_needed_table,
+                            verdict_table)
+from .load import _number, dig, load_runs
 from .llm import llm_tables
 from .lora import lora_tables
-from .verdict_text import answer, how_to_read, sentence
 
 REPORT_SCHEMA = "ensdiag.report/1"
 CI_DEFINITION = "mean ± t_{0.975,n−1}·s/√n over seeds (95 % Student-t interval; s = sample std, n seeds)"
@@ -59,60 +59,45 @@ def declared_columns(table_id: str, split: str | None = None, skipped=(), conven
             for _, _, column, analyzer in sorted(found, key=lambda item: (item[0], item[1]))]
 
 
-def _analyzer_value(run, analyzer, path, label, split=None, since=1, optional=False):
-    """The declared number of one run; None when the analyzer did not run (skipped, failed), ran
-    in a version older than the column (`Column.since`), or the run has no such split (a seed
-    trained before a shift set was on disk); an error when an analyzer that ran lacks a column
-    its version declares, unless the column is `optional` (an OOD score a run may not have)."""
+def _declared(run, analyzer, path, label, split=None, since=1, optional=False) -> tuple:
+    """(the declared number of one run, None), or (None, why it is absent, in words): the run did not
+    finish, the analyzer did not run (skipped, failed) or ran in a version older than the column
+    (`Column.since`), the run has no such split (a seed trained before a shift set was on disk), the
+    number is not defined for these inputs; an error when an analyzer that ran lacks a column its
+    version declares, unless the column is `optional` (an OOD score a run may not have)."""
+    if run is None:
+        return None, "not finished"
     result = run["metrics"]["analyzers"].get(analyzer)
-    if not isinstance(result, dict) or result.get("status") != "ok":
-        return None
+    if not isinstance(result, dict):
+        return None, f"the {analyzer} analyzer did not run"
+    if result.get("status") != "ok":
+        return None, str(result.get("reason") or result.get("status"))
     version = result.get("version", 1)
     if isinstance(version, int) and not isinstance(version, bool) and version < since:
-        return None
+        return None, f"measured by an ensdiag whose {analyzer} analyzer did not have it yet"
     if split is not None and split not in run["metrics"]["splits"]:
-        return None
-    value = _lookup(result, path)
-    if value is MISSING and optional:
-        return None
-    if value is MISSING:
+        return None, f"no {split} split"
+    value, found = lookup(result, path)
+    if not found and not optional:
         raise EnsdiagError(f"{run['folder'] / 'metrics.json'}: the {analyzer} analyzer declares the report column "
                            f"{label!r} at {'.'.join(path)}, which its result lacks (written by another ensdiag or "
                            "plug-in version?); rerun `ensdiag evaluate` on that model")
-    return value
-
-
-def absent_reason(run, analyzer, path, split=None, since=1) -> str | None:
-    """Why a run's declared number is absent, in words (None where it is there)."""
-    if run is None:
-        return "not finished"
-    result = run["metrics"]["analyzers"].get(analyzer)
-    if not isinstance(result, dict):
-        return f"the {analyzer} analyzer did not run"
-    if result.get("status") != "ok":
-        return str(result.get("reason") or result.get("status"))
-    version = result.get("version", 1)
-    if isinstance(version, int) and not isinstance(version, bool) and version < since:
-        return f"measured by an ensdiag whose {analyzer} analyzer did not have it yet"
-    if split is not None and split not in run["metrics"]["splits"]:
-        return f"no {split} split"
-    node = _lookup(result, path[:-1]) if path and path[-1] == "value" else MISSING
+    node = lookup(result, path[:-1])[0] if path and path[-1] == "value" else None
     if isinstance(node, dict) and node.get("value") is None:
-        return str(node.get("note") or STATUS_REASONS.get(node.get("status"), "not defined for these inputs"))
-    return None
+        return None, str(node.get("note") or STATUS_REASONS.get(node.get("status"), "not defined for these inputs"))
+    return value, None
 
 
 def absent_note(table: dict, declared: list, runs: dict) -> str:
     """'N/A: <column> for <methods> — <why>' for every column a method has no number in (every
     absent number says why), one clause per reason."""
     clauses = {}
-    for column, (label, analyzer, path, _, _, split, since) in zip(table["columns"], declared):
+    for index, (label, analyzer, path, _, _, split, since) in enumerate(declared):
         for row, method in ((row, row["method"]) for row in table["rows"] if not row.get("reference")):
-            index = table["columns"].index(column)
             if row["cells"][index].get("mean") is not None:
                 continue
-            seeds = runs.get(method, {})
-            reasons = {why for run in seeds.values() if (why := absent_reason(run, analyzer, path, split, since))}
+            reasons = {why for run in runs.get(method, {}).values()
+                       if (why := _declared(run, analyzer, path, label, split, since, True)[1])}
             for reason in sorted(reasons):
                 clauses.setdefault(reason, {}).setdefault(row["label"], []).append(label)
     grouped = {}  # (reason, methods) -> columns: one clause for what several columns miss alike
@@ -178,8 +163,8 @@ def _reference_rows(table, key):
 
 
 def _analyzer_columns(declared, optional=False) -> list[tuple]:
-    return [(label, Declared(lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _analyzer_value(
-                run, a, p, lb, sp, si, optional), analyzer, path), direction, {"split": split, "key": flat_name(analyzer, path)})
+    return [(label, Declared(lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _declared(
+                run, a, p, lb, sp, si, optional)[0], analyzer, path), direction, {"split": split, "key": flat_name(analyzer, path)})
             for label, analyzer, path, direction, _, split, since in declared]
 
 
@@ -191,35 +176,6 @@ def _measured(table) -> bool:
 
 def _meta_column(label, key, direction):
     return label, lambda run: dig(run["meta"], (key,)), direction
-
-
-def _verdict_table(found, reasons, expected, groups=None):
-    """The verdict (seeds/verdict.py) as a table of ratios with their intervals; per method, its overall
-    line (led by its effective size) and what each question answers (verdict_text.py), then how to read
-    them, as the note; `reasons`: why a method has none. The table carries no best/second marks: the
-    answers are the verdict's tests."""
-    missing = [f"{run_label(method)}: no verdict — {reason}." for method, reason in reasons.items() if method not in found]
-    if not found:
-        if not missing or not groups:
-            return None, {}
-        return {"id": "verdict", "title": "Verdict: is each efficient method an ensemble? (ratios to the Deep Ensemble)",
-                "note": "\n\n".join(missing), "columns": [], "rows": []}, {}
-    columns = [("NLL share", "nll", "up"), ("ECE share", "ece", "up"), ("OOD AUROC share", "auroc", "up"),
-               ("shift NLL share", "shift_nll", "up"), ("diversity ×", "diversity", "up")]
-    rows = []
-    for method, entry in found.items():
-        entry["sentence"] = sentence(run_label(method), entry)
-        entry["answer"] = answer(run_label(method), entry)
-        rows.append({"method": method, "label": run_label(method), "cells": [
-            {"mean": entry.get(key, {}).get("value"), "ci": None, "n": entry["seeds"], "values": [],
-             "interval": entry.get(key, {}).get("interval"), "answer": entry.get(key, {}).get("answer"),
-             "expected": expected} for _, key, _ in columns]})
-    note = "\n\n".join([*(f"{entry['answer']}\n\n{entry['sentence']}" for entry in found.values()), *missing,
-                        how_to_read(found)])
-    table = {"id": "verdict", "title": "Verdict: is each efficient method an ensemble? (ratios to the Deep Ensemble)",
-             "note": note, "columns": [{"name": label, "direction": direction} for label, _, direction in columns],
-             "rows": rows}
-    return table, found
 
 
 def _notes(runs, analyzer) -> str:
@@ -265,44 +221,6 @@ def _members_table(runs, expected):
     _marks([row for row in table["rows"] if row["method"] not in alone],
            [column if index in member_columns else (column[0], column[1], None) for index, column in enumerate(columns)])
     return table
-
-
-def _bvd_table(found):
-    """Bias, variance and diversity over seeds (seeds/bvd.py), one row per method with ≥ 2 seeds."""
-    left_out = " ".join(f"{run_label(method)}: left out, {entry['reason']}." for method, entry in found.items()
-                        if "reason" in entry)
-    found = {method: entry for method, entry in found.items() if "reason" not in entry}
-    if not found:
-        return None
-    columns = [("CE bias", "cross_entropy", "bias"), ("CE variance", "cross_entropy", "variance"),
-               ("CE diversity (geometric)", "cross_entropy", "diversity"),
-               ("CE diversity (arithmetic)", "cross_entropy_arithmetic", "diversity"),
-               ("Brier bias", "squared", "bias"), ("Brier variance", "squared", "variance"),
-               ("Brier diversity", "squared", "diversity")]
-    rows = [{"method": method, "label": run_label(method), "cells": [
-        {"mean": entry[loss][part], "ci": None, "n": entry["seeds"], "values": []} for _, loss, part in columns]}
-        for method, entry in found.items()]
-    return {"id": "bvd", "title": "Bias, variance and diversity over seeds (in-distribution test set)",
-            "note": "Expected loss over seeds = bias + variance − diversity, exactly (Wood et al. 2023), for each "
-                    "combiner of the members' probabilities: CE with their normalised geometric mean (the combiner "
-                    "whose diversity, mean_i KL(q̄ ‖ q_i), does not depend on the label) and with their arithmetic mean "
-                    "p̄, the ensemble ensdiag predicts with (its diversity, the members' mean CE minus the CE of p̄, "
-                    "depends on the label); Brier with their arithmetic mean. Bias and variance describe the members, "
-                    "so both CE decompositions share them; the bias includes label noise. Variance is what more seeds "
-                    "would average away; diversity what the members do." + (f" {left_out}" if left_out else ""),
-            "columns": [{"name": label, "direction": None} for label, _, _ in columns], "rows": rows}
-
-
-def _damaged(damaged: dict, tables: list) -> list[str]:
-    """A line per run whose predictions file could not be used (seeds/across.py): below the first table over
-    seeds (what the terminal shows), or, without one, as the report's notes (returned)."""
-    lines = [f"{run_label(method)} seed {seed}: left out of the verdict, effective size and bias–variance — {why}."
-             for method, seeds in damaged.items() for seed, why in seeds.items()]
-    first = next((table for table in tables if table["id"] in ("verdict", "effective-size", "bvd")), None)
-    if first is None or not lines:
-        return lines
-    first["note"] = "\n\n".join(part for part in (first["note"], *lines) if part)
-    return []
 
 
 def _plugin_tables() -> list[tuple[str, object]]:
@@ -397,15 +315,15 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                                      {m: runs[m] for m in variants}, declared_in="id"))
     across = across_seeds(runs, data.get("groups"))
     sizes = across.effective_size
-    verdict_table, verdicts = _verdict_table(across.verdict, across.reasons, expected, data.get("groups"))
-    sizes_table = effective_size_table(sizes, run_label)
+    verdict, verdicts = verdict_table(across.verdict, across.reasons, expected, data.get("groups"))
+    sizes_table = effective_size_table(sizes)
     if sizes_table is not None:
         definitions.update(SIZE_DEFINITIONS)
     llm, llm_definitions = llm_tables(runs, verdicts, expected, _table)  # weight beside function space, subtasks
-    needed_table = seeds_needed_table(verdicts, run_label)
-    tables[:0] = [*(table for table in (verdict_table, sizes_table, needed_table) if table is not None), *llm]
+    needed_table = seeds_needed_table(verdicts)
+    tables[:0] = [*(table for table in (verdict, sizes_table, needed_table) if table is not None), *llm]
     definitions.update(llm_definitions)
-    bvd = _bvd_table(across.bvd)
+    bvd = bvd_table(across.bvd)
     if bvd is not None:
         tables.append(bvd)
     tables.append(_members_table(runs, expected))
@@ -426,7 +344,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             if table["id"] in PAPER and not (table["id"] == "ood" and ood_score != scores.DEFAULT_SCORE):
                 _reference_rows(table, table["id"])
     missing = {method: [seed for seed, run in seeds.items() if run is None] for method, seeds in runs.items()}
-    budgets, damaged = budget_notes(runs), _damaged(across.damaged, tables)
+    budgets, damaged = budget_notes(runs), damaged_lines(across.damaged, tables)
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
             "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION,
