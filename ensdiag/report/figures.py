@@ -91,28 +91,9 @@ def save_figure(figure: "Figure", path, formats=None) -> list[Path]:
 
 def fingerprint(value) -> str:
     """A digest of a figure's inputs (nested dicts, lists, numbers, strings, arrays): equal inputs, equal digest."""
-    digest = hashlib.sha256()
-
-    def feed(x):
-        if isinstance(x, dict):
-            digest.update(b"{")
-            for key in sorted(x, key=str):
-                feed(key)
-                feed(x[key])
-            digest.update(b"}")
-        elif isinstance(x, (list, tuple)):
-            digest.update(b"[")
-            for item in x:
-                feed(item)
-            digest.update(b"]")
-        elif hasattr(x, "tobytes") and hasattr(x, "dtype"):  # NumPy arrays
-            digest.update(f"<{x.dtype}{x.shape}>".encode())
-            digest.update(x.tobytes())
-        else:
-            digest.update(repr(x).encode())
-        digest.update(b",")
-    feed(value)
-    return digest.hexdigest()
+    def array(x):  # NumPy arrays by their type, shape and bytes (anything else JSON does not take: by repr)
+        return f"<{x.dtype}{x.shape}>{x.tobytes().hex()}" if hasattr(x, "tobytes") and hasattr(x, "dtype") else repr(x)
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=array).encode()).hexdigest()
 
 
 class Drawn:

@@ -22,7 +22,7 @@ from .. import text as sink
 from ..console import show, wrapped
 from ..export import REPORT_FIELDS, report_rows, to_csv
 from ..io import open_regular
-from ..layout import finite
+from ..layout import finite, non_finite
 from ..registry import Registry
 from .example_level import bounds_text, example_text
 from .summary import to_summary
@@ -46,9 +46,13 @@ def render(report: dict, fmt: str, run_dir=None) -> str:
 
 def non_finite_word(value):
     """"nan", "inf" or "-inf" for such a number, else None."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
-    return None
+    return next(iter(non_finite(value)[1]), None) if isinstance(value, (int, float)) else None
+
+
+def natural_width(renderable) -> int:
+    """The columns a rich renderable takes drawn as wide as it wants."""
+    console = Console(width=10_000)
+    return Measurement.get(console, console.options, renderable).maximum
 
 
 def format_number(value, table_id, column_index):
@@ -99,10 +103,8 @@ def _header(table):
 
 def _cells(table, decorate, compact=False):
     for row in table["rows"]:
-        texts = []
-        for index, cell in enumerate(row["cells"]):
-            texts.append(decorate(cell_text(cell, table["id"], index, compact), cell.get("mark")))
-        yield row, texts
+        yield row, [decorate(cell_text(cell, table["id"], index, compact), cell.get("mark"))
+                    for index, cell in enumerate(row["cells"])]
 
 
 def test_set_footnote(table) -> str:
@@ -311,10 +313,6 @@ def to_rich(report, only=None, width=None):
         if 0 < excess and labels - excess >= max(10, longest_word):
             return build(table, True, methods, labels - excess)
         return transposed
-
-    def natural_width(rich_table):
-        console = Console(width=10_000)
-        return Measurement.get(console, console.options, rich_table).maximum
 
     def fitted(table) -> list:
         """The table as it fits `width`: as it is, transposed, or transposed in groups of methods."""

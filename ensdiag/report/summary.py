@@ -14,7 +14,7 @@ from pathlib import PurePath
 from .. import text as sink
 from ..console import wrapped
 from ..seeds.stats import BASELINE, REFERENCE
-from .verdict_text import printed_size, size_line
+from .verdict_text import _join, printed_size, size_line
 
 WIDTH = 80
 INDENT = "  "
@@ -52,7 +52,7 @@ def _overlapping(report: dict) -> str | None:
     printed = {method: found for method in sizes if (found := printed_size(sizes[method])) is not None}
     names = [_label(method, report) for method, (_, (low, high)) in printed.items()
              if any(other != method and low <= top and bottom <= high for other, (_, (bottom, top)) in printed.items())]
-    return None if not names else names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return _join(names) if names else None
 
 
 def to_summary(report: dict, written: str | None = None, width: int = WIDTH) -> str:

@@ -7,7 +7,7 @@ from rich.text import Text
 
 from ..text import terminal
 from .example_level import bounds_text
-from .render import non_finite_word
+from .render import natural_width, non_finite_word
 
 
 def _text(value) -> Text:
@@ -136,7 +136,7 @@ def side_by_side(columns: list, labels, title: str, width: int) -> list[Table]:
     tables, start = [], 0
     while start < len(columns):
         stop = start + 1
-        while stop < len(columns) and _natural_width(transposed(columns[start:stop + 1], title)) <= width:
+        while stop < len(columns) and natural_width(transposed(columns[start:stop + 1], title)) <= width:
             stop += 1
         tables.append(transposed(columns[start:stop], title if start == 0 else f"{title} (continued)"))
         start = stop
@@ -145,14 +145,7 @@ def side_by_side(columns: list, labels, title: str, width: int) -> list[Table]:
 
 def fits(table: Table, width: int | None) -> bool:
     """Whether the table, drawn as wide as it wants, fits `width` columns (None: any width)."""
-    return width is None or _natural_width(table) <= width
-
-
-def _natural_width(renderable) -> int:
-    from rich.console import Console
-    from rich.measure import Measurement
-    console = Console(width=10_000)
-    return Measurement.get(console, console.options, renderable).maximum
+    return width is None or natural_width(table) <= width
 
 
 OOD_COLUMNS = {"auroc": "AUROC ↑", "aupr_out": "AUPR-Out ↑", "aupr_in": "AUPR-In ↑", "fpr95_ood_as_id": "FPR95 OOD→ID ↓",
