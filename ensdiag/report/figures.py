@@ -66,11 +66,18 @@ def plain(text) -> str:
     return terminal(text).replace("$", r"\$")
 
 
+def figure_bytes(figure: "Figure", fmt: str = "png", dpi: int = 130) -> bytes:
+    """The figure drawn in memory as `fmt` (every layout here fits its figure: no tight bbox pass)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    FigureCanvasAgg(figure)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=fmt, dpi=dpi)
+    return buffer.getvalue()
+
+
 def save_figure(figure: "Figure", path, formats=None) -> list[Path]:
     """Write the figure atomically: in the format its path names (`heat.pdf`, no suffix: PNG),
     or as each of `formats` (the path's suffix replaced)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    FigureCanvasAgg(figure)
     path = Path(path)
     if path.is_dir():
         raise EnsdiagError(f"cannot draw {path}: it is a directory; name an image file")
@@ -80,13 +87,8 @@ def save_figure(figure: "Figure", path, formats=None) -> list[Path]:
             raise EnsdiagError(f"cannot draw {path}: unknown image format .{fmt}; use "
                                + ", ".join(f".{f}" for f in FIGURE_FORMATS))
         formats, path = (fmt,), path if path.suffix else path.with_suffix(".png")
-    written = []
-    for fmt in formats:
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format=fmt, dpi=130)  # every layout here fits its figure: no tight bbox pass
-        written.append(atomic_write_bytes(path if len(formats) == 1 and path.suffix.lower() == f".{fmt}"
-                                          else path.with_suffix(f".{fmt}"), buffer.getvalue()))
-    return written
+    return [atomic_write_bytes(path if len(formats) == 1 and path.suffix.lower() == f".{fmt}"
+                               else path.with_suffix(f".{fmt}"), figure_bytes(figure, fmt)) for fmt in formats]
 
 
 def fingerprint(value) -> str:
