@@ -16,7 +16,7 @@ from .drawing import Job, draw_all
 from .figures import (Drawn, heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure,
                       smooth_reliability_figure, training_curves_figure)
 from .geometry_figures import add_report_figures
-from .load import dig, first_run, load_runs, newest_run
+from .load import dig, first_ran, first_run, load_runs, newest_run
 from .lora import add_lora_figures
 from .merge import load_folders
 from .pairs import add_pair_figures
@@ -53,10 +53,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
                         "svg": f"figures/{name}.svg" if svg else None})
 
     rows = []  # Figure 2: disagreement per split + weight cosine, one row per ensemble method
-    for method in runs:  # every method whose members can disagree (the others skip the analyzer)
-        seed, run = first_run(runs.get(method, {}))
-        if run is None or dig(run["metrics"], ("analyzers", "disagreement", "status")) != "ok":
-            continue
+    for method, (seed, run) in first_ran(runs, "disagreement").items():  # members that can disagree (the others skip it)
         analyzers = run["metrics"]["analyzers"]
         panels = [(f"disagreement: {split}", matrix, "disagreement") for split in ("id", "shift", "ood")
                   if (matrix := plottable(dig(analyzers, ("disagreement", "splits", split, "matrix", "value")))) is not None]

@@ -295,17 +295,16 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     baselines = ("Read each cosine against its baseline: the members' cosine at initialisation, and for the aligned "
                  "cosine the null of untrained, independently initialised members aligned the same way.")
     tables.append(analyzer_table("diversity", "Member diversity (mean off-diagonal)", note=f"{baselines} {scoped}".strip()))
-    geometry = analyzer_table("geometry", "Member geometry: representations, paths between members, weight structure",
-                              note="CKA: linear CKA of members' representations, averaged over layers (per-layer curves in the "
-                                   "figures; k×k heatmaps per layer with report --detail). Barriers: the largest rise above the straight line "
-                                   "between two members' weights of the test loss, the test error, and the training "
-                                   "loss on a fixed training sample, BatchNorm statistics recomputed along the path; "
-                                   "the training-loss barrier tells whether members share one basin, a test-loss "
-                                   "barrier of 0 alone does not (averaging tempers over-confident logits). Rank-1 "
-                                   "layers: the fraction of layers where W_i ⊘ W_0 has rank 1 (BatchEnsemble: all, by "
-                                   "construction: a check of the rebuild, not of diversity).")
-    if any(cell["mean"] is not None for row in geometry["rows"] for cell in row["cells"]):
-        tables.append(geometry)
+    tables.append(analyzer_table("geometry", "Member geometry: representations, paths between members, weight structure",
+                                 note="CKA: linear CKA of members' representations, averaged over layers (per-layer "
+                                     "curves in the figures; k×k heatmaps per layer with report --detail). Barriers: "
+                                     "the largest rise above the straight line between two members' weights of the "
+                                     "test loss, the test error, and the training loss on a fixed training sample, "
+                                     "BatchNorm statistics recomputed along the path; the training-loss barrier tells"
+                                     " whether members share one basin, a test-loss barrier of 0 alone does not "
+                                     "(averaging tempers over-confident logits). Rank-1 layers: the fraction of "
+                                     "layers where W_i ⊘ W_0 has rank 1 (BatchEnsemble: all, by construction: a check"
+                                     " of the rebuild, not of diversity)."))  # (left out where nothing was measured, below)
     tables.append(_table("cost", "Computational cost", [_meta_column("parameters", "parameters", "down"),
                                                         _meta_column("training s", "train_seconds", "down")], runs, expected,
                          note="Training seconds include the per-epoch validation, as in the paper's Table 4."))

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 from .figures import heatmap_grid, new_figure, plottable
-from .load import _damaged, dig, first_run
+from .load import _damaged, dig, first_ran, first_run
 
 NAN = float("nan")
 
@@ -139,14 +139,6 @@ def cka_layer_grid(results: dict) -> "Figure":
 def add_report_figures(runs: dict, add, labels: dict) -> None:
     """The report's member-geometry figures from each method's first complete seed (tracking: every
     seed); `add(name, title, draw, *inputs)` saves one. A result of the wrong layout is a damaged file."""
-    def first(name):
-        found = {}
-        for method, seeds in runs.items():
-            seed, run = first_run(seeds)
-            if run is not None and dig(run["metrics"], ("analyzers", name, "status")) == "ok":
-                found[method] = (seed, run)
-        return found
-
     def draw(name, file, title, make, results, on_request=False):
         if not results:
             return
@@ -163,11 +155,11 @@ def add_report_figures(runs: dict, add, labels: dict) -> None:
                                        "first seed", alignment_figure),
             ("paths", "paths", "Test loss and accuracy on the straight line between member 0 and members 1–3; first seed",
              paths_figure)):
-        drawn = first(name)
+        drawn = first_ran(runs, name)
         draw(name, file, title + _left_out(runs, drawn, name, labels), make,
              {f"{labels[method]}, seed {seed}": (run["metrics"]["analyzers"][name], run["folder"])
               for method, (seed, run) in drawn.items()})
-    heatmaps = {labels[method]: (run["metrics"]["analyzers"]["cka"], run["folder"]) for method, (_, run) in first("cka").items()}
+    heatmaps = {labels[method]: (run["metrics"]["analyzers"]["cka"], run["folder"]) for method, (_, run) in first_ran(runs, "cka").items()}
     if heatmaps:
         draw("cka", "cka-heatmaps", "k×k linear CKA between members, per layer (rows: method and split; first seed)",
              cka_layer_grid, heatmaps, on_request=True)

@@ -35,6 +35,12 @@ def first_run(seeds: dict) -> tuple:
     return next(((seed, run) for seed, run in seeds.items() if run is not None), (None, None))
 
 
+def first_ran(runs: dict, analyzer: str) -> dict:
+    """{method: (seed, run)} of every method whose first finished run has `analyzer`'s result ("ok")."""
+    return {method: (seed, run) for method, seeds in runs.items() for seed, run in [first_run(seeds)]
+            if run is not None and dig(run["metrics"], ("analyzers", analyzer, "status")) == "ok"}
+
+
 def newest_run(root="runs") -> Path:
     candidates = sorted((p for p in Path(root).glob("*/experiment.json")), key=lambda p: p.stat().st_mtime)
     if not candidates:

@@ -5,7 +5,7 @@ in reports and in `ensdiag diversity`, and as terminal tables.
 """
 
 from .figures import heatmap_grid, plottable
-from .load import dig, first_run
+from .load import dig, first_ran
 from .terminal import cell, heatmap_table
 
 PANELS = (  # (key in the result, panel title, colour scale in figures.SCALES)
@@ -35,11 +35,8 @@ def add_pair_figures(runs: dict, add, labels: dict) -> None:
     """One row per method (its first finished seed), in-distribution test set: the disagreement matrix,
     then the pair matrices beside it, each quantity on one labelled colour scale."""
     rows = []
-    for method, seeds in runs.items():
-        seed, run = first_run(seeds)
-        analyzers = run["metrics"]["analyzers"] if run else {}
-        if dig(analyzers, ("member-pairs", "status")) != "ok":
-            continue
+    for method, (seed, run) in first_ran(runs, "member-pairs").items():
+        analyzers = run["metrics"]["analyzers"]
         panels = pair_panels(analyzers["member-pairs"], "id")
         disagreement = plottable(dig(analyzers, ("disagreement", "splits", "id", "matrix", "value")))
         if disagreement is not None:

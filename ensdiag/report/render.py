@@ -191,11 +191,6 @@ def to_latex(report, run_dir=None) -> str:
     return "\n".join(parts)
 
 
-def _wrappable(text: str) -> str:
-    """Escaped header text that may break after '_' or '/' (long corruption and column names)."""
-    return sink.html(text).replace("_", "_<wbr>").replace("/", "/<wbr>")
-
-
 @report_format("html", "html")
 def to_html(report, run_dir=None) -> str:
     """One self-contained page: styles inline, figures embedded as data URIs. Tables fit the page:
@@ -219,7 +214,8 @@ def to_html(report, run_dir=None) -> str:
         body.append(f"<h2>{esc(table['title'])}</h2>")
         if table.get("note"):
             body += [f"<p>{esc(part)}</p>" for part in table["note"].split("\n\n")]
-        body.append("<div class=\"scroll\"><table><thead><tr>" + "".join(f"<th>{_wrappable(h)}</th>" for h in _header(table))
+        wrappable = (esc(h).replace("_", "_<wbr>").replace("/", "/<wbr>") for h in _header(table))  # after '_', '/' too
+        body.append("<div class=\"scroll\"><table><thead><tr>" + "".join(f"<th>{h}</th>" for h in wrappable)
                     + "</tr></thead><tbody>")
         for row, texts in _cells(table, decorate):
             label = f"<i>{esc(row['label'])}</i>" if row.get("reference") else esc(row["label"])

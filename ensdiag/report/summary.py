@@ -36,9 +36,8 @@ def method_lines(report: dict) -> list[str]:
     """One line per method, in the report's order: the verdict's overall line where there is one (it
     leads with the effective size), else the effective size alone."""
     verdicts, sizes = report.get("verdict") or {}, report.get("effective_size") or {}
-    methods = [*report.get("methods", []), *(m for m in (*sizes, *verdicts) if m not in report.get("methods", []))]
     lines = []
-    for method in dict.fromkeys(methods):
+    for method in dict.fromkeys([*report.get("methods", []), *sizes, *verdicts]):
         if verdicts.get(method, {}).get("answer"):
             lines.append(verdicts[method]["answer"])
         elif sizes.get(method):

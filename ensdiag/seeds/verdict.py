@@ -108,10 +108,8 @@ def chosen_seeds(num_seeds: int, resamples: int = RESAMPLES) -> torch.Tensor:
 
 def example_counts(run, draws: B.Draws, resamples: int = RESAMPLES) -> tuple:
     """(id, OOD, shift counts [R, n]): the test examples' resamples, the draws behind the cells' intervals."""
-    n = len(run["nll"])
-    ood = draws.counts("ood", len(run["ood_score"]), 0, resamples) if "ood_score" in run else None
-    shift = draws.counts("shift", len(run["shift_nll"]), 0, resamples) if "shift_nll" in run else None
-    return draws.counts("id", n, 0, resamples), ood, shift
+    return tuple(draws.counts(split, len(run[key]), 0, resamples) if key in run else None
+                 for split, key in (("id", "nll"), ("ood", "ood_score"), ("shift", "shift_nll")))
 
 
 def _per_seed_resampled(group, seeds, counts) -> dict:
