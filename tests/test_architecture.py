@@ -279,6 +279,10 @@ LAZY_COMMANDS = {  # the root modules, cli/, bench/ (the commands: parsing, --he
 
 
 LAZY_OUTPUTS = {  # report/, seeds/, integrations/, lightning.py (a report read back loads no torch)
+    # building a report (the tables over seeds, the OOD histograms' scores) imports torch; reading one back does not
+    "ensdiag.report": {"ensdiag.report.aggregate", "ensdiag.report.ood_score"},
+    # each logger's module imports its extra at the top (mlflow, wandb), found by the target's type first
+    "ensdiag.integrations": {"ensdiag.integrations.mlflow", "ensdiag.integrations.wandb"},
 }
 
 

@@ -12,7 +12,9 @@ gets the scalars through its `log_metrics`).
 
 from ..errors import EnsdiagError, public
 from ..registry import Registry
-from ._records import checked_step
+from ..report import make_report
+from . import tensorboard
+from ._records import checked_step, diagnosis_records, report_records
 
 
 def _class_names(target) -> set[str]:
@@ -36,8 +38,7 @@ def logger(what: str, recognises):
 
 @logger("Lightning's TensorBoardLogger", lambda target: "TensorBoardLogger" in _class_names(target))
 def _lightning_tensorboard(records, target, step):
-    from .tensorboard import log
-    log(records, target.experiment, step)
+    tensorboard.log(records, target.experiment, step)
 
 
 @logger("Lightning's MLFlowLogger", lambda target: "MLFlowLogger" in _class_names(target))
@@ -73,8 +74,7 @@ def _wandb(records, target, step):
 @logger("a TensorBoard SummaryWriter", lambda target: all(hasattr(target, call) for call in ("add_scalar", "add_image",
                                                                                               "add_text")))
 def _tensorboard(records, target, step):
-    from .tensorboard import log
-    log(records, target, step)
+    tensorboard.log(records, target, step)
 
 
 @public
@@ -91,7 +91,6 @@ def log_records(records, target, step: int | None = None) -> None:
 def log_to(diagnosis, target, step: int | None = None, prefix: str = "ensdiag") -> None:
     """A diagnosis's records (every headline number, the heatmaps, the summary) to `target`."""
     checked_step(step, prefix)
-    from ._records import diagnosis_records
     log_records(diagnosis_records(diagnosis.metrics, prefix), target, step)
 
 
@@ -100,8 +99,6 @@ def log_report(run_dir, target, step: int | None = None, prefix: str = "ensdiag"
     """A run folder's report to `target`: every cell's mean over seeds (`<prefix>/<method>/<number>`),
     the verdict's shares (`<prefix>/verdict/<method>/<nll|ece|auroc|diversity>`) and answers, and its
     figures (rebuilt in the folder, as `ensdiag report` does)."""
-    from ..report import make_report
-    from ._records import report_records
     checked_step(step, prefix)
     report = make_report(run_dir)
     log_records(report_records(report, run_dir if report.get("figures") else None, prefix), target, step)

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EnsdiagError, InputTypeError
+from ..export import metric_entries, report_rows
+from ..layout import finite
+from ..report.notebook import figure_rgb, heatmaps, summary_line
 from ..text import terminal
 
 
@@ -35,9 +38,6 @@ def _slug(text: str) -> str:
 
 def diagnosis_records(metrics: dict, prefix: str = "ensdiag") -> Records:
     """Every headline number, the heatmaps, the summary line, what was not measured, and metrics.json."""
-    from ..layout import finite
-    from ..export import metric_entries
-    from ..report.notebook import figure_rgb, heatmaps, summary_line
     records = Records()
     missing = []
     for entry in metric_entries(metrics):
@@ -62,17 +62,10 @@ def report_records(report: dict, run_dir=None, prefix: str = "ensdiag") -> Recor
     """A report's cells (mean over seeds), the verdict's shares, its answers and its figures
     (read from `run_dir`/figures when the report drew them)."""
     records = Records()
-    for table in report["tables"]:
-        if table["id"] == "verdict":
-            continue
-        for row in table["rows"]:
-            if row.get("reference"):
-                continue
-            for column, cell in zip(table["columns"], row["cells"]):
-                mean = cell.get("mean")
-                if isinstance(mean, (int, float)) and not isinstance(mean, bool) and math.isfinite(mean):
-                    name = column.get("key") or f"{table['id']}/{_slug(column['name'])}"
-                    records.scalars[f"{prefix}/{row['method']}/{name}"] = float(mean)
+    for row in report_rows(report):  # (a cell averaged over seeds is a row per seed, each with its mean)
+        if row["table"] != "verdict" and not row["reference"] and row["mean"] is not None and math.isfinite(row["mean"]):
+            name = row["key"] or f"{row['table']}/{_slug(row['column'])}"
+            records.scalars[f"{prefix}/{row['method']}/{name}"] = row["mean"]
     for method, entry in report.get("verdict", {}).items():
         for key in VERDICT_KEYS:
             value = entry.get(key, {}).get("value")

@@ -11,8 +11,8 @@ WandbLogger does with `trainer/global_step`).
 
 import wandb
 
-from ..errors import EnsdiagError, public
-from ._records import Records, checked_step, diagnosis_records
+from ..errors import EnsdiagError
+from ._records import Records
 
 
 def log(records: Records, run, step: int | None = None, step_metric: str | None = None) -> None:
@@ -36,9 +36,3 @@ def run_of(target):
             raise EnsdiagError("no W&B run: call wandb.init() first, or pass the run")
         return target.run
     return target
-
-
-@public
-def log_diagnosis(diagnosis, target, step: int | None = None, prefix: str = "ensdiag") -> None:
-    checked_step(step, prefix)
-    log(diagnosis_records(diagnosis.metrics, prefix), run_of(target), step)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from ..errors import EnsdiagError, path_argument, public
+from ..export import REPORT_FIELDS, frame, report_rows
 from ..io import atomic_write_text, plain_file
 from ..layout import DEFAULT_SCORE
 from .cached import kept_report
@@ -15,16 +16,12 @@ from .drawing import Job, draw_all
 from .figures import (Drawn, heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure,
                       smooth_reliability_figure, training_curves_figure)
 from .geometry_figures import add_report_figures
-from .load import dig, load_runs, newest_run
+from .load import dig, first_ran, first_run, load_runs, newest_run
 from .lora import add_lora_figures
 from .merge import load_folders
 from .pairs import add_pair_figures
 from .render import FORMATS, render, to_html, to_markdown, to_rich  # noqa: F401
 from .summary import to_summary  # noqa: F401  (callers ask it here)
-
-
-def _first_complete(seeds: dict):
-    return next(((seed, run) for seed, run in seeds.items() if run is not None), (None, None))
 
 
 def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood_score: str = "msp",
@@ -35,7 +32,6 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
     member-pair matrices, CKA heatmaps per layer, SmoothECE curves; `report["figures_on_request"]`
     names those left out). A figure whose inputs are what they were when its files were drawn is
     not drawn again (`Drawn`: the report after `train`, or a second report)."""
-    from ..nn.methods import run_label
     folder = Path(run_dir) / "figures"
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):  # never write through a link out of the run
         raise EnsdiagError(f"{folder} is a link or a file, not a folder of the run: ensdiag writes figures only inside "
@@ -57,10 +53,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
                         "svg": f"figures/{name}.svg" if svg else None})
 
     rows = []  # Figure 2: disagreement per split + weight cosine, one row per ensemble method
-    for method in runs:  # every method whose members can disagree (the others skip the analyzer)
-        seed, run = _first_complete(runs.get(method, {}))
-        if run is None or dig(run["metrics"], ("analyzers", "disagreement", "status")) != "ok":
-            continue
+    for method, (seed, run) in first_ran(runs, "disagreement").items():  # members that can disagree (the others skip it)
         analyzers = run["metrics"]["analyzers"]
         panels = [(f"disagreement: {split}", matrix, "disagreement") for split in ("id", "shift", "ood")
                   if (matrix := plottable(dig(analyzers, ("disagreement", "splits", split, "matrix", "value")))) is not None]
@@ -71,7 +64,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
             at_init = f" (init {initial:.2f})" if isinstance(initial, float) else ""
             panels.append((("weight cosine (own layers)" if scoped else "weight cosine") + at_init, cosine, "cosine"))
         if panels:  # (k > 256 stores no matrix)
-            rows.append((f"{run_label(method)} (seed {seed})", panels))
+            rows.append((f"{report['labels'][method]} (seed {seed})", panels))
     if rows:
         add("diversity", "Member disagreement per split and weight-space cosine (a labelled colour scale each)",
             heatmap_grid, rows)
@@ -89,33 +82,23 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
         add("reliability", "Reliability diagrams on the in-distribution test set (seeds pooled)", reliability_figure, curves)
     add_smooth_reliability(runs, add)
     if "ood" not in report["skipped_splits"]:
-        from ..analysis.ood import SCORES, score_of
-        from ..seeds.across import read_seed
-        from .ood_score import title
-        panels, damaged = [], report.get("damaged_runs", {})
-        for method, seeds in runs.items():
-            _, run = _first_complete({seed: run for seed, run in seeds.items() if str(seed) not in damaged.get(method, {})})
-            if run is None or "ood" not in run["metrics"]["splits"]:  # e.g. LoRA adapters: weights, no predictions
-                continue
-            found = read_seed(run["folder"])
-            if found.ood is not None and not (SCORES[ood_score][2] and found.ood.members < 2):
-                panels.append((method, *(score_of(ood_score, split.logits).float() for split in (found.id, found.ood))))
+        from .ood_score import histograms, title  # (the scores of the predictions: torch)
+        panels = histograms(runs, report.get("damaged_runs", {}), ood_score)
         if panels:
             add("ood-scores", f"Histograms of the OOD score {title(ood_score)} on ID and OOD data (first seed)",
-                ood_histogram_figure, [(m, a.numpy(), b.numpy()) for m, a, b in panels], title(ood_score),
-                (0, 1) if ood_score == "msp" else None)
+                ood_histogram_figure, panels, title(ood_score), (0, 1) if ood_score == "msp" else None)
     selective = []  # risk–coverage on the in-distribution test set, first complete seed of each method
     for method, seeds in runs.items():
-        _, run = _first_complete(seeds)
+        _, run = first_run(seeds)
         curve = dig(run["metrics"], ("analyzers", "selective", "splits", "id", "curve")) if run else None
         if isinstance(curve, dict) and curve.get("coverage") and curve.get("risk"):
             selective.append((method, curve))
     if selective:
         add("risk-coverage", "Risk–coverage on the in-distribution test set (first seed; AURC is the area)",
             risk_coverage_figure, selective)
-    add_pair_figures(runs, add)
-    add_report_figures(runs, add)
-    add_lora_figures(runs, add)
+    add_pair_figures(runs, add, report["labels"])
+    add_report_figures(runs, add, report["labels"])
+    add_lora_figures(runs, add, report["labels"])
     histories = {method: [run["history"] for run in seeds.values() if run and run["history"]] for method, seeds in runs.items()}
     if any(histories.values()):
         add("training", "Training loss and validation accuracy per epoch (every seed)",
@@ -128,7 +111,7 @@ def add_smooth_reliability(runs: dict, add) -> None:
     """SmoothECE's smoothed reliability curve on the in-distribution test set, first finished seed of each method."""
     curves = []
     for method, seeds in runs.items():
-        _, run = _first_complete(seeds)
+        _, run = first_run(seeds)
         found = dig(run["metrics"], ("analyzers", "calibration", "splits", "id", "smooth_ece")) if run else None
         curve = found.get("curve") if isinstance(found, dict) else None
         if isinstance(curve, dict) and all(isinstance(curve.get(key), list) for key in ("confidence", "accuracy", "density")):
@@ -201,7 +184,6 @@ def _run_dirs(run_dir):
 @public
 def report_frame(run_dirs):
     """A DataFrame of one or more run folders' reports (the long rows of `report_rows`)."""
-    from ..export import REPORT_FIELDS, frame, report_rows
     return frame(report_rows(make_report(run_dirs, write=False)), REPORT_FIELDS)
 
 

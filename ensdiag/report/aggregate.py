@@ -5,16 +5,21 @@ t_{0.975, n−1} · s / √n. Seeds without metrics (a run in progress, a crashe
 seed) are counted and shown (n per cell), never averaged in as if complete.
 """
 
-
-
-from ..layout import SPLIT_TABLES
+from ..analysis import all_analyzers
+from ..analysis.registry import CATALOGUE_LEFT_OUT
 from ..errors import EnsdiagError, unknown
+from ..export import STATUS_REASONS, flat_name
+from ..layout import SPLIT_TABLES, lookup
+from ..nn.methods import run_label
 from ..seeds.across import across_seeds
 from ..seeds.stats import mean_ci
 from ..threads import apply as apply_threads
 from .example_level import EXAMPLES_DEFINITION, Declared, budget_notes, example_cell
-from .effective_table import SIZE_DEFINITIONS, effective_size_table, seeds_needed_table
-from .load import MISSING, _lookup, _number, dig, load_runs
+from . import ood_score as scores
+from .diagnostics import with_diagnostics
+from .across_tables import (SIZE_DEFINITIONS, bvd_table, damaged_lines, effective_size_table, seeds_needed_table,
+                            verdict_table)
+from .load import _number, dig, load_runs
 from .llm import llm_tables
 from .lora import lora_tables
 
@@ -45,7 +50,6 @@ def declared_columns(table_id: str, split: str | None = None, skipped=(), conven
     """[(label, analyzer, key path, direction, definition, split)] of every registered analyzer's
     columns in this table, in their declared order; columns of a skipped split are left out.
     With `conventions="torch-uncertainty"`, a column with a peer value reads that instead."""
-    from ..analysis import all_analyzers
     found = [(column.order, index, column.as_peer() if conventions == "torch-uncertainty" else column, analyzer)
              for analyzer in all_analyzers().values()
              for index, column in enumerate(analyzer.columns) if table_id in column.tables
@@ -55,61 +59,45 @@ def declared_columns(table_id: str, split: str | None = None, skipped=(), conven
             for _, _, column, analyzer in sorted(found, key=lambda item: (item[0], item[1]))]
 
 
-def _analyzer_value(run, analyzer, path, label, split=None, since=1, optional=False):
-    """The declared number of one run; None when the analyzer did not run (skipped, failed), ran
-    in a version older than the column (`Column.since`), or the run has no such split (a seed
-    trained before a shift set was on disk); an error when an analyzer that ran lacks a column
-    its version declares, unless the column is `optional` (an OOD score a run may not have)."""
+def _declared(run, analyzer, path, label, split=None, since=1, optional=False) -> tuple:
+    """(the declared number of one run, None), or (None, why it is absent, in words): the run did not
+    finish, the analyzer did not run (skipped, failed) or ran in a version older than the column
+    (`Column.since`), the run has no such split (a seed trained before a shift set was on disk), the
+    number is not defined for these inputs; an error when an analyzer that ran lacks a column its
+    version declares, unless the column is `optional` (an OOD score a run may not have)."""
+    if run is None:
+        return None, "not finished"
     result = run["metrics"]["analyzers"].get(analyzer)
-    if not isinstance(result, dict) or result.get("status") != "ok":
-        return None
+    if not isinstance(result, dict):
+        return None, f"the {analyzer} analyzer did not run"
+    if result.get("status") != "ok":
+        return None, str(result.get("reason") or result.get("status"))
     version = result.get("version", 1)
     if isinstance(version, int) and not isinstance(version, bool) and version < since:
-        return None
+        return None, f"measured by an ensdiag whose {analyzer} analyzer did not have it yet"
     if split is not None and split not in run["metrics"]["splits"]:
-        return None
-    value = _lookup(result, path)
-    if value is MISSING and optional:
-        return None
-    if value is MISSING:
+        return None, f"no {split} split"
+    value, found = lookup(result, path)
+    if not found and not optional:
         raise EnsdiagError(f"{run['folder'] / 'metrics.json'}: the {analyzer} analyzer declares the report column "
                            f"{label!r} at {'.'.join(path)}, which its result lacks (written by another ensdiag or "
                            "plug-in version?); rerun `ensdiag evaluate` on that model")
-    return value
-
-
-def absent_reason(run, analyzer, path, split=None, since=1) -> str | None:
-    """Why a run's declared number is absent, in words (None where it is there)."""
-    from ..export import STATUS_REASONS
-    if run is None:
-        return "not finished"
-    result = run["metrics"]["analyzers"].get(analyzer)
-    if not isinstance(result, dict):
-        return f"the {analyzer} analyzer did not run"
-    if result.get("status") != "ok":
-        return str(result.get("reason") or result.get("status"))
-    version = result.get("version", 1)
-    if isinstance(version, int) and not isinstance(version, bool) and version < since:
-        return f"measured by an ensdiag whose {analyzer} analyzer did not have it yet"
-    if split is not None and split not in run["metrics"]["splits"]:
-        return f"no {split} split"
-    node = _lookup(result, path[:-1]) if path and path[-1] == "value" else MISSING
+    node = lookup(result, path[:-1])[0] if path and path[-1] == "value" else None
     if isinstance(node, dict) and node.get("value") is None:
-        return str(node.get("note") or STATUS_REASONS.get(node.get("status"), "not defined for these inputs"))
-    return None
+        return None, str(node.get("note") or STATUS_REASONS.get(node.get("status"), "not defined for these inputs"))
+    return value, None
 
 
 def absent_note(table: dict, declared: list, runs: dict) -> str:
     """'N/A: <column> for <methods> — <why>' for every column a method has no number in (every
     absent number says why), one clause per reason."""
     clauses = {}
-    for column, (label, analyzer, path, _, _, split, since) in zip(table["columns"], declared):
+    for index, (label, analyzer, path, _, _, split, since) in enumerate(declared):
         for row, method in ((row, row["method"]) for row in table["rows"] if not row.get("reference")):
-            index = table["columns"].index(column)
             if row["cells"][index].get("mean") is not None:
                 continue
-            seeds = runs.get(method, {})
-            reasons = {why for run in seeds.values() if (why := absent_reason(run, analyzer, path, split, since))}
+            reasons = {why for run in runs.get(method, {}).values()
+                       if (why := _declared(run, analyzer, path, label, split, since, True)[1])}
             for reason in sorted(reasons):
                 clauses.setdefault(reason, {}).setdefault(row["label"], []).append(label)
     grouped = {}  # (reason, methods) -> columns: one clause for what several columns miss alike
@@ -144,7 +132,7 @@ def _table(table_id, title, columns, runs, expected, note=""):
     """columns: [(label, value_of(run) -> number | None, direction[, {extra column fields}])]. A row
     lists the seeds that have metrics (`seeds`); a method's expected seeds are those it has
     (the run's seeds, or, from several folders, the seeds found for it)."""
-    rows = [{"method": method, "label": _label(method), "seeds": [seed for seed, run in seeds.items() if run is not None],
+    rows = [{"method": method, "label": run_label(method), "seeds": [seed for seed, run in seeds.items() if run is not None],
              "cells": [{**_cell(seeds, value_of), **example_cell(seeds, value_of), "expected": len(seeds) or expected}
                        for _, value_of, *_ in columns]}
             for method, seeds in runs.items()]
@@ -156,7 +144,6 @@ def _table(table_id, title, columns, runs, expected, note=""):
 
 def _catalogue_note(runs) -> list[str]:
     """A line saying so where a run left the detail catalogue out (a training grid without --detail)."""
-    from ..analysis.registry import CATALOGUE_LEFT_OUT
     left_out = any(isinstance(result, dict) and result.get("reason") == CATALOGUE_LEFT_OUT
                    for seeds in runs.values() for run in seeds.values() if run
                    for result in run["metrics"]["analyzers"].values())
@@ -170,20 +157,14 @@ CATALOGUE_NOTE = ("The detail catalogue (SmoothECE and the calibration table's o
 
 def _reference_rows(table, key):
     for method, numbers in PAPER[key].items():
-        table["rows"].append({"method": method, "label": f"{_label(method)} — paper (published)", "reference": True,
+        table["rows"].append({"method": method, "label": f"{run_label(method)} — paper (published)", "reference": True,
                               "cells": [{"mean": numbers.get(column["name"]), "ci": None, "n": None, "values": []}
                                         for column in table["columns"]]})
 
 
-def _label(run: str) -> str:
-    from ..nn.methods import run_label
-    return run_label(run)
-
-
 def _analyzer_columns(declared, optional=False) -> list[tuple]:
-    from ..export import flat_name
-    return [(label, Declared(lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _analyzer_value(
-                run, a, p, lb, sp, si, optional), analyzer, path), direction, {"split": split, "key": flat_name(analyzer, path)})
+    return [(label, Declared(lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _declared(
+                run, a, p, lb, sp, si, optional)[0], analyzer, path), direction, {"split": split, "key": flat_name(analyzer, path)})
             for label, analyzer, path, direction, _, split, since in declared]
 
 
@@ -197,36 +178,6 @@ def _meta_column(label, key, direction):
     return label, lambda run: dig(run["meta"], (key,)), direction
 
 
-def _verdict_table(found, reasons, expected, groups=None):
-    """The verdict (seeds/verdict.py) as a table of ratios with their intervals; per method, its overall
-    line (led by its effective size) and what each question answers (verdict_text.py), then how to read
-    them, as the note; `reasons`: why a method has none. The table carries no best/second marks: the
-    answers are the verdict's tests."""
-    from .verdict_text import answer, how_to_read, sentence
-    missing = [f"{_label(method)}: no verdict — {reason}." for method, reason in reasons.items() if method not in found]
-    if not found:
-        if not missing or not groups:
-            return None, {}
-        return {"id": "verdict", "title": "Verdict: is each efficient method an ensemble? (ratios to the Deep Ensemble)",
-                "note": "\n\n".join(missing), "columns": [], "rows": []}, {}
-    columns = [("NLL share", "nll", "up"), ("ECE share", "ece", "up"), ("OOD AUROC share", "auroc", "up"),
-               ("shift NLL share", "shift_nll", "up"), ("diversity ×", "diversity", "up")]
-    rows = []
-    for method, entry in found.items():
-        entry["sentence"] = sentence(_label(method), entry)
-        entry["answer"] = answer(_label(method), entry)
-        rows.append({"method": method, "label": _label(method), "cells": [
-            {"mean": entry.get(key, {}).get("value"), "ci": None, "n": entry["seeds"], "values": [],
-             "interval": entry.get(key, {}).get("interval"), "answer": entry.get(key, {}).get("answer"),
-             "expected": expected} for _, key, _ in columns]})
-    note = "\n\n".join([*(f"{entry['answer']}\n\n{entry['sentence']}" for entry in found.values()), *missing,
-                        how_to_read(found)])
-    table = {"id": "verdict", "title": "Verdict: is each efficient method an ensemble? (ratios to the Deep Ensemble)",
-             "note": note, "columns": [{"name": label, "direction": direction} for label, _, direction in columns],
-             "rows": rows}
-    return table, found
-
-
 def _notes(runs, analyzer) -> str:
     """The notes an analyzer left in its results (e.g. temperature scaling that changes nothing), per method."""
     notes = {}
@@ -234,7 +185,7 @@ def _notes(runs, analyzer) -> str:
         for seed, run in seeds.items():
             note = dig(run["metrics"], ("analyzers", analyzer, "note")) if run else None
             if isinstance(note, str):
-                notes.setdefault(_label(method), []).append(f"seed {seed}")
+                notes.setdefault(run_label(method), []).append(f"seed {seed}")
                 last = note
     return " ".join(f"{label} ({', '.join(seeds)}): {last}." for label, seeds in notes.items()) if notes else ""
 
@@ -272,47 +223,8 @@ def _members_table(runs, expected):
     return table
 
 
-def _bvd_table(found):
-    """Bias, variance and diversity over seeds (seeds/bvd.py), one row per method with ≥ 2 seeds."""
-    left_out = " ".join(f"{_label(method)}: left out, {entry['reason']}." for method, entry in found.items()
-                        if "reason" in entry)
-    found = {method: entry for method, entry in found.items() if "reason" not in entry}
-    if not found:
-        return None
-    columns = [("CE bias", "cross_entropy", "bias"), ("CE variance", "cross_entropy", "variance"),
-               ("CE diversity (geometric)", "cross_entropy", "diversity"),
-               ("CE diversity (arithmetic)", "cross_entropy_arithmetic", "diversity"),
-               ("Brier bias", "squared", "bias"), ("Brier variance", "squared", "variance"),
-               ("Brier diversity", "squared", "diversity")]
-    rows = [{"method": method, "label": _label(method), "cells": [
-        {"mean": entry[loss][part], "ci": None, "n": entry["seeds"], "values": []} for _, loss, part in columns]}
-        for method, entry in found.items()]
-    return {"id": "bvd", "title": "Bias, variance and diversity over seeds (in-distribution test set)",
-            "note": "Expected loss over seeds = bias + variance − diversity, exactly (Wood et al. 2023), for each "
-                    "combiner of the members' probabilities: CE with their normalised geometric mean (the combiner "
-                    "whose diversity, mean_i KL(q̄ ‖ q_i), does not depend on the label) and with their arithmetic mean "
-                    "p̄, the ensemble ensdiag predicts with (its diversity, the members' mean CE minus the CE of p̄, "
-                    "depends on the label); Brier with their arithmetic mean. Bias and variance describe the members, "
-                    "so both CE decompositions share them; the bias includes label noise. Variance is what more seeds "
-                    "would average away; diversity what the members do." + (f" {left_out}" if left_out else ""),
-            "columns": [{"name": label, "direction": None} for label, _, _ in columns], "rows": rows}
-
-
-def _damaged(damaged: dict, tables: list) -> list[str]:
-    """A line per run whose predictions file could not be used (seeds/across.py): below the first table over
-    seeds (what the terminal shows), or, without one, as the report's notes (returned)."""
-    lines = [f"{_label(method)} seed {seed}: left out of the verdict, effective size and bias–variance — {why}."
-             for method, seeds in damaged.items() for seed, why in seeds.items()]
-    first = next((table for table in tables if table["id"] in ("verdict", "effective-size", "bvd")), None)
-    if first is None or not lines:
-        return lines
-    first["note"] = "\n\n".join(part for part in (first["note"], *lines) if part)
-    return []
-
-
 def _plugin_tables() -> list[tuple[str, object]]:
     """(table id, analyzer) of every table named by a column that no built-in table shows."""
-    from ..analysis import all_analyzers
     built_in = {*SPLIT_TABLES, "diversity", "geometry"}
     seen = {}
     for analyzer in all_analyzers().values():
@@ -328,7 +240,6 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
     """The report dict; `data` is `load_runs(run_dir)` when the caller already has it; `conventions`
     picks whose definition of adaptive ECE and AURC the tables show (`CONVENTIONS`); `ood_score` the
     score of the OOD table (default 1 − MSP; report/ood_score.py)."""
-    from . import ood_score as scores
     apply_threads(load=True)  # the CLI's choice, before the verdict's bootstrap (threads.py)
     if conventions not in CONVENTIONS:
         raise unknown("--conventions", conventions, CONVENTIONS)
@@ -377,24 +288,23 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                                      "numbers --reference paper shows). metrics.json holds every score's numbers "
                                      "(analyzer ood, scores); `ensdiag report --ood-score NAME` shows another."))
     # the paper's Figure 2a: disagreement on in-distribution, shifted and OOD data, then weight cosine
-    scopes = {_label(method): dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))
+    scopes = {run_label(method): dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))
               for method, seeds in runs.items() for run in seeds.values()
               if run and dig(run["metrics"], ("analyzers", "weight-similarity", "scope"))}
     scoped = " ".join(f"{label}: weight cosine on the {scope}." for label, scope in scopes.items() if scope)
     baselines = ("Read each cosine against its baseline: the members' cosine at initialisation, and for the aligned "
                  "cosine the null of untrained, independently initialised members aligned the same way.")
     tables.append(analyzer_table("diversity", "Member diversity (mean off-diagonal)", note=f"{baselines} {scoped}".strip()))
-    geometry = analyzer_table("geometry", "Member geometry: representations, paths between members, weight structure",
-                              note="CKA: linear CKA of members' representations, averaged over layers (per-layer curves in the "
-                                   "figures; k×k heatmaps per layer with report --detail). Barriers: the largest rise above the straight line "
-                                   "between two members' weights of the test loss, the test error, and the training "
-                                   "loss on a fixed training sample, BatchNorm statistics recomputed along the path; "
-                                   "the training-loss barrier tells whether members share one basin, a test-loss "
-                                   "barrier of 0 alone does not (averaging tempers over-confident logits). Rank-1 "
-                                   "layers: the fraction of layers where W_i ⊘ W_0 has rank 1 (BatchEnsemble: all, by "
-                                   "construction: a check of the rebuild, not of diversity).")
-    if any(cell["mean"] is not None for row in geometry["rows"] for cell in row["cells"]):
-        tables.append(geometry)
+    tables.append(analyzer_table("geometry", "Member geometry: representations, paths between members, weight structure",
+                                 note="CKA: linear CKA of members' representations, averaged over layers (per-layer "
+                                     "curves in the figures; k×k heatmaps per layer with report --detail). Barriers: "
+                                     "the largest rise above the straight line between two members' weights of the "
+                                     "test loss, the test error, and the training loss on a fixed training sample, "
+                                     "BatchNorm statistics recomputed along the path; the training-loss barrier tells"
+                                     " whether members share one basin, a test-loss barrier of 0 alone does not "
+                                     "(averaging tempers over-confident logits). Rank-1 layers: the fraction of "
+                                     "layers where W_i ⊘ W_0 has rank 1 (BatchEnsemble: all, by construction: a check"
+                                     " of the rebuild, not of diversity)."))  # (left out where nothing was measured, below)
     tables.append(_table("cost", "Computational cost", [_meta_column("parameters", "parameters", "down"),
                                                         _meta_column("training s", "train_seconds", "down")], runs, expected,
                          note="Training seconds include the per-epoch validation, as in the paper's Table 4."))
@@ -404,15 +314,15 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                                      {m: runs[m] for m in variants}, declared_in="id"))
     across = across_seeds(runs, data.get("groups"))
     sizes = across.effective_size
-    verdict_table, verdicts = _verdict_table(across.verdict, across.reasons, expected, data.get("groups"))
-    sizes_table = effective_size_table(sizes, _label)
+    verdict, verdicts = verdict_table(across.verdict, across.reasons, expected, data.get("groups"))
+    sizes_table = effective_size_table(sizes)
     if sizes_table is not None:
         definitions.update(SIZE_DEFINITIONS)
     llm, llm_definitions = llm_tables(runs, verdicts, expected, _table)  # weight beside function space, subtasks
-    needed_table = seeds_needed_table(verdicts, _label)
-    tables[:0] = [*(table for table in (verdict_table, sizes_table, needed_table) if table is not None), *llm]
+    needed_table = seeds_needed_table(verdicts)
+    tables[:0] = [*(table for table in (verdict, sizes_table, needed_table) if table is not None), *llm]
     definitions.update(llm_definitions)
-    bvd = _bvd_table(across.bvd)
+    bvd = bvd_table(across.bvd)
     if bvd is not None:
         tables.append(bvd)
     tables.append(_members_table(runs, expected))
@@ -420,7 +330,6 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
         tables.append(analyzer_table(table_id, analyzer.description[:1].upper() + analyzer.description[1:]
                                      if analyzer.description else table_id,
                                      note=_notes(runs, analyzer.name)))
-    from .diagnostics import with_diagnostics  # the diversity gap's flags, the gain's calibration and refinement
     tables, diagnostic_definitions = with_diagnostics(tables, runs, expected, _table)
     definitions.update(diagnostic_definitions)
     lora, lora_definitions = lora_tables(runs, expected, _table)
@@ -434,7 +343,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             if table["id"] in PAPER and not (table["id"] == "ood" and ood_score != scores.DEFAULT_SCORE):
                 _reference_rows(table, table["id"])
     missing = {method: [seed for seed, run in seeds.items() if run is None] for method, seeds in runs.items()}
-    budgets, damaged = budget_notes(runs), _damaged(across.damaged, tables)
+    budgets, damaged = budget_notes(runs), damaged_lines(across.damaged, tables)
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
             "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION,
@@ -445,4 +354,4 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             "conventions": conventions, "ood_score": ood_score, **({"budgets": budgets} if budgets else {}),
             "definitions": definitions,
             "tables": tables, "figures": [], "figures_on_request": [],
-            "labels": {method: _label(method) for method in dict.fromkeys([*config["methods"], *runs, *sizes, *verdicts])}}
+            "labels": {method: run_label(method) for method in dict.fromkeys([*config["methods"], *runs, *sizes, *verdicts])}}

@@ -31,6 +31,7 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 from importlib.util import find_spec
 from pathlib import Path
 
+from ..budget import memory_budget
 from ..errors import EnsdiagError
 from .. import io
 from ..io import atomic_write_bytes, cache_dir, open_regular, plain_file, read_bounded
@@ -72,7 +73,6 @@ def _state(run_dir: Path, options: dict) -> tuple[bytes, dict] | None:
     if not (run_dir / "experiment.json").is_file():
         return None
     try:
-        from ..budget import memory_budget
         files = {}
         for path in run_dir.rglob("*"):
             name = os.fsdecode(path.relative_to(run_dir))

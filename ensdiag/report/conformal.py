@@ -5,7 +5,7 @@ are (analysis/conformal.py computes them)."""
 from rich.table import Table
 from rich.text import Text
 
-from .terminal import cell, fits, within
+from .terminal import cell, fits, titled, within
 
 
 COLUMNS = ("LAC coverage", "LAC set size ↓", "APS coverage", "APS set size ↓")
@@ -25,9 +25,7 @@ def _cells(result: dict, subtask=None, interval=False) -> list[str]:
 
 
 def conformal_table(result: dict) -> Table:
-    table = Table(title=_title(result))
-    for label in ("questions", "n", *COLUMNS):
-        table.add_column(label, justify="left" if label == "questions" else "right")
+    table = titled(_title(result), ("questions", "n", *COLUMNS))
     lac = result["scores"]["lac"]
     table.add_row("all test questions", f"{lac['n']:,}", *_cells(result, interval=True))
     for name, entry in lac.get("per_subtask", {}).items():

@@ -43,28 +43,18 @@ def _draw(job: Job, folder: Path, formats) -> None:
     save_figure(figure, folder / job.name, formats=formats)
 
 
-def _raised(job: Job, error: BaseException) -> BaseException:
-    """What a failed figure raises: its damaged-file error for a layout error where it has one."""
-    if isinstance(error, _LayoutError):
-        return job.damaged() if job.damaged is not None else TypeError(str(error))
-    return error
-
-
-def _drawn(jobs: list[Job], folder: Path, formats, done, workers: int) -> dict:
-    """{index: error} of the jobs that failed; `done(job)` after each of the others."""
+def draw_all(jobs: list[Job], folder: Path, formats, done) -> None:
+    """Draw every job into `folder` in each of `formats`; `done(job)` after each one's files are
+    written. Every job is drawn; then the first failure, in the order given, is raised: for a layout
+    error, the job's damaged-file error where it has one."""
+    workers = forked.workers(len(jobs), MAX_WORKERS)
     if workers > 1:  # imported once here, before the fork, not once in every worker (a third of a second each)
         import matplotlib.backends.backend_agg  # noqa: F401
         import matplotlib.figure  # noqa: F401
     outcomes = forked.run([partial(_draw, job, folder, formats) for job in jobs], workers,
                           each=lambda index, outcome: done(jobs[index]) if outcome[0] else None)
-    return {index: error for index, (ok, error) in enumerate(outcomes) if not ok}
-
-
-def draw_all(jobs: list[Job], folder: Path, formats, done) -> None:
-    """Draw every job into `folder` in each of `formats`; `done(job)` after each one's files are
-    written. Every job is drawn; then the first failure, in the order given, is raised."""
-    failed = _drawn(jobs, folder, formats, done, forked.workers(len(jobs), MAX_WORKERS))
-    if failed:
-        index = min(failed)
-        error = _raised(jobs[index], failed[index])
+    job, error = next(((job, error) for job, (ok, error) in zip(jobs, outcomes) if not ok), (None, None))
+    if isinstance(error, _LayoutError):
+        error = job.damaged() if job.damaged is not None else TypeError(str(error))
+    if error is not None:
         raise error from None

@@ -13,9 +13,8 @@ it is, the example-level one:
   the standard deviations), and equal to it when the seeds err alike on the same examples.
 """
 
-import math
-
 from ..text import counted
+from .load import _number, dig
 
 EXAMPLES_DEFINITION = ("test set: a 95 % confidence interval for the value on the population the test examples were drawn "
                        "from (a bootstrap over them, stored in each run's metrics.json); for one seed the run's own "
@@ -34,17 +33,8 @@ class Declared:
         return self.read(run)
 
     def interval(self, run) -> dict | None:
-        node = run["metrics"]["analyzers"].get(self.analyzer)
-        for key in (*self.path[:-1], "interval"):
-            if not isinstance(node, dict):
-                return None
-            node = node.get(key)
-        return node if _bounded(node) else None
-
-
-def _bounded(entry) -> bool:
-    return isinstance(entry, dict) and all(isinstance(entry.get(key), (int, float)) and not isinstance(entry.get(key), bool)
-                                           and math.isfinite(entry[key]) for key in ("low", "high"))
+        node = dig(run["metrics"]["analyzers"], (self.analyzer, *self.path[:-1], "interval"))
+        return node if isinstance(node, dict) and all(_number(node.get(key)) for key in ("low", "high")) else None
 
 
 def example_cell(seeds: dict, value_of) -> dict:

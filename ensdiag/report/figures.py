@@ -10,12 +10,14 @@ import hashlib
 import io
 import json
 import math
+import textwrap
 from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from .. import __version__
 from ..errors import EnsdiagError
-from ..io import atomic_write_bytes, plain_file
+from ..io import atomic_write_bytes, atomic_write_text, plain_file, read_json
 from ..text import terminal
 
 if TYPE_CHECKING:
@@ -64,11 +66,18 @@ def plain(text) -> str:
     return terminal(text).replace("$", r"\$")
 
 
+def figure_bytes(figure: "Figure", fmt: str = "png", dpi: int = 130) -> bytes:
+    """The figure drawn in memory as `fmt` (every layout here fits its figure: no tight bbox pass)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    FigureCanvasAgg(figure)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=fmt, dpi=dpi)
+    return buffer.getvalue()
+
+
 def save_figure(figure: "Figure", path, formats=None) -> list[Path]:
     """Write the figure atomically: in the format its path names (`heat.pdf`, no suffix: PNG),
     or as each of `formats` (the path's suffix replaced)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    FigureCanvasAgg(figure)
     path = Path(path)
     if path.is_dir():
         raise EnsdiagError(f"cannot draw {path}: it is a directory; name an image file")
@@ -78,39 +87,15 @@ def save_figure(figure: "Figure", path, formats=None) -> list[Path]:
             raise EnsdiagError(f"cannot draw {path}: unknown image format .{fmt}; use "
                                + ", ".join(f".{f}" for f in FIGURE_FORMATS))
         formats, path = (fmt,), path if path.suffix else path.with_suffix(".png")
-    written = []
-    for fmt in formats:
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format=fmt, dpi=130)  # every layout here fits its figure: no tight bbox pass
-        written.append(atomic_write_bytes(path if len(formats) == 1 and path.suffix.lower() == f".{fmt}"
-                                          else path.with_suffix(f".{fmt}"), buffer.getvalue()))
-    return written
+    return [atomic_write_bytes(path if len(formats) == 1 and path.suffix.lower() == f".{fmt}"
+                               else path.with_suffix(f".{fmt}"), figure_bytes(figure, fmt)) for fmt in formats]
 
 
 def fingerprint(value) -> str:
     """A digest of a figure's inputs (nested dicts, lists, numbers, strings, arrays): equal inputs, equal digest."""
-    digest = hashlib.sha256()
-
-    def feed(x):
-        if isinstance(x, dict):
-            digest.update(b"{")
-            for key in sorted(x, key=str):
-                feed(key)
-                feed(x[key])
-            digest.update(b"}")
-        elif isinstance(x, (list, tuple)):
-            digest.update(b"[")
-            for item in x:
-                feed(item)
-            digest.update(b"]")
-        elif hasattr(x, "tobytes") and hasattr(x, "dtype"):  # NumPy arrays
-            digest.update(f"<{x.dtype}{x.shape}>".encode())
-            digest.update(x.tobytes())
-        else:
-            digest.update(repr(x).encode())
-        digest.update(b",")
-    feed(value)
-    return digest.hexdigest()
+    def array(x):  # NumPy arrays by their type, shape and bytes (anything else JSON does not take: by repr)
+        return f"<{x.dtype}{x.shape}>{x.tobytes().hex()}" if hasattr(x, "tobytes") and hasattr(x, "dtype") else repr(x)
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=array).encode()).hexdigest()
 
 
 class Drawn:
@@ -119,10 +104,8 @@ class Drawn:
     damaged or foreign one only means every figure is drawn again."""
 
     def __init__(self, folder: Path):
-        from .. import __version__
         self.path, self.version = Path(folder) / "drawn.json", __version__
         try:
-            from ..io import read_json
             found = read_json(self.path, "figure record") if self.path.is_file() else {}
         except Exception:
             found = {}
@@ -138,7 +121,6 @@ class Drawn:
         return self.keys.get(name) != self._key(name, formats, inputs) or not all(plain_file(f) for f in files)
 
     def done(self, name: str, formats, inputs) -> None:
-        from ..io import atomic_write_text
         self.keys[name] = self._key(name, formats, inputs)
         atomic_write_text(self.path, json.dumps(self.keys, indent=1, sort_keys=True) + "\n")
 
@@ -193,7 +175,6 @@ def heatmap_grid(rows, vmin=0.0, vmax=1.0, cmap="viridis", colorbar_label="", ti
     """rows: [(row label, [(panel title, k×k matrix[, quantity]), ...]), ...]. Panels of one quantity
     share one labelled colour scale (`SCALES`, or the arguments for panels without a quantity), its
     bar right of the last column that shows the quantity, as tall as the rows that do."""
-    import textwrap
     from matplotlib.figure import Figure
     from matplotlib.ticker import FixedLocator, MaxNLocator
     rows = [(textwrap.fill(terminal(label), ROW_CHARACTERS), panels) for label, panels in rows if panels]

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 from .figures import heatmap_grid, new_figure, plottable
+from .load import _damaged, dig, first_ran, first_run
 
 NAN = float("nan")
 
@@ -89,17 +90,15 @@ def paths_figure(results: dict) -> "Figure":
 TRACKED = (("disagreement", "mean pairwise disagreement"), ("jsd", "JSD"), ("weight_cosine", "weight cosine"))
 
 
-def _left_out(runs: dict, drawn: dict, name: str) -> str:
+def _left_out(runs: dict, drawn: dict, name: str, labels: dict) -> str:
     """'. Not drawn: BatchEnsemble (why); …' for the methods of the run a figure leaves out."""
-    from ..nn.methods import run_label
-    from .load import dig
     missing = []
     for method, seeds in runs.items():
         if method in drawn:
             continue
-        run = next((r for r in seeds.values() if r is not None), None)
+        _, run = first_run(seeds)
         reason = dig(run["metrics"], ("analyzers", name, "reason")) if run else "no finished seed"
-        missing.append(f"{run_label(method)} ({reason or 'not computed'})")
+        missing.append(f"{labels[method]} ({reason or 'not computed'})")
     return f". Not drawn: {'; '.join(missing)}" if missing else ""
 
 
@@ -130,28 +129,16 @@ def tracking_figure(curves: dict) -> "Figure":
 
 
 def cka_layer_grid(results: dict) -> "Figure":
-    """k×k linear CKA between members per layer: a row per method and split."""
-    from ..nn.methods import run_label
-    rows = [(f"{run_label(method)} ({split})", [(layer, plottable(entry["linear"]["value"]))
-                                                 for layer, entry in found["layers"].items()])
+    """k×k linear CKA between members per layer: a row per method (its label) and split."""
+    rows = [(f"{method} ({split})", [(layer, plottable(entry["linear"]["value"]))
+                                     for layer, entry in found["layers"].items()])
             for method, result in results.items() for split, found in result["splits"].items() if found["layers"]]
     return heatmap_grid(rows, colorbar_label="linear CKA")
 
 
-def add_report_figures(runs: dict, add) -> None:
+def add_report_figures(runs: dict, add, labels: dict) -> None:
     """The report's member-geometry figures from each method's first complete seed (tracking: every
     seed); `add(name, title, draw, *inputs)` saves one. A result of the wrong layout is a damaged file."""
-    from ..nn.methods import run_label
-    from .load import _damaged, dig
-
-    def first(name):
-        found = {}
-        for method, seeds in runs.items():
-            seed, run = next(((s, r) for s, r in seeds.items() if r is not None), (None, None))
-            if run is not None and dig(run["metrics"], ("analyzers", name, "status")) == "ok":
-                found[method] = (seed, run)
-        return found
-
     def draw(name, file, title, make, results, on_request=False):
         if not results:
             return
@@ -168,11 +155,11 @@ def add_report_figures(runs: dict, add) -> None:
                                        "first seed", alignment_figure),
             ("paths", "paths", "Test loss and accuracy on the straight line between member 0 and members 1–3; first seed",
              paths_figure)):
-        drawn = first(name)
-        draw(name, file, title + _left_out(runs, drawn, name), make,
-             {f"{run_label(method)}, seed {seed}": (run["metrics"]["analyzers"][name], run["folder"])
+        drawn = first_ran(runs, name)
+        draw(name, file, title + _left_out(runs, drawn, name, labels), make,
+             {f"{labels[method]}, seed {seed}": (run["metrics"]["analyzers"][name], run["folder"])
               for method, (seed, run) in drawn.items()})
-    heatmaps = {method: (run["metrics"]["analyzers"]["cka"], run["folder"]) for method, (_, run) in first("cka").items()}
+    heatmaps = {labels[method]: (run["metrics"]["analyzers"]["cka"], run["folder"]) for method, (_, run) in first_ran(runs, "cka").items()}
     if heatmaps:
         draw("cka", "cka-heatmaps", "k×k linear CKA between members, per layer (rows: method and split; first seed)",
              cka_layer_grid, heatmaps, on_request=True)
@@ -185,4 +172,4 @@ def add_report_figures(runs: dict, add) -> None:
                      for row in run["history"] if isinstance(row.get("seconds"), (int, float)))
         cost = f"; measuring took {spent / epochs:.1%} of the epochs' time" if epochs > 0 else ""
         add("tracking", f"Diversity over training on the validation split (epoch 0: initialisation; every seed{cost})",
-            tracking_figure, {run_label(method): rows for method, rows in tracked.items() if rows})
+            tracking_figure, {labels[method]: rows for method, rows in tracked.items() if rows})

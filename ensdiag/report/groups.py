@@ -5,7 +5,7 @@ subtasks, weighted as lm-eval weighted them) and each subtask, every number with
 from rich.table import Table
 from rich.text import Text
 
-from .terminal import cell
+from .terminal import cell, titled
 
 CHOICE_COLUMNS = (("Acc ↑", "accuracy"), ("NLL ↓", "nll"), ("Brier ↓", "brier"), ("JSD", "jsd"),
                   ("disagreement", "disagreement"))
@@ -14,10 +14,9 @@ CHOICE_COLUMNS = (("Acc ↑", "accuracy"), ("NLL ↓", "nll"), ("Brier ↓", "br
 def group_table(section: dict, columns=CHOICE_COLUMNS) -> Table:
     """Rows: every group (its weighting beside it), then every subtask; the members' own accuracy
     last (a group's equals lm-eval's group number for each member)."""
-    table = Table(title=Text(f"lm-eval groups: each group's number aggregated as lm-eval aggregates its "
-                             f"{section.get('metric', 'metric')}"))
-    for label in ("group / subtask", "n", "weighting", *(label for label, _ in columns), "members' Acc"):
-        table.add_column(label, justify="left" if label in ("group / subtask", "weighting") else "right")
+    table = titled(Text(f"lm-eval groups: each group's number aggregated as lm-eval aggregates its "
+                        f"{section.get('metric', 'metric')}"),
+                   ("group / subtask", "n", "weighting", *(label for label, _ in columns), "members' Acc"), left=(0, 2))
     rows = [(name, entry, "by size" if entry["by_size"] else "equal") for name, entry in section["groups"].items()]
     rows += [(f"  {name}", entry, "") for name, entry in section["subtasks"].items()]
     for name, entry, weighting in rows:

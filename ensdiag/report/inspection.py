@@ -6,7 +6,14 @@
     drawn = diversity_figures(diagnosis.metrics, Path("heatmaps.png"), "model.safetensors")
 """
 
+from ..analysis import all_analyzers
+from ..errors import EnsdiagError
+from .conformal import conformal_notes, conformal_tables
 from .example_level import budget_lines
+from .figures import heatmap_grid, plain, plottable, save_figure
+from .geometry_figures import alignment_figure, cka_layers_figure, paths_figure
+from .groups import group_notes, group_table
+from .pairs import pair_lines, pair_rows
 from .terminal import (cell, geometry_tables, heatmap_table, interval_lines, metrics_tables, ood_tables,
                        skipped_lines)
 
@@ -25,12 +32,10 @@ def metrics_view(metrics: dict, title: str, width: int | None = None) -> tuple[l
     notes += skipped_lines(metrics) + interval_lines(metrics) + budget_lines(metrics)
     conformal = metrics["analyzers"].get("conformal", {})
     if conformal.get("status") == "ok":
-        from .conformal import conformal_notes, conformal_tables
         tables += conformal_tables(conformal, width)
         notes += conformal_notes(conformal)
     groups = metrics.get("lm_eval", {}).get("groups")
     if groups:  # a benchmark group read from lm-eval logs: its own table
-        from .groups import group_notes, group_table
         tables.append(group_table(groups))
         notes += group_notes(groups)
     notes += [f"{split}: {title}" for split, title in metrics.get("split_titles", {}).items() if title != split]
@@ -40,7 +45,6 @@ def metrics_view(metrics: dict, title: str, width: int | None = None) -> tuple[l
 
 def model_results(metrics: dict) -> dict:
     """The model analyzers' results (member geometry) of a metrics dict."""
-    from ..analysis import all_analyzers
     model = {name for name, analyzer in all_analyzers().items() if analyzer.needs == "model"}
     return {name: result for name, result in metrics["analyzers"].items() if name in model}
 
@@ -64,7 +68,6 @@ def diversity_view(metrics: dict, name: str) -> tuple[list, list[str]]:
     elif disagreement:
         notes.append(f"disagreement: {disagreement.get('reason')}")
     if "member-pairs" in analyzers:
-        from .pairs import pair_lines
         items += pair_lines(analyzers["member-pairs"])
     similarity = analyzers.get("weight-similarity", {})
     if similarity.get("status") == "ok":
@@ -86,8 +89,6 @@ def diversity_view(metrics: dict, name: str) -> tuple[list, list[str]]:
 def diversity_figures(metrics: dict, plot, name: str) -> list:
     """The heatmaps (disagreement per split, weight cosine raw and aligned, CKA per split) into
     `plot`, and member geometry's line figures beside it: <plot>-cka-layers, -alignment, -paths."""
-    from ..errors import EnsdiagError
-    from .figures import heatmap_grid, plain, plottable, save_figure
     analyzers, ensemble = metrics["analyzers"], metrics.get("ensemble", {})
     method, k = ensemble.get("method", "unknown"), ensemble.get("num_members")
     rows = []
@@ -97,7 +98,6 @@ def diversity_figures(metrics: dict, plot, name: str) -> list:
         panels = [(split, matrix, "disagreement") for split in ("id", "shift", "ood")
                   if split in splits and (matrix := plottable(splits[split]["matrix"]["value"])) is not None]
         rows += [("disagreement", panels)] if panels else []
-    from .pairs import pair_rows
     rows += pair_rows(analyzers.get("member-pairs"))
     similarity = analyzers.get("weight-similarity", {})
     cosine = plottable(similarity.get("matrix", {}).get("value")) if similarity.get("status") == "ok" else None
@@ -118,8 +118,6 @@ def diversity_figures(metrics: dict, plot, name: str) -> list:
 
 
 def _geometry_figures(results: dict, plot, method: str) -> list:
-    from .figures import save_figure
-    from .geometry_figures import alignment_figure, cka_layers_figure, paths_figure
     drawn = []
     for name, suffix, figure in (("cka", "cka-layers", cka_layers_figure), ("alignment", "alignment", alignment_figure),
                                  ("paths", "paths", paths_figure)):

@@ -9,7 +9,7 @@ fine-tunes) analysed beside them for the verdict.
 """
 
 from .load import dig
-from .lora import has_lora
+from .lora import _value_of, has_lora
 
 DEFINITIONS = {
     "ΔW cosine": "mean over adapter pairs of the cosine of their updates ΔW_i = s·B_iA_i, all adapted layers together",
@@ -33,13 +33,6 @@ def _analysed(run) -> bool:
     return run is not None and any(name != "lora" for name in run["metrics"]["analyzers"])  # a predictions part
 
 
-def _lora_value(path):
-    def value_of(run):
-        value = dig(run["metrics"], ("analyzers", "lora", *path)) if has_lora(run) else None
-        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-    return value_of
-
-
 def _analyzer_value(path):
     return lambda run: dig(run["metrics"]["analyzers"], path)
 
@@ -50,7 +43,7 @@ def llm_tables(runs: dict, verdicts: dict, expected: int, make_table) -> tuple[l
     tables, definitions = [], {}
     finished = [run for seeds in runs.values() for run in seeds.values() if run is not None]
     if any(has_lora(run) for run in finished) and any(_analysed(run) for run in finished):
-        columns = [(label, _lora_value(path), None) for label, path in WEIGHT_SPACE]
+        columns = [(label, _value_of(path), None) for label, path in WEIGHT_SPACE]
         columns += [(label, _analyzer_value(path), direction) for label, path, direction in FUNCTION_SPACE]
         table = make_table("llm", "Weight space beside function space", columns, runs, expected, note=_note(runs, verdicts))
         table["columns"] += [{"name": "diversity ×", "direction": "up"}, {"name": "NLL share", "direction": "up"}]

@@ -11,27 +11,16 @@ from pathlib import Path
 
 from ..errors import EnsdiagError
 from ..io import UnreadableJson, parse_json, read_bounded, read_json
+from ..layout import lookup
 from ..runs import DIAGNOSIS, LORA_FILE, LORA_FORMAT, read_experiment
 from .ranges import COSINE, NON_NEGATIVE, PROBABILITY, bad_number, meta_out_of_range, out_of_range
 
 MAX_FILE_BYTES = 256 << 20  # a run's metrics.json, meta.json or .jsonl rows: far beyond any ensdiag writes
 MAX_EPOCH = 10**6
 
-MISSING = object()
-
-
-def _lookup(node, path):
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return MISSING
-        node = node[key]
-    return node
-
-
 def dig(node, path):
     """The value at `path`, or None where the path does not exist."""
-    value = _lookup(node, path)
-    return None if value is MISSING else value
+    return lookup(node, path)[0]
 
 
 def _number(value) -> bool:
@@ -39,6 +28,17 @@ def _number(value) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     except OverflowError:
         return False
+
+
+def first_run(seeds: dict) -> tuple:
+    """(seed, run) of the first finished run of a method's seeds, or (None, None)."""
+    return next(((seed, run) for seed, run in seeds.items() if run is not None), (None, None))
+
+
+def first_ran(runs: dict, analyzer: str) -> dict:
+    """{method: (seed, run)} of every method whose first finished run has `analyzer`'s result ("ok")."""
+    return {method: (seed, run) for method, seeds in runs.items() for seed, run in [first_run(seeds)]
+            if run is not None and dig(run["metrics"], ("analyzers", analyzer, "status")) == "ok"}
 
 
 def newest_run(root="runs") -> Path:

@@ -7,6 +7,7 @@ tables have nothing measured and are left out, as any such table is."""
 from functools import partial
 
 from .load import _damaged, dig
+from .lora_figures import lora_depth_figure, lora_heatmaps
 
 SUMMARY_COLUMNS = (  # (label, path in the section, definition)
     ("ΔW cosine", ("summary", "delta_cosine", "mean"),
@@ -79,14 +80,12 @@ def lora_tables(runs: dict, expected: int, make_table) -> tuple[list[dict], dict
     return tables, {label: definition for label, _, definition in SUMMARY_COLUMNS}
 
 
-def add_lora_figures(runs: dict, add) -> None:
+def add_lora_figures(runs: dict, add, labels: dict) -> None:
     """The ΔW cosine heatmaps and the per-depth lines, from each LoRA method's first finished seed."""
-    from ..nn.methods import run_label
-    from .lora_figures import lora_depth_figure, lora_heatmaps
     first = {}
     for method, seeds in _lora_runs(runs).items():
         seed, run = next((seed, run) for seed, run in seeds.items() if has_lora(run))
-        first[f"{run_label(method)}, seed {seed}"] = (run["metrics"]["analyzers"]["lora"], run["folder"])
+        first[f"{labels[method]}, seed {seed}"] = (run["metrics"]["analyzers"]["lora"], run["folder"])
     if not first:
         return
     sections = {label: section for label, (section, _) in first.items()}

@@ -11,8 +11,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 from .figures import heatmap_grid, new_figure, plain, plottable
-
-NAN = float("nan")
+from .geometry_figures import _value
 PANELS = (("delta_cosine", "mean", "null_rms", "ΔW cosine between members\n(null: RMS, dashed)"),
           ("column_overlap", "mean", "null", "column-space overlap\n(mean cos², null dashed)"),
           ("row_overlap", "mean", "null", "row-space overlap\n(mean cos², null dashed)"))
@@ -23,10 +22,6 @@ def lora_heatmaps(sections: dict, title=None) -> "Figure":
     rows = [(plain(label), [("ΔW cosine, all adapted layers", plottable(section["summary"]["delta_cosine"]["matrix"]),
                       "cosine")]) for label, section in sections.items()]
     return heatmap_grid(rows, title=None if title is None else plain(title))
-
-
-def _value(value):
-    return NAN if value is None else float(value)
 
 
 def lora_depth_figure(sections: dict) -> "Figure":

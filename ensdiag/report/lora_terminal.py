@@ -4,7 +4,7 @@ tables (every name from the files shown literally, never as markup)."""
 from rich.table import Table
 from rich.text import Text
 
-from .terminal import cell, heatmap_table
+from .terminal import cell, heatmap_table, titled
 from ..text import terminal
 
 
@@ -24,9 +24,8 @@ def headline(section: dict) -> str:
 
 def summary_table(section: dict) -> Table:
     summary = section["summary"]
-    table = Table(title=Text("LoRA ensemble: all adapted layers"), header_style="bold")
-    for column in ("quantity", "value", "baseline", "reading"):
-        table.add_column(column, justify="left" if column in ("quantity", "reading") else "right")
+    table = titled(Text("LoRA ensemble: all adapted layers"), ("quantity", "value", "baseline", "reading"), left=(0, 3),
+                   header_style="bold")
     delta = summary["delta_cosine"]
     table.add_row("ΔW cosine (mean over pairs)", cell(delta["mean"]), f"null RMS {cell(delta['null_rms'])}",
                   "1: members moved the same way; independent random updates: ≈ 0")
@@ -50,11 +49,8 @@ def summary_table(section: dict) -> Table:
 def group_table(section: dict, by: str) -> Table:
     with_base = section["summary"]["effective_cosine"] is not None
     title = "LoRA ensemble by module type" if by == "type" else "LoRA ensemble by depth (layer index in the name)"
-    table = Table(title=Text(title), header_style="bold")
     columns = [by, "layers", "ΔW cosine", "null RMS", "column overlap", "null", "row overlap", "null", "eff. rank"]
-    columns += ["1 − eff. cosine", "‖ΔW‖/‖W‖"] if with_base else []
-    for index, column in enumerate(columns):
-        table.add_column(column, justify="left" if index == 0 else "right")
+    table = titled(Text(title), columns + (["1 − eff. cosine", "‖ΔW‖/‖W‖"] if with_base else []), header_style="bold")
     for group in section[f"by_{by}"]:
         cells = [str(group["layers"]), cell(group["delta_cosine"]), cell(group["delta_cosine_null"]),
                  cell(group["column_overlap"]), cell(group["column_overlap_null"]), cell(group["row_overlap"]),

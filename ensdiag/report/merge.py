@@ -16,6 +16,7 @@ method is then kept apart by folder, the verdict is computed within each folder,
 says why (`experiment["notes"]`); split titles that differ are shown joined, each with its folder.
 """
 
+import json
 from pathlib import Path
 
 from ..errors import EnsdiagError
@@ -78,7 +79,6 @@ PROTOCOL_FREE = ("methods", "seeds", "method_options", "device", "download", "qu
 def _kind(experiment: dict) -> str:
     """What a folder's numbers are measurements of: its preset and dataset, its test, shift and OOD
     sets, and the training settings (not which methods or seeds ran), as one comparable string."""
-    import json
     config = experiment.get("config", {}) if isinstance(experiment.get("config"), dict) else {}
     protocol = {key: value for key, value in config.items() if key not in PROTOCOL_FREE}
     splits = experiment.get("splits", {}) if isinstance(experiment.get("splits"), dict) else {}
@@ -87,7 +87,6 @@ def _kind(experiment: dict) -> str:
 
 
 def _describe(kind: str) -> str:
-    import json
     found = json.loads(kind)
     protocol, data = found["protocol"], found["data"]
     return ", ".join([f"preset {protocol.get('preset')}", *(f"{split} {title}" for split, title in data.items() if title)])

@@ -13,12 +13,11 @@ measured are listed once below, with the reason.
 """
 
 import base64
-import io
 import math
 
 from ..export import metric_entries
 from ..text import html
-from .figures import heatmap_grid, plottable
+from .figures import figure_bytes, heatmap_grid, plottable
 
 MAIN_TABLES = ("id", "shift", "ood", "diversity", "geometry")  # the report's tables the summary shows
 WHOLE = "members"  # the column of numbers about the whole ensemble (no split)
@@ -72,14 +71,6 @@ def heatmaps(metrics: dict):
     if not panels:
         return None
     return heatmap_grid([("members", panels)])
-
-
-def figure_png(figure) -> bytes:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    FigureCanvasAgg(figure)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    return buffer.getvalue()
 
 
 def figure_rgb(figure):
@@ -136,7 +127,7 @@ def diagnosis_html(metrics: dict, title: str = "ensdiag diagnosis") -> str:
         parts.append("</tbody></table>")
     figure = heatmaps(metrics)
     if figure is not None:
-        data = base64.b64encode(figure_png(figure)).decode("ascii")
+        data = base64.b64encode(figure_bytes(figure, "png", 100)).decode("ascii")
         parts.append(f"<img alt=\"member disagreement per split and weight cosine\" src=\"data:image/png;base64,{data}\" "
                      "style=\"display:block;max-width:100%;height:auto;margin:0 0 6px;border:0\">")
     if missing:
@@ -149,4 +140,4 @@ def diagnosis_html(metrics: dict, title: str = "ensdiag diagnosis") -> str:
     return "".join(parts)
 
 
-__all__ = ["diagnosis_html", "figure_png", "figure_rgb", "heatmaps", "summary_line"]
+__all__ = ["diagnosis_html", "figure_rgb", "heatmaps", "summary_line"]

@@ -6,8 +6,10 @@ they read `scores.<name>.…`, N/A for runs written before that score existed (o
 version 1) and for scores a run cannot have (mutual information, variation ratio: k = 1).
 """
 
-from ..analysis.ood import ALIASES, DEFAULT_SCORE, SCORES
+from ..analysis.ood import ALIASES, DEFAULT_SCORE, SCORES, score_of
 from ..errors import unknown
+from ..seeds.across import read_seed
+from .load import first_run
 
 SCORES_SINCE = {"msp": 1, "entropy": 1, "jsd": 1}  # the others came with the ood analyzer's version 2
 
@@ -44,3 +46,17 @@ def columns(declared: list[tuple], score: str) -> list[tuple]:
             definition = f"{definition}; score: {SCORES[score][1]}"
         chosen.append((label, analyzer, path, direction, definition, split, since))
     return chosen
+
+
+def histograms(runs: dict, damaged: dict, score: str) -> list[tuple]:
+    """[(method, ID scores, OOD scores)] of each method's first seed whose predictions could be used
+    (`damaged`: {method: {seed: why}} of those that could not), for the report's histogram."""
+    panels = []
+    for method, seeds in runs.items():
+        _, run = first_run({seed: run for seed, run in seeds.items() if str(seed) not in damaged.get(method, {})})
+        if run is None or "ood" not in run["metrics"]["splits"]:  # e.g. LoRA adapters: weights, no predictions
+            continue
+        found = read_seed(run["folder"])
+        if found.ood is not None and not (SCORES[score][2] and found.ood.members < 2):
+            panels.append((method, *(score_of(score, split.logits).float().numpy() for split in (found.id, found.ood))))
+    return panels

@@ -5,7 +5,8 @@ in reports and in `ensdiag diversity`, and as terminal tables.
 """
 
 from .figures import heatmap_grid, plottable
-from .load import dig
+from .load import dig, first_ran
+from .terminal import cell, heatmap_table
 
 PANELS = (  # (key in the result, panel title, colour scale in figures.SCALES)
     ("kl", "KL(row ‖ column)", "kl"),
@@ -30,22 +31,18 @@ def pair_rows(result: dict, splits=("id", "shift", "ood")) -> list[tuple]:
     return [(f"member pairs ({split})", panels) for split in splits if (panels := pair_panels(result, split))]
 
 
-def add_pair_figures(runs: dict, add) -> None:
+def add_pair_figures(runs: dict, add, labels: dict) -> None:
     """One row per method (its first finished seed), in-distribution test set: the disagreement matrix,
     then the pair matrices beside it, each quantity on one labelled colour scale."""
-    from ..nn.methods import run_label
     rows = []
-    for method, seeds in runs.items():
-        seed, run = next(((s, r) for s, r in seeds.items() if r is not None), (None, None))
-        analyzers = run["metrics"]["analyzers"] if run else {}
-        if dig(analyzers, ("member-pairs", "status")) != "ok":
-            continue
+    for method, (seed, run) in first_ran(runs, "member-pairs").items():
+        analyzers = run["metrics"]["analyzers"]
         panels = pair_panels(analyzers["member-pairs"], "id")
         disagreement = plottable(dig(analyzers, ("disagreement", "splits", "id", "matrix", "value")))
         if disagreement is not None:
             panels.insert(0, ("disagreement", disagreement, "disagreement"))
         if panels:
-            rows.append((f"{run_label(method)} (seed {seed})", panels))
+            rows.append((f"{labels[method]} (seed {seed})", panels))
     if rows:
         add("member-pairs", "Member pairs on the in-distribution test set: disagreement, KL in both directions (row ‖ "
             "column), JSD, error correlation, Yule's Q and double-fault (first seed)", heatmap_grid, rows, on_request=True)
@@ -55,7 +52,6 @@ def pair_lines(result: dict, matrices_of=("id",)) -> list:
     """For the terminal: per split, each matrix's mean off-diagonal and the ambiguity; the k×k tables
     (rich Tables) of the splits in `matrices_of` (every split's are in the JSON); or one line
     saying why there is nothing."""
-    from .terminal import cell, heatmap_table
     if not isinstance(result, dict) or result.get("status") != "ok":
         reason = result.get("reason", "not computed") if isinstance(result, dict) else "not computed"
         return [f"member pairs: {reason}"]

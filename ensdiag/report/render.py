@@ -8,16 +8,24 @@ every format); JSON escapes control characters and every non-ASCII character its
 """
 
 import base64
+import io
 import json
 import math
 from pathlib import Path
 
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
 from .. import text as sink
-from ..console import wrapped
+from ..console import show, wrapped
+from ..export import REPORT_FIELDS, report_rows, to_csv
 from ..io import open_regular
-from ..layout import finite
+from ..layout import finite, non_finite
 from ..registry import Registry
 from .example_level import bounds_text, example_text
+from .summary import to_summary
 
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
 ON_REQUEST = "Detail figures, drawn by `ensdiag report --detail`:"  # (the figures a report left out)
@@ -38,9 +46,13 @@ def render(report: dict, fmt: str, run_dir=None) -> str:
 
 def non_finite_word(value):
     """"nan", "inf" or "-inf" for such a number, else None."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
-    return None
+    return next(iter(non_finite(value)[1]), None) if isinstance(value, (int, float)) else None
+
+
+def natural_width(renderable) -> int:
+    """The columns a rich renderable takes drawn as wide as it wants."""
+    console = Console(width=10_000)
+    return Measurement.get(console, console.options, renderable).maximum
 
 
 def format_number(value, table_id, column_index):
@@ -91,10 +103,8 @@ def _header(table):
 
 def _cells(table, decorate, compact=False):
     for row in table["rows"]:
-        texts = []
-        for index, cell in enumerate(row["cells"]):
-            texts.append(decorate(cell_text(cell, table["id"], index, compact), cell.get("mark")))
-        yield row, texts
+        yield row, [decorate(cell_text(cell, table["id"], index, compact), cell.get("mark"))
+                    for index, cell in enumerate(row["cells"])]
 
 
 def test_set_footnote(table) -> str:
@@ -181,11 +191,6 @@ def to_latex(report, run_dir=None) -> str:
     return "\n".join(parts)
 
 
-def _wrappable(text: str) -> str:
-    """Escaped header text that may break after '_' or '/' (long corruption and column names)."""
-    return sink.html(text).replace("_", "_<wbr>").replace("/", "/<wbr>")
-
-
 @report_format("html", "html")
 def to_html(report, run_dir=None) -> str:
     """One self-contained page: styles inline, figures embedded as data URIs. Tables fit the page:
@@ -209,7 +214,8 @@ def to_html(report, run_dir=None) -> str:
         body.append(f"<h2>{esc(table['title'])}</h2>")
         if table.get("note"):
             body += [f"<p>{esc(part)}</p>" for part in table["note"].split("\n\n")]
-        body.append("<div class=\"scroll\"><table><thead><tr>" + "".join(f"<th>{_wrappable(h)}</th>" for h in _header(table))
+        wrappable = (esc(h).replace("_", "_<wbr>").replace("/", "/<wbr>") for h in _header(table))  # after '_', '/' too
+        body.append("<div class=\"scroll\"><table><thead><tr>" + "".join(f"<th>{h}</th>" for h in wrappable)
                     + "</tr></thead><tbody>")
         for row, texts in _cells(table, decorate):
             label = f"<i>{esc(row['label'])}</i>" if row.get("reference") else esc(row["label"])
@@ -241,7 +247,6 @@ def to_html(report, run_dir=None) -> str:
 def summary_format(report, run_dir=None) -> str:
     """The first screen (summary.py): one line per method led by its effective size, what the seeds
     settle, where the report is; at most 80 columns and 24 rows for the main job's grid."""
-    from .summary import to_summary
     return to_summary(report, report.get("written"))
 
 
@@ -253,18 +258,12 @@ def to_json(report, run_dir=None) -> str:
 @report_format("csv", "csv")
 def to_csv_rows(report, run_dir=None) -> str:
     """Every number as long, tidy rows (export.py): one per table, method, column and seed."""
-    from ..export import REPORT_FIELDS, report_rows, to_csv
     return to_csv(report_rows(report), REPORT_FIELDS)
 
 
 @report_format("table", "txt")
 def to_table_text(report, run_dir=None, width: int = 160) -> str:
     """The terminal's tables as plain text (what `--format table --out` writes)."""
-    import io
-
-    from rich.console import Console
-
-    from ..console import show
     buffer = io.StringIO()
     console = Console(file=buffer, width=width)
     for table in to_rich(report, width=width):
@@ -277,11 +276,6 @@ def to_rich(report, only=None, width=None):
 
     With a `width`, a table too wide for it is shown transposed (methods as columns) when
     that fits better, so that a per-corruption table stays readable in 80 columns."""
-    from rich.console import Console
-    from rich.measure import Measurement
-    from rich.table import Table
-    from rich.text import Text
-
     def decorate(text, mark):  # a cell is text, never markup
         return Text(sink.terminal(text), style="bold green" if mark == "best" else "yellow" if mark == "second" else "")
 
@@ -315,10 +309,6 @@ def to_rich(report, only=None, width=None):
         if 0 < excess and labels - excess >= max(10, longest_word):
             return build(table, True, methods, labels - excess)
         return transposed
-
-    def natural_width(rich_table):
-        console = Console(width=10_000)
-        return Measurement.get(console, console.options, rich_table).maximum
 
     def fitted(table) -> list:
         """The table as it fits `width`: as it is, transposed, or transposed in groups of methods."""

@@ -14,7 +14,7 @@ from pathlib import PurePath
 from .. import text as sink
 from ..console import wrapped
 from ..seeds.stats import BASELINE, REFERENCE
-from .verdict_text import printed_size, size_line
+from .verdict_text import _join, printed_size, size_line
 
 WIDTH = 80
 INDENT = "  "
@@ -28,21 +28,16 @@ def _wrap(line: str, width: int = WIDTH) -> list[str]:
 
 
 def _label(method: str, report: dict) -> str:
-    """The method's name as the report built it (`labels`), else its kit's."""
-    found = (report.get("labels") or {}).get(method)
-    if isinstance(found, str):
-        return found
-    from ..nn.methods import run_label
-    return run_label(method)
+    """The method's name as the report built it (`labels`: every method it names)."""
+    return report.get("labels", {}).get(method, method)
 
 
 def method_lines(report: dict) -> list[str]:
     """One line per method, in the report's order: the verdict's overall line where there is one (it
     leads with the effective size), else the effective size alone."""
     verdicts, sizes = report.get("verdict") or {}, report.get("effective_size") or {}
-    methods = [*report.get("methods", []), *(m for m in (*sizes, *verdicts) if m not in report.get("methods", []))]
     lines = []
-    for method in dict.fromkeys(methods):
+    for method in dict.fromkeys([*report.get("methods", []), *sizes, *verdicts]):
         if verdicts.get(method, {}).get("answer"):
             lines.append(verdicts[method]["answer"])
         elif sizes.get(method):
@@ -56,7 +51,7 @@ def _overlapping(report: dict) -> str | None:
     printed = {method: found for method in sizes if (found := printed_size(sizes[method])) is not None}
     names = [_label(method, report) for method, (_, (low, high)) in printed.items()
              if any(other != method and low <= top and bottom <= high for other, (_, (bottom, top)) in printed.items())]
-    return None if not names else names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return _join(names) if names else None
 
 
 def to_summary(report: dict, written: str | None = None, width: int = WIDTH) -> str:

@@ -7,12 +7,20 @@ from rich.text import Text
 
 from ..text import terminal
 from .example_level import bounds_text
-from .render import non_finite_word
+from .render import natural_width, non_finite_word
 
 
 def _text(value) -> Text:
     """A cell or title as literal text: never markup, control characters escaped (text.terminal)."""
     return Text(terminal(value))
+
+
+def titled(title, columns, left=(0,), **options) -> Table:
+    """A Table with `columns`, those at the places in `left` left-aligned and the others right (`options`: rich's)."""
+    table = Table(title=title, **options)
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if index in left else "right")
+    return table
 
 
 def _cell(value, low: float, high: float) -> Text:
@@ -100,9 +108,7 @@ def _split_rows(metrics: dict) -> list[tuple[str, list[str]]]:
 
 def metrics_table(metrics: dict, title: str = "Metrics") -> Table:
     """One row per split: Acc, NLL, ECE, Brier, H, JSD, disagreement; and OOD rows."""
-    table = Table(title=_text(title))  # user-controlled strings (paths, split names) are never markup
-    for column in ("split", *METRIC_COLUMNS):
-        table.add_column(column, justify="left" if column == "split" else "right")
+    table = titled(_text(title), ("split", *METRIC_COLUMNS))  # user-controlled strings (paths, split names) are never markup
     for split, cells in _split_rows(metrics):
         table.add_row(_text(split), *cells)
     return table
@@ -136,7 +142,7 @@ def side_by_side(columns: list, labels, title: str, width: int) -> list[Table]:
     tables, start = [], 0
     while start < len(columns):
         stop = start + 1
-        while stop < len(columns) and _natural_width(transposed(columns[start:stop + 1], title)) <= width:
+        while stop < len(columns) and natural_width(transposed(columns[start:stop + 1], title)) <= width:
             stop += 1
         tables.append(transposed(columns[start:stop], title if start == 0 else f"{title} (continued)"))
         start = stop
@@ -145,14 +151,7 @@ def side_by_side(columns: list, labels, title: str, width: int) -> list[Table]:
 
 def fits(table: Table, width: int | None) -> bool:
     """Whether the table, drawn as wide as it wants, fits `width` columns (None: any width)."""
-    return width is None or _natural_width(table) <= width
-
-
-def _natural_width(renderable) -> int:
-    from rich.console import Console
-    from rich.measure import Measurement
-    console = Console(width=10_000)
-    return Measurement.get(console, console.options, renderable).maximum
+    return width is None or natural_width(table) <= width
 
 
 OOD_COLUMNS = {"auroc": "AUROC ↑", "aupr_out": "AUPR-Out ↑", "aupr_in": "AUPR-In ↑", "fpr95_ood_as_id": "FPR95 OOD→ID ↓",
@@ -167,10 +166,7 @@ def ood_table(metrics: dict) -> Table | None:
     ood = metrics["analyzers"].get("ood", {})
     if ood.get("status") != "ok":
         return None
-    table = Table(title=_ood_title(ood))
-    table.add_column("score")
-    for label in OOD_COLUMNS.values():
-        table.add_column(label, justify="right")
+    table = titled(_ood_title(ood), ("score", *OOD_COLUMNS.values()))
     for name, entry in ood["scores"].items():
         table.add_row(_text(entry["score"]), *[cell(entry.get(key), interval=True) for key in OOD_COLUMNS])
     return table
@@ -220,9 +216,7 @@ def skipped_lines(metrics: dict) -> list[str]:
 
 def _table(title, columns, rows) -> list:
     """[the title as a line (long titles wrap as text, not to the table's width), the table]."""
-    table = Table(header_style="bold", box=None, padding=(0, 1))
-    for index, column in enumerate(columns):
-        table.add_column(_text(column), justify="left" if index == 0 else "right")
+    table = titled(None, [_text(column) for column in columns], header_style="bold", box=None, padding=(0, 1))
     for row in rows:
         table.add_row(*[_text(cell) for cell in row])
     return [title, table]

@@ -229,23 +229,19 @@ def _outside(entry) -> str:
     return f"{text[:1].upper()}{text[1:]}." if notes else ""
 
 
-def _direction(found, worse: str, better: str, neither: str) -> str:
+def _direction(found, subject: str) -> str:
+    """"<subject> worse", "… better" or "… neither better nor worse by these seeds": where its interval lies."""
     low, high = found["interval"] or (None, None)
-    if low is not None and low > 0:
-        return worse
-    if high is not None and high < 0:
-        return better
-    return neither
+    return f"{subject} " + ("worse" if low is not None and low > 0 else "better" if high is not None and high < 0
+                            else "neither better nor worse by these seeds")
 
 
 def drivers(found: dict) -> str:
     """Why a diversity exceeds the Deep Ensemble's, from KL diversity = members' mean NLL − the NLL
     of their normalised geometric mean (analysis/gain.py): weaker members, or a better ensemble."""
     members, ensemble = found["member_nll_difference"], found["geometric_nll_difference"]
-    member_words = _direction(members, "its members are individually worse", "its members are individually better",
-                              "its members are individually neither better nor worse by these seeds")
-    ensemble_words = _direction(ensemble, "its geometric-mean ensemble is worse", "its geometric-mean ensemble is better",
-                                "its geometric-mean ensemble is neither better nor worse by these seeds")
+    member_words = _direction(members, "its members are individually")
+    ensemble_words = _direction(ensemble, "its geometric-mean ensemble is")
     text = (f"Diversity above the Deep Ensemble's (KL diversity = members' mean NLL − NLL of their geometric mean): "
             f"{member_words} (member NLL {found['member_nll']['value']:.3f} vs {found['reference_member_nll']['value']:.3f}, "
             f"{_signed(members)}) and {ensemble_words} ({found['geometric_nll']['value']:.3f} vs "

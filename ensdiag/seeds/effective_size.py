@@ -116,18 +116,22 @@ def _resampled(values: dict, w_id: torch.Tensor, w_ood) -> dict:
     return found
 
 
-def _read(values: torch.Tensor, law: tuple, picked: torch.Tensor, k: int) -> dict:
-    """The size entry of a method's values [seeds, 1 + R] (row 0 of the second axis: as measured)
-    read off the seeds' laws (each [seeds, 1 + R]): the size where the mean of the seeds' curves
-    reaches the mean of the method's values (the verdict's ratio of means, here through the curve);
-    its interval the envelope of the paired t-test's set over seeds (power_law.seed_interval) and the
-    bootstrap over seeds and examples (`picked` [R, seeds]: the seeds each resample drew)."""
-    a, b, c = law
+def _read(values: torch.Tensor, fitted: dict, picked: torch.Tensor, k: int) -> dict:
+    """One metric's size entry: the method's values [seeds, 1 + R] (row 0 of the second axis: as measured)
+    read off the seeds' laws (`fitted`, each [seeds, 1 + R]), with the Deep Ensemble's curve: the size where
+    the mean of the seeds' curves reaches the mean of the method's values (the verdict's ratio of means, here
+    through the curve); its interval the envelope of the paired t-test's set over seeds
+    (power_law.seed_interval) and the bootstrap over seeds and examples (`picked` [R, seeds]: the seeds each
+    resample drew)."""
+    shown = {"curve": fitted["curve"], "fit": fitted["fit"]}
+    if "law" not in fitted:
+        return {"value": None, "interval": None, "reason": fitted["reason"], **shown}
+    a, b, c = fitted["law"]
     value = power_law.solve(values[:, 0][None], a[:, 0][None], b[:, 0][None], c[:, 0][None])[0].item()
     per_seed = power_law.size_at(values[:, 0], a[:, 0], b[:, 0], c[:, 0]).tolist()
     if math.isnan(value):
         return {"value": None, "interval": None, "per_seed": per_seed,
-                "reason": "the Deep Ensemble's fitted curve does not fall on every seed"}
+                "reason": "the Deep Ensemble's fitted curve does not fall on every seed", **shown}
     drawn = torch.nn.functional.one_hot(picked, values.shape[0]).sum(1).double()  # [R, seeds]: times drawn
     resampled = power_law.solve(values[:, 1:].T, a[:, 1:].T, b[:, 1:].T, c[:, 1:].T, drawn)
     over_seeds = power_law.seed_interval(values[:, 0], a[:, 0], b[:, 0], c[:, 0], t_quantile(values.shape[0])) \
@@ -137,7 +141,7 @@ def _read(values: torch.Tensor, law: tuple, picked: torch.Tensor, k: int) -> dic
     interval = [round(bound, 9) if math.isfinite(bound) else bound for bound in interval]
     beyond = k * (1 + 1e-9)  # a size past the Deep Ensemble's own is read by extrapolating the law (∞: unbounded)
     return {"value": value, "interval": interval, "per_seed": per_seed, "reason": None,
-            "extrapolated": value > beyond or (interval is not None and beyond < interval[1] < math.inf)}
+            "extrapolated": value > beyond or (interval is not None and beyond < interval[1] < math.inf), **shown}
 
 
 def _fitted(curves: torch.Tensor, metric: str) -> dict:
@@ -153,14 +157,6 @@ def _fitted(curves: torch.Tensor, metric: str) -> dict:
     if not bool((mean_curve.diff() < -1e-9 * mean_curve.abs().max()).all()):  # (beyond rounding: copies)
         return {**shown, "reason": f"the Deep Ensemble's {METRICS[metric]} does not improve with every member it adds"}
     return {**shown, "law": tuple(part.view(seeds, rows) for part in power_law.fit(curves.reshape(-1, k)))}
-
-
-def _entry(fitted: dict, values: torch.Tensor, picked: torch.Tensor, k: int) -> dict:
-    """One metric's size entry: the method's values [seeds, 1 + R] read off the fitted laws."""
-    shown = {"curve": fitted["curve"], "fit": fitted["fit"]}
-    if "law" not in fitted:
-        return {"value": None, "interval": None, "reason": fitted["reason"], **shown}
-    return {**_read(values, fitted["law"], picked, k), **shown}
 
 
 def effective_sizes(runs: dict, draws=None, resamples: int = RESAMPLES) -> dict:
@@ -226,6 +222,6 @@ def effective_sizes(runs: dict, draws=None, resamples: int = RESAMPLES) -> dict:
         picked = chosen_seeds(len(seeds), resamples)
         for metric in METRICS:
             if metric in fitted and metric in mine[0]:
-                entry[metric] = _entry(fitted[metric], torch.stack([values[metric][:, 0] for values in mine]), picked, k)
+                entry[metric] = _read(torch.stack([values[metric][:, 0] for values in mine]), fitted[metric], picked, k)
         found[method] = entry
     return found

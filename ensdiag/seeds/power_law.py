@@ -25,17 +25,15 @@ FIXED_C = 1.0  # the exponent with only the two ends measured
 
 
 def _through_ends(y: torch.Tensor, sizes: torch.Tensor, c: torch.Tensor):
-    """(a, b) of the curve through (1, y[:, 0]) and (K, y[:, −1]) at exponent c [B]."""
-    b = (y[:, 0] - y[:, -1]) / (1 - sizes[-1] ** -c)
-    return y[:, 0] - b, b
+    """(a, b) of the curve through (1, y[..., 0]) and (K, y[..., −1]) at exponent c [B] (or [B, G])."""
+    b = (y[..., 0] - y[..., -1]) / (1 - sizes[-1] ** -c)
+    return y[..., 0] - b, b
 
 
 def _error(y, sizes, c):
     """The squared error over the sizes between the ends at exponent c [B] (or [B, G]: G exponents each)."""
-    grid = c.dim() == 2
-    y, c = (y[:, None], c) if grid else (y, c)
-    b = (y[..., 0] - y[..., -1]) / (1 - sizes[-1] ** -c)
-    a = y[..., 0] - b
+    y = y[:, None] if c.dim() == 2 else y
+    a, b = _through_ends(y, sizes, c)
     return ((y - a[..., None] - b[..., None] * sizes ** -c[..., None]) ** 2).sum(-1)
 
 

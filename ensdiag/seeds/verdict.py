@@ -82,9 +82,9 @@ def _shares(baseline, reference, method):
         if key in method and key in baseline and key in reference:
             gain = reference[key] - baseline[key] if higher_is_better else baseline[key] - reference[key]
             mine = method[key] - baseline[key] if higher_is_better else baseline[key] - method[key]
-            out[key] = _where(abs(gain) > NO_GAIN, mine / _nonzero(gain), math.nan)
+            out[key] = _ratio(mine, gain, abs(gain) > NO_GAIN)
             out[f"mine_{key}"], out[f"gain_{key}"] = mine, gain
-    out["diversity"] = _where(reference["kl"] > 0, method["kl"] / _nonzero(reference["kl"]), math.nan)
+    out["diversity"] = _ratio(method["kl"], reference["kl"], reference["kl"] > 0)
     out["method_kl"], out["reference_kl"] = method["kl"], reference["kl"]
     out["method_gibbs"], out["reference_gibbs"] = method["gibbs"], reference["gibbs"]
     out["method_geometric"], out["reference_geometric"] = method["gibbs"] - method["kl"], reference["gibbs"] - reference["kl"]
@@ -93,17 +93,11 @@ def _shares(baseline, reference, method):
     return out
 
 
-def _nonzero(value):
-    """The value, with exact zeros replaced by 1 where `_where` discards the quotient anyway."""
-    if isinstance(value, torch.Tensor):
-        return torch.where(value == 0, torch.ones_like(value), value)
-    return value if value != 0 else 1.0
-
-
-def _where(condition, value, otherwise):
-    if isinstance(condition, torch.Tensor):
-        return torch.where(condition, value, torch.full_like(value, otherwise))
-    return value if condition else otherwise
+def _ratio(numerator, denominator, defined):
+    """numerator / denominator where `defined`, else NaN: floats (one estimate) or tensors (one per resample)."""
+    if isinstance(defined, torch.Tensor):  # (an exact 0 divides by 1: its quotient is discarded anyway)
+        return torch.where(defined, numerator / torch.where(denominator == 0, 1.0, denominator), math.nan)
+    return numerator / denominator if defined else math.nan
 
 
 def chosen_seeds(num_seeds: int, resamples: int = RESAMPLES) -> torch.Tensor:
@@ -114,10 +108,8 @@ def chosen_seeds(num_seeds: int, resamples: int = RESAMPLES) -> torch.Tensor:
 
 def example_counts(run, draws: B.Draws, resamples: int = RESAMPLES) -> tuple:
     """(id, OOD, shift counts [R, n]): the test examples' resamples, the draws behind the cells' intervals."""
-    n = len(run["nll"])
-    ood = draws.counts("ood", len(run["ood_score"]), 0, resamples) if "ood_score" in run else None
-    shift = draws.counts("shift", len(run["shift_nll"]), 0, resamples) if "shift_nll" in run else None
-    return draws.counts("id", n, 0, resamples), ood, shift
+    return tuple(draws.counts(split, len(run[key]), 0, resamples) if key in run else None
+                 for split, key in (("id", "nll"), ("ood", "ood_score"), ("shift", "shift_nll")))
 
 
 def _per_seed_resampled(group, seeds, counts) -> dict:
@@ -160,15 +152,13 @@ def verdict(runs: dict, reasons: dict | None = None, draws: B.Draws | None = Non
             continue
         trio = [loaded[BASELINE], loaded[REFERENCE], loaded[method]]
         first = trio[0][seeds[0]]
-        sizes = {key: len(first.get(key, [])) for key in ("nll", "ood_score", "shift_nll")}
         difference = test_set_difference([(group[seed]["labels"], group[seed]["classes"]) for group in trio for seed in seeds])
         if difference is not None:  # runs measured on different test sets cannot be paired
             reasons[method] = f"its runs and those it is compared with were measured on different test sets ({difference})"
             continue
-        if any(len(group[seed].get("ood_score", [])) != sizes["ood_score"] for group in trio for seed in seeds):
-            trio = _without(trio, ("ood_score",))  # different OOD sets: no OOD question
-        if any(len(group[seed].get("shift_nll", [])) != sizes["shift_nll"] for group in trio for seed in seeds):
-            trio = _without(trio, ("shift_nll",))  # different shift sets: no shift question
+        for key in ("ood_score", "shift_nll"):  # different OOD or shift sets: no OOD or shift question
+            if any(len(group[seed].get(key, [])) != len(first.get(key, [])) for group in trio for seed in seeds):
+                trio = _without(trio, (key,))
         point = _shares(*(_averaged(group, seeds) for group in trio))
         counts, chosen = example_counts(trio[0][seeds[0]], draws), chosen_seeds(len(seeds))
         resampled, stacks = [], []

@@ -1,17 +1,23 @@
-"""The report's tables of the answer in one number: each method's effective ensemble size
-(effective_size.py) and, for every question the verdict leaves open, the seeds that would settle it
-(verdict.py's `seeds_needed`).
+"""The report's tables of the statistics across seeds (seeds/): the verdict, each method's effective
+ensemble size (effective_size.py), for every question the verdict leaves open the seeds that would settle
+it (verdict.py's `seeds_needed`), and bias–variance–diversity (bvd.py).
 
-    effective_size_table(sizes, label_of)      # {"id": "effective-size", "columns", "rows", "note"} or None
-    seeds_needed_table(verdicts, label_of)     # {"id": "seeds-needed", …} or None where nothing is open
+    verdict_table(verdicts, reasons, expected, groups)   # (the table or None, the verdict entries with their lines)
+    effective_size_table(sizes)      # {"id": "effective-size", "columns", "rows", "note"} or None
+    seeds_needed_table(verdicts)     # {"id": "seeds-needed", …} or None where nothing is open
+    bvd_table(decompositions)        # {"id": "bvd", …} or None without a method of two seeds
 """
 
 import math
 
+from ..nn.methods import run_label
 from ..stats.scaling import FOLDS, REPEATS
 from ..seeds.effective_size import METRICS
-from .verdict_text import QUESTIONS
+from .verdict_text import QUESTIONS, answer, how_to_read, sentence
 
+VERDICT = "Verdict: is each efficient method an ensemble? (ratios to the Deep Ensemble)"
+SHARES = (("NLL share", "nll", "up"), ("ECE share", "ece", "up"), ("OOD AUROC share", "auroc", "up"),
+          ("shift NLL share", "shift_nll", "up"), ("diversity ×", "diversity", "up"))
 COLUMNS = (("k", None), ("CNLL ≡ n", "cnll"), ("Brier ≡ n", "brier"), ("AUROC ≡ n", "auroc"))
 SIZE_DEFINITIONS = {
     "k": "the method's members (MC Dropout: its passes)",
@@ -37,7 +43,29 @@ def _curve(found: dict) -> str:
     return ", ".join(f"{value:.4g}" for value in found["curve"]) + f" (fitted c = {found['fit']['c']:.2f})"
 
 
-def effective_size_table(sizes: dict, label_of) -> dict | None:
+def verdict_table(found: dict, reasons: dict, expected: int, groups=None) -> tuple[dict | None, dict]:
+    """The verdict (seeds/verdict.py) as a table of ratios with their intervals; per method, its overall
+    line (led by its effective size) and what each question answers (verdict_text.py), then how to read
+    them, as the note; `reasons`: why a method has none. The table carries no best/second marks: the
+    answers are the verdict's tests."""
+    missing = [f"{run_label(method)}: no verdict — {reason}." for method, reason in reasons.items() if method not in found]
+    if not found and (not missing or not groups):
+        return None, {}
+    rows = []
+    for method, entry in found.items():
+        entry["sentence"] = sentence(run_label(method), entry)
+        entry["answer"] = answer(run_label(method), entry)
+        rows.append({"method": method, "label": run_label(method), "cells": [
+            {"mean": entry.get(key, {}).get("value"), "ci": None, "n": entry["seeds"], "values": [],
+             "interval": entry.get(key, {}).get("interval"), "answer": entry.get(key, {}).get("answer"),
+             "expected": expected} for _, key, _ in SHARES]})
+    note = "\n\n".join([*(f"{entry['answer']}\n\n{entry['sentence']}" for entry in found.values()), *missing,
+                        *([how_to_read(found)] if found else [])])
+    columns = [{"name": label, "direction": direction} for label, _, direction in SHARES] if found else []
+    return {"id": "verdict", "title": VERDICT, "note": note, "columns": columns, "rows": rows}, found
+
+
+def effective_size_table(sizes: dict) -> dict | None:
     """One row per method beside a Deep Ensemble: k and its size on each metric with the 95 %
     interval; the note says how, the Deep Ensemble's measured curves, what was extrapolated and why a
     size is missing."""
@@ -45,7 +73,7 @@ def effective_size_table(sizes: dict, label_of) -> dict | None:
         return None
     rows, beyond, missing, reference = [], {}, {}, None
     for method, entry in sizes.items():
-        label = label_of(method)
+        label = run_label(method)
         if "members" not in entry:
             missing.setdefault(entry.get("reason", "not measured"), []).append(label)
             continue
@@ -64,7 +92,7 @@ def effective_size_table(sizes: dict, label_of) -> dict | None:
     k = reference["reference_members"]
     curves = "; ".join(f"{METRICS[metric]} {_curve(reference[metric])}" for metric in METRICS if reference.get(metric))
     temperature = TEMPERATURES[reference["temperature"]] + "".join(
-        f" ({entry['temperature_note']}: {label_of(method)})" for method, entry in sizes.items()
+        f" ({entry['temperature_note']}: {run_label(method)})" for method, entry in sizes.items()
         if entry.get("temperature_note"))
     note = (f"Each method as the number of Deep-Ensemble members that would score as well (Ashukha et al. 2020; "
             f"Lobacheva et al. 2020): the Deep Ensemble's {reference['subsets']} sub-ensembles of 1…{k} members give "
@@ -83,7 +111,7 @@ def effective_size_table(sizes: dict, label_of) -> dict | None:
             "note": note, "columns": [{"name": name, "direction": None} for name, _ in COLUMNS], "rows": rows}
 
 
-def seeds_needed_table(verdicts: dict, label_of) -> dict | None:
+def seeds_needed_table(verdicts: dict) -> dict | None:
     """Per method and open question, the seeds that would settle it (None in a cell: no number of seeds
     on this test set, or more than the most projected; settled questions are empty)."""
     rows = []
@@ -91,7 +119,7 @@ def seeds_needed_table(verdicts: dict, label_of) -> dict | None:
         cells = [{"mean": (entry.get(key) or {}).get("seeds_needed", {}).get("seeds"), "ci": None,
                   "n": entry["seeds"], "values": []} for key, _ in QUESTIONS]
         if any("seeds_needed" in (entry.get(key) or {}) for key, _ in QUESTIONS):
-            rows.append({"method": method, "label": label_of(method), "cells": cells})
+            rows.append({"method": method, "label": run_label(method), "cells": cells})
     if not rows:
         return None
     return {"id": "seeds-needed", "title": "Seeds that would settle each open question",
@@ -102,3 +130,41 @@ def seeds_needed_table(verdicts: dict, label_of) -> dict | None:
                     "share does not shrink with seeds; where it alone spans the line, or more than 1,000 seeds would "
                     "be needed, the cell is N/A (the verdict says which).",
             "columns": [{"name": name, "direction": None} for _, name in QUESTIONS], "rows": rows}
+
+
+def bvd_table(found: dict) -> dict | None:
+    """Bias, variance and diversity over seeds (seeds/bvd.py), one row per method with ≥ 2 seeds."""
+    left_out = " ".join(f"{run_label(method)}: left out, {entry['reason']}." for method, entry in found.items()
+                        if "reason" in entry)
+    found = {method: entry for method, entry in found.items() if "reason" not in entry}
+    if not found:
+        return None
+    columns = [("CE bias", "cross_entropy", "bias"), ("CE variance", "cross_entropy", "variance"),
+               ("CE diversity (geometric)", "cross_entropy", "diversity"),
+               ("CE diversity (arithmetic)", "cross_entropy_arithmetic", "diversity"),
+               ("Brier bias", "squared", "bias"), ("Brier variance", "squared", "variance"),
+               ("Brier diversity", "squared", "diversity")]
+    rows = [{"method": method, "label": run_label(method), "cells": [
+        {"mean": entry[loss][part], "ci": None, "n": entry["seeds"], "values": []} for _, loss, part in columns]}
+        for method, entry in found.items()]
+    return {"id": "bvd", "title": "Bias, variance and diversity over seeds (in-distribution test set)",
+            "note": "Expected loss over seeds = bias + variance − diversity, exactly (Wood et al. 2023), for each "
+                    "combiner of the members' probabilities: CE with their normalised geometric mean (the combiner "
+                    "whose diversity, mean_i KL(q̄ ‖ q_i), does not depend on the label) and with their arithmetic mean "
+                    "p̄, the ensemble ensdiag predicts with (its diversity, the members' mean CE minus the CE of p̄, "
+                    "depends on the label); Brier with their arithmetic mean. Bias and variance describe the members, "
+                    "so both CE decompositions share them; the bias includes label noise. Variance is what more seeds "
+                    "would average away; diversity what the members do." + (f" {left_out}" if left_out else ""),
+            "columns": [{"name": label, "direction": None} for label, _, _ in columns], "rows": rows}
+
+
+def damaged_lines(damaged: dict, tables: list) -> list[str]:
+    """A line per run whose predictions file could not be used (seeds/across.py): below the first table over
+    seeds (what the terminal shows), or, without one, as the report's notes (returned)."""
+    lines = [f"{run_label(method)} seed {seed}: left out of the verdict, effective size and bias–variance — {why}."
+             for method, seeds in damaged.items() for seed, why in seeds.items()]
+    first = next((table for table in tables if table["id"] in ("verdict", "effective-size", "bvd")), None)
+    if first is None or not lines:
+        return lines
+    first["note"] = "\n\n".join(part for part in (first["note"], *lines) if part)
+    return []
