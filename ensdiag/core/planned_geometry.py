@@ -16,8 +16,15 @@ import time
 
 import torch
 
-from ..stats import constructions as CI
+from ..analysis import all_analyzers
+from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES, PATH_PAIRS
+from ..errors import Skip
+from ..geometry.align import RESTARTS, restart
 from ..geometry.least import rule_for
+from ..geometry.paths import evaluate_point, excess
+from ..geometry.representations import layer_cka
+from ..geometry.resampled import CKA_INTERVAL_EXAMPLES, barrier_interval, cka_interval
+from ..stats import constructions as CI
 from ..text import counted
 
 PATH_EXAMPLES_FLOOR = 200  # below this many test examples per path point, fewer points and pairs
@@ -43,7 +50,6 @@ def run_geometry(plan, probe, names: list, analyze, status, results: dict) -> di
     """The model analyzers within the plan, each result put into `results` as it is found; each
     step's examples chosen from measured costs and recorded, a step that does not fit skipped with
     its reason."""
-    from ..analysis import all_analyzers
     analyzers = all_analyzers()
     for name in geometry_order(names, analyzers):
         if name in ("cka", "paths") and "geometry" not in plan.costs:
@@ -80,8 +86,6 @@ def _geometry_facts(name, result, probe) -> dict:
 def _timed_restart(probe) -> float:
     """Seconds of one restart of weight matching from a random start (members 0 and 1), or 0 where
     members are compared as trained."""
-    from ..errors import Skip
-    from ..geometry.align import RESTARTS, restart
     try:
         groups, states, _ = probe.aligned()
     except Skip:
@@ -108,7 +112,6 @@ def _timed_forward(probe) -> float:
 def _timed_point(probe, per_image: float) -> float:
     """Seconds a path point costs beyond its images' forwards: loading the interpolated weights,
     recomputing BatchNorm in training mode, the losses; one point timed on `PILOT` images each."""
-    from ..geometry.paths import evaluate_point
     networks = probe.members()
     if len(networks) < 2:
         return 0.0
@@ -127,8 +130,6 @@ def _timed_point(probe, per_image: float) -> float:
 def _cka_pilot(plan, probe) -> tuple[float, float, float | None]:
     """(seconds per example and split of CKA's forward passes, seconds of its interval on `PILOT`
     examples, that interval's half-width)."""
-    from ..geometry.representations import layer_cka
-    from ..geometry.resampled import cka_interval
     split = probe.split("id", limit=PILOT)
     warm = layer_cka(probe.members(), split.images[:8], probe.normalize, retain=8)  # first calls pay one-time costs
     if warm["kept"]:
@@ -146,7 +147,6 @@ def _cka_pilot(plan, probe) -> tuple[float, float, float | None]:
 def cka_seconds(n: float, costs: dict, splits: int) -> float:
     """CKA's cost on n examples per split: its forward passes, and its interval, whose Gram
     matrices grow as the square of the examples it keeps (at most `CKA_INTERVAL_EXAMPLES`)."""
-    from ..geometry.resampled import CKA_INTERVAL_EXAMPLES
     kept = min(n, CKA_INTERVAL_EXAMPLES)
     return splits * (n * costs.get("cka per example and split", 0.0)
                      + costs.get("cka interval on the pilot", 0.0) * (kept / PILOT) ** 2)
@@ -177,8 +177,6 @@ def _largest(cost, limit: float, seconds: float) -> int:
 
 def _plan_geometry(plan, probe, steps: list) -> None:
     """Examples (and path pairs and points) for CKA and paths from their measured costs."""
-    from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES
-    from ..errors import Skip
     plan.costs["geometry"] = 1.0
     try:
         probe.members()
@@ -196,16 +194,9 @@ def _plan_geometry(plan, probe, steps: list) -> None:
         plan.costs["restart"] = _timed_restart(probe)
         plan.costs["member forward per image"] = _timed_forward(probe)
         plan.costs["path point fixed"] = _timed_point(probe, plan.costs["member forward per image"])
-    seconds, k = plan.remaining(), probe.ensemble.num_members or 2
-    limit = max(available.values())
+    seconds, limit = plan.remaining(), max(available.values())
     cka = (lambda n: cka_seconds(n, plan.costs, splits)) if "cka" in steps else (lambda n: 0.0)  # noqa: E731
-    chosen, n = None, None
-    for pairs, points, restarts in (PATH_CHOICES if "paths" in steps else ()):
-        chosen = (min(pairs, k - 1), points, _restarts_of(restarts, probe))
-        n = limit if math.isinf(seconds) else _largest(lambda n: cka(n) + paths_seconds(n, plan.costs, *chosen), limit,
-                                                        seconds)
-        if n >= min(PATH_EXAMPLES_FLOOR, limit):
-            break
+    chosen, n = _path_choice(plan, probe, limit, seconds, cka) if "paths" in steps else (None, None)
     if "paths" in steps and n < min(GEOMETRY_FLOOR, limit):
         pairs, points, _ = chosen
         plan.skip("paths", f"{counted(pairs, 'pair')} × {points} points on {GEOMETRY_FLOOR} examples (with CKA) "
@@ -221,43 +212,51 @@ def _plan_geometry(plan, probe, steps: list) -> None:
                              "were left")
         probe.limits["cka"] = max(int(n_cka), 2)
     if "paths" in steps and "paths" not in plan.skipped:
-        n_paths = min(PATH_EXAMPLES, available["id"]) if math.isinf(seconds) else int(n)
-        probe.path_pairs, probe.path_points, restarts = chosen
-        if not math.isinf(seconds):  # a budget caps the barrier search where it was planned
-            probe.limits["restarts"] = restarts
-        probe.limits["paths"] = max(2, n_paths)
-        probe.limits["batchnorm"] = max(2, min(n_paths, BATCHNORM_EXAMPLES))
+        # a budget caps the barrier search where it was planned
+        _use(probe, chosen, min(PATH_EXAMPLES, available["id"]) if math.isinf(seconds) else int(n), not math.isinf(seconds))
         if plan.precision is not None:
             probe.enough = lambda curves: _barrier_precise(curves, plan.precision)
 
 
-def _refit_paths(plan, probe) -> None:
-    """The paths' examples, pairs and points again, for the time actually left."""
-    from ..analysis.geometry import BATCHNORM_EXAMPLES
-    if "member forward per image" not in plan.costs or "paths" not in probe.limits:
-        return
-    seconds, k = plan.remaining(), probe.ensemble.num_members or 2
-    planned = probe.limits["paths"]
-    restarts = probe.limits.get("restarts", 1)
-    if paths_seconds(planned, plan.costs, probe.path_pairs, probe.path_points, restarts) <= seconds:
-        return
+def _path_choice(plan, probe, limit: int, seconds: float, other=lambda n: 0.0) -> tuple[tuple, int]:
+    """((pairs, points, restarts), n): the first of `PATH_CHOICES` whose paths, beside `other(n)`, read at
+    least `PATH_EXAMPLES_FLOOR` of `limit` examples in `seconds` (else the last), and the n they read."""
+    k = probe.ensemble.num_members or 2
     for pairs, points, restarts in PATH_CHOICES:
         chosen = (min(pairs, k - 1), points, _restarts_of(restarts, probe))
-        n = _largest(lambda n: paths_seconds(n, plan.costs, *chosen), planned, seconds)
-        if n >= min(PATH_EXAMPLES_FLOOR, planned):
+        n = limit if math.isinf(seconds) else _largest(lambda n: other(n) + paths_seconds(n, plan.costs, *chosen), limit,
+                                                        seconds)
+        if n >= min(PATH_EXAMPLES_FLOOR, limit):
             break
-    if n < min(GEOMETRY_FLOOR, planned):
-        plan.skip("paths", f"{chosen[0]} pair × {chosen[1]} points on {GEOMETRY_FLOOR} examples would need "
-                           f"{paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; {seconds:.0f} s were left")
-        return
-    probe.path_pairs, probe.path_points, probe.limits["restarts"] = chosen
+    return chosen, n
+
+
+def _use(probe, chosen: tuple, n: int, cap_restarts: bool = True) -> None:
+    """The paths' pairs, points and examples (and, `cap_restarts`, the barrier search's restarts) for the probe."""
+    probe.path_pairs, probe.path_points, restarts = chosen
+    if cap_restarts:
+        probe.limits["restarts"] = restarts
     probe.limits["paths"] = max(2, n)
     probe.limits["batchnorm"] = max(2, min(n, BATCHNORM_EXAMPLES))
 
 
+def _refit_paths(plan, probe) -> None:
+    """The paths' examples, pairs and points again, for the time actually left."""
+    if "member forward per image" not in plan.costs or "paths" not in probe.limits:
+        return
+    seconds, planned = plan.remaining(), probe.limits["paths"]
+    restarts = probe.limits.get("restarts", 1)
+    if paths_seconds(planned, plan.costs, probe.path_pairs, probe.path_points, restarts) <= seconds:
+        return
+    chosen, n = _path_choice(plan, probe, planned, seconds)
+    if n < min(GEOMETRY_FLOOR, planned):
+        plan.skip("paths", f"{chosen[0]} pair × {chosen[1]} points on {GEOMETRY_FLOOR} examples would need "
+                           f"{paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; {seconds:.0f} s were left")
+        return
+    _use(probe, chosen, n)
+
+
 def _barrier_precise(curves, target) -> bool:
-    from ..geometry.paths import excess
-    from ..geometry.resampled import barrier_interval
     width = CI.half_width(barrier_interval([(curves["t"], excess(curves["t"], curves["loss"]))], "id"))
     return width is not None and width <= target
 
@@ -270,7 +269,6 @@ def estimate_full(plan, metrics: dict, geometry_examples, path_points=11, detail
     """Seconds the same diagnosis would take on every example (no budget), from the measured costs:
     predictions of every split, CKA on the examples it would keep, paths on the protocol's pairs,
     points and examples, the weights-only steps as they ran, the analyzers scaled to every example."""
-    from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES, PATH_PAIRS
     sizes = {name: size for name, size in plan.sizes.items() if size is not None}
     read = {step["step"]: step for step in plan.steps}
     total = plan.costs.get("predict per example", 0.0) * sum(sizes.values())

@@ -8,7 +8,6 @@ refused then, before it is spent, saying what it would take.
 
 import math
 import time
-from types import SimpleNamespace
 
 import torch
 
@@ -20,6 +19,7 @@ from ..data.given import batches
 from ..data.registry import Split
 from ..ensembles import measuring
 from ..errors import EnsdiagError
+from ..layout import lookup
 from ..predictions import with_pooled_shift
 from .intervals import add_intervals, targets
 from .predict import GEOMETRY_SPLITS, Interrupted, predict_batches
@@ -268,14 +268,10 @@ def _widest(predictions: dict, split: str) -> dict:
         result = metrics["analyzers"].get(name, {})
         if result.get("status") != "ok":
             continue
-        headline = SimpleNamespace(columns=[column for column in all_analyzers()[name].columns if column.headline])
-        for path, reads in targets(headline, result, checked):
+        for path, reads in targets(all_analyzers()[name], result, checked):  # (the headline columns: detail False)
             if split not in reads:
                 continue
-            node = result
-            for key in path[:-1]:
-                node = node[key]
-            width = half_width(node.get("interval"))
+            width = half_width(lookup(result, path[:-1])[0].get("interval"))
             if width is not None and (not widest or width > widest["half_width"]):
                 widest = {"half_width": round(width, 6), "column": f"{name}/{'/'.join(path[:-1])}"}
     return widest

@@ -15,7 +15,9 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from ..errors import EnsdiagError, InputTypeError
+from ..errors import EnsdiagError, InputTypeError, Skip
+from ..nn.layers import function_parameters
+from ..nn.model import MemberWeights
 from .base import Ensemble, adapter, seeded
 
 LAYOUTS = ("channels-first", "channels-last", "tokens")
@@ -43,7 +45,6 @@ class Member(nn.Module):
 def declared_weights(function, k: int | None):
     """`MemberWeights` from the user's `member_weights` function: k dicts {name: tensor}, one set of
     names and shapes, floating point."""
-    from ..nn.model import MemberWeights
     found = function()
     if not isinstance(found, (list, tuple)) or not found or not all(isinstance(d, dict) and d for d in found):
         raise InputTypeError("member_weights must return a list with one {name: tensor} dict per member")
@@ -172,9 +173,6 @@ def common_parameters(members):
     """Each member's floating-point parameters that carry its function (`nn.layers.function_parameters`:
     normalisation layers' scales and shifts left out, as the alignment analyzer leaves them out) and
     that every member has under the same name and shape; what is compared is said (`MemberWeights.scope`)."""
-    from ..errors import Skip
-    from ..nn.layers import function_parameters
-    from ..nn.model import MemberWeights
     states = [dict(member.named_parameters()) for member in members]
     carrying = [set(function_parameters(member)) for member in members]
     shared = [key for key, value in states[0].items() if value.is_floating_point() and all(key in kept for kept in carrying)

@@ -27,9 +27,10 @@ every way in (`train`, `diversity`, `diagnose()`) aligns the same weights the sa
 """
 
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from ..errors import EnsdiagError
+from ..nn.layers import function_parameters
+from ..stats.metrics import weight_cosine
 
 RESTARTS = 3  # the aligned cosine: the best of this many restarts (seeds 0..RESTARTS−1)
 START_SEEDS = 10_000  # restart s ≥ RESTARTS draws its starting permutations from seed START_SEEDS + s, its group orders from s
@@ -81,6 +82,7 @@ def weight_matching(reference: dict, other: dict, groups: dict, max_rounds: int 
     Groups are visited in a seeded random order each round (as the authors do), from the
     permutations `start` (default: the identity); the loop ends when a round improves no group's
     objective (each step can only increase it)."""
+    from scipy.optimize import linear_sum_assignment  # (scipy's import is slow: only where members are matched)
     axes_of = {}  # key -> {axis: group}
     for group, keys in groups.items():
         for key, axis in keys:
@@ -172,13 +174,11 @@ def weight_keys(network) -> list[str]:
     """The state-dict keys (under `body.`) of a plain network's parameters that carry its function
     (`nn.layers.function_parameters`: all but normalisation layers' scales and shifts): what weight
     cosine compares, here as in the weight-similarity analyzer."""
-    from ..nn.layers import function_parameters
     return [f"body.{name}" for name in function_parameters(network.body)]
 
 
 def state_cosines(states: list[dict], keys: list[str]):
-    """(k×k cosine over all `keys`, {layer: k×k}) of member states (analysis.metrics.weight_cosine)."""
-    from ..stats.metrics import weight_cosine
+    """(k×k cosine over all `keys`, {layer: k×k}) of member states (stats.metrics.weight_cosine)."""
     return weight_cosine([{key.removeprefix("body."): state[key] for key in keys} for state in states])
 
 

@@ -22,6 +22,16 @@ import torch.nn.functional as F
 from torch import nn
 
 
+GEOMETRY_SEED = 0  # the training sample's and the null baseline's draws: fixed, the same on every path
+
+
+def seeded_sample(n: int, size: int) -> torch.Tensor:
+    """The indices [min(n, size)] of a sample of n training examples, ascending: the first of an order drawn
+    from `GEOMETRY_SEED` (a training split may be sorted by class), the same on every path."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(GEOMETRY_SEED))
+    return order[:size].sort().values
+
+
 def interpolate(state_a: dict, state_b: dict, t: float) -> dict:
     return {key: (1 - t) * value + t * state_b[key] if value.is_floating_point() else value
             for key, value in state_a.items()}

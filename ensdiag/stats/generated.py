@@ -26,9 +26,10 @@ import math
 
 import torch
 
+from .. import __version__
+from ..layout import metric
 from . import bootstrap as B
 from . import constructions as CI
-from ..layout import metric
 
 SCHEMA = "ensdiag.generated/1"
 DEFINITIONS = {
@@ -90,7 +91,6 @@ def split_metrics(name: str, ids: torch.Tensor, correct: torch.Tensor, resamples
 
 def generated_metrics(splits: dict, section: dict) -> dict:
     """The metrics layout of generated answers: {"schema", "num_members", "splits", "generated": {split: …}, "lm_eval"}."""
-    from .. import __version__
     first = next(iter(splits.values()))
     return {"schema": SCHEMA, "ensdiag_version": __version__, "num_members": first["ids"].shape[0],
             "splits": {name: {"n": split["ids"].shape[1], "labelled": True} for name, split in splits.items()},
