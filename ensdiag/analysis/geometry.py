@@ -26,7 +26,7 @@ from ..geometry.align import RESTARTS, all_finite, cosine_before_and_after, perm
 from ..geometry.baselines import aligned_null
 from ..geometry.least import describe, least_over_restarts, rule_for
 from ..geometry.paths import GEOMETRY_SEED, barriers_of, bounded_walk, describe_points, excess, path, seeded_sample
-from ..geometry.rank import ROUNDINGS, TOLERANCE_RULE, rank_structure as structure
+from ..geometry.rank import TOLERANCE_RULE, rank_structure as structure, rounding
 from ..geometry.representations import layer_cka
 from ..geometry.resampled import CKA_INTERVAL_EXAMPLES, cka_interval, least_barrier_interval
 from ..layout import metric
@@ -123,10 +123,6 @@ class ModelProbe:
         return self._cache["aligned"]
 
 
-def _off_diagonal_mean(matrix) -> float:
-    return M.mean_off_diagonal(torch.as_tensor(matrix, dtype=torch.float64))
-
-
 @register_analyzer("cka", needs="model", detail=True,
                    description="linear and debiased CKA between members' representations, per layer",
                    version=2,  # 2: the example-level interval of each split's mean
@@ -145,8 +141,8 @@ def cka(probe):
         for layer, entry in found["layers"].items():
             layers[layer] = {"linear": metric(entry["linear"].tolist(), "linear CKA, k×k"),
                              "debiased": metric(entry["debiased"].tolist(), "debiased CKA (unbiased HSIC), k×k"),
-                             "mean_linear": metric(_off_diagonal_mean(entry["linear"]), "mean off-diagonal linear CKA"),
-                             "mean_debiased": metric(_off_diagonal_mean(entry["debiased"]), "mean off-diagonal debiased CKA"),
+                             "mean_linear": metric(M.mean_off_diagonal(entry["linear"]), "mean off-diagonal linear CKA"),
+                             "mean_debiased": metric(M.mean_off_diagonal(entry["debiased"]), "mean off-diagonal debiased CKA"),
                              "features": entry["features"]}
         means = [entry["mean_linear"]["value"] for entry in layers.values() if entry["mean_linear"]["value"] is not None]
         mean = sum(means) / len(means) if means else None
@@ -373,8 +369,7 @@ def rank_structure(probe):
         summary += (" (true by construction for this method: a check of the rebuilt members, "
                     "not evidence about their diversity)")
     dtype = next((tensor.dtype for tensor in weights[0].values() if tensor.is_floating_point()), torch.float32)
-    delta = ROUNDINGS * torch.finfo(dtype).eps / 2
-    return {**found, "tolerance": delta, "tolerance_rule": TOLERANCE_RULE, "summary": summary,
+    return {**found, "tolerance": rounding(dtype), "tolerance_rule": TOLERANCE_RULE, "summary": summary,
             "construction_check": by_construction,
             "rank_one": metric(rank_one, "fraction of weight layers whose ratio W_i ⊘ W_0 has rank 1 (singular values above "
                                          "what float rounding can add counted, `tolerance_rule`; layers whose ratio has one row or column tell nothing and are left out)")}

@@ -35,8 +35,8 @@ from ..layout import finite
 from .registry import Column, register_analyzer, register_resampler
 from ..errors import Skip
 from ..layout import metric
-from ..stats.scaling import (FOLDS, HIGH, LOSSES, LOW, REPEATS, fit_betas, fit_notes, fitting_sets, folds, informative, losses,
-                      padded, terms)
+from ..stats.scaling import (FOLDS, HIGH, LOSSES, LOW, REPEATS, fit_betas, fit_notes, fitting_sets, folds, informative, padded,
+                      terms)
 
 FIT_EXAMPLES = 20_000  # of the other folds' examples, at most, fit each fold's temperature
 SPLITS = ("id",)  # where the report reads it: the main job pays for no other split's fits (docs/conventions.md)
@@ -80,7 +80,7 @@ def fit(name: str, split: Examples) -> dict:
             for matrix, values in zip(own, terms(z, labels, beta[cell[repeat]], loss)):
                 matrix.scatter_(1, cell[repeat][:, None], values[:, None])
         found[loss] = {"beta": beta, "fitted": fitted, "fit": (spread(d1), spread(d2)), "own": own,
-                       "plain": losses(z, labels, torch.ones(len(z)), loss)}
+                       "plain": terms(z, labels, torch.ones(len(z)), loss)[0]}
     return found
 
 

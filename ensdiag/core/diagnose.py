@@ -114,8 +114,9 @@ def initial_cosine(initial, ensemble, seed: int) -> dict | None:
     return {"mean": M.mean_off_diagonal(M.weight_cosine(weights)[0]), "source": "the initial members given to diagnose"}
 
 
-def count_parameters(ensemble) -> int | None:
-    """Distinct parameters (by storage) of the ensemble's modules; None for a callable."""
+def _cost(ensemble, cost) -> dict:
+    """The cost table's numbers as given; where the parameters are not, the distinct parameters (by
+    storage) of the ensemble's modules (none for a callable)."""
     seen, total = set(), 0
     for module in ensemble.modules():
         for parameter in module.parameters():
@@ -123,12 +124,7 @@ def count_parameters(ensemble) -> int | None:
             if key not in seen:
                 seen.add(key)
                 total += parameter.numel()
-    return total if seen else None
-
-
-def _cost(ensemble, cost) -> dict:
-    counted = count_parameters(ensemble)
-    return checked_cost({**({"parameters": counted} if counted is not None else {}), **checked_cost(cost or {})})
+    return checked_cost({**({"parameters": total} if seen else {}), **checked_cost(cost or {})})
 
 
 def _checked_titles(titles) -> dict:

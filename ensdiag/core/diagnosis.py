@@ -46,7 +46,10 @@ class Diagnosis:
         """predictions.safetensors and metrics.json into `folder` (`ensdiag evaluate --out`); the pooled
         shift split is left out (it is rebuilt on load). Never into a run folder's root or beside a
         training run; files an earlier call wrote there are replaced only with `overwrite` (runs.claim_files)."""
-        folder = claim_files(_folder(folder), ("predictions.safetensors", "metrics.json"), overwrite, "folder")
+        folder = path_argument(folder, "folder")
+        if folder.exists() and not folder.is_dir():
+            raise EnsdiagError(f"{folder} is a file, not a folder")
+        folder = claim_files(folder, ("predictions.safetensors", "metrics.json"), overwrite, "folder")
         pooled = "shift" in self.predictions and any(name.startswith("shift/") for name in self.predictions)
         metadata = {"ensdiag.splits": self.titles, **({"ensdiag.spec": spec.to_json()} if spec is not None else {})}
         save_predictions({name: split for name, split in self.predictions.items() if not (pooled and name == "shift")},
@@ -62,14 +65,6 @@ class Diagnosis:
         k = self.metrics.get("num_members", self.metrics.get("ensemble", {}).get("num_members"))
         interrupted = "; interrupted: the rest was not measured" if self.metrics.get("interrupted") else ""
         return terminal(f"Diagnosis(k={k}, {splits}, analyzers: {', '.join(self.metrics['analyzers'])}{interrupted})")
-
-
-def _folder(folder) -> Path:
-    """A folder argument as a Path (errors.path_argument); a file in its place is an EnsdiagError."""
-    folder = path_argument(folder, "folder")
-    if folder.exists() and not folder.is_dir():
-        raise EnsdiagError(f"{folder} is a file, not a folder")
-    return folder
 
 
 def checked_cost(cost: dict) -> dict:

@@ -23,7 +23,7 @@ from .. import distributed
 from ..analysis import all_analyzers, analyze_model
 from ..analysis.diversity_gap import TRAINING_SAMPLE, training_pick
 from ..analysis.geometry import ModelProbe
-from ..analysis.registry import CATALOGUE_LEFT_OUT, without_ood_labels
+from ..analysis.registry import CATALOGUE_LEFT_OUT
 from ..checks import check_predictions
 from ..data.given import batches, first
 from ..data.registry import Split
@@ -160,8 +160,7 @@ def inspect_predictions(predictions: dict, where: str = "predictions", titles=No
     """A `Diagnosis` of member logits made anywhere (files, arrays, JSON lines): checked in the one
     place, then every predictions analyzer (`detail`: every declared column's interval too)."""
     predictions = with_pooled_shift(check_predictions(predictions, where, need_id=False))
-    examples = without_ood_labels(predictions)  # what the analyzers and the intervals share
-    metrics = analyzed(examples, detail=detail)
+    metrics = analyzed(predictions, detail=detail)  # (analyzed wraps each split once: analyzers and intervals share it)
     titles = {name: (titles or {}).get(name, name) for name in predictions}
     metrics["split_titles"], metrics["skipped_splits"] = titles, {}
     return Diagnosis(metrics, predictions, titles, source=source)
@@ -190,14 +189,11 @@ def _analyze(predictions, weights, measure: Measure, no_data, plan: Plan):
     """The predictions analyzers' metrics dict, each headline number with its example-level
     interval (intervals.py); without predictions, those that read only weights."""
     began = time.perf_counter()
-    predictions = without_ood_labels(predictions)  # what the analyzers and the intervals share
     only = None if measure.only is None else _names(measure.only, "predictions")
     # a plug-in re-run on resamples gets a tenth of what a budget has left
     metrics = analyzed(predictions, weights, only, no_data, catalogue=measure.catalogue, full=plan.full, detail=measure.detail,
                        allowance=plan.allowance(GENERIC_SECONDS))
-    if not predictions:
-        return metrics
-    if plan.limited:
+    if predictions and plan.limited:
         plan.record("analyzers and intervals", seconds=round(time.perf_counter() - began, 2))
     return metrics
 

@@ -170,13 +170,6 @@ def align_to_first(states: list[dict], groups: dict, count: int = RESTARTS) -> l
                           for state in states[1:]]
 
 
-def weight_keys(network) -> list[str]:
-    """The state-dict keys (under `body.`) of a plain network's parameters that carry its function
-    (`nn.layers.function_parameters`: all but normalisation layers' scales and shifts): what weight
-    cosine compares, here as in the weight-similarity analyzer."""
-    return [f"body.{name}" for name in function_parameters(network.body)]
-
-
 def state_cosines(states: list[dict], keys: list[str]):
     """(k×k cosine over all `keys`, {layer: k×k}) of member states (stats.metrics.weight_cosine)."""
     return weight_cosine([{key.removeprefix("body."): state[key] for key in keys} for state in states])
@@ -187,7 +180,9 @@ def cosine_before_and_after(network, states: list[dict], groups: dict, count: in
     computation the alignment analyzer, its null baseline, the paths and training's tracking share:
     {"raw": (matrix, layers), "aligned": (matrix, layers), "states": aligned states (each member by
     its restart of highest objective), "restarts": {member j: restarts(states[0], states[j])}}."""
-    keys = weight_keys(network)
+    # the parameters that carry the function (all but normalisation layers' scales and shifts), as the
+    # weight-similarity analyzer compares them
+    keys = [f"body.{name}" for name in function_parameters(network.body)]
     found = {j: restarts(states[0], states[j], groups, count) for j in range(1, len(states))}
     aligned = [states[0]] + [permute_state(states[j], groups, found[j][0]["perms"]) for j in range(1, len(states))]
     return {"raw": state_cosines(states, keys), "aligned": state_cosines(aligned, keys), "states": aligned,

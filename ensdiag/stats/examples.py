@@ -191,9 +191,4 @@ def entropy(p: torch.Tensor) -> torch.Tensor:
     return -torch.special.xlogy(p, p).sum(-1)
 
 
-def as_examples(predictions: dict) -> dict:
-    """{split: Examples}: every split wrapped once (those already wrapped kept as they are)."""
-    return {name: Examples.of(split) for name, split in predictions.items()}
-
-
-__all__ = ["Examples", "as_examples", "entropy"]
+__all__ = ["Examples", "entropy"]

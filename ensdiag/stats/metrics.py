@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .examples import Examples, entropy  # noqa: F401  (entropy: the one definition, imported from here too)
+from .examples import Examples
 
 
 def member_accuracy(examples: Examples) -> list[float]:

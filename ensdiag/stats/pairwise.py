@@ -51,22 +51,17 @@ def jsd_matrix(logits) -> torch.Tensor:
     return _mark_undefined(matrix.clamp(min=0), logits, 0.0)
 
 
-def errors(logits, labels) -> torch.Tensor:
-    """e [k, N] float64: 1 where member i's argmax is not the label (NaN where it is undefined)."""
-    wrong = (logits.argmax(-1) != labels).double()
-    return wrong.masked_fill(Examples(logits, None).undefined, math.nan)
-
-
 def double_fault(logits, labels) -> torch.Tensor:
-    """DF[i, j] = fraction of samples that members i and j both get wrong; DF[i, i] is member i's error."""
-    e = errors(logits, labels)
+    """DF[i, j] = fraction of samples that members i and j both get wrong; DF[i, i] is member i's error
+    (e [k, N]: 1 where member i's argmax is not the label, NaN where it is undefined)."""
+    e = Examples(logits, labels).member_errors
     return e @ e.T / e.shape[1]
 
 
 def error_correlation(logits, labels) -> torch.Tensor:
     """ρ[i, j] = Pearson correlation over samples of e_i and e_j; NaN where a member's errors do not
     vary (always right or always wrong: no correlation is defined); 1 on the diagonal."""
-    e = errors(logits, labels)
+    e = Examples(logits, labels).member_errors
     centred = e - e.mean(1, keepdim=True)
     covariance = centred @ centred.T
     scale = covariance.diagonal().sqrt()
@@ -78,7 +73,7 @@ def yule_q(logits, labels) -> torch.Tensor:
     or wrong (0) and member j right (b = 1) or wrong (0) (Yule 1900; Kuncheva & Whitaker 2003):
     1 when they never err apart, −1 when they never err together; NaN where the denominator is 0;
     1 on the diagonal."""
-    e = errors(logits, labels)
+    e = Examples(logits, labels).member_errors
     right = 1 - e
     both_right, both_wrong, only_i = right @ right.T, e @ e.T, right @ e.T  # only_i: i right, j wrong
     agree, differ = both_right * both_wrong, only_i * only_i.T

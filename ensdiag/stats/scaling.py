@@ -35,14 +35,6 @@ def scaled(z: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(beta[..., None] * z, dim=-1)
 
 
-def losses(z: torch.Tensor, labels: torch.Tensor, beta: torch.Tensor, loss: str) -> torch.Tensor:
-    """The loss of softmax(β·z) per example (z [..., C], labels and β [...])."""
-    log_q = scaled(z, beta)
-    if loss == "nll":
-        return -log_q.gather(-1, labels[..., None]).squeeze(-1)
-    return (log_q.exp() - F.one_hot(labels, z.shape[-1]).double()).pow(2).sum(-1)
-
-
 def terms(z: torch.Tensor, labels: torch.Tensor, beta: torch.Tensor, loss: str) -> tuple[torch.Tensor, ...]:
     """(loss, d loss/dβ, d² loss/dβ²) per example of softmax(β·z), z = log p̄ [..., C], labels and β [...]."""
     log_q = scaled(z, beta)

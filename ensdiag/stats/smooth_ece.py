@@ -57,12 +57,6 @@ def _mesh_points(sigma: float) -> int:
     return max(round(10 / sigma), MESH_POINTS)
 
 
-def _convolve(grid, widths, reflect=True):
-    """Each row of `grid` [rows, points] convolved with the Gaussian density of its own width."""
-    smoother = _Smoother(grid, reflect)
-    return next(iter(smoother.sums(np.arange(len(grid)), np.asarray(widths, dtype=np.float64))))[1]
-
-
 def _interpolate(t, values):
     """Linear interpolation of i/(len − 1) ↦ values[..., i] at t ∈ [0, 1]."""
     size = values.shape[-1]
@@ -176,12 +170,6 @@ class _Rows:
         return values
 
 
-def _at(f, y, sigmas, kernel: str, weights) -> np.ndarray:
-    """smECE of each row of example weights [rows, n], each at its own σ (`_Rows`)."""
-    sigmas = np.broadcast_to(np.asarray(sigmas, dtype=np.float64), (len(weights),))
-    return _Rows(f, y, kernel, weights).at(np.arange(len(weights)), sigmas)
-
-
 def _bandwidths(f, y, kernel: str, weights, rows: _Rows | None = None) -> np.ndarray:
     """σ* of each row, by the authors' bisection, every row's step in one pass."""
     rows = rows or _Rows(f, y, kernel, weights)
@@ -200,7 +188,7 @@ def _bandwidths(f, y, kernel: str, weights, rows: _Rows | None = None) -> np.nda
 def smooth_ece_at(confidence, correct, sigma: float, kernel: str = "reflected") -> float:
     """smECE_σ at a fixed bandwidth σ (arrays or tensors of N confidences and 0/1 correctness)."""
     f, y = np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=np.float64)
-    return float(_at(f, y, np.array([sigma]), kernel, np.ones((1, len(f))))[0])
+    return float(_Rows(f, y, kernel, np.ones((1, len(f)))).at(np.arange(1), np.array([sigma], dtype=np.float64))[0])
 
 
 def bandwidth(confidence, correct, kernel: str = "reflected") -> float:
@@ -244,6 +232,7 @@ def smooth_reliability(confidence, correct, sigma: float, points: int = CURVE_PO
     if len(f) == 0 or not np.isfinite(f).all() or not math.isfinite(sigma):
         return {"confidence": t.tolist(), "accuracy": [math.nan] * points, "density": [math.nan] * points}
     grid = _to_grid(f, np.stack([np.ones_like(f), y]), _grid_points(sigma))
-    total, hits = _interpolate(t, _convolve(grid, [sigma, sigma]))
+    smoothed = next(_Smoother(grid).sums(np.arange(2), np.array([sigma, sigma], dtype=np.float64)))[1]  # each row at σ
+    total, hits = _interpolate(t, smoothed)
     return {"confidence": t.tolist(), "accuracy": (hits / (total + FLOOR)).tolist(),
             "density": (total / len(f)).tolist()}

@@ -157,12 +157,10 @@ class Bins:
         ece = self.ece()
         return torch.where(ece > 0, self.signed() / ece.clamp(min=1e-300), ece.new_tensor(math.nan))
 
-    def mean_gaps(self) -> torch.Tensor:
-        return torch.where(self.mass > 0, self.gap() / self.mass.clamp(min=1e-300), torch.zeros_like(self.mass))
-
     def folded(self) -> Folded:
         """The ECE as φ(bin means, bin masses), for ray inversion (constructions.py)."""
-        return Folded(self.mean_gaps(), self.mass / self.total[..., None], absolute_sum)
+        means = torch.where(self.mass > 0, self.gap() / self.mass.clamp(min=1e-300), torch.zeros_like(self.mass))
+        return Folded(means, self.mass / self.total[..., None], absolute_sum)
 
 
 def absolute_sum(means: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
