@@ -44,16 +44,13 @@ def debiased_ece(predictions, weights=None):
         if split["labels"] is None or len(split["labels"]) == 0:
             continue
         split = Examples.of(split)
-        splits[name] = {"debiased_l2": metric(value(STATISTICS["debiased_l2"](split, None)), DEFINITION),
-                        "plugin_l2": metric(value(STATISTICS["plugin_l2"](split, None)), PLUGIN),
-                        "bins": _count(O.debiased_l2(split.confidence, split.correct, None, BINS)["bins"])}
+        found = O.debiased_l2(split.confidence, split.correct, None, BINS)  # (what STATISTICS read)
+        splits[name] = {"debiased_l2": metric(value(found["debiased_l2"]), DEFINITION),
+                        "plugin_l2": metric(value(found["plugin_l2"]), PLUGIN),
+                        "bins": None if found["bins"].isnan() else int(found["bins"])}
     if not splits:
         raise Skip("no split has labels")
     return {"splits": splits}
-
-
-def _count(value) -> int | None:
-    return None if value.isnan() else int(value)
 
 
 register_resampler("debiased-ece")(per_split(STATISTICS))

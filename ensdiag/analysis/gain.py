@@ -92,12 +92,9 @@ def _members(split: Examples) -> list[Examples]:
     return [Examples(member[None], split.labels) for member in split.logits]
 
 
-def _term(key):
-    return lambda split, w: W.mean(split.memo("gain", lambda: M.gain_terms(split))[key], w)
-
-
-GAIN = {key: _term(key) for key in ("nll_gibbs", "nll_ensemble", "nll_geometric", "kl_diversity", "nll_gap", "brier_gibbs",
-                                    "brier_ensemble", "brier_spread", "error_gibbs", "error_ensemble")}
+GAIN = {key: (lambda split, w, key=key: W.mean(split.memo("gain", lambda: M.gain_terms(split))[key], w))
+        for key in ("nll_gibbs", "nll_ensemble", "nll_geometric", "kl_diversity", "nll_gap", "brier_gibbs", "brier_ensemble",
+                    "brier_spread", "error_gibbs", "error_ensemble")}
 register_resampler("ensemble-gain")(per_split(GAIN))
 
 

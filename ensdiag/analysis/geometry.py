@@ -294,8 +294,7 @@ class _Walker:
         self.probe, self.test, self.batchnorm, self.sample = probe, test, batchnorm, sample
         self.states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
         self.scratch = probe.ensemble.member_network(0)
-        self.walked = 0
-        self.ends = None
+        self.ends = None  # the first whole walk's ends (that walk alone may stop early: a precision target)
 
     def alignments(self, aligned, j):
         """`alignment_of(seed)` for member j: (the permutations' key, member j aligned by restart `seed`)."""
@@ -316,8 +315,7 @@ class _Walker:
         probe = self.probe
         if least is None:
             curve = path(self.scratch, self.states[0], end, self.test, probe.normalize, self.batchnorm, probe.path_points,
-                         self.sample, enough=probe.enough if not self.walked else None)
-            self.walked += 1
+                         self.sample, enough=probe.enough if self.ends is None else None)
             self.test = self.test.subset(slice(0, curve["n"]))  # a precision target stopped the first walk: the rest read as many
             self.ends = {t: curve["points"][t] for t in (curve["t"][0], curve["t"][-1])}
             return curve, barriers_of(curve), True

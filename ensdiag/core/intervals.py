@@ -111,22 +111,15 @@ def column_resamples(analyzer, result: dict, predictions: dict, weights, wanted,
         found.update(generic)
     entries = {}
     for path, reads in wanted:
-        if isinstance(found.get(path), str):  # refused (memory, or no construction covers): the reason instead
-            entries[path] = ({"low": None, "high": None, "level": CI.LEVEL, "n": _size(reads, predictions),
-                              "note": found[path]}, None)
-            continue
+        refused = found[path] if isinstance(found.get(path), str) else None  # memory, or no construction covers
         kind = next((column.interval for column in analyzer.columns if column.reads(path)), "percentile")
-        entry = _entry(result, path, reads, predictions, found.get(path), full or {}, kind)
+        entry = None if refused else _entry(result, path, reads, predictions, found.get(path), full or {}, kind)
         if entry is not None:
             entries[path] = (entry, found[path])
-        elif note:
-            entries[path] = ({"low": None, "high": None, "level": CI.LEVEL, "n": _size(reads, predictions), "note": note},
-                             None)
+        elif refused or note:  # the reason instead
+            n = sum(predictions[split]["logits"].shape[1] for split in reads)
+            entries[path] = ({"low": None, "high": None, "level": CI.LEVEL, "n": n, "note": refused or note}, None)
     return entries, note
-
-
-def _size(reads, predictions) -> int:
-    return sum(predictions[split]["logits"].shape[1] for split in reads)
 
 
 def _entry(result, path, reads, predictions, resampled, full, kind: str = "percentile") -> dict | None:

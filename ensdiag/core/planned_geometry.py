@@ -152,13 +152,13 @@ def cka_seconds(n: float, costs: dict, splits: int) -> float:
                      + costs.get("cka interval on the pilot", 0.0) * (kept / PILOT) ** 2)
 
 
-def paths_seconds(n: float, costs: dict, pairs: int, points, restarts: int = 1, batchnorm: bool = True) -> float:
-    """A path's cost: every point reads n test examples, n training-sample images and (with
-    BatchNorm) n images to recompute its statistics, at one member's forward cost, and pays its
+def paths_seconds(n: float, costs: dict, pairs: int, points, restarts: int = 1) -> float:
+    """A path's cost: every point reads n test examples, n training-sample images and n images to
+    recompute BatchNorm statistics (planned at its worst), at one member's forward cost, and pays its
     fixed cost (weights, BatchNorm in training mode, losses) as timed on a pilot point; each pair
     walks one whole path, then each further restart of the barrier search costs a timed weight
     matching and a walk planned at `BOUNDED_POINTS` points (geometry/least.py)."""
-    per_point = ((3 if batchnorm else 2) * n * costs.get("member forward per image", 0.0) + costs.get("path point fixed", 0.0))
+    per_point = 3 * n * costs.get("member forward per image", 0.0) + costs.get("path point fixed", 0.0)
     whole = ADAPTIVE_POINTS if points == "adaptive" else points
     search = (restarts - 1) * (costs.get("restart", 0.0) + BOUNDED_POINTS * per_point) if costs.get("restart") else 0.0
     return pairs * (whole * per_point + search)

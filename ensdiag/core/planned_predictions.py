@@ -17,12 +17,11 @@ from ..stats.constructions import half_width
 from ..checks import check_predictions
 from ..data.given import batches
 from ..data.registry import Split
-from ..ensembles import measuring
 from ..errors import EnsdiagError
 from ..layout import lookup
 from ..predictions import with_pooled_shift
 from .intervals import add_intervals, targets
-from .predict import GEOMETRY_SPLITS, Interrupted, predict_batches
+from .predict import GEOMETRY_SPLITS, SPLIT_ORDER, Interrupted, predict_batches
 
 RESERVE = 0.1  # of the budget, held back for the last analyzers and what measured costs underestimate
 FIRST_CHUNK = 32  # examples of the pilot (the first split's first chunk times the ensemble and the analysis) and of
@@ -60,26 +59,11 @@ def take(data, index: torch.Tensor):
     return torch.utils.data.Subset(data, index.tolist())
 
 
-def predict_planned(plan, ensemble, splits: dict, preprocess, device, seed: int, progress, keep: int):
-    """({split: {"logits", "labels"}}, {split: kept Split for geometry}) of the examples `plan` affords."""
-    def as_splits(first):
-        return {name: Split(*pair, f"{len(pair[0])} examples of {name}") for name, pair in first.items()
-                if name in GEOMETRY_SPLITS}
-    try:
-        with measuring(ensemble, seed):
-            found, first = predict_within(plan, ensemble, splits, preprocess, device, keep, progress)
-    except Interrupted as stopped:
-        stopped.kept = as_splits(stopped.kept)
-        raise
-    return found, as_splits(first)
-
-
-def predict_within(plan, ensemble, splits: dict, preprocess, device, keep: int, progress=None):
-    """({split: {"logits", "labels"}} on the examples the plan affords, {split: kept (x, y) of the
-    first `keep` of them}); every split's step recorded in the plan."""
-    known = ("id", "shift", "ood", "val")
+def predict_planned(plan, ensemble, splits: dict, preprocess, device, keep: int, progress=None):
+    """({split: {"logits", "labels"}} on the examples the plan affords, {split: a Split of the first `keep`
+    of them, for geometry}); every split's step recorded in the plan (the ensemble measured by the caller)."""
     order = sorted((name for name in splits if splits[name] is not None),
-                   key=lambda s: known.index(family(s)) if family(s) in known else len(known))
+                   key=lambda s: SPLIT_ORDER.index(family(s)) if family(s) in SPLIT_ORDER else len(SPLIT_ORDER))
     plan.sizes = {name: length(splits[name]) for name in order}
     families = {}
     for name in order:
@@ -114,13 +98,13 @@ def predict_within(plan, ensemble, splits: dict, preprocess, device, keep: int, 
             timing = (lambda n, seconds, group=group: first_chunk(group, n, seconds)) if not per_family else None
             try:
                 logits, labels, first, why = _read(plan, ensemble, name, splits[name], plan.sizes[name],
-                                                   FIRST_CHUNK if timing else share(group), preprocess, device, keep,
-                                                   found, progress, timing)
+                                                   FIRST_CHUNK if timing else share(group), preprocess, device,
+                                                   keep if name in GEOMETRY_SPLITS else 0, found, progress, timing)
             except KeyboardInterrupt:
                 raise Interrupted(found, kept, name, order[order.index(name):]) from None
             found[name] = {"logits": logits, "labels": labels}
             if first is not None:
-                kept[name] = first
+                kept[name] = Split(*first, f"{len(first[0])} examples of {name}")
             n, size = logits.shape[1], plan.sizes[name]
             if size is not None and n < size:
                 plan.full[name] = size

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..analysis import all_analyzers
+from ..ensembles import measuring
 from ..errors import EnsdiagError
 from ..numbers import parse_precision, parse_seconds
 from .planned_geometry import run_geometry
@@ -72,7 +73,8 @@ class Plan:
             return predict_splits(ensemble, splits, preprocess, device, seed, spread, progress, keep)
         if spread:
             raise EnsdiagError("a budget or precision target chooses examples in one process: run it without torchrun")
-        return predict_planned(self, ensemble, splits, preprocess, device, seed, progress, keep)
+        with measuring(ensemble, seed):
+            return predict_planned(self, ensemble, splits, preprocess, device, keep, progress)
 
     def allowance(self, generic: float) -> float:
         """Seconds an analyzer without a vectorised resampler may spend re-running for its intervals."""

@@ -62,13 +62,6 @@ def question_quantities(ids: torch.Tensor, correct: torch.Tensor) -> dict:
             "member_accuracy": correct.double().T}
 
 
-def pair_matrices(ids: torch.Tensor, correct: torch.Tensor) -> dict:
-    """[k, k] disagreement and double fault of every member pair (means over questions)."""
-    differ = (ids[:, None, :] != ids[None, :, :]).double().mean(2)
-    both_wrong = ((~correct).double() @ (~correct).double().T) / ids.shape[1]
-    return {"disagreement": differ.tolist(), "double_fault": both_wrong.tolist()}
-
-
 def split_metrics(name: str, ids: torch.Tensor, correct: torch.Tensor, resamples: int = B.RESAMPLES) -> dict:
     """Every number of one split, each mean with its bootstrap interval over the questions."""
     per_question = question_quantities(ids, correct)
@@ -85,7 +78,9 @@ def split_metrics(name: str, ids: torch.Tensor, correct: torch.Tensor, resamples
         found[key] = metric(value, DEFINITIONS[key], interval=CI.interval(value, resampled[:, index], n)
                             if math.isfinite(value) else None)
     found["member_accuracy"] = metric(per_question["member_accuracy"].mean(0).tolist(), DEFINITIONS["member_accuracy"])
-    found["pairs"] = pair_matrices(ids, correct)
+    wrong = (~correct).double()  # [k, k] of every member pair, means over questions:
+    found["pairs"] = {"disagreement": (ids[:, None, :] != ids[None, :, :]).double().mean(2).tolist(),
+                      "double_fault": (wrong @ wrong.T / n).tolist()}
     return found
 
 
