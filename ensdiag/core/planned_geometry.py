@@ -152,13 +152,14 @@ def cka_seconds(n: float, costs: dict, splits: int) -> float:
                      + costs.get("cka interval on the pilot", 0.0) * (kept / PILOT) ** 2)
 
 
-def paths_seconds(n: float, costs: dict, pairs: int, points, restarts: int = 1) -> float:
+def paths_seconds(n: float, costs: dict, pairs: int, points, restarts: int = 1, images: float | None = None) -> float:
     """A path's cost: every point reads n test examples, n training-sample images and n images to
-    recompute BatchNorm statistics (planned at its worst), at one member's forward cost, and pays its
-    fixed cost (weights, BatchNorm in training mode, losses) as timed on a pilot point; each pair
-    walks one whole path, then each further restart of the barrier search costs a timed weight
-    matching and a walk planned at `BOUNDED_POINTS` points (geometry/least.py)."""
-    per_point = 3 * n * costs.get("member forward per image", 0.0) + costs.get("path point fixed", 0.0)
+    recompute BatchNorm statistics (planned at its worst; `images`: those counts' sum where they differ),
+    at one member's forward cost, and pays its fixed cost (weights, BatchNorm in training mode, losses)
+    as timed on a pilot point; each pair walks one whole path, then each further restart of the barrier
+    search costs a timed weight matching and a walk planned at `BOUNDED_POINTS` points (geometry/least.py)."""
+    images = 3 * n if images is None else images
+    per_point = images * costs.get("member forward per image", 0.0) + costs.get("path point fixed", 0.0)
     whole = ADAPTIVE_POINTS if points == "adaptive" else points
     search = (restarts - 1) * (costs.get("restart", 0.0) + BOUNDED_POINTS * per_point) if costs.get("restart") else 0.0
     return pairs * (whole * per_point + search)
@@ -282,11 +283,8 @@ def estimate_full(plan, metrics: dict, geometry_examples, path_points=11, detail
     if "member forward per image" in plan.costs and "id" in sizes:
         k = metrics.get("ensemble", {}).get("num_members") or 2
         n = min(PATH_EXAMPLES, limit(sizes["id"]))
-        per_point = ((n + 2 * BATCHNORM_EXAMPLES) * plan.costs["member forward per image"]
-                     + plan.costs.get("path point fixed", 0.0))
-        whole = ADAPTIVE_POINTS if path_points == "adaptive" else path_points
-        search = (rule_for(detail).minimum - 1) * (plan.costs["restart"] + BOUNDED_POINTS * per_point) if plan.costs.get("restart") else 0
-        total += min(PATH_PAIRS, k - 1) * (whole * per_point + search)
+        total += paths_seconds(n, plan.costs, min(PATH_PAIRS, k - 1), path_points, rule_for(detail).minimum,
+                               images=n + 2 * BATCHNORM_EXAMPLES)
     total += sum(read[name]["seconds"] for name in ("alignment", "rank-structure") if name in read)
     plan.estimate = total
     return total

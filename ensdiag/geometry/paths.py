@@ -211,11 +211,10 @@ def bounded_walk(network, state_a, state_b, ends: dict, test, normalize, train_i
     far))` may end the walk: its barriers are then lower bounds of the whole grid's."""
     found = dict(ends)
     evaluate = lambda t: evaluate_point(network, state_a, state_b, t, test, normalize, train_images, train)  # noqa: E731
-    for t in screen_order(points):
-        found[t] = evaluate(t)
-        if stop is not None and stop(barriers_of(curve_of(found, len(test)))):
-            return curve_of(found, len(test)), False
-    for t in adaptive_midpoints(points, found):
+    def order():
+        yield from screen_order(points)
+        yield from adaptive_midpoints(points, found)  # (asked once the screen's points are in `found`)
+    for t in order():
         found[t] = evaluate(t)
         if stop is not None and stop(barriers_of(curve_of(found, len(test)))):
             return curve_of(found, len(test)), False

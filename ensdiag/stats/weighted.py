@@ -171,9 +171,8 @@ def absolute_sum(means: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
 def binned(index: torch.Tensor, confidence: torch.Tensor, target: torch.Tensor, bins: int, w=None) -> Bins:
     """`Bins` of examples placed in bins by `index` (any binning)."""
     weights, single = rows(w, len(index))
-    groups = Groups(index, bins)
-    found = Bins(*groups.sums_of(weights, None, confidence, target), weights.sum(1))
-    return Bins(*(_out(part, single) for part in (found.mass, found.confidence, found.target, found.total)))
+    found = (*Groups(index, bins).sums_of(weights, None, confidence, target), weights.sum(1))
+    return Bins(*(_out(part, single) for part in found))
 
 
 def calibration_bins(confidence: torch.Tensor, correct: torch.Tensor, w=None, bins: int = ECE_BINS) -> Bins:
