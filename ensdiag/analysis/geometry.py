@@ -22,7 +22,7 @@ import torch
 from ..data.registry import Split
 from ..ensembles import as_ensemble
 from ..errors import EnsdiagError, Skip
-from ..geometry.align import RESTARTS, all_finite, cosine_before_and_after, permutation_groups, permute_state, restart
+from ..geometry.align import RESTARTS, align_networks, permute_state, restart
 from ..geometry.baselines import aligned_null
 from ..geometry.least import describe, least_over_restarts, rule_for
 from ..geometry.paths import GEOMETRY_SEED, barriers_of, bounded_walk, describe_points, excess, path, seeded_sample
@@ -48,7 +48,7 @@ class ModelProbe:
     `splits` maps "id" (labelled test images) and "ood" to `Split`s; `train_images` (or None) are
     for BatchNorm statistics and, with `train_labels`, for the training loss along paths
     (`train_source` says which examples they are, e.g. the training split without its validation
-    examples); `max_examples` caps the images per split; `restarts`: weight matching's group orders."""
+    examples); `max_examples` caps the images per split."""
 
     ensemble: object
     splits: dict
@@ -61,7 +61,6 @@ class ModelProbe:
     limits: dict = field(default_factory=dict)  # a budget's examples per step: "cka", "paths", "batchnorm" (planning.py)
     enough: object = None  # a budget's precision target for paths: enough(per-example curves) -> bool
     train_source: str | None = None
-    restarts: int | None = None  # None: align.RESTARTS
     detail: bool = False  # also the example-level intervals of the geometry table (CKA, barriers): on request
     _cache: dict = field(default_factory=dict, repr=False)
 
@@ -104,22 +103,17 @@ class ModelProbe:
         return self._cache["members"]
 
     def aligned(self):
-        """(groups, member states, `cosine_before_and_after`'s result: every member aligned to member 0
-        by its best restart, and each restart) for members that own their weights, or Skip."""
+        """(groups, member states, `align_networks`' result: every member aligned to member 0 by its best
+        restart, and each restart) for members that own their weights, or Skip."""
         if not self.ensemble.own_weights:
             self.members()  # the reason members cannot be compared comes first
             raise Skip(f"{self.ensemble.method} members share weights, so their units are already in one order")
         if "aligned" not in self._cache:
             networks = self.members()
             try:
-                groups = permutation_groups(networks[0])
-            except EnsdiagError as error:
+                self._cache["aligned"] = align_networks(networks)
+            except EnsdiagError as error:  # no permutation rule, or non-finite weights
                 raise Skip(str(error)) from None
-            states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
-            if not all_finite(states):
-                raise Skip("non-finite weights: no permutation matches them")
-            found = cosine_before_and_after(networks[0], states, groups, self.restarts or RESTARTS)
-            self._cache["aligned"] = (groups, states, found)
         return self._cache["aligned"]
 
 
@@ -193,7 +187,7 @@ def alignment(probe):
             "null": {"raw": metric(null["raw"], "mean off-diagonal cosine of independently initialised, untrained "
                                                "members as built"),
                      "aligned": metric(null["aligned"], NULL_ALIGNED), "members": null["members"]},
-            "groups": len(groups), "restarts": probe.restarts or RESTARTS,
+            "groups": len(groups), "restarts": RESTARTS,
             "max_output_change": metric(change, "largest |logit change| of an aligned member on up to 256 test images "
                                                 "(0 up to float rounding: alignment keeps every function)")}
 

@@ -23,7 +23,7 @@ every way in (`train`, `diversity`, `diagnose()`) aligns the same weights the sa
     perms = restart(state_a, state_b, groups, seed=5)    # restart 5: from a seeded random permutation
     found = restarts(state_a, state_b, groups)           # [{"seeds", "objective", "perms"}], best first
     states = align_to_first(member_states, groups)       # every member in member 0's order (best restart)
-    found = cosine_before_and_after(networks, states, groups)   # raw and aligned weight cosine, one place
+    groups, states, found = align_networks(networks)     # every member aligned; raw and aligned weight cosine
 """
 
 import torch
@@ -122,11 +122,6 @@ def weight_matching(reference: dict, other: dict, groups: dict, max_rounds: int 
     return perms
 
 
-def all_finite(states: list[dict]) -> bool:
-    """Whether every float tensor of the states is finite (no permutation matches NaN)."""
-    return all(torch.isfinite(value).all() for state in states for value in state.values() if value.is_floating_point())
-
-
 def matching_objective(reference: dict, other: dict, groups: dict) -> float:
     """Σ ⟨W_a, W_b⟩ over every weight a permutation group touches: what weight matching maximises."""
     keys = {key for entries in groups.values() for key, _ in entries if not key.endswith(("running_mean", "running_var"))}
@@ -170,20 +165,18 @@ def align_to_first(states: list[dict], groups: dict, count: int = RESTARTS) -> l
                           for state in states[1:]]
 
 
-def state_cosines(states: list[dict], keys: list[str]):
-    """(k×k cosine over all `keys`, {layer: k×k}) of member states (stats.metrics.weight_cosine)."""
-    return weight_cosine([{key.removeprefix("body."): state[key] for key in keys} for state in states])
-
-
-def cosine_before_and_after(network, states: list[dict], groups: dict, count: int = RESTARTS) -> dict:
-    """The members' weight cosine as given and after aligning every member to the first, the one
-    computation the alignment analyzer, its null baseline, the paths and training's tracking share:
-    {"raw": (matrix, layers), "aligned": (matrix, layers), "states": aligned states (each member by
-    its restart of highest objective), "restarts": {member j: restarts(states[0], states[j])}}."""
-    # the parameters that carry the function (all but normalisation layers' scales and shifts), as the
-    # weight-similarity analyzer compares them
-    keys = [f"body.{name}" for name in function_parameters(network.body)]
-    found = {j: restarts(states[0], states[j], groups, count) for j in range(1, len(states))}
+def align_networks(networks: list) -> tuple[dict, list[dict], dict]:
+    """(groups, member states, found) of plain networks, every member aligned to the first: the one computation
+    the alignment analyzer, its null baseline, the paths and training's tracking share. found: {"raw": (k×k
+    weight cosine, {layer: k×k}) as given, "aligned": the same after alignment, "states": the aligned states
+    (each member by its restart of highest objective), "restarts": {member j: restarts(states[0], states[j])}};
+    an EnsdiagError where the architecture has no permutation rule or a weight is not finite."""
+    groups = permutation_groups(networks[0])
+    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
+    if not all(torch.isfinite(value).all() for state in states for value in state.values() if value.is_floating_point()):
+        raise EnsdiagError("non-finite weights: no permutation matches them")
+    keys = function_parameters(networks[0].body)  # what weight cosine compares, as the weight-similarity analyzer does
+    found = {j: restarts(states[0], states[j], groups) for j in range(1, len(states))}
     aligned = [states[0]] + [permute_state(states[j], groups, found[j][0]["perms"]) for j in range(1, len(states))]
-    return {"raw": state_cosines(states, keys), "aligned": state_cosines(aligned, keys), "states": aligned,
-            "restarts": found}
+    cosine = lambda members: weight_cosine([{key: state[f"body.{key}"] for key in keys} for state in members])  # noqa: E731
+    return groups, states, {"raw": cosine(states), "aligned": cosine(aligned), "states": aligned, "restarts": found}

@@ -20,7 +20,7 @@ from ..ensembles import as_ensemble, seeded
 from ..errors import EnsdiagError
 from ..nn.model import build_from_spec
 from ..stats import metrics as M
-from .align import cosine_before_and_after, permutation_groups
+from .align import align_networks
 
 
 def initial_cosine(model) -> dict | None:
@@ -67,11 +67,9 @@ def aligned_null(ensemble, seed: int = 0, members: int | None = None) -> dict | 
     if not networks:
         return None
     try:
-        groups = permutation_groups(networks[0])
+        _, _, found = align_networks(networks)
     except EnsdiagError:
         return None
-    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
-    found = cosine_before_and_after(networks[0], states, groups)
     (raw, raw_layers), (after, after_layers) = found["raw"], found["aligned"]
     return {"raw": M.mean_off_diagonal(raw), "aligned": M.mean_off_diagonal(after), "members": count,
             "layers": {layer: {"raw": M.mean_off_diagonal(raw_layers[layer]),

@@ -17,7 +17,7 @@ from ..ensembles import as_ensemble
 from ..errors import EnsdiagError, Skip
 from ..stats import metrics as M
 from ..stats.examples import Examples
-from .align import all_finite, cosine_before_and_after, permutation_groups
+from .align import align_networks, permutation_groups
 
 MAX_ALIGNED_MEMBERS = 64  # as member geometry: beyond it, no aligned cosine
 
@@ -38,10 +38,10 @@ class DiversityTracker:
     def _aligned_cosine(self):
         with torch.random.fork_rng(devices=[]):  # member_network initialises layers before loading weights
             networks = [self.model.member_network(i) for i in range(self.model.num_members)]
-        states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
-        if not all_finite(states):
+        try:
+            return M.mean_off_diagonal(align_networks(networks)[2]["aligned"][0])
+        except EnsdiagError:  # non-finite weights
             return None
-        return M.mean_off_diagonal(cosine_before_and_after(networks[0], states, self.groups)["aligned"][0])
 
     def _weights(self):
         try:

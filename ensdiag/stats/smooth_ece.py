@@ -70,8 +70,8 @@ class _Smoother:
     """Gaussian smoothing of rows of grid weights, many widths at once, as scipy's fftconvolve
     computes it (reflected: "valid" on the grid reflected at both ends; else numpy's "same"):
     each grid size's row spectra are computed once and each distinct width's kernel spectrum
-    once, so a bisection over widths costs one inverse transform per row and step. `grids`: a
-    [rows, points] array, or (positions, weights [rows, n]) whose grids are made per size."""
+    once, so a bisection over widths costs one inverse transform per row and step. `grids`:
+    (positions, weights [rows, n]), whose grids are made per size."""
 
     def __init__(self, grids, reflect: bool = True):
         self.grids, self.reflect, self.spectra = grids, reflect, {}
@@ -79,7 +79,7 @@ class _Smoother:
     def _spectrum(self, points):
         from scipy import fft
         if points not in self.spectra:
-            grid = self.grids if isinstance(self.grids, np.ndarray) else _to_grid(*self.grids, points)
+            grid = _to_grid(*self.grids, points)
             signal = np.concatenate([grid[:, ::-1][:, :-1], grid, grid[:, ::-1][:, 1:]], 1) if self.reflect else grid
             size = fft.next_fast_len(signal.shape[1] + points - 1, True)
             self.spectra[points] = fft.rfft(signal, size, axis=1), size
@@ -88,8 +88,7 @@ class _Smoother:
     def sums(self, rows, widths):
         """Yields (positions in `rows`, [len, points] smoothed grid) per grid size."""
         from scipy import fft
-        sizes = np.array([_grid_points(width) for width in widths]) if isinstance(self.grids, tuple) else \
-            np.full(len(rows), self.grids.shape[1])
+        sizes = np.array([_grid_points(width) for width in widths])
         for points in np.unique(sizes):
             chosen = np.flatnonzero(sizes == points)
             spectrum, size = self._spectrum(points)
@@ -231,8 +230,8 @@ def smooth_reliability(confidence, correct, sigma: float, points: int = CURVE_PO
     t = np.linspace(0, 1, points)
     if len(f) == 0 or not np.isfinite(f).all() or not math.isfinite(sigma):
         return {"confidence": t.tolist(), "accuracy": [math.nan] * points, "density": [math.nan] * points}
-    grid = _to_grid(f, np.stack([np.ones_like(f), y]), _grid_points(sigma))
-    smoothed = next(_Smoother(grid).sums(np.arange(2), np.array([sigma, sigma], dtype=np.float64)))[1]  # each row at σ
+    sums = _Smoother((f, np.stack([np.ones_like(f), y]))).sums(np.arange(2), np.array([sigma, sigma], dtype=np.float64))
+    smoothed = next(sums)[1]  # both rows at σ
     total, hits = _interpolate(t, smoothed)
     return {"confidence": t.tolist(), "accuracy": (hits / (total + FLOOR)).tolist(),
             "density": (total / len(f)).tolist()}
