@@ -64,11 +64,15 @@ class Ensemble:
 
     def member_weights(self):
         """`MemberWeights`: each member's effective weights, or Skip with the reason."""
-        raise Skip(self.weights_skip)
+        if self.weights_skip:
+            raise Skip(self.weights_skip)
+        return self._weights()
 
     def member_network(self, i: int):
         """Member i as a plain network (a copy the caller may change), or Skip with the reason."""
-        raise Skip(self.networks_skip)
+        if self.networks_skip:
+            raise Skip(self.networks_skip)
+        return self._network(i)
 
     def untrained_members(self, count: int, seed: int = 0) -> list | None:
         """`count` independently initialised, untrained plain networks of the members' architecture

@@ -26,12 +26,10 @@ class ModelEnsemble(Ensemble):
         if self.one_weight_set or model.num_members < 2:
             self.networks_skip = "one set of weights shared by all members (single model / MC Dropout)"
 
-    def member_weights(self):
+    def _weights(self):
         return self.model.member_weights()
 
-    def member_network(self, i: int):
-        if self.networks_skip:
-            return super().member_network(i)
+    def _network(self, i: int):
         return self.model.member_network(i).eval()
 
     def untrained_members(self, count: int, seed: int = 0) -> list:
@@ -54,7 +52,7 @@ class WeightsOnly(Ensemble):
     def __call__(self, x):
         raise EnsdiagError(f"{self.raw.source}: {self.reason}: these members cannot be run")
 
-    def member_weights(self):
+    def _weights(self):
         return self.raw.member_weights()
 
 

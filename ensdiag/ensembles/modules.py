@@ -138,16 +138,12 @@ class ModuleEnsemble(Ensemble):
                                    f"{tuple(outputs[0].shape)}: every member must give logits over the same classes")
         return torch.stack([output.to(first) for output in outputs])
 
-    def member_weights(self):
-        if self.weights_skip:
-            return super().member_weights()
+    def _weights(self):
         if self.declared is not None:
             return declared_weights(self.declared, self.num_members)
         return common_parameters(self.members)
 
-    def member_network(self, i: int):
-        if self.networks_skip:
-            return super().member_network(i)
+    def _network(self, i: int):
         return Member(copy.deepcopy(self.members[i]), self.layers).eval()
 
     def untrained_members(self, count: int, seed: int = 0) -> list | None:

@@ -16,7 +16,9 @@ from .examples import Examples, entropy
 CHUNK_BYTES = 64 * 2**20  # bound on the [k, n, C] working tensor of the JSD matrix
 
 
-def _mark_undefined(matrix, logits, diagonal):
+def mark_undefined(matrix, logits, diagonal):
+    """The k×k matrix with NaN off the diagonal in the rows and columns of members whose prediction is
+    undefined on some sample (`Examples.undefined`), and `diagonal` on it."""
     undefined = Examples(logits, None).undefined.any(1)
     if undefined.any():
         matrix = matrix.masked_fill(undefined[:, None] | undefined[None, :], math.nan)
@@ -32,7 +34,7 @@ def kl_matrix(logits) -> torch.Tensor:
     p = log_p.exp()
     own = torch.special.xlogy(p, p).sum(1)  # Σ p_i log p_i, with 0 log 0 = 0
     cross = p @ log_p.T
-    return _mark_undefined(((own[:, None] - cross) / n).clamp(min=0), logits, 0.0)
+    return mark_undefined(((own[:, None] - cross) / n).clamp(min=0), logits, 0.0)
 
 
 def jsd_matrix(logits) -> torch.Tensor:
@@ -48,7 +50,7 @@ def jsd_matrix(logits) -> torch.Tensor:
             part = p[:, start:start + step]
             total[i] += entropy((part[i] + part) / 2).sum(1)
     matrix = (total - (own[:, None] + own[None, :]) / 2) / n
-    return _mark_undefined(matrix.clamp(min=0), logits, 0.0)
+    return mark_undefined(matrix.clamp(min=0), logits, 0.0)
 
 
 def double_fault(logits, labels) -> torch.Tensor:
