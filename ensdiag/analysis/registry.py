@@ -46,6 +46,12 @@ def without_ood_labels(predictions: dict) -> dict:
     return found
 
 
+def labelled(predictions: dict, names=None) -> list:
+    """[(split, Examples)] of the labelled splits that hold examples (those in `names`, where given)."""
+    return [(name, Examples.of(split)) for name, split in predictions.items() if split["labels"] is not None
+            and len(split["labels"]) and (names is None or name in names)]
+
+
 
 @dataclass(frozen=True)
 class Column:
