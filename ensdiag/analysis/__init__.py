@@ -34,8 +34,7 @@ def analyze_predictions(predictions, weights=None, only=None, without_data: str 
 
 def predictions_analyzers(only=None) -> list[str]:
     """The names `analyze_predictions` runs, in order: every predictions analyzer, or those in `only`."""
-    analyzers = all_analyzers()
-    return [name for name, analyzer in analyzers.items() if analyzer.needs == "predictions"] if only is None else list(only)
+    return [name for name, analyzer in all_analyzers().items() if analyzer.needs == "predictions"] if only is None else list(only)
 
 
 def plugin_failures() -> dict:

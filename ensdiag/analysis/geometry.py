@@ -253,14 +253,13 @@ def paths(probe):
                                     "points": len(entry["curve"]["t"]), **entry["barriers"]} for entry in found],
                       "restarts_run": search["run"], "stopped": search["stopped"],
                       "points_evaluated": sum(len(entry["curve"]["t"]) - 2 * (index > 0) for index, entry in enumerate(found))})
-    test = walker.test
     intervals = barrier_intervals(kept, keys) if probe.detail else {}
     mean = lambda key: sum(pair[key] for pair in pairs) / len(pairs) if key in pairs[0] else None  # noqa: E731
     batchnorm = (f"BatchNorm statistics recomputed on {len(train)} training images at every point" if has_norm
                  else "no BatchNorm in the network")
     least = "least over the alignment's restarts per pair (`restarts`), then the mean over pairs"
     runs = [pair["restarts_run"] for pair in pairs]
-    return {"pairs": pairs, "ends": how, "points": describe_points(probe.path_points), "batchnorm": batchnorm, "n": len(test),
+    return {"pairs": pairs, "ends": how, "points": describe_points(probe.path_points), "batchnorm": batchnorm, "n": len(walker.test),
             "restarts": {"rule": describe(rule) if rule else "one path per pair (no alignment)", "per_pair": runs,
                          "mean": sum(runs) / len(runs), "limit": rule.limit if rule else 1,
                          "minimum": rule.minimum if rule else 1, "patience": rule.patience if rule else None},

@@ -105,10 +105,8 @@ def column_resamples(analyzer, result: dict, predictions: dict, weights, wanted,
     slow). What `add_intervals` writes, and what the coverage suite (benchmarks/interval_coverage.py) checks."""
     found = _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws) if analyzer.resampler else {}
     rest = [(path, reads) for path, reads in wanted if path not in found]
-    note = None
-    if rest:
-        generic, note = _generic(analyzer, predictions, weights, rest, resamples, allowance)
-        found.update(generic)
+    generic, note = _generic(analyzer, predictions, weights, rest, resamples, allowance) if rest else ({}, None)
+    found.update(generic)
     entries = {}
     for path, reads in wanted:
         refused = found[path] if isinstance(found.get(path), str) else None  # memory, or no construction covers

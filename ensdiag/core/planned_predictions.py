@@ -121,14 +121,10 @@ def _refuse_a_budget_below_the_minimum(plan, sizes: dict, fixed: float, per_exam
     least = fixed + per_example * sum(MIN_PER_SPLIT if size is None else min(size, MIN_PER_SPLIT) for size in sizes.values())
     if least > plan.remaining():  # what is left after the pilot, less the reserve
         need = (plan.spent() + least) / (1 - RESERVE) * (1 + NEED_MARGIN)
+        shown = f"{math.ceil(need * 10) / 10:g}" if need < 10 else str(math.ceil(need))  # rounded up: tenths below 10 s
         raise EnsdiagError(f"a budget of {plan.seconds:g} s cannot hold the least this diagnosis reads: {MIN_PER_SPLIT} "
                            f"examples of each of its {len(sizes)} splits and their analysis take about {least:.1f} s here "
-                           f"(measured on a pilot of {FIRST_CHUNK}); give at least {_rounded_up(need)} s")
-
-
-def _rounded_up(seconds: float) -> str:
-    """A need in seconds, rounded up to what a reader types: tenths below 10 s, whole seconds above."""
-    return f"{math.ceil(seconds * 10) / 10:g}" if seconds < 10 else str(math.ceil(seconds))
+                           f"(measured on a pilot of {FIRST_CHUNK}); give at least {shown} s")
 
 
 def _analysis_left(plan, found, reading) -> float:

@@ -104,23 +104,19 @@ class ModuleEnsemble(Ensemble):
             missing = [name for name in self.layers if not _has(member, name)]
             if missing:
                 raise EnsdiagError(f"layer {missing[0]!r} is not a module of every member")
-        self.declared = member_weights
+        self.declared, self.weights_skip, self.networks_skip = member_weights, None, None
         shared = shared_storage(members)
+        layouts = {tuple((key, tuple(value.shape)) for key, value in member.state_dict().items()) for member in members}
+        self.own_weights = shared is None and len(layouts) == 1
         if shared is not None:
-            self.own_weights = False
             self.networks_skip = (f"the members share parameter storage ({shared}): paths, CKA and alignment would "
                                   "read one network; give k separate modules, or " + DECLARE + " for weight cosine")
             self.weights_skip = (None if member_weights is not None else
                                  f"the members share parameter storage ({shared}), so their parameters are not their "
                                  f"effective weights: {DECLARE}")
-        else:
-            self.weights_skip = None
-            layouts = {tuple((key, tuple(value.shape)) for key, value in member.state_dict().items()) for member in members}
-            self.networks_skip = None if len(layouts) == 1 else (
-                "the members have different layers or shapes (other architectures or widths): a path between "
-                "them, CKA and alignment need members of one architecture")
-            if len(layouts) > 1:
-                self.own_weights = False
+        elif len(layouts) > 1:
+            self.networks_skip = ("the members have different layers or shapes (other architectures or widths): a path "
+                                  "between them, CKA and alignment need members of one architecture")
         self.devices = [next(member.parameters(), torch.empty(0)).device for member in members]
 
     def _forward_members(self, x):

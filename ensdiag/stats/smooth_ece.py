@@ -123,9 +123,8 @@ class _Rows:
 
     def __init__(self, f, y, kernel: str, weights):
         self.f, self.kernel, self.weights = f, kernel, weights
-        stacked = np.concatenate([weights, weights * (f - y)])
-        self.smoother = _Smoother((f, stacked)) if kernel == "reflected" else None
-        self.stacked = stacked
+        self.stacked = np.concatenate([weights, weights * (f - y)])
+        self.smoother = _Smoother((f, self.stacked)) if kernel == "reflected" else None
 
     def at(self, rows, sigmas) -> np.ndarray:
         meshes = np.array([_mesh_points(sigma) for sigma in sigmas])
