@@ -34,7 +34,7 @@ from ..predictions import with_pooled_shift
 from .analyzed import analyzed
 from .diagnosis import Diagnosis
 from .intervals import GENERIC_SECONDS
-from .planned_geometry import estimate_full
+from .planned_geometry import estimate_full, run_geometry
 from .planning import Plan
 from .predict import GEOMETRY_SPLITS, Interrupted
 
@@ -141,8 +141,8 @@ def _geometry(ensemble, splits, kept, predictions, train, preprocess, measure, c
                        train_source=train.source if train else None, detail=measure.detail)  # train: a Split or None
     results = dict(left_out)
     try:
-        plan.run_geometry(probe, names, lambda name: analyze_model(probe, only=[name], without_data=context.no_data),
-                          status, results)
+        run_geometry(plan, probe, names, lambda name: analyze_model(probe, only=[name], without_data=context.no_data),
+                     status, results)
     except KeyboardInterrupt:
         done = ", ".join(results) or "none"
         results.update({name: _skipped(name, INTERRUPTED) for name in names if name not in results})

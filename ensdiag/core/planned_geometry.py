@@ -47,25 +47,27 @@ def geometry_order(names: list, analyzers: dict) -> list:
 
 
 def run_geometry(plan, probe, names: list, analyze, status, results: dict) -> dict:
-    """The model analyzers within the plan, each result put into `results` as it is found; each
-    step's examples chosen from measured costs and recorded, a step that does not fit skipped with
-    its reason."""
+    """The model analyzers `names` (`analyze(name)` runs one), each result put into `results` as it is
+    found (an interrupted run keeps the steps finished); within a limited plan, each step's examples
+    chosen from measured costs and recorded, a step that does not fit skipped with its reason."""
     analyzers = all_analyzers()
-    for name in geometry_order(names, analyzers):
-        if name in ("cka", "paths") and "geometry" not in plan.costs:
-            _plan_geometry(plan, probe, [step for step in ("cka", "paths") if step in names])
-        elif name == "paths" and "paths" not in plan.skipped and plan.seconds is not None:
-            _refit_paths(plan, probe)  # what the steps before took, not what they were expected to take
-        reason = plan.skipped.get(name) or (f"the budget was spent ({plan.spent():.0f} s of {plan.seconds:.0f} s) before "
-                                            "this step" if plan.seconds is not None and plan.remaining() <= 0 else None)
-        if reason:
-            plan.skip(name, reason)
-            results[name] = {"status": "skipped", "description": analyzers[name].description, "reason": f"budget: {reason}"}
-            continue
+    for name in geometry_order(names, analyzers) if plan.limited else names:
+        if plan.limited:
+            if name in ("cka", "paths") and "geometry" not in plan.costs:
+                _plan_geometry(plan, probe, [step for step in ("cka", "paths") if step in names])
+            elif name == "paths" and "paths" not in plan.skipped and plan.seconds is not None:
+                _refit_paths(plan, probe)  # what the steps before took, not what they were expected to take
+            reason = plan.skipped.get(name) or (f"the budget was spent ({plan.spent():.0f} s of {plan.seconds:.0f} s) "
+                                                "before this step" if plan.seconds is not None and plan.remaining() <= 0 else None)
+            if reason:
+                plan.skip(name, reason)
+                results[name] = {"status": "skipped", "description": analyzers[name].description, "reason": f"budget: {reason}"}
+                continue
         began = time.perf_counter()
-        with status(f"member geometry: {analyzers[name].description} …"):
+        with status(f"member geometry: {analyzers[name].description} …"):  # paths on a ResNet take minutes
             results.update(analyze(name))
-        plan.record(name, seconds=round(time.perf_counter() - began, 2), **_geometry_facts(name, results[name], probe))
+        if plan.limited:
+            plan.record(name, seconds=round(time.perf_counter() - began, 2), **_geometry_facts(name, results[name], probe))
     return results
 
 

@@ -32,11 +32,9 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from ..analysis import all_analyzers
 from ..ensembles import measuring
 from ..errors import EnsdiagError
 from ..numbers import parse_precision, parse_seconds
-from .planned_geometry import run_geometry
 from .planned_predictions import RESERVE, predict_planned
 from .predict import predict_splits
 
@@ -79,17 +77,6 @@ class Plan:
     def allowance(self, generic: float) -> float:
         """Seconds an analyzer without a vectorised resampler may spend re-running for its intervals."""
         return generic if self.seconds is None else min(generic, max(self.remaining() / 10, 1.0))
-
-    def run_geometry(self, probe, names: list, analyze, status, results: dict) -> dict:
-        """The model analyzers `names` (`analyze(name)` runs one) within this plan, each result put into
-        `results` as it is found (an interrupted run keeps the steps finished)."""
-        if self.limited:
-            return run_geometry(self, probe, names, analyze, status, results)
-        analyzers = all_analyzers()
-        for name in names:
-            with status(f"member geometry: {analyzers[name].description} …"):  # paths on a ResNet take minutes
-                results.update(analyze(name))
-        return results
 
     def spent(self) -> float:
         return time.perf_counter() - self.started
