@@ -230,6 +230,3 @@ def _generic(analyzer, predictions, weights, wanted, resamples, allowance) -> tu
         if spent * (done + 2) / (done + 1) > allowance and done + 1 >= MIN_GENERIC:
             break  # as many resamples as the allowance permits
     return {path: (None, torch.tensor(found, dtype=torch.float64)) for path, found in values.items()}, None
-
-
-__all__ = ["DEFINITION", "add_intervals", "column_resamples", "targets"]

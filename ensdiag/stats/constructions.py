@@ -310,7 +310,3 @@ def half_width(entry: dict | None) -> float | None:
     if not isinstance(entry, dict) or entry.get("low") is None or entry.get("high") is None:
         return None
     return (entry["high"] - entry["low"]) / 2
-
-
-__all__ = ["Folded", "LEVEL", "METHODS", "basic", "clopper_pearson", "half_width", "interval",
-           "percentile", "percentile_columns", "ray"]

@@ -189,6 +189,3 @@ LABEL_FREE = ("log_probs", "log_mean", "mean", "confidence", "predicted", "undef
 def entropy(p: torch.Tensor) -> torch.Tensor:
     """−Σ p log p over the last axis, with 0 log 0 = 0."""
     return -torch.special.xlogy(p, p).sum(-1)
-
-
-__all__ = ["Examples", "entropy"]

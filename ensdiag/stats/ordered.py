@@ -157,6 +157,3 @@ def rank_correlation(x: torch.Tensor, y: torch.Tensor, w=None) -> torch.Tensor:
     spread = (xx * yy).sqrt()
     rho = torch.where(spread > 0, xy / spread.clamp(min=1e-300), spread.new_tensor(math.nan))
     return _out(rho.clamp(-1, 1), single)
-
-
-__all__ = ["adaptive_ece", "average_ranks", "debiased_l2", "equal_mass_bins", "rank_correlation", "risk_coverage_areas"]

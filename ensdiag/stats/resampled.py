@@ -69,6 +69,3 @@ def per_split(statistics: dict):
                     if name in counts}
         return resample
     return resampler
-
-
-__all__ = ["Refused", "nan_for", "refusing", "path_of", "per_split", "value"]

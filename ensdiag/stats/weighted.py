@@ -284,8 +284,3 @@ def ratio_of_means(numerator: torch.Tensor, denominator: torch.Tensor, w=None) -
     ratio = torch.where(bottom > 0, top / bottom.clamp(min=1e-300),
                         torch.where(top > 0, top.new_tensor(math.inf), top.new_tensor(math.nan)))
     return _out(ratio, single)
-
-
-__all__ = ["OOD_METRICS", "OverBudget", "Bins", "ECE_BINS", "Groups", "absolute_sum", "auroc", "binned", "calibration_bins",
-           "classwise_bins", "classwise_ece", "ece", "equal_width_bins", "mean", "ood_metrics", "ratio_of_means", "rows",
-           "tie_groups"]
