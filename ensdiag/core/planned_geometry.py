@@ -60,7 +60,7 @@ def run_geometry(plan, probe, names: list, analyze, status, results: dict) -> di
             reason = plan.skipped.get(name) or (f"the budget was spent ({plan.spent():.0f} s of {plan.seconds:.0f} s) "
                                                 "before this step" if plan.seconds is not None and plan.remaining() <= 0 else None)
             if reason:
-                plan.skip(name, reason)
+                plan.skipped[name] = reason
                 results[name] = {"status": "skipped", "description": analyzers[name].description, "reason": f"budget: {reason}"}
                 continue
         began = time.perf_counter()
@@ -202,17 +202,17 @@ def _plan_geometry(plan, probe, steps: list) -> None:
     chosen, n = _path_choice(plan, probe, limit, seconds, cka) if "paths" in steps else (None, None)
     if "paths" in steps and n < min(GEOMETRY_FLOOR, limit):
         pairs, points, _ = chosen
-        plan.skip("paths", f"{counted(pairs, 'pair')} × {points} points on {GEOMETRY_FLOOR} examples (with CKA) "
-                           f"would need {cka(GEOMETRY_FLOOR) + paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; "
-                           f"{seconds:.0f} s were left")
+        plan.skipped["paths"] = (f"{counted(pairs, 'pair')} × {points} points on {GEOMETRY_FLOOR} examples (with CKA) "
+                                 f"would need {cka(GEOMETRY_FLOOR) + paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} "
+                                 f"s; {seconds:.0f} s were left")
         n = None
     if "cka" in steps:
         n_cka = n if n is not None else (limit if math.isinf(seconds) else _largest(cka, limit, seconds))
         if plan.precision is not None and width:
             n_cka = min(n_cka, max(PILOT, int(PILOT * (width / plan.precision) ** 2)))
         if n_cka < min(GEOMETRY_FLOOR, limit):
-            plan.skip("cka", f"{GEOMETRY_FLOOR} examples per split would need {cka(GEOMETRY_FLOOR):.0f} s; {seconds:.0f} s "
-                             "were left")
+            plan.skipped["cka"] = (f"{GEOMETRY_FLOOR} examples per split would need {cka(GEOMETRY_FLOOR):.0f} s; "
+                                   f"{seconds:.0f} s were left")
         probe.limits["cka"] = max(int(n_cka), 2)
     if "paths" in steps and "paths" not in plan.skipped:
         # a budget caps the barrier search where it was planned
@@ -253,8 +253,8 @@ def _refit_paths(plan, probe) -> None:
         return
     chosen, n = _path_choice(plan, probe, planned, seconds)
     if n < min(GEOMETRY_FLOOR, planned):
-        plan.skip("paths", f"{chosen[0]} pair × {chosen[1]} points on {GEOMETRY_FLOOR} examples would need "
-                           f"{paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; {seconds:.0f} s were left")
+        plan.skipped["paths"] = (f"{chosen[0]} pair × {chosen[1]} points on {GEOMETRY_FLOOR} examples would need "
+                                 f"{paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; {seconds:.0f} s were left")
         return
     _use(probe, chosen, n)
 

@@ -29,6 +29,7 @@ FIRST_CHUNK = 32  # examples of the pilot (the first split's first chunk times t
 NEED_MARGIN = 0.15  # a refusal's "give at least" holds what the pilot measured and this much of it again (pilots vary)
 MIN_PER_SPLIT = 32  # examples every split reads at least: fewer say nothing (a budget that cannot afford it is refused)
 CHECK_RESAMPLES = 200  # resamples of the precision checks while a split is read (the stored intervals use 1,000)
+PREDICTION_SHARE = 0.5  # of the budget, for predictions, when member geometry follows
 
 
 def random_order(name: str, size: int) -> torch.Tensor:
@@ -70,7 +71,7 @@ def predict_planned(plan, ensemble, splits: dict, preprocess, device, keep: int,
         families.setdefault(family(name), []).append(name)
     family_sizes = {group: (sum(plan.sizes[s] for s in names) if all(plan.sizes[s] is not None for s in names) else None)
                     for group, names in families.items()}
-    budget, start = plan.prediction_seconds(), plan.spent()
+    budget, start = plan.remaining() * (PREDICTION_SHARE if plan.geometry else 1.0), plan.spent()
     plan.deadline = start + budget  # predictions and their analysis end here (seconds since the plan started)
     per_family = {}
 
@@ -87,7 +88,7 @@ def predict_planned(plan, ensemble, splits: dict, preprocess, device, keep: int,
         plan.costs["analysis fixed"] = reserve
         _refuse_a_budget_below_the_minimum(plan, {name: plan.sizes[name] for name in order}, reserve,
                                            plan.costs["predict per example"] + per_example)
-        per_family.update(plan.examples_per_family(family_sizes, max(budget - reserve - (plan.spent() - start), 0.0),
+        per_family.update(examples_per_family(family_sizes, max(budget - reserve - (plan.spent() - start), 0.0),
                                                    plan.costs["predict per example"] + per_example))
         return share(group)
 
@@ -111,6 +112,24 @@ def predict_planned(plan, ensemble, splits: dict, preprocess, device, keep: int,
             plan.record(f"predict {name}", n=n, of=size, seconds=round(time.perf_counter() - began, 2), stopped=why,
                         **_widest(found, name))
     return found, kept
+
+
+def examples_per_family(sizes: dict, seconds: float, cost: float) -> dict:
+    """{family: examples} spending `seconds` at `cost` per example: the same n for every family
+    that has it, a family with fewer examples read whole and its rest shared by the others."""
+    if math.isinf(seconds):
+        return dict(sizes)
+    left, chosen, open_ = seconds / max(cost, 1e-12), {}, dict(sizes)
+    while open_:
+        share = left / len(open_)
+        small = {name: size for name, size in open_.items() if size is not None and size <= share}
+        if not small:
+            chosen.update({name: int(share) for name in open_})
+            break
+        chosen.update(small)
+        left -= sum(small.values())
+        open_ = {name: size for name, size in open_.items() if name not in small}
+    return chosen
 
 
 def _refuse_a_budget_below_the_minimum(plan, sizes: dict, fixed: float, per_example: float) -> None:

@@ -12,7 +12,7 @@ and the analyzers per example, CKA's pilot and one member's forward time member 
 weights-only steps (alignment, rank) are timed as they run. The plan then gives each step the
 examples it can afford:
 
-- predictions get a share of the budget (`PREDICTION_SHARE`, all of it without member
+- predictions get a share of the budget (`planned_predictions.PREDICTION_SHARE`, all of it without member
   geometry), spread so that every split family (id, shift, ood, val) reads the same number of
   examples where it has them, since the widest interval decides what a diagnosis can say; a
   split too small for its share gives the rest to the others;
@@ -37,8 +37,6 @@ from ..errors import EnsdiagError
 from ..numbers import parse_precision, parse_seconds
 from .planned_predictions import RESERVE, predict_planned
 from .predict import predict_splits
-
-PREDICTION_SHARE = 0.5  # of the budget, for predictions, when member geometry follows
 
 
 @dataclass
@@ -87,33 +85,8 @@ class Plan:
     def record(self, step: str, **facts) -> None:
         self.steps.append({"step": step, **facts})
 
-    def skip(self, step: str, reason: str) -> None:
-        self.skipped[step] = reason
-
     def to_json(self) -> dict:
         return {"seconds": self.seconds, "precision_target": self.precision, "spent_seconds": round(self.spent(), 2),
                 "costs": {key: round(value, 6) for key, value in self.costs.items()}, "steps": self.steps,
                 "skipped": self.skipped, **({"full_estimate_seconds": round(self.estimate, 1)}
                                             if getattr(self, "estimate", None) is not None else {})}
-
-    # predictions ---------------------------------------------------------------------------------
-
-    def prediction_seconds(self) -> float:
-        return self.remaining() * (PREDICTION_SHARE if self.geometry else 1.0)
-
-    def examples_per_family(self, sizes: dict, seconds: float, cost: float) -> dict:
-        """{family: examples} spending `seconds` at `cost` per example: the same n for every family
-        that has it, a family with fewer examples read whole and its rest shared by the others."""
-        if math.isinf(seconds):
-            return dict(sizes)
-        left, chosen, open_ = seconds / max(cost, 1e-12), {}, dict(sizes)
-        while open_:
-            share = left / len(open_)
-            small = {name: size for name, size in open_.items() if size is not None and size <= share}
-            if not small:
-                chosen.update({name: int(share) for name in open_})
-                break
-            chosen.update(small)
-            left -= sum(small.values())
-            open_ = {name: size for name, size in open_.items() if name not in small}
-        return chosen
