@@ -34,8 +34,7 @@ def analyze_predictions(predictions, weights=None, only=None, without_data: str 
 
 def predictions_analyzers(only=None) -> list[str]:
     """The names `analyze_predictions` runs, in order: every predictions analyzer, or those in `only`."""
-    analyzers = all_analyzers()
-    return [name for name, analyzer in analyzers.items() if analyzer.needs == "predictions"] if only is None else list(only)
+    return [name for name, analyzer in all_analyzers().items() if analyzer.needs == "predictions"] if only is None else list(only)
 
 
 def plugin_failures() -> dict:
@@ -48,11 +47,11 @@ def plugin_failures() -> dict:
 def run_analyzer(name: str, predictions, weights=None, without_data: str | None = None, catalogue: bool = True) -> dict:
     """One predictions analyzer's entry of metrics.json (predictions already without OOD labels)."""
     analyzer = all_analyzers()[name]
-    if without_data and analyzer.reads_data:
-        return {"status": "skipped", "description": analyzer.description, "reason": without_data}
-    if analyzer.detail and not catalogue:
-        return {"status": "skipped", "description": analyzer.description, "reason": CATALOGUE_LEFT_OUT}
     try:
+        if without_data and analyzer.reads_data:
+            raise Skip(without_data)
+        if analyzer.detail and not catalogue:
+            raise Skip(CATALOGUE_LEFT_OUT)
         return {"status": "ok", "description": analyzer.description, "version": analyzer.version,
                 **analyzer(predictions, weights, catalogue=catalogue)}
     except Skip as reason:
@@ -82,23 +81,19 @@ def analyze_model(probe, only=None, without_data: str | None = None) -> dict:
     results = {}
     with exact_math():
         for name in names:
-            if without_data and analyzers[name].reads_data:
-                results[name] = {"status": "skipped", "description": analyzers[name].description, "reason": without_data}
-            else:
-                results[name] = _run_model_analyzer(analyzers[name], probe)
+            analyzer = analyzers[name]
+            try:
+                if without_data and analyzer.reads_data:
+                    raise Skip(without_data)
+                results[name] = finite({"status": "ok", "description": analyzer.description, "version": analyzer.version,
+                                        **analyzer.function(probe)})
+            except Skip as reason:
+                results[name] = {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
+            except Exception as error:  # e.g. extreme weights: the trained model must still be saved
+                message = " ".join(str(error).split())[:200]
+                results[name] = {"status": "failed", "description": analyzer.description,
+                                 "reason": f"{type(error).__name__}: {message}" if message else type(error).__name__}
     return results
-
-
-def _run_model_analyzer(analyzer, probe) -> dict:
-    try:
-        return finite({"status": "ok", "description": analyzer.description, "version": analyzer.version,
-                       **analyzer.function(probe)})
-    except Skip as reason:
-        return {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
-    except Exception as error:  # e.g. extreme weights: the trained model must still be saved
-        message = " ".join(str(error).split())[:200]
-        return {"status": "failed", "description": analyzer.description,
-                "reason": f"{type(error).__name__}: {message}" if message else type(error).__name__}
 
 
 __all__ = ["analyze_model", "ANALYZERS", "Column", "METRICS_SCHEMA", "SPLIT_TABLES", "Skip", "all_analyzers", "analyze_predictions", "is_ood_split",

@@ -19,8 +19,7 @@ edge is ≥ its confidence.
 
 from ..stats import weighted as W
 from ..stats import ordered as O
-from ..stats.examples import Examples
-from .registry import Column, register_analyzer, register_resampler
+from .registry import Column, labelled, register_analyzer, register_resampler
 from ..errors import Skip
 from ..layout import metric
 from ..stats.resampled import per_split, value
@@ -40,20 +39,14 @@ STATISTICS = {key: (lambda split, w, key=key: O.debiased_l2(split.confidence, sp
                                    interval="basic")])  # a resample's duplicates re-bias it: the percentiles sit above
 def debiased_ece(predictions, weights=None):
     splits = {}
-    for name, split in predictions.items():
-        if split["labels"] is None or len(split["labels"]) == 0:
-            continue
-        split = Examples.of(split)
-        splits[name] = {"debiased_l2": metric(value(STATISTICS["debiased_l2"](split, None)), DEFINITION),
-                        "plugin_l2": metric(value(STATISTICS["plugin_l2"](split, None)), PLUGIN),
-                        "bins": _count(O.debiased_l2(split.confidence, split.correct, None, BINS)["bins"])}
+    for name, split in labelled(predictions):
+        found = O.debiased_l2(split.confidence, split.correct, None, BINS)  # (what STATISTICS read)
+        splits[name] = {"debiased_l2": metric(value(found["debiased_l2"]), DEFINITION),
+                        "plugin_l2": metric(value(found["plugin_l2"]), PLUGIN),
+                        "bins": None if found["bins"].isnan() else int(found["bins"])}
     if not splits:
         raise Skip("no split has labels")
     return {"splits": splits}
-
-
-def _count(value) -> int | None:
-    return None if value.isnan() else int(value)
 
 
 register_resampler("debiased-ece")(per_split(STATISTICS))

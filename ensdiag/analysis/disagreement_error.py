@@ -20,7 +20,7 @@ import torch
 
 from ..stats import weighted as W
 from ..stats.examples import Examples
-from .registry import Column, register_analyzer, register_resampler
+from .registry import Column, labelled, register_analyzer, register_resampler
 from ..errors import Skip
 from ..layout import metric
 from ..stats.resampled import per_split, value
@@ -55,9 +55,8 @@ TABLE_SPLITS = ("id", "shift", "val")  # metrics.json has every labelled split (
                             for index, split in enumerate(TABLE_SPLITS)])
 def disagreement_error(predictions, weights=None):
     splits = {}
-    for name, split in predictions.items():
-        split = Examples.of(split)
-        if split.labels is None or split.size == 0 or "/" in name:
+    for name, split in labelled(predictions):
+        if "/" in name:
             continue  # every labelled split but each corruption's (the pooled shift split holds them)
         if split.members < 2:
             raise Skip("needs at least two members (k = 1): one member has no one to disagree with")

@@ -12,18 +12,19 @@ sample of training examples (split `train`), of the validation split and of the 
 
 and their gap, train − test: a statistic of two independent samples, resampled apart (stratified).
 The training sample is `training_pick`: the first `TRAINING_SAMPLE` examples of the seeded order
-member geometry draws its training sample from (analysis/geometry.py, GEOMETRY_SEED), sorted, so
+member geometry draws its training sample from (geometry/paths.py, GEOMETRY_SEED), sorted, so
 the same training data give the same sample on every path; the inspection core predicts it as the
 split `train` wherever labelled training data are given (core/inspection.py).
 """
 
 import torch
 
+from ..errors import Skip
+from ..geometry.paths import seeded_sample
+from ..layout import metric
 from ..stats import weighted as W
 from ..stats.examples import Examples
 from .registry import Column, register_analyzer, register_resampler
-from ..errors import Skip
-from ..layout import metric
 
 TRAINING_SAMPLE = 1000  # training examples predicted for the diversity on training data (all, where fewer)
 SPLITS = ("train", "val", "id")
@@ -41,9 +42,7 @@ NO_TRAIN = ("no training sample: predicted where labelled training data are give
 
 def training_pick(n: int, size: int = TRAINING_SAMPLE) -> torch.Tensor:
     """The indices [min(n, size)] of the training sample among n training examples, ascending."""
-    from .geometry import GEOMETRY_SEED  # here: importing geometry first would reorder the registry
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(GEOMETRY_SEED))
-    return order[:size].sort().values
+    return seeded_sample(n, size)
 
 
 def kl_terms(split: Examples) -> torch.Tensor:

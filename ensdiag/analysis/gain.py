@@ -14,7 +14,7 @@ from ..stats import metrics as M
 from ..stats import weighted as W
 from ..stats import ordered as O
 from ..stats.examples import Examples
-from .registry import Column, register_analyzer, register_resampler
+from .registry import Column, labelled, register_analyzer, register_resampler
 from ..errors import Skip
 from ..layout import SPLIT_TABLES, finite, metric
 from ..stats.resampled import per_split, value
@@ -70,10 +70,7 @@ COMBINERS = {  # which ensemble each decomposition is of (Wood et al. 2023: the 
                               GAIN_DEFINITIONS["error_ensemble"], ("gain",), 50, split="id")])
 def ensemble_gain(predictions, weights=None):
     splits = {}
-    for name, split in predictions.items():
-        if split["labels"] is None or len(split["labels"]) == 0:
-            continue
-        split = Examples.of(split)
+    for name, split in labelled(predictions):
         if split.members < 2:
             raise Skip("one member: the ensemble is its member, there is no gain to decompose")
         gain = {key: value(statistic(split, None)) for key, statistic in GAIN.items()}
@@ -92,12 +89,9 @@ def _members(split: Examples) -> list[Examples]:
     return [Examples(member[None], split.labels) for member in split.logits]
 
 
-def _term(key):
-    return lambda split, w: W.mean(split.memo("gain", lambda: M.gain_terms(split))[key], w)
-
-
-GAIN = {key: _term(key) for key in ("nll_gibbs", "nll_ensemble", "nll_geometric", "kl_diversity", "nll_gap", "brier_gibbs",
-                                    "brier_ensemble", "brier_spread", "error_gibbs", "error_ensemble")}
+GAIN = {key: (lambda split, w, key=key: W.mean(split.memo("gain", lambda: M.gain_terms(split))[key], w))
+        for key in ("nll_gibbs", "nll_ensemble", "nll_geometric", "kl_diversity", "nll_gap", "brier_gibbs", "brier_ensemble",
+                    "brier_spread", "error_gibbs", "error_ensemble")}
 register_resampler("ensemble-gain")(per_split(GAIN))
 
 
@@ -112,10 +106,7 @@ register_resampler("ensemble-gain")(per_split(GAIN))
                                    peer=("splits", "id", "augrc_trapezoid", "value"), peer_since=3)])
 def selective(predictions, weights=None, points=101):
     splits = {}
-    for name, split in predictions.items():
-        if name not in SPLIT_TABLES or split["labels"] is None or len(split["labels"]) == 0:
-            continue  # the per-split tables' splits: not every corruption's
-        split = Examples.of(split)
+    for name, split in labelled(predictions, SPLIT_TABLES):  # the per-split tables' splits: not every corruption's
         members = _members(split)
         splits[name] = {**{key: metric(value(statistic(split, None)), SELECTIVE_DEFINITIONS[key])
                            for key, statistic in SELECTIVE.items()},

@@ -11,7 +11,7 @@ They read the model through a `ModelProbe`:
     analyze_model(probe)["cka"]["splits"]["id"]["layers"]["hidden.0"]["linear"]["value"]   # k×k
 
 Nothing here depends on a user-visible seed: the training sample, the alignment's restarts and the
-null baseline draw from fixed seeds (`GEOMETRY_SEED`, align.restart), so `train`, `diversity` and
+null baseline draw from fixed seeds (`paths.GEOMETRY_SEED`, align.restart), so `train`, `diversity` and
 `diagnose()` give the same numbers for the same weights and data.
 """
 
@@ -19,17 +19,25 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..data.registry import Split
+from ..ensembles import as_ensemble
+from ..errors import EnsdiagError, Skip
+from ..geometry.align import RESTARTS, align_networks, permute_state, restart
+from ..geometry.baselines import aligned_null
+from ..geometry.least import describe, least_over_restarts, rule_for
+from ..geometry.paths import GEOMETRY_SEED, barriers_of, bounded_walk, describe_points, excess, path, seeded_sample
+from ..geometry.rank import TOLERANCE_RULE, rank_structure as structure, rounding
+from ..geometry.representations import layer_cka
+from ..geometry.resampled import CKA_INTERVAL_EXAMPLES, cka_interval, least_barrier_interval
+from ..layout import metric
 from ..stats import metrics as M
 from .registry import Column, register_analyzer
-from ..errors import Skip
-from ..layout import metric
 
 PATH_POINTS = 11  # t = 0, 0.1, …, 1
 PATH_PAIRS = 3  # member 0 with members 1..3
 PATH_EXAMPLES = 5000  # test images each point of a path is evaluated on (at most)
 BATCHNORM_EXAMPLES = 2000  # training images BatchNorm statistics are recomputed on, at every point
 MAX_MEMBERS = 64  # every pair is compared (k×k matrices per layer, k − 1 alignments): beyond this, skipped
-GEOMETRY_SEED = 0  # the training sample's and the null baseline's draws: fixed, the same on every path
 CKA_REPRESENTATION = ("each representation point's output (linear layers before their activation; convolutional "
                       "feature maps averaged over positions), features centred over the examples")
 
@@ -40,7 +48,7 @@ class ModelProbe:
     `splits` maps "id" (labelled test images) and "ood" to `Split`s; `train_images` (or None) are
     for BatchNorm statistics and, with `train_labels`, for the training loss along paths
     (`train_source` says which examples they are, e.g. the training split without its validation
-    examples); `max_examples` caps the images per split; `restarts`: weight matching's group orders."""
+    examples); `max_examples` caps the images per split."""
 
     ensemble: object
     splits: dict
@@ -53,12 +61,10 @@ class ModelProbe:
     limits: dict = field(default_factory=dict)  # a budget's examples per step: "cka", "paths", "batchnorm" (planning.py)
     enough: object = None  # a budget's precision target for paths: enough(per-example curves) -> bool
     train_source: str | None = None
-    restarts: int | None = None  # None: align.RESTARTS
     detail: bool = False  # also the example-level intervals of the geometry table (CKA, barriers): on request
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
-        from ..ensembles import as_ensemble
         self.ensemble = as_ensemble(self.ensemble)
 
     def split(self, name, limit=None):
@@ -69,8 +75,7 @@ class ModelProbe:
         return split.subset(slice(0, limit)) if limit < len(split) else split
 
     def _training_pick(self):
-        pick = torch.randperm(len(self.train_images), generator=torch.Generator().manual_seed(GEOMETRY_SEED))
-        return pick[:self.limits.get("batchnorm", BATCHNORM_EXAMPLES)].sort().values
+        return seeded_sample(len(self.train_images), self.limits.get("batchnorm", BATCHNORM_EXAMPLES))
 
     def batchnorm_images(self):
         """A seeded sample of `BATCHNORM_EXAMPLES` training images (the split may be sorted by class), or None."""
@@ -80,7 +85,6 @@ class ModelProbe:
 
     def training_sample(self):
         """The same fixed sample with its labels, as a `Split` (for the training loss along paths), or None."""
-        from ..data.registry import Split
         if self.train_images is None or self.train_labels is None or len(self.train_images) == 0:
             return None
         pick = self._training_pick()
@@ -99,30 +103,18 @@ class ModelProbe:
         return self._cache["members"]
 
     def aligned(self):
-        """(groups, member states, `cosine_before_and_after`'s result: every member aligned to member 0
-        by its best restart, and each restart) for members that own their weights, or Skip."""
+        """(groups, member states, `align_networks`' result: every member aligned to member 0 by its best
+        restart, and each restart) for members that own their weights, or Skip."""
         if not self.ensemble.own_weights:
             self.members()  # the reason members cannot be compared comes first
             raise Skip(f"{self.ensemble.method} members share weights, so their units are already in one order")
         if "aligned" not in self._cache:
-            from ..geometry.align import all_finite, cosine_before_and_after, permutation_groups
-            from ..errors import EnsdiagError
             networks = self.members()
             try:
-                groups = permutation_groups(networks[0])
-            except EnsdiagError as error:
+                self._cache["aligned"] = align_networks(networks)
+            except EnsdiagError as error:  # no permutation rule, or non-finite weights
                 raise Skip(str(error)) from None
-            states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
-            if not all_finite(states):
-                raise Skip("non-finite weights: no permutation matches them")
-            from ..geometry.align import RESTARTS
-            found = cosine_before_and_after(networks[0], states, groups, self.restarts or RESTARTS)
-            self._cache["aligned"] = (groups, states, found)
         return self._cache["aligned"]
-
-
-def _off_diagonal_mean(matrix) -> float:
-    return M.mean_off_diagonal(torch.as_tensor(matrix, dtype=torch.float64))
 
 
 @register_analyzer("cka", needs="model", detail=True,
@@ -132,8 +124,6 @@ def _off_diagonal_mean(matrix) -> float:
                                    f"linear CKA between members on {split}, mean off-diagonal, averaged over layers",
                                    ("geometry",), 30 + index, split) for index, split in enumerate(("id", "ood"))])
 def cka(probe):
-    from ..geometry.representations import layer_cka
-    from ..geometry.resampled import CKA_INTERVAL_EXAMPLES, cka_interval
     networks = probe.members()
     splits = {}
     for name in ("id", "ood"):
@@ -145,8 +135,8 @@ def cka(probe):
         for layer, entry in found["layers"].items():
             layers[layer] = {"linear": metric(entry["linear"].tolist(), "linear CKA, k×k"),
                              "debiased": metric(entry["debiased"].tolist(), "debiased CKA (unbiased HSIC), k×k"),
-                             "mean_linear": metric(_off_diagonal_mean(entry["linear"]), "mean off-diagonal linear CKA"),
-                             "mean_debiased": metric(_off_diagonal_mean(entry["debiased"]), "mean off-diagonal debiased CKA"),
+                             "mean_linear": metric(M.mean_off_diagonal(entry["linear"]), "mean off-diagonal linear CKA"),
+                             "mean_debiased": metric(M.mean_off_diagonal(entry["debiased"]), "mean off-diagonal debiased CKA"),
                              "features": entry["features"]}
         means = [entry["mean_linear"]["value"] for entry in layers.values() if entry["mean_linear"]["value"] is not None]
         mean = sum(means) / len(means) if means else None
@@ -185,7 +175,6 @@ def alignment(probe):
             for network, state in zip(networks[1:], aligned[1:]):
                 scratch.load_state_dict(state)
                 change = max(change, (scratch(x) - network(x)).abs().max().item())
-    from ..geometry.baselines import aligned_null
     null = aligned_null(probe.ensemble, GEOMETRY_SEED) or {"raw": None, "aligned": None, "members": None, "layers": {}}
     return {"raw": {"matrix": metric(raw.tolist(), "cosine of members' weights as trained"),
                     "mean": metric(M.mean_off_diagonal(raw), "mean off-diagonal cosine, as trained")},
@@ -198,14 +187,9 @@ def alignment(probe):
             "null": {"raw": metric(null["raw"], "mean off-diagonal cosine of independently initialised, untrained "
                                                "members as built"),
                      "aligned": metric(null["aligned"], NULL_ALIGNED), "members": null["members"]},
-            "groups": len(groups), "restarts": probe.restarts or _restarts(),
+            "groups": len(groups), "restarts": RESTARTS,
             "max_output_change": metric(change, "largest |logit change| of an aligned member on up to 256 test images "
                                                 "(0 up to float rounding: alignment keeps every function)")}
-
-
-def _restarts() -> int:
-    from ..geometry.align import RESTARTS
-    return RESTARTS
 
 
 BARRIERS = ("loss_barrier", "accuracy_barrier", "train_loss_barrier")
@@ -236,8 +220,6 @@ LEAST = ("per pair the least over weight matching's restarts, restarted until th
                                    "weight matching's restarts per pair until the least barrier stopped falling "
                                    "(mean over pairs)", ("geometry",), 43, examples=False, since=4)])
 def paths(probe):
-    from ..geometry.least import describe, least_over_restarts, rule_for
-    from ..geometry.paths import describe_points
     networks = probe.members()
     test = probe.split("id", limit=probe.limits.get("paths", PATH_EXAMPLES))
     if test is None or test.labels is None:
@@ -271,14 +253,13 @@ def paths(probe):
                                     "points": len(entry["curve"]["t"]), **entry["barriers"]} for entry in found],
                       "restarts_run": search["run"], "stopped": search["stopped"],
                       "points_evaluated": sum(len(entry["curve"]["t"]) - 2 * (index > 0) for index, entry in enumerate(found))})
-    test = walker.test
     intervals = barrier_intervals(kept, keys) if probe.detail else {}
     mean = lambda key: sum(pair[key] for pair in pairs) / len(pairs) if key in pairs[0] else None  # noqa: E731
     batchnorm = (f"BatchNorm statistics recomputed on {len(train)} training images at every point" if has_norm
                  else "no BatchNorm in the network")
     least = "least over the alignment's restarts per pair (`restarts`), then the mean over pairs"
     runs = [pair["restarts_run"] for pair in pairs]
-    return {"pairs": pairs, "ends": how, "points": describe_points(probe.path_points), "batchnorm": batchnorm, "n": len(test),
+    return {"pairs": pairs, "ends": how, "points": describe_points(probe.path_points), "batchnorm": batchnorm, "n": len(walker.test),
             "restarts": {"rule": describe(rule) if rule else "one path per pair (no alignment)", "per_pair": runs,
                          "mean": sum(runs) / len(runs), "limit": rule.limit if rule else 1,
                          "minimum": rule.minimum if rule else 1, "patience": rule.patience if rule else None},
@@ -306,12 +287,10 @@ class _Walker:
         self.probe, self.test, self.batchnorm, self.sample = probe, test, batchnorm, sample
         self.states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
         self.scratch = probe.ensemble.member_network(0)
-        self.walked = 0
-        self.ends = None
+        self.ends = None  # the first whole walk's ends (that walk alone may stop early: a precision target)
 
     def alignments(self, aligned, j):
         """`alignment_of(seed)` for member j: (the permutations' key, member j aligned by restart `seed`)."""
-        from ..geometry.align import permute_state, restart
         if aligned is None:
             return lambda seed: (None, self.states[j])
         groups, _, found = aligned
@@ -326,12 +305,10 @@ class _Walker:
     def evaluate(self, end, least, keys):
         """(curve, barriers, complete): the whole path to `end` (least None), else walked until none of
         its barriers can fall below `least`."""
-        from ..geometry.paths import barriers_of, bounded_walk, path
         probe = self.probe
         if least is None:
             curve = path(self.scratch, self.states[0], end, self.test, probe.normalize, self.batchnorm, probe.path_points,
-                         self.sample, enough=probe.enough if not self.walked else None)
-            self.walked += 1
+                         self.sample, enough=probe.enough if self.ends is None else None)
             self.test = self.test.subset(slice(0, curve["n"]))  # a precision target stopped the first walk: the rest read as many
             self.ends = {t: curve["points"][t] for t in (curve["t"][0], curve["t"][-1])}
             return curve, barriers_of(curve), True
@@ -346,7 +323,6 @@ _VALUES = {"loss_barrier": ("loss", True), "accuracy_barrier": ("accuracy", Fals
 
 def _rows(entry, key):
     """An alignment's per-example excess at its interior points, [points − 2, n] (the ends' is 0)."""
-    from ..geometry.paths import excess
     values, worse = _VALUES[key]
     return excess(entry["curve"]["t"], entry["curve"]["examples"][values], worse)[1:-1]
 
@@ -354,7 +330,6 @@ def _rows(entry, key):
 def barrier_intervals(kept: list, keys) -> dict:
     """{barrier key: {"interval": entry}} from each pair's alignments' per-example excess (`_rows`),
     the restarts resampled with the examples."""
-    from ..geometry.resampled import least_barrier_interval
     return {key: {"interval": least_barrier_interval([pair[key] for pair in kept], "train" if key.startswith("train")
                                                      else "id")} for key in keys}
 
@@ -365,7 +340,6 @@ def barrier_intervals(kept: list, keys) -> dict:
                                    "fraction of weight layers whose member-weight ratio W_i ⊘ W_0 has rank 1",
                                    ("geometry",), 50)])
 def rank_structure(probe):
-    from ..geometry.rank import ROUNDINGS, TOLERANCE_RULE, rank_structure as structure
     weights = probe.ensemble.member_weights()
     if len(weights) < 2:
         raise Skip("one set of weights shared by all members (single model / MC Dropout)")
@@ -386,8 +360,7 @@ def rank_structure(probe):
         summary += (" (true by construction for this method: a check of the rebuilt members, "
                     "not evidence about their diversity)")
     dtype = next((tensor.dtype for tensor in weights[0].values() if tensor.is_floating_point()), torch.float32)
-    delta = ROUNDINGS * torch.finfo(dtype).eps / 2
-    return {**found, "tolerance": delta, "tolerance_rule": TOLERANCE_RULE, "summary": summary,
+    return {**found, "tolerance": rounding(dtype), "tolerance_rule": TOLERANCE_RULE, "summary": summary,
             "construction_check": by_construction,
             "rank_one": metric(rank_one, "fraction of weight layers whose ratio W_i ⊘ W_0 has rank 1 (singular values above "
                                          "what float rounding can add counted, `tolerance_rule`; layers whose ratio has one row or column tell nothing and are left out)")}

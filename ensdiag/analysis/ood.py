@@ -7,13 +7,12 @@ AUROC, AUPR-Out, AUPR-In and FPR95 in both directions.
 
 import torch
 
-from ..layout import DEFAULT_SCORE  # noqa: F401 (the score reports show unless asked; ood_score.py reads it here)
+from ..errors import Skip
+from ..layout import DEFAULT_SCORE, metric  # (the score reports show unless asked)
 from ..stats import scores as S
 from ..stats import weighted as W
 from ..stats.examples import Examples
 from .registry import Column, register_analyzer, register_resampler
-from ..errors import Skip
-from ..layout import metric
 from ..stats.resampled import value
 
 ENERGY_TEMPERATURE = 1.0

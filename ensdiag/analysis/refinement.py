@@ -29,14 +29,13 @@ pass over the examples.
 
 import torch
 
+from ..errors import Skip
+from ..layout import finite, metric
 from ..stats import weighted as W
 from ..stats.examples import Examples
-from ..layout import finite
-from .registry import Column, register_analyzer, register_resampler
-from ..errors import Skip
-from ..layout import metric
-from ..stats.scaling import (FOLDS, HIGH, LOSSES, LOW, REPEATS, fit_betas, fit_notes, fitting_sets, folds, informative, losses,
-                      padded, terms)
+from .registry import Column, labelled, register_analyzer, register_resampler
+from ..stats.scaling import (FOLDS, HIGH, LOSSES, LOW, REPEATS, fit_betas, fit_notes, fitting_sets, folds, informative, padded,
+                      terms)
 
 FIT_EXAMPLES = 20_000  # of the other folds' examples, at most, fit each fold's temperature
 SPLITS = ("id",)  # where the report reads it: the main job pays for no other split's fits (docs/conventions.md)
@@ -80,7 +79,7 @@ def fit(name: str, split: Examples) -> dict:
             for matrix, values in zip(own, terms(z, labels, beta[cell[repeat]], loss)):
                 matrix.scatter_(1, cell[repeat][:, None], values[:, None])
         found[loss] = {"beta": beta, "fitted": fitted, "fit": (spread(d1), spread(d2)), "own": own,
-                       "plain": losses(z, labels, torch.ones(len(z)), loss)}
+                       "plain": terms(z, labels, torch.ones(len(z)), loss)[0]}
     return found
 
 
@@ -114,10 +113,7 @@ def parts(name: str, split: Examples, loss: str, w=None) -> dict:
                             for place, part in enumerate(("calibration", "refinement"))])
 def refinement(predictions, weights=None):
     splits = {}
-    for name, split in predictions.items():
-        if name not in SPLITS or split["labels"] is None or len(split["labels"]) == 0:
-            continue  # each split costs a fit per fold and loss: where the report reads it
-        split = Examples.of(split)
+    for name, split in labelled(predictions, SPLITS):  # each split costs a fit per fold and loss: where the report reads it
         if (split.clusters or split.size) < 2 * FOLDS:
             splits[name] = {loss: {part: metric(None, definition(part, loss), note=f"fewer than {2 * FOLDS} inputs: "
                                                 f"too few to cross-fit over {FOLDS} folds") for part in PARTS}

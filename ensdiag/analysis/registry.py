@@ -46,6 +46,12 @@ def without_ood_labels(predictions: dict) -> dict:
     return found
 
 
+def labelled(predictions: dict, names=None) -> list:
+    """[(split, Examples)] of the labelled splits that hold examples (those in `names`, where given)."""
+    return [(name, Examples.of(split)) for name, split in predictions.items() if split["labels"] is not None
+            and len(split["labels"]) and (names is None or name in names)]
+
+
 
 @dataclass(frozen=True)
 class Column:
@@ -199,8 +205,7 @@ def load_plugins(force: bool = False) -> dict[str, str]:
     global _plugins_loaded
     if _plugins_loaded and not force:
         return dict(PLUGIN_ERRORS)
-    errors = PLUGIN_ERRORS
-    errors.clear()
+    PLUGIN_ERRORS.clear()
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:  # a broken plug-in (import, or bad column declarations) must not break ensdiag
             function = point.load()
@@ -208,9 +213,9 @@ def load_plugins(force: bool = False) -> dict[str, str]:
                 register_analyzer(point.name, source=f"plug-in {point.value}",
                                   columns=getattr(function, "columns", ()))(function)
         except Exception as error:
-            errors[point.name] = f"{type(error).__name__}: {error}"
+            PLUGIN_ERRORS[point.name] = f"{type(error).__name__}: {error}"
     _plugins_loaded = True
-    return dict(errors)
+    return dict(PLUGIN_ERRORS)
 
 
 def all_analyzers() -> dict[str, Analyzer]:

@@ -10,7 +10,7 @@ import torch
 
 from ..stats import weighted as W
 from ..stats.examples import Examples
-from .registry import Column, register_analyzer, register_resampler
+from .registry import Column, labelled, register_analyzer, register_resampler
 from ..errors import Skip
 from ..layout import SPLIT_TABLES, metric
 from ..stats.resampled import value
@@ -49,12 +49,10 @@ def temperature(predictions, weights=None):
     betas = fit_betas(z, labels.expand(len(z), -1))
     pooled_t, *member_t = (1 / betas).tolist()
     splits = {}
-    for name, split in predictions.items():
-        if name not in SPLIT_TABLES or split["labels"] is None or len(split["labels"]) == 0:
-            continue  # the per-split tables' splits (its columns read the test set's)
+    for name, split in labelled(predictions, SPLIT_TABLES):  # the per-split tables' splits (its columns read the test set's)
         splits[name] = {kind: {key: metric(value(statistic(examples, None)), f"{key.upper()} {kind.replace('_', ' ')}")
                                for key, statistic in STATISTICS.items()}
-                        for kind, examples in scaled(Examples.of(split), pooled_t, member_t).items()}
+                        for kind, examples in scaled(split, pooled_t, member_t).items()}
     result = {"temperature_pooled": metric(pooled_t, "T minimising the validation NLL of softmax(log p̄ / T)"),
               "temperature_members": metric(member_t, "each member's T minimising its validation NLL"),
               "splits": splits}

@@ -6,13 +6,18 @@ The members and data are turned into an `Ensemble` and splits, checked like user
 to the one inspection (inspection.py); nothing here measures anything itself.
 """
 
+import sys
 from dataclasses import replace
+from numbers import Real
 
-from ..errors import Skip
+import torch
+
+from ..data.batching import Normalize
 from ..ensembles import as_ensemble
-from ..errors import EnsdiagError, InputTypeError
+from ..errors import EnsdiagError, InputTypeError, Skip, unknown
 from ..numbers import integer, parse_precision, parse_seconds, path_points_option, seed as checked_seed
-from .diagnosis import Diagnosis
+from ..stats import metrics as M
+from .diagnosis import Diagnosis, checked_cost
 from .inspection import Context, Measure, inspect, member_weights
 
 GEOMETRY_EXAMPLES = 2000  # inputs per split diagnose() keeps for member geometry (CKA, paths)
@@ -67,7 +72,6 @@ def diagnose(members, test=None, ood=None, shift=None, val=None, *, train=None, 
 
 def preprocessing(normalize, ensemble, device):
     """The function each batch goes through (module docstring of `diagnose`: `normalize`)."""
-    from ..data.batching import Normalize
     if normalize is None:
         return Normalize(*ensemble.preprocess, device) if ensemble.preprocess is not None else None
     if isinstance(normalize, str):
@@ -87,7 +91,6 @@ def preprocessing(normalize, ensemble, device):
 
 def initial_cosine(initial, ensemble, seed: int) -> dict | None:
     """{"mean", "source"} of the members' weight cosine before training, from what the user gave."""
-    from numbers import Real
     if initial is None:
         return None  # the ensemble's own record, where it has one (inspect asks it)
     if hasattr(initial, "rows") and hasattr(initial, "measure"):  # a Tracker
@@ -99,7 +102,6 @@ def initial_cosine(initial, ensemble, seed: int) -> dict | None:
         if not -1 <= float(initial) <= 1:
             raise EnsdiagError(f"initial: a cosine is in [−1, 1], got {initial!r}")
         return {"mean": float(initial), "source": "given to diagnose"}
-    from ..stats import metrics as M
     try:
         weights = member_weights(as_ensemble(initial), seed)
     except InputTypeError:
@@ -112,8 +114,9 @@ def initial_cosine(initial, ensemble, seed: int) -> dict | None:
     return {"mean": M.mean_off_diagonal(M.weight_cosine(weights)[0]), "source": "the initial members given to diagnose"}
 
 
-def count_parameters(ensemble) -> int | None:
-    """Distinct parameters (by storage) of the ensemble's modules; None for a callable."""
+def _cost(ensemble, cost) -> dict:
+    """The cost table's numbers as given; where the parameters are not, the distinct parameters (by
+    storage) of the ensemble's modules (none for a callable)."""
     seen, total = set(), 0
     for module in ensemble.modules():
         for parameter in module.parameters():
@@ -121,13 +124,7 @@ def count_parameters(ensemble) -> int | None:
             if key not in seen:
                 seen.add(key)
                 total += parameter.numel()
-    return total if seen else None
-
-
-def _cost(ensemble, cost) -> dict:
-    from .diagnosis import checked_cost
-    counted = count_parameters(ensemble)
-    return checked_cost({**({"parameters": counted} if counted is not None else {}), **checked_cost(cost or {})})
+    return checked_cost({**({"parameters": total} if seen else {}), **checked_cost(cost or {})})
 
 
 def _checked_titles(titles) -> dict:
@@ -135,7 +132,6 @@ def _checked_titles(titles) -> dict:
         return {}
     if not isinstance(titles, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in titles.items()):
         raise InputTypeError("titles must map split names (test, id, ood, shift, val) to strings")
-    from ..errors import unknown
     for name in titles:
         if name not in ("test", "id", "ood", "shift", "val"):
             raise unknown("split in titles", name, ("test", "id", "ood", "shift", "val"))
@@ -144,7 +140,6 @@ def _checked_titles(titles) -> dict:
 
 def checked_device(device, ensemble=None):
     """The device inputs go to: a real one, and where the members are (ensdiag never moves them)."""
-    import torch
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError, ValueError):  # ValueError: an index beyond a long (cuda:10**30)
@@ -159,7 +154,6 @@ def checked_device(device, ensemble=None):
 
 
 def _bars(progress):
-    import sys
     if not (sys.stderr.isatty() if progress is None else progress):
         return None
     from rich.console import Console

@@ -12,7 +12,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import EnsdiagError, path_argument, public
+from ..errors import EnsdiagError, InputTypeError, path_argument, public
+from ..io import atomic_write_json
+from ..layout import finite
+from ..predictions import save_predictions
+from ..runs import PREDICTIONS, claim_files, save_result
+from ..text import terminal  # split names may come from files: a REPL prints a Diagnosis as it is
 
 
 @dataclass
@@ -32,7 +37,6 @@ class Diagnosis:
         and list it in `folder/experiment.json`, so `ensdiag report folder` reads it beside others. An
         analysis already saved there is replaced only with `overwrite=True`; a LoRA weight-space part of
         the same run (lora.json) stays beside it (runs.save_result)."""
-        from ..runs import PREDICTIONS, save_result
         return save_result(path_argument(folder, "folder"), method, seed, PREDICTIONS, self.metrics, {
             "run": method, "method": method, "seed": seed, "splits": self.titles, "source": self.source,
             **checked_cost(self.cost)}, self.titles, self.predictions or None, overwrite)
@@ -42,10 +46,10 @@ class Diagnosis:
         """predictions.safetensors and metrics.json into `folder` (`ensdiag evaluate --out`); the pooled
         shift split is left out (it is rebuilt on load). Never into a run folder's root or beside a
         training run; files an earlier call wrote there are replaced only with `overwrite` (runs.claim_files)."""
-        from ..io import atomic_write_json
-        from ..predictions import save_predictions
-        from ..runs import claim_files
-        folder = claim_files(_folder(folder), ("predictions.safetensors", "metrics.json"), overwrite, "folder")
+        folder = path_argument(folder, "folder")
+        if folder.exists() and not folder.is_dir():
+            raise EnsdiagError(f"{folder} is a file, not a folder")
+        folder = claim_files(folder, ("predictions.safetensors", "metrics.json"), overwrite, "folder")
         pooled = "shift" in self.predictions and any(name.startswith("shift/") for name in self.predictions)
         metadata = {"ensdiag.splits": self.titles, **({"ensdiag.spec": spec.to_json()} if spec is not None else {})}
         save_predictions({name: split for name, split in self.predictions.items() if not (pooled and name == "shift")},
@@ -54,29 +58,18 @@ class Diagnosis:
         return folder
 
     def to_json(self) -> str:
-        from ..layout import finite
         return json.dumps(finite(self.metrics), indent=2, allow_nan=False) + "\n"
 
     def __repr__(self) -> str:
         splits = ", ".join(f"{name} n={split['logits'].shape[1]}" for name, split in self.predictions.items())
         k = self.metrics.get("num_members", self.metrics.get("ensemble", {}).get("num_members"))
-        from ..text import terminal  # split names may come from files: a REPL prints this as it is
         interrupted = "; interrupted: the rest was not measured" if self.metrics.get("interrupted") else ""
         return terminal(f"Diagnosis(k={k}, {splits}, analyzers: {', '.join(self.metrics['analyzers'])}{interrupted})")
-
-
-def _folder(folder) -> Path:
-    """A folder argument as a Path (errors.path_argument); a file in its place is an EnsdiagError."""
-    folder = path_argument(folder, "folder")
-    if folder.exists() and not folder.is_dir():
-        raise EnsdiagError(f"{folder} is a file, not a folder")
-    return folder
 
 
 def checked_cost(cost: dict) -> dict:
     """{"parameters": int, "train_seconds": float} as given (either may be absent), checked."""
     if not isinstance(cost, dict):
-        from ..errors import InputTypeError
         raise InputTypeError(f"cost must be a dict {{'parameters': …, 'train_seconds': …}}, got {type(cost).__name__}")
     unknown = sorted(set(cost) - {"parameters", "train_seconds"})
     if unknown:

@@ -16,10 +16,13 @@ import torch
 
 from ..config import PRESETS, preset_config, preset_for
 from ..data.batching import Normalize
-from ..data.preset import PresetData, load_preset_data, ood_set, shift_set
+from ..data.files import load_files
+from ..data.preset import PresetData, load_preset_data, ood_set, shift_set, training_examples
 from ..data.registry import Split
 from ..device import resolve_device
 from ..errors import DataNotFound, EnsdiagError
+from ..nn.model import build_from_spec
+from ..numbers import normalize_option
 
 
 def guess_preset(spec) -> str:
@@ -60,7 +63,6 @@ class Inputs:
 def fits(model, input_shape) -> str | None:
     """None when the model maps images of `input_shape` to logits, else why not: asked of the network
     by a forward on the meta device (nothing allocated, nothing computed)."""
-    from ..nn.model import build_from_spec
     try:
         with torch.device("meta"):
             skeleton = build_from_spec(model.spec)
@@ -106,28 +108,11 @@ def normalization(model, choice: DataChoice, config) -> tuple[tuple, tuple]:
         return tuple(config.mean), tuple(config.std)
     if choice.normalize == "none":
         return (0.0,) * channels, (1.0,) * channels
-    from ..numbers import normalize_option
     return normalize_option(choice.normalize, channels)
-
-
-def load_data(model, choice: DataChoice | str | None = None, data_dir="data", download=False, with_train=False):
-    """The data a model is measured on; `with_train`: the preset's training split too, where it
-    is on disk (member geometry recomputes BatchNorm statistics on it), else None in its place."""
-    choice = choice if isinstance(choice, DataChoice) else DataChoice(preset=choice)
-    config = _checked_config(model, choice)
-    if choice.data is not None:
-        return _your_data(model, choice, config, data_dir, download)
-    if with_train:
-        try:
-            return load_preset_data(config, data_dir, download, with_train=True)
-        except DataNotFound:
-            pass
-    return load_preset_data(config, data_dir, download, with_train=False)
 
 
 def _your_data(model, choice, config, data_dir, download) -> PresetData:
     """--data as the test split; shift and OOD from --shift/--ood, else the fitting preset's, else none."""
-    from ..data.files import load_files
     test = load_files(choice.data, model.spec.input_shape, "--data", exact=False)
     shape = tuple(test.images.shape[1:])
     if shape != tuple(model.spec.input_shape) and (reason := fits(model, shape)) is not None:
@@ -152,12 +137,19 @@ def _your_data(model, choice, config, data_dir, download) -> PresetData:
 def prepare(model, choice: DataChoice | str | None = None, data_dir="data", download=False, device="auto",
             with_train=False, data: PresetData | None = None) -> Inputs:
     """The core's `Inputs` for a model (ensdiag's own: loaded or imported) on `device` (the caller puts
-    the model there: it is ensdiag's object, not the user's)."""
+    the model there: it is ensdiag's object, not the user's); `with_train`: the preset's training split
+    too, where it is on disk (member geometry recomputes BatchNorm statistics on it), else None in its place."""
     choice = choice if isinstance(choice, DataChoice) else DataChoice(preset=choice)
     config = _checked_config(model, choice)
     mean, std = normalization(model, choice, config)
     device = resolve_device(device) if isinstance(device, str) else device
-    data = data if data is not None else load_data(model, choice, data_dir, download, with_train)
-    from ..data.preset import training_examples
+    if data is None and choice.data is not None:
+        data = _your_data(model, choice, config, data_dir, download)
+    elif data is None and with_train:
+        try:
+            data = load_preset_data(config, data_dir, download, with_train=True)
+        except DataNotFound:
+            pass
+    data = data or load_preset_data(config, data_dir, download, with_train=False)
     return Inputs(data.eval_splits(), Normalize(mean, std, device), device, data.titles, data.skipped,
                   training_examples(model, data.train))

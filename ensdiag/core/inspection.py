@@ -13,24 +13,30 @@ members run in eval mode with the random state forked (`ensembles.measuring`), a
 works on copies.
 """
 
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
+import torch
+
 from .. import distributed
 from ..analysis import all_analyzers, analyze_model
-from ..analysis.registry import CATALOGUE_LEFT_OUT, without_ood_labels
-from ..errors import Skip
+from ..analysis.diversity_gap import TRAINING_SAMPLE, training_pick
+from ..analysis.geometry import ModelProbe
+from ..analysis.registry import CATALOGUE_LEFT_OUT
 from ..checks import check_predictions
+from ..data.given import batches, first
 from ..data.registry import Split
-from ..ensembles import as_ensemble, forked_rng
-from ..errors import EnsdiagError
+from ..ensembles import as_ensemble, seeded
+from ..errors import EnsdiagError, Skip
+from ..geometry.baselines import recorded_or_rebuilt
 from ..predictions import with_pooled_shift
-from .diagnosis import Diagnosis
 from .analyzed import analyzed
+from .diagnosis import Diagnosis
 from .intervals import GENERIC_SECONDS
+from .planned_geometry import estimate_full, run_geometry
 from .planning import Plan
 from .predict import GEOMETRY_SPLITS, Interrupted
-
 
 @dataclass(frozen=True)
 class Measure:
@@ -98,7 +104,7 @@ def inspect(ensemble, splits: dict, *, preprocess=None, train=None, measure: Mea
         if "id" not in found:
             raise EnsdiagError("nothing to measure on: in-distribution data (the test split) is needed")
         predictions = with_pooled_shift(check_predictions(found, "the data given", need_id=True))
-    with forked_rng(ensemble):  # geometry draws (paths' BatchNorm passes, plain networks): the user's state stays
+    with seeded(ensemble, None):  # geometry draws (paths' BatchNorm passes, plain networks): the user's state stays
         weights = member_weights(ensemble, measure.seed, context.initial)
         metrics = _analyze(predictions, weights, measure, context.no_data, plan)
         if measure.geometry:
@@ -107,7 +113,6 @@ def inspect(ensemble, splits: dict, *, preprocess=None, train=None, measure: Mea
             metrics["analyzers"].update(results)
             interrupted = interrupted or stopped
     if plan.limited:
-        from .planned_geometry import estimate_full
         estimate_full(plan, {**metrics, "ensemble": describe(ensemble)}, measure.geometry_examples, measure.path_points,
                       measure.detail)
         metrics["budget"] = plan.to_json()
@@ -124,7 +129,6 @@ def inspect(ensemble, splits: dict, *, preprocess=None, train=None, measure: Mea
 def _geometry(ensemble, splits, kept, predictions, train, preprocess, measure, context, plan, status, interrupted):
     """({name: result} of the model analyzers, where a Ctrl-C stopped them or None): each step run
     through the plan; once interrupted, the steps not reached are skipped saying so."""
-    from ..analysis.geometry import ModelProbe
     names = _names(measure.only, "model")
     if interrupted:
         return {name: _skipped(name, INTERRUPTED) for name in names}, None
@@ -132,15 +136,13 @@ def _geometry(ensemble, splits, kept, predictions, train, preprocess, measure, c
                 if not measure.catalogue and all_analyzers()[name].detail}
     names = [name for name in names if name not in left_out]
     probe_splits = {name: kept.get(name, splits.get(name)) for name in GEOMETRY_SPLITS if name in predictions}
-    train_split = train  # already a Split (or None): `_training_split`
-    probe = ModelProbe(ensemble, probe_splits, preprocess, train_split.images if train_split else None,
-                       measure.geometry_examples, train_labels=train_split.labels if train_split else None,
-                       path_points=measure.path_points, train_source=train_split.source if train_split else None,
-                       detail=measure.detail)
+    probe = ModelProbe(ensemble, probe_splits, preprocess, train.images if train else None, measure.geometry_examples,
+                       train_labels=train.labels if train else None, path_points=measure.path_points,
+                       train_source=train.source if train else None, detail=measure.detail)  # train: a Split or None
     results = dict(left_out)
     try:
-        plan.run_geometry(probe, names, lambda name: analyze_model(probe, only=[name], without_data=context.no_data),
-                          status, results)
+        run_geometry(plan, probe, names, lambda name: analyze_model(probe, only=[name], without_data=context.no_data),
+                     status, results)
     except KeyboardInterrupt:
         done = ", ".join(results) or "none"
         results.update({name: _skipped(name, INTERRUPTED) for name in names if name not in results})
@@ -158,8 +160,7 @@ def inspect_predictions(predictions: dict, where: str = "predictions", titles=No
     """A `Diagnosis` of member logits made anywhere (files, arrays, JSON lines): checked in the one
     place, then every predictions analyzer (`detail`: every declared column's interval too)."""
     predictions = with_pooled_shift(check_predictions(predictions, where, need_id=False))
-    examples = without_ood_labels(predictions)  # what the analyzers and the intervals share
-    metrics = analyzed(examples, detail=detail)
+    metrics = analyzed(predictions, detail=detail)  # (analyzed wraps each split once: analyzers and intervals share it)
     titles = {name: (titles or {}).get(name, name) for name in predictions}
     metrics["split_titles"], metrics["skipped_splits"] = titles, {}
     return Diagnosis(metrics, predictions, titles, source=source)
@@ -173,7 +174,7 @@ def member_weights(ensemble, seed: int = 0, initial=None):
     except Skip as reason:
         return reason
     if len(weights) > 1:
-        weights.initial = initial if initial is not None else ensemble.initial_cosine(seed)
+        weights.initial = initial if initial is not None else recorded_or_rebuilt(ensemble.model, seed)
     return weights
 
 
@@ -187,16 +188,12 @@ def describe(ensemble) -> dict:
 def _analyze(predictions, weights, measure: Measure, no_data, plan: Plan):
     """The predictions analyzers' metrics dict, each headline number with its example-level
     interval (intervals.py); without predictions, those that read only weights."""
-    import time
     began = time.perf_counter()
-    predictions = without_ood_labels(predictions)  # what the analyzers and the intervals share
     only = None if measure.only is None else _names(measure.only, "predictions")
     # a plug-in re-run on resamples gets a tenth of what a budget has left
     metrics = analyzed(predictions, weights, only, no_data, catalogue=measure.catalogue, full=plan.full, detail=measure.detail,
                        allowance=plan.allowance(GENERIC_SECONDS))
-    if not predictions:
-        return metrics
-    if plan.limited:
+    if predictions and plan.limited:
         plan.record("analyzers and intervals", seconds=round(time.perf_counter() - began, 2))
     return metrics
 
@@ -214,7 +211,6 @@ def _training_sample(train: Split | None, splits: dict, only) -> dict:
     (analysis/diversity_gap.py)}, or {} where there are no labelled training data, the caller
     gave a split of that name, or the analyzers asked for do not include it (nothing is
     predicted that no analyzer reads)."""
-    from ..analysis.diversity_gap import TRAINING_SAMPLE, training_pick
     if train is None or train.labels is None or len(train) == 0 or "train" in splits \
             or (only is not None and "diversity-gap" not in only):
         return {}
@@ -232,13 +228,10 @@ def _training_split(train, limit) -> Split | None:
         return None
     if isinstance(train, Split):
         return train
-    import torch
     if isinstance(train, (tuple, list)) and len(train) == 2 and all(isinstance(t, torch.Tensor) for t in train):
-        from ..data.given import batches
         batches(train, "train")  # checked as any split's pair is
         return Split(train[0], train[1], "training inputs")
     if isinstance(train, torch.Tensor):
         return Split(train, None, "training inputs")
-    from ..data.given import first
     found = first(train, max(limit or 0, TRAINING_EXAMPLES), "train")
     return None if found is None else Split(found[0], found[1], "training inputs")

@@ -17,12 +17,13 @@ import time
 
 import torch
 
+from ..analysis.registry import all_analyzers, without_ood_labels
+from ..budget import over_budget
+from ..errors import Skip
+from ..layout import SPLIT_TABLES, lookup
 from ..stats import bootstrap as B
 from ..stats import constructions as CI
-from ..analysis.registry import all_analyzers
-from ..layout import SPLIT_TABLES, lookup
 from ..stats.resampled import Refused
-from ..budget import over_budget
 
 WORDS = "a 95 % confidence interval for the value on the population the test examples were drawn from"
 GENERIC_SECONDS = 30.0  # what re-running one analyzer over its resamples may take, without a budget
@@ -68,7 +69,6 @@ def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: 
     analyzers' results in `metrics` (`detail`: into every declared one); returns {analyzer: note}
     for those without intervals. `full`: {split: its size} where the predictions are a subsample
     of a split (a budget), for `full_split`. `draws`: the shared counts, where the caller keeps them."""
-    from ..analysis.registry import without_ood_labels
     predictions = without_ood_labels(predictions)
     analyzers, notes, draws = all_analyzers(), {}, draws or B.Draws()
     for name, result in metrics["analyzers"].items():
@@ -84,7 +84,7 @@ def add_intervals(metrics: dict, predictions: dict, weights=None, *, resamples: 
         if note:
             notes[name] = note
         for path, (entry, _) in found.items():
-            _metric(result, path)["interval"] = entry
+            lookup(result, path[:-1])[0]["interval"] = entry
     # no timings here: the same predictions give the same metrics.json (a budget records its seconds)
     metrics["intervals"] = interval_summary(resamples, detail, notes)
     return notes
@@ -105,35 +105,19 @@ def column_resamples(analyzer, result: dict, predictions: dict, weights, wanted,
     slow). What `add_intervals` writes, and what the coverage suite (benchmarks/interval_coverage.py) checks."""
     found = _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws) if analyzer.resampler else {}
     rest = [(path, reads) for path, reads in wanted if path not in found]
-    note = None
-    if rest:
-        generic, note = _generic(analyzer, predictions, weights, rest, resamples, allowance)
-        found.update(generic)
+    generic, note = _generic(analyzer, predictions, weights, rest, resamples, allowance) if rest else ({}, None)
+    found.update(generic)
     entries = {}
     for path, reads in wanted:
-        if isinstance(found.get(path), str):  # refused (memory, or no construction covers): the reason instead
-            entries[path] = ({"low": None, "high": None, "level": CI.LEVEL, "n": _size(reads, predictions),
-                              "note": found[path]}, None)
-            continue
+        refused = found[path] if isinstance(found.get(path), str) else None  # memory, or no construction covers
         kind = next((column.interval for column in analyzer.columns if column.reads(path)), "percentile")
-        entry = _entry(result, path, reads, predictions, found.get(path), full or {}, kind)
+        entry = None if refused else _entry(result, path, reads, predictions, found.get(path), full or {}, kind)
         if entry is not None:
             entries[path] = (entry, found[path])
-        elif note:
-            entries[path] = ({"low": None, "high": None, "level": CI.LEVEL, "n": _size(reads, predictions), "note": note},
-                             None)
+        elif refused or note:  # the reason instead
+            n = sum(predictions[split]["logits"].shape[1] for split in reads)
+            entries[path] = ({"low": None, "high": None, "level": CI.LEVEL, "n": n, "note": refused or note}, None)
     return entries, note
-
-
-def _metric(result, path):
-    node = result
-    for key in path[:-1]:
-        node = node[key]
-    return node
-
-
-def _size(reads, predictions) -> int:
-    return sum(predictions[split]["logits"].shape[1] for split in reads)
 
 
 def _entry(result, path, reads, predictions, resampled, full, kind: str = "percentile") -> dict | None:
@@ -152,7 +136,7 @@ def _entry(result, path, reads, predictions, resampled, full, kind: str = "perce
         entry = CI.interval(estimate, values, sum(sizes.values()), "upper" if kind == "upper" else "ray", of=of,
                            strata=strata)
     else:
-        value = _metric(result, path).get("value")
+        value = lookup(result, path[:-1])[0].get("value")
         entry = CI.interval(value if isinstance(value, (int, float)) else None, values, sum(sizes.values()), kind,
                            of=of, strata=strata, trials=sizes.get(of_split))
     clustered = {split: clusters for split in reads if (clusters := getattr(predictions[split], "clusters", None))}
@@ -162,26 +146,15 @@ def _entry(result, path, reads, predictions, resampled, full, kind: str = "perce
     return entry
 
 
-class _Streams:
-    """One stream of resampled example indices per split (rows in order from `bootstrap.draws`' generator)."""
-
-    def __init__(self, predictions, splits, resamples):
-        self.sizes = {split: predictions[split]["logits"].shape[1] for split in splits}
-        self.clusters = {split: getattr(predictions[split], "clusters", None) or n for split, n in self.sizes.items()}
-        self.generators = {split: torch.Generator().manual_seed(B.seed_of(split, self.clusters[split]))
-                           for split in self.sizes}
-        self.resamples = resamples
-
-    def next(self, rows: int) -> dict:
-        return {split: self._spread(split, torch.randint(0, self.clusters[split], (rows, self.clusters[split]),
-                                                         generator=self.generators[split])) for split in self.sizes}
-
-    def _spread(self, split, drawn):
-        """Drawn inputs -> their examples: each input with all its blocks (Examples.clusters)."""
-        size, blocks = self.clusters[split], self.sizes[split] // self.clusters[split]
-        if blocks == 1:
-            return drawn
-        return (drawn.repeat(1, blocks) + torch.arange(blocks).repeat_interleave(size) * size)
+def _indices(split, name: str, count: int):
+    """Each of `count` resamples' example indices, in order from the split's draws (`bootstrap.blocks`);
+    where the examples are blocks of the same inputs (Examples.clusters), each input with all its blocks."""
+    n = split["logits"].shape[1]
+    inputs = getattr(split, "clusters", None) or n
+    blocks = torch.arange(n // inputs).repeat_interleave(inputs) * inputs
+    for _, drawn in B.blocks(name, inputs, count):
+        for row in drawn:
+            yield row.repeat(n // inputs) + blocks
 
 
 def _resamples(predictions, splits, wanted: int) -> tuple[int, int]:
@@ -232,14 +205,13 @@ def _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws
 
 def _generic(analyzer, predictions, weights, wanted, resamples, allowance) -> tuple[dict, str | None]:
     """({path: (None, Tensor [R])}, note): the analyzer re-run on resampled predictions."""
-    from ..errors import Skip
     splits = sorted({split for _, reads in wanted for split in reads})
     count, _ = _resamples(predictions, splits, resamples)
-    streams = _Streams(predictions, splits, count)
+    streams = {split: _indices(predictions[split], split, count) for split in splits}
     values = {path: [] for path, _ in wanted}
     began = time.perf_counter()
     for done in range(count):
-        rows = {split: r[0] for split, r in streams.next(1).items()}
+        rows = {split: next(stream) for split, stream in streams.items()}
         resampled = {**predictions, **{split: {"logits": predictions[split]["logits"][:, index],
                                                "labels": None if predictions[split]["labels"] is None
                                                else predictions[split]["labels"][index]}
@@ -258,6 +230,3 @@ def _generic(analyzer, predictions, weights, wanted, resamples, allowance) -> tu
         if spent * (done + 2) / (done + 1) > allowance and done + 1 >= MIN_GENERIC:
             break  # as many resamples as the allowance permits
     return {path: (None, torch.tensor(found, dtype=torch.float64)) for path, found in values.items()}, None
-
-
-__all__ = ["DEFINITION", "add_intervals", "column_resamples", "targets"]

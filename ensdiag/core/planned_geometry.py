@@ -16,8 +16,15 @@ import time
 
 import torch
 
-from ..stats import constructions as CI
+from ..analysis import all_analyzers
+from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES, PATH_PAIRS
+from ..errors import Skip
+from ..geometry.align import RESTARTS, restart
 from ..geometry.least import rule_for
+from ..geometry.paths import evaluate_point, excess
+from ..geometry.representations import layer_cka
+from ..geometry.resampled import CKA_INTERVAL_EXAMPLES, barrier_interval, cka_interval
+from ..stats import constructions as CI
 from ..text import counted
 
 PATH_EXAMPLES_FLOOR = 200  # below this many test examples per path point, fewer points and pairs
@@ -40,26 +47,27 @@ def geometry_order(names: list, analyzers: dict) -> list:
 
 
 def run_geometry(plan, probe, names: list, analyze, status, results: dict) -> dict:
-    """The model analyzers within the plan, each result put into `results` as it is found; each
-    step's examples chosen from measured costs and recorded, a step that does not fit skipped with
-    its reason."""
-    from ..analysis import all_analyzers
+    """The model analyzers `names` (`analyze(name)` runs one), each result put into `results` as it is
+    found (an interrupted run keeps the steps finished); within a limited plan, each step's examples
+    chosen from measured costs and recorded, a step that does not fit skipped with its reason."""
     analyzers = all_analyzers()
-    for name in geometry_order(names, analyzers):
-        if name in ("cka", "paths") and "geometry" not in plan.costs:
-            _plan_geometry(plan, probe, [step for step in ("cka", "paths") if step in names])
-        elif name == "paths" and "paths" not in plan.skipped and plan.seconds is not None:
-            _refit_paths(plan, probe)  # what the steps before took, not what they were expected to take
-        reason = plan.skipped.get(name) or (f"the budget was spent ({plan.spent():.0f} s of {plan.seconds:.0f} s) before "
-                                            "this step" if plan.seconds is not None and plan.remaining() <= 0 else None)
-        if reason:
-            plan.skip(name, reason)
-            results[name] = {"status": "skipped", "description": analyzers[name].description, "reason": f"budget: {reason}"}
-            continue
+    for name in geometry_order(names, analyzers) if plan.limited else names:
+        if plan.limited:
+            if name in ("cka", "paths") and "geometry" not in plan.costs:
+                _plan_geometry(plan, probe, [step for step in ("cka", "paths") if step in names])
+            elif name == "paths" and "paths" not in plan.skipped and plan.seconds is not None:
+                _refit_paths(plan, probe)  # what the steps before took, not what they were expected to take
+            reason = plan.skipped.get(name) or (f"the budget was spent ({plan.spent():.0f} s of {plan.seconds:.0f} s) "
+                                                "before this step" if plan.seconds is not None and plan.remaining() <= 0 else None)
+            if reason:
+                plan.skipped[name] = reason
+                results[name] = {"status": "skipped", "description": analyzers[name].description, "reason": f"budget: {reason}"}
+                continue
         began = time.perf_counter()
-        with status(f"member geometry: {analyzers[name].description} …"):
+        with status(f"member geometry: {analyzers[name].description} …"):  # paths on a ResNet take minutes
             results.update(analyze(name))
-        plan.record(name, seconds=round(time.perf_counter() - began, 2), **_geometry_facts(name, results[name], probe))
+        if plan.limited:
+            plan.record(name, seconds=round(time.perf_counter() - began, 2), **_geometry_facts(name, results[name], probe))
     return results
 
 
@@ -80,8 +88,6 @@ def _geometry_facts(name, result, probe) -> dict:
 def _timed_restart(probe) -> float:
     """Seconds of one restart of weight matching from a random start (members 0 and 1), or 0 where
     members are compared as trained."""
-    from ..errors import Skip
-    from ..geometry.align import RESTARTS, restart
     try:
         groups, states, _ = probe.aligned()
     except Skip:
@@ -108,7 +114,6 @@ def _timed_forward(probe) -> float:
 def _timed_point(probe, per_image: float) -> float:
     """Seconds a path point costs beyond its images' forwards: loading the interpolated weights,
     recomputing BatchNorm in training mode, the losses; one point timed on `PILOT` images each."""
-    from ..geometry.paths import evaluate_point
     networks = probe.members()
     if len(networks) < 2:
         return 0.0
@@ -127,8 +132,6 @@ def _timed_point(probe, per_image: float) -> float:
 def _cka_pilot(plan, probe) -> tuple[float, float, float | None]:
     """(seconds per example and split of CKA's forward passes, seconds of its interval on `PILOT`
     examples, that interval's half-width)."""
-    from ..geometry.representations import layer_cka
-    from ..geometry.resampled import cka_interval
     split = probe.split("id", limit=PILOT)
     warm = layer_cka(probe.members(), split.images[:8], probe.normalize, retain=8)  # first calls pay one-time costs
     if warm["kept"]:
@@ -146,19 +149,19 @@ def _cka_pilot(plan, probe) -> tuple[float, float, float | None]:
 def cka_seconds(n: float, costs: dict, splits: int) -> float:
     """CKA's cost on n examples per split: its forward passes, and its interval, whose Gram
     matrices grow as the square of the examples it keeps (at most `CKA_INTERVAL_EXAMPLES`)."""
-    from ..geometry.resampled import CKA_INTERVAL_EXAMPLES
     kept = min(n, CKA_INTERVAL_EXAMPLES)
     return splits * (n * costs.get("cka per example and split", 0.0)
                      + costs.get("cka interval on the pilot", 0.0) * (kept / PILOT) ** 2)
 
 
-def paths_seconds(n: float, costs: dict, pairs: int, points, restarts: int = 1, batchnorm: bool = True) -> float:
-    """A path's cost: every point reads n test examples, n training-sample images and (with
-    BatchNorm) n images to recompute its statistics, at one member's forward cost, and pays its
-    fixed cost (weights, BatchNorm in training mode, losses) as timed on a pilot point; each pair
-    walks one whole path, then each further restart of the barrier search costs a timed weight
-    matching and a walk planned at `BOUNDED_POINTS` points (geometry/least.py)."""
-    per_point = ((3 if batchnorm else 2) * n * costs.get("member forward per image", 0.0) + costs.get("path point fixed", 0.0))
+def paths_seconds(n: float, costs: dict, pairs: int, points, restarts: int = 1, images: float | None = None) -> float:
+    """A path's cost: every point reads n test examples, n training-sample images and n images to
+    recompute BatchNorm statistics (planned at its worst; `images`: those counts' sum where they differ),
+    at one member's forward cost, and pays its fixed cost (weights, BatchNorm in training mode, losses)
+    as timed on a pilot point; each pair walks one whole path, then each further restart of the barrier
+    search costs a timed weight matching and a walk planned at `BOUNDED_POINTS` points (geometry/least.py)."""
+    images = 3 * n if images is None else images
+    per_point = images * costs.get("member forward per image", 0.0) + costs.get("path point fixed", 0.0)
     whole = ADAPTIVE_POINTS if points == "adaptive" else points
     search = (restarts - 1) * (costs.get("restart", 0.0) + BOUNDED_POINTS * per_point) if costs.get("restart") else 0.0
     return pairs * (whole * per_point + search)
@@ -177,8 +180,6 @@ def _largest(cost, limit: float, seconds: float) -> int:
 
 def _plan_geometry(plan, probe, steps: list) -> None:
     """Examples (and path pairs and points) for CKA and paths from their measured costs."""
-    from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES
-    from ..errors import Skip
     plan.costs["geometry"] = 1.0
     try:
         probe.members()
@@ -196,68 +197,69 @@ def _plan_geometry(plan, probe, steps: list) -> None:
         plan.costs["restart"] = _timed_restart(probe)
         plan.costs["member forward per image"] = _timed_forward(probe)
         plan.costs["path point fixed"] = _timed_point(probe, plan.costs["member forward per image"])
-    seconds, k = plan.remaining(), probe.ensemble.num_members or 2
-    limit = max(available.values())
+    seconds, limit = plan.remaining(), max(available.values())
     cka = (lambda n: cka_seconds(n, plan.costs, splits)) if "cka" in steps else (lambda n: 0.0)  # noqa: E731
-    chosen, n = None, None
-    for pairs, points, restarts in (PATH_CHOICES if "paths" in steps else ()):
-        chosen = (min(pairs, k - 1), points, _restarts_of(restarts, probe))
-        n = limit if math.isinf(seconds) else _largest(lambda n: cka(n) + paths_seconds(n, plan.costs, *chosen), limit,
-                                                        seconds)
-        if n >= min(PATH_EXAMPLES_FLOOR, limit):
-            break
+    chosen, n = _path_choice(plan, probe, limit, seconds, cka) if "paths" in steps else (None, None)
     if "paths" in steps and n < min(GEOMETRY_FLOOR, limit):
         pairs, points, _ = chosen
-        plan.skip("paths", f"{counted(pairs, 'pair')} × {points} points on {GEOMETRY_FLOOR} examples (with CKA) "
-                           f"would need {cka(GEOMETRY_FLOOR) + paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; "
-                           f"{seconds:.0f} s were left")
+        plan.skipped["paths"] = (f"{counted(pairs, 'pair')} × {points} points on {GEOMETRY_FLOOR} examples (with CKA) "
+                                 f"would need {cka(GEOMETRY_FLOOR) + paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} "
+                                 f"s; {seconds:.0f} s were left")
         n = None
     if "cka" in steps:
         n_cka = n if n is not None else (limit if math.isinf(seconds) else _largest(cka, limit, seconds))
         if plan.precision is not None and width:
             n_cka = min(n_cka, max(PILOT, int(PILOT * (width / plan.precision) ** 2)))
         if n_cka < min(GEOMETRY_FLOOR, limit):
-            plan.skip("cka", f"{GEOMETRY_FLOOR} examples per split would need {cka(GEOMETRY_FLOOR):.0f} s; {seconds:.0f} s "
-                             "were left")
+            plan.skipped["cka"] = (f"{GEOMETRY_FLOOR} examples per split would need {cka(GEOMETRY_FLOOR):.0f} s; "
+                                   f"{seconds:.0f} s were left")
         probe.limits["cka"] = max(int(n_cka), 2)
     if "paths" in steps and "paths" not in plan.skipped:
-        n_paths = min(PATH_EXAMPLES, available["id"]) if math.isinf(seconds) else int(n)
-        probe.path_pairs, probe.path_points, restarts = chosen
-        if not math.isinf(seconds):  # a budget caps the barrier search where it was planned
-            probe.limits["restarts"] = restarts
-        probe.limits["paths"] = max(2, n_paths)
-        probe.limits["batchnorm"] = max(2, min(n_paths, BATCHNORM_EXAMPLES))
+        # a budget caps the barrier search where it was planned
+        _use(probe, chosen, min(PATH_EXAMPLES, available["id"]) if math.isinf(seconds) else int(n), not math.isinf(seconds))
         if plan.precision is not None:
             probe.enough = lambda curves: _barrier_precise(curves, plan.precision)
 
 
-def _refit_paths(plan, probe) -> None:
-    """The paths' examples, pairs and points again, for the time actually left."""
-    from ..analysis.geometry import BATCHNORM_EXAMPLES
-    if "member forward per image" not in plan.costs or "paths" not in probe.limits:
-        return
-    seconds, k = plan.remaining(), probe.ensemble.num_members or 2
-    planned = probe.limits["paths"]
-    restarts = probe.limits.get("restarts", 1)
-    if paths_seconds(planned, plan.costs, probe.path_pairs, probe.path_points, restarts) <= seconds:
-        return
+def _path_choice(plan, probe, limit: int, seconds: float, other=lambda n: 0.0) -> tuple[tuple, int]:
+    """((pairs, points, restarts), n): the first of `PATH_CHOICES` whose paths, beside `other(n)`, read at
+    least `PATH_EXAMPLES_FLOOR` of `limit` examples in `seconds` (else the last), and the n they read."""
+    k = probe.ensemble.num_members or 2
     for pairs, points, restarts in PATH_CHOICES:
         chosen = (min(pairs, k - 1), points, _restarts_of(restarts, probe))
-        n = _largest(lambda n: paths_seconds(n, plan.costs, *chosen), planned, seconds)
-        if n >= min(PATH_EXAMPLES_FLOOR, planned):
+        n = limit if math.isinf(seconds) else _largest(lambda n: other(n) + paths_seconds(n, plan.costs, *chosen), limit,
+                                                        seconds)
+        if n >= min(PATH_EXAMPLES_FLOOR, limit):
             break
-    if n < min(GEOMETRY_FLOOR, planned):
-        plan.skip("paths", f"{chosen[0]} pair × {chosen[1]} points on {GEOMETRY_FLOOR} examples would need "
-                           f"{paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; {seconds:.0f} s were left")
-        return
-    probe.path_pairs, probe.path_points, probe.limits["restarts"] = chosen
+    return chosen, n
+
+
+def _use(probe, chosen: tuple, n: int, cap_restarts: bool = True) -> None:
+    """The paths' pairs, points and examples (and, `cap_restarts`, the barrier search's restarts) for the probe."""
+    probe.path_pairs, probe.path_points, restarts = chosen
+    if cap_restarts:
+        probe.limits["restarts"] = restarts
     probe.limits["paths"] = max(2, n)
     probe.limits["batchnorm"] = max(2, min(n, BATCHNORM_EXAMPLES))
 
 
+def _refit_paths(plan, probe) -> None:
+    """The paths' examples, pairs and points again, for the time actually left."""
+    if "member forward per image" not in plan.costs or "paths" not in probe.limits:
+        return
+    seconds, planned = plan.remaining(), probe.limits["paths"]
+    restarts = probe.limits.get("restarts", 1)
+    if paths_seconds(planned, plan.costs, probe.path_pairs, probe.path_points, restarts) <= seconds:
+        return
+    chosen, n = _path_choice(plan, probe, planned, seconds)
+    if n < min(GEOMETRY_FLOOR, planned):
+        plan.skipped["paths"] = (f"{chosen[0]} pair × {chosen[1]} points on {GEOMETRY_FLOOR} examples would need "
+                                 f"{paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; {seconds:.0f} s were left")
+        return
+    _use(probe, chosen, n)
+
+
 def _barrier_precise(curves, target) -> bool:
-    from ..geometry.paths import excess
-    from ..geometry.resampled import barrier_interval
     width = CI.half_width(barrier_interval([(curves["t"], excess(curves["t"], curves["loss"]))], "id"))
     return width is not None and width <= target
 
@@ -270,7 +272,6 @@ def estimate_full(plan, metrics: dict, geometry_examples, path_points=11, detail
     """Seconds the same diagnosis would take on every example (no budget), from the measured costs:
     predictions of every split, CKA on the examples it would keep, paths on the protocol's pairs,
     points and examples, the weights-only steps as they ran, the analyzers scaled to every example."""
-    from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES, PATH_PAIRS
     sizes = {name: size for name, size in plan.sizes.items() if size is not None}
     read = {step["step"]: step for step in plan.steps}
     total = plan.costs.get("predict per example", 0.0) * sum(sizes.values())
@@ -284,11 +285,8 @@ def estimate_full(plan, metrics: dict, geometry_examples, path_points=11, detail
     if "member forward per image" in plan.costs and "id" in sizes:
         k = metrics.get("ensemble", {}).get("num_members") or 2
         n = min(PATH_EXAMPLES, limit(sizes["id"]))
-        per_point = ((n + 2 * BATCHNORM_EXAMPLES) * plan.costs["member forward per image"]
-                     + plan.costs.get("path point fixed", 0.0))
-        whole = ADAPTIVE_POINTS if path_points == "adaptive" else path_points
-        search = (rule_for(detail).minimum - 1) * (plan.costs["restart"] + BOUNDED_POINTS * per_point) if plan.costs.get("restart") else 0
-        total += min(PATH_PAIRS, k - 1) * (whole * per_point + search)
+        total += paths_seconds(n, plan.costs, min(PATH_PAIRS, k - 1), path_points, rule_for(detail).minimum,
+                               images=n + 2 * BATCHNORM_EXAMPLES)
     total += sum(read[name]["seconds"] for name in ("alignment", "rank-structure") if name in read)
     plan.estimate = total
     return total

@@ -8,7 +8,6 @@ refused then, before it is spent, saying what it would take.
 
 import math
 import time
-from types import SimpleNamespace
 
 import torch
 
@@ -18,11 +17,11 @@ from ..stats.constructions import half_width
 from ..checks import check_predictions
 from ..data.given import batches
 from ..data.registry import Split
-from ..ensembles import measuring
 from ..errors import EnsdiagError
+from ..layout import lookup
 from ..predictions import with_pooled_shift
 from .intervals import add_intervals, targets
-from .predict import GEOMETRY_SPLITS, Interrupted, predict_batches
+from .predict import GEOMETRY_SPLITS, SPLIT_ORDER, Interrupted, predict_batches
 
 RESERVE = 0.1  # of the budget, held back for the last analyzers and what measured costs underestimate
 FIRST_CHUNK = 32  # examples of the pilot (the first split's first chunk times the ensemble and the analysis) and of
@@ -30,6 +29,7 @@ FIRST_CHUNK = 32  # examples of the pilot (the first split's first chunk times t
 NEED_MARGIN = 0.15  # a refusal's "give at least" holds what the pilot measured and this much of it again (pilots vary)
 MIN_PER_SPLIT = 32  # examples every split reads at least: fewer say nothing (a budget that cannot afford it is refused)
 CHECK_RESAMPLES = 200  # resamples of the precision checks while a split is read (the stored intervals use 1,000)
+PREDICTION_SHARE = 0.5  # of the budget, for predictions, when member geometry follows
 
 
 def random_order(name: str, size: int) -> torch.Tensor:
@@ -60,33 +60,18 @@ def take(data, index: torch.Tensor):
     return torch.utils.data.Subset(data, index.tolist())
 
 
-def predict_planned(plan, ensemble, splits: dict, preprocess, device, seed: int, progress, keep: int):
-    """({split: {"logits", "labels"}}, {split: kept Split for geometry}) of the examples `plan` affords."""
-    def as_splits(first):
-        return {name: Split(*pair, f"{len(pair[0])} examples of {name}") for name, pair in first.items()
-                if name in GEOMETRY_SPLITS}
-    try:
-        with measuring(ensemble, seed):
-            found, first = predict_within(plan, ensemble, splits, preprocess, device, keep, progress)
-    except Interrupted as stopped:
-        stopped.kept = as_splits(stopped.kept)
-        raise
-    return found, as_splits(first)
-
-
-def predict_within(plan, ensemble, splits: dict, preprocess, device, keep: int, progress=None):
-    """({split: {"logits", "labels"}} on the examples the plan affords, {split: kept (x, y) of the
-    first `keep` of them}); every split's step recorded in the plan."""
-    known = ("id", "shift", "ood", "val")
+def predict_planned(plan, ensemble, splits: dict, preprocess, device, keep: int, progress=None):
+    """({split: {"logits", "labels"}} on the examples the plan affords, {split: a Split of the first `keep`
+    of them, for geometry}); every split's step recorded in the plan (the ensemble measured by the caller)."""
     order = sorted((name for name in splits if splits[name] is not None),
-                   key=lambda s: known.index(family(s)) if family(s) in known else len(known))
+                   key=lambda s: SPLIT_ORDER.index(family(s)) if family(s) in SPLIT_ORDER else len(SPLIT_ORDER))
     plan.sizes = {name: length(splits[name]) for name in order}
     families = {}
     for name in order:
         families.setdefault(family(name), []).append(name)
     family_sizes = {group: (sum(plan.sizes[s] for s in names) if all(plan.sizes[s] is not None for s in names) else None)
                     for group, names in families.items()}
-    budget, start = plan.prediction_seconds(), plan.spent()
+    budget, start = plan.remaining() * (PREDICTION_SHARE if plan.geometry else 1.0), plan.spent()
     plan.deadline = start + budget  # predictions and their analysis end here (seconds since the plan started)
     per_family = {}
 
@@ -103,7 +88,7 @@ def predict_within(plan, ensemble, splits: dict, preprocess, device, keep: int, 
         plan.costs["analysis fixed"] = reserve
         _refuse_a_budget_below_the_minimum(plan, {name: plan.sizes[name] for name in order}, reserve,
                                            plan.costs["predict per example"] + per_example)
-        per_family.update(plan.examples_per_family(family_sizes, max(budget - reserve - (plan.spent() - start), 0.0),
+        per_family.update(examples_per_family(family_sizes, max(budget - reserve - (plan.spent() - start), 0.0),
                                                    plan.costs["predict per example"] + per_example))
         return share(group)
 
@@ -114,19 +99,37 @@ def predict_within(plan, ensemble, splits: dict, preprocess, device, keep: int, 
             timing = (lambda n, seconds, group=group: first_chunk(group, n, seconds)) if not per_family else None
             try:
                 logits, labels, first, why = _read(plan, ensemble, name, splits[name], plan.sizes[name],
-                                                   FIRST_CHUNK if timing else share(group), preprocess, device, keep,
-                                                   found, progress, timing)
+                                                   FIRST_CHUNK if timing else share(group), preprocess, device,
+                                                   keep if name in GEOMETRY_SPLITS else 0, found, progress, timing)
             except KeyboardInterrupt:
                 raise Interrupted(found, kept, name, order[order.index(name):]) from None
             found[name] = {"logits": logits, "labels": labels}
             if first is not None:
-                kept[name] = first
+                kept[name] = Split(*first, f"{len(first[0])} examples of {name}")
             n, size = logits.shape[1], plan.sizes[name]
             if size is not None and n < size:
                 plan.full[name] = size
             plan.record(f"predict {name}", n=n, of=size, seconds=round(time.perf_counter() - began, 2), stopped=why,
                         **_widest(found, name))
     return found, kept
+
+
+def examples_per_family(sizes: dict, seconds: float, cost: float) -> dict:
+    """{family: examples} spending `seconds` at `cost` per example: the same n for every family
+    that has it, a family with fewer examples read whole and its rest shared by the others."""
+    if math.isinf(seconds):
+        return dict(sizes)
+    left, chosen, open_ = seconds / max(cost, 1e-12), {}, dict(sizes)
+    while open_:
+        share = left / len(open_)
+        small = {name: size for name, size in open_.items() if size is not None and size <= share}
+        if not small:
+            chosen.update({name: int(share) for name in open_})
+            break
+        chosen.update(small)
+        left -= sum(small.values())
+        open_ = {name: size for name, size in open_.items() if name not in small}
+    return chosen
 
 
 def _refuse_a_budget_below_the_minimum(plan, sizes: dict, fixed: float, per_example: float) -> None:
@@ -137,14 +140,10 @@ def _refuse_a_budget_below_the_minimum(plan, sizes: dict, fixed: float, per_exam
     least = fixed + per_example * sum(MIN_PER_SPLIT if size is None else min(size, MIN_PER_SPLIT) for size in sizes.values())
     if least > plan.remaining():  # what is left after the pilot, less the reserve
         need = (plan.spent() + least) / (1 - RESERVE) * (1 + NEED_MARGIN)
+        shown = f"{math.ceil(need * 10) / 10:g}" if need < 10 else str(math.ceil(need))  # rounded up: tenths below 10 s
         raise EnsdiagError(f"a budget of {plan.seconds:g} s cannot hold the least this diagnosis reads: {MIN_PER_SPLIT} "
                            f"examples of each of its {len(sizes)} splits and their analysis take about {least:.1f} s here "
-                           f"(measured on a pilot of {FIRST_CHUNK}); give at least {_rounded_up(need)} s")
-
-
-def _rounded_up(seconds: float) -> str:
-    """A need in seconds, rounded up to what a reader types: tenths below 10 s, whole seconds above."""
-    return f"{math.ceil(seconds * 10) / 10:g}" if seconds < 10 else str(math.ceil(seconds))
+                           f"(measured on a pilot of {FIRST_CHUNK}); give at least {shown} s")
 
 
 def _analysis_left(plan, found, reading) -> float:
@@ -268,14 +267,10 @@ def _widest(predictions: dict, split: str) -> dict:
         result = metrics["analyzers"].get(name, {})
         if result.get("status") != "ok":
             continue
-        headline = SimpleNamespace(columns=[column for column in all_analyzers()[name].columns if column.headline])
-        for path, reads in targets(headline, result, checked):
+        for path, reads in targets(all_analyzers()[name], result, checked):  # (the headline columns: detail False)
             if split not in reads:
                 continue
-            node = result
-            for key in path[:-1]:
-                node = node[key]
-            width = half_width(node.get("interval"))
+            width = half_width(lookup(result, path[:-1])[0].get("interval"))
             if width is not None and (not widest or width > widest["half_width"]):
                 widest = {"half_width": round(width, 6), "column": f"{name}/{'/'.join(path[:-1])}"}
     return widest

@@ -12,7 +12,7 @@ and the analyzers per example, CKA's pilot and one member's forward time member 
 weights-only steps (alignment, rank) are timed as they run. The plan then gives each step the
 examples it can afford:
 
-- predictions get a share of the budget (`PREDICTION_SHARE`, all of it without member
+- predictions get a share of the budget (`planned_predictions.PREDICTION_SHARE`, all of it without member
   geometry), spread so that every split family (id, shift, ood, val) reads the same number of
   examples where it has them, since the widest interval decides what a diagnosis can say; a
   split too small for its share gives the rest to the others;
@@ -32,14 +32,11 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from ..analysis import all_analyzers
+from ..ensembles import measuring
 from ..errors import EnsdiagError
 from ..numbers import parse_precision, parse_seconds
-from .planned_geometry import run_geometry
 from .planned_predictions import RESERVE, predict_planned
 from .predict import predict_splits
-
-PREDICTION_SHARE = 0.5  # of the budget, for predictions, when member geometry follows
 
 
 @dataclass
@@ -72,22 +69,12 @@ class Plan:
             return predict_splits(ensemble, splits, preprocess, device, seed, spread, progress, keep)
         if spread:
             raise EnsdiagError("a budget or precision target chooses examples in one process: run it without torchrun")
-        return predict_planned(self, ensemble, splits, preprocess, device, seed, progress, keep)
+        with measuring(ensemble, seed):
+            return predict_planned(self, ensemble, splits, preprocess, device, keep, progress)
 
     def allowance(self, generic: float) -> float:
         """Seconds an analyzer without a vectorised resampler may spend re-running for its intervals."""
         return generic if self.seconds is None else min(generic, max(self.remaining() / 10, 1.0))
-
-    def run_geometry(self, probe, names: list, analyze, status, results: dict) -> dict:
-        """The model analyzers `names` (`analyze(name)` runs one) within this plan, each result put into
-        `results` as it is found (an interrupted run keeps the steps finished)."""
-        if self.limited:
-            return run_geometry(self, probe, names, analyze, status, results)
-        analyzers = all_analyzers()
-        for name in names:
-            with status(f"member geometry: {analyzers[name].description} …"):  # paths on a ResNet take minutes
-                results.update(analyze(name))
-        return results
 
     def spent(self) -> float:
         return time.perf_counter() - self.started
@@ -98,33 +85,8 @@ class Plan:
     def record(self, step: str, **facts) -> None:
         self.steps.append({"step": step, **facts})
 
-    def skip(self, step: str, reason: str) -> None:
-        self.skipped[step] = reason
-
     def to_json(self) -> dict:
         return {"seconds": self.seconds, "precision_target": self.precision, "spent_seconds": round(self.spent(), 2),
                 "costs": {key: round(value, 6) for key, value in self.costs.items()}, "steps": self.steps,
                 "skipped": self.skipped, **({"full_estimate_seconds": round(self.estimate, 1)}
                                             if getattr(self, "estimate", None) is not None else {})}
-
-    # predictions ---------------------------------------------------------------------------------
-
-    def prediction_seconds(self) -> float:
-        return self.remaining() * (PREDICTION_SHARE if self.geometry else 1.0)
-
-    def examples_per_family(self, sizes: dict, seconds: float, cost: float) -> dict:
-        """{family: examples} spending `seconds` at `cost` per example: the same n for every family
-        that has it, a family with fewer examples read whole and its rest shared by the others."""
-        if math.isinf(seconds):
-            return dict(sizes)
-        left, chosen, open_ = seconds / max(cost, 1e-12), {}, dict(sizes)
-        while open_:
-            share = left / len(open_)
-            small = {name: size for name, size in open_.items() if size is not None and size <= share}
-            if not small:
-                chosen.update({name: int(share) for name in open_})
-                break
-            chosen.update(small)
-            left -= sum(small.values())
-            open_ = {name: size for name, size in open_.items() if name not in small}
-        return chosen

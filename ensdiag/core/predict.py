@@ -15,6 +15,7 @@ import torch
 from .. import distributed
 from ..data.given import batches, image_batches
 from ..data.registry import Split
+from ..ensembles import as_ensemble, measuring
 from ..errors import EnsdiagError, InputTypeError
 from ..nn.model import flush_denormals
 from ..precision import exact_math
@@ -99,7 +100,6 @@ def predict_splits(ensemble, splits: dict, preprocess, device, seed: int = 0, sp
     images and every rank gets all the logits back, in order: large shift sets (CIFAR-10-C's
     950,000 images) take 1/world of the time. MC Dropout's masks then differ from one process's
     (each rank draws its own from the seed and its rank), the other methods' logits do not."""
-    from ..ensembles import as_ensemble, measuring
     ensemble = as_ensemble(ensemble)
     preprocess = preprocess or (lambda x: x)
     found, kept = {}, {}

@@ -8,8 +8,8 @@ registering itself with `@adapter(name, order)`; nothing keeps a list.
 """
 
 from ..registry import import_all
-from .base import ADAPTERS, Ensemble, adapter, as_ensemble, forked_rng, measuring, seeded
+from .base import ADAPTERS, Ensemble, adapter, as_ensemble, measuring, seeded
 
 import_all(__name__)
 
-__all__ = ["ADAPTERS", "Ensemble", "adapter", "as_ensemble", "forked_rng", "measuring", "seeded"]
+__all__ = ["ADAPTERS", "Ensemble", "adapter", "as_ensemble", "measuring", "seeded"]

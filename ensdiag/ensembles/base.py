@@ -16,8 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
-from ..errors import Skip
-from ..errors import InputTypeError
+from ..errors import InputTypeError, Skip
 from ..registry import Registry
 
 ADAPTERS = Registry("ensemble adapter")  # name -> function(obj, hints) -> Ensemble | None, tried in `order`
@@ -65,15 +64,15 @@ class Ensemble:
 
     def member_weights(self):
         """`MemberWeights`: each member's effective weights, or Skip with the reason."""
-        raise Skip(self.weights_skip)
+        if self.weights_skip:
+            raise Skip(self.weights_skip)
+        return self._weights()
 
     def member_network(self, i: int):
         """Member i as a plain network (a copy the caller may change), or Skip with the reason."""
-        raise Skip(self.networks_skip)
-
-    def initial_cosine(self, seed: int = 0) -> dict | None:
-        """{"mean", "source"}: the members' weight cosine before training, where known."""
-        return None
+        if self.networks_skip:
+            raise Skip(self.networks_skip)
+        return self._network(i)
 
     def untrained_members(self, count: int, seed: int = 0) -> list | None:
         """`count` independently initialised, untrained plain networks of the members' architecture
@@ -120,23 +119,14 @@ def measuring(ensemble: Ensemble, seed: int | None = 0):
                 m.training = training
 
 
-def cuda_devices(ensemble: Ensemble) -> list[int]:
-    """The CUDA devices the ensemble's parameters are on."""
-    return sorted({p.device.index or 0 for module in ensemble.modules() for p in module.parameters()
-                   if p.device.type == "cuda"})
-
-
-def forked_rng(ensemble: Ensemble | None = None):
-    """The global random state (the CPU's, and that of the CUDA devices the members are on) forked:
-    what runs inside draws from it, and it is as it was afterwards."""
-    return torch.random.fork_rng(devices=cuda_devices(ensemble) if ensemble is not None else [])
-
-
 @contextmanager
 def seeded(ensemble: Ensemble | None, seed: int | None):
-    """`forked_rng`, with exactly the forked generators seeded (never `torch.manual_seed`, which
-    would reseed, or queue a reseed of, every CUDA device the user has)."""
-    devices = cuda_devices(ensemble) if ensemble is not None else []
+    """The global random state (the CPU's, and that of the CUDA devices the members are on) forked: what
+    runs inside draws from it, and it is as it was afterwards; with exactly the forked generators seeded
+    with `seed` where it is not None (never `torch.manual_seed`, which would reseed, or queue a reseed
+    of, every CUDA device the user has)."""
+    devices = sorted({p.device.index or 0 for module in ensemble.modules() for p in module.parameters()
+                      if p.device.type == "cuda"}) if ensemble is not None else []
     with torch.random.fork_rng(devices=devices):
         if seed is not None:
             torch.default_generator.manual_seed(seed)

@@ -1,7 +1,12 @@
 """ensdiag's own models (trained, loaded or imported `EnsembleModel`s) and weights-only
 ensembles (`RawEnsemble`: foreign tensors no ensdiag architecture runs)."""
 
-from .base import Ensemble, adapter
+from os import PathLike
+
+from ..errors import EnsdiagError
+from ..foreign.checkpoints import RawEnsemble, open_ensemble
+from ..nn.model import EnsembleModel
+from .base import Ensemble, adapter, as_ensemble, seeded
 
 
 class ModelEnsemble(Ensemble):
@@ -21,21 +26,14 @@ class ModelEnsemble(Ensemble):
         if self.one_weight_set or model.num_members < 2:
             self.networks_skip = "one set of weights shared by all members (single model / MC Dropout)"
 
-    def member_weights(self):
+    def _weights(self):
         return self.model.member_weights()
 
-    def member_network(self, i: int):
-        if self.networks_skip:
-            return super().member_network(i)
+    def _network(self, i: int):
         return self.model.member_network(i).eval()
-
-    def initial_cosine(self, seed: int = 0) -> dict | None:
-        from ..geometry.baselines import recorded_or_rebuilt
-        return recorded_or_rebuilt(self.model, seed)
 
     def untrained_members(self, count: int, seed: int = 0) -> list:
         biases = self.model.member_state_dict(0)  # the trained members' tensors, so both compare the same keys
-        from .base import seeded
         with seeded(self, seed):  # plain networks initialise on the model's device
             return [self.model.plain_network(biases_of=biases).eval() for _ in range(count)]
 
@@ -52,17 +50,14 @@ class WeightsOnly(Ensemble):
         self.networks_skip = raw.reason
 
     def __call__(self, x):
-        from ..errors import EnsdiagError
         raise EnsdiagError(f"{self.raw.source}: {self.reason}: these members cannot be run")
 
-    def member_weights(self):
+    def _weights(self):
         return self.raw.member_weights()
 
 
 @adapter("ensdiag model", order=10)
 def _ensdiag_model(obj, hints):
-    from ..foreign.checkpoints import RawEnsemble
-    from ..nn.model import EnsembleModel
     if isinstance(obj, EnsembleModel):
         return ModelEnsemble(obj)
     if isinstance(obj, RawEnsemble):
@@ -73,10 +68,7 @@ def _ensdiag_model(obj, hints):
 @adapter("model files", order=20)
 def _model_files(obj, hints):
     """A path (or list of paths): an ensdiag model file or foreign checkpoints (`ensdiag import`'s)."""
-    from os import PathLike
     paths = [obj] if isinstance(obj, (str, PathLike)) else obj
     if not isinstance(paths, (list, tuple)) or not paths or not all(isinstance(p, (str, PathLike)) for p in paths):
         return None
-    from ..foreign.checkpoints import open_ensemble
-    from .base import as_ensemble
     return as_ensemble(open_ensemble(paths, raw_ok=True, num_classes=hints.get("num_classes")))

@@ -15,7 +15,9 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from ..errors import EnsdiagError, InputTypeError
+from ..errors import EnsdiagError, InputTypeError, Skip
+from ..nn.layers import function_parameters
+from ..nn.model import MemberWeights
 from .base import Ensemble, adapter, seeded
 
 LAYOUTS = ("channels-first", "channels-last", "tokens")
@@ -43,7 +45,6 @@ class Member(nn.Module):
 def declared_weights(function, k: int | None):
     """`MemberWeights` from the user's `member_weights` function: k dicts {name: tensor}, one set of
     names and shapes, floating point."""
-    from ..nn.model import MemberWeights
     found = function()
     if not isinstance(found, (list, tuple)) or not found or not all(isinstance(d, dict) and d for d in found):
         raise InputTypeError("member_weights must return a list with one {name: tensor} dict per member")
@@ -103,23 +104,19 @@ class ModuleEnsemble(Ensemble):
             missing = [name for name in self.layers if not _has(member, name)]
             if missing:
                 raise EnsdiagError(f"layer {missing[0]!r} is not a module of every member")
-        self.declared = member_weights
+        self.declared, self.weights_skip, self.networks_skip = member_weights, None, None
         shared = shared_storage(members)
+        layouts = {tuple((key, tuple(value.shape)) for key, value in member.state_dict().items()) for member in members}
+        self.own_weights = shared is None and len(layouts) == 1
         if shared is not None:
-            self.own_weights = False
             self.networks_skip = (f"the members share parameter storage ({shared}): paths, CKA and alignment would "
                                   "read one network; give k separate modules, or " + DECLARE + " for weight cosine")
             self.weights_skip = (None if member_weights is not None else
                                  f"the members share parameter storage ({shared}), so their parameters are not their "
                                  f"effective weights: {DECLARE}")
-        else:
-            self.weights_skip = None
-            layouts = {tuple((key, tuple(value.shape)) for key, value in member.state_dict().items()) for member in members}
-            self.networks_skip = None if len(layouts) == 1 else (
-                "the members have different layers or shapes (other architectures or widths): a path between "
-                "them, CKA and alignment need members of one architecture")
-            if len(layouts) > 1:
-                self.own_weights = False
+        elif len(layouts) > 1:
+            self.networks_skip = ("the members have different layers or shapes (other architectures or widths): a path "
+                                  "between them, CKA and alignment need members of one architecture")
         self.devices = [next(member.parameters(), torch.empty(0)).device for member in members]
 
     def _forward_members(self, x):
@@ -137,16 +134,12 @@ class ModuleEnsemble(Ensemble):
                                    f"{tuple(outputs[0].shape)}: every member must give logits over the same classes")
         return torch.stack([output.to(first) for output in outputs])
 
-    def member_weights(self):
-        if self.weights_skip:
-            return super().member_weights()
+    def _weights(self):
         if self.declared is not None:
             return declared_weights(self.declared, self.num_members)
         return common_parameters(self.members)
 
-    def member_network(self, i: int):
-        if self.networks_skip:
-            return super().member_network(i)
+    def _network(self, i: int):
         return Member(copy.deepcopy(self.members[i]), self.layers).eval()
 
     def untrained_members(self, count: int, seed: int = 0) -> list | None:
@@ -172,9 +165,6 @@ def common_parameters(members):
     """Each member's floating-point parameters that carry its function (`nn.layers.function_parameters`:
     normalisation layers' scales and shifts left out, as the alignment analyzer leaves them out) and
     that every member has under the same name and shape; what is compared is said (`MemberWeights.scope`)."""
-    from ..errors import Skip
-    from ..nn.layers import function_parameters
-    from ..nn.model import MemberWeights
     states = [dict(member.named_parameters()) for member in members]
     carrying = [set(function_parameters(member)) for member in members]
     shared = [key for key, value in states[0].items() if value.is_floating_point() and all(key in kept for kept in carrying)

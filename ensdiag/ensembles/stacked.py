@@ -58,14 +58,10 @@ class StackedEnsemble(Ensemble):
             raise EnsdiagError(f"the ensemble returned {logits.shape[0]} members, num_members says {self.num_members}")
         return logits
 
-    def member_weights(self):
-        if self.weights_skip:
-            return super().member_weights()
+    def _weights(self):
         return declared_weights(self.declared, self.num_members)
 
-    def member_network(self, i: int):
-        if self.networks_skip:
-            return super().member_network(i)
+    def _network(self, i: int):
         network = self.function.member_network(i)
         if not isinstance(network, nn.Module):
             raise InputTypeError(f"member_network({i}) must return an nn.Module, got {type(network).__name__}")

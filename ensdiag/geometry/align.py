@@ -23,13 +23,14 @@ every way in (`train`, `diversity`, `diagnose()`) aligns the same weights the sa
     perms = restart(state_a, state_b, groups, seed=5)    # restart 5: from a seeded random permutation
     found = restarts(state_a, state_b, groups)           # [{"seeds", "objective", "perms"}], best first
     states = align_to_first(member_states, groups)       # every member in member 0's order (best restart)
-    found = cosine_before_and_after(networks, states, groups)   # raw and aligned weight cosine, one place
+    groups, states, found = align_networks(networks)     # every member aligned; raw and aligned weight cosine
 """
 
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from ..errors import EnsdiagError
+from ..nn.layers import function_parameters
+from ..stats.metrics import weight_cosine
 
 RESTARTS = 3  # the aligned cosine: the best of this many restarts (seeds 0..RESTARTS−1)
 START_SEEDS = 10_000  # restart s ≥ RESTARTS draws its starting permutations from seed START_SEEDS + s, its group orders from s
@@ -81,6 +82,7 @@ def weight_matching(reference: dict, other: dict, groups: dict, max_rounds: int 
     Groups are visited in a seeded random order each round (as the authors do), from the
     permutations `start` (default: the identity); the loop ends when a round improves no group's
     objective (each step can only increase it)."""
+    from scipy.optimize import linear_sum_assignment  # (scipy's import is slow: only where members are matched)
     axes_of = {}  # key -> {axis: group}
     for group, keys in groups.items():
         for key, axis in keys:
@@ -118,11 +120,6 @@ def weight_matching(reference: dict, other: dict, groups: dict, max_rounds: int 
         if not improved:
             break
     return perms
-
-
-def all_finite(states: list[dict]) -> bool:
-    """Whether every float tensor of the states is finite (no permutation matches NaN)."""
-    return all(torch.isfinite(value).all() for state in states for value in state.values() if value.is_floating_point())
 
 
 def matching_objective(reference: dict, other: dict, groups: dict) -> float:
@@ -168,27 +165,18 @@ def align_to_first(states: list[dict], groups: dict, count: int = RESTARTS) -> l
                           for state in states[1:]]
 
 
-def weight_keys(network) -> list[str]:
-    """The state-dict keys (under `body.`) of a plain network's parameters that carry its function
-    (`nn.layers.function_parameters`: all but normalisation layers' scales and shifts): what weight
-    cosine compares, here as in the weight-similarity analyzer."""
-    from ..nn.layers import function_parameters
-    return [f"body.{name}" for name in function_parameters(network.body)]
-
-
-def state_cosines(states: list[dict], keys: list[str]):
-    """(k×k cosine over all `keys`, {layer: k×k}) of member states (analysis.metrics.weight_cosine)."""
-    from ..stats.metrics import weight_cosine
-    return weight_cosine([{key.removeprefix("body."): state[key] for key in keys} for state in states])
-
-
-def cosine_before_and_after(network, states: list[dict], groups: dict, count: int = RESTARTS) -> dict:
-    """The members' weight cosine as given and after aligning every member to the first, the one
-    computation the alignment analyzer, its null baseline, the paths and training's tracking share:
-    {"raw": (matrix, layers), "aligned": (matrix, layers), "states": aligned states (each member by
-    its restart of highest objective), "restarts": {member j: restarts(states[0], states[j])}}."""
-    keys = weight_keys(network)
-    found = {j: restarts(states[0], states[j], groups, count) for j in range(1, len(states))}
+def align_networks(networks: list) -> tuple[dict, list[dict], dict]:
+    """(groups, member states, found) of plain networks, every member aligned to the first: the one computation
+    the alignment analyzer, its null baseline, the paths and training's tracking share. found: {"raw": (k×k
+    weight cosine, {layer: k×k}) as given, "aligned": the same after alignment, "states": the aligned states
+    (each member by its restart of highest objective), "restarts": {member j: restarts(states[0], states[j])}};
+    an EnsdiagError where the architecture has no permutation rule or a weight is not finite."""
+    groups = permutation_groups(networks[0])
+    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
+    if not all(torch.isfinite(value).all() for state in states for value in state.values() if value.is_floating_point()):
+        raise EnsdiagError("non-finite weights: no permutation matches them")
+    keys = function_parameters(networks[0].body)  # what weight cosine compares, as the weight-similarity analyzer does
+    found = {j: restarts(states[0], states[j], groups) for j in range(1, len(states))}
     aligned = [states[0]] + [permute_state(states[j], groups, found[j][0]["perms"]) for j in range(1, len(states))]
-    return {"raw": state_cosines(states, keys), "aligned": state_cosines(aligned, keys), "states": aligned,
-            "restarts": found}
+    cosine = lambda members: weight_cosine([{key: state[f"body.{key}"] for key in keys} for state in members])  # noqa: E731
+    return groups, states, {"raw": cosine(states), "aligned": cosine(aligned), "states": aligned, "restarts": found}

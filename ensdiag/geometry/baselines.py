@@ -16,8 +16,11 @@ what alignment alone produces.
     null = aligned_null(model, seed=0)             # {"raw", "aligned", "layers"} or None (no permutation rule)
 """
 
-from ..stats import metrics as M
+from ..ensembles import as_ensemble, seeded
 from ..errors import EnsdiagError
+from ..nn.model import build_from_spec
+from ..stats import metrics as M
+from .align import align_networks
 
 
 def initial_cosine(model) -> dict | None:
@@ -49,8 +52,6 @@ def recorded_or_rebuilt(model, seed: int = 0) -> dict | None:
 def initial_cosine_of_spec(spec, seed: int = 0) -> dict | None:
     """`initial_cosine` of a fresh model built from `spec` after `torch.manual_seed(seed)`
     (the global RNG is left as it was)."""
-    from ..ensembles import seeded
-    from ..nn.model import build_from_spec
     with seeded(None, seed):  # the CPU generator alone, as training seeds it before building
         return initial_cosine(build_from_spec(spec))
 
@@ -60,18 +61,15 @@ def aligned_null(ensemble, seed: int = 0, members: int | None = None) -> dict | 
     the ensemble's k) independently initialised, untrained plain networks of the members'
     architecture, each aligned to the first by weight matching. None without such networks or
     a permutation rule."""
-    from ..ensembles import as_ensemble
-    from .align import cosine_before_and_after, permutation_groups
-    count = members or as_ensemble(ensemble).num_members
-    networks = as_ensemble(ensemble).untrained_members(count, seed)
+    ensemble = as_ensemble(ensemble)
+    count = members or ensemble.num_members
+    networks = ensemble.untrained_members(count, seed)
     if not networks:
         return None
     try:
-        groups = permutation_groups(networks[0])
+        _, _, found = align_networks(networks)
     except EnsdiagError:
         return None
-    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
-    found = cosine_before_and_after(networks[0], states, groups)
     (raw, raw_layers), (after, after_layers) = found["raw"], found["aligned"]
     return {"raw": M.mean_off_diagonal(raw), "aligned": M.mean_off_diagonal(after), "members": count,
             "layers": {layer: {"raw": M.mean_off_diagonal(raw_layers[layer]),

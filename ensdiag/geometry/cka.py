@@ -22,6 +22,8 @@ to shifting the features, so the first batch's mean is taken off every batch bef
     linear, debiased = moments.cka()                                               # [k, k] each
 """
 
+from itertools import accumulate
+
 import torch
 
 
@@ -52,9 +54,7 @@ class Moments:
         self.n += z.shape[0]
 
     def _blocks(self):
-        edges = [0]
-        for width in self.widths:
-            edges.append(edges[-1] + width)
+        edges = [0, *accumulate(self.widths)]
         return [slice(a, b) for a, b in zip(edges, edges[1:])]
 
     def cka(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -36,6 +36,8 @@ rule made a Deep Ensemble's diagnosis 1.8× as costly; docs/conventions.md).
 import math
 from typing import NamedTuple
 
+from .align import RESTARTS
+
 
 class Rule(NamedTuple):
     """When a pair's restarting stops: after at least `minimum` restarts, once `patience` in a row
@@ -65,7 +67,6 @@ def rule_for(detail: bool) -> Rule:
 
 def describe(rule: Rule = FULL) -> str:
     """The stop rule in words (stored with every result)."""
-    from .align import RESTARTS
     return (f"weight matching restarted (seeds 0, 1, …; the aligned cosine's {RESTARTS} from the member as trained, the "
             f"others from seeded random permutations) until {rule.patience} restarts in a row lowered no barrier, at "
             f"least {rule.minimum} and at most {rule.limit} restarts per pair; a path walked only as far as it could "

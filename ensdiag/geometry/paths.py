@@ -22,6 +22,16 @@ import torch.nn.functional as F
 from torch import nn
 
 
+GEOMETRY_SEED = 0  # the training sample's and the null baseline's draws: fixed, the same on every path
+
+
+def seeded_sample(n: int, size: int) -> torch.Tensor:
+    """The indices [min(n, size)] of a sample of n training examples, ascending: the first of an order drawn
+    from `GEOMETRY_SEED` (a training split may be sorted by class), the same on every path."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(GEOMETRY_SEED))
+    return order[:size].sort().values
+
+
 def interpolate(state_a: dict, state_b: dict, t: float) -> dict:
     return {key: (1 - t) * value + t * state_b[key] if value.is_floating_point() else value
             for key, value in state_a.items()}
@@ -201,11 +211,10 @@ def bounded_walk(network, state_a, state_b, ends: dict, test, normalize, train_i
     far))` may end the walk: its barriers are then lower bounds of the whole grid's."""
     found = dict(ends)
     evaluate = lambda t: evaluate_point(network, state_a, state_b, t, test, normalize, train_images, train)  # noqa: E731
-    for t in screen_order(points):
-        found[t] = evaluate(t)
-        if stop is not None and stop(barriers_of(curve_of(found, len(test)))):
-            return curve_of(found, len(test)), False
-    for t in adaptive_midpoints(points, found):
+    def order():
+        yield from screen_order(points)
+        yield from adaptive_midpoints(points, found)  # (asked once the screen's points are in `found`)
+    for t in order():
         found[t] = evaluate(t)
         if stop is not None and stop(barriers_of(curve_of(found, len(test)))):
             return curve_of(found, len(test)), False

@@ -39,12 +39,11 @@ def rounding(dtype) -> float:
     return ROUNDINGS * torch.finfo(dtype).eps / 2
 
 
-def rank_threshold(singular_values: torch.Tensor, delta: float) -> float:
-    """The singular value below which float rounding alone can explain it (`TOLERANCE_RULE`)."""
-    if singular_values.numel() == 0:
-        return 0.0
-    frobenius = float(singular_values.pow(2).sum().sqrt())
-    return delta * frobenius + len(singular_values) * torch.finfo(torch.float64).eps * float(singular_values[0])
+def rank_threshold(singular_values: torch.Tensor, delta: float) -> torch.Tensor:
+    """The singular value below which float rounding alone can explain it (`TOLERANCE_RULE`), [..., 1] for
+    each row of singular values [..., m] (largest first)."""
+    frobenius = singular_values.pow(2).sum(-1, keepdim=True).sqrt()
+    return delta * frobenius + singular_values.shape[-1] * torch.finfo(torch.float64).eps * singular_values[..., :1]
 
 
 def numerical_rank(singular_values: torch.Tensor, delta: float) -> int:
@@ -125,16 +124,14 @@ def layer_structure(w_i: torch.Tensor, w_j: torch.Tensor) -> dict:
     values = torch.linalg.svdvals(ratio)
     result = {"rank": numerical_rank(values, delta), "max_rank": min(ratio.shape),
               "singular_values": (values[:SHOWN] / values[0]).tolist() if values[0] > 0 else [],
-              "tolerance": rank_threshold(values, delta) / float(values[0]) if values[0] > 0 else None,
+              "tolerance": float(rank_threshold(values, delta)) / float(values[0]) if values[0] > 0 else None,
               "entries_used": used}
     if w_i.dim() == 4:  # kernel by kernel (a 1×1 kernel is rank 1 whatever it holds), those with every ratio defined
         a, b = w_i.detach().double().cpu().flatten(0, 1), w_j.detach().double().cpu().flatten(0, 1)  # [out·in, kh, kw]
         whole = (_not_negligible(a) & _not_negligible(b)).flatten(1).all(1)
         if whole.any():
             per_kernel = torch.linalg.svdvals(a[whole] / b[whole])  # [kernels, min(kh, kw)]
-            thresholds = delta * per_kernel.pow(2).sum(1, keepdim=True).sqrt() \
-                + per_kernel.shape[1] * torch.finfo(torch.float64).eps * per_kernel[:, :1]
-            result["kernel_rank"] = int((per_kernel > thresholds).sum(1).max())
+            result["kernel_rank"] = int((per_kernel > rank_threshold(per_kernel, delta)).sum(1).max())
     return result
 
 

@@ -13,9 +13,11 @@ import time
 
 import torch
 
+from ..ensembles import as_ensemble
+from ..errors import EnsdiagError, Skip
 from ..stats import metrics as M
 from ..stats.examples import Examples
-
+from .align import align_networks, permutation_groups
 
 MAX_ALIGNED_MEMBERS = 64  # as member geometry: beyond it, no aligned cosine
 
@@ -23,14 +25,10 @@ MAX_ALIGNED_MEMBERS = 64  # as member geometry: beyond it, no aligned cosine
 class DiversityTracker:
     def __init__(self, ensemble):
         """`ensemble`: anything `ensembles.as_ensemble` takes (None: predictions only, no weight cosine)."""
-        from ..ensembles import as_ensemble
         self.model = as_ensemble(ensemble) if ensemble is not None else None
         self.groups = None
         model = self.model
         if model is not None and model.own_weights and 1 < (model.num_members or 0) <= MAX_ALIGNED_MEMBERS:
-            from ..errors import Skip
-            from ..errors import EnsdiagError
-            from .align import permutation_groups
             try:
                 with torch.random.fork_rng(devices=[]):  # building a plain network initialises layers
                     self.groups = permutation_groups(model.member_network(0))
@@ -38,16 +36,14 @@ class DiversityTracker:
                 self.groups = None
 
     def _aligned_cosine(self):
-        from .align import all_finite, cosine_before_and_after
         with torch.random.fork_rng(devices=[]):  # member_network initialises layers before loading weights
             networks = [self.model.member_network(i) for i in range(self.model.num_members)]
-        states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks]
-        if not all_finite(states):
+        try:
+            return M.mean_off_diagonal(align_networks(networks)[2]["aligned"][0])
+        except EnsdiagError:  # non-finite weights
             return None
-        return M.mean_off_diagonal(cosine_before_and_after(networks[0], states, self.groups)["aligned"][0])
 
     def _weights(self):
-        from ..errors import Skip
         try:
             return self.model.member_weights() if self.model is not None else []
         except Skip as reason:  # shared storage without declared weights: no weight cosine

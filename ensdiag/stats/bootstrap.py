@@ -159,7 +159,3 @@ class Draws:
         found = torch.cat([piece.to(torch.int32) for piece in pieces]) if wide else torch.cat(pieces)
         self.kept[key] = found
         return found[start:stop]
-
-
-__all__ = ["BLOCK_ENTRIES", "Draws", "RESAMPLES", "blocks", "block_size", "byte_counts", "counts_of", "draws", "exact_counts",
-           "family", "resamples_for", "seed_of"]

@@ -55,13 +55,6 @@ from .bootstrap import BLOCK_ENTRIES
 LEVEL = 0.95
 
 
-def finite_population(n: int, of: int | None) -> float:
-    """√((N − n)/(N − 1)): how much less a subsample of n of N varies about the whole's value."""
-    if of is None or of <= n or of < 2:
-        return 1.0 if of is None or of > n else 0.0
-    return math.sqrt((of - n) / (of - 1))
-
-
 @dataclass
 class Folded:
     """A positively homogeneous statistic φ(μ) = combine(μ, mass) of a vector of means, for ray
@@ -84,8 +77,7 @@ def _quantiles(values: torch.Tensor, level: float) -> tuple[float, float]:
 
 
 def percentile(estimate: float, values: torch.Tensor, level: float = LEVEL, shrink: float = 1.0):
-    values = estimate + shrink * (values - estimate)
-    return _quantiles(values, level)
+    return _quantiles(estimate + shrink * (values - estimate), level)
 
 
 def basic(estimate: float, values: torch.Tensor, level: float = LEVEL, shrink: float = 1.0):
@@ -285,7 +277,8 @@ def interval(estimate, resampled, n: int, kind: str = "percentile", *, level: fl
     if kind == "upper" or (isinstance(resampled, Folded) and entry["low"] <= 0):
         entry["bound"] = "upper"  # an unsigned error whose lower end is 0: the data are consistent with none
     if of is not None and of > n:
-        low, high = clamp(build(estimate, resampled, level, shrink=finite_population(n, of)))
+        # √((N − n)/(N − 1)): how much less a subsample of n of N varies about the whole's value
+        low, high = clamp(build(estimate, resampled, level, shrink=math.sqrt((of - n) / (of - 1))))
         entry["full_split"] = {"low": low, "high": high, "of": of}
     return entry
 
@@ -317,7 +310,3 @@ def half_width(entry: dict | None) -> float | None:
     if not isinstance(entry, dict) or entry.get("low") is None or entry.get("high") is None:
         return None
     return (entry["high"] - entry["low"]) / 2
-
-
-__all__ = ["Folded", "LEVEL", "METHODS", "basic", "clopper_pearson", "finite_population", "half_width", "interval",
-           "percentile", "percentile_columns", "ray"]

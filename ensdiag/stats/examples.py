@@ -189,11 +189,3 @@ LABEL_FREE = ("log_probs", "log_mean", "mean", "confidence", "predicted", "undef
 def entropy(p: torch.Tensor) -> torch.Tensor:
     """−Σ p log p over the last axis, with 0 log 0 = 0."""
     return -torch.special.xlogy(p, p).sum(-1)
-
-
-def as_examples(predictions: dict) -> dict:
-    """{split: Examples}: every split wrapped once (those already wrapped kept as they are)."""
-    return {name: Examples.of(split) for name, split in predictions.items()}
-
-
-__all__ = ["Examples", "as_examples", "entropy"]

@@ -26,9 +26,10 @@ import math
 
 import torch
 
+from .. import __version__
+from ..layout import metric
 from . import bootstrap as B
 from . import constructions as CI
-from ..layout import metric
 
 SCHEMA = "ensdiag.generated/1"
 DEFINITIONS = {
@@ -61,13 +62,6 @@ def question_quantities(ids: torch.Tensor, correct: torch.Tensor) -> dict:
             "member_accuracy": correct.double().T}
 
 
-def pair_matrices(ids: torch.Tensor, correct: torch.Tensor) -> dict:
-    """[k, k] disagreement and double fault of every member pair (means over questions)."""
-    differ = (ids[:, None, :] != ids[None, :, :]).double().mean(2)
-    both_wrong = ((~correct).double() @ (~correct).double().T) / ids.shape[1]
-    return {"disagreement": differ.tolist(), "double_fault": both_wrong.tolist()}
-
-
 def split_metrics(name: str, ids: torch.Tensor, correct: torch.Tensor, resamples: int = B.RESAMPLES) -> dict:
     """Every number of one split, each mean with its bootstrap interval over the questions."""
     per_question = question_quantities(ids, correct)
@@ -84,13 +78,14 @@ def split_metrics(name: str, ids: torch.Tensor, correct: torch.Tensor, resamples
         found[key] = metric(value, DEFINITIONS[key], interval=CI.interval(value, resampled[:, index], n)
                             if math.isfinite(value) else None)
     found["member_accuracy"] = metric(per_question["member_accuracy"].mean(0).tolist(), DEFINITIONS["member_accuracy"])
-    found["pairs"] = pair_matrices(ids, correct)
+    wrong = (~correct).double()  # [k, k] of every member pair, means over questions:
+    found["pairs"] = {"disagreement": (ids[:, None, :] != ids[None, :, :]).double().mean(2).tolist(),
+                      "double_fault": (wrong @ wrong.T / n).tolist()}
     return found
 
 
 def generated_metrics(splits: dict, section: dict) -> dict:
     """The metrics layout of generated answers: {"schema", "num_members", "splits", "generated": {split: …}, "lm_eval"}."""
-    from .. import __version__
     first = next(iter(splits.values()))
     return {"schema": SCHEMA, "ensdiag_version": __version__, "num_members": first["ids"].shape[0],
             "splits": {name: {"n": split["ids"].shape[1], "labelled": True} for name, split in splits.items()},

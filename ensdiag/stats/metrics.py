@@ -13,7 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .examples import Examples, entropy  # noqa: F401  (entropy: the one definition, imported from here too)
+from .examples import Examples
+from .pairwise import mark_undefined
 
 
 def member_accuracy(examples: Examples) -> list[float]:
@@ -84,12 +85,7 @@ def disagreement_matrix(logits, chunk_size: int | None = None) -> torch.Tensor:
         agree += (onehot @ onehot.T).double()
     agree += everyone
     agree.diagonal().fill_(n)
-    matrix = (n - agree) / n
-    undefined = Examples(logits, None).undefined.any(1)
-    if undefined.any():
-        off_diagonal = (undefined[:, None] | undefined[None, :]).fill_diagonal_(False)
-        matrix = matrix.masked_fill(off_diagonal, math.nan)
-    return matrix
+    return mark_undefined((n - agree) / n, logits, 0.0)
 
 
 def mean_off_diagonal(matrix: torch.Tensor) -> float:

@@ -17,10 +17,13 @@ import torch.nn.functional as F
 from .weighted import ECE_BINS, Bins, Groups, _out, rows, tie_groups
 
 
-def _counts_of_a_resample(weights: torch.Tensor, what: str) -> None:
-    n = weights.shape[1]
-    if not torch.all((weights.sum(1) - n).abs() < 1e-6) or not torch.equal(weights, weights.round()):
+def _resample_rows(w, n: int, what: str) -> tuple[torch.Tensor, bool]:
+    """`rows(w, n)` where w must be None or counts of a resample (whole numbers summing to n)."""
+    weights, single = rows(w, n)
+    if w is not None and (not torch.all((weights.sum(1) - n).abs() < 1e-6)
+                          or not torch.equal(weights, weights.round())):
         raise ValueError(f"{what} takes counts of a resample (whole numbers summing to n), not general weights")
+    return weights, single
 
 
 def equal_mass_bins(confidence: torch.Tensor, correct: torch.Tensor, w=None, bins: int = ECE_BINS,
@@ -30,9 +33,7 @@ def equal_mass_bins(confidence: torch.Tensor, correct: torch.Tensor, w=None, bin
     the first bins). An example drawn w times fills w consecutive positions and may straddle two
     bins (its mass split between them). w: None or counts of a resample."""
     n = len(confidence)
-    weights, single = rows(w, n)
-    if w is not None:
-        _counts_of_a_resample(weights, "the adaptive ECE")
+    weights, single = _resample_rows(w, n, "the adaptive ECE")
     order = torch.argsort(confidence.double(), stable=True)
     conf, gap_target = confidence.double()[order], correct.double()[order]
     counts = weights[:, order]
@@ -52,8 +53,7 @@ def equal_mass_bins(confidence: torch.Tensor, correct: torch.Tensor, w=None, bin
         return torch.diff(found, dim=1)
 
     mass = torch.diff(starts).expand(b, -1)
-    found = Bins(mass, upto(conf), upto(gap_target), weights.sum(1))
-    return Bins(*(_out(part, single) for part in (found.mass, found.confidence, found.target, found.total)))
+    return Bins(*(_out(part, single) for part in (mass, upto(conf), upto(gap_target), weights.sum(1))))
 
 
 def adaptive_ece(confidence: torch.Tensor, correct: torch.Tensor, w=None, bins: int = ECE_BINS,
@@ -69,9 +69,7 @@ def debiased_l2(confidence: torch.Tensor, correct: torch.Tensor, w=None, bins: i
     whose edge is ≥ its confidence). Each resample's edges come from its own order statistics.
     {"debiased_l2", "plugin_l2", "bins"}; w: None or counts of a resample."""
     n = len(confidence)
-    weights, single = rows(w, n)
-    if w is not None:
-        _counts_of_a_resample(weights, "the debiased ECE")
+    weights, single = _resample_rows(w, n, "the debiased ECE")
     if confidence.isnan().any():  # undefined predictions: no order to bin them by
         nan = torch.full((len(weights),), math.nan, dtype=torch.float64)
         return {key: _out(nan, single) for key in ("debiased_l2", "plugin_l2", "bins")}
@@ -108,9 +106,7 @@ def risk_coverage_areas(confidence: torch.Tensor, errors: torch.Tensor, w=None) 
     by 1 − 1/N). Tie groups in closed form (a group adds its mean error at each of its positions,
     summed with harmonic numbers), so an example drawn w times is w examples. w: None or counts."""
     n = len(confidence)
-    weights, single = rows(w, n)
-    if w is not None:
-        _counts_of_a_resample(weights, "the risk–coverage areas")
+    weights, single = _resample_rows(w, n, "the risk–coverage areas")
     if n == 0 or confidence.isnan().any():  # no examples, or undefined predictions: no ranking
         nan = torch.full((len(weights),), math.nan, dtype=torch.float64)
         return {key: _out(nan, single) for key in ("aurc", "aurc_trapezoid", "augrc", "augrc_trapezoid")}
@@ -161,6 +157,3 @@ def rank_correlation(x: torch.Tensor, y: torch.Tensor, w=None) -> torch.Tensor:
     spread = (xx * yy).sqrt()
     rho = torch.where(spread > 0, xy / spread.clamp(min=1e-300), spread.new_tensor(math.nan))
     return _out(rho.clamp(-1, 1), single)
-
-
-__all__ = ["adaptive_ece", "average_ranks", "debiased_l2", "equal_mass_bins", "rank_correlation", "risk_coverage_areas"]

@@ -16,7 +16,9 @@ from .examples import Examples, entropy
 CHUNK_BYTES = 64 * 2**20  # bound on the [k, n, C] working tensor of the JSD matrix
 
 
-def _mark_undefined(matrix, logits, diagonal):
+def mark_undefined(matrix, logits, diagonal):
+    """The k×k matrix with NaN off the diagonal in the rows and columns of members whose prediction is
+    undefined on some sample (`Examples.undefined`), and `diagonal` on it."""
     undefined = Examples(logits, None).undefined.any(1)
     if undefined.any():
         matrix = matrix.masked_fill(undefined[:, None] | undefined[None, :], math.nan)
@@ -32,7 +34,7 @@ def kl_matrix(logits) -> torch.Tensor:
     p = log_p.exp()
     own = torch.special.xlogy(p, p).sum(1)  # Σ p_i log p_i, with 0 log 0 = 0
     cross = p @ log_p.T
-    return _mark_undefined(((own[:, None] - cross) / n).clamp(min=0), logits, 0.0)
+    return mark_undefined(((own[:, None] - cross) / n).clamp(min=0), logits, 0.0)
 
 
 def jsd_matrix(logits) -> torch.Tensor:
@@ -48,25 +50,20 @@ def jsd_matrix(logits) -> torch.Tensor:
             part = p[:, start:start + step]
             total[i] += entropy((part[i] + part) / 2).sum(1)
     matrix = (total - (own[:, None] + own[None, :]) / 2) / n
-    return _mark_undefined(matrix.clamp(min=0), logits, 0.0)
-
-
-def errors(logits, labels) -> torch.Tensor:
-    """e [k, N] float64: 1 where member i's argmax is not the label (NaN where it is undefined)."""
-    wrong = (logits.argmax(-1) != labels).double()
-    return wrong.masked_fill(Examples(logits, None).undefined, math.nan)
+    return mark_undefined(matrix.clamp(min=0), logits, 0.0)
 
 
 def double_fault(logits, labels) -> torch.Tensor:
-    """DF[i, j] = fraction of samples that members i and j both get wrong; DF[i, i] is member i's error."""
-    e = errors(logits, labels)
+    """DF[i, j] = fraction of samples that members i and j both get wrong; DF[i, i] is member i's error
+    (e [k, N]: 1 where member i's argmax is not the label, NaN where it is undefined)."""
+    e = Examples(logits, labels).member_errors
     return e @ e.T / e.shape[1]
 
 
 def error_correlation(logits, labels) -> torch.Tensor:
     """ρ[i, j] = Pearson correlation over samples of e_i and e_j; NaN where a member's errors do not
     vary (always right or always wrong: no correlation is defined); 1 on the diagonal."""
-    e = errors(logits, labels)
+    e = Examples(logits, labels).member_errors
     centred = e - e.mean(1, keepdim=True)
     covariance = centred @ centred.T
     scale = covariance.diagonal().sqrt()
@@ -78,7 +75,7 @@ def yule_q(logits, labels) -> torch.Tensor:
     or wrong (0) and member j right (b = 1) or wrong (0) (Yule 1900; Kuncheva & Whitaker 2003):
     1 when they never err apart, −1 when they never err together; NaN where the denominator is 0;
     1 on the diagonal."""
-    e = errors(logits, labels)
+    e = Examples(logits, labels).member_errors
     right = 1 - e
     both_right, both_wrong, only_i = right @ right.T, e @ e.T, right @ e.T  # only_i: i right, j wrong
     agree, differ = both_right * both_wrong, only_i * only_i.T

@@ -55,13 +55,12 @@ def refusing(statistic, split, w):
         return Refused(str(refused))
 
 
-def per_split(statistics: dict, splits=None):
+def per_split(statistics: dict):
     """The resampler (`registry.register_resampler`) of per-split statistics {key: f(split, w)}: for
     every wanted ("splits", split, *key, "value") of a split the analyzer reported, f on that split's
-    counts. `splits(predictions, result)`: {split: Examples} to read (default: the result's splits)."""
+    counts."""
     def resampler(predictions, weights, result, wanted):
-        chosen = splits(predictions, result) if splits is not None else \
-            {name: Examples.of(predictions[name]) for name in result.get("splits", {}) if name in predictions}
+        chosen = {name: Examples.of(predictions[name]) for name in result.get("splits", {}) if name in predictions}
         functions = {path: (name, statistic, split) for name, split in chosen.items()
                      for key, statistic in statistics.items() if (path := path_of(name, key)) in wanted}
 
@@ -70,6 +69,3 @@ def per_split(statistics: dict, splits=None):
                     if name in counts}
         return resample
     return resampler
-
-
-__all__ = ["Refused", "nan_for", "refusing", "path_of", "per_split", "value"]

@@ -35,14 +35,6 @@ def scaled(z: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(beta[..., None] * z, dim=-1)
 
 
-def losses(z: torch.Tensor, labels: torch.Tensor, beta: torch.Tensor, loss: str) -> torch.Tensor:
-    """The loss of softmax(β·z) per example (z [..., C], labels and β [...])."""
-    log_q = scaled(z, beta)
-    if loss == "nll":
-        return -log_q.gather(-1, labels[..., None]).squeeze(-1)
-    return (log_q.exp() - F.one_hot(labels, z.shape[-1]).double()).pow(2).sum(-1)
-
-
 def terms(z: torch.Tensor, labels: torch.Tensor, beta: torch.Tensor, loss: str) -> tuple[torch.Tensor, ...]:
     """(loss, d loss/dβ, d² loss/dβ²) per example of softmax(β·z), z = log p̄ [..., C], labels and β [...]."""
     log_q = scaled(z, beta)
@@ -117,15 +109,11 @@ def fit_betas(z: torch.Tensor, labels: torch.Tensor, loss: str = "nll", inside: 
     return torch.where(informative(z, labels, inside), minimise(derivatives, rows), torch.ones(rows, dtype=torch.float64))
 
 
-def at_bound(beta: torch.Tensor) -> torch.Tensor:
-    """Which fitted β sit at an end of the range searched (T = 0.02 or 50): the loss still fell there."""
-    return (beta <= LOW * (1 + 1e-9)) | (beta >= HIGH * (1 - 1e-9))
-
-
 def fit_notes(beta: torch.Tensor, fitted: torch.Tensor, what: str) -> str | None:
     """What a reader must know of a batch of fits: those left at T = 1 for want of an error to fit on, and those
     at a bound of the range searched; None where every fit is an inside minimum."""
-    unfitted, bounded = int((~fitted).sum()), int((at_bound(beta) & fitted).sum())
+    at_bound = (beta <= LOW * (1 + 1e-9)) | (beta >= HIGH * (1 - 1e-9))  # the loss still fell at an end of the range
+    unfitted, bounded = int((~fitted).sum()), int((at_bound & fitted).sum())
     said = [*([f"{unfitted} of {len(beta)} {what} had no error (or no correct prediction) to fit a temperature on: "
                "T = 1 there"] if unfitted else []),
             *([f"{bounded} of {len(beta)} {what} ran to a bound of the range searched (T = {1 / HIGH:g} or {1 / LOW:g})"]

@@ -57,12 +57,6 @@ def _mesh_points(sigma: float) -> int:
     return max(round(10 / sigma), MESH_POINTS)
 
 
-def _convolve(grid, widths, reflect=True):
-    """Each row of `grid` [rows, points] convolved with the Gaussian density of its own width."""
-    smoother = _Smoother(grid, reflect)
-    return next(iter(smoother.sums(np.arange(len(grid)), np.asarray(widths, dtype=np.float64))))[1]
-
-
 def _interpolate(t, values):
     """Linear interpolation of i/(len − 1) ↦ values[..., i] at t ∈ [0, 1]."""
     size = values.shape[-1]
@@ -76,8 +70,8 @@ class _Smoother:
     """Gaussian smoothing of rows of grid weights, many widths at once, as scipy's fftconvolve
     computes it (reflected: "valid" on the grid reflected at both ends; else numpy's "same"):
     each grid size's row spectra are computed once and each distinct width's kernel spectrum
-    once, so a bisection over widths costs one inverse transform per row and step. `grids`: a
-    [rows, points] array, or (positions, weights [rows, n]) whose grids are made per size."""
+    once, so a bisection over widths costs one inverse transform per row and step. `grids`:
+    (positions, weights [rows, n]), whose grids are made per size."""
 
     def __init__(self, grids, reflect: bool = True):
         self.grids, self.reflect, self.spectra = grids, reflect, {}
@@ -85,7 +79,7 @@ class _Smoother:
     def _spectrum(self, points):
         from scipy import fft
         if points not in self.spectra:
-            grid = self.grids if isinstance(self.grids, np.ndarray) else _to_grid(*self.grids, points)
+            grid = _to_grid(*self.grids, points)
             signal = np.concatenate([grid[:, ::-1][:, :-1], grid, grid[:, ::-1][:, 1:]], 1) if self.reflect else grid
             size = fft.next_fast_len(signal.shape[1] + points - 1, True)
             self.spectra[points] = fft.rfft(signal, size, axis=1), size
@@ -94,8 +88,7 @@ class _Smoother:
     def sums(self, rows, widths):
         """Yields (positions in `rows`, [len, points] smoothed grid) per grid size."""
         from scipy import fft
-        sizes = np.array([_grid_points(width) for width in widths]) if isinstance(self.grids, tuple) else \
-            np.full(len(rows), self.grids.shape[1])
+        sizes = np.array([_grid_points(width) for width in widths])
         for points in np.unique(sizes):
             chosen = np.flatnonzero(sizes == points)
             spectrum, size = self._spectrum(points)
@@ -130,9 +123,8 @@ class _Rows:
 
     def __init__(self, f, y, kernel: str, weights):
         self.f, self.kernel, self.weights = f, kernel, weights
-        stacked = np.concatenate([weights, weights * (f - y)])
-        self.smoother = _Smoother((f, stacked)) if kernel == "reflected" else None
-        self.stacked = stacked
+        self.stacked = np.concatenate([weights, weights * (f - y)])
+        self.smoother = _Smoother((f, self.stacked)) if kernel == "reflected" else None
 
     def at(self, rows, sigmas) -> np.ndarray:
         meshes = np.array([_mesh_points(sigma) for sigma in sigmas])
@@ -176,12 +168,6 @@ class _Rows:
         return values
 
 
-def _at(f, y, sigmas, kernel: str, weights) -> np.ndarray:
-    """smECE of each row of example weights [rows, n], each at its own σ (`_Rows`)."""
-    sigmas = np.broadcast_to(np.asarray(sigmas, dtype=np.float64), (len(weights),))
-    return _Rows(f, y, kernel, weights).at(np.arange(len(weights)), sigmas)
-
-
 def _bandwidths(f, y, kernel: str, weights, rows: _Rows | None = None) -> np.ndarray:
     """σ* of each row, by the authors' bisection, every row's step in one pass."""
     rows = rows or _Rows(f, y, kernel, weights)
@@ -200,7 +186,7 @@ def _bandwidths(f, y, kernel: str, weights, rows: _Rows | None = None) -> np.nda
 def smooth_ece_at(confidence, correct, sigma: float, kernel: str = "reflected") -> float:
     """smECE_σ at a fixed bandwidth σ (arrays or tensors of N confidences and 0/1 correctness)."""
     f, y = np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=np.float64)
-    return float(_at(f, y, np.array([sigma]), kernel, np.ones((1, len(f))))[0])
+    return float(_Rows(f, y, kernel, np.ones((1, len(f)))).at(np.arange(1), np.array([sigma], dtype=np.float64))[0])
 
 
 def bandwidth(confidence, correct, kernel: str = "reflected") -> float:
@@ -243,7 +229,8 @@ def smooth_reliability(confidence, correct, sigma: float, points: int = CURVE_PO
     t = np.linspace(0, 1, points)
     if len(f) == 0 or not np.isfinite(f).all() or not math.isfinite(sigma):
         return {"confidence": t.tolist(), "accuracy": [math.nan] * points, "density": [math.nan] * points}
-    grid = _to_grid(f, np.stack([np.ones_like(f), y]), _grid_points(sigma))
-    total, hits = _interpolate(t, _convolve(grid, [sigma, sigma]))
+    sums = _Smoother((f, np.stack([np.ones_like(f), y]))).sums(np.arange(2), np.array([sigma, sigma], dtype=np.float64))
+    smoothed = next(sums)[1]  # both rows at σ
+    total, hits = _interpolate(t, smoothed)
     return {"confidence": t.tolist(), "accuracy": (hits / (total + FLOOR)).tolist(),
             "density": (total / len(f)).tolist()}

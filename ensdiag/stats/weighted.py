@@ -157,12 +157,10 @@ class Bins:
         ece = self.ece()
         return torch.where(ece > 0, self.signed() / ece.clamp(min=1e-300), ece.new_tensor(math.nan))
 
-    def mean_gaps(self) -> torch.Tensor:
-        return torch.where(self.mass > 0, self.gap() / self.mass.clamp(min=1e-300), torch.zeros_like(self.mass))
-
     def folded(self) -> Folded:
         """The ECE as φ(bin means, bin masses), for ray inversion (constructions.py)."""
-        return Folded(self.mean_gaps(), self.mass / self.total[..., None], absolute_sum)
+        means = torch.where(self.mass > 0, self.gap() / self.mass.clamp(min=1e-300), torch.zeros_like(self.mass))
+        return Folded(means, self.mass / self.total[..., None], absolute_sum)
 
 
 def absolute_sum(means: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
@@ -173,9 +171,8 @@ def absolute_sum(means: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
 def binned(index: torch.Tensor, confidence: torch.Tensor, target: torch.Tensor, bins: int, w=None) -> Bins:
     """`Bins` of examples placed in bins by `index` (any binning)."""
     weights, single = rows(w, len(index))
-    groups = Groups(index, bins)
-    found = Bins(*groups.sums_of(weights, None, confidence, target), weights.sum(1))
-    return Bins(*(_out(part, single) for part in (found.mass, found.confidence, found.target, found.total)))
+    found = (*Groups(index, bins).sums_of(weights, None, confidence, target), weights.sum(1))
+    return Bins(*(_out(part, single) for part in found))
 
 
 def calibration_bins(confidence: torch.Tensor, correct: torch.Tensor, w=None, bins: int = ECE_BINS) -> Bins:
@@ -287,8 +284,3 @@ def ratio_of_means(numerator: torch.Tensor, denominator: torch.Tensor, w=None) -
     ratio = torch.where(bottom > 0, top / bottom.clamp(min=1e-300),
                         torch.where(top > 0, top.new_tensor(math.inf), top.new_tensor(math.nan)))
     return _out(ratio, single)
-
-
-__all__ = ["OOD_METRICS", "OverBudget", "Bins", "ECE_BINS", "Groups", "absolute_sum", "auroc", "binned", "calibration_bins",
-           "classwise_bins", "classwise_ece", "ece", "equal_width_bins", "mean", "ood_metrics", "ratio_of_means", "rows",
-           "tie_groups"]
