@@ -8,6 +8,8 @@ flip) runs on the device on whole batches, as part of the same gather (`Training
 
 import torch
 
+from ..errors import EnsdiagError
+
 
 def epoch_permutations(n: int, num_orders: int, generator: torch.Generator, device) -> torch.Tensor:
     """[num_orders, n]: one independent random order of 0..n-1 per row."""
@@ -86,7 +88,6 @@ class Normalize:
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         if images.dim() != 4 or images.shape[1] != len(self.mean):  # broadcasting would silently mix channels
-            from ..errors import EnsdiagError
             raise EnsdiagError(f"images of shape {tuple(images.shape)} cannot be normalised per channel with "
                                f"{len(self.mean)} means and stds: give images [N, {len(self.mean)}, H, W]")
         if images.dtype == torch.uint8:

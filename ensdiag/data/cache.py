@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import __version__
-from ..io import cache_dir
+from ..io import atomic_write_bytes, cache_dir, read_safetensors
 
 
 def made(name: str, params: dict, make, check) -> dict:
@@ -36,7 +36,6 @@ def _made(name: str, params: str, make, check) -> dict:
 
 
 def _read(path: Path, check) -> dict | None:
-    from ..io import read_safetensors
     try:
         if not path.is_file():
             return None
@@ -48,8 +47,6 @@ def _read(path: Path, check) -> dict | None:
 
 def _write(path: Path, tensors: dict) -> None:
     from safetensors.torch import save
-
-    from ..io import atomic_write_bytes
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, save(tensors))

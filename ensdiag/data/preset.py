@@ -102,7 +102,6 @@ def training_examples(model, train):
     records holding out (`ensdiag.holdout`), else whole, and its `source` says which."""
     if train is None:
         return None
-    from .registry import Split
     recorded = getattr(model, "holdout", None)
     if recorded is not None and recorded["train_size"] == len(train):
         kept, held = holdout(len(train), recorded["fraction"], recorded["seed"])

@@ -21,11 +21,17 @@ matches, `import_ensemble` returns `RawEnsemble`: weight similarity still runs o
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
+from safetensors import safe_open
 
+from ..checkpoint import load_model
 from ..errors import EnsdiagError, InputTypeError
+from ..nn import ARCHITECTURES
+from ..nn.architectures import torchvision_names
+from ..nn.methods import resolve_options
+from ..nn.model import MemberWeights, ModelSpec, build_from_spec
 from . import torch_uncertainty
 from .state_dicts import member_files, path_list, read_state_dict
 
@@ -42,7 +48,6 @@ class RawEnsemble:
     reason: str = "no ensdiag architecture matches these weights"
 
     def member_weights(self):
-        from ..nn.model import MemberWeights
         return MemberWeights(self.member_tensors)
 
 
@@ -67,7 +72,6 @@ def _member_spec(states, source):
 
 
 def _deep_ensemble(states, source):
-    from ..nn.model import ModelSpec
     found = _member_spec(states, source)
     if found is None:
         return None
@@ -108,7 +112,6 @@ def _fill_members(model, members, source):
 
 
 def _load_into(spec, state, source):
-    from ..nn.model import build_from_spec
     model = build_from_spec(_resolved(spec))
     _check_fits(state, model.body.state_dict(), f"the {spec.method} {spec.arch} it looks like", source)
     model.body.load_state_dict(state)
@@ -117,10 +120,6 @@ def _load_into(spec, state, source):
 
 def _resolved(spec):
     """The spec with every method option written out, as a model built by ensdiag records it."""
-    from dataclasses import replace
-
-    from ..nn import ARCHITECTURES
-    from ..nn.methods import resolve_options
     builder = ARCHITECTURES[spec.arch]
     return replace(spec, options=resolve_options(spec.method, spec.options, builder.default_options,
                                                  builder.convolutional, spec.arch))
@@ -155,13 +154,11 @@ def open_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=No
     paths = path_list(paths)
     if family == "auto" and arch == "auto" and len(paths) == 1 and paths[0].suffix == ".safetensors" \
             and _has_ensdiag_metadata(paths[0]):
-        from ..checkpoint import load_model
         return load_model(paths[0])
     return import_ensemble(paths, family, raw_ok, arch, num_classes)
 
 
 def _has_ensdiag_metadata(path) -> bool:
-    from safetensors import safe_open
     try:
         with safe_open(str(path), framework="pt") as handle:
             return "ensdiag.format" in (handle.metadata() or {})
@@ -173,8 +170,6 @@ def _torchvision_classes(state, name, source) -> int:
     """The class count of a torchvision state_dict: the rows of the tensors whose shape follows
     num_classes (found by building the model for 2 and 3 classes on the meta device)."""
     from torchvision.models import get_model
-
-    from ..nn.architectures import torchvision_names
     if name not in torchvision_names():
         raise EnsdiagError(f"torchvision has no classification model {name!r} (e.g. resnet18, resnet50, vgg11, "
                            "densenet121, convnext_tiny)")
@@ -189,7 +184,6 @@ def _torchvision_classes(state, name, source) -> int:
 
 def _torchvision(states, name, num_classes, source):
     """A Deep Ensemble of torchvision `name` networks holding the members' state_dicts."""
-    from ..nn.model import ModelSpec, build_from_spec
     if num_classes is None:
         num_classes = _torchvision_classes(states[0], name, source)
     spec = ModelSpec("torchvision", "deep-ensemble", len(states), num_classes, (3, 224, 224), {}, {"name": name})
@@ -252,8 +246,7 @@ def _build(states, family, num_classes, source):
         found = _deep_ensemble(states, source)
         if found is None:
             return None
-        from ..nn.model import build_from_spec
-        spec, members = found
+            spec, members = found
         model = build_from_spec(_resolved(spec))
         _fill_members(model, members, source)
         return model.eval()

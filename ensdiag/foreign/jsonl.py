@@ -29,6 +29,7 @@ import torch
 
 from ..errors import EnsdiagError
 from ..io import text_lines
+from ..predictions import with_pooled_shift
 from ..text import counted
 from .predictions import INPUTS, ROW_SUM_TOLERANCE, as_logits, check_analysis_size
 
@@ -220,5 +221,4 @@ def load_jsonl_predictions(source, ood=None, inputs: str = "logits") -> tuple[di
         readers.append(_Reader(Path(ood), "ood", ("ood",), main.shape).read())
     warnings: list[str] = []
     splits = {name: split for reader in readers for name, split in _as_predictions(reader, inputs, warnings).items()}
-    from ..predictions import with_pooled_shift
     return with_pooled_shift(splits), warnings

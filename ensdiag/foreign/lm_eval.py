@@ -33,6 +33,7 @@ forked worker processes (ensdiag/forked.py), the first in this one (it names the
 others are read for); the numbers and any refusal are those of reading them in turn.
 """
 
+import json
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -42,11 +43,13 @@ import torch
 from .. import forked
 from ..budget import require
 from ..errors import EnsdiagError, unknown
-from ..io import distinct_members, identity
+from ..io import distinct_members, identity, text_lines
+from ..stats.generated import DEFINITIONS, question_quantities
 from ..text import counted
 from . import lm_eval_files as files
 from . import lm_eval_groups as groups
-from .lm_eval_lines import LOGGED, SCORE_TITLES, SCORES, Reader
+from .lm_eval_generated import check_generated_options, is_generated, load_generated
+from .lm_eval_lines import LOGGED, MAX_LINE_BYTES, MAX_LINES, SCORE_TITLES, SCORES, Reader
 from .lm_eval_targets import target_rule
 from .predictions import PAD_LOGIT, check_analysis_size
 
@@ -121,11 +124,6 @@ def _chosen(sources, options: LmEvalOptions) -> tuple[list, list]:
 
 def _generated(selection) -> bool:
     """Whether the selected task is lm-eval's generate_until (its config, else its first line)."""
-    import json
-
-    from ..io import text_lines
-    from .lm_eval_generated import is_generated
-    from .lm_eval_lines import MAX_LINE_BYTES, MAX_LINES
     subtask, path = next(iter(selection.files.items()))
     config = files.task_config(selection.results, subtask)
     if isinstance(config.get("output_type"), str):
@@ -148,8 +146,6 @@ def load_lm_eval_answers(sources, options: LmEvalOptions = LmEvalOptions(),
                          about: dict | None = None) -> tuple[dict[str, dict], list[str]]:
     """({split: {"ids", "correct"}}, warnings) of a generate_until task's logs, each source one
     member (lm_eval_generated.py); `about` receives the lm-eval section and the notes."""
-    from ..stats.generated import DEFINITIONS, question_quantities
-    from .lm_eval_generated import check_generated_options, load_generated
     check_generated_options(options)
     if options.ood_task is not None:
         raise EnsdiagError("--ood-task: generated answers have no probabilities to tell OOD questions by")

@@ -19,6 +19,7 @@ not count them apart. Members are joined as for multiple choice (lm_eval.py), on
 doc_hash, prompt_hash and the target; a group's subtasks are read together, as there.
 """
 
+import re
 import string
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ import torch
 
 from ..budget import require
 from ..errors import EnsdiagError
+from .lm_eval_files import task_config
 from .lm_eval_lines import Reader, _shown
 
 HELD_PER_ANSWER = 1024  # bytes reading holds per answer besides its texts (as for a multiple-choice line)
@@ -66,7 +68,6 @@ def exact_match_options(config: dict) -> dict | None:
 def normalised(text: str, options: dict) -> str:
     """The text as lm-eval's exact_match compares it (lm_eval/api/metrics.py exact_match_hf_evaluate,
     for one prediction: numpy string arrays, operations in its order)."""
-    import re
     values = np.asarray([text])
     for pattern in options.get("regexes_to_ignore") or ():
         values = np.array([re.sub(pattern, "", value) for value in values])
@@ -138,7 +139,6 @@ def load_generated(chosen, filter_name: str | None, read_members) -> tuple[dict,
     """({split: {"ids": [k, N], "correct": [k, N]}}, section, readers, [(subtask, doc_id)] in
     order): the members' answers, joined. `read_members(chosen, filter, make_reader, budget)` is
     lm_eval.py's reading and joining (the same as for multiple choice)."""
-    from .lm_eval_files import task_config
     held = [0]  # bytes held by every answer read so far, all members
 
     def budget(n, size, where):

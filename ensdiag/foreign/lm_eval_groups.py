@@ -34,6 +34,7 @@ import torch
 
 from ..stats import bootstrap as B
 from ..stats import constructions as CI
+from ..stats.examples import Examples
 from ..layout import metric
 from ..budget import require
 from ..errors import EnsdiagError
@@ -174,7 +175,6 @@ def positions(order) -> list:
 def choice_quantities(logits: torch.Tensor, labels: torch.Tensor) -> dict:
     """Per question [N] (members' accuracies [N, k]) of multiple-choice logits [k, N, C]: the
     numbers a group aggregates (stats/metrics.py's definitions, question by question)."""
-    from ..stats.examples import Examples
     examples = Examples(logits, labels)
     several = examples.members > 1
     return {"accuracy": (examples.predicted == labels).double(), "nll": examples.nll, "brier": examples.brier,

@@ -22,6 +22,7 @@ from ..data.arrays import read_array, read_npz
 from ..checks import ANALYSIS_BYTES_PER_LOGIT, MAX_MEMBERS, check_analysis_size, check_labels, check_predictions  # noqa: F401
 from ..errors import EnsdiagError
 from ..io import distinct_members
+from ..predictions import with_pooled_shift
 
 ROW_SUM_TOLERANCE = 1e-3  # |Σ_c p_c − 1| allowed per row (float32 softmax outputs, rounding in files)
 INPUTS = ("logits", "probs")
@@ -148,5 +149,4 @@ def _from_npz(path, inputs, warnings) -> dict[str, dict]:
         if "labels" in arrays_of_split:
             labels = _labels(arrays_of_split["labels"], logits.shape[1], logits.shape[2], f"{path}: {name}/labels")
         result[name] = {"logits": logits, "labels": labels}
-    from ..predictions import with_pooled_shift
     return with_pooled_shift(check_predictions(result, str(path)))  # OOD labels dropped there

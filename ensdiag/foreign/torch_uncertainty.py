@@ -18,6 +18,7 @@ import re
 import torch
 
 from ..errors import EnsdiagError
+from ..nn.model import ModelSpec
 
 def renamed(state, rules):
     out = {}
@@ -53,7 +54,6 @@ def resnet18_layout(state):
 
 def batch_ensemble(state, source):
     """(spec, ensdiag state) for a torch-uncertainty BatchEnsemble state_dict, or None."""
-    from ..nn.model import ModelSpec
     plain = {}
     for key, value in state.items():  # BatchLinear/BatchConv2d wrap W as .linear / .conv; r, s swap roles
         key = re.sub(r"\.(linear|conv)\.weight$", ".weight", key)
@@ -95,7 +95,6 @@ def _flat_linear(state):
 
 def grouped(state, source, num_classes=None):
     """(spec, body state) for a torch-uncertainty Packed-Ensembles MLP or CIFAR-style ResNet-18."""
-    from ..nn.model import ModelSpec
     plain = {re.sub(r"\.conv\.weight$", ".weight", key): value for key, value in state.items()}
     if "layers.0.weight" in plain and plain["layers.0.weight"].dim() == 3:  # packed_mlp
         plain = renamed(_flat_linear(plain), TU_MLP_RULES)
@@ -132,7 +131,6 @@ def grouped(state, source, num_classes=None):
 def multi_input(state, source, num_classes=None):
     """(spec, body state) for a torch-uncertainty MIMO MLP or ResNet-18: one plain network with k inputs
     and k·C outputs (k = outputs / `num_classes`)."""
-    from ..nn.model import ModelSpec
     if num_classes is None:
         return None
     if "layers.0.weight" in state and "final_layer.weight" in state:

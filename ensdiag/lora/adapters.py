@@ -9,6 +9,7 @@ from `adapter_model.safetensors` (headers first, one module's tensors at a time)
 
 import math
 import re
+import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -16,6 +17,7 @@ import torch
 
 from ..budget import require
 from ..errors import EnsdiagError
+from ..foreign.state_dicts import check_zip_sizes, load_tensors
 from .config import AdapterConfig, check_targets
 
 PREFIX = "base_model.model."  # what PEFT's wrapper puts before the base model's module names
@@ -48,9 +50,6 @@ def _bin_state(path) -> dict:
 
 @lru_cache(maxsize=16)
 def _loaded_bin(path, mtime, size) -> dict:
-    import zipfile
-
-    from ..foreign.state_dicts import check_zip_sizes, load_tensors
     check_zip_sizes(path)
     state = load_tensors(path, "adapter_model.bin", mmap=zipfile.is_zipfile(path))
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
