@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from ..errors import EnsdiagError
-from ..io import is_path  # noqa: F401  (the readers' callers ask it here too)
 from .arrays import read_array, read_npz
 from .image_folder import read_image_folder
 from .registry import Split

@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from ..errors import DataNotFound, EnsdiagError
-from .files import is_path, load_files
+from ..io import is_path
+from .files import load_files
 from .registry import Split, get_dataset
 
 
