@@ -30,6 +30,7 @@ from ..checkpoint import load_model
 from ..errors import EnsdiagError, InputTypeError
 from ..nn import ARCHITECTURES
 from ..nn.architectures import torchvision_names
+from ..nn.members import stacked_state
 from ..nn.methods import resolve_options
 from ..nn.model import MemberWeights, ModelSpec, build_from_spec
 from . import torch_uncertainty
@@ -51,8 +52,8 @@ class RawEnsemble:
         return MemberWeights(self.member_tensors)
 
 
-def _member_spec(states, source):
-    """(arch, input shape, classes, arch options, renamed member states) for plain members, or None."""
+def _deep_ensemble(states):
+    """(the spec of a Deep Ensemble, its members' states renamed) for plain members of mlp or resnet18, or None."""
     renamed = []
     for state in states:
         state = {key.removeprefix("body."): value for key, value in state.items()}
@@ -61,22 +62,15 @@ def _member_spec(states, source):
         elif "linear.weight" in state and "fc.weight" not in state:
             state = torch_uncertainty.renamed(state, torch_uncertainty.TU_RESNET_RULES)
         renamed.append(state)
-    first = renamed[0]
+    first, k = renamed[0], len(renamed)
     if "head.weight" in first and (shape := torch_uncertainty.mlp_shape(first)) is not None:
-        return "mlp", shape, first["head.weight"].shape[0], {}, renamed
+        return ModelSpec("mlp", "deep-ensemble", k, first["head.weight"].shape[0], shape), renamed
     layout = torch_uncertainty.resnet18_layout(first)
     if layout is not None and "fc.weight" in first:
         channels, width = layout
-        return "resnet18", (channels, 32, 32), first["fc.weight"].shape[0], {"width": width} if width != 64 else {}, renamed
+        return ModelSpec("resnet18", "deep-ensemble", k, first["fc.weight"].shape[0], (channels, 32, 32), {},
+                         {"width": width} if width != 64 else {}), renamed
     return None
-
-
-def _deep_ensemble(states, source):
-    found = _member_spec(states, source)
-    if found is None:
-        return None
-    arch, shape, classes, arch_options, renamed = found
-    return ModelSpec(arch, "deep-ensemble", len(renamed), classes, shape, {}, arch_options), renamed
 
 
 def _check_fits(state, expected, network: str, where: str, optional=()) -> None:
@@ -98,17 +92,13 @@ def _check_fits(state, expected, network: str, where: str, optional=()) -> None:
 
 def _fill_members(model, members, source):
     """Write each member's plain state into the ensemble's stacked tensors; name the first misfit."""
+    stacked = stacked_state(model)  # every tensor of a Deep Ensemble's layers, member-first
     with torch.no_grad():
         for i, state in enumerate(members):
             _check_fits(state, model.member_state_dict(i), model.spec.arch, f"{source}: member {i}", "num_batches_tracked")
-            for name, module in model.body.named_modules():
-                if hasattr(module, "stacked_state"):
-                    for key, view in module.stacked_state().items():
-                        if key != "num_batches_tracked":
-                            view[i].copy_(state[f"{name}.{key}"])
-                elif next(module.children(), None) is None:
-                    for key, tensor in module.state_dict().items():
-                        tensor.copy_(state[f"{name}.{key}"])
+            for key, view in stacked.items():
+                if not key.endswith("num_batches_tracked"):
+                    view[i].copy_(state[key])
 
 
 def _load_into(spec, state, source):
@@ -243,10 +233,10 @@ def _build(states, family, num_classes, source):
         found = torch_uncertainty.batch_ensemble(states[0], source) if family != "state-dicts" else None
         return None if found is None else _load_into(*found, source)
     if len(states) > 1:
-        found = _deep_ensemble(states, source)
+        found = _deep_ensemble(states)
         if found is None:
             return None
-            spec, members = found
+        spec, members = found
         model = build_from_spec(_resolved(spec))
         _fill_members(model, members, source)
         return model.eval()

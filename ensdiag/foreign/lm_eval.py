@@ -101,9 +101,10 @@ def load_lm_eval_predictions(sources, ood=(), options: LmEvalOptions = LmEvalOpt
         section["ood_task"], section["ood_documents"] = ood_section["task"], ood_section["documents"]
     width = max(split["logits"].shape[2] for split in splits.values())
     for name, split in splits.items():  # one C for every split: pad with choices of probability 0
-        k, n, _ = split["logits"].shape  # an OOD task of many 2-choice questions padded to the ID's C: checked first
+        k, n, c = split["logits"].shape  # an OOD task of many 2-choice questions padded to the ID's C: checked first
         check_analysis_size(k, n, width, f"{name} ({n:,} documents padded to {width:,} choices)")
-        split["logits"] = _padded(split["logits"], width)
+        if c < width:
+            split["logits"] = torch.nn.functional.pad(split["logits"], (0, width - c), value=PAD_LOGIT)
     if about is not None:
         about.update({"titles": _titles(splits, section), "lm_eval": section, "notes": _notes(section)})
     return splits, warnings
@@ -369,13 +370,6 @@ def _member(selection, filter_name, metric_name="acc") -> dict:
     if acc is not None:
         entry[f"lm_eval_{metric_name}"] = acc
     return entry
-
-
-def _padded(logits: torch.Tensor, width: int) -> torch.Tensor:
-    if logits.shape[2] == width:
-        return logits
-    pad = torch.full((*logits.shape[:2], width - logits.shape[2]), PAD_LOGIT, dtype=logits.dtype)
-    return torch.cat([logits, pad], dim=2)
 
 
 def _titles(splits, section) -> dict:

@@ -28,8 +28,9 @@ import torch
 
 from ..budget import require
 from ..errors import EnsdiagError
+from . import shown
 from .lm_eval_files import task_config
-from .lm_eval_lines import Reader, _shown
+from .lm_eval_lines import Reader
 
 HELD_PER_ANSWER = 1024  # bytes reading holds per answer besides its texts (as for a multiple-choice line)
 MAX_ANSWER = 64 * 1024  # characters of one filtered answer (a whole generation without a regex filter: a few KiB)
@@ -111,25 +112,25 @@ class AnswerReader(Reader):
         doc_id, doc_hash, prompt_hash = self._identity(number, row)
         answers = row.get("filtered_resps")
         if not isinstance(answers, list) or len(answers) != 1:
-            fail(number, f'"filtered_resps" must hold the one filtered answer of a generation request, got {_shown(answers)}')
+            fail(number, f'"filtered_resps" must hold the one filtered answer of a generation request, got {shown(answers)}')
         answer = answers[0]
         if isinstance(answer, list):
             fail(number, f"the filtered answer is a list of {len(answer)} generations: ensdiag reads one answer per "
                          "question (a filter that ends in take_first, as lm-eval's default)")
         if not isinstance(answer, str) or len(answer) > MAX_ANSWER:
-            fail(number, f"the filtered answer must be text of at most {MAX_ANSWER:,} characters, got {_shown(answer)}")
+            fail(number, f"the filtered answer must be text of at most {MAX_ANSWER:,} characters, got {shown(answer)}")
         target = row.get("target")
         if not isinstance(target, str) or len(target) > MAX_ANSWER:
-            fail(number, f'"target" must be the reference answer\'s text, got {_shown(target)}')
+            fail(number, f'"target" must be the reference answer\'s text, got {shown(target)}')
         score = row.get("exact_match")
         if type(score) not in (int, float) or score not in (0, 1):
-            fail(number, f'"exact_match" must be lm-eval\'s score of the answer, 0 or 1, got {_shown(score)} (ensdiag '
+            fail(number, f'"exact_match" must be lm-eval\'s score of the answer, 0 or 1, got {shown(score)} (ensdiag '
                          "reads generated answers scored by exact_match)")
         if self.options is not None and not (target.startswith("[") and target.endswith("]")):
             expected = float(normalised(answer, self.options) == normalised(target, self.options))
             if expected != score:
-                fail(number, f"lm-eval logs exact_match {score:g}, but answer {_shown(answer)} against target "
-                             f"{_shown(target)} gives {expected:g} with the task's options: the line was not scored as it reads")
+                fail(number, f"lm-eval logs exact_match {score:g}, but answer {shown(answer)} against target "
+                             f"{shown(target)} gives {expected:g} with the task's options: the line was not scored as it reads")
         self.docs[doc_id] = Answer(number, doc_hash, prompt_hash, target,
                                    normalised(answer, self.options) if self.options is not None else answer, bool(score))
         return self.docs[doc_id]

@@ -29,6 +29,7 @@ treats the subtasks as independent samples. Torch only; no file is read here.
 
 import math
 import zlib
+from itertools import accumulate
 
 import torch
 
@@ -131,7 +132,8 @@ def aggregates(per_question: dict, subtask_of: list, tree: dict, weighting: dict
     index = {name: i for i, (name, _, _) in enumerate(subtask_of)}
     sizes = torch.tensor([stop - start for _, start, stop in subtask_of])
 
-    single = torch.tensor([at for at, (_, width) in zip(_starts(layout), layout) if width == 1], dtype=torch.long)
+    starts = accumulate((width for _, width in layout), initial=0)  # each quantity's first column
+    single = torch.tensor([at for at, (_, width) in zip(starts, layout) if width == 1], dtype=torch.long)
 
     def entries(value, values, n, strata):
         out, at, intervals = {}, 0, iter(CI.percentile_columns(value[single], values[:, single], n, strata))
@@ -155,11 +157,6 @@ def aggregates(per_question: dict, subtask_of: list, tree: dict, weighting: dict
         groups[group] = {"leaves": leaves, "n": int(sizes[rows].sum()), **weighting[group],
                          **entries(value, values, int(sizes[rows].sum()), strata)}
     return {"groups": groups, "subtasks": subtasks}
-
-
-def _starts(layout) -> list[int]:
-    """Each quantity's first column in the concatenated [N, Σ width] values."""
-    return [sum(width for _, width in layout[:i]) for i in range(len(layout))]
 
 
 def positions(order) -> list:

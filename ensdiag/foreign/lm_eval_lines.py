@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import EnsdiagError
 from ..io import text_lines
 from ..text import counted
+from . import shown
 from .lm_eval_targets import Choices, TargetError, TargetRule, disagreement, gold_of
 
 SCORES = ("loglikelihood", "acc_norm", "mutual_info")
@@ -50,11 +51,6 @@ class Doc:
                 ("number of choices", len(self.scores)))
 
 
-def _shown(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 class _Lines:
     """One samples file's lines for one filter: every line bounded, strict UTF-8 JSON objects."""
 
@@ -76,16 +72,6 @@ class _Lines:
             if not isinstance(row, dict):
                 self.fail(number, "not a JSON object (lm-eval writes one object per document and filter)")
             yield number, row
-
-
-def _number(lines, number, value, what) -> float:
-    if isinstance(value, str) and len(value) <= 64 and NUMBER.fullmatch(value):
-        value = float(value)
-    elif type(value) not in (int, float):
-        lines.fail(number, f"{what} {_shown(value)} is not a number")
-    if not math.isfinite(value) or abs(value) > MAX_SCORE:
-        lines.fail(number, f"{what} {_shown(value)} is not a finite log-likelihood")
-    return float(value)
 
 
 def _decimal(value, fullmatch=NUMBER.fullmatch):
@@ -112,7 +98,7 @@ class Reader:
         for number, row in self.lines:
             name = row.get("filter")
             if not isinstance(name, str) or not name or len(name) > 128:
-                self.lines.fail(number, f'"filter" must name lm-eval\'s filter, got {_shown(name)}')
+                self.lines.fail(number, f'"filter" must name lm-eval\'s filter, got {shown(name)}')
             if name not in self.filters:
                 self.filters.append(name)
             self.filter = self.filter or name  # the first filter, unless --filter names one
@@ -149,14 +135,14 @@ class Reader:
         fail = self.lines.fail
         doc_id = row.get("doc_id")
         if type(doc_id) is not int or not 0 <= doc_id < 2**63:
-            fail(number, f'"doc_id" must be lm-eval\'s document index, got {_shown(doc_id)}')
+            fail(number, f'"doc_id" must be lm-eval\'s document index, got {shown(doc_id)}')
         if doc_id in self.docs:
             fail(number, f"doc_id {doc_id} repeats line {self.docs[doc_id].line} for filter {self.filter!r}")
         doc_hash, prompt_hash = row.get("doc_hash"), row.get("prompt_hash")
         if not isinstance(doc_hash, str) or not HASH.match(doc_hash):
             fail(number, 'no "doc_hash" of hex digits (lm-eval writes one per line; members are joined on it)')
         if prompt_hash is not None and (not isinstance(prompt_hash, str) or not HASH.match(prompt_hash)):
-            fail(number, f'"prompt_hash" must be hex digits, got {_shown(prompt_hash)}')
+            fail(number, f'"prompt_hash" must be hex digits, got {shown(prompt_hash)}')
         return doc_id, doc_hash, prompt_hash
 
     def _doc(self, number, row) -> Doc:
@@ -222,9 +208,10 @@ class Reader:
         values = [_decimal(answer[0] if type(answer) is list and answer else answer) for answer in answers]
         if None in values:  # say which, and why
             index = values.index(None)
-            answer = answers[index]
-            _number(self.lines, number, answer[0] if isinstance(answer, list) and answer else answer,
-                    f"choice {index}'s log-likelihood")
+            value = answers[index][0] if type(answers[index]) is list and answers[index] else answers[index]
+            numeric = type(value) in (int, float) or type(value) is str and len(value) <= 64 and NUMBER.fullmatch(value)
+            self.lines.fail(number, f"choice {index}'s log-likelihood {shown(value)} is "
+                                    f"{'not a finite log-likelihood' if numeric else 'not a number'}")
         return values
 
     def _gold(self, number, row, continuations, lls, unconditional) -> int:
@@ -237,7 +224,7 @@ class Reader:
         except TargetError as error:
             self.lines.fail(number, str(error))
         if not self.rule.custom_metrics and (differs := disagreement(row, gold, choices)) is not None:
-            self.lines.fail(number, f"lm-eval {differs} (target {_shown(row.get('target'))} read as {how}): "
+            self.lines.fail(number, f"lm-eval {differs} (target {shown(row.get('target'))} read as {how}): "
                                     "the line was not scored as it reads")
         return gold
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..data.arrays import read_array, read_npz
-from ..checks import ANALYSIS_BYTES_PER_LOGIT, MAX_MEMBERS, check_analysis_size, check_labels, check_predictions  # noqa: F401
+from ..checks import check_analysis_size, check_labels, check_predictions
 from ..errors import EnsdiagError
 from ..io import distinct_members
 from ..predictions import with_pooled_shift

@@ -33,13 +33,15 @@ TU_MLP_RULES = [(r"^layers\.([0-9]+)\.", r"hidden.\1."), (r"^final_layer\.", "he
 TU_RESNET_RULES = [(r"^linear\.", "fc.")]
 
 
-def mlp_shape(state, prefix="hidden.0"):
-    weight = state.get(f"{prefix}.weight")
-    if weight is None or weight.dim() != 2:
-        return None
-    features = weight.shape[1]
+def input_shape(features: int) -> tuple[int, ...]:
+    """An MLP's input shape: one channel of a square image where the features make one, else the features."""
     side = math.isqrt(features)
     return (1, side, side) if side * side == features else (features,)
+
+
+def mlp_shape(state):
+    weight = state.get("hidden.0.weight")
+    return None if weight is None or weight.dim() != 2 else input_shape(weight.shape[1])
 
 
 def resnet18_layout(state):
@@ -146,9 +148,7 @@ def multi_input(state, source, num_classes=None):
         return None
     inputs = first.shape[1] // members
     if arch == "mlp":
-        side = math.isqrt(inputs)
-        shape = (1, side, side) if side * side == inputs else (inputs,)
-        return ModelSpec("mlp", "mimo", members, num_classes, shape, {}), plain
+        return ModelSpec("mlp", "mimo", members, num_classes, input_shape(inputs), {}), plain
     layout = resnet18_layout(plain)
     if layout is None:
         return None
