@@ -70,7 +70,8 @@ class ModelSpec:
         spec.validate()
         return spec
 
-    def validate(self) -> None:
+    def validate(self) -> tuple[dict, dict]:
+        """The spec checked; (the method's options, the architecture's), resolved."""
         builder = ARCHITECTURES.named(self.arch)
         fixed = METHODS.named(self.method).fixed_members
         if not 1 <= self.num_members <= MAX_MEMBERS or (fixed and self.num_members != fixed):
@@ -80,8 +81,8 @@ class ModelSpec:
         if not 1 <= len(self.input_shape) <= 3 or not all(1 <= d <= MAX_INPUT_SIDE for d in self.input_shape):
             raise EnsdiagError(f"input_shape must be 1 to 3 sizes in 1..{MAX_INPUT_SIDE}, got {list(self.input_shape)}")
         # convolutional=True: a model saved before kernel-wise was refused on the mlp still loads
-        resolve_options(self.method, self.options, builder.default_options, True, self.arch)
-        resolve_arch_options(self.arch, self.arch_options)
+        return (resolve_options(self.method, self.options, builder.default_options, True, self.arch),
+                resolve_arch_options(self.arch, self.arch_options))
 
 
 def flush_denormals() -> bool:
@@ -238,15 +239,12 @@ def build_model(arch: str, method: str, num_members: int | None = None, num_clas
         raise EnsdiagError(f"need at least one member and two classes (got k={num_members}, C={num_classes})")
     given = {name: value for name, value in (arch_options or {}).items()
              if value != getattr(next((o for o in builder.options if o.name == name), None), "default", object())}
-    resolve_arch_options(arch, given)
     spec = ModelSpec(arch, method, int(num_members), int(num_classes), tuple(int(d) for d in input_shape), options,
                      given)
     return build_from_spec(spec)
 
 
 def build_from_spec(spec: ModelSpec) -> EnsembleModel:
-    spec.validate()
-    options = resolve_options(spec.method, spec.options, ARCHITECTURES[spec.arch].default_options, True, spec.arch)
+    options, arch_options = spec.validate()
     kit = METHODS[spec.method](spec.num_members, **options)
-    arch_options = resolve_arch_options(spec.arch, spec.arch_options)
     return EnsembleModel(spec, kit, ARCHITECTURES[spec.arch](kit, spec.num_classes, spec.input_shape, **arch_options))

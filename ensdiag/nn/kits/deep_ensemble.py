@@ -48,7 +48,15 @@ class _MemberLinear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias
 
 
-class EnsembleLinear(nn.Module):
+class _Stacked:
+    """A layer that holds its members' tensors stacked (`stacked_state()`: member-first views): member i is
+    their i-th slices (a shared scalar, such as BatchNorm's step count, as it is)."""
+
+    def member_state(self, i):
+        return {name: tensor[i] if tensor.dim() else tensor for name, tensor in self.stacked_state().items()}
+
+
+class EnsembleLinear(_Stacked, nn.Module):
     """k independent linear layers run as one batched matmul on a member-major batch."""
 
     weight_layer = True
@@ -75,11 +83,8 @@ class EnsembleLinear(nn.Module):
             state["bias"] = self.bias
         return state
 
-    def member_state(self, i):
-        return {name: tensor[i] for name, tensor in self.stacked_state().items()}
 
-
-class EnsembleConv2d(nn.Conv2d):
+class EnsembleConv2d(_Stacked, nn.Conv2d):
     """k independent convolutions as one grouped convolution on channel-stacked input.
 
     PyTorch's default init computes fan-in per group, so each member is initialised exactly
@@ -98,11 +103,8 @@ class EnsembleConv2d(nn.Conv2d):
             state["bias"] = self.bias.unflatten(0, (self.num_members, -1))
         return state
 
-    def member_state(self, i):
-        return {name: tensor[i] for name, tensor in self.stacked_state().items()}
 
-
-class EnsembleBatchNorm2d(nn.BatchNorm2d):
+class EnsembleBatchNorm2d(_Stacked, nn.BatchNorm2d):
     """BatchNorm over channel-stacked input: every member keeps its own statistics."""
 
     def __init__(self, num_features, num_members):
@@ -114,9 +116,6 @@ class EnsembleBatchNorm2d(nn.BatchNorm2d):
         state = {name: getattr(self, name).unflatten(0, (self.num_members, -1))
                  for name in ("weight", "bias", "running_mean", "running_var")}
         return {**state, "num_batches_tracked": self.num_batches_tracked}
-
-    def member_state(self, i):
-        return {name: tensor[i] if tensor.dim() else tensor for name, tensor in self.stacked_state().items()}
 
 
 @register_method("deep-ensemble")
