@@ -48,7 +48,7 @@ from ..stats.generated import DEFINITIONS, question_quantities
 from ..text import counted
 from . import lm_eval_files as files
 from . import lm_eval_groups as groups
-from .lm_eval_generated import check_generated_options, is_generated, load_generated
+from .lm_eval_generated import is_generated, load_generated
 from .lm_eval_lines import LOGGED, MAX_LINE_BYTES, MAX_LINES, SCORE_TITLES, SCORES, Reader
 from .lm_eval_targets import target_rule
 from .predictions import PAD_LOGIT, check_analysis_size
@@ -147,7 +147,9 @@ def load_lm_eval_answers(sources, options: LmEvalOptions = LmEvalOptions(),
                          about: dict | None = None) -> tuple[dict[str, dict], list[str]]:
     """({split: {"ids", "correct"}}, warnings) of a generate_until task's logs, each source one
     member (lm_eval_generated.py); `about` receives the lm-eval section and the notes."""
-    check_generated_options(options)
+    if options.score != "loglikelihood":  # a score of the choices' log-likelihoods
+        raise EnsdiagError(f"--score {options.score} scores the choices of multiple-choice questions; a generate_until "
+                           "task's answers are scored by lm-eval's exact_match")
     if options.ood_task is not None:
         raise EnsdiagError("--ood-task: generated answers have no probabilities to tell OOD questions by")
     _, chosen = _chosen(sources, options)
@@ -160,28 +162,10 @@ def load_lm_eval_answers(sources, options: LmEvalOptions = LmEvalOptions(),
                         "is taken as it is, and answers are compared as logged")
     if (tree := groups.group_tree(chosen[0].results, chosen[0].task)):
         section["groups"] = _group_section(chosen, tree, order, question_quantities(**splits["id"]), DEFINITIONS,
-                                           "exact_match", section["filter"], "member_accuracy", warnings)
+                                           "exact_match", section["filter"], warnings)
     if about is not None:
-        about.update({"lm_eval": section, "notes": _answer_notes(section)})
+        about.update({"lm_eval": section, "notes": _notes(section)})
     return splits, warnings
-
-
-def _described(section) -> tuple[str, str, str]:
-    """(the members' names, the other filters logged, the subtasks) as the notes print them."""
-    members = section["members"]
-    names = ", ".join(member["name"] for member in members[:4]) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
-    others = [name for name in section["filters"] if name != section["filter"]]
-    also = f" (also logged: {', '.join(others)}; choose with --filter)" if others else ""
-    subtasks = f", subtasks {', '.join(section['subtasks'])}" if len(section["subtasks"]) > 1 else ""
-    return names, also, subtasks
-
-
-def _answer_notes(section) -> list[str]:
-    members = section["members"]
-    names, also, subtasks = _described(section)
-    return [f"lm-eval: task {section['task']} (generate_until, {section['documents']} documents{subtasks}), "
-            f"{counted(len(members), 'member')}: {names}; filter {section['filter']}{also}; each answer scored by lm-eval's "
-            "exact_match"]
 
 
 def run_name_of(section: dict, seed: int | None) -> tuple[str, int]:
@@ -219,11 +203,17 @@ def _identical(logits, section, warnings):
 
 
 def _notes(section) -> list[str]:
+    """What was read, as `analyze` prints it: the task, the members, the filter, how answers were scored."""
     members = section["members"]
-    names, also, subtasks = _described(section)
-    lines = [f"lm-eval: task {section['task']} ({section['documents']} documents{subtasks}), {counted(len(members), 'member')}: "
-             f"{names}; filter {section['filter']}{also}; scores: {section['score_definition']}"]
-    if len(section["choices"]) > 1:
+    names = ", ".join(member["name"] for member in members[:4]) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
+    others = [name for name in section["filters"] if name != section["filter"]]
+    also = f" (also logged: {', '.join(others)}; choose with --filter)" if others else ""
+    subtasks = f", subtasks {', '.join(section['subtasks'])}" if len(section["subtasks"]) > 1 else ""
+    generated = section.get("output_type") == "generate_until"
+    scored = "each answer scored by lm-eval's exact_match" if generated else f"scores: {section['score_definition']}"
+    lines = [f"lm-eval: task {section['task']} ({'generate_until, ' if generated else ''}{section['documents']} documents"
+             f"{subtasks}), {counted(len(members), 'member')}: {names}; filter {section['filter']}{also}; {scored}"]
+    if len(section.get("choices", ())) > 1:
         lines.append(f"questions have {', '.join(map(str, section['choices']))} choices: every question is padded to "
                      f"{section['choices'][-1]} with choices of probability 0 (docs/conventions.md)")
     if "ood_task" in section:
@@ -270,8 +260,7 @@ def _split(chosen, options, warnings, split) -> tuple[dict, dict]:
     _identical(logits, section, warnings)
     if split != "ood" and (tree := groups.group_tree(first.results, first.task)):
         section["groups"] = _group_section(chosen, tree, order, groups.choice_quantities(logits, labels),
-                                           groups.CHOICE_DEFINITIONS, LOGGED[options.score], filter_name,
-                                           "member_accuracy", warnings)
+                                           groups.CHOICE_DEFINITIONS, LOGGED[options.score], filter_name, warnings)
     return splits, section
 
 
@@ -309,14 +298,13 @@ def _read_members(chosen, filter_name, make_reader, budget) -> tuple[dict, list,
     return read, order, filter_name
 
 
-def _group_section(chosen, tree, order, per_question, definitions, metric_name, filter_name, members_key,
-                   warnings) -> dict:
+def _group_section(chosen, tree, order, per_question, definitions, metric_name, filter_name, warnings) -> dict:
     """The group's and its subgroups' numbers as lm-eval aggregates them (lm_eval_groups.py); a
     member whose aggregated score is not lm-eval's own group number is a warning."""
     weighting = groups.group_weighting(chosen, tree, metric_name, filter_name)
     found = groups.aggregates(per_question, groups.positions(order), tree, weighting, definitions)
     for group, entry in found["groups"].items():
-        ours = entry[members_key]["value"]
+        ours = entry["member_accuracy"]["value"]
         theirs = entry["lm_eval"]
         differ = [i for i, (a, b) in enumerate(zip(ours, theirs)) if b is not None and abs(a - b) > 1e-9]
         if differ:

@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from ..budget import require
-from ..errors import EnsdiagError
 from . import shown
 from .lm_eval_files import task_config
 from .lm_eval_lines import Reader
@@ -172,10 +171,3 @@ def load_generated(chosen, filter_name: str | None, read_members) -> tuple[dict,
                "exact_match_checked": all(option is not None for option in options),
                "normalisation": options[0] if len(set(map(repr, options))) == 1 else "per subtask"}
     return splits, section, read, order
-
-
-def check_generated_options(options) -> None:
-    """--score applies to choices' log-likelihoods, not to generated answers."""
-    if options.score != "loglikelihood":
-        raise EnsdiagError(f"--score {options.score} scores the choices of multiple-choice questions; a generate_until "
-                           "task's answers are scored by lm-eval's exact_match")

@@ -190,19 +190,16 @@ def cosine_null_rms(m: int, n: int) -> float:
     return 1 / math.sqrt(m * n)
 
 
-def factored_svd(B: torch.Tensor, A: torch.Tensor, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(U [m, ρ], σ [ρ], V [n, ρ]) with s·B·A = U diag(σ) Vᵀ and ρ its numerical rank: QR of B and of
+def factored_svd(B: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(U [m, ρ], σ [ρ], V [n, ρ]) with B·A = U diag(σ) Vᵀ and ρ its numerical rank: QR of B and of
     Aᵀ leaves a small core R_B R_Aᵀ whose SVD rotates the two orthonormal bases into singular vectors.
-    The core is decomposed unscaled (s only multiplies σ and signs U), so ρ and the bases never
-    depend on s; pass unit factors (`unit_factors`) and the rank and bases never depend on the
-    entries' size either."""
+    Pass unit factors (`unit_factors`) and the rank and bases never depend on the entries' size."""
     q_left, r_left = torch.linalg.qr(B)
     q_right, r_right = torch.linalg.qr(A.T)
     u, sigma, vh = torch.linalg.svd(r_left @ r_right.T)
     tolerance = (sigma.max() if sigma.numel() else 0.0) * max(B.shape[0], A.shape[1]) * torch.finfo(FLOAT).eps
     rank = int((sigma > tolerance).sum()) if sigma.numel() and sigma.max() > 0 else 0
-    sign = -1.0 if scale < 0 else 1.0
-    return sign * (q_left @ u[:, :rank]), abs(scale) * sigma[:rank], q_right @ vh[:rank].T
+    return q_left @ u[:, :rank], sigma[:rank], q_right @ vh[:rank].T
 
 
 def principal_cosines(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
