@@ -115,7 +115,7 @@ def _resolved(spec):
                                                  builder.convolutional, spec.arch))
 
 
-def _raw(states, source, reason=RawEnsemble.reason):
+def _raw(states, source, reason):
     """Matching float tensors of every member (BatchNorm statistics aside); BatchEnsemble layers as
     their effective member weights W ∘ s_group r_groupᵀ."""
     if len(states) == 1 and any(key.endswith(".r_group") for key in states[0]):
@@ -200,11 +200,13 @@ def _split_members(state, source):
     return [members[index] for index in sorted(members, key=int)]
 
 
-def _checked_finite(model, source):
+def _imported(model, source):
+    """The model imported from `source`, its weights checked finite, saying where it came from."""
     for name, tensor in model.state_dict().items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise EnsdiagError(f"{source}: {name} holds NaN or infinite values (did its training diverge?); "
                                "there is no model to diagnose")
+    model.imported_from = source
     return model
 
 
@@ -284,9 +286,7 @@ def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=
     states = [read_state_dict(p) for p in paths]
     _check_tensors(states, source)
     if arch.startswith("torchvision:"):
-        model = _torchvision(states, arch.partition(":")[2], num_classes, source)
-        model.imported_from = source
-        return _checked_finite(model, source)
+        return _imported(_torchvision(states, arch.partition(":")[2], num_classes, source), source)
     if len(states) == 1 and any(key.startswith("core_models.") for key in states[0]):
         states = _split_members(states[0], source)
     try:
@@ -301,8 +301,7 @@ def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=
         if not raw_ok:
             raise EnsdiagError(f"{source}: {reason}"[:400]) from None
     if model is not None:
-        model.imported_from = source
-        return _checked_finite(model, source)
+        return _imported(model, source)
     if not raw_ok:
         raise EnsdiagError(f"{source}: {reason}; weight similarity can still compare them (ensdiag diversity)")
     try:

@@ -1,4 +1,4 @@
-"""What `ensdiag analyze` reads: each kind of predictions file registered with `@predictions_reader`
+"""What `ensdiag analyze` reads: each kind of predictions file registered in `READERS`
 (tried in the order registered, the last one the fallback), the first that recognises the paths
 given reads them; every reader's result is then checked in the one place (checks.py) by the core.
 
@@ -32,16 +32,11 @@ class Request:
     about: dict | None = None  # filled with what a reader knows beyond the arrays (lm-eval: titles, members)
 
 
-READERS = Registry("predictions reader")  # what it reads -> read(request), tried in the order registered
+# what it reads -> read(request) for the paths `recognises(paths)` accepts, tried in the order registered
+READERS = Registry("predictions reader")
 
 
-def predictions_reader(what: str, recognises):
-    """Register `read(request)` for the paths `recognises(paths)` accepts (before the readers
-    registered after it)."""
-    return READERS.register(what, recognises=recognises)
-
-
-@predictions_reader("lm-evaluation-harness logs", lambda paths: any(map(looks_like_lm_eval, paths)))
+@READERS.register("lm-evaluation-harness logs", recognises=lambda paths: any(map(looks_like_lm_eval, paths)))
 def _lm_eval(request: Request):
     if request.labels is not None or request.inputs != "logits":
         raise EnsdiagError(f"{request.sources[0]} looks like lm-eval logs, which hold each question's answer and "
@@ -49,7 +44,7 @@ def _lm_eval(request: Request):
     return load_lm_eval_predictions(request.sources, request.ood, request.lm_eval or LmEvalOptions(), request.about)
 
 
-@predictions_reader("an ensdiag predictions file", lambda paths: paths[0].suffix == ".safetensors")
+@READERS.register("an ensdiag predictions file", recognises=lambda paths: paths[0].suffix == ".safetensors")
 def _safetensors(request: Request):
     if len(request.sources) != 1 or request.labels is not None or request.ood or request.inputs != "logits":
         raise EnsdiagError("a .safetensors predictions file holds every member's logits, the labels and the splits "
@@ -57,7 +52,7 @@ def _safetensors(request: Request):
     return load_predictions(request.sources[0])[0], []
 
 
-@predictions_reader("multiple-choice JSON lines", lambda paths: any(path.suffix.lower() == ".jsonl" for path in paths))
+@READERS.register("multiple-choice JSON lines", recognises=lambda paths: any(p.suffix.lower() == ".jsonl" for p in paths))
 def _jsonl(request: Request):
     paths = [*request.sources, *request.ood]
     if len(request.sources) != 1 or not all(path.suffix.lower() == ".jsonl" for path in paths) \
@@ -67,7 +62,7 @@ def _jsonl(request: Request):
     return load_jsonl_predictions(request.sources[0], request.ood[0] if request.ood else None, request.inputs)
 
 
-@predictions_reader("NumPy arrays (.npy, .npz)", lambda paths: True)
+@READERS.register("NumPy arrays (.npy, .npz)", recognises=lambda paths: True)
 def _arrays(request: Request):
     return load_array_predictions(request.sources, request.labels, request.ood, request.inputs)
 

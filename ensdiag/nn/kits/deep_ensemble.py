@@ -94,7 +94,7 @@ class EnsembleConv2d(_Stacked, nn.Conv2d):
     def __init__(self, in_channels, out_channels, kernel_size, num_members, stride=1, padding=0, bias=False):
         super().__init__(num_members * in_channels, num_members * out_channels, kernel_size,
                          stride=stride, padding=padding, bias=bias, groups=num_members)
-        self.num_members, self.member_out = num_members, out_channels
+        self.num_members = num_members
 
     def stacked_state(self):
         """Member-first views [k, Cout, Cin, K, K] of the grouped weights (no copy)."""
@@ -109,7 +109,7 @@ class EnsembleBatchNorm2d(_Stacked, nn.BatchNorm2d):
 
     def __init__(self, num_features, num_members):
         super().__init__(num_members * num_features)
-        self.num_members, self.member_features = num_members, num_features
+        self.num_members = num_members
 
     def stacked_state(self):
         """Member-first views [k, C] of weights and running statistics; the step count is shared."""
