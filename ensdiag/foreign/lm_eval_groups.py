@@ -59,12 +59,6 @@ def group_tree(results: dict, task: str) -> dict[str, list[str]]:
     return tree
 
 
-def weighted(values, sizes, by_size: bool) -> float:
-    """lm-eval's aggregate_subtask_metrics, in its own order of operations."""
-    weights = list(sizes) if by_size else [1] * len(sizes)
-    return sum(value * weight for value, weight in zip(values, weights)) / sum(weights)
-
-
 def group_weighting(selections, tree: dict, metric_name: str, filter_name: str) -> dict[str, dict]:
     """{group: {"by_size": bool, "why": str, "lm_eval": [each member's logged group value or None]}}."""
     found = {}
@@ -77,8 +71,9 @@ def group_weighting(selections, tree: dict, metric_name: str, filter_name: str) 
             sizes = [_sample_len(selection.results, leaf) for leaf in leaves]
             if value is None or None in subtask or None in sizes:
                 continue
+            means, sizes = torch.tensor(subtask, dtype=torch.float64)[:, None], torch.tensor(sizes)
             matches.append({by_size for by_size in (True, False)
-                            if abs(weighted(subtask, sizes, by_size) - value) <= TOLERANCE * max(1.0, abs(value))})
+                            if abs(float(aggregate(means, sizes, by_size)) - value) <= TOLERANCE * max(1.0, abs(value))})
         metric_key = f"{metric_name},{filter_name}"
         if not matches:
             found[group] = {"by_size": True, "lm_eval": logged,

@@ -65,22 +65,18 @@ def _labels(array: np.ndarray, n: int, num_classes: int, where: str) -> torch.Te
     return check_labels(torch.from_numpy(np.ascontiguousarray(_native(array).astype(np.int64))), n, num_classes, where)
 
 
-def _row_sums_are_one(values: torch.Tensor) -> bool:
-    return bool(((values.double().sum(-1) - 1).abs() <= ROW_SUM_TOLERANCE).all())
-
-
 def as_logits(scores: torch.Tensor, inputs: str, where: str, warnings: list[str]) -> torch.Tensor:
     """Scores as logits: probabilities are checked and turned into log-probabilities; logits that
     look like probabilities add a warning."""
     if inputs not in INPUTS:
         raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
-    looks_like_probs = bool((scores >= 0).all()) and _row_sums_are_one(scores)
+    looks_like_probs = bool((scores >= 0).all()) and bool(((scores.double().sum(-1) - 1).abs() <= ROW_SUM_TOLERANCE).all())
     if inputs == "logits":
         if looks_like_probs:
             warnings.append(f"{where}: every row is non-negative and sums to 1, so these look like probabilities; "
                             "read as logits they are squashed towards uniform (pass --inputs probs if they are)")
         return scores
-    if not bool((scores >= 0).all()) or not _row_sums_are_one(scores):
+    if not looks_like_probs:
         hint = " (they have negative values: they look like logits; pass --inputs logits)" if bool((scores < 0).any()) else ""
         raise EnsdiagError(f"{where} are not probabilities: rows must be non-negative and sum to 1 "
                            f"(±{ROW_SUM_TOLERANCE:g}){hint}")
