@@ -29,7 +29,7 @@ from safetensors import safe_open
 from ..checkpoint import load_model
 from ..errors import EnsdiagError, InputTypeError
 from ..nn import ARCHITECTURES
-from ..nn.architectures import torchvision_names
+from ..nn.architectures import check_torchvision_name
 from ..nn.members import stacked_state
 from ..nn.methods import resolve_options
 from ..nn.model import MemberWeights, ModelSpec, build_from_spec
@@ -160,9 +160,7 @@ def _torchvision_classes(state, name, source) -> int:
     """The class count of a torchvision state_dict: the rows of the tensors whose shape follows
     num_classes (found by building the model for 2 and 3 classes on the meta device)."""
     from torchvision.models import get_model
-    if name not in torchvision_names():
-        raise EnsdiagError(f"torchvision has no classification model {name!r} (e.g. resnet18, resnet50, vgg11, "
-                           "densenet121, convnext_tiny)")
+    check_torchvision_name(name)
     with torch.device("meta"):
         two, three = (get_model(name, weights=None, num_classes=n).state_dict() for n in (2, 3))
     heads = [key for key in two if two[key].shape != three[key].shape and two[key].shape[:1] == (2,)]

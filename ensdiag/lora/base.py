@@ -34,8 +34,6 @@ def opened(path: Path):
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             yield handle
-    except EnsdiagError:
-        raise  # already one line for the user
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise EnsdiagError(f"{path} is not a readable safetensors file ({reason[:160]})") from None

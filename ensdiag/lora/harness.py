@@ -163,22 +163,29 @@ def _device(device: str) -> str:
 
 
 def _save(out, method, seed, members, configs, base, tasks, ood_task):
-    if lm_eval_answers_task(members, LmEvalOptions(tasks)):
-        return _save_answers(out, method, seed, members, configs, base, tasks, ood_task)
-    about = {}
-    predictions, warnings = load_lm_eval_predictions(members, (), LmEvalOptions(tasks, ood_task), about)
+    """The run's two parts: lm-eval's logs read as `analyze` reads them (a generate_until task: the answers'
+    metrics as generated.json beside lm-eval's logs, and no predictions part: there are no probabilities), and
+    the weight space."""
+    about, options, answers = {}, LmEvalOptions(tasks, ood_task), lm_eval_answers_task(members, LmEvalOptions(tasks))
+    found, warnings = (load_lm_eval_answers(members, options, about) if answers
+                       else load_lm_eval_predictions(members, (), options, about))
     for line in [*about["notes"], *(f"warning: {warning}" for warning in warnings)]:
         note(line)
-    source = f"ensdiag evaluate (lm-eval on {len(members)} LoRA adapters)"
-    diagnosis = inspect_predictions(predictions, "lm-eval logs", about["titles"], source)  # as `analyze` reads them
-    metrics = diagnosis.metrics
-    metrics["lm_eval"] = about["lm_eval"]
+    if answers:
+        metrics = generated_metrics(found, about["lm_eval"])
+    else:
+        source = f"ensdiag evaluate (lm-eval on {len(members)} LoRA adapters)"
+        diagnosis = inspect_predictions(found, "lm-eval logs", about["titles"], source)  # as `analyze` reads them
+        metrics = diagnosis.metrics
+        metrics["lm_eval"] = about["lm_eval"]
     if warnings:
         metrics["input_warnings"] = warnings
-    run = diagnosis.save(out, method, seed)
+    run = None if answers else diagnosis.save(out, method, seed)
     section = _weight_space(configs, base)
-    save_lora_run(out, method, seed, section, SOURCE)
-    return run, metrics, section
+    lora_run = save_lora_run(out, method, seed, section, SOURCE)
+    if answers:
+        atomic_write_json(lora_run / "generated.json", metrics)
+    return run or lora_run, metrics, section
 
 
 def _weight_space(configs, base) -> dict:
@@ -187,19 +194,3 @@ def _weight_space(configs, base) -> dict:
     except EnsdiagError as error:  # e.g. a base saved as pytorch_model.bin: the updates alone still compare
         note(f"weight space without the base ({error})")
         return diagnose_adapters(configs, None)
-
-
-def _save_answers(out, method, seed, members, configs, base, tasks, ood_task):
-    """A generate_until task: the answers' metrics (generated.py) as generated.json beside lm-eval's
-    logs, and the weight-space part; no predictions part (there are no probabilities)."""
-    about = {}
-    splits, warnings = load_lm_eval_answers(members, LmEvalOptions(tasks, ood_task), about)
-    for line in [*about["notes"], *(f"warning: {warning}" for warning in warnings)]:
-        note(line)
-    metrics = generated_metrics(splits, about["lm_eval"])
-    if warnings:
-        metrics["input_warnings"] = warnings
-    section = _weight_space(configs, base)
-    run = save_lora_run(out, method, seed, section, SOURCE)
-    atomic_write_json(run / "generated.json", metrics)
-    return run, metrics, section

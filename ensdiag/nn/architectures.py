@@ -166,10 +166,12 @@ class MemberNetworks(nn.Module):
         return {name: module for name, module in self.members[0].named_children() if any(True for _ in module.parameters())}
 
 
-def torchvision_names() -> list[str]:
-    """torchvision's classification models (not its detection, segmentation or video ones)."""
+def check_torchvision_name(name: str) -> None:
+    """`name` is one of torchvision's classification models (not its detection, segmentation or video ones)."""
     from torchvision import models
-    return sorted(models.list_models(module=models))
+    if name not in models.list_models(module=models):
+        raise EnsdiagError(f"torchvision has no classification model {name!r} (e.g. resnet18, resnet50, vgg11, "
+                           "densenet121, convnext_tiny)")
 
 
 @register_arch("torchvision", whole_networks=True, options=(
@@ -177,9 +179,7 @@ def torchvision_names() -> list[str]:
 def build_torchvision(kit, num_classes, input_shape, name="resnet18"):
     """Any torchvision classification model, untrained (weights come from the files imported)."""
     from torchvision.models import get_model
-    if name not in torchvision_names():
-        raise EnsdiagError(f"torchvision has no classification model {name!r} (e.g. resnet18, resnet50, vgg11, "
-                           "densenet121, convnext_tiny)")
+    check_torchvision_name(name)
     if not getattr(kit, "independent_members", False):
         raise EnsdiagError(f"torchvision:{name} members are whole networks: import them as a Deep Ensemble "
                            f"(independent members), not as {kit.name}")

@@ -63,8 +63,6 @@ class ModelSpec:
                        options=dict(options), arch_options=dict(arch_options), **integers)
         except UnreadableJson as error:
             raise EnsdiagError(f"model spec is not valid JSON of the expected form ({error.reason})"[:300]) from None
-        except EnsdiagError:
-            raise  # already one line for the user
         except (ValueError, KeyError, TypeError) as error:
             raise EnsdiagError(f"model spec is not valid JSON of the expected form ({error})"[:300]) from None
         spec.validate()

@@ -34,8 +34,6 @@ def _torchvision(what, folder, call, download=False):
     instead of stopping a run."""
     try:
         return call()
-    except EnsdiagError:
-        raise
     except Exception as error:  # torchvision reports bad files with asserts and RuntimeErrors
         if download:
             raise DataNotFound(f"{what}: --download failed into {folder} ({type(error).__name__}: {error})") from None
