@@ -107,7 +107,7 @@ class AnswerReader(Reader):
         return 4 * (len(doc.answer) + len(doc.target)) + HELD_PER_ANSWER
 
     def _doc(self, number, row) -> Answer:
-        fail = self.lines.fail
+        fail = self.fail
         doc_id, doc_hash, prompt_hash = self._identity(number, row)
         answers = row.get("filtered_resps")
         if not isinstance(answers, list) or len(answers) != 1:
