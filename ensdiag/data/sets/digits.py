@@ -41,13 +41,6 @@ def _digits_check(tensors) -> bool:
             and bool(((labels >= 0) & (labels < 10)).all()))
 
 
-def _split_index(n):
-    import torch
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(SPLIT_SEED))
-    n_test = round(n * TEST_FRACTION)
-    return order[n_test:].sort().values, order[:n_test].sort().values
-
-
 class EmbeddedDataset(Dataset):
     """Ships inside scikit-learn (or is made from what does): no files, always found."""
 
@@ -65,8 +58,9 @@ class Digits(EmbeddedDataset):
     how_to_get = "Ships with scikit-learn; nothing to download."
 
     def load(self, data_dir=None, split="test", download=False):
+        from ..preset import holdout
         images, labels = _all_digits()
-        train, test = _split_index(len(images))
+        train, test = holdout(len(images), TEST_FRACTION, SPLIT_SEED)  # held out as a run holds out its validation
         index = train if split == "train" else test
         return Split(images[index].clone(), labels[index].clone(), f"scikit-learn digits, {split} split")
 
