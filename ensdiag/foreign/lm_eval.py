@@ -67,9 +67,7 @@ class LmEvalOptions:
 def looks_like_lm_eval(path: Path) -> bool:
     """A folder (of lm-eval output), or a .jsonl file named samples_… or starting as lm-eval writes."""
     path = Path(path)
-    if path.is_dir():
-        return True
-    if files.SAMPLES.match(path.name):
+    if path.is_dir() or files.SAMPLES.match(path.name):
         return True
     if path.suffix.lower() != ".jsonl" or not path.is_file():
         return False

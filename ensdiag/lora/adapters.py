@@ -19,12 +19,11 @@ from safetensors import SafetensorError, safe_open
 from ..budget import require
 from ..errors import EnsdiagError
 from ..foreign.state_dicts import check_zip_sizes, load_tensors
-from .base import opened
+from .base import FLOAT_DTYPES, opened
 from .config import AdapterConfig, check_targets
 
 PREFIX = "base_model.model."  # what PEFT's wrapper puts before the base model's module names
 FACTOR = re.compile(r"^(?P<module>.+)\.lora_(?P<which>[AB])\.weight$")
-FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 BIN_DTYPES = {torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64"}
 
 
