@@ -137,13 +137,8 @@ class EnsembleModel(nn.Module):
             return {f"members.0.{key}": value for key, value in self.body.member_module(i).state_dict().items()}
         state = {}
         for name, module in self.body.named_modules():
-            if hasattr(module, "member_state"):
-                tensors = module.member_state(i)
-            elif next(module.children(), None) is None:
-                tensors = module.state_dict()
-            else:
-                continue
-            state.update({f"{name}.{key}": value for key, value in tensors.items()})
+            if hasattr(module, "member_state") or next(module.children(), None) is None:  # layers, not containers
+                state.update({f"{name}.{key}": value for key, value in _member_tensors(module, i).items()})
         return state
 
     def member_network(self, i: int) -> "EnsembleModel":
@@ -193,15 +188,18 @@ class EnsembleModel(nn.Module):
                     layers = {name: module for name, module in self.body.member_module(i).named_modules()
                               if is_weight_layer(module)}
                 for name, module in layers.items():
-                    if hasattr(module, "distinct_state"):
-                        tensors = module.distinct_state(i)
-                    elif hasattr(module, "member_state"):
-                        tensors = module.member_state(i)
-                    else:
-                        tensors = module.state_dict()
-                    member.update({f"{name}.{key}": value.detach().clone() for key, value in tensors.items()})
+                    member.update({f"{name}.{key}": value.detach().clone()
+                                   for key, value in _member_tensors(module, i, distinct=True).items()})
                 weights.append(member)
         return weights
+
+
+def _member_tensors(module, i: int, distinct: bool = False) -> dict:
+    """Member i's tensors of a layer: its own where the layer holds every member's (`distinct`: in the compact
+    form that compares the same, where the layer gives one), else the layer's shared state."""
+    if distinct and hasattr(module, "distinct_state"):
+        return module.distinct_state(i)
+    return module.member_state(i) if hasattr(module, "member_state") else module.state_dict()
 
 
 def resolve_arch_options(arch: str, given: dict) -> dict:
