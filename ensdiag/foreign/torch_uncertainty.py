@@ -20,6 +20,7 @@ import torch
 from ..errors import EnsdiagError
 from ..nn.model import ModelSpec
 
+
 def renamed(state, rules):
     out = {}
     for key, value in state.items():
@@ -73,9 +74,7 @@ def batch_ensemble(state, source):
         shape = mlp_shape(plain)
         if shape is None or "head.weight" not in plain:
             return None
-        spec = ModelSpec("mlp", "batch-ensemble", k, plain["head.weight"].shape[0], shape,
-                         {"layout": "paper"})
-        return spec, plain
+        return ModelSpec("mlp", "batch-ensemble", k, plain["head.weight"].shape[0], shape, {"layout": "paper"}), plain
     plain = renamed(plain, TU_RESNET_RULES)
     layout = resnet18_layout(plain)
     if layout is None or "fc.weight" not in plain:
