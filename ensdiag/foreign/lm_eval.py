@@ -36,6 +36,7 @@ others are read for); the numbers and any refusal are those of reading them in t
 import json
 from dataclasses import dataclass
 from functools import partial
+from itertools import combinations
 from pathlib import Path
 
 import torch
@@ -190,14 +191,12 @@ def _distinct(chosen, what: str):
 
 def _identical(logits, section, warnings):
     """Members whose scores are equal on every question: the same run copied, most likely."""
-    k = logits.shape[0]
-    for i in range(k):
-        for j in range(i + 1, k):
-            if torch.equal(logits[i], logits[j]):
-                names = section["members"][i]["name"], section["members"][j]["name"]
-                warnings.append(f"members {names[0]} and {names[1]} give the same scores on every question: the same "
-                                "run copied? (an ensemble of one model has no diversity)")
-                return
+    for i, j in combinations(range(logits.shape[0]), 2):
+        if torch.equal(logits[i], logits[j]):
+            names = section["members"][i]["name"], section["members"][j]["name"]
+            warnings.append(f"members {names[0]} and {names[1]} give the same scores on every question: the same "
+                            "run copied? (an ensemble of one model has no diversity)")
+            return
 
 
 def _notes(section) -> list[str]:

@@ -29,7 +29,7 @@ treats the subtasks as independent samples. Torch only; no file is read here.
 
 import math
 import zlib
-from itertools import accumulate
+from itertools import accumulate, groupby
 
 import torch
 
@@ -156,11 +156,10 @@ def aggregates(per_question: dict, subtask_of: list, tree: dict, weighting: dict
 
 def positions(order) -> list:
     """[(subtask, start, stop)] of questions ordered by subtask (lm_eval.py's order)."""
-    found, start = [], 0
-    for position in range(1, len(order) + 1):
-        if position == len(order) or order[position][0] != order[start][0]:
-            found.append((order[start][0], start, position))
-            start = position
+    found, stop = [], 0
+    for subtask, run in groupby(subtask for subtask, _ in order):
+        start, stop = stop, stop + sum(1 for _ in run)
+        found.append((subtask, start, stop))
     return found
 
 
