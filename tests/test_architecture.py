@@ -291,6 +291,8 @@ LAZY_CORE = {  # core/, analysis/, stats/, geometry/, ensembles/
 
 
 LAZY_READERS = {  # foreign/, lora/, data/, nn/
+    # corruptions.py is torch and torchvision, preset.py torch: `ensdiag datasets` lists the datasets without either
+    "ensdiag.data.sets.digits": {"ensdiag.data.corruptions", "ensdiag.data.preset"},
 }
 
 

@@ -104,12 +104,12 @@ def test_a_permuted_copy_is_one_solution_in_every_geometry_number(arch):
 
 def _rescale(model, seed=3):
     """r_i ∘ a, s_i ∘ b in every BatchEnsemble layer, W ⊘ (a bᵀ) (broadcast as the layer's own
-    `member_weights` or `member_kernels` broadcasts r and s); a, b positive, drawn from `seed`."""
+    `dense_weights` broadcasts r and s); a, b positive, drawn from `seed`."""
     generator = torch.Generator().manual_seed(seed)
     changed = 0
     with torch.no_grad():
         for layer in model.modules():
-            effective = getattr(layer, "member_weights", None) or getattr(layer, "member_kernels", None)
+            effective = getattr(layer, "dense_weights", None)
             if not (hasattr(layer, "r") and hasattr(layer, "s") and effective):
                 continue
             a = 0.5 + 1.5 * torch.rand(layer.r.shape[1:], generator=generator, dtype=layer.r.dtype)

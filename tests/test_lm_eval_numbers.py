@@ -354,7 +354,7 @@ def test_a_reader_comes_back_from_a_forked_worker_with_every_document_as_read():
                     "loglikelihood", " ", True).read(lambda *_: None)
     back = pickle.loads(pickle.dumps(reader))
     assert back.docs == reader.docs and back.filter == reader.filter and back.filters == reader.filters
-    assert len(back.docs) > 3 and back.lines.path == reader.lines.path
+    assert len(back.docs) > 3 and back.path == reader.path
     reader.docs[10**6] = Doc(7, "ab12", None, -1, [0.5, -1.0])
     assert pickle.loads(pickle.dumps(reader)).docs == reader.docs
     reader.docs.clear()

@@ -8,6 +8,8 @@ flip) runs on the device on whole batches, as part of the same gather (`Training
 
 import torch
 
+from ..errors import EnsdiagError
+
 
 def epoch_permutations(n: int, num_orders: int, generator: torch.Generator, device) -> torch.Tensor:
     """[num_orders, n]: one independent random order of 0..n-1 per row."""
@@ -20,17 +22,16 @@ def batch_indices(orders: torch.Tensor, batch_size: int):
         yield orders[:, start:start + batch_size]
 
 
-def random_crop_flip(images: torch.Tensor, generator: torch.Generator, padding: int = 4, flip: bool = True) -> torch.Tensor:
+def random_crop_flip(images: torch.Tensor, generator: torch.Generator, padding: int = 4) -> torch.Tensor:
     """Zero-pad by `padding`, crop back to H x W at a random offset, mirror with p = 0.5.
 
     The padding is zero in the images' own scale, so apply this before normalisation
     (docs/conventions.md)."""
     padded = torch.nn.functional.pad(images, (padding,) * 4)
-    return crop_flip_padded(padded, torch.arange(len(images), device=images.device), generator, padding, flip)
+    return crop_flip_padded(padded, torch.arange(len(images), device=images.device), generator, padding)
 
 
-def crop_flip_padded(padded: torch.Tensor, index: torch.Tensor, generator: torch.Generator, padding: int,
-                     flip: bool = True) -> torch.Tensor:
+def crop_flip_padded(padded: torch.Tensor, index: torch.Tensor, generator: torch.Generator, padding: int) -> torch.Tensor:
     """Random crops (and mirror images) of the already padded images `padded[index]`.
 
     One gather picks the examples, crops and flips, straight from the whole padded split; the
@@ -41,9 +42,8 @@ def crop_flip_padded(padded: torch.Tensor, index: torch.Tensor, generator: torch
     left = torch.randint(0, 2 * padding + 1, (n,), generator=generator, device=device)
     rows = top[:, None] + torch.arange(h, device=device)  # [N, H]
     cols = torch.arange(w, device=device).expand(n, w)
-    if flip:
-        mirrored = torch.rand(n, generator=generator, device=device) < 0.5
-        cols = torch.where(mirrored[:, None], cols.flip(1), cols)
+    mirrored = torch.rand(n, generator=generator, device=device) < 0.5
+    cols = torch.where(mirrored[:, None], cols.flip(1), cols)
     cols = left[:, None] + cols  # [N, W]
     # advanced indices around a slice put their broadcast shape first: [N, H, W, C]
     return padded[index[:, None, None], :, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
@@ -86,7 +86,6 @@ class Normalize:
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         if images.dim() != 4 or images.shape[1] != len(self.mean):  # broadcasting would silently mix channels
-            from ..errors import EnsdiagError
             raise EnsdiagError(f"images of shape {tuple(images.shape)} cannot be normalised per channel with "
                                f"{len(self.mean)} means and stds: give images [N, {len(self.mean)}, H, W]")
         if images.dtype == torch.uint8:

@@ -1,12 +1,13 @@
 """Data ensdiag makes itself (the embedded default's sets), made once: per process, and on disk.
 
-    tensors = made("digits-c", {"seed": 0}, make, check)   # {name: tensor}, `make()` at most once
+    tensors = made("digits-c", {"seed": 0}, make, check)   # {name: tensor}, `make(seed=0)` at most once
 
 The first call in a process reads `$ENSDIAG_CACHE/made/<name>-<key>.safetensors` or, when it is
-not there, calls `make()` and writes it (atomically; a cache that cannot be written is skipped). The
+not there, calls `make(**params)` and writes it (atomically; a cache that cannot be written is skipped). The
 key covers the parameters, ensdiag's and torch's versions (a procedural set depends on both), so a
 new release never reads an old file. A cache folder is a place anyone may write to: a file is read
-as safetensors (no code runs), must hold exactly what `check` accepts, and is made again otherwise.
+as safetensors (no code runs), must hold exactly what `check(tensors, **params)` accepts, and is made
+again otherwise.
 """
 
 import hashlib
@@ -15,11 +16,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import __version__
-from ..io import cache_dir
+from ..io import atomic_write_bytes, cache_dir, read_safetensors
 
 
 def made(name: str, params: dict, make, check) -> dict:
-    """{key: tensor} of `make()` for these parameters, from this process, the disk cache or `make`."""
+    """{key: tensor} of `make(**params)`, from this process, the disk cache or `make`."""
     return _made(name, json.dumps(params, sort_keys=True), make, check)
 
 
@@ -28,15 +29,14 @@ def _made(name: str, params: str, make, check) -> dict:
     import torch
     key = hashlib.sha256(f"{params}|{__version__}|{torch.__version__}".encode()).hexdigest()[:16]
     path = cache_dir() / "made" / f"{name}-{key}.safetensors"
-    found = _read(path, check)
+    found = _read(path, lambda tensors: check(tensors, **json.loads(params)))
     if found is None:
-        found = {key: value.contiguous() for key, value in make().items()}
+        found = {key: value.contiguous() for key, value in make(**json.loads(params)).items()}
         _write(path, found)
     return found
 
 
 def _read(path: Path, check) -> dict | None:
-    from ..io import read_safetensors
     try:
         if not path.is_file():
             return None
@@ -48,8 +48,6 @@ def _read(path: Path, check) -> dict | None:
 
 def _write(path: Path, tensors: dict) -> None:
     from safetensors.torch import save
-
-    from ..io import atomic_write_bytes
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, save(tensors))
@@ -64,5 +62,3 @@ def images_in_unit_range(tensors: dict, shapes: dict) -> bool:
         tensors[key].dtype == torch.float32 and tuple(tensors[key].shape) == tuple(shape)
         and bool(((tensors[key] >= 0) & (tensors[key] <= 1)).all()) for key, shape in shapes.items())
 
-
-__all__ = ["cache_dir", "images_in_unit_range", "made"]

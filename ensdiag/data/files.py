@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from ..errors import EnsdiagError
-from ..io import is_path  # noqa: F401  (the readers' callers ask it here too)
+from .arrays import read_array, read_npz
+from .image_folder import read_image_folder
 from .registry import Split
 
 
@@ -31,11 +32,10 @@ def load_files(path, input_shape, what: str = "--data", exact: bool = True) -> S
     if not path.exists():
         raise EnsdiagError(f"{what} {path} does not exist")
     if path.is_dir():
-        split, how = _image_folder(path, input_shape, what), f"image folder, resized to {input_shape[1]}×{input_shape[2]}"
+        split, how = Split(*read_image_folder(path, input_shape, what)), f"image folder, resized to {input_shape[1]}×{input_shape[2]}"
     elif path.suffix == ".npz":
         split, how = _npz(path, what), ".npz"
     elif path.suffix == ".npy":
-        from .arrays import read_array
         split, how = Split(_images(read_array(path), f"{what} {path}"), None), ".npy"
     else:
         raise EnsdiagError(f"{what} {path}: give an image folder (one folder per class), an .npz or an .npy")
@@ -73,7 +73,6 @@ def _labels(array: np.ndarray, n: int, where: str) -> torch.Tensor:
 
 
 def _npz(path: Path, what: str) -> Split:
-    from .arrays import read_npz
     arrays = read_npz(path)
     image_key = next((key for key in ("images", "x") if key in arrays), None)
     if image_key is None:
@@ -82,8 +81,3 @@ def _npz(path: Path, what: str) -> Split:
     label_key = next((key for key in ("labels", "y") if key in arrays), None)
     labels = None if label_key is None else _labels(arrays[label_key], len(images), f"{what} {path}")
     return Split(images, labels)
-
-
-def _image_folder(path: Path, input_shape, what: str) -> Split:
-    from .image_folder import read_image_folder
-    return Split(*read_image_folder(path, input_shape, what))

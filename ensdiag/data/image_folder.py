@@ -117,8 +117,6 @@ def read_image_folder(root: Path, input_shape, what: str) -> tuple[torch.Tensor,
                 except (Image.DecompressionBombError, Image.DecompressionBombWarning):
                     raise EnsdiagError(f"{what} {path}: an image of more pixels than the memory budget decodes "
                                        "(set ENSDIAG_MEMORY_BUDGET=SIZE to allow more)") from None
-                except EnsdiagError:
-                    raise
                 except Exception as error:  # a damaged or hostile file: whatever the decoder raises (even SyntaxError)
                     raise EnsdiagError(f"{what} {path}: not a readable image ({type(error).__name__})") from None
     return images, torch.tensor(labels, dtype=torch.long)

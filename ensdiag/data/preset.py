@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from ..errors import DataNotFound, EnsdiagError
-from .files import is_path, load_files
+from ..io import is_path
+from .files import load_files
 from .registry import Split, get_dataset
 
 
@@ -102,7 +103,6 @@ def training_examples(model, train):
     records holding out (`ensdiag.holdout`), else whole, and its `source` says which."""
     if train is None:
         return None
-    from .registry import Split
     recorded = getattr(model, "holdout", None)
     if recorded is not None and recorded["train_size"] == len(train):
         kept, held = holdout(len(train), recorded["fraction"], recorded["seed"])

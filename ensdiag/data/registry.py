@@ -20,8 +20,6 @@ from ..registry import Registry, import_all
 
 DATASETS = Registry("dataset")  # name -> Dataset, in their `order` (built-ins first)
 
-from .constants import CIFAR10_MEAN, CIFAR10_STD, DIGITS_MEAN, DIGITS_STD, MNIST_MEAN, MNIST_STD  # noqa: F401
-
 
 @dataclass
 class Split:

@@ -21,11 +21,18 @@ matches, `import_ensemble` returns `RawEnsemble`: weight similarity still runs o
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
+from safetensors import safe_open
 
+from ..checkpoint import load_model
 from ..errors import EnsdiagError, InputTypeError
+from ..nn import ARCHITECTURES
+from ..nn.architectures import check_torchvision_name
+from ..nn.members import stacked_state
+from ..nn.methods import resolve_options
+from ..nn.model import MemberWeights, ModelSpec, build_from_spec
 from . import torch_uncertainty
 from .state_dicts import member_files, path_list, read_state_dict
 
@@ -42,12 +49,11 @@ class RawEnsemble:
     reason: str = "no ensdiag architecture matches these weights"
 
     def member_weights(self):
-        from ..nn.model import MemberWeights
         return MemberWeights(self.member_tensors)
 
 
-def _member_spec(states, source):
-    """(arch, input shape, classes, arch options, renamed member states) for plain members, or None."""
+def _deep_ensemble(states):
+    """(the spec of a Deep Ensemble, its members' states renamed) for plain members of mlp or resnet18, or None."""
     renamed = []
     for state in states:
         state = {key.removeprefix("body."): value for key, value in state.items()}
@@ -56,23 +62,15 @@ def _member_spec(states, source):
         elif "linear.weight" in state and "fc.weight" not in state:
             state = torch_uncertainty.renamed(state, torch_uncertainty.TU_RESNET_RULES)
         renamed.append(state)
-    first = renamed[0]
+    first, k = renamed[0], len(renamed)
     if "head.weight" in first and (shape := torch_uncertainty.mlp_shape(first)) is not None:
-        return "mlp", shape, first["head.weight"].shape[0], {}, renamed
+        return ModelSpec("mlp", "deep-ensemble", k, first["head.weight"].shape[0], shape), renamed
     layout = torch_uncertainty.resnet18_layout(first)
     if layout is not None and "fc.weight" in first:
         channels, width = layout
-        return "resnet18", (channels, 32, 32), first["fc.weight"].shape[0], {"width": width} if width != 64 else {}, renamed
+        return ModelSpec("resnet18", "deep-ensemble", k, first["fc.weight"].shape[0], (channels, 32, 32), {},
+                         {"width": width} if width != 64 else {}), renamed
     return None
-
-
-def _deep_ensemble(states, source):
-    from ..nn.model import ModelSpec
-    found = _member_spec(states, source)
-    if found is None:
-        return None
-    arch, shape, classes, arch_options, renamed = found
-    return ModelSpec(arch, "deep-ensemble", len(renamed), classes, shape, {}, arch_options), renamed
 
 
 def _check_fits(state, expected, network: str, where: str, optional=()) -> None:
@@ -94,21 +92,16 @@ def _check_fits(state, expected, network: str, where: str, optional=()) -> None:
 
 def _fill_members(model, members, source):
     """Write each member's plain state into the ensemble's stacked tensors; name the first misfit."""
+    stacked = stacked_state(model)  # every tensor of a Deep Ensemble's layers, member-first
     with torch.no_grad():
         for i, state in enumerate(members):
             _check_fits(state, model.member_state_dict(i), model.spec.arch, f"{source}: member {i}", "num_batches_tracked")
-            for name, module in model.body.named_modules():
-                if hasattr(module, "stacked_state"):
-                    for key, view in module.stacked_state().items():
-                        if key != "num_batches_tracked":
-                            view[i].copy_(state[f"{name}.{key}"])
-                elif next(module.children(), None) is None:
-                    for key, tensor in module.state_dict().items():
-                        tensor.copy_(state[f"{name}.{key}"])
+            for key, view in stacked.items():
+                if not key.endswith("num_batches_tracked"):
+                    view[i].copy_(state[key])
 
 
 def _load_into(spec, state, source):
-    from ..nn.model import build_from_spec
     model = build_from_spec(_resolved(spec))
     _check_fits(state, model.body.state_dict(), f"the {spec.method} {spec.arch} it looks like", source)
     model.body.load_state_dict(state)
@@ -117,16 +110,12 @@ def _load_into(spec, state, source):
 
 def _resolved(spec):
     """The spec with every method option written out, as a model built by ensdiag records it."""
-    from dataclasses import replace
-
-    from ..nn import ARCHITECTURES
-    from ..nn.methods import resolve_options
     builder = ARCHITECTURES[spec.arch]
     return replace(spec, options=resolve_options(spec.method, spec.options, builder.default_options,
                                                  builder.convolutional, spec.arch))
 
 
-def _raw(states, source, reason=RawEnsemble.reason):
+def _raw(states, source, reason):
     """Matching float tensors of every member (BatchNorm statistics aside); BatchEnsemble layers as
     their effective member weights W ∘ s_group r_groupᵀ."""
     if len(states) == 1 and any(key.endswith(".r_group") for key in states[0]):
@@ -155,13 +144,11 @@ def open_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=No
     paths = path_list(paths)
     if family == "auto" and arch == "auto" and len(paths) == 1 and paths[0].suffix == ".safetensors" \
             and _has_ensdiag_metadata(paths[0]):
-        from ..checkpoint import load_model
         return load_model(paths[0])
     return import_ensemble(paths, family, raw_ok, arch, num_classes)
 
 
 def _has_ensdiag_metadata(path) -> bool:
-    from safetensors import safe_open
     try:
         with safe_open(str(path), framework="pt") as handle:
             return "ensdiag.format" in (handle.metadata() or {})
@@ -173,11 +160,7 @@ def _torchvision_classes(state, name, source) -> int:
     """The class count of a torchvision state_dict: the rows of the tensors whose shape follows
     num_classes (found by building the model for 2 and 3 classes on the meta device)."""
     from torchvision.models import get_model
-
-    from ..nn.architectures import torchvision_names
-    if name not in torchvision_names():
-        raise EnsdiagError(f"torchvision has no classification model {name!r} (e.g. resnet18, resnet50, vgg11, "
-                           "densenet121, convnext_tiny)")
+    check_torchvision_name(name)
     with torch.device("meta"):
         two, three = (get_model(name, weights=None, num_classes=n).state_dict() for n in (2, 3))
     heads = [key for key in two if two[key].shape != three[key].shape and two[key].shape[:1] == (2,)]
@@ -189,7 +172,6 @@ def _torchvision_classes(state, name, source) -> int:
 
 def _torchvision(states, name, num_classes, source):
     """A Deep Ensemble of torchvision `name` networks holding the members' state_dicts."""
-    from ..nn.model import ModelSpec, build_from_spec
     if num_classes is None:
         num_classes = _torchvision_classes(states[0], name, source)
     spec = ModelSpec("torchvision", "deep-ensemble", len(states), num_classes, (3, 224, 224), {}, {"name": name})
@@ -216,11 +198,13 @@ def _split_members(state, source):
     return [members[index] for index in sorted(members, key=int)]
 
 
-def _checked_finite(model, source):
+def _imported(model, source):
+    """The model imported from `source`, its weights checked finite, saying where it came from."""
     for name, tensor in model.state_dict().items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise EnsdiagError(f"{source}: {name} holds NaN or infinite values (did its training diverge?); "
                                "there is no model to diagnose")
+    model.imported_from = source
     return model
 
 
@@ -249,10 +233,9 @@ def _build(states, family, num_classes, source):
         found = torch_uncertainty.batch_ensemble(states[0], source) if family != "state-dicts" else None
         return None if found is None else _load_into(*found, source)
     if len(states) > 1:
-        found = _deep_ensemble(states, source)
+        found = _deep_ensemble(states)
         if found is None:
             return None
-        from ..nn.model import build_from_spec
         spec, members = found
         model = build_from_spec(_resolved(spec))
         _fill_members(model, members, source)
@@ -301,9 +284,7 @@ def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=
     states = [read_state_dict(p) for p in paths]
     _check_tensors(states, source)
     if arch.startswith("torchvision:"):
-        model = _torchvision(states, arch.partition(":")[2], num_classes, source)
-        model.imported_from = source
-        return _checked_finite(model, source)
+        return _imported(_torchvision(states, arch.partition(":")[2], num_classes, source), source)
     if len(states) == 1 and any(key.startswith("core_models.") for key in states[0]):
         states = _split_members(states[0], source)
     try:
@@ -318,8 +299,7 @@ def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=
         if not raw_ok:
             raise EnsdiagError(f"{source}: {reason}"[:400]) from None
     if model is not None:
-        model.imported_from = source
-        return _checked_finite(model, source)
+        return _imported(model, source)
     if not raw_ok:
         raise EnsdiagError(f"{source}: {reason}; weight similarity can still compare them (ensdiag diversity)")
     try:

@@ -29,15 +29,16 @@ import torch
 
 from ..errors import EnsdiagError
 from ..io import text_lines
+from ..predictions import with_pooled_shift
 from ..text import counted
-from .predictions import INPUTS, ROW_SUM_TOLERANCE, as_logits, check_analysis_size
+from . import shown
+from .predictions import ROW_SUM_TOLERANCE, as_logits, check_analysis_size
 
 MAX_LINE_BYTES = 2**20  # a question with 4,096 members of 5 choices each fits with room to spare
 MAX_LINES = 1_000_000  # far above any benchmark (MMLU has 14,042 questions)
 MAX_ID_CHARS = 256
 SPLITS = ("id", "val", "shift", "ood")
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # scores are analysed as float32
-SHOWN = 40  # characters of a user's value quoted in an error
 JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false",
               type(None): "null"}
 MISSING = object()
@@ -50,12 +51,6 @@ class _NotFinite(ValueError):
 def _no_constant(name):
     """json's hook for NaN, Infinity and -Infinity, which JSON does not have and scores must not be."""
     raise _NotFinite(name)
-
-
-def _shown(value) -> str:
-    """A user's value quoted safely: repr escapes control characters; long values are cut."""
-    text = repr(value)
-    return text if len(text) <= SHOWN else text[:SHOWN - 3] + "..."
 
 
 class _Split:
@@ -80,16 +75,12 @@ class _Reader:
         raise EnsdiagError(f"{self.path}, line {number}: {message}")
 
     def read(self):
-        for number, text in self._lines():
+        for number, text in text_lines(self.path, "predictions file", MAX_LINES, MAX_LINE_BYTES, "one question per line"):
             self._question(number, self._parse(number, text))
         if not self.splits:
             raise EnsdiagError(f"{self.path} holds no questions (one JSON object per line: "
                                '{"answer": 2, "scores": [[member 0\'s C scores], ...]})')
         return self
-
-    def _lines(self):
-        """(number, text) of every non-blank line: bounded length and count, strict UTF-8."""
-        return text_lines(self.path, "predictions file", MAX_LINES, MAX_LINE_BYTES, "one question per line")
 
     def _parse(self, number, text) -> dict:
         try:
@@ -109,7 +100,7 @@ class _Reader:
     def _question(self, number, row):
         name = row.get("split", self.default_split)
         if not isinstance(name, str) or name not in self.allowed:
-            self.fail(number, f'"split" must be {" or ".join(self.allowed)}, got {_shown(name)}')
+            self.fail(number, f'"split" must be {" or ".join(self.allowed)}, got {shown(name)}')
         split = self.splits.setdefault(name, _Split())
         scores = self._scores(number, row)
         answer = -1 if name == "ood" else self._answer(number, row, len(scores[0]))  # OOD is unlabelled
@@ -134,9 +125,9 @@ class _Reader:
                 self.fail(number, f"member {index} has {len(member)} scores, member 0 has {choices} (ragged members)")
             for value in member:
                 if type(value) not in (int, float):
-                    self.fail(number, f"member {index}: {_shown(value)} is not a number")
+                    self.fail(number, f"member {index}: {shown(value)} is not a number")
                 if not -FLOAT32_MAX <= value <= FLOAT32_MAX:
-                    self.fail(number, f"member {index}: {_shown(value)} is not a finite float32 score")
+                    self.fail(number, f"member {index}: {shown(value)} is not a finite float32 score")
         if choices < 2:
             self.fail(number, f"{counted(choices, 'choice')}; a question needs at least two")
         self._check_shape(number, len(scores), choices)
@@ -160,7 +151,7 @@ class _Reader:
             self.fail(number, f'no "answer" (the index of the correct choice, 0..{choices - 1}; only OOD questions '
                               "go without)")
         if type(answer) is not int or not 0 <= answer < choices:
-            self.fail(number, f'"answer" must be a choice index 0..{choices - 1}, got {_shown(answer)}')
+            self.fail(number, f'"answer" must be a choice index 0..{choices - 1}, got {shown(answer)}')
         return answer
 
     def _remember_id(self, number, row, split):
@@ -171,9 +162,9 @@ class _Reader:
             if len(question) > MAX_ID_CHARS:
                 self.fail(number, f'"id" is longer than {MAX_ID_CHARS} characters')
         elif type(question) is not int or not -2**63 <= question < 2**63:
-            self.fail(number, f'"id" must be a string or a 64-bit integer, got {_shown(question)}')
+            self.fail(number, f'"id" must be a string or a 64-bit integer, got {shown(question)}')
         if question in split.ids:
-            self.fail(number, f"id {_shown(question)} repeats line {split.ids[question]} (a question counted twice)")
+            self.fail(number, f"id {shown(question)} repeats line {split.ids[question]} (a question counted twice)")
         split.ids[question] = number
 
 
@@ -208,8 +199,6 @@ def _check_probabilities(scores, lines, path):
 def load_jsonl_predictions(source, ood=None, inputs: str = "logits") -> tuple[dict[str, dict], list[str]]:
     """({split: {"logits", "labels"}}, warnings) from a JSON-lines file of multiple-choice scores
     and, optionally, a second one of OOD questions."""
-    if inputs not in INPUTS:
-        raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
     main = _Reader(Path(source), "id", SPLITS).read()
     if "id" not in main.splits:
         raise EnsdiagError(f'{source} has no in-distribution questions (lines with "split": "id", or no "split")')
@@ -220,5 +209,4 @@ def load_jsonl_predictions(source, ood=None, inputs: str = "logits") -> tuple[di
         readers.append(_Reader(Path(ood), "ood", ("ood",), main.shape).read())
     warnings: list[str] = []
     splits = {name: split for reader in readers for name, split in _as_predictions(reader, inputs, warnings).items()}
-    from ..predictions import with_pooled_shift
     return with_pooled_shift(splits), warnings

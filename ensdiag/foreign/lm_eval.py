@@ -33,8 +33,10 @@ forked worker processes (ensdiag/forked.py), the first in this one (it names the
 others are read for); the numbers and any refusal are those of reading them in turn.
 """
 
+import json
 from dataclasses import dataclass
 from functools import partial
+from itertools import combinations
 from pathlib import Path
 
 import torch
@@ -42,11 +44,13 @@ import torch
 from .. import forked
 from ..budget import require
 from ..errors import EnsdiagError, unknown
-from ..io import distinct_members, identity
+from ..io import distinct_members, identity, text_lines
+from ..stats.generated import DEFINITIONS, question_quantities
 from ..text import counted
 from . import lm_eval_files as files
 from . import lm_eval_groups as groups
-from .lm_eval_lines import LOGGED, SCORE_TITLES, SCORES, Reader
+from .lm_eval_generated import is_generated, load_generated
+from .lm_eval_lines import LOGGED, MAX_LINE_BYTES, MAX_LINES, SCORE_TITLES, SCORES, Reader
 from .lm_eval_targets import target_rule
 from .predictions import PAD_LOGIT, check_analysis_size
 
@@ -64,9 +68,7 @@ class LmEvalOptions:
 def looks_like_lm_eval(path: Path) -> bool:
     """A folder (of lm-eval output), or a .jsonl file named samples_… or starting as lm-eval writes."""
     path = Path(path)
-    if path.is_dir():
-        return True
-    if files.SAMPLES.match(path.name):
+    if path.is_dir() or files.SAMPLES.match(path.name):
         return True
     if path.suffix.lower() != ".jsonl" or not path.is_file():
         return False
@@ -98,9 +100,10 @@ def load_lm_eval_predictions(sources, ood=(), options: LmEvalOptions = LmEvalOpt
         section["ood_task"], section["ood_documents"] = ood_section["task"], ood_section["documents"]
     width = max(split["logits"].shape[2] for split in splits.values())
     for name, split in splits.items():  # one C for every split: pad with choices of probability 0
-        k, n, _ = split["logits"].shape  # an OOD task of many 2-choice questions padded to the ID's C: checked first
+        k, n, c = split["logits"].shape  # an OOD task of many 2-choice questions padded to the ID's C: checked first
         check_analysis_size(k, n, width, f"{name} ({n:,} documents padded to {width:,} choices)")
-        split["logits"] = _padded(split["logits"], width)
+        if c < width:
+            split["logits"] = torch.nn.functional.pad(split["logits"], (0, width - c), value=PAD_LOGIT)
     if about is not None:
         about.update({"titles": _titles(splits, section), "lm_eval": section, "notes": _notes(section)})
     return splits, warnings
@@ -121,11 +124,6 @@ def _chosen(sources, options: LmEvalOptions) -> tuple[list, list]:
 
 def _generated(selection) -> bool:
     """Whether the selected task is lm-eval's generate_until (its config, else its first line)."""
-    import json
-
-    from ..io import text_lines
-    from .lm_eval_generated import is_generated
-    from .lm_eval_lines import MAX_LINE_BYTES, MAX_LINES
     subtask, path = next(iter(selection.files.items()))
     config = files.task_config(selection.results, subtask)
     if isinstance(config.get("output_type"), str):
@@ -148,9 +146,9 @@ def load_lm_eval_answers(sources, options: LmEvalOptions = LmEvalOptions(),
                          about: dict | None = None) -> tuple[dict[str, dict], list[str]]:
     """({split: {"ids", "correct"}}, warnings) of a generate_until task's logs, each source one
     member (lm_eval_generated.py); `about` receives the lm-eval section and the notes."""
-    from ..stats.generated import DEFINITIONS, question_quantities
-    from .lm_eval_generated import check_generated_options, load_generated
-    check_generated_options(options)
+    if options.score != "loglikelihood":  # a score of the choices' log-likelihoods
+        raise EnsdiagError(f"--score {options.score} scores the choices of multiple-choice questions; a generate_until "
+                           "task's answers are scored by lm-eval's exact_match")
     if options.ood_task is not None:
         raise EnsdiagError("--ood-task: generated answers have no probabilities to tell OOD questions by")
     _, chosen = _chosen(sources, options)
@@ -163,28 +161,10 @@ def load_lm_eval_answers(sources, options: LmEvalOptions = LmEvalOptions(),
                         "is taken as it is, and answers are compared as logged")
     if (tree := groups.group_tree(chosen[0].results, chosen[0].task)):
         section["groups"] = _group_section(chosen, tree, order, question_quantities(**splits["id"]), DEFINITIONS,
-                                           "exact_match", section["filter"], "member_accuracy", warnings)
+                                           "exact_match", section["filter"], warnings)
     if about is not None:
-        about.update({"lm_eval": section, "notes": _answer_notes(section)})
+        about.update({"lm_eval": section, "notes": _notes(section)})
     return splits, warnings
-
-
-def _described(section) -> tuple[str, str, str]:
-    """(the members' names, the other filters logged, the subtasks) as the notes print them."""
-    members = section["members"]
-    names = ", ".join(member["name"] for member in members[:4]) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
-    others = [name for name in section["filters"] if name != section["filter"]]
-    also = f" (also logged: {', '.join(others)}; choose with --filter)" if others else ""
-    subtasks = f", subtasks {', '.join(section['subtasks'])}" if len(section["subtasks"]) > 1 else ""
-    return names, also, subtasks
-
-
-def _answer_notes(section) -> list[str]:
-    members = section["members"]
-    names, also, subtasks = _described(section)
-    return [f"lm-eval: task {section['task']} (generate_until, {section['documents']} documents{subtasks}), "
-            f"{counted(len(members), 'member')}: {names}; filter {section['filter']}{also}; each answer scored by lm-eval's "
-            "exact_match"]
 
 
 def run_name_of(section: dict, seed: int | None) -> tuple[str, int]:
@@ -211,22 +191,26 @@ def _distinct(chosen, what: str):
 
 def _identical(logits, section, warnings):
     """Members whose scores are equal on every question: the same run copied, most likely."""
-    k = logits.shape[0]
-    for i in range(k):
-        for j in range(i + 1, k):
-            if torch.equal(logits[i], logits[j]):
-                names = section["members"][i]["name"], section["members"][j]["name"]
-                warnings.append(f"members {names[0]} and {names[1]} give the same scores on every question: the same "
-                                "run copied? (an ensemble of one model has no diversity)")
-                return
+    for i, j in combinations(range(logits.shape[0]), 2):
+        if torch.equal(logits[i], logits[j]):
+            names = section["members"][i]["name"], section["members"][j]["name"]
+            warnings.append(f"members {names[0]} and {names[1]} give the same scores on every question: the same "
+                            "run copied? (an ensemble of one model has no diversity)")
+            return
 
 
 def _notes(section) -> list[str]:
+    """What was read, as `analyze` prints it: the task, the members, the filter, how answers were scored."""
     members = section["members"]
-    names, also, subtasks = _described(section)
-    lines = [f"lm-eval: task {section['task']} ({section['documents']} documents{subtasks}), {counted(len(members), 'member')}: "
-             f"{names}; filter {section['filter']}{also}; scores: {section['score_definition']}"]
-    if len(section["choices"]) > 1:
+    names = ", ".join(member["name"] for member in members[:4]) + (f" and {len(members) - 4} more" if len(members) > 4 else "")
+    others = [name for name in section["filters"] if name != section["filter"]]
+    also = f" (also logged: {', '.join(others)}; choose with --filter)" if others else ""
+    subtasks = f", subtasks {', '.join(section['subtasks'])}" if len(section["subtasks"]) > 1 else ""
+    generated = section.get("output_type") == "generate_until"
+    scored = "each answer scored by lm-eval's exact_match" if generated else f"scores: {section['score_definition']}"
+    lines = [f"lm-eval: task {section['task']} ({'generate_until, ' if generated else ''}{section['documents']} documents"
+             f"{subtasks}), {counted(len(members), 'member')}: {names}; filter {section['filter']}{also}; {scored}"]
+    if len(section.get("choices", ())) > 1:
         lines.append(f"questions have {', '.join(map(str, section['choices']))} choices: every question is padded to "
                      f"{section['choices'][-1]} with choices of probability 0 (docs/conventions.md)")
     if "ood_task" in section:
@@ -273,8 +257,7 @@ def _split(chosen, options, warnings, split) -> tuple[dict, dict]:
     _identical(logits, section, warnings)
     if split != "ood" and (tree := groups.group_tree(first.results, first.task)):
         section["groups"] = _group_section(chosen, tree, order, groups.choice_quantities(logits, labels),
-                                           groups.CHOICE_DEFINITIONS, LOGGED[options.score], filter_name,
-                                           "member_accuracy", warnings)
+                                           groups.CHOICE_DEFINITIONS, LOGGED[options.score], filter_name, warnings)
     return splits, section
 
 
@@ -312,14 +295,13 @@ def _read_members(chosen, filter_name, make_reader, budget) -> tuple[dict, list,
     return read, order, filter_name
 
 
-def _group_section(chosen, tree, order, per_question, definitions, metric_name, filter_name, members_key,
-                   warnings) -> dict:
+def _group_section(chosen, tree, order, per_question, definitions, metric_name, filter_name, warnings) -> dict:
     """The group's and its subgroups' numbers as lm-eval aggregates them (lm_eval_groups.py); a
     member whose aggregated score is not lm-eval's own group number is a warning."""
     weighting = groups.group_weighting(chosen, tree, metric_name, filter_name)
     found = groups.aggregates(per_question, groups.positions(order), tree, weighting, definitions)
     for group, entry in found["groups"].items():
-        ours = entry[members_key]["value"]
+        ours = entry["member_accuracy"]["value"]
         theirs = entry["lm_eval"]
         differ = [i for i, (a, b) in enumerate(zip(ours, theirs)) if b is not None and abs(a - b) > 1e-9]
         if differ:
@@ -373,13 +355,6 @@ def _member(selection, filter_name, metric_name="acc") -> dict:
     if acc is not None:
         entry[f"lm_eval_{metric_name}"] = acc
     return entry
-
-
-def _padded(logits: torch.Tensor, width: int) -> torch.Tensor:
-    if logits.shape[2] == width:
-        return logits
-    pad = torch.full((*logits.shape[:2], width - logits.shape[2]), PAD_LOGIT, dtype=logits.dtype)
-    return torch.cat([logits, pad], dim=2)
 
 
 def _titles(splits, section) -> dict:

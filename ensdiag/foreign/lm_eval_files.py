@@ -16,10 +16,11 @@ folder may hold runs of several tasks (`--task` picks one) but only one run of t
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..errors import EnsdiagError
 from ..io import regular_file
+from ..runs import METHOD_NAME
 
 SAMPLES = re.compile(r"^samples_(?P<task>.+)_(?P<date>[^_]+)\.jsonl$")  # lm-eval splits the date at the last "_"
 RESULTS = re.compile(r"^results_(?P<date>[^_]+)\.json$")
@@ -220,9 +221,6 @@ def run_name(section: dict) -> tuple[str, int] | None:
     """(method, seed) of a run saved without --method: the folder that holds every member's model
     (the `peft=` path, else `pretrained=`, from results_*.json), its `seed-N` part (or a trailing
     `-seedN`) the seed, else seed 0; None when the members' paths name no common folder."""
-    from pathlib import PurePosixPath
-
-    from ..runs import METHOD_NAME
     paths = [member.get("peft") or member.get("pretrained") for member in section.get("members", [])]
     if not paths or not all(isinstance(path, str) and path for path in paths):
         return None

@@ -19,6 +19,7 @@ not count them apart. Members are joined as for multiple choice (lm_eval.py), on
 doc_hash, prompt_hash and the target; a group's subtasks are read together, as there.
 """
 
+import re
 import string
 from dataclasses import dataclass
 
@@ -26,8 +27,9 @@ import numpy as np
 import torch
 
 from ..budget import require
-from ..errors import EnsdiagError
-from .lm_eval_lines import Reader, _shown
+from . import shown
+from .lm_eval_files import task_config
+from .lm_eval_lines import Reader
 
 HELD_PER_ANSWER = 1024  # bytes reading holds per answer besides its texts (as for a multiple-choice line)
 MAX_ANSWER = 64 * 1024  # characters of one filtered answer (a whole generation without a regex filter: a few KiB)
@@ -66,7 +68,6 @@ def exact_match_options(config: dict) -> dict | None:
 def normalised(text: str, options: dict) -> str:
     """The text as lm-eval's exact_match compares it (lm_eval/api/metrics.py exact_match_hf_evaluate,
     for one prediction: numpy string arrays, operations in its order)."""
-    import re
     values = np.asarray([text])
     for pattern in options.get("regexes_to_ignore") or ():
         values = np.array([re.sub(pattern, "", value) for value in values])
@@ -106,29 +107,29 @@ class AnswerReader(Reader):
         return 4 * (len(doc.answer) + len(doc.target)) + HELD_PER_ANSWER
 
     def _doc(self, number, row) -> Answer:
-        fail = self.lines.fail
+        fail = self.fail
         doc_id, doc_hash, prompt_hash = self._identity(number, row)
         answers = row.get("filtered_resps")
         if not isinstance(answers, list) or len(answers) != 1:
-            fail(number, f'"filtered_resps" must hold the one filtered answer of a generation request, got {_shown(answers)}')
+            fail(number, f'"filtered_resps" must hold the one filtered answer of a generation request, got {shown(answers)}')
         answer = answers[0]
         if isinstance(answer, list):
             fail(number, f"the filtered answer is a list of {len(answer)} generations: ensdiag reads one answer per "
                          "question (a filter that ends in take_first, as lm-eval's default)")
         if not isinstance(answer, str) or len(answer) > MAX_ANSWER:
-            fail(number, f"the filtered answer must be text of at most {MAX_ANSWER:,} characters, got {_shown(answer)}")
+            fail(number, f"the filtered answer must be text of at most {MAX_ANSWER:,} characters, got {shown(answer)}")
         target = row.get("target")
         if not isinstance(target, str) or len(target) > MAX_ANSWER:
-            fail(number, f'"target" must be the reference answer\'s text, got {_shown(target)}')
+            fail(number, f'"target" must be the reference answer\'s text, got {shown(target)}')
         score = row.get("exact_match")
         if type(score) not in (int, float) or score not in (0, 1):
-            fail(number, f'"exact_match" must be lm-eval\'s score of the answer, 0 or 1, got {_shown(score)} (ensdiag '
+            fail(number, f'"exact_match" must be lm-eval\'s score of the answer, 0 or 1, got {shown(score)} (ensdiag '
                          "reads generated answers scored by exact_match)")
         if self.options is not None and not (target.startswith("[") and target.endswith("]")):
             expected = float(normalised(answer, self.options) == normalised(target, self.options))
             if expected != score:
-                fail(number, f"lm-eval logs exact_match {score:g}, but answer {_shown(answer)} against target "
-                             f"{_shown(target)} gives {expected:g} with the task's options: the line was not scored as it reads")
+                fail(number, f"lm-eval logs exact_match {score:g}, but answer {shown(answer)} against target "
+                             f"{shown(target)} gives {expected:g} with the task's options: the line was not scored as it reads")
         self.docs[doc_id] = Answer(number, doc_hash, prompt_hash, target,
                                    normalised(answer, self.options) if self.options is not None else answer, bool(score))
         return self.docs[doc_id]
@@ -138,7 +139,6 @@ def load_generated(chosen, filter_name: str | None, read_members) -> tuple[dict,
     """({split: {"ids": [k, N], "correct": [k, N]}}, section, readers, [(subtask, doc_id)] in
     order): the members' answers, joined. `read_members(chosen, filter, make_reader, budget)` is
     lm_eval.py's reading and joining (the same as for multiple choice)."""
-    from .lm_eval_files import task_config
     held = [0]  # bytes held by every answer read so far, all members
 
     def budget(n, size, where):
@@ -171,10 +171,3 @@ def load_generated(chosen, filter_name: str | None, read_members) -> tuple[dict,
                "exact_match_checked": all(option is not None for option in options),
                "normalisation": options[0] if len(set(map(repr, options))) == 1 else "per subtask"}
     return splits, section, read, order
-
-
-def check_generated_options(options) -> None:
-    """--score applies to choices' log-likelihoods, not to generated answers."""
-    if options.score != "loglikelihood":
-        raise EnsdiagError(f"--score {options.score} scores the choices of multiple-choice questions; a generate_until "
-                           "task's answers are scored by lm-eval's exact_match")

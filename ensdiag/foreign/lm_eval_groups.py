@@ -29,11 +29,13 @@ treats the subtasks as independent samples. Torch only; no file is read here.
 
 import math
 import zlib
+from itertools import accumulate, groupby
 
 import torch
 
 from ..stats import bootstrap as B
 from ..stats import constructions as CI
+from ..stats.examples import Examples
 from ..layout import metric
 from ..budget import require
 from ..errors import EnsdiagError
@@ -57,12 +59,6 @@ def group_tree(results: dict, task: str) -> dict[str, list[str]]:
     return tree
 
 
-def weighted(values, sizes, by_size: bool) -> float:
-    """lm-eval's aggregate_subtask_metrics, in its own order of operations."""
-    weights = list(sizes) if by_size else [1] * len(sizes)
-    return sum(value * weight for value, weight in zip(values, weights)) / sum(weights)
-
-
 def group_weighting(selections, tree: dict, metric_name: str, filter_name: str) -> dict[str, dict]:
     """{group: {"by_size": bool, "why": str, "lm_eval": [each member's logged group value or None]}}."""
     found = {}
@@ -75,8 +71,9 @@ def group_weighting(selections, tree: dict, metric_name: str, filter_name: str) 
             sizes = [_sample_len(selection.results, leaf) for leaf in leaves]
             if value is None or None in subtask or None in sizes:
                 continue
+            means, sizes = torch.tensor(subtask, dtype=torch.float64)[:, None], torch.tensor(sizes)
             matches.append({by_size for by_size in (True, False)
-                            if abs(weighted(subtask, sizes, by_size) - value) <= TOLERANCE * max(1.0, abs(value))})
+                            if abs(float(aggregate(means, sizes, by_size)) - value) <= TOLERANCE * max(1.0, abs(value))})
         metric_key = f"{metric_name},{filter_name}"
         if not matches:
             found[group] = {"by_size": True, "lm_eval": logged,
@@ -130,7 +127,8 @@ def aggregates(per_question: dict, subtask_of: list, tree: dict, weighting: dict
     index = {name: i for i, (name, _, _) in enumerate(subtask_of)}
     sizes = torch.tensor([stop - start for _, start, stop in subtask_of])
 
-    single = torch.tensor([at for at, (_, width) in zip(_starts(layout), layout) if width == 1], dtype=torch.long)
+    starts = accumulate((width for _, width in layout), initial=0)  # each quantity's first column
+    single = torch.tensor([at for at, (_, width) in zip(starts, layout) if width == 1], dtype=torch.long)
 
     def entries(value, values, n, strata):
         out, at, intervals = {}, 0, iter(CI.percentile_columns(value[single], values[:, single], n, strata))
@@ -156,25 +154,18 @@ def aggregates(per_question: dict, subtask_of: list, tree: dict, weighting: dict
     return {"groups": groups, "subtasks": subtasks}
 
 
-def _starts(layout) -> list[int]:
-    """Each quantity's first column in the concatenated [N, Σ width] values."""
-    return [sum(width for _, width in layout[:i]) for i in range(len(layout))]
-
-
 def positions(order) -> list:
     """[(subtask, start, stop)] of questions ordered by subtask (lm_eval.py's order)."""
-    found, start = [], 0
-    for position in range(1, len(order) + 1):
-        if position == len(order) or order[position][0] != order[start][0]:
-            found.append((order[start][0], start, position))
-            start = position
+    found, stop = [], 0
+    for subtask, run in groupby(subtask for subtask, _ in order):
+        start, stop = stop, stop + sum(1 for _ in run)
+        found.append((subtask, start, stop))
     return found
 
 
 def choice_quantities(logits: torch.Tensor, labels: torch.Tensor) -> dict:
     """Per question [N] (members' accuracies [N, k]) of multiple-choice logits [k, N, C]: the
     numbers a group aggregates (stats/metrics.py's definitions, question by question)."""
-    from ..stats.examples import Examples
     examples = Examples(logits, labels)
     several = examples.members > 1
     return {"accuracy": (examples.predicted == labels).double(), "nll": examples.nll, "brier": examples.brier,

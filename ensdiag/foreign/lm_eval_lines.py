@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import EnsdiagError
 from ..io import text_lines
 from ..text import counted
+from . import shown
 from .lm_eval_targets import Choices, TargetError, TargetRule, disagreement, gold_of
 
 SCORES = ("loglikelihood", "acc_norm", "mutual_info")
@@ -50,44 +51,6 @@ class Doc:
                 ("number of choices", len(self.scores)))
 
 
-def _shown(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-class _Lines:
-    """One samples file's lines for one filter: every line bounded, strict UTF-8 JSON objects."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def fail(self, number, message):
-        raise EnsdiagError(f"{self.path}, line {number}: {message}")
-
-    def __iter__(self):
-        for number, text in text_lines(self.path, "lm-eval sample file", MAX_LINES, MAX_LINE_BYTES,
-                                       "one document and filter per line"):
-            try:
-                row = DECODER.decode(text)
-            except RecursionError:
-                self.fail(number, "nests too deeply to be an lm-eval sample")
-            except ValueError as error:
-                self.fail(number, f"not JSON ({getattr(error, 'msg', str(error))[:80]})")
-            if not isinstance(row, dict):
-                self.fail(number, "not a JSON object (lm-eval writes one object per document and filter)")
-            yield number, row
-
-
-def _number(lines, number, value, what) -> float:
-    if isinstance(value, str) and len(value) <= 64 and NUMBER.fullmatch(value):
-        value = float(value)
-    elif type(value) not in (int, float):
-        lines.fail(number, f"{what} {_shown(value)} is not a number")
-    if not math.isfinite(value) or abs(value) > MAX_SCORE:
-        lines.fail(number, f"{what} {_shown(value)} is not a finite log-likelihood")
-    return float(value)
-
-
 def _decimal(value, fullmatch=NUMBER.fullmatch):
     """A log-likelihood as lm-eval writes it (a decimal string) as a float within ±MAX_SCORE, else None."""
     if type(value) is str and len(value) <= 64 and fullmatch(value):
@@ -102,26 +65,43 @@ class Reader:
 
     def __init__(self, path: Path, wanted_filter: str | None, score: str, delimiter: str, labelled: bool,
                  rule: TargetRule = TargetRule("unknown")):
-        self.lines, self.filter, self.score, self.delimiter = _Lines(path), wanted_filter, score, delimiter
+        self.path, self.filter, self.score, self.delimiter = path, wanted_filter, score, delimiter
         self.labelled = labelled  # OOD questions are unlabelled: their targets are not read
         self.rule = rule  # how lm-eval got each answer (lm_eval_targets.py)
         self.filters: list[str] = []
         self.docs: dict[int, Doc] = {}
 
+    def fail(self, number, message):
+        raise EnsdiagError(f"{self.path}, line {number}: {message}")
+
+    def _rows(self):
+        """(number, object) of the file's lines: every line bounded, strict UTF-8 JSON objects."""
+        for number, text in text_lines(self.path, "lm-eval sample file", MAX_LINES, MAX_LINE_BYTES,
+                                       "one document and filter per line"):
+            try:
+                row = DECODER.decode(text)
+            except RecursionError:
+                self.fail(number, "nests too deeply to be an lm-eval sample")
+            except ValueError as error:
+                self.fail(number, f"not JSON ({getattr(error, 'msg', str(error))[:80]})")
+            if not isinstance(row, dict):
+                self.fail(number, "not a JSON object (lm-eval writes one object per document and filter)")
+            yield number, row
+
     def read(self, budget) -> "Reader":
-        for number, row in self.lines:
+        for number, row in self._rows():
             name = row.get("filter")
             if not isinstance(name, str) or not name or len(name) > 128:
-                self.lines.fail(number, f'"filter" must name lm-eval\'s filter, got {_shown(name)}')
+                self.fail(number, f'"filter" must name lm-eval\'s filter, got {shown(name)}')
             if name not in self.filters:
                 self.filters.append(name)
             self.filter = self.filter or name  # the first filter, unless --filter names one
             if name == self.filter:
                 budget(len(self.docs) + 1, self._size(self._doc(number, row)))
         if not self.filters:
-            raise EnsdiagError(f"{self.lines.path} holds no documents (lm-eval writes one line per document and filter)")
+            raise EnsdiagError(f"{self.path} holds no documents (lm-eval writes one line per document and filter)")
         if self.filter not in self.filters:
-            raise EnsdiagError(f"{self.lines.path} has no filter {self.filter!r} (it has {', '.join(map(repr, self.filters))})")
+            raise EnsdiagError(f"{self.path} has no filter {self.filter!r} (it has {', '.join(map(repr, self.filters))})")
         return self
 
     def __getstate__(self) -> dict:
@@ -146,21 +126,21 @@ class Reader:
 
     def _identity(self, number, row) -> tuple[int, str, str | None]:
         """(doc_id, doc_hash, prompt_hash) of a line, checked: members are joined on them."""
-        fail = self.lines.fail
+        fail = self.fail
         doc_id = row.get("doc_id")
         if type(doc_id) is not int or not 0 <= doc_id < 2**63:
-            fail(number, f'"doc_id" must be lm-eval\'s document index, got {_shown(doc_id)}')
+            fail(number, f'"doc_id" must be lm-eval\'s document index, got {shown(doc_id)}')
         if doc_id in self.docs:
             fail(number, f"doc_id {doc_id} repeats line {self.docs[doc_id].line} for filter {self.filter!r}")
         doc_hash, prompt_hash = row.get("doc_hash"), row.get("prompt_hash")
         if not isinstance(doc_hash, str) or not HASH.match(doc_hash):
             fail(number, 'no "doc_hash" of hex digits (lm-eval writes one per line; members are joined on it)')
         if prompt_hash is not None and (not isinstance(prompt_hash, str) or not HASH.match(prompt_hash)):
-            fail(number, f'"prompt_hash" must be hex digits, got {_shown(prompt_hash)}')
+            fail(number, f'"prompt_hash" must be hex digits, got {shown(prompt_hash)}')
         return doc_id, doc_hash, prompt_hash
 
     def _doc(self, number, row) -> Doc:
-        fail = self.lines.fail
+        fail = self.fail
         doc_id, doc_hash, prompt_hash = self._identity(number, row)
         contexts, continuations = self._arguments(number, row)
         lls = self._loglikelihoods(number, row, len(contexts))
@@ -184,9 +164,9 @@ class Reader:
     def _arguments(self, number, row) -> tuple[list, list]:
         arguments = row.get("arguments")
         if not isinstance(arguments, dict) or not arguments:
-            self.lines.fail(number, 'no "arguments" ({"gen_args_0": {"arg_0": context, "arg_1": continuation}, ...})')
+            self.fail(number, 'no "arguments" ({"gen_args_0": {"arg_0": context, "arg_1": continuation}, ...})')
         if len(arguments) > 2 * MAX_CHOICES:  # mutual information: two requests per choice
-            self.lines.fail(number, f"{len(arguments):,} requests; ensdiag reads at most {MAX_CHOICES:,} choices")
+            self.fail(number, f"{len(arguments):,} requests; ensdiag reads at most {MAX_CHOICES:,} choices")
         try:  # a well-formed line in one pass; any other is looked at request by request below
             pairs = [arguments.get(key) for key in REQUESTS[:len(arguments)]]
             contexts, continuations = [pair["arg_0"] for pair in pairs], [pair["arg_1"] for pair in pairs]
@@ -198,7 +178,7 @@ class Reader:
         for index, key in enumerate(REQUESTS[:len(arguments)]):
             pair = arguments.get(key)
             if type(pair) is not dict or type(pair.get("arg_0")) is not str or type(pair.get("arg_1")) is not str:
-                self.lines.fail(number, f'"arguments" lacks gen_args_{index} with a context and a continuation '
+                self.fail(number, f'"arguments" lacks gen_args_{index} with a context and a continuation '
                                         "(a log-likelihood request per choice; generation tasks have no choices)")
             contexts.append(pair["arg_0"])
             continuations.append(pair["arg_1"])
@@ -207,9 +187,9 @@ class Reader:
     def _loglikelihoods(self, number, row, count) -> list[float]:
         answers = row.get("filtered_resps")
         if not isinstance(answers, list):
-            self.lines.fail(number, 'no "filtered_resps" (one [log-likelihood, is_greedy] per choice)')
+            self.fail(number, 'no "filtered_resps" (one [log-likelihood, is_greedy] per choice)')
         if len(answers) != count:
-            self.lines.fail(number, f"{len(answers)} log-likelihoods for {count} choices (a choice is missing)")
+            self.fail(number, f"{len(answers)} log-likelihoods for {count} choices (a choice is missing)")
         try:  # a well-formed line: [decimal string, is_greedy] per choice, parsed and bounded at once
             values = [answer[0] for answer in answers]
             if set(map(type, values)) == {str} and NUMBERS.fullmatch(joined := ",".join(values)) \
@@ -222,9 +202,10 @@ class Reader:
         values = [_decimal(answer[0] if type(answer) is list and answer else answer) for answer in answers]
         if None in values:  # say which, and why
             index = values.index(None)
-            answer = answers[index]
-            _number(self.lines, number, answer[0] if isinstance(answer, list) and answer else answer,
-                    f"choice {index}'s log-likelihood")
+            value = answers[index][0] if type(answers[index]) is list and answers[index] else answers[index]
+            numeric = type(value) in (int, float) or type(value) is str and len(value) <= 64 and NUMBER.fullmatch(value)
+            self.fail(number, f"choice {index}'s log-likelihood {shown(value)} is "
+                                    f"{'not a finite log-likelihood' if numeric else 'not a number'}")
         return values
 
     def _gold(self, number, row, continuations, lls, unconditional) -> int:
@@ -235,9 +216,9 @@ class Reader:
         try:
             gold, how = gold_of(self.rule, row, choices)
         except TargetError as error:
-            self.lines.fail(number, str(error))
+            self.fail(number, str(error))
         if not self.rule.custom_metrics and (differs := disagreement(row, gold, choices)) is not None:
-            self.lines.fail(number, f"lm-eval {differs} (target {_shown(row.get('target'))} read as {how}): "
+            self.fail(number, f"lm-eval {differs} (target {shown(row.get('target'))} read as {how}): "
                                     "the line was not scored as it reads")
         return gold
 
@@ -246,11 +227,11 @@ class Reader:
             return lls
         if self.score == "mutual_info":
             if unconditional is None:
-                self.lines.fail(number, "--score mutual_info needs the task's unconditional log-likelihoods "
+                self.fail(number, "--score mutual_info needs the task's unconditional log-likelihoods "
                                         "(lm-eval logs them for tasks with the metric acc_mutual_info)")
             return [c - u for c, u in zip(lls, unconditional)]
         lengths = [len(text.removeprefix(self.delimiter)) for text in continuations]  # lm-eval: len(choice)
         if 0 in lengths:
-            self.lines.fail(number, "an empty choice cannot be length-normalised (--score acc_norm)")
+            self.fail(number, "an empty choice cannot be length-normalised (--score acc_norm)")
         return [ll / length for ll, length in zip(lls, lengths)]
 

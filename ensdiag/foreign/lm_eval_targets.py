@@ -28,6 +28,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from . import shown
+
 CHECKED = ("acc", "acc_norm", "acc_bytes", "acc_mutual_info", "exact_match")
 INDEX = re.compile(r"0+|[1-9][0-9]{0,8}", re.ASCII)  # what str() of an int index looks like (≤ 9 digits)
 FUNCTION = re.compile(r"^\s*(def |async def |lambda\b|<function |<bound method |functools\.partial)")
@@ -86,7 +88,7 @@ def gold_of(rule: TargetRule, row: dict, choices: Choices) -> tuple[int, str]:
     if type(target) is int:  # not lm-eval's (it logs a string), but unambiguous
         target = str(target)
     if not isinstance(target, str):
-        raise TargetError(f'"target" must be the answer (an index or a choice\'s text), got {_shown(target)}')
+        raise TargetError(f'"target" must be the answer (an index or a choice\'s text), got {shown(target)}')
     count = len(choices.texts)
     if rule.kind == "index":
         return _index(rule.value, count, target), "the task's index"
@@ -98,47 +100,42 @@ def gold_of(rule: TargetRule, row: dict, choices: Choices) -> tuple[int, str]:
     return _either(rule, row, target, choices)
 
 
-def _shown(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _index(value: int, count: int, target: str) -> int:
     if not 0 <= value < count:
-        raise TargetError(f"target {_shown(target)} is choice index {value}, but the question has {count} choices "
+        raise TargetError(f"target {shown(target)} is choice index {value}, but the question has {count} choices "
                           "(lm-eval scored it 0 for every model)")
     return value
 
 
 def _text(target: str, texts: list) -> int:
     if target not in texts:
-        raise TargetError(f"target {_shown(target)} is no choice's text (the choices are "
-                          f"{', '.join(map(_shown, texts[:6]))}{', …' if len(texts) > 6 else ''}); lm-eval scored it 0 "
+        raise TargetError(f"target {shown(target)} is no choice's text (the choices are "
+                          f"{', '.join(map(shown, texts[:6]))}{', …' if len(texts) > 6 else ''}); lm-eval scored it 0 "
                           "for every model")
     return texts.index(target)  # the first choice with that text, as lm-eval's choices.index
 
 
 def _from_column(name: str, value, target: str, texts: list) -> tuple[int, str]:
     if str(value) != target:
-        raise TargetError(f"target {_shown(target)} is not str() of the document's column {name!r} "
-                          f"({_shown(value)}): not a line lm-eval wrote")
+        raise TargetError(f"target {shown(target)} is not str() of the document's column {name!r} "
+                          f"({shown(value)}): not a line lm-eval wrote")
     if isinstance(value, bool) or isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
         return _index(int(value), len(texts), target), f"column {name!r}, an integer: an index"
     if isinstance(value, str):
         return _text(value, texts), f"column {name!r}, a string: a choice's text"
     if isinstance(value, list):
-        raise TargetError(f"target {_shown(target)} (column {name!r}) names several correct choices: ensdiag needs one "
+        raise TargetError(f"target {shown(target)} (column {name!r}) names several correct choices: ensdiag needs one "
                           "per question")
-    raise TargetError(f"the document's column {name!r} holds {_shown(value)}, no answer lm-eval scores a choice against")
+    raise TargetError(f"the document's column {name!r} holds {shown(value)}, no answer lm-eval scores a choice against")
 
 
 def _from_template(target: str, texts: list) -> tuple[int, str]:
     if target.isdigit():  # lm-eval: str.isdigit(), then ast.literal_eval
         if not INDEX.fullmatch(target):
             if target.isascii() and target.isdigit() and target[0] != "0":  # a valid literal, over 9 digits
-                raise TargetError(f"target {_shown(target)} is choice index {target[:12]}{'…' if len(target) > 12 else ''}, "
+                raise TargetError(f"target {shown(target)} is choice index {target[:12]}{'…' if len(target) > 12 else ''}, "
                                   f"but the question has {len(texts)} choices (lm-eval scored it 0 for every model)")
-            raise TargetError(f"target {_shown(target)} is digits lm-eval cannot have logged: it reads a template's "
+            raise TargetError(f"target {shown(target)} is digits lm-eval cannot have logged: it reads a template's "
                               "digits with ast.literal_eval, which takes ASCII digits without a leading zero")
         return _index(int(target), len(texts), target), "template digits: an index"
     if len(target) >= 2 and target[0] == "[" and target[-1] == "]" and len(target) <= MAX_LITERAL:
@@ -147,7 +144,7 @@ def _from_template(target: str, texts: list) -> tuple[int, str]:
         except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
             several = False  # lm-eval keeps the text
         if several:
-            raise TargetError(f"target {_shown(target)} names several correct choices: ensdiag needs one per question")
+            raise TargetError(f"target {shown(target)} names several correct choices: ensdiag needs one per question")
     return _text(target, texts), "template text: a choice's text"
 
 
@@ -158,7 +155,7 @@ def _either(rule: TargetRule, row: dict, target: str, choices: Choices) -> tuple
     if target in texts and texts.index(target) not in candidates:
         candidates.append(texts.index(target))
     if not candidates:
-        raise TargetError(f"target {_shown(target)} is neither a choice index 0..{len(texts) - 1} nor a choice's text")
+        raise TargetError(f"target {shown(target)} is neither a choice index 0..{len(texts) - 1} nor a choice's text")
     if len(candidates) == 1:
         return candidates[0], "an index" if INDEX.fullmatch(target) and candidates[0] == int(target) else "a choice's text"
     agree = [c for c in candidates if not rule.custom_metrics and disagreement(row, c, choices) is None]
@@ -169,7 +166,7 @@ def _either(rule: TargetRule, row: dict, target: str, choices: Choices) -> tuple
         "and no metric logged on the line tells which"
     hint = "; keep lm-eval's results_*.json beside the samples file: its task config says how lm-eval read targets" \
         if rule.kind == "unknown" else ""
-    raise TargetError(f"target {_shown(target)} is both choice {candidates[0]}'s index and choice {candidates[1]}'s "
+    raise TargetError(f"target {shown(target)} is both choice {candidates[0]}'s index and choice {candidates[1]}'s "
                       f"text ({rule.describe()}), {why}{hint}")
 
 
@@ -204,7 +201,7 @@ def disagreement(row: dict, gold: int, choices: Choices) -> str | None:
         if logged is None:
             continue
         if type(logged) not in (int, float) or logged not in (0, 1):
-            return f"logs {metric} {_shown(logged)}, not 0 or 1"
+            return f"logs {metric} {shown(logged)}, not 0 or 1"
         found = recomputed(metric, gold, choices)
         if found is not None and found != logged:
             return f"logs {metric} {logged:g}, but choice {gold} as the answer gives {found:g}"

@@ -19,9 +19,10 @@ import numpy as np
 import torch
 
 from ..data.arrays import read_array, read_npz
-from ..checks import ANALYSIS_BYTES_PER_LOGIT, MAX_MEMBERS, check_analysis_size, check_labels, check_predictions  # noqa: F401
+from ..checks import check_analysis_size, check_labels, check_predictions
 from ..errors import EnsdiagError
 from ..io import distinct_members
+from ..predictions import with_pooled_shift
 
 ROW_SUM_TOLERANCE = 1e-3  # |Σ_c p_c − 1| allowed per row (float32 softmax outputs, rounding in files)
 INPUTS = ("logits", "probs")
@@ -64,22 +65,18 @@ def _labels(array: np.ndarray, n: int, num_classes: int, where: str) -> torch.Te
     return check_labels(torch.from_numpy(np.ascontiguousarray(_native(array).astype(np.int64))), n, num_classes, where)
 
 
-def _row_sums_are_one(values: torch.Tensor) -> bool:
-    return bool(((values.double().sum(-1) - 1).abs() <= ROW_SUM_TOLERANCE).all())
-
-
 def as_logits(scores: torch.Tensor, inputs: str, where: str, warnings: list[str]) -> torch.Tensor:
     """Scores as logits: probabilities are checked and turned into log-probabilities; logits that
     look like probabilities add a warning."""
     if inputs not in INPUTS:
         raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
-    looks_like_probs = bool((scores >= 0).all()) and _row_sums_are_one(scores)
+    looks_like_probs = bool((scores >= 0).all()) and bool(((scores.double().sum(-1) - 1).abs() <= ROW_SUM_TOLERANCE).all())
     if inputs == "logits":
         if looks_like_probs:
             warnings.append(f"{where}: every row is non-negative and sums to 1, so these look like probabilities; "
                             "read as logits they are squashed towards uniform (pass --inputs probs if they are)")
         return scores
-    if not bool((scores >= 0).all()) or not _row_sums_are_one(scores):
+    if not looks_like_probs:
         hint = " (they have negative values: they look like logits; pass --inputs logits)" if bool((scores < 0).any()) else ""
         raise EnsdiagError(f"{where} are not probabilities: rows must be non-negative and sum to 1 "
                            f"(±{ROW_SUM_TOLERANCE:g}){hint}")
@@ -148,5 +145,4 @@ def _from_npz(path, inputs, warnings) -> dict[str, dict]:
         if "labels" in arrays_of_split:
             labels = _labels(arrays_of_split["labels"], logits.shape[1], logits.shape[2], f"{path}: {name}/labels")
         result[name] = {"logits": logits, "labels": labels}
-    from ..predictions import with_pooled_shift
     return with_pooled_shift(check_predictions(result, str(path)))  # OOD labels dropped there

@@ -1,4 +1,4 @@
-"""What `ensdiag analyze` reads: each kind of predictions file registered with `@predictions_reader`
+"""What `ensdiag analyze` reads: each kind of predictions file registered in `READERS`
 (tried in the order registered, the last one the fallback), the first that recognises the paths
 given reads them; every reader's result is then checked in the one place (checks.py) by the core.
 
@@ -13,7 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EnsdiagError
+from ..predictions import load_predictions
 from ..registry import Registry
+from .jsonl import load_jsonl_predictions
+from .lm_eval import LmEvalOptions, load_lm_eval_predictions, looks_like_lm_eval
+from .predictions import INPUTS, load_array_predictions
 
 
 @dataclass
@@ -28,41 +32,28 @@ class Request:
     about: dict | None = None  # filled with what a reader knows beyond the arrays (lm-eval: titles, members)
 
 
-READERS = Registry("predictions reader")  # what it reads -> read(request), tried in the order registered
+# what it reads -> read(request) for the paths `recognises(paths)` accepts, tried in the order registered
+READERS = Registry("predictions reader")
 
 
-def predictions_reader(what: str, recognises):
-    """Register `read(request)` for the paths `recognises(paths)` accepts (before the readers
-    registered after it)."""
-    return READERS.register(what, recognises=recognises)
-
-
-def _is_lm_eval(paths) -> bool:
-    from .lm_eval import looks_like_lm_eval
-    return any(looks_like_lm_eval(path) for path in paths)
-
-
-@predictions_reader("lm-evaluation-harness logs", _is_lm_eval)
+@READERS.register("lm-evaluation-harness logs", recognises=lambda paths: any(map(looks_like_lm_eval, paths)))
 def _lm_eval(request: Request):
-    from .lm_eval import LmEvalOptions, load_lm_eval_predictions
     if request.labels is not None or request.inputs != "logits":
         raise EnsdiagError(f"{request.sources[0]} looks like lm-eval logs, which hold each question's answer and "
                            "log-likelihoods: drop --labels and --inputs")
     return load_lm_eval_predictions(request.sources, request.ood, request.lm_eval or LmEvalOptions(), request.about)
 
 
-@predictions_reader("an ensdiag predictions file", lambda paths: paths[0].suffix == ".safetensors")
+@READERS.register("an ensdiag predictions file", recognises=lambda paths: paths[0].suffix == ".safetensors")
 def _safetensors(request: Request):
-    from ..predictions import load_predictions
     if len(request.sources) != 1 or request.labels is not None or request.ood or request.inputs != "logits":
         raise EnsdiagError("a .safetensors predictions file holds every member's logits, the labels and the splits "
                            "itself: pass one, and drop --labels, --ood and --inputs")
     return load_predictions(request.sources[0])[0], []
 
 
-@predictions_reader("multiple-choice JSON lines", lambda paths: any(path.suffix.lower() == ".jsonl" for path in paths))
+@READERS.register("multiple-choice JSON lines", recognises=lambda paths: any(p.suffix.lower() == ".jsonl" for p in paths))
 def _jsonl(request: Request):
-    from .jsonl import load_jsonl_predictions
     paths = [*request.sources, *request.ood]
     if len(request.sources) != 1 or not all(path.suffix.lower() == ".jsonl" for path in paths) \
             or request.labels is not None or len(request.ood) > 1:
@@ -71,9 +62,8 @@ def _jsonl(request: Request):
     return load_jsonl_predictions(request.sources[0], request.ood[0] if request.ood else None, request.inputs)
 
 
-@predictions_reader("NumPy arrays (.npy, .npz)", lambda paths: True)
+@READERS.register("NumPy arrays (.npy, .npz)", recognises=lambda paths: True)
 def _arrays(request: Request):
-    from .predictions import load_array_predictions
     return load_array_predictions(request.sources, request.labels, request.ood, request.inputs)
 
 
@@ -81,7 +71,6 @@ def load_any_predictions(sources, labels=None, ood=(), inputs="logits", lm_eval=
                          about: dict | None = None) -> tuple[dict[str, dict], list[str]]:
     """({split: {"logits", "labels"}}, warnings) from whatever `ensdiag analyze` was given, read by the
     first registered reader that recognises the paths. `lm_eval`: `LmEvalOptions` (lm-eval logs only)."""
-    from .predictions import INPUTS
     request = Request([Path(s) for s in sources], labels, [Path(p) for p in ood], inputs, lm_eval, about)
     if not request.sources:
         raise EnsdiagError("give at least one predictions file")
@@ -89,9 +78,7 @@ def load_any_predictions(sources, labels=None, ood=(), inputs="logits", lm_eval=
         raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
     paths = [*request.sources, *request.ood]
     what = READERS.recognise(paths)
-    if what != "lm-evaluation-harness logs" and lm_eval is not None:
-        from .lm_eval import LmEvalOptions
-        if lm_eval != LmEvalOptions():
-            raise EnsdiagError("--task, --ood-task, --filter and --score are for lm-evaluation-harness logs "
-                               "(samples_<task>_<date>.jsonl files or lm-eval output folders)")
+    if what != "lm-evaluation-harness logs" and lm_eval not in (None, LmEvalOptions()):
+        raise EnsdiagError("--task, --ood-task, --filter and --score are for lm-evaluation-harness logs "
+                           "(samples_<task>_<date>.jsonl files or lm-eval output folders)")
     return READERS[what](request)

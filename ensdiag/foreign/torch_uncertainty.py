@@ -18,6 +18,8 @@ import re
 import torch
 
 from ..errors import EnsdiagError
+from ..nn.model import ModelSpec
+
 
 def renamed(state, rules):
     out = {}
@@ -32,13 +34,15 @@ TU_MLP_RULES = [(r"^layers\.([0-9]+)\.", r"hidden.\1."), (r"^final_layer\.", "he
 TU_RESNET_RULES = [(r"^linear\.", "fc.")]
 
 
-def mlp_shape(state, prefix="hidden.0"):
-    weight = state.get(f"{prefix}.weight")
-    if weight is None or weight.dim() != 2:
-        return None
-    features = weight.shape[1]
+def input_shape(features: int) -> tuple[int, ...]:
+    """An MLP's input shape: one channel of a square image where the features make one, else the features."""
     side = math.isqrt(features)
     return (1, side, side) if side * side == features else (features,)
+
+
+def mlp_shape(state):
+    weight = state.get("hidden.0.weight")
+    return None if weight is None or weight.dim() != 2 else input_shape(weight.shape[1])
 
 
 def resnet18_layout(state):
@@ -53,7 +57,6 @@ def resnet18_layout(state):
 
 def batch_ensemble(state, source):
     """(spec, ensdiag state) for a torch-uncertainty BatchEnsemble state_dict, or None."""
-    from ..nn.model import ModelSpec
     plain = {}
     for key, value in state.items():  # BatchLinear/BatchConv2d wrap W as .linear / .conv; r, s swap roles
         key = re.sub(r"\.(linear|conv)\.weight$", ".weight", key)
@@ -71,9 +74,7 @@ def batch_ensemble(state, source):
         shape = mlp_shape(plain)
         if shape is None or "head.weight" not in plain:
             return None
-        spec = ModelSpec("mlp", "batch-ensemble", k, plain["head.weight"].shape[0], shape,
-                         {"layout": "paper"})
-        return spec, plain
+        return ModelSpec("mlp", "batch-ensemble", k, plain["head.weight"].shape[0], shape, {"layout": "paper"}), plain
     plain = renamed(plain, TU_RESNET_RULES)
     layout = resnet18_layout(plain)
     if layout is None or "fc.weight" not in plain:
@@ -95,7 +96,6 @@ def _flat_linear(state):
 
 def grouped(state, source, num_classes=None):
     """(spec, body state) for a torch-uncertainty Packed-Ensembles MLP or CIFAR-style ResNet-18."""
-    from ..nn.model import ModelSpec
     plain = {re.sub(r"\.conv\.weight$", ".weight", key): value for key, value in state.items()}
     if "layers.0.weight" in plain and plain["layers.0.weight"].dim() == 3:  # packed_mlp
         plain = renamed(_flat_linear(plain), TU_MLP_RULES)
@@ -132,7 +132,6 @@ def grouped(state, source, num_classes=None):
 def multi_input(state, source, num_classes=None):
     """(spec, body state) for a torch-uncertainty MIMO MLP or ResNet-18: one plain network with k inputs
     and k·C outputs (k = outputs / `num_classes`)."""
-    from ..nn.model import ModelSpec
     if num_classes is None:
         return None
     if "layers.0.weight" in state and "final_layer.weight" in state:
@@ -148,9 +147,7 @@ def multi_input(state, source, num_classes=None):
         return None
     inputs = first.shape[1] // members
     if arch == "mlp":
-        side = math.isqrt(inputs)
-        shape = (1, side, side) if side * side == inputs else (inputs,)
-        return ModelSpec("mlp", "mimo", members, num_classes, shape, {}), plain
+        return ModelSpec("mlp", "mimo", members, num_classes, input_shape(inputs), {}), plain
     layout = resnet18_layout(plain)
     if layout is None:
         return None

@@ -9,18 +9,21 @@ from `adapter_model.safetensors` (headers first, one module's tensors at a time)
 
 import math
 import re
+import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
+from safetensors import SafetensorError, safe_open
 
 from ..budget import require
 from ..errors import EnsdiagError
+from ..foreign.state_dicts import check_zip_sizes, load_tensors
+from .base import FLOAT_DTYPES, opened
 from .config import AdapterConfig, check_targets
 
 PREFIX = "base_model.model."  # what PEFT's wrapper puts before the base model's module names
 FACTOR = re.compile(r"^(?P<module>.+)\.lora_(?P<which>[AB])\.weight$")
-FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 BIN_DTYPES = {torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64"}
 
 
@@ -34,11 +37,6 @@ class Module:
     shape: tuple[int, int]
 
 
-def _opened(path):
-    from safetensors import safe_open
-    return safe_open(str(path), framework="pt", device="cpu")
-
-
 def _bin_state(path) -> dict:
     """A .bin adapter's tensors, memory-mapped where the file allows it (zip format); read once per
     version of the file."""
@@ -48,9 +46,6 @@ def _bin_state(path) -> dict:
 
 @lru_cache(maxsize=16)
 def _loaded_bin(path, mtime, size) -> dict:
-    import zipfile
-
-    from ..foreign.state_dicts import check_zip_sizes, load_tensors
     check_zip_sizes(path)
     state = load_tensors(path, "adapter_model.bin", mmap=zipfile.is_zipfile(path))
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
@@ -60,20 +55,12 @@ def _loaded_bin(path, mtime, size) -> dict:
 
 def _header(config: AdapterConfig) -> dict[str, tuple[tuple[int, ...], str]]:
     """{key: (shape, dtype)} without reading any tensor's data."""
-    from safetensors import SafetensorError
     path = config.weights
     if path.suffix == ".bin":
         return {key: (tuple(value.shape), BIN_DTYPES.get(value.dtype, str(value.dtype)))
                 for key, value in _bin_state(path).items()}
-    try:
-        with _opened(path) as handle:
-            return {key: (tuple(handle.get_slice(key).get_shape()), handle.get_slice(key).get_dtype())
-                    for key in handle.keys()}
-    except EnsdiagError:
-        raise  # already one line for the user
-    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise EnsdiagError(f"{path} is not a readable safetensors file ({reason[:160]})") from None
+    with opened(path) as handle:
+        return {key: (tuple(handle.get_slice(key).get_shape()), handle.get_slice(key).get_dtype()) for key in handle.keys()}
 
 
 def _modules_of(config: AdapterConfig) -> tuple[dict[str, Module], list[str]]:
@@ -142,7 +129,6 @@ def natural_order(name: str):
 def read_factors(config: AdapterConfig, module: Module) -> tuple[torch.Tensor, torch.Tensor]:
     """(A [r, n], B [m, r]) of one member's module in float64, checked finite (`adapted_modules` checked
     that every member has the module, under keys of its own)."""
-    from safetensors import SafetensorError
     m, n = module.shape
     require(8 * config.rank * (m + n), f"the LoRA factors of {module.name}")
     path = config.weights
@@ -153,7 +139,7 @@ def read_factors(config: AdapterConfig, module: Module) -> tuple[torch.Tensor, t
             state = _bin_state(path)
             a, b = state[key_a], state[key_b]
         else:
-            with _opened(path) as handle:
+            with safe_open(str(path), framework="pt", device="cpu") as handle:
                 a, b = handle.get_tensor(key_a), handle.get_tensor(key_b)
     except EnsdiagError:
         raise  # already one line for the user

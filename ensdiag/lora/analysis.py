@@ -14,8 +14,10 @@ import torch
 
 from ..layout import finite
 from ..budget import require
+from ..runs import LORA, lora_record, save_result
 from . import maths
 from .adapters import adapted_modules, read_factors
+from .base import BaseWeights
 from .config import AdapterConfig
 
 FORMAT = "ensdiag.lora/1"
@@ -54,7 +56,6 @@ def layer_depth(name: str) -> int | None:
 def diagnose_adapters(configs: list[AdapterConfig], base=None, progress=None) -> dict:
     """The `lora` section for k checked adapter configs; `base`: the base's safetensors (optional);
     `progress(done, total)`: called after each adapted layer (long adapter sets take minutes)."""
-    from .base import BaseWeights
     modules, other = adapted_modules(configs)
     weights = BaseWeights(base) if base is not None else None
     transposed = configs[0].fan_in_fan_out  # GPT-2's Conv1D: W is stored [n, m]
@@ -189,5 +190,4 @@ def save_lora_run(folder, method: str, seed: int, section: dict, source: str, ov
     """`folder/<method>/seed-<seed>/lora.json`: the run's weight-space part, listed in the folder's
     experiment.json like any diagnosis (`runs.save_result`: a predictions part of the same run is left
     as it is, a LoRA diagnosis already there is replaced only with `overwrite`)."""
-    from ..runs import LORA, lora_record, save_result
     return save_result(folder, method, seed, LORA, lora_record(method, seed, source, section), overwrite=overwrite)

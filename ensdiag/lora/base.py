@@ -10,9 +10,11 @@ never has to be in memory (nor its pages resident) at once.
 
 import math
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 
 from ..budget import require
 from ..errors import EnsdiagError
@@ -26,34 +28,29 @@ FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 SHARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.safetensors$")  # a file beside the index, never a path
 
 
-def _open(path: Path):
-    from safetensors import safe_open
-    return safe_open(str(path), framework="pt", device="cpu")
-
-
-def _unreadable(path, error) -> EnsdiagError:
-    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return EnsdiagError(f"{path} is not a readable safetensors file ({reason[:160]})")
+@contextmanager
+def opened(path: Path):
+    """A safetensors file open for reading; whatever reading it raises is one line naming it."""
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            yield handle
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise EnsdiagError(f"{path} is not a readable safetensors file ({reason[:160]})") from None
 
 
 class BaseWeights:
     """Names, shapes and dtypes of a base model's tensors (from the headers), and blocks of rows on demand."""
 
     def __init__(self, path):
-        from safetensors import SafetensorError
         self.path = Path(path)
         self.shard_of = self._shards()
         self.shape, self.dtype = {}, {}
         for shard in sorted(set(self.shard_of.values())):
-            try:
-                with _open(shard) as handle:
-                    for name in handle.keys():
-                        info = handle.get_slice(name)
-                        self.shape[name], self.dtype[name] = tuple(info.get_shape()), info.get_dtype()
-            except EnsdiagError:
-                raise  # already one line for the user
-            except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-                raise _unreadable(shard, error) from None
+            with opened(shard) as handle:
+                for name in handle.keys():
+                    info = handle.get_slice(name)
+                    self.shape[name], self.dtype[name] = tuple(info.get_shape()), info.get_dtype()
         missing = [name for name in self.shard_of if name not in self.shape]
         if missing:
             raise EnsdiagError(f"{self.path / INDEX_FILE}: {missing[0]} is listed in {self.shard_of[missing[0]].name}, "
@@ -87,16 +84,10 @@ class BaseWeights:
 
     @staticmethod
     def _names_in(path: Path) -> dict[str, Path]:
-        from safetensors import SafetensorError
         if path.suffix != ".safetensors":
             raise EnsdiagError(f"--base {path} is not a .safetensors file (ensdiag streams the base from safetensors)")
-        try:
-            with _open(path) as handle:
-                return {name: path for name in handle.keys()}
-        except EnsdiagError:
-            raise  # already one line for the user
-        except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-            raise _unreadable(path, error) from None
+        with opened(path) as handle:
+            return {name: path for name in handle.keys()}
 
     def weight_of(self, module: str) -> str:
         """The base tensor of a module: `<module>.weight`, or the one tensor whose name ends in it or
@@ -124,18 +115,12 @@ class BaseWeights:
     def row_blocks(self, name: str, shape: tuple[int, int]):
         """(first row, float64 block [c, n]) over the weight, as the matrix [m, n] of `shape` (a
         convolution's kernels flattened into rows); only one block is in memory at a time."""
-        from safetensors import SafetensorError
         self.check_weight(name, shape)
         rows = max(1, BLOCK_BYTES // (8 * shape[1]))
         require(8 * rows * shape[1], f"a block of rows of {name}")
         for start in range(0, shape[0], rows):
-            try:  # the shard is mapped for one block: pages read stay resident only while it is open
-                with _open(self.shard_of[name]) as handle:
-                    block = handle.get_slice(name)[start:start + rows].to(torch.float64).reshape(-1, shape[1])
-            except EnsdiagError:
-                raise  # already one line for the user
-            except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-                raise _unreadable(self.shard_of[name], error) from None
+            with opened(self.shard_of[name]) as handle:  # mapped for one block: its pages stay resident only while open
+                block = handle.get_slice(name)[start:start + rows].to(torch.float64).reshape(-1, shape[1])
             if not torch.isfinite(block).all():
                 raise EnsdiagError(f"{self.shard_of[name]}: {name} holds NaN or infinite values")
             yield start, block

@@ -50,14 +50,9 @@ class AdapterConfig:
         return math.log(abs(self.alpha)) - (0.5 if self.use_rslora else 1.0) * math.log(self.rank)
 
 
-def is_adapter_folder(path) -> bool:
-    path = Path(path)
-    return path.is_dir() and (path / CONFIG_FILE).is_file()
-
-
 def adapter_folders(paths) -> bool:
     """Whether the command's inputs are LoRA adapter folders (all of them; a mix is refused)."""
-    found = [is_adapter_folder(path) for path in paths]
+    found = [Path(path).is_dir() and (Path(path) / CONFIG_FILE).is_file() for path in paths]
     if any(found) and not all(found):
         odd = next(path for path, ok in zip(paths, found) if not ok)
         raise EnsdiagError(f"{odd} is not a LoRA adapter folder (no {CONFIG_FILE}) but other inputs are: "

@@ -19,8 +19,18 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..console import note
+import torch
+
+from ..console import note, output_folder
+from ..core import inspect_predictions
 from ..errors import EnsdiagError
+from ..foreign.lm_eval import LmEvalOptions, lm_eval_answers_task, load_lm_eval_answers, load_lm_eval_predictions
+from ..foreign.lm_eval_files import check_task_name, run_name
+from ..io import atomic_write_json
+from ..runs import check_run_name, default_run_dir
+from ..stats.generated import generated_metrics
+from .analysis import diagnose_adapters, save_lora_run
+from .config import read_adapter_folders
 
 EXTRA = "pip install 'ensdiag[llm]'"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -107,7 +117,6 @@ def run_harness(adapter: Path, base: Path, tasks: list[str], manager, logs: Path
 def default_method(folders) -> str:
     """The adapters' common parent folder's name when it names a run (as lm-eval logs' peft paths
     do for `analyze`), else "lora"."""
-    from ..foreign.lm_eval_files import run_name
     found = run_name({"members": [{"peft": str(Path(folder).resolve())} for folder in folders]})
     return found[0] if found else "lora"
 
@@ -120,8 +129,6 @@ def evaluate_adapters(folders, base, tasks: str | None, ood_task: str | None, in
         raise EnsdiagError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to LoRA adapters: "
                            "lm-eval scores them on --tasks")
     check_extra()
-    from ..foreign.lm_eval_files import check_task_name
-    from .config import read_adapter_folders
     configs = read_adapter_folders(folders)
     if not tasks:
         raise EnsdiagError("name the task lm-eval scores the adapters on with --tasks NAME (a task or a group)")
@@ -131,8 +138,6 @@ def evaluate_adapters(folders, base, tasks: str | None, ood_task: str | None, in
     base = check_base(base)
     if include_path is not None and not Path(include_path).is_dir():
         raise EnsdiagError(f"--include-path {include_path} is not a folder of task YAML files")
-    from ..console import output_folder
-    from ..runs import check_run_name, default_run_dir
     method = method or default_method(folders)
     check_run_name(method, seed)
     out = output_folder(out if out is not None else default_run_dir("llm"))
@@ -153,57 +158,39 @@ def evaluate_adapters(folders, base, tasks: str | None, ood_task: str | None, in
 
 def _device(device: str) -> str:
     if device == "auto":
-        import torch
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
 
 
 def _save(out, method, seed, members, configs, base, tasks, ood_task):
-    from ..foreign.lm_eval import LmEvalOptions, lm_eval_answers_task, load_lm_eval_predictions
-    from .analysis import save_lora_run
-    if lm_eval_answers_task(members, LmEvalOptions(tasks)):
-        return _save_answers(out, method, seed, members, configs, base, tasks, ood_task)
-    about = {}
-    predictions, warnings = load_lm_eval_predictions(members, (), LmEvalOptions(tasks, ood_task), about)
+    """The run's two parts: lm-eval's logs read as `analyze` reads them (a generate_until task: the answers'
+    metrics as generated.json beside lm-eval's logs, and no predictions part: there are no probabilities), and
+    the weight space."""
+    about, options, answers = {}, LmEvalOptions(tasks, ood_task), lm_eval_answers_task(members, LmEvalOptions(tasks))
+    found, warnings = (load_lm_eval_answers(members, options, about) if answers
+                       else load_lm_eval_predictions(members, (), options, about))
     for line in [*about["notes"], *(f"warning: {warning}" for warning in warnings)]:
         note(line)
-    from ..core import inspect_predictions
-    source = f"ensdiag evaluate (lm-eval on {len(members)} LoRA adapters)"
-    diagnosis = inspect_predictions(predictions, "lm-eval logs", about["titles"], source)  # as `analyze` reads them
-    metrics = diagnosis.metrics
-    metrics["lm_eval"] = about["lm_eval"]
+    if answers:
+        metrics = generated_metrics(found, about["lm_eval"])
+    else:
+        source = f"ensdiag evaluate (lm-eval on {len(members)} LoRA adapters)"
+        diagnosis = inspect_predictions(found, "lm-eval logs", about["titles"], source)  # as `analyze` reads them
+        metrics = diagnosis.metrics
+        metrics["lm_eval"] = about["lm_eval"]
     if warnings:
         metrics["input_warnings"] = warnings
-    run = diagnosis.save(out, method, seed)
+    run = None if answers else diagnosis.save(out, method, seed)
     section = _weight_space(configs, base)
-    save_lora_run(out, method, seed, section, SOURCE)
-    return run, metrics, section
+    lora_run = save_lora_run(out, method, seed, section, SOURCE)
+    if answers:
+        atomic_write_json(lora_run / "generated.json", metrics)
+    return run or lora_run, metrics, section
 
 
 def _weight_space(configs, base) -> dict:
-    from .analysis import diagnose_adapters
     try:
         return diagnose_adapters(configs, base)
     except EnsdiagError as error:  # e.g. a base saved as pytorch_model.bin: the updates alone still compare
         note(f"weight space without the base ({error})")
         return diagnose_adapters(configs, None)
-
-
-def _save_answers(out, method, seed, members, configs, base, tasks, ood_task):
-    """A generate_until task: the answers' metrics (generated.py) as generated.json beside lm-eval's
-    logs, and the weight-space part; no predictions part (there are no probabilities)."""
-    from ..stats.generated import generated_metrics
-    from ..foreign.lm_eval import LmEvalOptions, load_lm_eval_answers
-    from ..io import atomic_write_json
-    from .analysis import save_lora_run
-    about = {}
-    splits, warnings = load_lm_eval_answers(members, LmEvalOptions(tasks, ood_task), about)
-    for line in [*about["notes"], *(f"warning: {warning}" for warning in warnings)]:
-        note(line)
-    metrics = generated_metrics(splits, about["lm_eval"])
-    if warnings:
-        metrics["input_warnings"] = warnings
-    section = _weight_space(configs, base)
-    run = save_lora_run(out, method, seed, section, SOURCE)
-    atomic_write_json(run / "generated.json", metrics)
-    return run, metrics, section

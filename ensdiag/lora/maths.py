@@ -14,6 +14,7 @@ underflow to 0 first.
 """
 
 import math
+from itertools import combinations, combinations_with_replacement
 
 import torch
 
@@ -122,15 +123,13 @@ def null_cosines(delta: ScaledGram, null: ScaledGram) -> list[float | None]:
     updates with independent random singular vectors; `null` sums the numerator's terms, with log
     sizes twice the updates'."""
     gram, diagonal = null.total, torch.diagonal(delta.total)
-    k = gram.shape[0]
     found = []
-    for i in range(k):
-        for j in range(i + 1, k):
-            if diagonal[i] > 0 and diagonal[j] > 0 and gram[i, j] > 0:
-                log = 0.5 * float(null.log_scale[i] + null.log_scale[j]) - float(delta.log_scale[i] + delta.log_scale[j])
-                found.append(_exp(log + 0.5 * math.log(float(gram[i, j] / diagonal[i] / diagonal[j]))))
-            else:
-                found.append(None)
+    for i, j in combinations(range(gram.shape[0]), 2):
+        if diagonal[i] > 0 and diagonal[j] > 0 and gram[i, j] > 0:
+            log = 0.5 * float(null.log_scale[i] + null.log_scale[j]) - float(delta.log_scale[i] + delta.log_scale[j])
+            found.append(_exp(log + 0.5 * math.log(float(gram[i, j] / diagonal[i] / diagonal[j]))))
+        else:
+            found.append(None)
     return found
 
 
@@ -190,19 +189,16 @@ def cosine_null_rms(m: int, n: int) -> float:
     return 1 / math.sqrt(m * n)
 
 
-def factored_svd(B: torch.Tensor, A: torch.Tensor, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(U [m, ρ], σ [ρ], V [n, ρ]) with s·B·A = U diag(σ) Vᵀ and ρ its numerical rank: QR of B and of
+def factored_svd(B: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(U [m, ρ], σ [ρ], V [n, ρ]) with B·A = U diag(σ) Vᵀ and ρ its numerical rank: QR of B and of
     Aᵀ leaves a small core R_B R_Aᵀ whose SVD rotates the two orthonormal bases into singular vectors.
-    The core is decomposed unscaled (s only multiplies σ and signs U), so ρ and the bases never
-    depend on s; pass unit factors (`unit_factors`) and the rank and bases never depend on the
-    entries' size either."""
+    Pass unit factors (`unit_factors`) and the rank and bases never depend on the entries' size."""
     q_left, r_left = torch.linalg.qr(B)
     q_right, r_right = torch.linalg.qr(A.T)
     u, sigma, vh = torch.linalg.svd(r_left @ r_right.T)
     tolerance = (sigma.max() if sigma.numel() else 0.0) * max(B.shape[0], A.shape[1]) * torch.finfo(FLOAT).eps
     rank = int((sigma > tolerance).sum()) if sigma.numel() and sigma.max() > 0 else 0
-    sign = -1.0 if scale < 0 else 1.0
-    return sign * (q_left @ u[:, :rank]), abs(scale) * sigma[:rank], q_right @ vh[:rank].T
+    return q_left @ u[:, :rank], sigma[:rank], q_right @ vh[:rank].T
 
 
 def principal_cosines(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
@@ -241,13 +237,12 @@ def mean(values) -> float | None:
 
 def off_diagonal(matrix) -> list:
     """The values above the diagonal of a k×k matrix (each pair once)."""
-    return [matrix[i][j] for i in range(len(matrix)) for j in range(i + 1, len(matrix))]
+    return [matrix[i][j] for i, j in combinations(range(len(matrix)), 2)]
 
 
 def pair_matrix(k: int, value_of) -> list[list[float | None]]:
     """The symmetric k×k matrix of value_of(i, j), the diagonal included."""
     matrix = [[None] * k for _ in range(k)]
-    for i in range(k):
-        for j in range(i, k):
-            matrix[i][j] = matrix[j][i] = value_of(i, j)
+    for i, j in combinations_with_replacement(range(k), 2):
+        matrix[i][j] = matrix[j][i] = value_of(i, j)
     return matrix

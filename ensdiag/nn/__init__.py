@@ -2,7 +2,7 @@
 
 from ..registry import import_all
 from .architectures import ARCHITECTURES, register_arch
-from .methods import METHODS, register_method
+from .kit import METHODS, register_method
 from .model import EnsembleModel, ModelSpec, build_from_spec, build_model, flush_denormals
 
 import_all(f"{__name__}.kits")  # every method with a module of its own registers itself

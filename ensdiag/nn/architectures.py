@@ -30,17 +30,15 @@ from .kit import Option
 ARCHITECTURES = Registry("architecture")  # name -> builder(kit, num_classes, input_shape, **options)
 
 
-def register_arch(name, convolutional=True, options=(), any_input_size=False, whole_networks=False, **default_options):
+def register_arch(name, convolutional=True, options=(), whole_networks=False, **default_options):
     """`options`: the architecture's own options (`Option`s, e.g. resnet18's base width), kept in a
-    model's spec when set; `any_input_size`: any preset's images of the right channels fit (global
-    pooling), not only the spec's shape; `whole_networks`: built from networks defined elsewhere, so
-    only kits with independent members run it (torchvision's); `default_options`: per-architecture
-    defaults of method options."""
+    model's spec when set; `whole_networks`: built from networks defined elsewhere, so only kits with
+    independent members run it (torchvision's); `default_options`: per-architecture defaults of method
+    options."""
     def register(builder):
         builder.whole_networks = whole_networks
         builder.default_options = default_options
         builder.options = tuple(options)
-        builder.any_input_size = any_input_size
         builder.convolutional = convolutional  # kernel-wise BatchEnsemble needs convolutions
         return ARCHITECTURES.add(name, builder)
     return register
@@ -168,20 +166,20 @@ class MemberNetworks(nn.Module):
         return {name: module for name, module in self.members[0].named_children() if any(True for _ in module.parameters())}
 
 
-def torchvision_names() -> list[str]:
-    """torchvision's classification models (not its detection, segmentation or video ones)."""
+def check_torchvision_name(name: str) -> None:
+    """`name` is one of torchvision's classification models (not its detection, segmentation or video ones)."""
     from torchvision import models
-    return sorted(models.list_models(module=models))
+    if name not in models.list_models(module=models):
+        raise EnsdiagError(f"torchvision has no classification model {name!r} (e.g. resnet18, resnet50, vgg11, "
+                           "densenet121, convnext_tiny)")
 
 
-@register_arch("torchvision", any_input_size=True, whole_networks=True, options=(
+@register_arch("torchvision", whole_networks=True, options=(
         Option("name", "resnet18", "a torchvision classification model (torchvision.models.list_models())"),))
 def build_torchvision(kit, num_classes, input_shape, name="resnet18"):
     """Any torchvision classification model, untrained (weights come from the files imported)."""
     from torchvision.models import get_model
-    if name not in torchvision_names():
-        raise EnsdiagError(f"torchvision has no classification model {name!r} (e.g. resnet18, resnet50, vgg11, "
-                           "densenet121, convnext_tiny)")
+    check_torchvision_name(name)
     if not getattr(kit, "independent_members", False):
         raise EnsdiagError(f"torchvision:{name} members are whole networks: import them as a Deep Ensemble "
                            f"(independent members), not as {kit.name}")
@@ -193,7 +191,7 @@ def build_mlp(kit, num_classes, input_shape):
     return MLP(kit, num_classes, input_shape)
 
 
-@register_arch("resnet18", dropout=0.1, any_input_size=True, options=(
+@register_arch("resnet18", dropout=0.1, options=(
         Option("width", 64, "channels of the first stage (the stages have width, 2·, 4·, 8·width)", int,
                low=1, high=1024),
         Option("conv_bias", False, "a bias on every convolution (torch-uncertainty's ResNet-18 with conv_bias: the "

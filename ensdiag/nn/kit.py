@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import EnsdiagError
+from ..numbers import decimal, integer
 from ..registry import Registry
 from .layers import shared_input_linear
 
@@ -84,7 +85,6 @@ class Option:
                          "false": False, "off": False, "no": False, "0": False}
                 value = words[text.strip().lower()]
             elif self.kind in (int, float):  # decimal digits only: int() also reads "²" and "٣"
-                from ..numbers import decimal, integer
                 value = (integer if self.kind is int else decimal)(text, name)
             else:
                 value = self.kind(text)

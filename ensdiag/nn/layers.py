@@ -33,6 +33,12 @@ def stack_channels(xs):
     return xs.transpose(0, 1).flatten(1, 2)
 
 
+def member_rows(layer, i, names=("weight", "bias")) -> dict:
+    """Member i's block of rows of the layer's tensors `names` (members side by side along the first axis),
+    those the layer has."""
+    return {name: getattr(layer, name).chunk(layer.num_members)[i] for name in names if getattr(layer, name) is not None}
+
+
 def shared_input_linear(layer, x, num_members):
     """Member-major [k*B, out] for input x [B, in] that every member sees.
 
@@ -44,8 +50,7 @@ def shared_input_linear(layer, x, num_members):
     return layer(x).expand(num_members, *x.shape[:-1], -1).flatten(0, 1)
 
 
-NORMALISATION = tuple(cls for cls in (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm,
-                                      getattr(nn, "RMSNorm", None)) if cls is not None)
+NORMALISATION = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)
 
 
 def is_normalisation(module) -> bool:

@@ -45,8 +45,7 @@ def unsupported(strategy: str, device_type: str, arch: str) -> str | None:
 
 @lru_cache(maxsize=8)
 def _has_batchnorm(arch: str) -> bool:
-    with torch.device("meta"):
-        network = ARCHITECTURES[arch](Kit(1), 10, (3, 32, 32) if arch != "mlp" else (1, 28, 28))
+    network = _meta_single(arch, 10, (3, 32, 32) if arch != "mlp" else (1, 28, 28))
     return any(isinstance(module, torch.nn.modules.batchnorm._BatchNorm) for module in network.modules())
 
 

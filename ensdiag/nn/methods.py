@@ -10,10 +10,7 @@ decay, how members are run, its report label, run variants and options.
 """
 
 from ..errors import EnsdiagError
-from .kit import METHODS, register_method
-
-__all__ = ["METHODS", "register_method", "members_for", "run_methods", "run_label", "resolve_options",
-           "parse_method_options"]
+from .kit import METHODS
 
 
 def members_for(method: str, k: int) -> int:

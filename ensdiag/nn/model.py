@@ -63,14 +63,13 @@ class ModelSpec:
                        options=dict(options), arch_options=dict(arch_options), **integers)
         except UnreadableJson as error:
             raise EnsdiagError(f"model spec is not valid JSON of the expected form ({error.reason})"[:300]) from None
-        except EnsdiagError:
-            raise  # already one line for the user
         except (ValueError, KeyError, TypeError) as error:
             raise EnsdiagError(f"model spec is not valid JSON of the expected form ({error})"[:300]) from None
         spec.validate()
         return spec
 
-    def validate(self) -> None:
+    def validate(self) -> tuple[dict, dict]:
+        """The spec checked; (the method's options, the architecture's), resolved."""
         builder = ARCHITECTURES.named(self.arch)
         fixed = METHODS.named(self.method).fixed_members
         if not 1 <= self.num_members <= MAX_MEMBERS or (fixed and self.num_members != fixed):
@@ -80,8 +79,8 @@ class ModelSpec:
         if not 1 <= len(self.input_shape) <= 3 or not all(1 <= d <= MAX_INPUT_SIDE for d in self.input_shape):
             raise EnsdiagError(f"input_shape must be 1 to 3 sizes in 1..{MAX_INPUT_SIDE}, got {list(self.input_shape)}")
         # convolutional=True: a model saved before kernel-wise was refused on the mlp still loads
-        resolve_options(self.method, self.options, builder.default_options, True, self.arch)
-        resolve_arch_options(self.arch, self.arch_options)
+        return (resolve_options(self.method, self.options, builder.default_options, True, self.arch),
+                resolve_arch_options(self.arch, self.arch_options))
 
 
 def flush_denormals() -> bool:
@@ -138,13 +137,8 @@ class EnsembleModel(nn.Module):
             return {f"members.0.{key}": value for key, value in self.body.member_module(i).state_dict().items()}
         state = {}
         for name, module in self.body.named_modules():
-            if hasattr(module, "member_state"):
-                tensors = module.member_state(i)
-            elif next(module.children(), None) is None:
-                tensors = module.state_dict()
-            else:
-                continue
-            state.update({f"{name}.{key}": value for key, value in tensors.items()})
+            if hasattr(module, "member_state") or next(module.children(), None) is None:  # layers, not containers
+                state.update({f"{name}.{key}": value for key, value in _member_tensors(module, i).items()})
         return state
 
     def member_network(self, i: int) -> "EnsembleModel":
@@ -194,15 +188,18 @@ class EnsembleModel(nn.Module):
                     layers = {name: module for name, module in self.body.member_module(i).named_modules()
                               if is_weight_layer(module)}
                 for name, module in layers.items():
-                    if hasattr(module, "distinct_state"):
-                        tensors = module.distinct_state(i)
-                    elif hasattr(module, "member_state"):
-                        tensors = module.member_state(i)
-                    else:
-                        tensors = module.state_dict()
-                    member.update({f"{name}.{key}": value.detach().clone() for key, value in tensors.items()})
+                    member.update({f"{name}.{key}": value.detach().clone()
+                                   for key, value in _member_tensors(module, i, distinct=True).items()})
                 weights.append(member)
         return weights
+
+
+def _member_tensors(module, i: int, distinct: bool = False) -> dict:
+    """Member i's tensors of a layer: its own where the layer holds every member's (`distinct`: in the compact
+    form that compares the same, where the layer gives one), else the layer's shared state."""
+    if distinct and hasattr(module, "distinct_state"):
+        return module.distinct_state(i)
+    return module.member_state(i) if hasattr(module, "member_state") else module.state_dict()
 
 
 def resolve_arch_options(arch: str, given: dict) -> dict:
@@ -238,15 +235,12 @@ def build_model(arch: str, method: str, num_members: int | None = None, num_clas
         raise EnsdiagError(f"need at least one member and two classes (got k={num_members}, C={num_classes})")
     given = {name: value for name, value in (arch_options or {}).items()
              if value != getattr(next((o for o in builder.options if o.name == name), None), "default", object())}
-    resolve_arch_options(arch, given)
     spec = ModelSpec(arch, method, int(num_members), int(num_classes), tuple(int(d) for d in input_shape), options,
                      given)
     return build_from_spec(spec)
 
 
 def build_from_spec(spec: ModelSpec) -> EnsembleModel:
-    spec.validate()
-    options = resolve_options(spec.method, spec.options, ARCHITECTURES[spec.arch].default_options, True, spec.arch)
+    options, arch_options = spec.validate()
     kit = METHODS[spec.method](spec.num_members, **options)
-    arch_options = resolve_arch_options(spec.arch, spec.arch_options)
     return EnsembleModel(spec, kit, ARCHITECTURES[spec.arch](kit, spec.num_classes, spec.input_shape, **arch_options))

@@ -32,8 +32,6 @@ def load_npy(path: Path, dtype=None, shape_tail=None, what="array") -> np.ndarra
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
         raise EnsdiagError(f"{path} does not exist") from None
-    except EnsdiagError:
-        raise  # already one line for the user
     except (OSError, ValueError) as error:
         raise EnsdiagError(f"{path}: not a readable .npy file ({error})") from None
     if dtype == "integer":

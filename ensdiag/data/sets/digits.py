@@ -41,13 +41,6 @@ def _digits_check(tensors) -> bool:
             and bool(((labels >= 0) & (labels < 10)).all()))
 
 
-def _split_index(n):
-    import torch
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(SPLIT_SEED))
-    n_test = round(n * TEST_FRACTION)
-    return order[n_test:].sort().values, order[:n_test].sort().values
-
-
 class EmbeddedDataset(Dataset):
     """Ships inside scikit-learn (or is made from what does): no files, always found."""
 
@@ -65,8 +58,9 @@ class Digits(EmbeddedDataset):
     how_to_get = "Ships with scikit-learn; nothing to download."
 
     def load(self, data_dir=None, split="test", download=False):
+        from ..preset import holdout
         images, labels = _all_digits()
-        train, test = _split_index(len(images))
+        train, test = holdout(len(images), TEST_FRACTION, SPLIT_SEED)  # held out as a run holds out its validation
         index = train if split == "train" else test
         return Split(images[index].clone(), labels[index].clone(), f"scikit-learn digits, {split} split")
 
@@ -80,8 +74,7 @@ class DigitsC(EmbeddedDataset):
     def load(self, data_dir=None, split="test", download=False, corruptions=None, seed=0):
         base = Digits().load(split=split)
         chosen = list(CORRUPTION_NAMES) if corruptions is None else list(corruptions)
-        found = made("digits-c", {"split": split, "seed": seed, "corruptions": chosen}, _Corrupted(split, seed, chosen),
-                     _Shapes({name: tuple(base.images.shape) for name in chosen}))
+        found = made("digits-c", {"split": split, "seed": seed, "corruptions": chosen}, _corrupted, _corrupted_check)
         return {name: Split(found[name].clone(), base.labels.clone(), f"digits-C (procedural) {name}") for name in chosen}
 
 
@@ -89,39 +82,16 @@ CORRUPTION_NAMES = ("gaussian_noise", "impulse_noise", "blur", "rotate", "shear"
                     "contrast", "stripe")  # corruptions.py's, in its order (a test checks): no torchvision import to list them
 
 
-class _Corrupted:
-    """make() of digits-C: the split under each corruption (hashable, so a process makes it once)."""
-
-    def __init__(self, split: str, seed: int, chosen: list):
-        self.key = (split, seed, tuple(chosen))
-
-    def __call__(self):
-        from ..corruptions import corrupt
-        split, seed, chosen = self.key
-        images = Digits().load(split=split).images
-        return {name: corrupt(images, name, seed + index) for index, name in enumerate(chosen)}
-
-    def __eq__(self, other):
-        return isinstance(other, _Corrupted) and other.key == self.key
-
-    def __hash__(self):
-        return hash(self.key)
+def _corrupted(split: str, seed: int, corruptions: list) -> dict:
+    """make() of digits-C: the split under each corruption."""
+    from ..corruptions import corrupt
+    images = Digits().load(split=split).images
+    return {name: corrupt(images, name, seed + index) for index, name in enumerate(corruptions)}
 
 
-class _Shapes:
-    """check() of images of known shapes in [0, 1] (hashable, as `_Corrupted`)."""
-
-    def __init__(self, shapes: dict):
-        self.shapes = tuple(sorted(shapes.items()))
-
-    def __call__(self, tensors) -> bool:
-        return images_in_unit_range(tensors, dict(self.shapes))
-
-    def __eq__(self, other):
-        return isinstance(other, _Shapes) and other.shapes == self.shapes
-
-    def __hash__(self):
-        return hash(self.shapes)
+def _corrupted_check(tensors, split: str, seed: int, corruptions: list) -> bool:
+    shape = tuple(Digits().load(split=split).images.shape)
+    return images_in_unit_range(tensors, {name: shape for name in corruptions})
 
 
 def natural_patches(n=NUM_PATCHES, seed=PATCH_SEED, size=PATCH_SIZE):
@@ -153,10 +123,14 @@ class NaturalPatches(EmbeddedDataset):
 
     def load(self, data_dir=None, split="test", download=False):
         images = made("natural-patches", {"n": NUM_PATCHES, "seed": PATCH_SEED, "size": PATCH_SIZE}, _patches,
-                      _Shapes({"images": (NUM_PATCHES, 1, 8, 8)}))["images"]
+                      _patches_check)["images"]
         return Split(images.clone(), None, f"natural-image patches ({NUM_PATCHES} from scikit-learn's sample photographs)")
 
 
-def _patches():
-    return {"images": natural_patches()[0]}
+def _patches(n: int, seed: int, size: int) -> dict:
+    return {"images": natural_patches(n, seed, size)[0]}
+
+
+def _patches_check(tensors, n: int, seed: int, size: int) -> bool:
+    return images_in_unit_range(tensors, {"images": (n, 1, 8, 8)})
 

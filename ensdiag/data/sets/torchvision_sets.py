@@ -4,9 +4,9 @@ Layouts (torchvision's): `ROOT/MNIST/raw/`, `ROOT/FashionMNIST/raw/` (IDX files,
 .gz), `ROOT/cifar-10-batches-py/`, `ROOT/test_32x32.mat`. FashionMNIST is also found in
 Debian's `/usr/share/datasets/fashion-mnist/` (package dataset-fashion-mnist).
 
-MNIST, FashionMNIST and SVHN are parsed by torchvision's dataset classes after ensdiag has
-checked each file's structure (IDX magic numbers and sizes, SVHN arrays), so a bad file gives
-one clear error naming it. CIFAR-10's pickles are read by ensdiag itself through a
+IDX files (MNIST, FashionMNIST) are read by ensdiag after their structure (magic numbers and
+sizes) is checked; SVHN is parsed by torchvision's class after ensdiag has checked its arrays; a
+bad file gives one clear error naming it. CIFAR-10's pickles are read by ensdiag itself through a
 restricted unpickler (`safe_pickle`): torchvision's class uses the standard one, which runs
 whatever code a crafted `data_batch_*` or `batches.meta` names. torchvision checks MD5 sums
 of the official files; ensdiag reads existing files by structure instead (so subsets and
@@ -15,40 +15,29 @@ verified download.
 """
 
 import gzip
-import hashlib
 import struct
 from pathlib import Path
 
 import numpy as np
 
 from ...errors import DataNotFound, EnsdiagError
-from ...io import atomic_write_bytes
 from .. import safe_pickle
-from ..cache import cache_dir
 from ..registry import Dataset, Split, register_dataset
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC = 2051, 2049
 
 
-def _wrap_torchvision(what, folder, call):
+def _torchvision(what, folder, call, download=False):
+    """`call()`, torchvision's reading or its verified download, failing in one line; a failed download (no
+    network, a mirror down) is missing data, so an optional shift or OOD set is skipped with the reason
+    instead of stopping a run."""
     try:
         return call()
-    except EnsdiagError:
-        raise
     except Exception as error:  # torchvision reports bad files with asserts and RuntimeErrors
+        if download:
+            raise DataNotFound(f"{what}: --download failed into {folder} ({type(error).__name__}: {error})") from None
         raise EnsdiagError(f"{what}: torchvision could not read {folder} ({type(error).__name__}: {error})") from None
-
-
-def _download(what, folder, call):
-    """torchvision's verified download; a failure (no network, a mirror down) is missing data,
-    so an optional shift or OOD set is skipped with the reason instead of stopping a run."""
-    try:
-        return call()
-    except EnsdiagError:
-        raise
-    except Exception as error:
-        raise DataNotFound(f"{what}: --download failed into {folder} ({type(error).__name__}: {error})") from None
 
 
 # ---------------------------------------------------------------------------- IDX (MNIST family)
@@ -60,8 +49,9 @@ def _read_maybe_gz(path: Path) -> bytes:
         raise EnsdiagError(f"{path}: cannot read ({error})") from None
 
 
-def check_idx(path: Path, data: bytes, magic: int) -> int:
-    """Validate an IDX file's header and length; return its number of items."""
+def read_idx(path: Path, magic: int) -> np.ndarray:
+    """An IDX file's uint8 array (torchvision's MNIST reader reads the same), its header and length checked."""
+    data = _read_maybe_gz(path)
     kind = "images" if magic == IDX_IMAGES_MAGIC else "labels"
     if len(data) < 8 or struct.unpack(">i", data[:4])[0] != magic:
         found = struct.unpack(">i", data[:4])[0] if len(data) >= 4 else "nothing"
@@ -72,12 +62,12 @@ def check_idx(path: Path, data: bytes, magic: int) -> int:
     expected = header + int(np.prod(shape))
     if len(data) != expected:
         raise EnsdiagError(f"{path}: IDX {kind} header says shape {shape} ({expected} bytes) but the file has {len(data)}")
-    return shape[0]
+    return np.frombuffer(bytearray(data), np.uint8, offset=header).reshape(shape)
 
 
 class _IdxDataset(Dataset):
     folder = "MNIST"  # torchvision's class name and folder
-    torchvision_class = "MNIST"  # torchvision.datasets' reader, imported when data is read (not to list it)
+    torchvision_class = "MNIST"  # torchvision.datasets' class, imported to download (not to list it)
     extra_locations: tuple[Path, ...] = ()
 
     @staticmethod
@@ -105,33 +95,20 @@ class _IdxDataset(Dataset):
         return found[0] if all(found) else None
 
     def load(self, data_dir, split="test", download=False):
+        import torch
         data_dir = Path(data_dir)
         if download:
-            _download(self.title, data_dir, lambda: _reader(self.torchvision_class)(str(data_dir), train=split == "train", download=True))
+            _torchvision(self.title, data_dir, lambda: _reader(self.torchvision_class)(
+                str(data_dir), train=split == "train", download=True), True)
         found = {part: self._find(data_dir, part) for part in ("train", "test")}
         folder, files = found[split]
         if folder is None or found["train" if split == "test" else "test"][0] is None:
-            raise self.missing(data_dir)  # torchvision's class needs all four files
-        contents = [_read_maybe_gz(f) for f in files]
-        counts = [check_idx(files[0], contents[0], IDX_IMAGES_MAGIC), check_idx(files[1], contents[1], IDX_LABELS_MAGIC)]
-        if counts[0] != counts[1]:
-            raise EnsdiagError(f"{folder}: {counts[0]} images in {files[0].name} but {counts[1]} labels in {files[1].name}")
-        all_files = found["train"][1] + found["test"][1]
-        in_place = folder == data_dir / self.folder / "raw" and all(f.suffix != ".gz" for f in all_files)
-        root = data_dir if in_place else self._stage(all_files)
-        dataset = _wrap_torchvision(self.title, folder, lambda: _reader(self.torchvision_class)(str(root), train=split == "train"))
-        return Split(dataset.data.unsqueeze(1).contiguous(), dataset.targets.long(), f"{self.title} {split} ({folder})")
-
-    def _stage(self, files) -> Path:
-        """Plain copies in torchvision's layout, in ensdiag's cache (the sources may be .gz or read-only)."""
-        key = hashlib.sha256("".join(f"{f.resolve()}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files).encode()).hexdigest()[:16]
-        root = cache_dir() / "idx" / key
-        raw = root / self.folder / "raw"
-        for source in files:
-            target = raw / source.name.removesuffix(".gz")
-            if not target.is_file():
-                atomic_write_bytes(target, _read_maybe_gz(source))
-        return root
+            raise self.missing(data_dir)  # a set is its four files, as torchvision's class takes it
+        images, labels = read_idx(files[0], IDX_IMAGES_MAGIC), read_idx(files[1], IDX_LABELS_MAGIC)
+        if len(images) != len(labels):
+            raise EnsdiagError(f"{folder}: {len(images)} images in {files[0].name} but {len(labels)} labels in {files[1].name}")
+        return Split(torch.from_numpy(images).unsqueeze(1).contiguous(), torch.from_numpy(labels).long(),
+                     f"{self.title} {split} ({folder})")
 
 
 @register_dataset
@@ -208,7 +185,8 @@ class CIFAR10(Dataset):
         import torch
         data_dir = Path(data_dir)
         if download:  # torchvision downloads, checks MD5s, and unpickles only files that passed them
-            _download(self.title, data_dir, lambda: _reader("CIFAR10")(str(data_dir), train=split == "train", download=True))
+            _torchvision(self.title, data_dir, lambda: _reader("CIFAR10")(
+                str(data_dir), train=split == "train", download=True), True)
         if self.locate(data_dir) is None:
             raise self.missing(data_dir)
         folder = data_dir / "cifar-10-batches-py"
@@ -250,12 +228,12 @@ class SVHN(Dataset):
         import torch
         data_dir = Path(data_dir)
         if download:
-            _download(self.title, data_dir, lambda: _reader("SVHN")(str(data_dir), split=split, download=True))
+            _torchvision(self.title, data_dir, lambda: _reader("SVHN")(str(data_dir), split=split, download=True), True)
         path = data_dir / f"{split}_32x32.mat"
         if not path.is_file():
             raise self.missing(data_dir)
         self._check(path)
-        dataset = _wrap_torchvision(self.title, path, lambda: _svhn_by_structure(str(data_dir), split))
+        dataset = _torchvision(self.title, path, lambda: _svhn_by_structure(str(data_dir), split))
         if len(dataset.labels) and not 0 <= dataset.labels.min() <= dataset.labels.max() <= 9:
             raise EnsdiagError(f"{path}: labels must lie in 1..10 (10 means digit 0)")
         return Split(torch.from_numpy(np.ascontiguousarray(dataset.data)), torch.from_numpy(dataset.labels).long(), f"SVHN {split} ({path})")

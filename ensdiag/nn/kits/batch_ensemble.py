@@ -50,10 +50,24 @@ def init_fast_weights_(tensor: torch.Tensor, spec: str) -> torch.Tensor:
     return tensor.bernoulli_(value).mul_(2).sub_(1)
 
 
-class BatchLinear(nn.Module):
-    """BatchEnsemble linear layer: member i uses W ∘ r_i s_iᵀ and its own bias."""
+class _FastWeights:
+    """A BatchEnsemble layer: a shared W, fast weights r and s, and per-member biases; member i's dense
+    weight is `dense_weights()[i]`."""
 
     weight_layer = True
+
+    def fast_weights(self):
+        return [self.r, self.s]
+
+    def member_state(self, i):
+        state = {"weight": self.dense_weights()[i]}
+        if self.bias is not None:
+            state["bias"] = self.bias[i]
+        return state
+
+
+class BatchLinear(_FastWeights, nn.Module):
+    """BatchEnsemble linear layer: member i uses W ∘ r_i s_iᵀ and its own bias."""
 
     def __init__(self, in_features, out_features, num_members, bias=True, init=DEFAULT_FAST_WEIGHT_INIT,
                  random_bias=False):
@@ -68,10 +82,7 @@ class BatchLinear(nn.Module):
         init_fast_weights_(self.r, init)
         init_fast_weights_(self.s, init)
 
-    def fast_weights(self):
-        return [self.r, self.s]
-
-    def member_weights(self):
+    def dense_weights(self):
         """[k, out, in]: every member's effective dense weight W ∘ r_i s_iᵀ."""
         return self.weight * self.r[:, :, None] * self.s[:, None, :]
 
@@ -97,14 +108,8 @@ class BatchLinear(nn.Module):
         bias = None if self.bias is None else self.bias.flatten()
         return members_first(self._output(h, self.r.flatten(), bias), self.num_members)
 
-    def member_state(self, i):
-        state = {"weight": self.member_weights()[i]}
-        if self.bias is not None:
-            state["bias"] = self.bias[i]
-        return state
 
-
-class BatchConv2d(nn.Module):
+class BatchConv2d(_FastWeights, nn.Module):
     """BatchEnsemble convolution, channel-wise or kernel-wise.
 
     channel: input channels scaled by s_i, output channels by r_i, broadcast over space,
@@ -113,13 +118,9 @@ class BatchConv2d(nn.Module):
              member kernels differ, so all members run as one grouped convolution.
     """
 
-    weight_layer = True
-
     def __init__(self, in_channels, out_channels, kernel_size, num_members, stride=1, padding=0,
                  bias=False, variant="channel", init=DEFAULT_FAST_WEIGHT_INIT, random_bias=False):
         super().__init__()
-        if variant not in ("channel", "kernel"):
-            raise EnsdiagError(f"unknown BatchEnsemble variant {variant!r}; use channel or kernel")
         self.in_channels, self.out_channels, self.num_members = in_channels, out_channels, num_members
         self.kernel_size, self.stride, self.padding, self.variant = kernel_size, stride, padding, variant
         self.weight = nn.Parameter(torch.empty(out_channels, in_channels, kernel_size, kernel_size))
@@ -134,10 +135,7 @@ class BatchConv2d(nn.Module):
         init_fast_weights_(self.r, init)
         init_fast_weights_(self.s, init)
 
-    def fast_weights(self):
-        return [self.r, self.s]
-
-    def member_kernels(self):
+    def dense_weights(self):
         """[k, Cout, Cin, K, K]: every member's effective dense kernel."""
         if self.variant == "channel":
             return self.weight * self.r[:, :, None, None, None] * self.s[:, None, :, None, None]
@@ -151,18 +149,12 @@ class BatchConv2d(nn.Module):
             h = h.unflatten(0, (k, -1)) * self.r[:, None, :, None, None]
         else:
             stacked = x.unflatten(0, (k, -1)).transpose(0, 1).flatten(1, 2)  # [B, k*Cin, H, W]
-            kernels = self.member_kernels().flatten(0, 1)  # [k*Cout, Cin, K, K]
+            kernels = self.dense_weights().flatten(0, 1)  # [k*Cout, Cin, K, K]
             h = F.conv2d(stacked, kernels, None, self.stride, self.padding, groups=k)
             h = h.unflatten(1, (k, -1)).transpose(0, 1)  # [k, B, Cout, H', W']
         if self.bias is not None:
             h = h + self.bias[:, None, :, None, None]
         return h.flatten(0, 1)
-
-    def member_state(self, i):
-        state = {"weight": self.member_kernels()[i]}
-        if self.bias is not None:
-            state["bias"] = self.bias[i]
-        return state
 
 
 BE_LAYOUTS = ("original", "paper")

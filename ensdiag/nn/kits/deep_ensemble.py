@@ -48,7 +48,15 @@ class _MemberLinear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias
 
 
-class EnsembleLinear(nn.Module):
+class _Stacked:
+    """A layer that holds its members' tensors stacked (`stacked_state()`: member-first views): member i is
+    their i-th slices (a shared scalar, such as BatchNorm's step count, as it is)."""
+
+    def member_state(self, i):
+        return {name: tensor[i] if tensor.dim() else tensor for name, tensor in self.stacked_state().items()}
+
+
+class EnsembleLinear(_Stacked, nn.Module):
     """k independent linear layers run as one batched matmul on a member-major batch."""
 
     weight_layer = True
@@ -75,11 +83,8 @@ class EnsembleLinear(nn.Module):
             state["bias"] = self.bias
         return state
 
-    def member_state(self, i):
-        return {name: tensor[i] for name, tensor in self.stacked_state().items()}
 
-
-class EnsembleConv2d(nn.Conv2d):
+class EnsembleConv2d(_Stacked, nn.Conv2d):
     """k independent convolutions as one grouped convolution on channel-stacked input.
 
     PyTorch's default init computes fan-in per group, so each member is initialised exactly
@@ -89,7 +94,7 @@ class EnsembleConv2d(nn.Conv2d):
     def __init__(self, in_channels, out_channels, kernel_size, num_members, stride=1, padding=0, bias=False):
         super().__init__(num_members * in_channels, num_members * out_channels, kernel_size,
                          stride=stride, padding=padding, bias=bias, groups=num_members)
-        self.num_members, self.member_out = num_members, out_channels
+        self.num_members = num_members
 
     def stacked_state(self):
         """Member-first views [k, Cout, Cin, K, K] of the grouped weights (no copy)."""
@@ -98,25 +103,19 @@ class EnsembleConv2d(nn.Conv2d):
             state["bias"] = self.bias.unflatten(0, (self.num_members, -1))
         return state
 
-    def member_state(self, i):
-        return {name: tensor[i] for name, tensor in self.stacked_state().items()}
 
-
-class EnsembleBatchNorm2d(nn.BatchNorm2d):
+class EnsembleBatchNorm2d(_Stacked, nn.BatchNorm2d):
     """BatchNorm over channel-stacked input: every member keeps its own statistics."""
 
     def __init__(self, num_features, num_members):
         super().__init__(num_members * num_features)
-        self.num_members, self.member_features = num_members, num_features
+        self.num_members = num_members
 
     def stacked_state(self):
         """Member-first views [k, C] of weights and running statistics; the step count is shared."""
         state = {name: getattr(self, name).unflatten(0, (self.num_members, -1))
                  for name in ("weight", "bias", "running_mean", "running_var")}
         return {**state, "num_batches_tracked": self.num_batches_tracked}
-
-    def member_state(self, i):
-        return {name: tensor[i] if tensor.dim() else tensor for name, tensor in self.stacked_state().items()}
 
 
 @register_method("deep-ensemble")

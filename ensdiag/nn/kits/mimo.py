@@ -23,15 +23,11 @@ import torch
 from torch import nn
 
 from ..kit import Kit, Option, register_method
-from ..layers import members_first, stack_channels
+from ..layers import member_rows, members_first, stack_channels
 
 
-class MIMOInputLinear(nn.Linear):
-    """The first linear layer over M members' features side by side [B, M*in]."""
-
-    def __init__(self, in_features, out_features, num_members, bias=True):
-        super().__init__(in_features * num_members, out_features, bias)
-        self.num_members = num_members
+class _MembersIn:
+    """A first layer whose input is the M members' side by side: member i owns a block of its weight's columns."""
 
     def member_state(self, i):
         """What member i computes when every member gets the same input: the blocks summed."""
@@ -42,18 +38,20 @@ class MIMOInputLinear(nn.Linear):
         return {"weight": self.weight.unflatten(1, (self.num_members, -1))[:, i]}
 
 
-class MIMOStem(nn.Conv2d):
+class MIMOInputLinear(_MembersIn, nn.Linear):
+    """The first linear layer over M members' features side by side [B, M*in]."""
+
+    def __init__(self, in_features, out_features, num_members, bias=True):
+        super().__init__(in_features * num_members, out_features, bias)
+        self.num_members = num_members
+
+
+class MIMOStem(_MembersIn, nn.Conv2d):
     """The first convolution over M members' images stacked along the channels [B, M*C, H, W]."""
 
     def __init__(self, in_channels, out_channels, kernel_size, num_members, stride=1, padding=0):
         super().__init__(in_channels * num_members, out_channels, kernel_size, stride, padding, bias=False)
         self.num_members = num_members
-
-    def member_state(self, i):
-        return {"weight": self.weight.unflatten(1, (self.num_members, -1)).sum(1)}
-
-    def distinct_state(self, i):
-        return {"weight": self.weight.unflatten(1, (self.num_members, -1))[:, i]}
 
 
 class MIMOHead(nn.Linear):
@@ -67,9 +65,7 @@ class MIMOHead(nn.Linear):
         return members_first(super().forward(h), self.num_members)
 
     def member_state(self, i):
-        rows = self.out_features // self.num_members
-        state = {"weight": self.weight[i * rows:(i + 1) * rows]}
-        return state if self.bias is None else {**state, "bias": self.bias[i * rows:(i + 1) * rows]}
+        return member_rows(self, i)
 
 
 def mimo_rows(batch_size, num_members, input_repetition, batch_repetition, generator, device):

@@ -32,7 +32,7 @@ from torch import nn
 
 from ...errors import EnsdiagError
 from ..kit import Kit, Option, register_method, shared_batch
-from ..layers import default_linear_init_, members_first, stack_channels
+from ..layers import default_linear_init_, member_rows, members_first, stack_channels
 
 MIN_CHANNELS_PER_GROUP = 64  # torch-uncertainty's PackedConv2d: fewer subgroups below this
 
@@ -78,11 +78,7 @@ class PackedLinear(nn.Module):
     def distinct_state(self, i):
         """Member i's own parameters as stored (its γ blocks stacked): what weight cosine compares,
         equal to comparing the dense weights (the zeros between blocks add nothing)."""
-        rows = self.weight.shape[0] // self.num_members
-        state = {"weight": self.weight[i * rows:(i + 1) * rows]}
-        if self.bias is not None:
-            state["bias"] = self.bias[i * rows:(i + 1) * rows]
-        return state
+        return member_rows(self, i)
 
 
 class PackedConv2d(nn.Conv2d):
@@ -102,8 +98,7 @@ class PackedConv2d(nn.Conv2d):
         return {"weight": _member_block_diagonal(self.weight, i, self.num_members, self.groups)}
 
     def distinct_state(self, i):
-        rows = self.weight.shape[0] // self.num_members
-        return {"weight": self.weight[i * rows:(i + 1) * rows]}
+        return member_rows(self, i)
 
 
 class PackedBatchNorm2d(nn.BatchNorm2d):
@@ -114,9 +109,7 @@ class PackedBatchNorm2d(nn.BatchNorm2d):
         self.num_members = num_members
 
     def member_state(self, i):
-        width = self.num_features // self.num_members
-        state = {name: getattr(self, name)[i * width:(i + 1) * width]
-                 for name in ("weight", "bias", "running_mean", "running_var")}
+        state = member_rows(self, i, ("weight", "bias", "running_mean", "running_var"))
         return {**state, "num_batches_tracked": self.num_batches_tracked}
 
 
