@@ -30,7 +30,12 @@ from pathlib import Path
 
 import lightning
 
+from .core import Context, Measure
+from .ensembles import as_ensemble
 from .errors import EnsdiagError
+from .foreign.checkpoints import ensemble_from_states
+from .integrations import log_to
+from .results import diagnose  # the module's modes and the random state are kept by the core itself
 from .tracker import Tracker
 
 
@@ -54,7 +59,6 @@ class DiversityCallback(lightning.Callback):
         model = _torch_uncertainty_model(module)
         if model is not None:
             return model
-        from .ensembles import as_ensemble
         return as_ensemble(module, num_members=self.num_members)  # the module itself: [k, B, C] or [k·B, C]
 
     def _measure(self, trainer, module, epoch: int):
@@ -83,9 +87,6 @@ class DiversityCallback(lightning.Callback):
         `ensdiag/<stage>/`; the module's modes and the random state are as they were after."""
         if not self.final or data is None or not trainer.is_global_zero:
             return
-        from .core import Context, Measure
-        from .results import diagnose  # the module's modes and the random state are kept by the core itself
-        from .integrations import log_to
         self.diagnosis = diagnose(self._members(module), test=data, ood=self.ood, measure=Measure(geometry=self.geometry),
                                   context=Context(device=module.device, progress=False))
         for logger in trainer.loggers:
@@ -104,7 +105,6 @@ def _torch_uncertainty_model(module):
     inner = getattr(module, "model", None)
     if inner is None or not hasattr(inner, "state_dict"):
         return None
-    from .foreign.checkpoints import ensemble_from_states
     try:
         model = ensemble_from_states([inner.state_dict()], "the LightningModule's model")
     except EnsdiagError:
