@@ -22,7 +22,6 @@ from datetime import timedelta
 
 import torch
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel
 
 from .device import resolve_device
 from .errors import EnsdiagError
@@ -216,7 +215,7 @@ def synced_batchnorm_forward(device):
 def no_buffer_sync() -> dict:
     """DDP's argument for "no buffer broadcast before each forward": `forward_sync_buffers` where
     torch has it (it deprecated `broadcast_buffers`), else `broadcast_buffers`."""
-    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:
+    if "forward_sync_buffers" in inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters:
         return {"forward_sync_buffers": False}
     return {"broadcast_buffers": False}
 
@@ -233,8 +232,8 @@ class DataParallel:
         self.model = model
         self.norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
         self.norm_forward = synced_batchnorm_forward(device)
-        self.forward = DistributedDataParallel(_MemberForward(model), device_ids=[device] if device.type == "cuda" else None,
-                                               **no_buffer_sync())
+        self.forward = torch.nn.parallel.DistributedDataParallel(  # looked up here: tests stand in a fake
+            _MemberForward(model), device_ids=[device] if device.type == "cuda" else None, **no_buffer_sync())
 
     def __enter__(self):
         for module in self.norms:

@@ -255,7 +255,7 @@ HEAVY = {"torch", "torchvision", "scipy", "matplotlib", "sklearn", "numpy", "saf
 # {importing module: {the ensdiag modules it may import inside a function}}, one dict per group of folders:
 LAZY_COMMANDS = {  # the root modules, cli/, bench/ (the commands: parsing, --help and a typo load no torch)
     # what a command needs once it runs: torch (and scipy, matplotlib: report/), never for --help or a typo
-    "ensdiag.cli.analyze": {"ensdiag.core", "ensdiag.foreign.lm_eval"},
+    "ensdiag.cli.analyze": {"ensdiag.core", "ensdiag.foreign.lm_eval", "ensdiag.foreign.readers"},
     "ensdiag.cli.bench": {"ensdiag.bench", "ensdiag.device"},
     "ensdiag.cli.catalog": {"ensdiag.nn"},  # (`ensdiag presets` and `datasets` list without torch)
     "ensdiag.cli.diversity": {"ensdiag.analysis", "ensdiag.core", "ensdiag.device", "ensdiag.foreign.checkpoints",
@@ -263,7 +263,7 @@ LAZY_COMMANDS = {  # the root modules, cli/, bench/ (the commands: parsing, --he
     "ensdiag.cli.evaluate": {"ensdiag.core", "ensdiag.distributed", "ensdiag.foreign.checkpoints"},
     "ensdiag.cli.generated": {"ensdiag.foreign.lm_eval", "ensdiag.report.generated", "ensdiag.stats.generated"},
     "ensdiag.cli.import_model": {"ensdiag.checkpoint", "ensdiag.foreign.checkpoints"},
-    "ensdiag.cli.lora": {"ensdiag.lora.analysis", "ensdiag.report"},  # (adapters' configs are checked before torch)
+    "ensdiag.cli.lora": {"ensdiag.lora.analysis", "ensdiag.lora.harness", "ensdiag.report"},  # (adapters' configs are checked before torch)
     "ensdiag.cli.options": {"ensdiag.core.inputs", "ensdiag.nn.architectures"},
     "ensdiag.cli.report": {"ensdiag.predictions", "ensdiag.report"},
     "ensdiag.cli.show": {"ensdiag.report.inspection"},
@@ -293,6 +293,8 @@ LAZY_CORE = {  # core/, analysis/, stats/, geometry/, ensembles/
 LAZY_READERS = {  # foreign/, lora/, data/, nn/
     # corruptions.py is torch and torchvision, preset.py torch: `ensdiag datasets` lists the datasets without either
     "ensdiag.data.sets.digits": {"ensdiag.data.corruptions", "ensdiag.data.preset"},
+    # the ensembles' adapters (which every analyzer listing imports: a report) open a model file only when given one
+    "ensdiag.foreign.checkpoints": {"ensdiag.checkpoint"},
 }
 
 

@@ -87,7 +87,7 @@ def test_tensors_that_do_not_fit_the_spec(saved, tmp_path):
 def test_missing_file_and_directory(tmp_path):
     with pytest.raises(EnsdiagError, match="does not exist"):
         ensdiag.load_model(tmp_path / "nope.safetensors")
-    with pytest.raises(EnsdiagError, match="directory"):
+    with pytest.raises(EnsdiagError, match="is a folder, not a file"):
         ensdiag.load_model(tmp_path)
 
 

@@ -17,15 +17,15 @@ FIXTURES = Path(__file__).parent / "fixtures" / "torch_uncertainty"
 
 
 def test_a_torchvision_import_checks_keys_on_the_meta_device_before_building(tmp_path, capsys, monkeypatch):
-    from ensdiag.nn import model as model_module
+    from ensdiag.foreign import checkpoints
     built = []
-    original = model_module.build_from_spec
+    original = checkpoints.build_from_spec
 
     def counting(spec):
         built.append(torch.empty(0).device.type)  # the device tensors would be built on
         return original(spec)
 
-    monkeypatch.setattr(model_module, "build_from_spec", counting)
+    monkeypatch.setattr(checkpoints, "build_from_spec", counting)
     for i in range(2):  # two tiny files that name a 632M-parameter network
         torch.save({"heads.head.weight": torch.zeros(10, 4), "heads.head.bias": torch.zeros(10)}, tmp_path / f"m{i}.pt")
     assert_one_line_error(capsys, "import", tmp_path / "m0.pt", tmp_path / "m1.pt", "--arch", "torchvision:vit_h_14",

@@ -101,7 +101,7 @@ def _again(kind):
     from ensdiag.data.corruptions import corruption
     from ensdiag.data.registry import Dataset, register_dataset
     from ensdiag.ensembles import adapter
-    from ensdiag.foreign.readers import predictions_reader
+    from ensdiag.foreign.readers import READERS
     from ensdiag.nn import register_arch, register_method
     from ensdiag.nn.kit import Kit
     from ensdiag.report.render import report_format
@@ -115,7 +115,7 @@ def _again(kind):
             "analyzer": lambda: register_analyzer("calibration")(entry),
             "resampler": lambda: register_resampler("calibration")(entry),
             "ensemble adapter": lambda: adapter("a callable", 99)(entry),
-            "predictions reader": lambda: predictions_reader("NumPy arrays (.npy, .npz)", bool)(entry),
+            "predictions reader": lambda: READERS.register("NumPy arrays (.npy, .npz)", recognises=bool)(entry),
             "--format": lambda: report_format("markdown", "md")(entry),
             "logger": lambda: integrations.logger("a TensorBoard SummaryWriter", bool)(entry),
             "table format": lambda: export.TABLE_FORMATS.register("csv")(entry),

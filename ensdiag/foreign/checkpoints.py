@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 import torch
 from safetensors import safe_open
 
-from ..checkpoint import load_model
 from ..errors import EnsdiagError, InputTypeError
 from ..nn import ARCHITECTURES
 from ..nn.architectures import check_torchvision_name
@@ -144,6 +143,7 @@ def open_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=No
     paths = path_list(paths)
     if family == "auto" and arch == "auto" and len(paths) == 1 and paths[0].suffix == ".safetensors" \
             and _has_ensdiag_metadata(paths[0]):
+        from ..checkpoint import load_model
         return load_model(paths[0])
     return import_ensemble(paths, family, raw_ok, arch, num_classes)
 

@@ -151,8 +151,9 @@ def _catalogue_note(runs) -> list[str]:
 
 
 CATALOGUE_NOTE = ("The detail catalogue (SmoothECE and the calibration table's other ECEs, debiased ECE, temperature "
-                  "scaling, selective prediction, conformal sets, member pairs) was left out of these runs: "
-                  "`ensdiag train --detail` computes it with each run, `ensdiag evaluate MODEL` for one model.")
+                  "scaling, selective prediction, conformal sets, member pairs, and member geometry's loss barriers "
+                  "and CKA) was left out of these runs: `ensdiag train --detail` computes it with each run, "
+                  "`ensdiag evaluate MODEL` for one model, `ensdiag diversity MODEL` for one model's member geometry.")
 
 
 def _reference_rows(table, key):
