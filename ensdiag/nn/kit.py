@@ -277,7 +277,7 @@ class MemberKit(Kit):
 
     def check_members(self, m):
         if m != 1:
-            raise ValueError("a member's plain network takes inputs for exactly one member")
+            raise ValueError("a plain network (a single model, or one member's) takes inputs for exactly one member")
 
     def linear(self, in_features, out_features, bias=True, role="hidden"):
         return nn.Linear(in_features if role == "input" else self.width(in_features),
