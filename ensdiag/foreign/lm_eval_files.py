@@ -16,6 +16,7 @@ folder may hold runs of several tasks (`--task` picks one) but only one run of t
 import json
 import re
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path, PurePosixPath
 
 from ..errors import EnsdiagError
@@ -68,14 +69,12 @@ def members_of(path: Path) -> list[Member]:
 
 
 def _entries(folder: Path) -> list[Path]:
-    entries = []
     try:
-        for entry in folder.iterdir():
-            entries.append(entry)
-            if len(entries) > MAX_ENTRIES:
-                raise EnsdiagError(f"{folder} holds more than {MAX_ENTRIES:,} entries: not an lm-eval output folder")
+        entries = list(islice(folder.iterdir(), MAX_ENTRIES + 1))
     except OSError as error:
         raise EnsdiagError(f"{folder} cannot be listed ({error.strerror or type(error).__name__})") from None
+    if len(entries) > MAX_ENTRIES:
+        raise EnsdiagError(f"{folder} holds more than {MAX_ENTRIES:,} entries: not an lm-eval output folder")
     return entries
 
 
