@@ -14,6 +14,7 @@ folder may hold runs of several tasks (`--task` picks one) but only one run of t
 """
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from itertools import islice
@@ -223,12 +224,7 @@ def run_name(section: dict) -> tuple[str, int] | None:
     paths = [member.get("peft") or member.get("pretrained") for member in section.get("members", [])]
     if not paths or not all(isinstance(path, str) and path for path in paths):
         return None
-    parents = [PurePosixPath(path.replace("\\", "/")).parts[:-1] for path in paths]
-    common = []
-    for parts in zip(*parents):
-        if len(set(parts)) != 1:
-            break
-        common.append(parts[0])
+    common = list(os.path.commonprefix([PurePosixPath(path.replace("\\", "/")).parts[:-1] for path in paths]))
     seed = 0
     while common:
         match = SEED_PART.match(common[-1])
