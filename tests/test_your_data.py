@@ -9,7 +9,7 @@ import torch
 
 import ensdiag
 from ensdiag.data.batching import Normalize
-from ensdiag.data.registry import DIGITS_MEAN, DIGITS_STD
+from ensdiag.data.constants import DIGITS_MEAN, DIGITS_STD
 from tests.cli import assert_one_line_error, run_cli
 
 
