@@ -29,10 +29,12 @@ def _random_sign(n, g):
     return torch.randint(0, 2, (n,), generator=g).float() * 2 - 1
 
 
-def _affine(x, theta):
-    """Resample x through per-image 2x3 affine maps (output -> input, normalised coordinates)."""
+def _affine(x, *rows):
+    """Resample x through per-image 2x3 affine maps (output -> input, normalised coordinates), each
+    of the two rows three [N] tensors; clamped to [0, 1]."""
+    theta = torch.stack([torch.stack(row, 1) for row in rows], 1)
     grid = F.affine_grid(theta, list(x.shape), align_corners=False)
-    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False).clamp(0, 1)
 
 
 @corruption
@@ -56,16 +58,14 @@ def blur(x, g):
 def rotate(x, g):
     angle = _random_sign(len(x), g) * _uniform(len(x), 25, 45, g) * math.pi / 180
     cos, sin, zero = angle.cos(), angle.sin(), torch.zeros(len(x))
-    theta = torch.stack([torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)], 1)
-    return _affine(x, theta).clamp(0, 1)
+    return _affine(x, (cos, -sin, zero), (sin, cos, zero))
 
 
 @corruption
 def shear(x, g):
     s = _random_sign(len(x), g) * _uniform(len(x), 0.4, 0.7, g)
     one, zero = torch.ones(len(x)), torch.zeros(len(x))
-    theta = torch.stack([torch.stack([one, s, zero], 1), torch.stack([zero, one, zero], 1)], 1)
-    return _affine(x, theta).clamp(0, 1)
+    return _affine(x, (one, s, zero), (zero, one, zero))
 
 
 @corruption
@@ -73,8 +73,7 @@ def scale(x, g):
     zoom_out = torch.rand(len(x), generator=g) < 0.5
     factor = torch.where(zoom_out, _uniform(len(x), 1.5, 1.8, g), _uniform(len(x), 0.6, 0.7, g))
     zero = torch.zeros(len(x))
-    theta = torch.stack([torch.stack([factor, zero, zero], 1), torch.stack([zero, factor, zero], 1)], 1)
-    return _affine(x, theta).clamp(0, 1)
+    return _affine(x, (factor, zero, zero), (zero, factor, zero))
 
 
 @corruption
@@ -83,8 +82,7 @@ def translate(x, g):
     pixels = _random_sign(len(x), g)[:, None] * _uniform(len(x), 0.75, 1.25, g)[:, None] * torch.ones(1, 2)
     shift = 2 * pixels / torch.tensor([x.shape[-1], x.shape[-2]])
     one, zero = torch.ones(len(x)), torch.zeros(len(x))
-    theta = torch.stack([torch.stack([one, zero, shift[:, 0]], 1), torch.stack([zero, one, shift[:, 1]], 1)], 1)
-    return _affine(x, theta).clamp(0, 1)
+    return _affine(x, (one, zero, shift[:, 0]), (zero, one, shift[:, 1]))
 
 
 @corruption

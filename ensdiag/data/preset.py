@@ -50,7 +50,6 @@ def load_preset_data(config, data_dir, download=False, with_train=True) -> Prese
         if tuple(split.images.shape[1:]) != tuple(config.input_shape):
             raise EnsdiagError(f"{split.source}: images of shape {tuple(split.images.shape[1:])}, "
                                f"the {config.preset} preset expects {tuple(config.input_shape)}")
-    for split in present:
         if split.labels is not None and len(split.labels) and int(split.labels.max()) >= config.num_classes:
             raise EnsdiagError(f"{split.source}: label {int(split.labels.max())} out of range for {config.num_classes} classes")
     return PresetData(train, test, shift, ood, skipped, titles)

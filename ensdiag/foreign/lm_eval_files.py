@@ -14,8 +14,10 @@ folder may hold runs of several tasks (`--task` picks one) but only one run of t
 """
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path, PurePosixPath
 
 from ..errors import EnsdiagError
@@ -68,14 +70,12 @@ def members_of(path: Path) -> list[Member]:
 
 
 def _entries(folder: Path) -> list[Path]:
-    entries = []
     try:
-        for entry in folder.iterdir():
-            entries.append(entry)
-            if len(entries) > MAX_ENTRIES:
-                raise EnsdiagError(f"{folder} holds more than {MAX_ENTRIES:,} entries: not an lm-eval output folder")
+        entries = list(islice(folder.iterdir(), MAX_ENTRIES + 1))
     except OSError as error:
         raise EnsdiagError(f"{folder} cannot be listed ({error.strerror or type(error).__name__})") from None
+    if len(entries) > MAX_ENTRIES:
+        raise EnsdiagError(f"{folder} holds more than {MAX_ENTRIES:,} entries: not an lm-eval output folder")
     return entries
 
 
@@ -224,12 +224,7 @@ def run_name(section: dict) -> tuple[str, int] | None:
     paths = [member.get("peft") or member.get("pretrained") for member in section.get("members", [])]
     if not paths or not all(isinstance(path, str) and path for path in paths):
         return None
-    parents = [PurePosixPath(path.replace("\\", "/")).parts[:-1] for path in paths]
-    common = []
-    for parts in zip(*parents):
-        if len(set(parts)) != 1:
-            break
-        common.append(parts[0])
+    common = list(os.path.commonprefix([PurePosixPath(path.replace("\\", "/")).parts[:-1] for path in paths]))
     seed = 0
     while common:
         match = SEED_PART.match(common[-1])

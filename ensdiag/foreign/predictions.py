@@ -58,9 +58,7 @@ def _scores(array: np.ndarray, where: str) -> torch.Tensor:
 def _labels(array: np.ndarray, n: int, num_classes: int, where: str) -> torch.Tensor:
     if array.dtype.kind not in "iu":
         raise EnsdiagError(f"{where} must be integer class indices, got dtype {array.dtype}")
-    if array.shape != (n,):
-        raise EnsdiagError(f"{where} must be [N={n}], got shape {list(array.shape)}")
-    if array.dtype.kind == "u" and array.dtype.itemsize == 8 and n and int(array.max()) >= 2**63:
+    if array.dtype.kind == "u" and array.dtype.itemsize == 8 and array.size and int(array.max()) >= 2**63:
         raise EnsdiagError(f"{where} out of range 0..{num_classes - 1} (found {int(array.max())})")
     return check_labels(torch.from_numpy(np.ascontiguousarray(_native(array).astype(np.int64))), n, num_classes, where)
 

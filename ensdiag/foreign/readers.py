@@ -17,7 +17,7 @@ from ..predictions import load_predictions
 from ..registry import Registry
 from .jsonl import load_jsonl_predictions
 from .lm_eval import LmEvalOptions, load_lm_eval_predictions, looks_like_lm_eval
-from .predictions import INPUTS, load_array_predictions
+from .predictions import load_array_predictions
 
 
 @dataclass
@@ -74,8 +74,6 @@ def load_any_predictions(sources, labels=None, ood=(), inputs="logits", lm_eval=
     request = Request([Path(s) for s in sources], labels, [Path(p) for p in ood], inputs, lm_eval, about)
     if not request.sources:
         raise EnsdiagError("give at least one predictions file")
-    if inputs not in INPUTS:
-        raise EnsdiagError(f"--inputs must be logits or probs, got {inputs!r}")
     paths = [*request.sources, *request.ood]
     what = READERS.recognise(paths)
     if what != "lm-evaluation-harness logs" and lm_eval not in (None, LmEvalOptions()):

@@ -37,15 +37,15 @@ class Module:
     shape: tuple[int, int]
 
 
-def _bin_state(path) -> dict:
-    """A .bin adapter's tensors, memory-mapped where the file allows it (zip format); read once per
-    version of the file."""
+def _version(path) -> tuple[int, int]:
+    """What tells one version of a file from the next (the caches below read each version once)."""
     stat = path.stat()
-    return _loaded_bin(path, stat.st_mtime_ns, stat.st_size)
+    return stat.st_mtime_ns, stat.st_size
 
 
 @lru_cache(maxsize=16)
-def _loaded_bin(path, mtime, size) -> dict:
+def _bin_state(path, mtime, size) -> dict:
+    """A .bin adapter's tensors, memory-mapped where the file allows it (zip format)."""
     check_zip_sizes(path)
     state = load_tensors(path, "adapter_model.bin", mmap=zipfile.is_zipfile(path))
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
@@ -58,20 +58,15 @@ def _header(config: AdapterConfig) -> dict[str, tuple[tuple[int, ...], str]]:
     path = config.weights
     if path.suffix == ".bin":
         return {key: (tuple(value.shape), BIN_DTYPES.get(value.dtype, str(value.dtype)))
-                for key, value in _bin_state(path).items()}
+                for key, value in _bin_state(path, *_version(path)).items()}
     with opened(path) as handle:
         return {key: (tuple(handle.get_slice(key).get_shape()), handle.get_slice(key).get_dtype()) for key in handle.keys()}
 
 
-def _modules_of(config: AdapterConfig) -> tuple[dict[str, Module], list[str]]:
-    """The adapter's modules, every factor's shape and dtype checked, and the keys that are no LoRA
-    factor; read once per version of the file."""
-    stat = config.weights.stat()
-    return _read_modules(config, stat.st_mtime_ns, stat.st_size)
-
-
 @lru_cache(maxsize=64)
-def _read_modules(config: AdapterConfig, mtime, size) -> tuple[dict[str, Module], list[str]]:
+def _modules_of(config: AdapterConfig, mtime, size) -> tuple[dict[str, Module], list[str]]:
+    """The adapter's modules, every factor's shape and dtype checked, and the keys that are no LoRA
+    factor."""
     header, path = _header(config), config.weights
     factors, other = {}, []
     for key in header:
@@ -105,10 +100,10 @@ def _read_modules(config: AdapterConfig, mtime, size) -> tuple[dict[str, Module]
 def adapted_modules(configs: list[AdapterConfig]) -> tuple[list[Module], list[str]]:
     """The modules every member adapts, in the model's order (layer numbers compared as numbers), and
     the other tensors of the first member's file (not compared)."""
-    first, other = _modules_of(configs[0])
+    first, other = _modules_of(configs[0], *_version(configs[0].weights))
     check_targets(configs[0], list(first))  # every member's config names the same modules (config.py)
     for config in configs[1:]:
-        modules, _ = _modules_of(config)
+        modules, _ = _modules_of(config, *_version(config.weights))
         for name in sorted(set(first) ^ set(modules)):
             has, lacks = (configs[0], config) if name in first else (config, configs[0])
             raise EnsdiagError(f"{has.weights} adapts {name} but {lacks.weights} does not; members must adapt the "
@@ -132,11 +127,11 @@ def read_factors(config: AdapterConfig, module: Module) -> tuple[torch.Tensor, t
     m, n = module.shape
     require(8 * config.rank * (m + n), f"the LoRA factors of {module.name}")
     path = config.weights
-    own = _modules_of(config)[0][module.name]
+    own = _modules_of(config, *_version(path))[0][module.name]
     key_a, key_b = own.key_a, own.key_b
     try:
         if path.suffix == ".bin":
-            state = _bin_state(path)
+            state = _bin_state(path, *_version(path))
             a, b = state[key_a], state[key_b]
         else:
             with safe_open(str(path), framework="pt", device="cpu") as handle:

@@ -104,7 +104,8 @@ def _layer(module, factors, log_scales, signs, weights, transposed, totals) -> d
     right = _subspaces([v for _, _, v in spaces], A.shape[2])
     column, row = (right, left) if transposed else (left, right)
     layer = {"name": module.name, "type": module_type(module.name), "depth": layer_depth(module.name), "shape": [m, n],
-             "delta_cosine": _matrix(maths.cosines(delta.total), null_rms=maths.cosine_null_rms(m, n)),
+             # null_rms: an independent [m, n] matrix with uniformly random singular vectors has E[cos²] = 1/(mn)
+             "delta_cosine": _matrix(maths.cosines(delta.total), null_rms=1 / math.sqrt(m * n)),
              "column_overlap": column, "row_overlap": row,
              "effective_rank": [maths.effective_rank(sigma) for _, sigma, _ in spaces],
              "rank": [int(sigma.numel()) for _, sigma, _ in spaces], "norm": delta.norms()}
@@ -120,10 +121,8 @@ def _layer(module, factors, log_scales, signs, weights, transposed, totals) -> d
         joint_unit[1:, 1:] = unit
         joint = maths.ScaledGram(k + 1)
         joint.add(joint_unit, torch.cat([torch.tensor([log_base], dtype=maths.FLOAT), log_size]))
-        effective, orthogonal = maths.with_base(joint)
         layer["base_weight"] = name
-        layer["effective_cosine"] = _matrix(maths.cosines(effective),
-                                            orthogonal_baseline=maths.mean(maths.off_diagonal(maths.cosines(orthogonal))))
+        layer["effective_cosine"] = _effective_cosine(joint)
         layer["relative_norm"] = maths.relative_norms(joint)
         totals["joint"].add(joint_unit, joint.log_scale)
     return layer
@@ -143,6 +142,11 @@ def _matrix(matrix, **extra) -> dict:
     return {"matrix": matrix, "mean": maths.mean(maths.off_diagonal(matrix)), **extra}
 
 
+def _effective_cosine(joint) -> dict:
+    effective, orthogonal = maths.with_base(joint)
+    return _matrix(maths.cosines(effective), orthogonal_baseline=maths.mean(maths.off_diagonal(maths.cosines(orthogonal))))
+
+
 def _summary(layers, totals, with_base, rank) -> dict:
     delta = totals["delta"]
     summary = {"layers": len(layers),
@@ -152,9 +156,7 @@ def _summary(layers, totals, with_base, rank) -> dict:
                "effective_rank": {"mean": maths.mean(r for layer in layers for r in layer["effective_rank"]), "r": rank},
                "norm": delta.norms(), "effective_cosine": None, "relative_norm": None}
     if with_base:
-        effective, orthogonal = maths.with_base(totals["joint"])
-        summary["effective_cosine"] = _matrix(maths.cosines(effective),
-                                              orthogonal_baseline=maths.mean(maths.off_diagonal(maths.cosines(orthogonal))))
+        summary["effective_cosine"] = _effective_cosine(totals["joint"])
         members = maths.relative_norms(totals["joint"])
         summary["relative_norm"] = {"members": members, "mean": maths.mean(members)}
     return summary

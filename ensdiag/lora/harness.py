@@ -16,8 +16,8 @@ a task's dataset that would be downloaded is a one-line error instead.
 
 import importlib.util
 import os
-from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -54,21 +54,6 @@ def check_base(base) -> Path:
         raise EnsdiagError(f"--base {base} is not a local model folder (no config.json); ensdiag evaluate runs local "
                            "folders only, never a model from the hub")
     return base
-
-
-@contextmanager
-def offline():
-    """The hub switched off for everything imported and run inside (restored after)."""
-    before = {key: os.environ.get(key) for key in OFFLINE}
-    os.environ.update(OFFLINE)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _failed(what: str, error: Exception) -> EnsdiagError:
@@ -146,7 +131,7 @@ def evaluate_adapters(folders, base, tasks: str | None, ood_task: str | None, in
         raise EnsdiagError(f"{logs} holds lm-eval logs of an earlier evaluation: save this one under another "
                            "--method or --seed, or remove that folder")
     names = [tasks, *([ood_task] if ood_task else [])]
-    with offline():
+    with mock.patch.dict(os.environ, OFFLINE):  # the hub switched off for everything imported and run inside
         manager, device = load_tasks(names, include_path), _device(device)
         members = []
         for index, folder in enumerate(folders):

@@ -183,12 +183,6 @@ def relative_norms(joint: ScaledGram) -> list[float | None]:
             for i in range(1, total.shape[0])]
 
 
-def cosine_null_rms(m: int, n: int) -> float:
-    """RMS cosine between an [m, n] matrix and an independent one whose singular vectors are uniformly
-    random (any singular values): their second moment is δδ/(mn), so E[cos²] = 1/(mn), E[cos] = 0."""
-    return 1 / math.sqrt(m * n)
-
-
 def factored_svd(B: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(U [m, ρ], σ [ρ], V [n, ρ]) with B·A = U diag(σ) Vᵀ and ρ its numerical rank: QR of B and of
     Aᵀ leaves a small core R_B R_Aᵀ whose SVD rotates the two orthonormal bases into singular vectors.

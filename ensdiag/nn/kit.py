@@ -152,11 +152,16 @@ class Kit:
     run_variants: dict = {}  # extra run name -> (fixed options, label), e.g. batch-ensemble-kernel
     reference_separate_members = False  # the bench's reference pipeline trains k separate networks
     one_weight_set = False  # True when all members share one set of weights
-    # How the members' mean cross-entropies combine into the training loss: "sum" when members
-    # share no parameter (each then trains exactly as a single model would), "mean" when they
-    # share weights (the shared weights then get a single model's gradient, not k times it) or
-    # when the method's reference implementation averages (a kit may make it an option).
-    loss_over_members = "sum"
+
+    @property
+    def loss_over_members(self) -> str:
+        """How the members' mean cross-entropies combine into the training loss: "sum" when members
+        share no parameter (each then trains exactly as a single model would), "mean" when they
+        share weights (the shared weights then get a single model's gradient, not k times it) or
+        when the method's reference implementation averages; a kit with the option `loss` lets the
+        run choose (BatchEnsemble's "sum" is ensdiag's before 0.2, kept so that runs started then
+        resume as they began)."""
+        return self.options.get("loss", "sum")
 
     def __init__(self, num_members, **options):
         self.num_members = num_members
@@ -277,7 +282,7 @@ class MemberKit(Kit):
 
     def check_members(self, m):
         if m != 1:
-            raise ValueError("a member's plain network takes inputs for exactly one member")
+            raise ValueError("a plain network (a single model, or one member's) takes inputs for exactly one member")
 
     def linear(self, in_features, out_features, bias=True, role="hidden"):
         return nn.Linear(in_features if role == "input" else self.width(in_features),

@@ -50,20 +50,17 @@ def shared_input_linear(layer, x, num_members):
     return layer(x).expand(num_members, *x.shape[:-1], -1).flatten(0, 1)
 
 
+# BatchNorm, LayerNorm, GroupNorm, InstanceNorm, RMSNorm: their scales start at 1 and their shifts at 0 in every
+# member, by construction, so they say nothing of how members differ
 NORMALISATION = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)
-
-
-def is_normalisation(module) -> bool:
-    """A normalisation layer (BatchNorm, LayerNorm, GroupNorm, InstanceNorm, RMSNorm): its scales start
-    at 1 and its shifts at 0 in every member, by construction, so they say nothing of how members differ."""
-    return isinstance(module, NORMALISATION)
 
 
 def function_parameters(network: nn.Module) -> list[str]:
     """The names of a network's floating-point parameters that carry its function: every one but the
-    normalisation layers' scales and shifts (`is_normalisation`). What weight cosine compares, in the
+    normalisation layers' scales and shifts (`NORMALISATION`). What weight cosine compares, in the
     weight-similarity and alignment analyzers alike."""
-    return [f"{owner}.{name}" if owner else name for owner, module in network.named_modules() if not is_normalisation(module)
+    return [f"{owner}.{name}" if owner else name for owner, module in network.named_modules()
+            if not isinstance(module, NORMALISATION)
             for name, value in module.named_parameters(recurse=False) if value.is_floating_point()]
 
 

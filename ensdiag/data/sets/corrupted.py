@@ -45,8 +45,6 @@ def load_npy(path: Path, dtype=None, shape_tail=None, what="array") -> np.ndarra
 
 def _images_to_split(images: np.ndarray, labels: np.ndarray, source: str, num_classes=10) -> Split:
     import torch
-    if len(images) != len(labels):
-        raise EnsdiagError(f"{source}: {len(images)} images but {len(labels)} labels")
     if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
         raise EnsdiagError(f"{source}: labels must lie in 0..{num_classes - 1}, got {labels.min()}..{labels.max()}")
     chw = torch.from_numpy(np.array(images)).permute(0, 3, 1, 2).contiguous()  # copy out of the memory map

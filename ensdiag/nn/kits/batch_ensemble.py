@@ -227,12 +227,6 @@ class BatchEnsembleKit(Kit):
         return [{"params": fast, "weight_decay": config.weight_decay if config.be_fast_weight_decay else 0.0}]
 
     @property
-    def loss_over_members(self):
-        """"mean" (the original and torch-uncertainty: mean CE over all k·B rows) or "sum"
-        (ensdiag before 0.2, kept so that runs started then resume as they began)."""
-        return self.options["loss"]
-
-    @property
     def paper_layout(self):
         return self.options["layout"] == "paper"
 

@@ -153,5 +153,4 @@ class DeepEnsembleKit(Kit):
         return stack_channels(xs)  # [B, k*C, H, W]
 
     def pooled_features(self, h):
-        pooled = h.mean(dim=(2, 3))  # [B, k*F]
-        return pooled.unflatten(1, (self.num_members, -1)).transpose(0, 1).flatten(0, 1)
+        return members_first(h.mean(dim=(2, 3)), self.num_members)  # [B, k*F] -> [k*B, F]

@@ -127,10 +127,6 @@ class PackedEnsembleKit(Kit):
                 Option("head_subgroups", False, "γ subgroups on the classifier head too (torch-uncertainty's packed_mlp)",
                        bool))
 
-    @property
-    def loss_over_members(self):
-        return self.options["loss"]
-
     def width(self, features):
         """Channels a layer holds where the architecture asks for `features`."""
         unit = self.num_members * self.options["gamma"]

@@ -1,16 +1,11 @@
-"""`single`: one plain network, k = 1 (the base kit unchanged)."""
+"""`single`: one plain network, k = 1 (`MemberKit` at the architecture's own widths)."""
 
-from ..kit import Kit, register_method
+from ..kit import MemberKit, register_method
 
 
 @register_method("single")
-class SingleKit(Kit):
-    label = "Single"
+class SingleKit(MemberKit):
     order = 0
-    independent_members = True
-    one_weight_set = True
-    fixed_members = 1
 
-    def check_members(self, m):
-        if m != 1:
-            raise ValueError("a single model takes inputs for exactly one member")
+    def __init__(self, num_members, **options):
+        super().__init__()

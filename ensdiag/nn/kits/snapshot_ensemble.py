@@ -111,7 +111,6 @@ class _CapturingKit(Kit):
 
     own_weights = True
     conv_bias = False  # its convolutions carry the biases its own layout defines
-    loss_over_members = "sum"  # one member trains at a time: sum and mean agree
     early_stopping = False
 
     def linear(self, in_features, out_features, bias=True, role="hidden"):
