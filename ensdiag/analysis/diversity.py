@@ -17,7 +17,7 @@ from ..stats.examples import Examples, entropy
 from .registry import Column, register_analyzer, register_resampler
 from ..errors import Skip
 from ..layout import SPLIT_TABLES, empty_metric, finite, metric
-from ..stats.resampled import Refused, nan_for, per_split, value
+from ..stats.resampled import Refused, per_split, value
 
 MAX_STORED_MATRIX = 256  # members up to which the k×k disagreement matrices are stored (metrics.json stays small)
 MATRIX = "D[i,j] = fraction of samples where members i and j predict different labels"
@@ -137,7 +137,7 @@ def _pair_terms(split: Examples) -> dict:
 def _pair_mean(key):
     def statistic(split, w):
         if split.undefined.any():  # no mean over "the defined pairs" once a prediction is undefined
-            return nan_for(w, split.size)
+            return W.nan_for(w, split.size)
         return W.mean(split.memo("pairs", lambda: _pair_terms(split))[key], w)
     return statistic
 
@@ -150,7 +150,7 @@ def _pair_tables(split: Examples, w) -> dict:
     each pair's weighted 2×2 table of right/wrong (Σ w e_i, Σ w e_i e_j)."""
     weights, single = W.rows(w, split.size)
     if split.undefined.any():
-        return {key: nan_for(w, split.size) for key in ("error_correlation", "yule_q")}
+        return {key: W.nan_for(w, split.size) for key in ("error_correlation", "yule_q")}
     e, k = split.member_errors, split.members
     n = weights.sum(1, keepdim=True)
     wrong = weights @ e.T  # [b, k]

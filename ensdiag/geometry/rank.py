@@ -46,12 +46,6 @@ def rank_threshold(singular_values: torch.Tensor, delta: float) -> torch.Tensor:
     return delta * frobenius + singular_values.shape[-1] * torch.finfo(torch.float64).eps * singular_values[..., :1]
 
 
-def numerical_rank(singular_values: torch.Tensor, delta: float) -> int:
-    if singular_values.numel() == 0 or singular_values[0] <= 0:
-        return 0
-    return int((singular_values > rank_threshold(singular_values, delta)).sum())
-
-
 NEGLIGIBLE = 1e-3  # below this fraction of the layer's median |weight|, an entry counts as 0
 
 
@@ -122,7 +116,7 @@ def layer_structure(w_i: torch.Tensor, w_j: torch.Tensor) -> dict:
                 "note": "no entry carries a ratio (zero or negligible weights)"}
     delta = rounding(w_i.dtype if w_i.is_floating_point() else torch.float32)
     values = torch.linalg.svdvals(ratio)
-    result = {"rank": numerical_rank(values, delta), "max_rank": min(ratio.shape),
+    result = {"rank": int((values > rank_threshold(values, delta)).sum()), "max_rank": min(ratio.shape),
               "singular_values": (values[:SHOWN] / values[0]).tolist() if values[0] > 0 else [],
               "tolerance": float(rank_threshold(values, delta)) / float(values[0]) if values[0] > 0 else None,
               "entries_used": used}

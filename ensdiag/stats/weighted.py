@@ -60,6 +60,12 @@ def _out(values: torch.Tensor, single: bool) -> torch.Tensor:
     return values[0] if single else values
 
 
+def nan_for(w, n: int) -> torch.Tensor:
+    """NaN for each weighting in w (a 0-d tensor for None or [n]): a number not defined on these examples."""
+    weights, single = rows(w, n)
+    return _out(torch.full((len(weights),), math.nan, dtype=torch.float64), single)
+
+
 def mean(values: torch.Tensor, w=None) -> torch.Tensor:
     """Σ w·v / Σ w over the examples (NaN where a value is NaN, whatever its weight)."""
     weights, single = rows(w, len(values))
