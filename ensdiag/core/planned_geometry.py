@@ -33,17 +33,10 @@ GEOMETRY_FLOOR = 50  # below this many examples a geometry step is skipped
 
 PILOT = 64  # examples CKA's pilot reads per split, and images of the timed path point
 FORWARD_PILOT = 256  # images of one member's timed forward: on a CPU, an image costs more in a large batch
-SEARCH = "search"  # in PATH_CHOICES: the barrier search's minimum restarts (its rule's, `_restarts_of`)
+SEARCH = "search"  # in PATH_CHOICES: the barrier search's minimum restarts (its rule's, `least.rule_for`)
 PATH_CHOICES = ((3, 11, SEARCH), (3, 11, 3), (2, 11, 3), (1, 11, 3), (1, "adaptive", 3))  # (pairs, points, restarts)
 ADAPTIVE_POINTS = 11  # an adaptive path is planned at its worst (6 points on a flat curve, 11 where it bends)
 BOUNDED_POINTS = 3  # points a restart's walk is planned at beyond the first (it stops once it can lower no barrier)
-
-
-def geometry_order(names: list, analyzers: dict) -> list:
-    """Weights-only steps first (their cost does not depend on examples), then alignment (paths
-    start from it), CKA and paths (which share what is left), then any other model analyzer."""
-    rank = {"alignment": 1, "cka": 2, "paths": 3}
-    return sorted(names, key=lambda name: (0 if not analyzers[name].reads_data else rank.get(name, 4)))
 
 
 def run_geometry(plan, probe, names: list, analyze, status, results: dict) -> dict:
@@ -51,7 +44,11 @@ def run_geometry(plan, probe, names: list, analyze, status, results: dict) -> di
     found (an interrupted run keeps the steps finished); within a limited plan, each step's examples
     chosen from measured costs and recorded, a step that does not fit skipped with its reason."""
     analyzers = all_analyzers()
-    for name in geometry_order(names, analyzers) if plan.limited else names:
+    # a limited plan: weights-only steps first (their cost does not depend on examples), then alignment (paths start
+    # from it), CKA and paths (which share what is left), then any other model analyzer
+    order = {"alignment": 1, "cka": 2, "paths": 3}
+    for name in sorted(names, key=lambda name: order.get(name, 4) if analyzers[name].reads_data else 0) \
+            if plan.limited else names:
         if plan.limited:
             if name in ("cka", "paths") and "geometry" not in plan.costs:
                 _plan_geometry(plan, probe, [step for step in ("cka", "paths") if step in names])
@@ -218,7 +215,8 @@ def _plan_geometry(plan, probe, steps: list) -> None:
         # a budget caps the barrier search where it was planned
         _use(probe, chosen, min(PATH_EXAMPLES, available["id"]) if math.isinf(seconds) else int(n), not math.isinf(seconds))
         if plan.precision is not None:
-            probe.enough = lambda curves: _barrier_precise(curves, plan.precision)
+            probe.enough = lambda curves: (width := CI.half_width(barrier_interval(
+                [(curves["t"], excess(curves["t"], curves["loss"]))], "id"))) is not None and width <= plan.precision
 
 
 def _path_choice(plan, probe, limit: int, seconds: float, other=lambda n: 0.0) -> tuple[tuple, int]:
@@ -226,7 +224,7 @@ def _path_choice(plan, probe, limit: int, seconds: float, other=lambda n: 0.0) -
     least `PATH_EXAMPLES_FLOOR` of `limit` examples in `seconds` (else the last), and the n they read."""
     k = probe.ensemble.num_members or 2
     for pairs, points, restarts in PATH_CHOICES:
-        chosen = (min(pairs, k - 1), points, _restarts_of(restarts, probe))
+        chosen = (min(pairs, k - 1), points, rule_for(probe.detail).minimum if restarts == SEARCH else restarts)
         n = limit if math.isinf(seconds) else _largest(lambda n: other(n) + paths_seconds(n, plan.costs, *chosen), limit,
                                                         seconds)
         if n >= min(PATH_EXAMPLES_FLOOR, limit):
@@ -257,15 +255,6 @@ def _refit_paths(plan, probe) -> None:
                                  f"{paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; {seconds:.0f} s were left")
         return
     _use(probe, chosen, n)
-
-
-def _barrier_precise(curves, target) -> bool:
-    width = CI.half_width(barrier_interval([(curves["t"], excess(curves["t"], curves["loss"]))], "id"))
-    return width is not None and width <= target
-
-
-def _restarts_of(restarts, probe) -> int:
-    return rule_for(probe.detail).minimum if restarts == SEARCH else restarts
 
 
 def estimate_full(plan, metrics: dict, geometry_examples, path_points=11, detail: bool = False) -> float:
