@@ -6,8 +6,6 @@ examples is the mean over examples of a per-example mean over pairs, so each is 
 of right/wrong, weighted the same way. The k×k matrices beside them are what the report draws.
 """
 
-import math
-
 import torch
 
 from ..stats import metrics as M
@@ -163,10 +161,8 @@ def _pair_tables(split: Examples, w) -> dict:
     both_right, only_i, only_j = n - wi - wj + ww, wj - ww, wi - ww
     agree, differ = both_right * ww, only_i * only_j
 
-    def mean_defined(values):
-        defined = ~values.isnan()
-        total = torch.where(defined, values, torch.zeros_like(values)).sum(1)
-        found = torch.where(defined.any(1), total / defined.sum(1).clamp(min=1), values.new_tensor(math.nan))
+    def mean_defined(values):  # NaN where no pair is defined
+        found = values.nanmean(1)
         return found[0] if single else found
     return {"error_correlation": mean_defined(correlation), "yule_q": mean_defined((agree - differ) / (agree + differ))}
 

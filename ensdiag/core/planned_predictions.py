@@ -8,6 +8,7 @@ refused then, before it is spent, saying what it would take.
 
 import math
 import time
+from itertools import chain
 
 import torch
 
@@ -156,24 +157,19 @@ class _Stream:
     """Batches of a stream taken `count` examples at a time; the rest of a cut batch waits for the next take."""
 
     def __init__(self, batches):
-        self.batches, self.rest = batches, None
+        self.batches = batches
 
     def take(self, count):
         taken = 0
-        while taken < count:
-            if self.rest is not None:
-                (x, y), self.rest = self.rest, None
-            else:
-                try:
-                    x, y = next(self.batches)
-                except StopIteration:
-                    return
+        for x, y in self.batches:
             if taken + len(x) > count:
                 cut = count - taken
-                self.rest = (x[cut:], None if y is None else y[cut:])
+                self.batches = chain([(x[cut:], None if y is None else y[cut:])], self.batches)
                 x, y = x[:cut], None if y is None else y[:cut]
             taken += len(x)
             yield x, y
+            if taken >= count:
+                return
 
 
 def _read(plan, ensemble, name, data, size, wanted, preprocess, device, keep, found, progress, timing=None):

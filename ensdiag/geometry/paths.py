@@ -131,11 +131,6 @@ def screen_order(points) -> list[float]:
     return sorted(always_evaluated(points)[1:-1], key=lambda t: (abs(t - 0.5), t))
 
 
-def _bends(ts, values, tolerance) -> set[int]:
-    """Indices i of interior points whose second difference |v[i−1] − 2v[i] + v[i+1]| exceeds `tolerance`."""
-    return {i for i in range(1, len(ts) - 1) if abs(values[i - 1] - 2 * values[i] + values[i + 1]) > tolerance}
-
-
 def adaptive_midpoints(points, found: dict) -> list[float]:
     """The midpoints an adaptive grid adds to the points every walk evaluates (`found`: {t: point}),
     where the curve bends next to them; none for an even grid."""
@@ -145,8 +140,9 @@ def adaptive_midpoints(points, found: dict) -> list[float]:
     bends = set()
     for key, tolerance in (("loss", FLAT_LOSS), ("accuracy", FLAT_ACCURACY), ("train_loss", FLAT_LOSS),
                            ("train_accuracy", FLAT_ACCURACY)):
-        if key in found[chosen[0]]:
-            bends |= _bends(chosen, [found[t][key] for t in chosen], tolerance)
+        if key in found[chosen[0]]:  # interior points whose second difference |v[i−1] − 2v[i] + v[i+1]| is above it
+            v = [found[t][key] for t in chosen]
+            bends |= {i for i in range(1, len(chosen) - 1) if abs(v[i - 1] - 2 * v[i] + v[i + 1]) > tolerance}
     # the midpoint of [chosen[i], chosen[i+1]]: wanted if either end bends
     return [grid[2 * i + 1] for i in range(len(chosen) - 1) if i in bends or i + 1 in bends]
 
