@@ -111,11 +111,8 @@ def _timed_forward(probe) -> float:
 def _timed_point(probe, per_image: float) -> float:
     """Seconds a path point costs beyond its images' forwards: loading the interpolated weights,
     recomputing BatchNorm in training mode, the losses; one point timed on `PILOT` images each."""
-    networks = probe.members()
-    if len(networks) < 2:
-        return 0.0
     split = probe.split("id", limit=PILOT)
-    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks[:2]]
+    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in probe.members()[:2]]
     scratch = probe.ensemble.member_network(0)
     train = probe.batchnorm_images()
     has_norm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in scratch.modules())
@@ -126,7 +123,7 @@ def _timed_point(probe, per_image: float) -> float:
     return max(spent - per_image * len(split) * (3 if images is not None else 2), 0.0)
 
 
-def _cka_pilot(plan, probe) -> tuple[float, float, float | None]:
+def _cka_pilot(probe) -> tuple[float, float, float | None]:
     """(seconds per example and split of CKA's forward passes, seconds of its interval on `PILOT`
     examples, that interval's half-width)."""
     split = probe.split("id", limit=PILOT)
@@ -188,7 +185,7 @@ def _plan_geometry(plan, probe, steps: list) -> None:
     splits = len(available)
     width = None
     if "cka" in steps:
-        forward, interval, width = _cka_pilot(plan, probe)
+        forward, interval, width = _cka_pilot(probe)
         plan.costs.update({"cka per example and split": forward, "cka interval on the pilot": interval})
     if "paths" in steps:
         plan.costs["restart"] = _timed_restart(probe)
