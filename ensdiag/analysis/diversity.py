@@ -160,11 +160,9 @@ def _pair_tables(split: Examples, w) -> dict:
     correlation = (covariance / (variance[:, i] * variance[:, j]).sqrt()).clamp(-1, 1)
     both_right, only_i, only_j = n - wi - wj + ww, wj - ww, wi - ww
     agree, differ = both_right * ww, only_i * only_j
-
-    def mean_defined(values):  # NaN where no pair is defined
-        found = values.nanmean(1)
-        return found[0] if single else found
-    return {"error_correlation": mean_defined(correlation), "yule_q": mean_defined((agree - differ) / (agree + differ))}
+    # the means over the pairs where each is defined (NaN where none is)
+    return {key: W._out(values.nanmean(1), single)
+            for key, values in (("error_correlation", correlation), ("yule_q", (agree - differ) / (agree + differ)))}
 
 
 def _table(key):

@@ -241,7 +241,7 @@ def paths(probe):
     for j in range(1, min(len(networks), probe.path_pairs + 1)):
         evaluate = lambda end, least: walker.evaluate(end, least, keys)  # noqa: E731
         search = least_over_restarts(walker.alignments(aligned, j), evaluate, keys,
-                                     **(rule.arguments() if rule else {"limit": 1, "minimum": 1}))
+                                     **(rule._asdict() if rule else {"limit": 1, "minimum": 1}))
         found = search["alignments"]
         lowest = min((entry for entry in found if entry["complete"]), key=lambda entry: entry["barriers"]["loss_barrier"])
         kept.append({key: [(_rows(entry, key), len(entry["seeds"])) for entry in found] for key in keys} if probe.detail

@@ -214,7 +214,7 @@ def _read(plan, ensemble, name, data, size, wanted, preprocess, device, keep, fo
                 break
         read = done + sum(split["logits"].shape[1] for split in found.values())  # this split's examples and the others'
         analysis = plan.costs.get("analysis fixed", 0.0) + plan.costs.get("analysis per example", 0.0) * read
-        if plan.seconds is not None and plan.spent() + analysis >= plan.deadline:  # the analyzers' time on them included
+        if plan.seconds is not None and plan.spent() + analysis >= plan.deadline:  # the analyzers' time on them too
             why = "budget"
             break
     y = None if any(part is None for part in labels) else torch.cat(labels)

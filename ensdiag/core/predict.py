@@ -105,8 +105,8 @@ def predict_splits(ensemble, splits: dict, preprocess, device, seed: int = 0, sp
                 continue
             if spread and isinstance(data, Split):  # every rank takes part in the gather: no one stops alone
                 images = data.images[distributed.shard(len(data))]  # (none: one empty batch gives [k, 0, C])
-                local = predict_batches(ensemble, image_batches(images) if len(images) else [(images, None)], preprocess,
-                                        device)[0]
+                local = predict_batches(ensemble, image_batches(images) if len(images) else [(images, None)],
+                                        preprocess, device)[0]
                 found[name] = {"logits": distributed.gather_rows(local.to(device), dim=1).cpu(), "labels": data.labels}
                 continue
             bar = progress(name) if progress is not None else None
