@@ -107,14 +107,6 @@ def evaluate_point(network, state_a, state_b, t, test, normalize, train_images, 
     return found
 
 
-def _extend(network, state_a, state_b, t, found, chunk, normalize) -> None:
-    """Evaluate the point t on another chunk of test examples (its BatchNorm statistics as recomputed)."""
-    network.load_state_dict({**interpolate(state_a, state_b, t), **found.get("buffers", {})})
-    losses, correct = example_losses(network, chunk.images, chunk.labels, normalize)
-    found["examples"] = tuple(torch.cat([old, new]) for old, new in zip(found["examples"], (losses, correct)))
-    found["loss"], found["accuracy"] = found["examples"][0].mean().item(), found["examples"][1].mean().item()
-
-
 def _grid(points) -> list[float]:
     return torch.linspace(0, 1, 11 if points == ADAPTIVE else points).tolist()  # adaptive: a subset of the 11-point grid
 
@@ -192,8 +184,12 @@ def path(network, state_a, state_b, test, normalize, train_images=None, points: 
     done = len(test)
     while done < len(full) and not enough({"loss": torch.stack([found[t]["examples"][0] for t in ts]), "t": ts}):
         chunk = full.subset(slice(done, 2 * done))
-        for t in ts:
-            _extend(network, state_a, state_b, t, found[t], chunk, normalize)
+        for t in ts:  # every point on the next chunk, its BatchNorm statistics as recomputed
+            point = found[t]
+            network.load_state_dict({**interpolate(state_a, state_b, t), **point.get("buffers", {})})
+            losses, correct = example_losses(network, chunk.images, chunk.labels, normalize)
+            point["examples"] = tuple(torch.cat([old, new]) for old, new in zip(point["examples"], (losses, correct)))
+            point["loss"], point["accuracy"] = point["examples"][0].mean().item(), point["examples"][1].mean().item()
         done += len(chunk)
     return {**curve_of(found, done), "points": found}
 

@@ -96,21 +96,15 @@ def defined_block(defined: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(rows), torch.from_numpy(cols)
 
 
-def ratio_matrix(w_i: torch.Tensor, w_j: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """(W_i ⊘ W_j as [out, rest] over the `defined_block` of entries with a ratio, fraction kept)."""
-    a, b = w_i.detach().double().flatten(1).cpu(), w_j.detach().double().flatten(1).cpu()
-    total = max(a.numel(), 1)
-    rows, cols = defined_block(_not_negligible(a) & _not_negligible(b))
-    a, b = a[rows][:, cols], b[rows][:, cols]
-    return a / b, a.numel() / total
-
-
 def layer_structure(w_i: torch.Tensor, w_j: torch.Tensor) -> dict:
     """Rank and leading singular values of the ratio of one layer's weights (2-D and up)."""
     if not (torch.isfinite(w_i).all() and torch.isfinite(w_j).all()):
         return {"rank": None, "max_rank": None, "singular_values": [], "entries_used": 0.0,
                 "note": "non-finite weights: no ratio"}
-    ratio, used = ratio_matrix(w_i, w_j)
+    a, b = w_i.detach().double().flatten(1).cpu(), w_j.detach().double().flatten(1).cpu()
+    rows, cols = defined_block(_not_negligible(a) & _not_negligible(b))
+    ratio = a[rows][:, cols] / b[rows][:, cols]  # W_i ⊘ W_j as [out, rest] over the entries with a ratio
+    used = ratio.numel() / max(a.numel(), 1)
     if ratio.numel() == 0:
         return {"rank": None, "max_rank": None, "singular_values": [], "entries_used": 0.0,
                 "note": "no entry carries a ratio (zero or negligible weights)"}
