@@ -96,9 +96,8 @@ def _timed_restart(probe) -> float:
 
 def _timed_forward(probe) -> float:
     """Seconds per image of one member network's forward (the unit of a path's cost)."""
-    networks = probe.members()
+    network = probe.members()[0]
     split = probe.split("id", limit=FORWARD_PILOT)
-    network = networks[0]
     device = next(network.parameters()).device
     with torch.no_grad():
         x = probe.normalize(split.images.to(device))

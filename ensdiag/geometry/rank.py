@@ -104,7 +104,6 @@ def layer_structure(w_i: torch.Tensor, w_j: torch.Tensor) -> dict:
     a, b = w_i.detach().double().flatten(1).cpu(), w_j.detach().double().flatten(1).cpu()
     rows, cols = defined_block(_not_negligible(a) & _not_negligible(b))
     ratio = a[rows][:, cols] / b[rows][:, cols]  # W_i ⊘ W_j as [out, rest] over the entries with a ratio
-    used = ratio.numel() / max(a.numel(), 1)
     if ratio.numel() == 0:
         return {"rank": None, "max_rank": None, "singular_values": [], "entries_used": 0.0,
                 "note": "no entry carries a ratio (zero or negligible weights)"}
@@ -113,7 +112,7 @@ def layer_structure(w_i: torch.Tensor, w_j: torch.Tensor) -> dict:
     result = {"rank": int((values > rank_threshold(values, delta)).sum()), "max_rank": min(ratio.shape),
               "singular_values": (values[:SHOWN] / values[0]).tolist() if values[0] > 0 else [],
               "tolerance": float(rank_threshold(values, delta)) / float(values[0]) if values[0] > 0 else None,
-              "entries_used": used}
+              "entries_used": ratio.numel() / max(a.numel(), 1)}
     if w_i.dim() == 4:  # kernel by kernel (a 1×1 kernel is rank 1 whatever it holds), those with every ratio defined
         a, b = w_i.detach().double().cpu().flatten(0, 1), w_j.detach().double().cpu().flatten(0, 1)  # [out·in, kh, kw]
         whole = (_not_negligible(a) & _not_negligible(b)).flatten(1).all(1)
