@@ -195,7 +195,7 @@ class Replicates:
         curves = [{key: torch.from_numpy(values) for key, values in pair.items()}
                   for pair in P.loss_curves(self.population, self.n, rng)]
         ts = list(P.PATH_POINTS)
-        for key, (kind, split) in MODEL_COLUMNS.items():  # as analysis/geometry.py's `paths` and `barrier_intervals`
+        for key, (kind, split) in MODEL_COLUMNS.items():  # as analysis/geometry.py's `paths` and its barrier intervals
             if kind == "cka":
                 continue
             worse = kind != "accuracy"

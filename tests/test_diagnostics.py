@@ -20,7 +20,8 @@ from ensdiag.stats import bootstrap as B
 from ensdiag.analysis import refinement as R
 from ensdiag.stats import weighted as W
 from ensdiag.stats import ordered as O
-from ensdiag.analysis.diversity_gap import TRAINING_SAMPLE, training_pick
+from ensdiag.analysis.diversity_gap import TRAINING_SAMPLE
+from ensdiag.geometry.paths import seeded_sample
 from ensdiag.stats.examples import Examples
 from ensdiag.analysis.registry import without_ood_labels
 from ensdiag.core.intervals import add_intervals
@@ -360,7 +361,7 @@ def test_the_core_predicts_a_seeded_training_sample_where_labelled_training_data
     diagnosis = ensdiag.diagnose(model, test=test, train=train, measure=ensdiag.Measure(geometry=False))
     assert diagnosis.metrics["splits"]["train"]["n"] == TRAINING_SAMPLE
     assert "1,000 training examples (a seeded sample" in diagnosis.metrics["split_titles"]["train"]
-    pick = training_pick(1300)
+    pick = seeded_sample(1300, TRAINING_SAMPLE)
     assert len(pick) == TRAINING_SAMPLE and torch.equal(diagnosis.predictions["train"]["labels"], train[1][pick])
     direct = ensdiag.diagnose(model, test=(train[0][pick], train[1][pick]), measure=ensdiag.Measure(geometry=False))  # the same examples as a test set
     found = diagnosis.metrics["analyzers"]["diversity-gap"]["splits"]["train"]["disagreement"]["value"]

@@ -46,14 +46,18 @@ def plugin_failures() -> dict:
 
 def run_analyzer(name: str, predictions, weights=None, without_data: str | None = None, catalogue: bool = True) -> dict:
     """One predictions analyzer's entry of metrics.json (predictions already without OOD labels)."""
+    return _entry(name, lambda analyzer: analyzer(predictions, weights, catalogue=catalogue), without_data, catalogue)
+
+
+def _entry(name: str, call, without_data: str | None, catalogue: bool = True) -> dict:
+    """An analyzer's entry of metrics.json: `call(analyzer)`'s result, or why it was skipped."""
     analyzer = all_analyzers()[name]
     try:
         if without_data and analyzer.reads_data:
             raise Skip(without_data)
         if analyzer.detail and not catalogue:
             raise Skip(CATALOGUE_LEFT_OUT)
-        return {"status": "ok", "description": analyzer.description, "version": analyzer.version,
-                **analyzer(predictions, weights, catalogue=catalogue)}
+        return {"status": "ok", "description": analyzer.description, "version": analyzer.version, **call(analyzer)}
     except Skip as reason:
         return {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
 
@@ -81,17 +85,11 @@ def analyze_model(probe, only=None, without_data: str | None = None) -> dict:
     results = {}
     with exact_math():
         for name in names:
-            analyzer = analyzers[name]
             try:
-                if without_data and analyzer.reads_data:
-                    raise Skip(without_data)
-                results[name] = finite({"status": "ok", "description": analyzer.description, "version": analyzer.version,
-                                        **analyzer.function(probe)})
-            except Skip as reason:
-                results[name] = {"status": "skipped", "description": analyzer.description, "reason": str(reason)}
+                results[name] = finite(_entry(name, lambda analyzer: analyzer.function(probe), without_data))
             except Exception as error:  # e.g. extreme weights: the trained model must still be saved
                 message = " ".join(str(error).split())[:200]
-                results[name] = {"status": "failed", "description": analyzer.description,
+                results[name] = {"status": "failed", "description": analyzers[name].description,
                                  "reason": f"{type(error).__name__}: {message}" if message else type(error).__name__}
     return results
 

@@ -6,8 +6,6 @@ examples is the mean over examples of a per-example mean over pairs, so each is 
 of right/wrong, weighted the same way. The k×k matrices beside them are what the report draws.
 """
 
-import math
-
 import torch
 
 from ..stats import metrics as M
@@ -17,7 +15,7 @@ from ..stats.examples import Examples, entropy
 from .registry import Column, register_analyzer, register_resampler
 from ..errors import Skip
 from ..layout import SPLIT_TABLES, empty_metric, finite, metric
-from ..stats.resampled import Refused, nan_for, per_split, value
+from ..stats.resampled import Refused, per_split, value
 
 MAX_STORED_MATRIX = 256  # members up to which the k×k disagreement matrices are stored (metrics.json stays small)
 MATRIX = "D[i,j] = fraction of samples where members i and j predict different labels"
@@ -137,7 +135,7 @@ def _pair_terms(split: Examples) -> dict:
 def _pair_mean(key):
     def statistic(split, w):
         if split.undefined.any():  # no mean over "the defined pairs" once a prediction is undefined
-            return nan_for(w, split.size)
+            return W.nan_for(w, split.size)
         return W.mean(split.memo("pairs", lambda: _pair_terms(split))[key], w)
     return statistic
 
@@ -150,7 +148,7 @@ def _pair_tables(split: Examples, w) -> dict:
     each pair's weighted 2×2 table of right/wrong (Σ w e_i, Σ w e_i e_j)."""
     weights, single = W.rows(w, split.size)
     if split.undefined.any():
-        return {key: nan_for(w, split.size) for key in ("error_correlation", "yule_q")}
+        return {key: W.nan_for(w, split.size) for key in ("error_correlation", "yule_q")}
     e, k = split.member_errors, split.members
     n = weights.sum(1, keepdim=True)
     wrong = weights @ e.T  # [b, k]
@@ -162,13 +160,9 @@ def _pair_tables(split: Examples, w) -> dict:
     correlation = (covariance / (variance[:, i] * variance[:, j]).sqrt()).clamp(-1, 1)
     both_right, only_i, only_j = n - wi - wj + ww, wj - ww, wi - ww
     agree, differ = both_right * ww, only_i * only_j
-
-    def mean_defined(values):
-        defined = ~values.isnan()
-        total = torch.where(defined, values, torch.zeros_like(values)).sum(1)
-        found = torch.where(defined.any(1), total / defined.sum(1).clamp(min=1), values.new_tensor(math.nan))
-        return found[0] if single else found
-    return {"error_correlation": mean_defined(correlation), "yule_q": mean_defined((agree - differ) / (agree + differ))}
+    # the means over the pairs where each is defined (NaN where none is)
+    return {key: W._out(values.nanmean(1), single)
+            for key, values in (("error_correlation", correlation), ("yule_q", (agree - differ) / (agree + differ)))}
 
 
 def _table(key):

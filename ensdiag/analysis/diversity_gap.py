@@ -11,7 +11,7 @@ sample of training examples (split `train`), of the validation split and of the 
   label-free; the ensemble-gain analyzer's term, analysis/gain.py),
 
 and their gap, train − test: a statistic of two independent samples, resampled apart (stratified).
-The training sample is `training_pick`: the first `TRAINING_SAMPLE` examples of the seeded order
+The training sample is `seeded_sample(n, TRAINING_SAMPLE)`: the first `TRAINING_SAMPLE` examples of the seeded order
 member geometry draws its training sample from (geometry/paths.py, GEOMETRY_SEED), sorted, so
 the same training data give the same sample on every path; the inspection core predicts it as the
 split `train` wherever labelled training data are given (core/inspection.py).
@@ -20,7 +20,6 @@ split `train` wherever labelled training data are given (core/inspection.py).
 import torch
 
 from ..errors import Skip
-from ..geometry.paths import seeded_sample
 from ..layout import metric
 from ..stats import weighted as W
 from ..stats.examples import Examples
@@ -38,11 +37,6 @@ GAP = ("on the training sample minus on the test split (Jeffares et al. 2023: jo
        "on their training data in a way that does not generalise)")
 NO_TRAIN = ("no training sample: predicted where labelled training data are given (training, `ensdiag diversity`, "
             "diagnose(train=…))")
-
-
-def training_pick(n: int, size: int = TRAINING_SAMPLE) -> torch.Tensor:
-    """The indices [min(n, size)] of the training sample among n training examples, ascending."""
-    return seeded_sample(n, size)
 
 
 def kl_terms(split: Examples) -> torch.Tensor:

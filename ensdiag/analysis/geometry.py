@@ -241,7 +241,7 @@ def paths(probe):
     for j in range(1, min(len(networks), probe.path_pairs + 1)):
         evaluate = lambda end, least: walker.evaluate(end, least, keys)  # noqa: E731
         search = least_over_restarts(walker.alignments(aligned, j), evaluate, keys,
-                                     **(rule.arguments() if rule else {"limit": 1, "minimum": 1}))
+                                     **(rule._asdict() if rule else {"limit": 1, "minimum": 1}))
         found = search["alignments"]
         lowest = min((entry for entry in found if entry["complete"]), key=lambda entry: entry["barriers"]["loss_barrier"])
         kept.append({key: [(_rows(entry, key), len(entry["seeds"])) for entry in found] for key in keys} if probe.detail
@@ -253,7 +253,10 @@ def paths(probe):
                                     "points": len(entry["curve"]["t"]), **entry["barriers"]} for entry in found],
                       "restarts_run": search["run"], "stopped": search["stopped"],
                       "points_evaluated": sum(len(entry["curve"]["t"]) - 2 * (index > 0) for index, entry in enumerate(found))})
-    intervals = barrier_intervals(kept, keys) if probe.detail else {}
+    # each pair's alignments' per-example excess (`_rows`), the restarts resampled with the examples
+    intervals = {key: {"interval": least_barrier_interval([pair[key] for pair in kept],
+                                                          "train" if key.startswith("train") else "id")}
+                 for key in keys} if probe.detail else {}
     mean = lambda key: sum(pair[key] for pair in pairs) / len(pairs) if key in pairs[0] else None  # noqa: E731
     batchnorm = (f"BatchNorm statistics recomputed on {len(train)} training images at every point" if has_norm
                  else "no BatchNorm in the network")
@@ -325,13 +328,6 @@ def _rows(entry, key):
     """An alignment's per-example excess at its interior points, [points − 2, n] (the ends' is 0)."""
     values, worse = _VALUES[key]
     return excess(entry["curve"]["t"], entry["curve"]["examples"][values], worse)[1:-1]
-
-
-def barrier_intervals(kept: list, keys) -> dict:
-    """{barrier key: {"interval": entry}} from each pair's alignments' per-example excess (`_rows`),
-    the restarts resampled with the examples."""
-    return {key: {"interval": least_barrier_interval([pair[key] for pair in kept], "train" if key.startswith("train")
-                                                     else "id")} for key in keys}
 
 
 @register_analyzer("rank-structure", needs="model", reads_data=False, version=2,  # 2: a tolerance from float rounding

@@ -85,9 +85,7 @@ def detection(name: str, id_split: Examples, ood_split: Examples, w_id=None, w_o
     score = SCORES[name][0]
     score_id, score_ood = score(id_split), score(ood_split)
     if torch.isnan(score_id).any() or torch.isnan(score_ood).any():
-        rows, single = W.rows(w_id, id_split.size)
-        nan = torch.full((len(rows),), float("nan"), dtype=torch.float64)
-        return dict.fromkeys(DEFINITIONS, nan[0] if single else nan)
+        return dict.fromkeys(DEFINITIONS, W.nan_for(w_id, id_split.size))
     return W.ood_metrics(score_id, score_ood, w_id, w_ood)
 
 

@@ -21,7 +21,7 @@ import torch
 
 from .. import distributed
 from ..analysis import all_analyzers, analyze_model
-from ..analysis.diversity_gap import TRAINING_SAMPLE, training_pick
+from ..analysis.diversity_gap import TRAINING_SAMPLE
 from ..analysis.geometry import ModelProbe
 from ..analysis.registry import CATALOGUE_LEFT_OUT
 from ..checks import check_predictions
@@ -30,6 +30,7 @@ from ..data.registry import Split
 from ..ensembles import as_ensemble, seeded
 from ..errors import EnsdiagError, Skip
 from ..geometry.baselines import recorded_or_rebuilt
+from ..geometry.paths import seeded_sample
 from ..predictions import with_pooled_shift
 from .analyzed import analyzed
 from .diagnosis import Diagnosis
@@ -214,7 +215,7 @@ def _training_sample(train: Split | None, splits: dict, only) -> dict:
     if train is None or train.labels is None or len(train) == 0 or "train" in splits \
             or (only is not None and "diversity-gap" not in only):
         return {}
-    pick = training_pick(len(train))
+    pick = seeded_sample(len(train), TRAINING_SAMPLE)
     source = (f"{len(pick):,} training examples (a seeded sample of at most {TRAINING_SAMPLE:,}) of "
               f"{train.source or f'{len(train):,} training inputs'}")
     return {"train": Split(train.images[pick], train.labels[pick], source)}

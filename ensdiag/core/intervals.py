@@ -157,17 +157,17 @@ def _indices(split, name: str, count: int):
             yield row.repeat(n // inputs) + blocks
 
 
-def _resamples(predictions, splits, wanted: int) -> tuple[int, int]:
-    """(resamples, block) for a statistic of these splits: every stratum resampled as often."""
+def _resamples(predictions, wanted: list, resamples: int) -> tuple[list, int, int]:
+    """(the splits the wanted paths read, resamples, block): every stratum resampled as often."""
+    splits = sorted({split for _, reads in wanted for split in reads})
     sizes = [predictions[split]["logits"].shape[1] for split in splits]
-    return min(B.resamples_for(n, wanted) for n in sizes), min(B.block_size(n) for n in sizes)
+    return splits, min(B.resamples_for(n, resamples) for n in sizes), min(B.block_size(n) for n in sizes)
 
 
 def _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws: B.Draws) -> dict:
     """{path: (estimate, Tensor [R] | Folded)} from the analyzer's resampler, on the shared draws; a
     note (str) for a path whose resamples would pass the memory budget."""
-    splits = sorted({split for _, reads in wanted for split in reads})
-    count, block = _resamples(predictions, splits, resamples)
+    splits, count, block = _resamples(predictions, wanted, resamples)
     resample = analyzer.resampler(predictions, weights, result, {path for path, _ in wanted})
     sizes, parts = {split: predictions[split]["logits"].shape[1] for split in splits}, {}
     for start in range(0, count, block):
@@ -205,8 +205,7 @@ def _vectorised(analyzer, result, predictions, weights, wanted, resamples, draws
 
 def _generic(analyzer, predictions, weights, wanted, resamples, allowance) -> tuple[dict, str | None]:
     """({path: (None, Tensor [R])}, note): the analyzer re-run on resampled predictions."""
-    splits = sorted({split for _, reads in wanted for split in reads})
-    count, _ = _resamples(predictions, splits, resamples)
+    splits, count, _ = _resamples(predictions, wanted, resamples)
     streams = {split: _indices(predictions[split], split, count) for split in splits}
     values = {path: [] for path, _ in wanted}
     began = time.perf_counter()

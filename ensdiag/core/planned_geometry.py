@@ -33,17 +33,10 @@ GEOMETRY_FLOOR = 50  # below this many examples a geometry step is skipped
 
 PILOT = 64  # examples CKA's pilot reads per split, and images of the timed path point
 FORWARD_PILOT = 256  # images of one member's timed forward: on a CPU, an image costs more in a large batch
-SEARCH = "search"  # in PATH_CHOICES: the barrier search's minimum restarts (its rule's, `_restarts_of`)
+SEARCH = "search"  # in PATH_CHOICES: the barrier search's minimum restarts (its rule's, `least.rule_for`)
 PATH_CHOICES = ((3, 11, SEARCH), (3, 11, 3), (2, 11, 3), (1, 11, 3), (1, "adaptive", 3))  # (pairs, points, restarts)
 ADAPTIVE_POINTS = 11  # an adaptive path is planned at its worst (6 points on a flat curve, 11 where it bends)
 BOUNDED_POINTS = 3  # points a restart's walk is planned at beyond the first (it stops once it can lower no barrier)
-
-
-def geometry_order(names: list, analyzers: dict) -> list:
-    """Weights-only steps first (their cost does not depend on examples), then alignment (paths
-    start from it), CKA and paths (which share what is left), then any other model analyzer."""
-    rank = {"alignment": 1, "cka": 2, "paths": 3}
-    return sorted(names, key=lambda name: (0 if not analyzers[name].reads_data else rank.get(name, 4)))
 
 
 def run_geometry(plan, probe, names: list, analyze, status, results: dict) -> dict:
@@ -51,7 +44,11 @@ def run_geometry(plan, probe, names: list, analyze, status, results: dict) -> di
     found (an interrupted run keeps the steps finished); within a limited plan, each step's examples
     chosen from measured costs and recorded, a step that does not fit skipped with its reason."""
     analyzers = all_analyzers()
-    for name in geometry_order(names, analyzers) if plan.limited else names:
+    # a limited plan: weights-only steps first (their cost does not depend on examples), then alignment (paths start
+    # from it), CKA and paths (which share what is left), then any other model analyzer
+    order = {"alignment": 1, "cka": 2, "paths": 3}
+    for name in sorted(names, key=lambda name: order.get(name, 4) if analyzers[name].reads_data else 0) \
+            if plan.limited else names:
         if plan.limited:
             if name in ("cka", "paths") and "geometry" not in plan.costs:
                 _plan_geometry(plan, probe, [step for step in ("cka", "paths") if step in names])
@@ -99,9 +96,8 @@ def _timed_restart(probe) -> float:
 
 def _timed_forward(probe) -> float:
     """Seconds per image of one member network's forward (the unit of a path's cost)."""
-    networks = probe.members()
+    network = probe.members()[0]
     split = probe.split("id", limit=FORWARD_PILOT)
-    network = networks[0]
     device = next(network.parameters()).device
     with torch.no_grad():
         x = probe.normalize(split.images.to(device))
@@ -114,11 +110,8 @@ def _timed_forward(probe) -> float:
 def _timed_point(probe, per_image: float) -> float:
     """Seconds a path point costs beyond its images' forwards: loading the interpolated weights,
     recomputing BatchNorm in training mode, the losses; one point timed on `PILOT` images each."""
-    networks = probe.members()
-    if len(networks) < 2:
-        return 0.0
     split = probe.split("id", limit=PILOT)
-    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in networks[:2]]
+    states = [{key: value.detach() for key, value in network.state_dict().items()} for network in probe.members()[:2]]
     scratch = probe.ensemble.member_network(0)
     train = probe.batchnorm_images()
     has_norm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in scratch.modules())
@@ -129,7 +122,7 @@ def _timed_point(probe, per_image: float) -> float:
     return max(spent - per_image * len(split) * (3 if images is not None else 2), 0.0)
 
 
-def _cka_pilot(plan, probe) -> tuple[float, float, float | None]:
+def _cka_pilot(probe) -> tuple[float, float, float | None]:
     """(seconds per example and split of CKA's forward passes, seconds of its interval on `PILOT`
     examples, that interval's half-width)."""
     split = probe.split("id", limit=PILOT)
@@ -191,7 +184,7 @@ def _plan_geometry(plan, probe, steps: list) -> None:
     splits = len(available)
     width = None
     if "cka" in steps:
-        forward, interval, width = _cka_pilot(plan, probe)
+        forward, interval, width = _cka_pilot(probe)
         plan.costs.update({"cka per example and split": forward, "cka interval on the pilot": interval})
     if "paths" in steps:
         plan.costs["restart"] = _timed_restart(probe)
@@ -218,7 +211,8 @@ def _plan_geometry(plan, probe, steps: list) -> None:
         # a budget caps the barrier search where it was planned
         _use(probe, chosen, min(PATH_EXAMPLES, available["id"]) if math.isinf(seconds) else int(n), not math.isinf(seconds))
         if plan.precision is not None:
-            probe.enough = lambda curves: _barrier_precise(curves, plan.precision)
+            probe.enough = lambda curves: (width := CI.half_width(barrier_interval(
+                [(curves["t"], excess(curves["t"], curves["loss"]))], "id"))) is not None and width <= plan.precision
 
 
 def _path_choice(plan, probe, limit: int, seconds: float, other=lambda n: 0.0) -> tuple[tuple, int]:
@@ -226,7 +220,7 @@ def _path_choice(plan, probe, limit: int, seconds: float, other=lambda n: 0.0) -
     least `PATH_EXAMPLES_FLOOR` of `limit` examples in `seconds` (else the last), and the n they read."""
     k = probe.ensemble.num_members or 2
     for pairs, points, restarts in PATH_CHOICES:
-        chosen = (min(pairs, k - 1), points, _restarts_of(restarts, probe))
+        chosen = (min(pairs, k - 1), points, rule_for(probe.detail).minimum if restarts == SEARCH else restarts)
         n = limit if math.isinf(seconds) else _largest(lambda n: other(n) + paths_seconds(n, plan.costs, *chosen), limit,
                                                         seconds)
         if n >= min(PATH_EXAMPLES_FLOOR, limit):
@@ -257,15 +251,6 @@ def _refit_paths(plan, probe) -> None:
                                  f"{paths_seconds(GEOMETRY_FLOOR, plan.costs, *chosen):.0f} s; {seconds:.0f} s were left")
         return
     _use(probe, chosen, n)
-
-
-def _barrier_precise(curves, target) -> bool:
-    width = CI.half_width(barrier_interval([(curves["t"], excess(curves["t"], curves["loss"]))], "id"))
-    return width is not None and width <= target
-
-
-def _restarts_of(restarts, probe) -> int:
-    return rule_for(probe.detail).minimum if restarts == SEARCH else restarts
 
 
 def estimate_full(plan, metrics: dict, geometry_examples, path_points=11, detail: bool = False) -> float:

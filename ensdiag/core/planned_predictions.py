@@ -8,6 +8,7 @@ refused then, before it is spent, saying what it would take.
 
 import math
 import time
+from itertools import chain
 
 import torch
 
@@ -146,34 +147,23 @@ def _refuse_a_budget_below_the_minimum(plan, sizes: dict, fixed: float, per_exam
                            f"(measured on a pilot of {FIRST_CHUNK}); give at least {shown} s")
 
 
-def _analysis_left(plan, found, reading) -> float:
-    """Seconds the analyzers will take on what has been read (the split being read included)."""
-    read = reading + sum(split["logits"].shape[1] for split in found.values())
-    return plan.costs.get("analysis fixed", 0.0) + plan.costs.get("analysis per example", 0.0) * read
-
-
 class _Stream:
     """Batches of a stream taken `count` examples at a time; the rest of a cut batch waits for the next take."""
 
     def __init__(self, batches):
-        self.batches, self.rest = batches, None
+        self.batches = batches
 
     def take(self, count):
         taken = 0
-        while taken < count:
-            if self.rest is not None:
-                (x, y), self.rest = self.rest, None
-            else:
-                try:
-                    x, y = next(self.batches)
-                except StopIteration:
-                    return
+        for x, y in self.batches:
             if taken + len(x) > count:
                 cut = count - taken
-                self.rest = (x[cut:], None if y is None else y[cut:])
+                self.batches = chain([(x[cut:], None if y is None else y[cut:])], self.batches)
                 x, y = x[:cut], None if y is None else y[:cut]
             taken += len(x)
             yield x, y
+            if taken >= count:
+                return
 
 
 def _read(plan, ensemble, name, data, size, wanted, preprocess, device, keep, found, progress, timing=None):
@@ -222,7 +212,9 @@ def _read(plan, ensemble, name, data, size, wanted, preprocess, device, keep, fo
             if widest.get("half_width") is not None and widest["half_width"] <= plan.precision:
                 why = "precision reached"
                 break
-        if plan.seconds is not None and plan.spent() + _analysis_left(plan, found, done) >= plan.deadline:
+        read = done + sum(split["logits"].shape[1] for split in found.values())  # this split's examples and the others'
+        analysis = plan.costs.get("analysis fixed", 0.0) + plan.costs.get("analysis per example", 0.0) * read
+        if plan.seconds is not None and plan.spent() + analysis >= plan.deadline:  # the analyzers' time on them too
             why = "budget"
             break
     y = None if any(part is None for part in labels) else torch.cat(labels)

@@ -75,13 +75,6 @@ def _forward(ensemble, inputs, given, name):
     return logits
 
 
-def predict_split(model, images, normalize, device, batch_size: int = 1000) -> torch.Tensor:
-    """Member logits float32 [k, N, C] for images [N, ...] (uint8 or float in [0, 1])."""
-    if len(images) == 0:  # no images: one empty batch gives [k, 0, C]
-        return predict_batches(model, [(images, None)], normalize, device)[0]
-    return predict_batches(model, image_batches(images, None, batch_size), normalize, device)[0]
-
-
 class Interrupted(Exception):
     """Ctrl-C while predicting: the splits finished so far (`found`, `kept`), the one being read and
     those left (it among them), so that an inspection keeps what it finished (inspection.py)."""
@@ -111,7 +104,9 @@ def predict_splits(ensemble, splits: dict, preprocess, device, seed: int = 0, sp
             if data is None:
                 continue
             if spread and isinstance(data, Split):  # every rank takes part in the gather: no one stops alone
-                local = predict_split(ensemble, data.images[distributed.shard(len(data))], preprocess, device)
+                images = data.images[distributed.shard(len(data))]  # (none: one empty batch gives [k, 0, C])
+                local = predict_batches(ensemble, image_batches(images) if len(images) else [(images, None)],
+                                        preprocess, device)[0]
                 found[name] = {"logits": distributed.gather_rows(local.to(device), dim=1).cpu(), "labels": data.labels}
                 continue
             bar = progress(name) if progress is not None else None

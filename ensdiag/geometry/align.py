@@ -139,17 +139,14 @@ def restart(reference: dict, other: dict, groups: dict, seed: int) -> dict:
     return weight_matching(reference, other, groups, seed=seed, start=start)
 
 
-def same_permutations(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[group], b[group]) for group in a)
-
-
 def restarts(reference: dict, other: dict, groups: dict, count: int = RESTARTS) -> list[dict]:
     """The distinct permutations of restarts 0..count−1 (`restart`): [{"seeds": [the seeds that
     reached it], "objective", "perms"}], highest objective first (ties: the smallest seed first)."""
     found = []
     for seed in range(count):
         perms = restart(reference, other, groups, seed)
-        same = next((entry for entry in found if same_permutations(entry["perms"], perms)), None)
+        same = next((entry for entry in found if entry["perms"].keys() == perms.keys()
+                     and all(torch.equal(entry["perms"][group], perms[group]) for group in perms)), None)
         if same is not None:
             same["seeds"].append(seed)
             continue

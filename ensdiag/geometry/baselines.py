@@ -56,14 +56,12 @@ def initial_cosine_of_spec(spec, seed: int = 0) -> dict | None:
         return initial_cosine(build_from_spec(spec))
 
 
-def aligned_null(ensemble, seed: int = 0, members: int | None = None) -> dict | None:
-    """Raw and aligned mean off-diagonal cosine (overall and per layer) of `members` (default:
-    the ensemble's k) independently initialised, untrained plain networks of the members'
-    architecture, each aligned to the first by weight matching. None without such networks or
-    a permutation rule."""
+def aligned_null(ensemble, seed: int = 0) -> dict | None:
+    """Raw and aligned mean off-diagonal cosine (overall and per layer) of k (the ensemble's)
+    independently initialised, untrained plain networks of the members' architecture, each
+    aligned to the first by weight matching. None without such networks or a permutation rule."""
     ensemble = as_ensemble(ensemble)
-    count = members or ensemble.num_members
-    networks = ensemble.untrained_members(count, seed)
+    networks = ensemble.untrained_members(ensemble.num_members, seed)
     if not networks:
         return None
     try:
@@ -71,6 +69,6 @@ def aligned_null(ensemble, seed: int = 0, members: int | None = None) -> dict | 
     except EnsdiagError:
         return None
     (raw, raw_layers), (after, after_layers) = found["raw"], found["aligned"]
-    return {"raw": M.mean_off_diagonal(raw), "aligned": M.mean_off_diagonal(after), "members": count,
+    return {"raw": M.mean_off_diagonal(raw), "aligned": M.mean_off_diagonal(after), "members": ensemble.num_members,
             "layers": {layer: {"raw": M.mean_off_diagonal(raw_layers[layer]),
                                "aligned": M.mean_off_diagonal(after_layers[layer])} for layer in raw_layers}}

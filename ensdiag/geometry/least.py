@@ -29,7 +29,7 @@ search; and `QUICK` (at least 6, until 3 in a row lowered none, at most 12) othe
 the search adds little to `ensdiag train`'s per-run diagnosis (on the digits main job the full
 rule made a Deep Ensemble's diagnosis 1.8× as costly; docs/conventions.md).
 
-    found = least_over_restarts(alignment_of, evaluate, keys, **FULL.arguments())
+    found = least_over_restarts(alignment_of, evaluate, keys, **FULL._asdict())
     found["least"], found["alignments"], found["run"], found["stopped"]
 """
 
@@ -51,9 +51,6 @@ class Rule(NamedTuple):
         if limit is None or limit >= self.limit:
             return self
         return Rule(min(self.minimum, limit), self.patience, limit)
-
-    def arguments(self) -> dict:
-        return {"minimum": self.minimum, "patience": self.patience, "limit": self.limit}
 
 
 FULL = Rule(minimum=24, patience=12, limit=64)  # where the barrier gets its interval (--detail)

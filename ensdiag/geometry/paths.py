@@ -107,14 +107,6 @@ def evaluate_point(network, state_a, state_b, t, test, normalize, train_images, 
     return found
 
 
-def _extend(network, state_a, state_b, t, found, chunk, normalize) -> None:
-    """Evaluate the point t on another chunk of test examples (its BatchNorm statistics as recomputed)."""
-    network.load_state_dict({**interpolate(state_a, state_b, t), **found.get("buffers", {})})
-    losses, correct = example_losses(network, chunk.images, chunk.labels, normalize)
-    found["examples"] = tuple(torch.cat([old, new]) for old, new in zip(found["examples"], (losses, correct)))
-    found["loss"], found["accuracy"] = found["examples"][0].mean().item(), found["examples"][1].mean().item()
-
-
 def _grid(points) -> list[float]:
     return torch.linspace(0, 1, 11 if points == ADAPTIVE else points).tolist()  # adaptive: a subset of the 11-point grid
 
@@ -131,11 +123,6 @@ def screen_order(points) -> list[float]:
     return sorted(always_evaluated(points)[1:-1], key=lambda t: (abs(t - 0.5), t))
 
 
-def _bends(ts, values, tolerance) -> set[int]:
-    """Indices i of interior points whose second difference |v[i−1] − 2v[i] + v[i+1]| exceeds `tolerance`."""
-    return {i for i in range(1, len(ts) - 1) if abs(values[i - 1] - 2 * values[i] + values[i + 1]) > tolerance}
-
-
 def adaptive_midpoints(points, found: dict) -> list[float]:
     """The midpoints an adaptive grid adds to the points every walk evaluates (`found`: {t: point}),
     where the curve bends next to them; none for an even grid."""
@@ -145,8 +132,9 @@ def adaptive_midpoints(points, found: dict) -> list[float]:
     bends = set()
     for key, tolerance in (("loss", FLAT_LOSS), ("accuracy", FLAT_ACCURACY), ("train_loss", FLAT_LOSS),
                            ("train_accuracy", FLAT_ACCURACY)):
-        if key in found[chosen[0]]:
-            bends |= _bends(chosen, [found[t][key] for t in chosen], tolerance)
+        if key in found[chosen[0]]:  # interior points whose second difference |v[i−1] − 2v[i] + v[i+1]| is above it
+            v = [found[t][key] for t in chosen]
+            bends |= {i for i in range(1, len(chosen) - 1) if abs(v[i - 1] - 2 * v[i] + v[i + 1]) > tolerance}
     # the midpoint of [chosen[i], chosen[i+1]]: wanted if either end bends
     return [grid[2 * i + 1] for i in range(len(chosen) - 1) if i in bends or i + 1 in bends]
 
@@ -196,8 +184,12 @@ def path(network, state_a, state_b, test, normalize, train_images=None, points: 
     done = len(test)
     while done < len(full) and not enough({"loss": torch.stack([found[t]["examples"][0] for t in ts]), "t": ts}):
         chunk = full.subset(slice(done, 2 * done))
-        for t in ts:
-            _extend(network, state_a, state_b, t, found[t], chunk, normalize)
+        for t in ts:  # every point on the next chunk, its BatchNorm statistics as recomputed
+            point = found[t]
+            network.load_state_dict({**interpolate(state_a, state_b, t), **point.get("buffers", {})})
+            losses, correct = example_losses(network, chunk.images, chunk.labels, normalize)
+            point["examples"] = tuple(torch.cat([old, new]) for old, new in zip(point["examples"], (losses, correct)))
+            point["loss"], point["accuracy"] = point["examples"][0].mean().item(), point["examples"][1].mean().item()
         done += len(chunk)
     return {**curve_of(found, done), "points": found}
 

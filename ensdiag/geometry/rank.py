@@ -46,12 +46,6 @@ def rank_threshold(singular_values: torch.Tensor, delta: float) -> torch.Tensor:
     return delta * frobenius + singular_values.shape[-1] * torch.finfo(torch.float64).eps * singular_values[..., :1]
 
 
-def numerical_rank(singular_values: torch.Tensor, delta: float) -> int:
-    if singular_values.numel() == 0 or singular_values[0] <= 0:
-        return 0
-    return int((singular_values > rank_threshold(singular_values, delta)).sum())
-
-
 NEGLIGIBLE = 1e-3  # below this fraction of the layer's median |weight|, an entry counts as 0
 
 
@@ -102,30 +96,23 @@ def defined_block(defined: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(rows), torch.from_numpy(cols)
 
 
-def ratio_matrix(w_i: torch.Tensor, w_j: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """(W_i ⊘ W_j as [out, rest] over the `defined_block` of entries with a ratio, fraction kept)."""
-    a, b = w_i.detach().double().flatten(1).cpu(), w_j.detach().double().flatten(1).cpu()
-    total = max(a.numel(), 1)
-    rows, cols = defined_block(_not_negligible(a) & _not_negligible(b))
-    a, b = a[rows][:, cols], b[rows][:, cols]
-    return a / b, a.numel() / total
-
-
 def layer_structure(w_i: torch.Tensor, w_j: torch.Tensor) -> dict:
     """Rank and leading singular values of the ratio of one layer's weights (2-D and up)."""
     if not (torch.isfinite(w_i).all() and torch.isfinite(w_j).all()):
         return {"rank": None, "max_rank": None, "singular_values": [], "entries_used": 0.0,
                 "note": "non-finite weights: no ratio"}
-    ratio, used = ratio_matrix(w_i, w_j)
+    a, b = w_i.detach().double().flatten(1).cpu(), w_j.detach().double().flatten(1).cpu()
+    rows, cols = defined_block(_not_negligible(a) & _not_negligible(b))
+    ratio = a[rows][:, cols] / b[rows][:, cols]  # W_i ⊘ W_j as [out, rest] over the entries with a ratio
     if ratio.numel() == 0:
         return {"rank": None, "max_rank": None, "singular_values": [], "entries_used": 0.0,
                 "note": "no entry carries a ratio (zero or negligible weights)"}
     delta = rounding(w_i.dtype if w_i.is_floating_point() else torch.float32)
     values = torch.linalg.svdvals(ratio)
-    result = {"rank": numerical_rank(values, delta), "max_rank": min(ratio.shape),
+    result = {"rank": int((values > rank_threshold(values, delta)).sum()), "max_rank": min(ratio.shape),
               "singular_values": (values[:SHOWN] / values[0]).tolist() if values[0] > 0 else [],
               "tolerance": float(rank_threshold(values, delta)) / float(values[0]) if values[0] > 0 else None,
-              "entries_used": used}
+              "entries_used": ratio.numel() / max(a.numel(), 1)}
     if w_i.dim() == 4:  # kernel by kernel (a 1×1 kernel is rank 1 whatever it holds), those with every ratio defined
         a, b = w_i.detach().double().cpu().flatten(0, 1), w_j.detach().double().cpu().flatten(0, 1)  # [out·in, kh, kw]
         whole = (_not_negligible(a) & _not_negligible(b)).flatten(1).all(1)

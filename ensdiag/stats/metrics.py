@@ -95,24 +95,18 @@ def mean_off_diagonal(matrix: torch.Tensor) -> float:
     return (matrix.sum() - matrix.diagonal().sum()).item() / (k * (k - 1))
 
 
-def cosine_matrix(vectors: torch.Tensor) -> torch.Tensor:
-    """C[i, j] = ⟨θ_i, θ_j⟩ / (‖θ_i‖ ‖θ_j‖) for rows θ_i of [k, P]."""
-    unit = F.normalize(vectors.double(), dim=1)
-    return unit @ unit.T
-
-
 def weight_cosine(member_weights: list[dict[str, torch.Tensor]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Cosine matrix of members' flattened, concatenated weights, overall and per layer.
 
     A layer is a key's prefix before `.weight` / `.bias`; its vector is weight and bias."""
-    keys = list(member_weights[0])
-    overall = torch.stack([torch.cat([w[key].flatten() for key in keys]) for w in member_weights])
+    def cosine_of(keys):  # C[i, j] = ⟨θ_i, θ_j⟩ / (‖θ_i‖ ‖θ_j‖), θ_i: member i's tensors `keys`, concatenated
+        vectors = torch.stack([torch.cat([w[key].flatten() for key in keys]) for w in member_weights])
+        unit = F.normalize(vectors.double(), dim=1)
+        return unit @ unit.T
     layers: dict[str, list[str]] = {}
-    for key in keys:
+    for key in member_weights[0]:
         layers.setdefault(key.rpartition(".")[0], []).append(key)
-    per_layer = {layer: cosine_matrix(torch.stack([torch.cat([w[k].flatten() for k in names]) for w in member_weights]))
-                 for layer, names in layers.items()}
-    return cosine_matrix(overall), per_layer
+    return cosine_of(list(member_weights[0])), {layer: cosine_of(names) for layer, names in layers.items()}
 
 
 def gain_terms(examples: Examples) -> dict[str, torch.Tensor]:

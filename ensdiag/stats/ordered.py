@@ -14,7 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .weighted import ECE_BINS, Bins, Groups, _out, rows, tie_groups
+from .weighted import ECE_BINS, Bins, Groups, _out, nan_for, rows, tie_groups
 
 
 def _resample_rows(w, n: int, what: str) -> tuple[torch.Tensor, bool]:
@@ -71,8 +71,7 @@ def debiased_l2(confidence: torch.Tensor, correct: torch.Tensor, w=None, bins: i
     n = len(confidence)
     weights, single = _resample_rows(w, n, "the debiased ECE")
     if confidence.isnan().any():  # undefined predictions: no order to bin them by
-        nan = torch.full((len(weights),), math.nan, dtype=torch.float64)
-        return {key: _out(nan, single) for key in ("debiased_l2", "plugin_l2", "bins")}
+        return dict.fromkeys(("debiased_l2", "plugin_l2", "bins"), nan_for(w, n))
     order = torch.argsort(confidence.double(), stable=True)
     value, right = confidence.double()[order], correct.double()[order]
     counts = weights[:, order]
@@ -108,8 +107,7 @@ def risk_coverage_areas(confidence: torch.Tensor, errors: torch.Tensor, w=None) 
     n = len(confidence)
     weights, single = _resample_rows(w, n, "the risk–coverage areas")
     if n == 0 or confidence.isnan().any():  # no examples, or undefined predictions: no ranking
-        nan = torch.full((len(weights),), math.nan, dtype=torch.float64)
-        return {key: _out(nan, single) for key in ("aurc", "aurc_trapezoid", "augrc", "augrc_trapezoid")}
+        return dict.fromkeys(("aurc", "aurc_trapezoid", "augrc", "augrc_trapezoid"), nan_for(w, n))
     group, groups = tie_groups(confidence, descending=True)  # group 0 is accepted first
     tied = Groups(group, groups)
     upto, wrong_upto = tied.cumulative(weights), tied.cumulative(weights, errors.double())

@@ -92,7 +92,4 @@ def ambiguity(logits) -> float:
 
 def mean_defined_off_diagonal(matrix: torch.Tensor) -> float:
     """Mean of the off-diagonal entries that are defined (not NaN); NaN when none is."""
-    k = matrix.shape[0]
-    off = matrix[~torch.eye(k, dtype=torch.bool)]
-    off = off[~off.isnan()]
-    return off.mean().item() if len(off) else math.nan
+    return matrix[~torch.eye(matrix.shape[0], dtype=torch.bool)].nanmean().item()

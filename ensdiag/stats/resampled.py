@@ -11,13 +11,9 @@ analyzer reports f(split, None); the interval pass (ensdiag/core/intervals.py) c
 blocks of counts, so an analyzer's number and its interval can never be computed two ways.
 """
 
-import math
-
-import torch
-
 from .constructions import Folded
 from .examples import Examples
-from .weighted import OverBudget, rows
+from .weighted import OverBudget
 
 
 def value(found) -> float:
@@ -25,13 +21,6 @@ def value(found) -> float:
     if isinstance(found, Folded):
         return found.value()
     return float(found)
-
-
-def nan_for(w, n: int) -> torch.Tensor:
-    """NaN for each weighting in w (a 0-d tensor for None or [n]): a number not defined on these examples."""
-    weights, single = rows(w, n)
-    values = torch.full((len(weights),), math.nan, dtype=torch.float64)
-    return values[0] if single else values
 
 
 def path_of(split: str, key) -> tuple:

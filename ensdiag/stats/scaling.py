@@ -30,14 +30,9 @@ FOLD_SEED = 2  # added to the split's draws' seed (bootstrap.seed_of): the folds
 LOSSES = {"nll": "NLL, −log p(y)", "brier": "Brier score, Σ_c (p_c − 1[y=c])²"}
 
 
-def scaled(z: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-    """log softmax(β·z) over the last axis; β broadcast over z's leading axes."""
-    return torch.log_softmax(beta[..., None] * z, dim=-1)
-
-
 def terms(z: torch.Tensor, labels: torch.Tensor, beta: torch.Tensor, loss: str) -> tuple[torch.Tensor, ...]:
     """(loss, d loss/dβ, d² loss/dβ²) per example of softmax(β·z), z = log p̄ [..., C], labels and β [...]."""
-    log_q = scaled(z, beta)
+    log_q = torch.log_softmax(beta[..., None] * z, dim=-1)  # log softmax(β·z), β broadcast over z's leading axes
     q = log_q.exp()
     centred = torch.where(q > 0, z - (torch.where(q > 0, q * z, 0.0)).sum(-1, keepdim=True), 0.0)  # z − E_q[z]
     variance = (q * centred * centred).sum(-1)  # Var_q[z] = d E_q[z] / dβ  (a class at p = 0, z = −∞, adds nothing)

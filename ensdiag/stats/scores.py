@@ -12,20 +12,15 @@ import torch
 from .examples import Examples
 
 
-def mean_logits(logits) -> torch.Tensor:
-    """z̄ [N, C]: the members' logits averaged, in float64."""
-    return logits.double().mean(0)
-
-
 def energy(logits, temperature: float = 1.0) -> torch.Tensor:
     """The free energy E(x) = −T · logsumexp_c(z̄_c / T) (Liu et al. 2020) of the mean logits z̄:
     low (very negative) on confident inputs, so it is an uncertainty score as it stands."""
-    return -temperature * torch.logsumexp(mean_logits(logits) / temperature, dim=-1)
+    return -temperature * torch.logsumexp(logits.double().mean(0) / temperature, dim=-1)
 
 
 def max_logit(logits) -> torch.Tensor:
-    """−max_c z̄_c (Hendrycks et al. 2022), on the mean logits z̄."""
-    return -mean_logits(logits).max(dim=-1).values
+    """−max_c z̄_c (Hendrycks et al. 2022), on the mean logits z̄ (float64)."""
+    return -logits.double().mean(0).max(dim=-1).values
 
 
 def variation_ratio(logits) -> torch.Tensor:

@@ -49,14 +49,6 @@ def _to_grid(positions, weights, points):
     return np.asarray(weights @ split)
 
 
-def _grid_points(width: float) -> int:
-    return max(2000, round(20 / width)) // 2 + 1
-
-
-def _mesh_points(sigma: float) -> int:
-    return max(round(10 / sigma), MESH_POINTS)
-
-
 def _interpolate(t, values):
     """Linear interpolation of i/(len − 1) ↦ values[..., i] at t ∈ [0, 1]."""
     size = values.shape[-1]
@@ -88,7 +80,7 @@ class _Smoother:
     def sums(self, rows, widths):
         """Yields (positions in `rows`, [len, points] smoothed grid) per grid size."""
         from scipy import fft
-        sizes = np.array([_grid_points(width) for width in widths])
+        sizes = np.array([max(2000, round(20 / width)) // 2 + 1 for width in widths])  # grid points (module docstring)
         for points in np.unique(sizes):
             chosen = np.flatnonzero(sizes == points)
             spectrum, size = self._spectrum(points)
@@ -127,7 +119,7 @@ class _Rows:
         self.smoother = _Smoother((f, self.stacked)) if kernel == "reflected" else None
 
     def at(self, rows, sigmas) -> np.ndarray:
-        meshes = np.array([_mesh_points(sigma) for sigma in sigmas])
+        meshes = np.array([max(round(10 / sigma), MESH_POINTS) for sigma in sigmas])
         values = np.empty(len(rows))
         if self.kernel == "reflected":
             for chosen, density_sum, residual_sum in _kernel_sums(self.smoother, rows, len(self.weights), sigmas):

@@ -36,14 +36,6 @@ class OverBudget(EnsdiagError):
     interval pass gives that number no interval and keeps this as the reason."""
 
 
-def check_room(rows: int, width: int, what: str, copies: int = 3) -> None:
-    """Refuse (`OverBudget`) a block of `rows` weightings whose result is `rows × width` float64 numbers,
-    `copies` of them held at once, where that passes the memory budget."""
-    reason = over_budget(rows * width * 8 * copies, what)
-    if reason is not None:
-        raise OverBudget(reason)
-
-
 def rows(w, n: int) -> tuple[torch.Tensor, bool]:
     """(w as [b, n] float64, whether one row was asked for: w None or [n])."""
     if w is None:
@@ -58,6 +50,12 @@ def rows(w, n: int) -> tuple[torch.Tensor, bool]:
 
 def _out(values: torch.Tensor, single: bool) -> torch.Tensor:
     return values[0] if single else values
+
+
+def nan_for(w, n: int) -> torch.Tensor:
+    """NaN for each weighting in w (a 0-d tensor for None or [n]): a number not defined on these examples."""
+    weights, single = rows(w, n)
+    return _out(torch.full((len(weights),), math.nan, dtype=torch.float64), single)
 
 
 def mean(values: torch.Tensor, w=None) -> torch.Tensor:
@@ -160,12 +158,7 @@ class Bins:
     def folded(self) -> Folded:
         """The ECE as φ(bin means, bin masses), for ray inversion (constructions.py)."""
         means = torch.where(self.mass > 0, self.gap() / self.mass.clamp(min=1e-300), torch.zeros_like(self.mass))
-        return Folded(means, self.mass / self.total[..., None], absolute_sum)
-
-
-def absolute_sum(means: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
-    """Σ mass·|mean|: a folded calibration error of per-bin mean gaps."""
-    return (mass * means.abs()).sum(-1)
+        return Folded(means, self.mass / self.total[..., None], lambda means, mass: (mass * means.abs()).sum(-1))
 
 
 def binned(index: torch.Tensor, confidence: torch.Tensor, target: torch.Tensor, bins: int, w=None) -> Bins:
@@ -194,7 +187,10 @@ def classwise_bins(probs: torch.Tensor, labels: torch.Tensor, w=None, bins: int 
     present = ((probs > 0).any(0) | (torch.bincount(labels, minlength=probs.shape[1]) > 0)).nonzero().flatten().tolist()
     n, width = len(labels), len(present) * bins
     weights, single = rows(w, n)
-    check_room(len(weights), width, f"the classwise ECE's bins of {len(weights):,} weightings × {len(present):,} classes")
+    reason = over_budget(3 * 8 * len(weights) * width,  # three [b, C'·B] float64 results held at once
+                         f"the classwise ECE's bins of {len(weights):,} weightings × {len(present):,} classes")
+    if reason is not None:
+        raise OverBudget(reason)
     total = weights.sum(1) * len(present)  # Σ over classes of Σw: the mean over classes of each class's ECE
     if n * width <= DENSE_ENTRIES:
         index = torch.stack([equal_width_bins(probs[:, c], bins) + i * bins for i, c in enumerate(present)], 1)
