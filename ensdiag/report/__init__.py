@@ -82,11 +82,11 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
         add("reliability", "Reliability diagrams on the in-distribution test set (seeds pooled)", reliability_figure, curves)
     add_smooth_reliability(runs, add)
     if "ood" not in report["skipped_splits"]:
-        from .ood_score import histograms, title  # (the scores of the predictions: torch)
+        from .ood_score import TITLES, histograms  # (the scores of the predictions: torch)
         panels = histograms(runs, report.get("damaged_runs", {}), ood_score)
         if panels:
-            add("ood-scores", f"Histograms of the OOD score {title(ood_score)} on ID and OOD data (first seed)",
-                ood_histogram_figure, panels, title(ood_score), (0, 1) if ood_score == "msp" else None)
+            add("ood-scores", f"Histograms of the OOD score {TITLES[ood_score]} on ID and OOD data (first seed)",
+                ood_histogram_figure, panels, TITLES[ood_score], (0, 1) if ood_score == "msp" else None)
     selective = []  # risk–coverage on the in-distribution test set, first complete seed of each method
     for method, seeds in runs.items():
         _, run = first_run(seeds)

@@ -281,7 +281,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                 runs, expected))
     if "ood" not in skipped:
         tables.append(analyzer_table("ood", f"OOD detection ({titles.get('ood', 'ood')} vs ID; score "
-                                     f"{scores.title(ood_score)})", "ood",
+                                     f"{scores.TITLES[ood_score]})", "ood",
                                      note="AUPR is AUPR-Out: average precision with OOD as the positive class. "
                                      "FPR95 OOD→ID: OOD accepted as ID at 95 % of ID accepted (the paper's text); "
                                      "FPR95 ID→OOD: ID flagged as OOD at 95 % of OOD flagged (the paper's code, whose "
