@@ -12,7 +12,7 @@ from .conformal import conformal_notes, conformal_tables
 from .example_level import budget_lines
 from .figures import heatmap_grid, plain, plottable, save_figure
 from .geometry_figures import alignment_figure, cka_layers_figure, paths_figure
-from .groups import group_notes, group_table
+from .generated import group_notes, group_table
 from .pairs import pair_lines, pair_rows
 from .terminal import (cell, geometry_tables, heatmap_table, interval_lines, metrics_tables, ood_tables,
                        skipped_lines)
