@@ -8,14 +8,13 @@
 
 from ..analysis import all_analyzers
 from ..errors import EnsdiagError
-from .conformal import conformal_notes, conformal_tables
 from .example_level import budget_lines
 from .figures import heatmap_grid, plain, plottable, save_figure
 from .geometry_figures import alignment_figure, cka_layers_figure, paths_figure
 from .generated import group_notes, group_table
 from .pairs import pair_lines, pair_rows
-from .terminal import (cell, geometry_tables, heatmap_table, interval_lines, metrics_tables, ood_tables,
-                       skipped_lines)
+from .terminal import (cell, conformal_notes, conformal_tables, geometry_tables, heatmap_table, interval_lines,
+                       metrics_tables, ood_tables, skipped_lines)
 
 DISAGREEMENT = ("disagreement: the fraction of examples on which two members predict different classes "
                 "(0: always the same class); normalised: divided by the ensemble's error rate")
