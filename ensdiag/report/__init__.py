@@ -13,13 +13,13 @@ from ..io import atomic_write_text, plain_file
 from ..layout import DEFAULT_SCORE
 from .cached import kept_report
 from .drawing import Job, draw_all
-from .figures import (Drawn, heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure,
+from .figures import (Drawn, heatmap_grid, ood_histogram_figure, reliability_figure, risk_coverage_figure,
                       smooth_reliability_figure, training_curves_figure)
 from .geometry_figures import add_report_figures
 from .load import dig, first_ran, first_run, load_runs, newest_run
 from .lora import add_lora_figures
 from .merge import load_folders
-from .pairs import add_pair_figures
+from .pairs import add_pair_figures, disagreement_panels
 from .render import FORMATS, render, to_html, to_markdown, to_rich  # noqa: F401
 from .summary import to_summary  # noqa: F401  (callers ask it here)
 
@@ -55,10 +55,8 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
     rows = []  # Figure 2: disagreement per split + weight cosine, one row per ensemble method
     for method, (seed, run) in first_ran(runs, "disagreement").items():  # members that can disagree (the others skip it)
         analyzers = run["metrics"]["analyzers"]
-        panels = [(f"disagreement: {split}", matrix, "disagreement") for split in ("id", "shift", "ood")
-                  if (matrix := plottable(dig(analyzers, ("disagreement", "splits", split, "matrix", "value")))) is not None]
-        cosine = plottable(dig(analyzers, ("weight-similarity", "matrix", "value")))
-        if dig(analyzers, ("weight-similarity", "status")) == "ok" and cosine is not None:
+        panels, cosine = disagreement_panels(analyzers, ("id", "shift", "ood"))
+        if cosine is not None:
             scoped = isinstance(dig(analyzers, ("weight-similarity", "scope")), str)  # members share the rest
             initial = dig(analyzers, ("weight-similarity", "initial", "value"))
             at_init = f" (init {initial:.2f})" if isinstance(initial, float) else ""

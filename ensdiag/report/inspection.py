@@ -12,7 +12,7 @@ from .example_level import budget_lines
 from .figures import heatmap_grid, plain, plottable, save_figure
 from .geometry_figures import alignment_figure, cka_layers_figure, paths_figure
 from .generated import group_notes, group_table
-from .pairs import pair_lines, pair_rows
+from .pairs import disagreement_panels, pair_lines, pair_rows
 from .terminal import (cell, conformal_notes, conformal_tables, geometry_tables, heatmap_table, interval_lines,
                        metrics_tables, ood_tables, skipped_lines)
 
@@ -90,16 +90,8 @@ def diversity_figures(metrics: dict, plot, name: str) -> list:
     `plot`, and member geometry's line figures beside it: <plot>-cka-layers, -alignment, -paths."""
     analyzers, ensemble = metrics["analyzers"], metrics.get("ensemble", {})
     method, k = ensemble.get("method", "unknown"), ensemble.get("num_members")
-    rows = []
-    disagreement = analyzers.get("disagreement", {})
-    if disagreement.get("status") == "ok":
-        splits = disagreement["splits"]
-        panels = [(split, matrix, "disagreement") for split in ("id", "shift", "ood")
-                  if split in splits and (matrix := plottable(splits[split]["matrix"]["value"])) is not None]
-        rows += [("disagreement", panels)] if panels else []
-    rows += pair_rows(analyzers.get("member-pairs"))
-    similarity = analyzers.get("weight-similarity", {})
-    cosine = plottable(similarity.get("matrix", {}).get("value")) if similarity.get("status") == "ok" else None
+    panels, cosine = disagreement_panels(analyzers, ("id", "shift", "ood"), "")
+    rows = ([("disagreement", panels)] if panels else []) + pair_rows(analyzers.get("member-pairs"))
     if cosine is not None:
         rows.append(("weight cosine", [("all layers", cosine, "cosine")]))
     aligned = analyzers.get("alignment", {})
