@@ -35,23 +35,21 @@ def _unsettled(n: int) -> str:
     return f"not settled by {counted(n, 'seed')}"
 
 
-def _bounds(interval, percent: bool) -> str:
-    if interval is None:
-        return " [unbounded]"
-    return (f" [{interval[0] * 100:.0f} %, {interval[1] * 100:.0f} %]" if percent
-            else f" [{interval[0]:.2f}, {interval[1]:.2f}]")
+def _bounds(interval, fmt: str, missing: str = "") -> str:
+    """" [low, high]", each bound formatted by `fmt`; `missing` where there is no interval."""
+    return missing if interval is None else f" [{fmt.format(interval[0])}, {fmt.format(interval[1])}]"
 
 
 def _figure(key, found) -> str:
     """'40 % [−31 %, 112 %]' for a share, '0.07× [0.07, 0.08]' for the diversity ratio."""
     if key == "diversity":
-        return f"{found['value']:.2f}×" + _bounds(found["interval"], False)
-    return f"{found['value'] * 100:.0f} %" + _bounds(found["interval"], True)
+        return f"{found['value']:.2f}×" + _bounds(found["interval"], "{:.2f}", " [unbounded]")
+    interval = None if found["interval"] is None else [bound * 100 for bound in found["interval"]]
+    return f"{found['value'] * 100:.0f} %" + _bounds(interval, "{:.0f} %", " [unbounded]")
 
 
 def _number(value, interval) -> str:
-    bounds = f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval is not None else ""
-    return f"{value:.3g}{bounds}"
+    return f"{value:.3g}" + _bounds(interval, "{:.3g}")
 
 
 def _answers(entry) -> dict:
@@ -255,9 +253,7 @@ def drivers(found: dict) -> str:
 
 
 def _signed(found) -> str:
-    interval = found["interval"]
-    bounds = f" [{interval[0]:+.3f}, {interval[1]:+.3f}]" if interval is not None else ""
-    return f"{found['value']:+.3f}{bounds}"
+    return f"{found['value']:+.3f}" + _bounds(found["interval"], "{:+.3f}")
 
 
 def how_to_read(entries: dict) -> str:
