@@ -6,7 +6,7 @@ tables have nothing measured and are left out, as any such table is."""
 
 from functools import partial
 
-from .load import _damaged, dig
+from .load import _damaged, _number, dig
 from .lora_figures import lora_depth_figure, lora_heatmaps
 
 SUMMARY_COLUMNS = (  # (label, path in the section, definition)
@@ -39,11 +39,10 @@ def _lora_runs(runs: dict) -> dict:
 
 
 def _value_of(path, gap=False):
+    """A column's reader: what is not a number the table leaves out (aggregate._cell)."""
     def value_of(run):
         value = dig(run["metrics"], ("analyzers", "lora", *path)) if has_lora(run) else None
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            return None
-        return 1 - value if gap else value
+        return 1 - value if gap and _number(value) else value
     return value_of
 
 
@@ -69,10 +68,7 @@ def lora_tables(runs: dict, expected: int, make_table) -> tuple[list[dict], dict
                                for group in _type_groups(run)))
 
     def by_type(kind):
-        def value_of(run):
-            value = next((group.get("delta_cosine") for group in _type_groups(run) if group["type"] == kind), None)
-            return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-        return value_of
+        return lambda run: next((group.get("delta_cosine") for group in _type_groups(run) if group["type"] == kind), None)
 
     if types:
         tables.append(make_table("lora-types", "LoRA ensemble: ΔW cosine by module type (mean over layers)",
