@@ -10,7 +10,7 @@ from ..analysis import all_analyzers
 from ..errors import EnsdiagError
 from .example_level import budget_lines
 from .figures import heatmap_grid, plain, plottable, save_figure
-from .geometry_figures import alignment_figure, cka_layers_figure, paths_figure
+from .geometry_figures import LINE_FIGURES, cka_rows
 from .generated import group_notes, group_table
 from .pairs import disagreement_panels, pair_lines, pair_rows
 from .terminal import (cell, conformal_notes, conformal_tables, geometry_tables, heatmap_table, interval_lines,
@@ -97,10 +97,8 @@ def diversity_figures(metrics: dict, plot, name: str) -> list:
     aligned = analyzers.get("alignment", {})
     if rows and aligned.get("status") == "ok" and (matrix := plottable(aligned["aligned"]["matrix"]["value"])) is not None:
         rows[-1][1].append(("aligned to member 0", matrix, "cosine"))
-    cka = analyzers.get("cka", {})
-    if cka.get("status") == "ok":
-        rows += [(f"CKA ({split})", [(layer, plottable(entry["linear"]["value"])) for layer, entry in found["layers"].items()])
-                 for split, found in cka["splits"].items() if found["layers"]]
+    if analyzers.get("cka", {}).get("status") == "ok":
+        rows += cka_rows(analyzers["cka"], "CKA")
     if not rows:
         raise EnsdiagError(f"nothing to plot for {method} with k={k}: one weight set, no data found, or matrices too "
                            "large to store (k > 256)")
@@ -110,8 +108,7 @@ def diversity_figures(metrics: dict, plot, name: str) -> list:
 
 def _geometry_figures(results: dict, plot, method: str) -> list:
     drawn = []
-    for name, suffix, figure in (("cka", "cka-layers", cka_layers_figure), ("alignment", "alignment", alignment_figure),
-                                 ("paths", "paths", paths_figure)):
+    for name, suffix, figure in LINE_FIGURES:
         if results.get(name, {}).get("status") == "ok":
             drawn += save_figure(figure({method: results[name]}), plot.with_name(f"{plot.stem}-{suffix}{plot.suffix}"))
     return drawn
