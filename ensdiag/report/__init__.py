@@ -129,17 +129,18 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
     Without `write` nothing in the run folder changes (its existing report stays as it was). A
     run folder that cannot be written to is reported all the same: `report["written"]` then
     says why nothing was written there."""
-    run_dir = _run_dirs(run_dir)
-    if isinstance(run_dir, (list, tuple)) and len(run_dir) > 1:  # several folders (merge.py): none is written to
+    if isinstance(run_dir, (list, tuple)):  # one folder, or several (merge.py): none of them written to
+        run_dir = [path_argument(folder, "run folder") for folder in run_dir]
+    if isinstance(run_dir, list) and len(run_dir) > 1:
         from .aggregate import build_report
         data = load_folders(run_dir)
         report = build_report(" + ".join(str(folder) for folder in run_dir), reference, data, conventions, ood_score)
         report["written"] = ("several run folders: none of them was changed (`ensdiag report FOLDER` rebuilds one "
                              "folder's report.md, report.html and figures/)") if write else None
         return report
-    if isinstance(run_dir, (list, tuple)):
+    if isinstance(run_dir, list):
         run_dir = run_dir[0] if run_dir else None
-    run_dir = Path(run_dir) if run_dir is not None else newest_run()
+    run_dir = path_argument(run_dir, "run folder") if run_dir is not None else newest_run()
     writable = write and os.access(run_dir, os.W_OK)
     options = {"run": str(run_dir), "reference": reference, "conventions": conventions, "svg": svg,
                "ood_score": ood_score or DEFAULT_SCORE, "detail": detail}
@@ -170,13 +171,6 @@ def _figures_on_disk(report: dict, run_dir: Path) -> bool:
     return isinstance(figures, list) and all(
         isinstance(figure, dict) and all(plain_file(run_dir / name) for key in ("png", "svg")
                                          if isinstance(name := figure.get(key), str)) for figure in figures)
-
-
-def _run_dirs(run_dir):
-    """None, one path, or a list or tuple of paths (errors.path_argument each)."""
-    if isinstance(run_dir, (list, tuple)):
-        return [path_argument(folder, "run folder") for folder in run_dir]
-    return None if run_dir is None else path_argument(run_dir, "run folder")
 
 
 @public
