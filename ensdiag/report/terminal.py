@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ..text import terminal
 from .example_level import bounds_text
+from .load import dig
 from .render import natural_width, non_finite_word
 
 
@@ -92,20 +93,16 @@ def interval_text(entry, digits=3, with_n=True) -> str:
 
 
 METRIC_COLUMNS = ("n", "Acc ↑", "NLL ↓", "ECE ↓", "Brier ↓", "H", "JSD", "disagreement")
+METRIC_CELLS = (("calibration", "accuracy"), ("calibration", "nll"), ("calibration", "ece"), ("calibration", "brier"),
+                ("uncertainty", "entropy"), ("uncertainty", "jsd"), ("disagreement", "mean"))  # (analyzer, key) after n
 
 
 def _split_rows(metrics: dict) -> list[tuple[str, list[str]]]:
     """(split, its cells in METRIC_COLUMNS' order) of every split."""
     analyzers = metrics["analyzers"]
-    calib = analyzers.get("calibration", {}).get("splits", {})
-    unc = analyzers.get("uncertainty", {}).get("splits", {})
-    dis = analyzers.get("disagreement", {}).get("splits", {})
-    rows = []
-    for split, info in metrics["splits"].items():
-        c, u, d = calib.get(split, {}), unc.get(split, {}), dis.get(split, {})
-        rows.append((split, [f"{info['n']:,}", *[cell(entry, interval=True) for entry in (
-            c.get("accuracy"), c.get("nll"), c.get("ece"), c.get("brier"), u.get("entropy"), u.get("jsd"), d.get("mean"))]]))
-    return rows
+    return [(split, [f"{info['n']:,}", *(cell(dig(analyzers, (analyzer, "splits", split, key)), interval=True)
+                                          for analyzer, key in METRIC_CELLS)])
+            for split, info in metrics["splits"].items()]
 
 
 def metrics_table(metrics: dict, title: str = "Metrics") -> Table:
