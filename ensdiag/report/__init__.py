@@ -78,19 +78,25 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
             curves.append((method, pooled))
     if curves:
         add("reliability", "Reliability diagrams on the in-distribution test set (seeds pooled)", reliability_figure, curves)
-    add_smooth_reliability(runs, add)
+    smooth, selective = [], []  # the first finished seed's SmoothECE curve and risk–coverage, in-distribution
+    for method, seeds in runs.items():
+        _, run = first_run(seeds)
+        found = dig(run["metrics"], ("analyzers", "calibration", "splits", "id", "smooth_ece")) if run else None
+        curve = found.get("curve") if isinstance(found, dict) else None
+        if isinstance(curve, dict) and all(isinstance(curve.get(key), list) for key in ("confidence", "accuracy", "density")):
+            smooth.append((method, curve, found.get("value"), found.get("bandwidth")))
+        curve = dig(run["metrics"], ("analyzers", "selective", "splits", "id", "curve")) if run else None
+        if isinstance(curve, dict) and curve.get("coverage") and curve.get("risk"):
+            selective.append((method, curve))
+    if smooth:
+        add("smooth-reliability", "SmoothECE reliability curves on the in-distribution test set: kernel-smoothed "
+            "accuracy at the bandwidth σ* = smECE (first seed)", smooth_reliability_figure, smooth, on_request=True)
     if "ood" not in report["skipped_splits"]:
         from .ood_score import TITLES, histograms  # (the scores of the predictions: torch)
         panels = histograms(runs, report.get("damaged_runs", {}), ood_score)
         if panels:
             add("ood-scores", f"Histograms of the OOD score {TITLES[ood_score]} on ID and OOD data (first seed)",
                 ood_histogram_figure, panels, TITLES[ood_score], (0, 1) if ood_score == "msp" else None)
-    selective = []  # risk–coverage on the in-distribution test set, first complete seed of each method
-    for method, seeds in runs.items():
-        _, run = first_run(seeds)
-        curve = dig(run["metrics"], ("analyzers", "selective", "splits", "id", "curve")) if run else None
-        if isinstance(curve, dict) and curve.get("coverage") and curve.get("risk"):
-            selective.append((method, curve))
     if selective:
         add("risk-coverage", "Risk–coverage on the in-distribution test set (first seed; AURC is the area)",
             risk_coverage_figure, selective)
@@ -103,20 +109,6 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
             training_curves_figure, {m: h for m, h in histories.items() if h})
     draw_all(jobs, folder, formats, lambda job: drawn.done(job.name, formats, job.inputs))
     return figures
-
-
-def add_smooth_reliability(runs: dict, add) -> None:
-    """SmoothECE's smoothed reliability curve on the in-distribution test set, first finished seed of each method."""
-    curves = []
-    for method, seeds in runs.items():
-        _, run = first_run(seeds)
-        found = dig(run["metrics"], ("analyzers", "calibration", "splits", "id", "smooth_ece")) if run else None
-        curve = found.get("curve") if isinstance(found, dict) else None
-        if isinstance(curve, dict) and all(isinstance(curve.get(key), list) for key in ("confidence", "accuracy", "density")):
-            curves.append((method, curve, found.get("value"), found.get("bandwidth")))
-    if curves:
-        add("smooth-reliability", "SmoothECE reliability curves on the in-distribution test set: kernel-smoothed "
-            "accuracy at the bandwidth σ* = smECE (first seed)", smooth_reliability_figure, curves, on_request=True)
 
 
 @public
