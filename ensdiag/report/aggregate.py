@@ -20,8 +20,7 @@ from .diagnostics import with_diagnostics
 from .across_tables import (SIZE_DEFINITIONS, bvd_table, damaged_lines, effective_size_table, seeds_needed_table,
                             verdict_table)
 from .load import _number, dig, load_runs
-from .llm import llm_tables
-from .lora import lora_tables
+from .lora import llm_tables, lora_tables
 
 REPORT_SCHEMA = "ensdiag.report/1"
 CI_DEFINITION = "mean ± t_{0.975,n−1}·s/√n over seeds (95 % Student-t interval; s = sample std, n seeds)"
