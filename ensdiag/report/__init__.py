@@ -21,7 +21,7 @@ from .lora import add_lora_figures
 from .merge import load_folders
 from .pairs import add_pair_figures, disagreement_panels
 from .render import FORMATS, render, to_html, to_markdown, to_rich  # noqa: F401
-from .summary import to_summary  # noqa: F401  (callers ask it here)
+from .verdict_text import to_summary  # noqa: F401  (callers ask it here)
 
 
 def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood_score: str = "msp",

@@ -25,7 +25,7 @@ from ..io import open_regular
 from ..layout import finite, non_finite
 from ..registry import Registry
 from .example_level import bounds_text, example_text
-from .summary import to_summary
+from .verdict_text import to_summary
 
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
 ON_REQUEST = "Detail figures, drawn by `ensdiag report --detail`:"  # (the figures a report left out)
@@ -237,7 +237,7 @@ def to_html(report, run_dir=None) -> str:
 
 @report_format("summary", "txt")
 def summary_format(report, run_dir=None) -> str:
-    """The first screen (summary.py): one line per method led by its effective size, what the seeds
+    """The first screen (verdict_text.to_summary): one line per method led by its effective size, what the seeds
     settle, where the report is; at most 80 columns and 24 rows for the main job's grid."""
     return to_summary(report, report.get("written"))
 
