@@ -103,10 +103,11 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
     add_pair_figures(runs, add, report["labels"])
     add_report_figures(runs, add, report["labels"])
     add_lora_figures(runs, add, report["labels"])
-    histories = {method: [run["history"] for run in seeds.values() if run and run["history"]] for method, seeds in runs.items()}
-    if any(histories.values()):
-        add("training", "Training loss and validation accuracy per epoch (every seed)",
-            training_curves_figure, {m: h for m, h in histories.items() if h})
+    histories = {method: found for method, seeds in runs.items()
+                 if (found := [run["history"] for run in seeds.values() if run and run["history"]])}
+    if histories:
+        add("training", "Training loss and validation accuracy per epoch (every seed)", training_curves_figure,
+            histories)
     draw_all(jobs, folder, formats, lambda job: drawn.done(job.name, formats, job.inputs))
     return figures
 

@@ -65,7 +65,7 @@ def load_runs(run_dir) -> dict:
                 runs[method][seed] = None
                 continue
             metrics = _read_metrics(metrics_path) if analysed else {"analyzers": {}, "splits": {}}
-            meta = _read_meta(folder / "meta.json") if analysed else {
+            meta = _read_object(folder / "meta.json", meta_out_of_range) if analysed else {
                 "run": method, "method": method, "seed": seed, "splits": {}, "source": lora["source"]}
             if isinstance(metrics.get("lora"), dict):  # ensdiag 0.6 kept the section beside empty analyzers
                 metrics["analyzers"]["lora"] = lora_result(metrics.pop("lora"))
@@ -110,7 +110,8 @@ def _reason(error: EnsdiagError, path) -> str:
     return str(error).replace(f"file {path} ", "").replace(f"cannot read file {path}: ", "")
 
 
-def _read_object(path) -> dict:
+def _read_object(path, damage=lambda data: None) -> dict:
+    """A JSON object from the run folder, or the `_damaged` error; `damage(data)`: what else makes it damage."""
     try:
         data = read_json(path, "file", MAX_FILE_BYTES)
     except UnreadableJson as error:
@@ -119,6 +120,8 @@ def _read_object(path) -> dict:
         raise _damaged(path, _reason(error, path)) from None
     if not isinstance(data, dict):
         raise _damaged(path, f"a JSON {type(data).__name__}, not an object")
+    if (problem := damage(data)) is not None:
+        raise _damaged(path, problem)
     return data
 
 
@@ -138,14 +141,6 @@ def _read_metrics(path) -> dict:
             score.setdefault("fpr95_id_as_ood", {"value": None, "status": "missing",
                                                  "definition": "not computed by the ensdiag that wrote this file"})
     return metrics
-
-
-def _read_meta(path) -> dict:
-    meta = _read_object(path)
-    problem = meta_out_of_range(meta)
-    if problem is not None:
-        raise _damaged(path, problem)
-    return meta
 
 
 def _read_rows(path, is_row, what) -> list[dict]:
