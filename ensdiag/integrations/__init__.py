@@ -32,10 +32,11 @@ def _root(target) -> str:
 LOGGERS = Registry("logger")
 
 
-@LOGGERS.register("Lightning's TensorBoardLogger",
-                  recognises=lambda target: "TensorBoardLogger" in _class_names(target))
-def _lightning_tensorboard(records, target, step):
-    tensorboard.log(records, target.experiment, step)
+@LOGGERS.register("a TensorBoard SummaryWriter or Lightning's TensorBoardLogger", recognises=lambda target: (
+                  "TensorBoardLogger" in _class_names(target) or all(hasattr(target, call) for call in (
+                      "add_scalar", "add_image", "add_text"))))
+def _tensorboard(records, target, step):
+    tensorboard.log(records, target.experiment if "TensorBoardLogger" in _class_names(target) else target, step)
 
 
 @LOGGERS.register("Lightning's MLFlowLogger", recognises=lambda target: "MLFlowLogger" in _class_names(target))
@@ -67,12 +68,6 @@ def _mlflow(records, target, step):
 def _wandb(records, target, step):
     from .wandb import log, run_of
     log(records, run_of(target), step)
-
-
-@LOGGERS.register("a TensorBoard SummaryWriter", recognises=lambda target: all(hasattr(target, call) for call in (
-                  "add_scalar", "add_image", "add_text")))
-def _tensorboard(records, target, step):
-    tensorboard.log(records, target, step)
 
 
 @public
