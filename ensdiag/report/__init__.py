@@ -172,4 +172,11 @@ def report_frame(run_dirs):
     return frame(report_rows(make_report(run_dirs, write=False)), REPORT_FIELDS)
 
 
-__all__ = ["FORMATS", "make_report", "newest_run", "render", "report_frame", "to_rich"]
+def __getattr__(name):
+    if name == "build_report":  # (building a report imports torch; reading one back does not)
+        from .aggregate import build_report
+        return build_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["FORMATS", "build_report", "make_report", "newest_run", "render", "report_frame", "to_rich"]
