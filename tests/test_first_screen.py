@@ -241,7 +241,7 @@ def test_a_size_is_a_point_only_where_its_interval_says_something(sizes, said):
 
 
 def test_overlapping_printed_sizes_are_said_not_to_be_ranked():
-    from ensdiag.report.summary import to_summary
+    from ensdiag.report.verdict_text import to_summary
     sizes = {"a": {"members": 4, "reference_members": 4, "seeds": 3, "cnll": {"value": 1.5, "interval": [1.2, 2.0]}},
              "b": {"members": 4, "reference_members": 4, "seeds": 3, "cnll": {"value": 1.8, "interval": [1.4, 3.0]}},
              "c": {"members": 4, "reference_members": 4, "seeds": 3, "cnll": {"value": 3.5, "interval": [3.1, 3.9]}}}

@@ -117,7 +117,8 @@ def _again(kind):
             "ensemble adapter": lambda: adapter("a callable", 99)(entry),
             "predictions reader": lambda: READERS.register("NumPy arrays (.npy, .npz)", recognises=bool)(entry),
             "--format": lambda: report_format("markdown", "md")(entry),
-            "logger": lambda: integrations.logger("a TensorBoard SummaryWriter", bool)(entry),
+            "logger": lambda: integrations.LOGGERS.register("a TensorBoard SummaryWriter or Lightning's TensorBoardLogger",
+                                                                recognises=bool)(entry),
             "table format": lambda: export.TABLE_FORMATS.register("csv")(entry),
             "corruption": lambda: corruption(blur)}[kind]
 

@@ -121,7 +121,7 @@ def saved_metrics(tmp_path_factory):
 
 def _values(node, path=()):
     """(path, value) of every number under a {"value": …} whose quantity has a known range."""
-    from ensdiag.report.ranges import RANGES
+    from ensdiag.report.load import RANGES
     if isinstance(node, dict):
         for key, value in node.items():
             if key == "value" and path and path[-1] in RANGES and isinstance(value, (int, float)) \
@@ -134,7 +134,7 @@ def _values(node, path=()):
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_range_checks_find_exactly_the_values_moved_outside(saved_metrics, data):
-    from ensdiag.report.ranges import out_of_range
+    from ensdiag.report.load import out_of_range
     assert out_of_range(saved_metrics) is None
     found = list(_values(saved_metrics))
     path, (low, high) = data.draw(st.sampled_from(found))

@@ -4,7 +4,7 @@ only its own library): `lightning` (DiversityCallback), `tensorboard`, `mlflow`,
     log_records(diagnosis_records(metrics), target, step)   # what Diagnosis.log_to does
 
 `log_records` picks the integration from the target's type, by name (`LOGGERS`, each registered
-with `@logger`), so this module imports none of those libraries: a TensorBoard SummaryWriter, an MLflow run (the `mlflow` module with
+with `LOGGERS.register`), so this module imports none of those libraries: a TensorBoard SummaryWriter, an MLflow run (the `mlflow` module with
 an active run, a Run, an ActiveRun), a W&B run (or the `wandb` module), or a Lightning logger
 (TensorBoardLogger, MLFlowLogger and WandbLogger through their experiment; any other logger
 gets the scalars through its `log_metrics`).
@@ -27,54 +27,47 @@ def _root(target) -> str:
     return (name or "").split(".")[0]
 
 
-LOGGERS = Registry("logger")  # what it is -> write(records, target, step), tried in the order registered
+# what it is -> write(records, target, step), tried in the order registered, for the targets `recognises(target)`
+# accepts (a test of the target's type by name: no library is imported to recognise it, each `write` imports its own)
+LOGGERS = Registry("logger")
 
 
-def logger(what: str, recognises):
-    """Register `write(records, target, step)` for the targets `recognises(target)` accepts (a test of the
-    target's type by name: no library is imported to recognise it, each `write` imports its own)."""
-    return LOGGERS.register(what, recognises=recognises)
+@LOGGERS.register("a TensorBoard SummaryWriter or Lightning's TensorBoardLogger", recognises=lambda target: (
+                  "TensorBoardLogger" in _class_names(target) or all(hasattr(target, call) for call in (
+                      "add_scalar", "add_image", "add_text"))))
+def _tensorboard(records, target, step):
+    tensorboard.log(records, target.experiment if "TensorBoardLogger" in _class_names(target) else target, step)
 
 
-@logger("Lightning's TensorBoardLogger", lambda target: "TensorBoardLogger" in _class_names(target))
-def _lightning_tensorboard(records, target, step):
-    tensorboard.log(records, target.experiment, step)
-
-
-@logger("Lightning's MLFlowLogger", lambda target: "MLFlowLogger" in _class_names(target))
+@LOGGERS.register("Lightning's MLFlowLogger", recognises=lambda target: "MLFlowLogger" in _class_names(target))
 def _lightning_mlflow(records, target, step):
     from .mlflow import log
     log(records, target.experiment, target.run_id, step)
 
 
-@logger("Lightning's WandbLogger", lambda target: "WandbLogger" in _class_names(target))
+@LOGGERS.register("Lightning's WandbLogger", recognises=lambda target: "WandbLogger" in _class_names(target))
 def _lightning_wandb(records, target, step):
     from .wandb import log
     log(records, target.experiment, step, step_metric="trainer/global_step")
 
 
-@logger("any other Lightning logger", lambda target: _root(target) in ("lightning", "pytorch_lightning")
-        and hasattr(target, "log_metrics"))
+@LOGGERS.register("any other Lightning logger", recognises=lambda target: _root(target) in ("lightning",
+                  "pytorch_lightning") and hasattr(target, "log_metrics"))
 def _lightning_other(records, target, step):
     target.log_metrics(records.scalars, step)  # e.g. CSVLogger: numbers only
 
 
-@logger("an MLflow run (or the mlflow module with an active run)", lambda target: _root(target) == "mlflow")
+@LOGGERS.register("an MLflow run (or the mlflow module with an active run)",
+                  recognises=lambda target: _root(target) == "mlflow")
 def _mlflow(records, target, step):
     from .mlflow import MlflowClient, log, run_id_of
     log(records, MlflowClient(), run_id_of(target), step)
 
 
-@logger("a W&B run (or the wandb module)", lambda target: _root(target) == "wandb")
+@LOGGERS.register("a W&B run (or the wandb module)", recognises=lambda target: _root(target) == "wandb")
 def _wandb(records, target, step):
     from .wandb import log, run_of
     log(records, run_of(target), step)
-
-
-@logger("a TensorBoard SummaryWriter", lambda target: all(hasattr(target, call) for call in ("add_scalar", "add_image",
-                                                                                              "add_text")))
-def _tensorboard(records, target, step):
-    tensorboard.log(records, target, step)
 
 
 @public

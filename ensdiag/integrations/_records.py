@@ -20,6 +20,7 @@ from ..errors import EnsdiagError, InputTypeError
 from ..export import metric_entries, report_rows
 from ..layout import finite
 from ..report.notebook import figure_rgb, heatmaps, summary_line
+from ..report.verdict_text import QUESTIONS
 from ..text import terminal
 
 
@@ -55,9 +56,6 @@ def diagnosis_records(metrics: dict, prefix: str = "ensdiag") -> Records:
     return records
 
 
-VERDICT_KEYS = ("nll", "ece", "auroc", "shift_nll", "diversity")
-
-
 def report_records(report: dict, run_dir=None, prefix: str = "ensdiag") -> Records:
     """A report's cells (mean over seeds), the verdict's shares, its answers and its figures
     (read from `run_dir`/figures when the report drew them)."""
@@ -67,7 +65,7 @@ def report_records(report: dict, run_dir=None, prefix: str = "ensdiag") -> Recor
             name = row["key"] or f"{row['table']}/{_slug(row['column'])}"
             records.scalars[f"{prefix}/{row['method']}/{name}"] = row["mean"]
     for method, entry in report.get("verdict", {}).items():
-        for key in VERDICT_KEYS:
+        for key, _ in QUESTIONS:
             value = entry.get(key, {}).get("value")
             if isinstance(value, (int, float)) and math.isfinite(value):
                 records.scalars[f"{prefix}/verdict/{method}/{key}"] = float(value)

@@ -13,15 +13,15 @@ from ..io import atomic_write_text, plain_file
 from ..layout import DEFAULT_SCORE
 from .cached import kept_report
 from .drawing import Job, draw_all
-from .figures import (Drawn, heatmap_grid, ood_histogram_figure, plottable, reliability_figure, risk_coverage_figure,
+from .figures import (Drawn, heatmap_grid, ood_histogram_figure, reliability_figure, risk_coverage_figure,
                       smooth_reliability_figure, training_curves_figure)
 from .geometry_figures import add_report_figures
 from .load import dig, first_ran, first_run, load_runs, newest_run
 from .lora import add_lora_figures
 from .merge import load_folders
-from .pairs import add_pair_figures
+from .pairs import add_pair_figures, disagreement_panels
 from .render import FORMATS, render, to_html, to_markdown, to_rich  # noqa: F401
-from .summary import to_summary  # noqa: F401  (callers ask it here)
+from .verdict_text import to_summary  # noqa: F401  (callers ask it here)
 
 
 def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood_score: str = "msp",
@@ -55,10 +55,8 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
     rows = []  # Figure 2: disagreement per split + weight cosine, one row per ensemble method
     for method, (seed, run) in first_ran(runs, "disagreement").items():  # members that can disagree (the others skip it)
         analyzers = run["metrics"]["analyzers"]
-        panels = [(f"disagreement: {split}", matrix, "disagreement") for split in ("id", "shift", "ood")
-                  if (matrix := plottable(dig(analyzers, ("disagreement", "splits", split, "matrix", "value")))) is not None]
-        cosine = plottable(dig(analyzers, ("weight-similarity", "matrix", "value")))
-        if dig(analyzers, ("weight-similarity", "status")) == "ok" and cosine is not None:
+        panels, cosine = disagreement_panels(analyzers, ("id", "shift", "ood"))
+        if cosine is not None:
             scoped = isinstance(dig(analyzers, ("weight-similarity", "scope")), str)  # members share the rest
             initial = dig(analyzers, ("weight-similarity", "initial", "value"))
             at_init = f" (init {initial:.2f})" if isinstance(initial, float) else ""
@@ -80,45 +78,38 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
             curves.append((method, pooled))
     if curves:
         add("reliability", "Reliability diagrams on the in-distribution test set (seeds pooled)", reliability_figure, curves)
-    add_smooth_reliability(runs, add)
-    if "ood" not in report["skipped_splits"]:
-        from .ood_score import histograms, title  # (the scores of the predictions: torch)
-        panels = histograms(runs, report.get("damaged_runs", {}), ood_score)
-        if panels:
-            add("ood-scores", f"Histograms of the OOD score {title(ood_score)} on ID and OOD data (first seed)",
-                ood_histogram_figure, panels, title(ood_score), (0, 1) if ood_score == "msp" else None)
-    selective = []  # risk–coverage on the in-distribution test set, first complete seed of each method
+    smooth, selective = [], []  # the first finished seed's SmoothECE curve and risk–coverage, in-distribution
     for method, seeds in runs.items():
         _, run = first_run(seeds)
+        found = dig(run["metrics"], ("analyzers", "calibration", "splits", "id", "smooth_ece")) if run else None
+        curve = found.get("curve") if isinstance(found, dict) else None
+        if isinstance(curve, dict) and all(isinstance(curve.get(key), list) for key in ("confidence", "accuracy", "density")):
+            smooth.append((method, curve, found.get("value"), found.get("bandwidth")))
         curve = dig(run["metrics"], ("analyzers", "selective", "splits", "id", "curve")) if run else None
         if isinstance(curve, dict) and curve.get("coverage") and curve.get("risk"):
             selective.append((method, curve))
+    if smooth:
+        add("smooth-reliability", "SmoothECE reliability curves on the in-distribution test set: kernel-smoothed "
+            "accuracy at the bandwidth σ* = smECE (first seed)", smooth_reliability_figure, smooth, on_request=True)
+    if "ood" not in report["skipped_splits"]:
+        from .ood_score import TITLES, histograms  # (the scores of the predictions: torch)
+        panels = histograms(runs, report.get("damaged_runs", {}), ood_score)
+        if panels:
+            add("ood-scores", f"Histograms of the OOD score {TITLES[ood_score]} on ID and OOD data (first seed)",
+                ood_histogram_figure, panels, TITLES[ood_score], (0, 1) if ood_score == "msp" else None)
     if selective:
         add("risk-coverage", "Risk–coverage on the in-distribution test set (first seed; AURC is the area)",
             risk_coverage_figure, selective)
     add_pair_figures(runs, add, report["labels"])
     add_report_figures(runs, add, report["labels"])
     add_lora_figures(runs, add, report["labels"])
-    histories = {method: [run["history"] for run in seeds.values() if run and run["history"]] for method, seeds in runs.items()}
-    if any(histories.values()):
-        add("training", "Training loss and validation accuracy per epoch (every seed)",
-            training_curves_figure, {m: h for m, h in histories.items() if h})
+    histories = {method: found for method, seeds in runs.items()
+                 if (found := [run["history"] for run in seeds.values() if run and run["history"]])}
+    if histories:
+        add("training", "Training loss and validation accuracy per epoch (every seed)", training_curves_figure,
+            histories)
     draw_all(jobs, folder, formats, lambda job: drawn.done(job.name, formats, job.inputs))
     return figures
-
-
-def add_smooth_reliability(runs: dict, add) -> None:
-    """SmoothECE's smoothed reliability curve on the in-distribution test set, first finished seed of each method."""
-    curves = []
-    for method, seeds in runs.items():
-        _, run = first_run(seeds)
-        found = dig(run["metrics"], ("analyzers", "calibration", "splits", "id", "smooth_ece")) if run else None
-        curve = found.get("curve") if isinstance(found, dict) else None
-        if isinstance(curve, dict) and all(isinstance(curve.get(key), list) for key in ("confidence", "accuracy", "density")):
-            curves.append((method, curve, found.get("value"), found.get("bandwidth")))
-    if curves:
-        add("smooth-reliability", "SmoothECE reliability curves on the in-distribution test set: kernel-smoothed "
-            "accuracy at the bandwidth σ* = smECE (first seed)", smooth_reliability_figure, curves, on_request=True)
 
 
 @public
@@ -131,17 +122,18 @@ def make_report(run_dir=None, reference=None, write=True, conventions="ensdiag",
     Without `write` nothing in the run folder changes (its existing report stays as it was). A
     run folder that cannot be written to is reported all the same: `report["written"]` then
     says why nothing was written there."""
-    run_dir = _run_dirs(run_dir)
-    if isinstance(run_dir, (list, tuple)) and len(run_dir) > 1:  # several folders (merge.py): none is written to
+    if isinstance(run_dir, (list, tuple)):  # one folder, or several (merge.py): none of them written to
+        run_dir = [path_argument(folder, "run folder") for folder in run_dir]
+    if isinstance(run_dir, list) and len(run_dir) > 1:
         from .aggregate import build_report
         data = load_folders(run_dir)
         report = build_report(" + ".join(str(folder) for folder in run_dir), reference, data, conventions, ood_score)
         report["written"] = ("several run folders: none of them was changed (`ensdiag report FOLDER` rebuilds one "
                              "folder's report.md, report.html and figures/)") if write else None
         return report
-    if isinstance(run_dir, (list, tuple)):
+    if isinstance(run_dir, list):
         run_dir = run_dir[0] if run_dir else None
-    run_dir = Path(run_dir) if run_dir is not None else newest_run()
+    run_dir = path_argument(run_dir, "run folder") if run_dir is not None else newest_run()
     writable = write and os.access(run_dir, os.W_OK)
     options = {"run": str(run_dir), "reference": reference, "conventions": conventions, "svg": svg,
                "ood_score": ood_score or DEFAULT_SCORE, "detail": detail}
@@ -172,13 +164,6 @@ def _figures_on_disk(report: dict, run_dir: Path) -> bool:
     return isinstance(figures, list) and all(
         isinstance(figure, dict) and all(plain_file(run_dir / name) for key in ("png", "svg")
                                          if isinstance(name := figure.get(key), str)) for figure in figures)
-
-
-def _run_dirs(run_dir):
-    """None, one path, or a list or tuple of paths (errors.path_argument each)."""
-    if isinstance(run_dir, (list, tuple)):
-        return [path_argument(folder, "run folder") for folder in run_dir]
-    return None if run_dir is None else path_argument(run_dir, "run folder")
 
 
 @public

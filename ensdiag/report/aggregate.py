@@ -20,8 +20,7 @@ from .diagnostics import with_diagnostics
 from .across_tables import (SIZE_DEFINITIONS, bvd_table, damaged_lines, effective_size_table, seeds_needed_table,
                             verdict_table)
 from .load import _number, dig, load_runs
-from .llm import llm_tables
-from .lora import lora_tables
+from .lora import llm_tables, lora_tables
 
 REPORT_SCHEMA = "ensdiag.report/1"
 CI_DEFINITION = "mean ± t_{0.975,n−1}·s/√n over seeds (95 % Student-t interval; s = sample std, n seeds)"
@@ -282,7 +281,7 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
                 runs, expected))
     if "ood" not in skipped:
         tables.append(analyzer_table("ood", f"OOD detection ({titles.get('ood', 'ood')} vs ID; score "
-                                     f"{scores.title(ood_score)})", "ood",
+                                     f"{scores.TITLES[ood_score]})", "ood",
                                      note="AUPR is AUPR-Out: average precision with OOD as the positive class. "
                                      "FPR95 OOD→ID: OOD accepted as ID at 95 % of ID accepted (the paper's text); "
                                      "FPR95 ID→OOD: ID flagged as OOD at 95 % of OOD flagged (the paper's code, whose "

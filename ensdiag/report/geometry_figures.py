@@ -87,6 +87,9 @@ def paths_figure(results: dict) -> "Figure":
     return figure
 
 
+# member geometry's line figures: (analyzer, file suffix, figure)
+LINE_FIGURES = (("cka", "cka-layers", cka_layers_figure), ("alignment", "alignment", alignment_figure),
+                ("paths", "paths", paths_figure))
 TRACKED = (("disagreement", "mean pairwise disagreement"), ("jsd", "JSD"), ("weight_cosine", "weight cosine"))
 
 
@@ -128,12 +131,17 @@ def tracking_figure(curves: dict) -> "Figure":
     return figure
 
 
+def cka_rows(result: dict, label: str) -> list[tuple]:
+    """heatmap_grid rows of a cka result: one per split ("label (split)"), each layer's k×k linear CKA a panel."""
+    return [(f"{label} ({split})", [(layer, plottable(entry["linear"]["value"]))
+                                    for layer, entry in found["layers"].items()])
+            for split, found in result["splits"].items() if found["layers"]]
+
+
 def cka_layer_grid(results: dict) -> "Figure":
     """k×k linear CKA between members per layer: a row per method (its label) and split."""
-    rows = [(f"{method} ({split})", [(layer, plottable(entry["linear"]["value"]))
-                                     for layer, entry in found["layers"].items()])
-            for method, result in results.items() for split, found in result["splits"].items() if found["layers"]]
-    return heatmap_grid(rows, colorbar_label="linear CKA")
+    return heatmap_grid([row for method, result in results.items() for row in cka_rows(result, method)],
+                        colorbar_label="linear CKA")
 
 
 def add_report_figures(runs: dict, add, labels: dict) -> None:
@@ -147,14 +155,11 @@ def add_report_figures(runs: dict, add, labels: dict) -> None:
             damaged=partial(_damaged, folder / "metrics.json", f"its {name} result is not of the expected layout"),
             on_request=on_request)
 
-    for name, file, title, make in (
-            ("cka", "cka-layers", "Linear CKA between members per layer, in-distribution (solid) and OOD (dashed); first seed",
-             cka_layers_figure),
-            ("alignment", "alignment", "Weight cosine per layer as trained (dotted), after permutation alignment (solid) "
-                                       "and aligned untrained members, the null baseline (dashed); "
-                                       "first seed", alignment_figure),
-            ("paths", "paths", "Test loss and accuracy on the straight line between member 0 and members 1–3; first seed",
-             paths_figure)):
+    for (name, file, make), title in zip(LINE_FIGURES, (
+            "Linear CKA between members per layer, in-distribution (solid) and OOD (dashed); first seed",
+            "Weight cosine per layer as trained (dotted), after permutation alignment (solid) and aligned untrained "
+            "members, the null baseline (dashed); first seed",
+            "Test loss and accuracy on the straight line between member 0 and members 1–3; first seed")):
         drawn = first_ran(runs, name)
         draw(name, file, title + _left_out(runs, drawn, name, labels), make,
              {f"{labels[method]}, seed {seed}": (run["metrics"]["analyzers"][name], run["folder"])

@@ -8,14 +8,13 @@
 
 from ..analysis import all_analyzers
 from ..errors import EnsdiagError
-from .conformal import conformal_notes, conformal_tables
 from .example_level import budget_lines
 from .figures import heatmap_grid, plain, plottable, save_figure
-from .geometry_figures import alignment_figure, cka_layers_figure, paths_figure
-from .groups import group_notes, group_table
-from .pairs import pair_lines, pair_rows
-from .terminal import (cell, geometry_tables, heatmap_table, interval_lines, metrics_tables, ood_tables,
-                       skipped_lines)
+from .geometry_figures import LINE_FIGURES, cka_rows
+from .generated import group_notes, group_table
+from .pairs import disagreement_panels, pair_lines, pair_rows
+from .terminal import (cell, conformal_notes, conformal_tables, geometry_tables, heatmap_table, interval_lines,
+                       metrics_tables, ood_tables, skipped_lines)
 
 DISAGREEMENT = ("disagreement: the fraction of examples on which two members predict different classes "
                 "(0: always the same class); normalised: divided by the ensemble's error rate")
@@ -91,25 +90,15 @@ def diversity_figures(metrics: dict, plot, name: str) -> list:
     `plot`, and member geometry's line figures beside it: <plot>-cka-layers, -alignment, -paths."""
     analyzers, ensemble = metrics["analyzers"], metrics.get("ensemble", {})
     method, k = ensemble.get("method", "unknown"), ensemble.get("num_members")
-    rows = []
-    disagreement = analyzers.get("disagreement", {})
-    if disagreement.get("status") == "ok":
-        splits = disagreement["splits"]
-        panels = [(split, matrix, "disagreement") for split in ("id", "shift", "ood")
-                  if split in splits and (matrix := plottable(splits[split]["matrix"]["value"])) is not None]
-        rows += [("disagreement", panels)] if panels else []
-    rows += pair_rows(analyzers.get("member-pairs"))
-    similarity = analyzers.get("weight-similarity", {})
-    cosine = plottable(similarity.get("matrix", {}).get("value")) if similarity.get("status") == "ok" else None
+    panels, cosine = disagreement_panels(analyzers, ("id", "shift", "ood"), "")
+    rows = ([("disagreement", panels)] if panels else []) + pair_rows(analyzers.get("member-pairs"))
     if cosine is not None:
         rows.append(("weight cosine", [("all layers", cosine, "cosine")]))
     aligned = analyzers.get("alignment", {})
     if rows and aligned.get("status") == "ok" and (matrix := plottable(aligned["aligned"]["matrix"]["value"])) is not None:
         rows[-1][1].append(("aligned to member 0", matrix, "cosine"))
-    cka = analyzers.get("cka", {})
-    if cka.get("status") == "ok":
-        rows += [(f"CKA ({split})", [(layer, plottable(entry["linear"]["value"])) for layer, entry in found["layers"].items()])
-                 for split, found in cka["splits"].items() if found["layers"]]
+    if analyzers.get("cka", {}).get("status") == "ok":
+        rows += cka_rows(analyzers["cka"], "CKA")
     if not rows:
         raise EnsdiagError(f"nothing to plot for {method} with k={k}: one weight set, no data found, or matrices too "
                            "large to store (k > 256)")
@@ -119,8 +108,7 @@ def diversity_figures(metrics: dict, plot, name: str) -> list:
 
 def _geometry_figures(results: dict, plot, method: str) -> list:
     drawn = []
-    for name, suffix, figure in (("cka", "cka-layers", cka_layers_figure), ("alignment", "alignment", alignment_figure),
-                                 ("paths", "paths", paths_figure)):
+    for name, suffix, figure in LINE_FIGURES:
         if results.get(name, {}).get("status") == "ok":
             drawn += save_figure(figure({method: results[name]}), plot.with_name(f"{plot.stem}-{suffix}{plot.suffix}"))
     return drawn

@@ -2,11 +2,20 @@
 weight-space part (lora.json, runs.py), read as the `lora` analyzer's result in the metrics layout
 (ensdiag/lora/analysis.py computes it); here it becomes report tables (mean ± 95 % CI over seeds,
 like every other table) and figures. A folder of such runs alone holds no predictions: its other
-tables have nothing measured and are left out, as any such table is."""
+tables have nothing measured and are left out, as any such table is.
+
+LLM ensembles in one report: each method's weight space (a LoRA run part, lora.json) beside its
+function space (its predictions part, e.g. read from lm-eval logs) and the verdict, and the
+accuracy per subtask of a group task (splits `id/<subtask>`, foreign/lm_eval.py).
+
+The side-by-side table appears when the folder holds both kinds of part (runs.py): typically
+`ensdiag diversity ADAPTER_DIR… --save DIR --method M` and `ensdiag analyze LM_EVAL_LOGS… --out
+DIR --method M` for the adapters, with `single` (one adapter) and `deep-ensemble` (independent
+fine-tunes) analysed beside them for the verdict."""
 
 from functools import partial
 
-from .load import _damaged, dig
+from .load import _damaged, _number, dig
 from .lora_figures import lora_depth_figure, lora_heatmaps
 
 SUMMARY_COLUMNS = (  # (label, path in the section, definition)
@@ -39,11 +48,10 @@ def _lora_runs(runs: dict) -> dict:
 
 
 def _value_of(path, gap=False):
+    """A column's reader: what is not a number the table leaves out (aggregate._cell)."""
     def value_of(run):
         value = dig(run["metrics"], ("analyzers", "lora", *path)) if has_lora(run) else None
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            return None
-        return 1 - value if gap else value
+        return 1 - value if gap and _number(value) else value
     return value_of
 
 
@@ -69,10 +77,7 @@ def lora_tables(runs: dict, expected: int, make_table) -> tuple[list[dict], dict
                                for group in _type_groups(run)))
 
     def by_type(kind):
-        def value_of(run):
-            value = next((group.get("delta_cosine") for group in _type_groups(run) if group["type"] == kind), None)
-            return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-        return value_of
+        return lambda run: next((group.get("delta_cosine") for group in _type_groups(run) if group["type"] == kind), None)
 
     if types:
         tables.append(make_table("lora-types", "LoRA ensemble: ΔW cosine by module type (mean over layers)",
@@ -94,3 +99,68 @@ def add_lora_figures(runs: dict, add, labels: dict) -> None:
         lora_heatmaps, sections, damaged=damaged)
     add("lora-depth", "LoRA ensembles per layer index: ΔW cosine and column/row-space overlap, one line per "
                       "module type, null baselines dashed (first seed)", lora_depth_figure, sections, damaged=damaged)
+
+
+LLM_DEFINITIONS = {
+    "ΔW cosine": "mean over adapter pairs of the cosine of their updates ΔW_i = s·B_iA_i, all adapted layers together",
+    "column overlap": "mean cos² of the principal angles between the members' column spaces (its null beside it in "
+                      "the LoRA table)",
+    "row overlap": "mean cos² of the principal angles between the members' row spaces",
+    "disagreement": "mean pairwise disagreement of the members' answers on the in-distribution questions",
+    "JSD": "H(p̄) − mean_i H(p_i) on the in-distribution questions (mutual information)",
+    "Acc": "accuracy of p̄ on the in-distribution questions",
+    "diversity ×": "the verdict's KL diversity over the Deep Ensemble's (1: as diverse as independent fine-tunes)",
+    "NLL share": "the verdict's share of the Deep Ensemble's NLL gain over the single model",
+}
+WEIGHT_SPACE = [(label, path) for label, path, _ in SUMMARY_COLUMNS if label in ("ΔW cosine", "column overlap", "row overlap")]
+FUNCTION_SPACE = (("disagreement", ("disagreement", "splits", "id", "mean", "value"), None),
+                  ("JSD", ("uncertainty", "splits", "id", "jsd", "value"), None),
+                  ("Acc", ("calibration", "splits", "id", "accuracy", "value"), "up"))
+
+
+def _analysed(run) -> bool:
+    return run is not None and any(name != "lora" for name in run["metrics"]["analyzers"])  # a predictions part
+
+
+def _analyzer_value(path):
+    return lambda run: dig(run["metrics"]["analyzers"], path)
+
+
+def llm_tables(runs: dict, verdicts: dict, expected: int, make_table) -> tuple[list[dict], dict]:
+    """([weight space beside function space, accuracy per subtask], {label: definition}); each
+    only where the runs have what it shows. `make_table` is aggregate's `_table`."""
+    tables, definitions = [], {}
+    finished = [run for seeds in runs.values() for run in seeds.values() if run is not None]
+    if any(has_lora(run) for run in finished) and any(_analysed(run) for run in finished):
+        columns = [(label, _value_of(path), None) for label, path in WEIGHT_SPACE]
+        columns += [(label, _analyzer_value(path), direction) for label, path, direction in FUNCTION_SPACE]
+        table = make_table("llm", "Weight space beside function space", columns, runs, expected, note=_note(runs, verdicts))
+        table["columns"] += [{"name": "diversity ×", "direction": "up"}, {"name": "NLL share", "direction": "up"}]
+        for row in table["rows"]:
+            entry = verdicts.get(row["method"], {})
+            row["cells"] += [{"mean": entry.get(key, {}).get("value"), "ci": None, "n": entry.get("seeds"), "values": [],
+                              "interval": entry.get(key, {}).get("interval"), "expected": expected}
+                             for key in ("diversity", "nll")]
+        tables.append(table)
+        definitions.update(LLM_DEFINITIONS)
+    subtasks = list(dict.fromkeys(name.split("/", 1)[1] for run in finished for name in run["metrics"]["splits"]
+                                  if name.startswith("id/")))
+    if subtasks:
+        columns = [(name, _analyzer_value(("calibration", "splits", f"id/{name}", "accuracy", "value")), "up")
+                   for name in subtasks]
+        tables.append(make_table("subtasks", "Accuracy per subtask (in-distribution)", columns, runs, expected,
+                                 note="The in-distribution tables pool every subtask's questions; here each on its own."))
+    return tables, definitions
+
+
+def _note(runs, verdicts) -> str:
+    sources = {dig(run["metrics"], ("lm_eval", "task")): dig(run["metrics"], ("lm_eval", "score_definition"))
+               for seeds in runs.values() for run in seeds.values() if run is not None and dig(run["metrics"], ("lm_eval",))}
+    read = "; ".join(f"lm-eval task {task}, scores: {score}" for task, score in sources.items() if isinstance(task, str))
+    answers = " ".join(entry["answer"] for entry in verdicts.values() if isinstance(entry.get("answer"), str))
+    return " ".join(part for part in (
+        "Weight space from the adapters' factors (ensdiag diversity ADAPTER_DIR… --save), function space from their "
+        "predictions" + (f" ({read})" if read else "") + ", the verdict's columns from the single model and the Deep "
+        "Ensemble saved beside them. ΔW cosine near 0 with disagreement and JSD near the Deep Ensemble's: the "
+        "adapters learnt different things; ΔW cosine and overlaps near 1 with little disagreement: one update learnt "
+        "k times.", answers) if part)

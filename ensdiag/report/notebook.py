@@ -17,7 +17,9 @@ import math
 
 from ..export import metric_entries
 from ..text import html
-from .figures import figure_bytes, heatmap_grid, plottable
+from .figures import figure_bytes, heatmap_grid
+from .pairs import disagreement_panels
+from .terminal import cell
 
 MAIN_TABLES = ("id", "shift", "ood", "diversity", "geometry")  # the report's tables the summary shows
 WHOLE = "members"  # the column of numbers about the whole ensemble (no split)
@@ -57,16 +59,8 @@ def summary_line(metrics: dict) -> str:
 
 def heatmaps(metrics: dict):
     """The k×k disagreement per split and the weight cosine as one figure, or None (k = 1, not stored)."""
-    analyzers = metrics.get("analyzers", {})
-    disagreement = analyzers.get("disagreement", {})
-    panels = []
-    if disagreement.get("status") == "ok":
-        for split, found in disagreement.get("splits", {}).items():
-            matrix = plottable(found.get("matrix", {}).get("value")) if isinstance(found, dict) else None
-            if matrix is not None:
-                panels.append((f"disagreement: {split}", matrix, "disagreement"))
-    similarity = analyzers.get("weight-similarity", {})
-    if similarity.get("status") == "ok" and (cosine := plottable(similarity.get("matrix", {}).get("value"))) is not None:
+    panels, cosine = disagreement_panels(metrics.get("analyzers", {}))
+    if cosine is not None:
         panels.append(("weight cosine", cosine, "cosine"))
     if not panels:
         return None
@@ -101,10 +95,6 @@ def _main_rows(metrics):
     return rows, order, missing
 
 
-def _number(value) -> str:
-    return f"{value:.3f}" if math.isfinite(value) else str(value)
-
-
 def diagnosis_html(metrics: dict, title: str = "ensdiag diagnosis") -> str:
     """The compact, self-scoped HTML summary of one diagnosis (see the module's docstring)."""
     def esc(value) -> str:  # every field may come from a file: HTML escaped, control characters too (text.py)
@@ -121,7 +111,7 @@ def diagnosis_html(metrics: dict, title: str = "ensdiag diagnosis") -> str:
         parts.append(f"<table style=\"border-collapse:collapse;margin:0 0 8px;font-size:12px;width:auto;color:#1f2328\">"
                      f"<thead><tr><th style=\"{HEAD};text-align:left\"></th>{head}</tr></thead><tbody>")
         for label, cells in rows.items():
-            tds = "".join(f"<td style=\"{CELL}\" title=\"{esc(cells[c][1] or '')}\">{esc(_number(cells[c][0]))}</td>"
+            tds = "".join(f"<td style=\"{CELL}\" title=\"{esc(cells[c][1] or '')}\">{esc(cell(cells[c][0]))}</td>"
                           if c in cells else f"<td style=\"{CELL};color:#8c959f\"></td>" for c in columns)
             parts.append(f"<tr><td style=\"{CELL};text-align:left\">{esc(label)}</td>{tds}</tr>")
         parts.append("</tbody></table>")

@@ -25,14 +25,10 @@ def resolve(name: str | None) -> str:
     return key
 
 
+# how the table's title and the histogram name each score (its definition is SCORES[score][1])
 TITLES = {"msp": "1 − MSP", "entropy": "entropy H(p̄)", "jsd": "mutual information (JSD)",
           "expected_entropy": "mean member entropy", "energy": "energy −logsumexp(z̄)", "max_logit": "−max mean logit",
           "variation_ratio": "variation ratio"}
-
-
-def title(score: str) -> str:
-    """How the table's title and the histogram name the score (its definition is SCORES[score][1])."""
-    return TITLES.get(score, score)
 
 
 def columns(declared: list[tuple], score: str) -> list[tuple]:

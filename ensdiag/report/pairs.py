@@ -17,6 +17,16 @@ PANELS = (  # (key in the result, panel title, colour scale in figures.SCALES)
 )
 
 
+def disagreement_panels(analyzers: dict, splits=None, prefix: str = "disagreement: ") -> tuple[list, list | None]:
+    """[(prefix + split, k×k matrix, "disagreement")] of the stored disagreement matrices of `splits` (None: every
+    split), and the weight cosine's matrix (None where it was not measured or not stored)."""
+    found = dig(analyzers, ("disagreement", "splits")) if dig(analyzers, ("disagreement", "status")) == "ok" else None
+    panels = [(prefix + split, matrix, "disagreement") for split in (splits or found or ())
+              if (matrix := plottable(dig(found, (split, "matrix", "value")))) is not None]
+    ok = dig(analyzers, ("weight-similarity", "status")) == "ok"
+    return panels, plottable(dig(analyzers, ("weight-similarity", "matrix", "value"))) if ok else None
+
+
 def pair_panels(result: dict, split: str) -> list[tuple]:
     """[(title, k×k matrix, scale)] of one split's stored matrices (unlabelled splits: KL and JSD)."""
     found = dig(result, ("splits", split)) or {}

@@ -25,7 +25,7 @@ from ..io import open_regular
 from ..layout import finite, non_finite
 from ..registry import Registry
 from .example_level import bounds_text, example_text
-from .summary import to_summary
+from .verdict_text import to_summary
 
 ARROWS = {"up": " ↑", "down": " ↓", None: ""}
 ON_REQUEST = "Detail figures, drawn by `ensdiag report --detail`:"  # (the figures a report left out)
@@ -101,6 +101,11 @@ def _header(table):
     return ["Method"] + [column["name"] + ARROWS[column["direction"]] for column in table["columns"]]
 
 
+def _marked(escape, best: str, second: str):
+    """decorate(text, mark): a cell's text escaped for its format, put into `best` or `second` ("{}": the text)."""
+    return lambda text, mark: {"best": best, "second": second}.get(mark, "{}").format(escape(text))
+
+
 def _cells(table, decorate, compact=False):
     for row in table["rows"]:
         yield row, [decorate(cell_text(cell, table["id"], index, compact), cell.get("mark"))
@@ -126,12 +131,7 @@ def test_set_footnote(table) -> str:
 
 @report_format("markdown", "md")
 def to_markdown(report, run_dir=None) -> str:
-    md = sink.markdown
-
-    def decorate(text, mark):
-        text = md(text)
-        return f"**{text}**" if mark == "best" else f"<ins>{text}</ins>" if mark == "second" else text
-
+    md, decorate = sink.markdown, _marked(sink.markdown, "**{}**", "<ins>{}</ins>")
     lines = [f"# ensdiag report — {md(report['preset'])} preset", "",
              f"Run `{md(report['run'])}`; methods {md(', '.join(report['methods']))}; "
              f"seeds {md(', '.join(map(str, report['seeds'])))}.",
@@ -168,12 +168,7 @@ def to_markdown(report, run_dir=None) -> str:
 
 @report_format("latex", "tex")
 def to_latex(report, run_dir=None) -> str:
-    tex = sink.latex
-
-    def decorate(text, mark):
-        text = tex(text)
-        return rf"\textbf{{{text}}}" if mark == "best" else rf"\underline{{{text}}}" if mark == "second" else text
-
+    tex, decorate = sink.latex, _marked(sink.latex, r"\textbf{{{}}}", r"\underline{{{}}}")
     parts = [f"% ensdiag report: {tex(report['preset'])} preset, seeds {tex(report['seeds'])}; needs "
              "\\usepackage{booktabs}",
              f"% cells: {tex(report['aggregation'])}",
@@ -197,11 +192,8 @@ def to_html(report, run_dir=None) -> str:
     headers wrap (after '_' and '/' too) and a cell wraps before its '± interval', never inside a
     number; a table that still cannot fit scrolls sideways inside its own box."""
     esc = sink.html
-
-    def decorate(text, mark):
-        text = esc(text).replace(" ± ", " ±\u00a0").replace(" (n=", "\u00a0(n=")
-        return f"<b>{text}</b>" if mark == "best" else f"<u>{text}</u>" if mark == "second" else text
-
+    decorate = _marked(lambda text: esc(text).replace(" ± ", " ±\u00a0").replace(" (n=", "\u00a0(n="),
+                       "<b>{}</b>", "<u>{}</u>")
     body = [f"<h1>ensdiag report — {esc(report['preset'])} preset</h1>",
             f"<p>Run <code>{esc(report['run'])}</code>; methods {esc(', '.join(report['methods']))}; "
             f"seeds {esc(', '.join(map(str, report['seeds'])))}.<br>Cells: {esc(report['aggregation'])}. "
@@ -245,7 +237,7 @@ def to_html(report, run_dir=None) -> str:
 
 @report_format("summary", "txt")
 def summary_format(report, run_dir=None) -> str:
-    """The first screen (summary.py): one line per method led by its effective size, what the seeds
+    """The first screen (verdict_text.to_summary): one line per method led by its effective size, what the seeds
     settle, where the report is; at most 80 columns and 24 rows for the main job's grid."""
     return to_summary(report, report.get("written"))
 

@@ -1,4 +1,6 @@
-"""Rich renderings for the terminal: heatmap tables and metric summaries (stderr/stdout chosen by the caller)."""
+"""Rich renderings for the terminal: heatmap tables and metric summaries (stderr/stdout chosen by the caller), and
+the conformal analyzer's result: coverage and set size of LAC and APS sets at α = 0.1 on the held-out questions,
+overall and per subtask, and what the split and the guarantee are (analysis/conformal.py computes them)."""
 
 import math
 
@@ -7,6 +9,7 @@ from rich.text import Text
 
 from ..text import terminal
 from .example_level import bounds_text
+from .load import dig
 from .render import natural_width, non_finite_word
 
 
@@ -90,20 +93,16 @@ def interval_text(entry, digits=3, with_n=True) -> str:
 
 
 METRIC_COLUMNS = ("n", "Acc ↑", "NLL ↓", "ECE ↓", "Brier ↓", "H", "JSD", "disagreement")
+METRIC_CELLS = (("calibration", "accuracy"), ("calibration", "nll"), ("calibration", "ece"), ("calibration", "brier"),
+                ("uncertainty", "entropy"), ("uncertainty", "jsd"), ("disagreement", "mean"))  # (analyzer, key) after n
 
 
 def _split_rows(metrics: dict) -> list[tuple[str, list[str]]]:
     """(split, its cells in METRIC_COLUMNS' order) of every split."""
     analyzers = metrics["analyzers"]
-    calib = analyzers.get("calibration", {}).get("splits", {})
-    unc = analyzers.get("uncertainty", {}).get("splits", {})
-    dis = analyzers.get("disagreement", {}).get("splits", {})
-    rows = []
-    for split, info in metrics["splits"].items():
-        c, u, d = calib.get(split, {}), unc.get(split, {}), dis.get(split, {})
-        rows.append((split, [f"{info['n']:,}", *[cell(entry, interval=True) for entry in (
-            c.get("accuracy"), c.get("nll"), c.get("ece"), c.get("brier"), u.get("entropy"), u.get("jsd"), d.get("mean"))]]))
-    return rows
+    return [(split, [f"{info['n']:,}", *(cell(dig(analyzers, (analyzer, "splits", split, key)), interval=True)
+                                          for analyzer, key in METRIC_CELLS)])
+            for split, info in metrics["splits"].items()]
 
 
 def metrics_table(metrics: dict, title: str = "Metrics") -> Table:
@@ -278,3 +277,57 @@ def geometry_tables(results: dict) -> list:
             shown += _table(f"rank of W_i ⊘ W_0 per layer: {result['summary']}",
                                 ["layer", "rank", "σ2/σ1", "rank per kernel", "entries used"], rows)
     return shown
+
+
+CONFORMAL_COLUMNS = ("LAC coverage", "LAC set size ↓", "APS coverage", "APS set size ↓")
+
+
+def _conformal_title(result: dict) -> Text:
+    alpha, split = result["alpha"], result["split"]
+    return Text(f"Conformal prediction sets from p̄ (α = {alpha}: coverage ≥ {1 - alpha:g} guaranteed marginally; "
+                f"calibrated on {split['n_calibration']:,} questions, measured on {split['n_test']:,})")
+
+
+def _conformal_cells(result: dict, subtask=None, interval=False) -> list[str]:
+    lac, aps = result["scores"]["lac"], result["scores"]["aps"]
+    if subtask is not None:
+        lac, aps = lac["per_subtask"][subtask], aps["per_subtask"][subtask]
+    return [cell(found[key], interval=interval) for found in (lac, aps) for key in ("coverage", "set_size")]
+
+
+def conformal_table(result: dict) -> Table:
+    table = titled(_conformal_title(result), ("questions", "n", *CONFORMAL_COLUMNS))
+    lac = result["scores"]["lac"]
+    table.add_row("all test questions", f"{lac['n']:,}", *_conformal_cells(result, interval=True))
+    for name, entry in lac.get("per_subtask", {}).items():
+        table.add_row(Text(f"  {name}"), f"{entry['n']:,}", *_conformal_cells(result, name))
+    return table
+
+
+def conformal_tables(result: dict, width: int | None = None) -> list[Table]:
+    """[`conformal_table`], or where it is wider than `width`: every test question's numbers with
+    their intervals one per row, then each subtask's (no intervals) held to the width."""
+    table = conformal_table(result)
+    if fits(table, width):
+        return [table]
+    lac = result["scores"]["lac"]
+    overall = Table(title=_conformal_title(result))
+    overall.add_column("")
+    overall.add_column(f"all test questions (n = {lac['n']:,})", justify="right", overflow="fold")
+    for label, value in zip(CONFORMAL_COLUMNS, _conformal_cells(result, interval=True)):
+        overall.add_row(label, value)
+    tables = [within(overall, width)]
+    if lac.get("per_subtask"):
+        subtasks = Table(title="Conformal prediction sets per subtask")
+        subtasks.add_column("subtask", overflow="fold")  # a long name folds, never loses a character
+        for label in ("n", *CONFORMAL_COLUMNS):
+            subtasks.add_column(label, justify="right")
+        for name, entry in lac["per_subtask"].items():
+            subtasks.add_row(Text(name), f"{entry['n']:,}", *_conformal_cells(result, name))
+        tables.append(within(subtasks, width))
+    return tables
+
+
+def conformal_notes(result: dict) -> list[str]:
+    split = result["split"]
+    return [f"conformal: calibration {split['calibration']}, test {split['test']}; {result['guarantee']}"]

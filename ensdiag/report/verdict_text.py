@@ -7,11 +7,24 @@ naming its evidence; and once per report, how to read them (intervals, the rule,
     how_to_read(entries)               # the rule, the intervals and the multiplicity rule, once
 
 Questions with the same answer share one clause, so nothing is said twice.
+
+The first screen: what the main job ends with, in an 80 × 24 terminal.
+
+    print(to_summary(report, written))    # `ensdiag report RUN --format summary`
+
+One line per method, led by its effective ensemble size (effective_size.py: "BatchEnsemble (k = 4) ≡
+a Deep Ensemble of 1.1 [1.0, 1.3] members"), then what the seeds settle and what would settle the
+rest (`answer`); where the report is and the command that opens it. Lines are wrapped at
+`WIDTH` with a hanging indent, never inside an interval; every table, figure and number behind them
+is in the report.
 """
 
 import math
+from pathlib import PurePath
 
-from ..seeds.stats import ENSEMBLE_LIKE, MOST_SEEDS, SINGLE_LIKE
+from .. import text as sink
+from ..console import wrapped
+from ..seeds.stats import BASELINE, ENSEMBLE_LIKE, MOST_SEEDS, REFERENCE, SINGLE_LIKE
 from ..text import counted
 
 QUESTIONS = (("nll", "NLL"), ("ece", "ECE"), ("auroc", "OOD AUROC"), ("shift_nll", "NLL under shift"),
@@ -35,23 +48,21 @@ def _unsettled(n: int) -> str:
     return f"not settled by {counted(n, 'seed')}"
 
 
-def _bounds(interval, percent: bool) -> str:
-    if interval is None:
-        return " [unbounded]"
-    return (f" [{interval[0] * 100:.0f} %, {interval[1] * 100:.0f} %]" if percent
-            else f" [{interval[0]:.2f}, {interval[1]:.2f}]")
+def _bounds(interval, fmt: str, missing: str = "") -> str:
+    """" [low, high]", each bound formatted by `fmt`; `missing` where there is no interval."""
+    return missing if interval is None else f" [{fmt.format(interval[0])}, {fmt.format(interval[1])}]"
 
 
 def _figure(key, found) -> str:
     """'40 % [−31 %, 112 %]' for a share, '0.07× [0.07, 0.08]' for the diversity ratio."""
     if key == "diversity":
-        return f"{found['value']:.2f}×" + _bounds(found["interval"], False)
-    return f"{found['value'] * 100:.0f} %" + _bounds(found["interval"], True)
+        return f"{found['value']:.2f}×" + _bounds(found["interval"], "{:.2f}", " [unbounded]")
+    interval = None if found["interval"] is None else [bound * 100 for bound in found["interval"]]
+    return f"{found['value'] * 100:.0f} %" + _bounds(interval, "{:.0f} %", " [unbounded]")
 
 
 def _number(value, interval) -> str:
-    bounds = f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval is not None else ""
-    return f"{value:.3g}{bounds}"
+    return f"{value:.3g}" + _bounds(interval, "{:.3g}")
 
 
 def _answers(entry) -> dict:
@@ -255,9 +266,7 @@ def drivers(found: dict) -> str:
 
 
 def _signed(found) -> str:
-    interval = found["interval"]
-    bounds = f" [{interval[0]:+.3f}, {interval[1]:+.3f}]" if interval is not None else ""
-    return f"{found['value']:+.3f}{bounds}"
+    return f"{found['value']:+.3f}" + _bounds(found["interval"], "{:+.3f}")
 
 
 def how_to_read(entries: dict) -> str:
@@ -276,3 +285,64 @@ def how_to_read(entries: dict) -> str:
             f"({questions} questions × {counted(len(entries), 'method')}); an overall line says "
             f"\"like an ensemble\" or \"like a single model\" only where its settled questions agree, and \"mixed\" "
             f"where they do not.")
+
+
+WIDTH = 80
+INDENT = "  "
+
+
+def _wrap(line: str, width: int = WIDTH) -> list[str]:
+    """The line wrapped at `width`, continuation lines indented."""
+    first, *rest = wrapped(line, width).splitlines() or [""]
+    return [first, *(INDENT + part for part in wrapped(" ".join(rest), width - len(INDENT)).splitlines())] \
+        if rest else [first]
+
+
+def _label(method: str, report: dict) -> str:
+    """The method's name as the report built it (`labels`: every method it names)."""
+    return report.get("labels", {}).get(method, method)
+
+
+def method_lines(report: dict) -> list[str]:
+    """One line per method, in the report's order: the verdict's overall line where there is one (it
+    leads with the effective size), else the effective size alone."""
+    verdicts, sizes = report.get("verdict") or {}, report.get("effective_size") or {}
+    lines = []
+    for method in dict.fromkeys([*report.get("methods", []), *sizes, *verdicts]):
+        if verdicts.get(method, {}).get("answer"):
+            lines.append(verdicts[method]["answer"])
+        elif sizes.get(method):
+            lines.append(size_line(_label(method, report), sizes[method]))
+    return lines
+
+
+def _overlapping(report: dict) -> str | None:
+    """"Single and BatchEnsemble" (every method whose printed size's interval overlaps another's), or None."""
+    sizes = report.get("effective_size") or {}
+    printed = {method: found for method in sizes if (found := printed_size(sizes[method])) is not None}
+    names = [_label(method, report) for method, (_, (low, high)) in printed.items()
+             if any(other != method and low <= top and bottom <= high for other, (_, (bottom, top)) in printed.items())]
+    return _join(names) if names else None
+
+
+def to_summary(report: dict, written: str | None = None, width: int = WIDTH) -> str:
+    """The short end of a run: a line of what ≡ means, one line per method, where the report is, and
+    the one command that opens it (everything else is in the files)."""
+    lines = method_lines(report)
+    if any(" ≡ " in line for line in lines):
+        seeds = len(report.get("seeds", []))
+        lines.insert(0, f"{counted(seeds, 'seed')}; ≡: the Deep-Ensemble members that score as well "
+                        "(calibrated NLL), 95 % interval; ratios to the Deep Ensemble answer the rest.")
+    overlap = _overlapping(report)
+    if overlap:
+        lines.append(f"The sizes of {overlap}: their intervals overlap, so these seeds do not rank them.")
+    if not report.get("verdict"):
+        lines.append(f"No verdict: it needs a single model (`{BASELINE}`) and a Deep Ensemble (`{REFERENCE}`) beside "
+                     "another method, with seeds in common.")
+    run = PurePath(report["run"])
+    if written and written.startswith("report.md"):
+        lines += [f"Report: {run / 'report.md'} and {run / 'report.html'} (every table, figure and number behind "
+                  "these lines)", f"Open it: python3 -m webbrowser {run / 'report.html'}"]
+    elif written:
+        lines.append(f"Report not written: {written}")
+    return "".join(part + "\n" for line in lines for part in _wrap(sink.terminal(line), width))

@@ -74,11 +74,11 @@ def _calibrated_nll(pooled: torch.Tensor, labels: torch.Tensor, val_pooled, val_
     """([S, N] −log softmax(log p̄ / T)(y) per example, the fitted β's, whether each fit had evidence): T fitted
     on the validation split or, without one, cross-fitted on the test set (scaling.py: each fold's T fitted on
     the other folds, `REPEATS` assignments averaged); a fit whose examples hold no error keeps T = 1."""
+    picked = pooled.gather(2, labels.expand(len(pooled), -1)[..., None]).squeeze(-1)  # [S, N]: log p̄(y)
     if val_pooled is not None:
         y = val_labels.expand(len(val_pooled), -1)
         beta = fit_betas(val_pooled, y)
-        z = pooled * beta[:, None, None]
-        return (torch.logsumexp(z, 2) - z.gather(2, labels.expand(len(z), -1)[..., None]).squeeze(-1), beta,
+        return (torch.logsumexp(pooled * beta[:, None, None], 2) - picked * beta[:, None], beta,
                 informative(val_pooled, y, torch.ones_like(y, dtype=torch.float64)))
     assignments = [folds("id", pooled.shape[1], 1, repeat) for repeat in range(REPEATS)]
     index, inside = padded([part for fold, place in assignments for part in fitting_sets(fold, place, len(labels))])
@@ -88,7 +88,6 @@ def _calibrated_nll(pooled: torch.Tensor, labels: torch.Tensor, val_pooled, val_
         betas.append(fit_betas(z_fit, y_fit, "nll", mask))
         fitted.append(informative(z_fit, y_fit, mask))
     betas = torch.cat(betas).view(len(pooled), -1)
-    picked = pooled.gather(2, labels.expand(len(pooled), -1)[..., None]).squeeze(-1)
     nll = sum(torch.logsumexp(pooled * t[..., None], 2) - picked * t
               for t in (betas[:, repeat * FOLDS + fold] for repeat, (fold, _) in enumerate(assignments))) / REPEATS
     return nll, betas.flatten(), torch.cat(fitted)

@@ -239,9 +239,7 @@ def _entry(point, intervals, seeds) -> dict:
 
 
 # ratio: (its per-seed numerator, its per-seed denominator), as `_shares` names them
-RATIOS = {"nll": ("mine_nll", "gain_nll"), "ece": ("mine_ece", "gain_ece"), "auroc": ("mine_auroc", "gain_auroc"),
-          "shift_nll": ("mine_shift_nll", "gain_shift_nll"),
-          "diversity": ("method_kl", "reference_kl")}
+RATIOS = {**{key: (f"mine_{key}", f"gain_{key}") for key in ANSWERED}, "diversity": ("method_kl", "reference_kl")}
 NONNEGATIVE = {"diversity"}  # KL diversities are ≥ 0, so is their ratio
 DRIVERS = (("member_nll", "method_gibbs"), ("reference_member_nll", "reference_gibbs"),
            ("member_nll_difference", "gibbs_difference"), ("geometric_nll", "method_geometric"),
