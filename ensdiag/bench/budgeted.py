@@ -88,6 +88,3 @@ def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
             log(f"{run}: {wall:.0f} s within a budget of {settings.budget}")
     return {"kind": "diagnose-budget", "settings": settings_record(settings),
             "methods": methods}
-
-
-__all__ = ["BudgetSettings", "headline", "run_budget_bench"]

@@ -229,6 +229,3 @@ def run_diagnose_bench(settings: DiagnoseSettings, device, log=None) -> dict:
     return {"kind": "diagnose", "settings": settings_record(settings),
             "unit": f"one evaluation pass: the model's members predicting the {settings.test_size:,} ID test images",
             "methods": result, "report": {"unit_method": unit_run, "runs": len(methods) * settings.seeds, "steps": report}}
-
-
-__all__ = ["DiagnoseSettings", "run_diagnose_bench"]

@@ -116,6 +116,3 @@ def run_main_job_bench(settings: MainJobSettings, device=None, log=None) -> dict
                f"diversity --budget {settings.budget} within its budget + 10 %":
                summary["budget_wall_to_budget"] <= TARGETS["budget_overrun"]}
     return {"kind": "main-job", "settings": asdict(settings), "rounds": rounds, "summary": summary, "targets": targets}
-
-
-__all__ = ["MainJobSettings", "TARGETS", "run_main_job_bench"]
