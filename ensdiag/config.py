@@ -146,7 +146,8 @@ def preset_config(preset: str, **overrides) -> TrainConfig:
     config = replace(PRESETS[preset], **given)
     validate(config)
     changed = {key: value for key, value in given.items() if getattr(PRESETS[preset], key) != value}
-    return replace(config, overrides=_jsonable(changed))
+    return replace(config, overrides={key: list(value) if isinstance(value, tuple) else value
+                                      for key, value in changed.items()})
 
 
 def _fits(value, example) -> bool:
@@ -172,10 +173,6 @@ def _typed(key, value, example, source):
         return float(value) if isinstance(example, float) else value
     except OverflowError:  # a 400-digit integer where a float belongs
         raise EnsdiagError(f"{source}: {key} is out of range"[:300]) from None
-
-
-def _jsonable(values: dict) -> dict:
-    return {key: list(value) if isinstance(value, tuple) else value for key, value in values.items()}
 
 
 # Fields added after runs existed, whose dataclass default is not what those runs did.

@@ -46,7 +46,9 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     except OSError as error:
         raise EnsdiagError(f"cannot write {path}: {error.strerror or error}") from None
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
+        umask = os.umask(0)  # (read by setting it: there is no getter)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file normal permissions
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -59,12 +61,6 @@ def atomic_write_bytes(path, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
 
 
 def atomic_write_text(path, text: str) -> Path:

@@ -246,12 +246,9 @@ def keep_lora_apart(run_folder) -> None:
         return
     meta = read_json(folder / "meta.json", "meta file") if (folder / "meta.json").is_file() else {}
     source = meta.get("source") if isinstance(meta, dict) and isinstance(meta.get("source"), str) else "ensdiag 0.6"
-    atomic_write_json(folder / LORA_FILE, lora_record(folder.parent.name, _seed_of(folder), source, section))
-
-
-def _seed_of(run_folder: Path) -> int:
-    text = run_folder.name.removeprefix("seed-")
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else 0
+    seed = folder.name.removeprefix("seed-")
+    seed = int(seed) if seed.isascii() and seed.isdigit() and len(seed) <= 10 else 0
+    atomic_write_json(folder / LORA_FILE, lora_record(folder.parent.name, seed, source, section))
 
 
 def save_result(folder, method: str, seed: int, kind: str, record: dict, meta: dict | None = None,
