@@ -75,7 +75,11 @@ def load_model(path, device="cpu") -> EnsembleModel:
     model = build_from_spec(spec)
     model.load_state_dict(tensors)
     model.initial_cosine = _initial_cosine(metadata.get("ensdiag.initial_cosine"))
-    model.preprocess = _preprocess(metadata.get("ensdiag.preprocess"), spec.input_shape[0]) or _trained_with(spec)
+    # a file without the record (written before 0.7): ensdiag trained it on the preset whose architecture,
+    # inputs and classes it has, normalised as that preset is
+    preset = preset_for(spec)
+    model.preprocess = _preprocess(metadata.get("ensdiag.preprocess"), spec.input_shape[0]) or (
+        None if preset is None else (tuple(PRESETS[preset].mean), tuple(PRESETS[preset].std)))
     model.holdout = _holdout(metadata.get("ensdiag.holdout"))
     return model.to(device).eval()
 
@@ -106,13 +110,6 @@ def _initial_cosine(text) -> dict | None:
             and not isinstance(seed, bool) and abs(seed) < 2**63):
         return None
     return {"mean": mean, "seed": seed}
-
-
-def _trained_with(spec) -> tuple | None:
-    """An ensdiag model file without the record (written before 0.7): ensdiag trained it on the preset
-    whose architecture, inputs and classes it has, normalised as that preset is."""
-    preset = preset_for(spec)
-    return None if preset is None else (tuple(PRESETS[preset].mean), tuple(PRESETS[preset].std))
 
 
 def _preprocess(text, channels: int) -> tuple | None:

@@ -326,14 +326,6 @@ SAFETENSORS_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I
                      "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8}
 
 
-def _check_tensor_bytes(handle, names, where: str):
-    """The memory budget (budget.py) against what reading `names` allocates, from the header's shapes and
-    dtypes: a sparse file (or one whose size is no reason to trust it) is refused before it is read."""
-    total = sum(math.prod(found.get_shape()) * SAFETENSORS_BYTES.get(str(found.get_dtype()).upper(), 8)
-                for found in map(handle.get_slice, names))
-    require(total, f"{where}: reading its tensors")
-
-
 def read_safetensors(path, what="file", only=None, shapes: dict | None = None) -> tuple[dict, dict[str, str]]:
     """The tensors (all, or those of `only` that the file has) and the metadata of a safetensors
     file, or one clear EnsdiagError. `only` spares reading what a caller does not need (a CIFAR-10-C
@@ -347,7 +339,10 @@ def read_safetensors(path, what="file", only=None, shapes: dict | None = None) -
             names = [name for name in handle.keys() if only is None or name in only]
             if shapes is not None:
                 shapes.update({name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()})
-            _check_tensor_bytes(handle, names, f"{what} {path}")  # from the header, before anything is read
+            # the memory budget (budget.py) against what reading `names` allocates, from the header's shapes and
+            # dtypes: a sparse file (or one whose size is no reason to trust it) is refused before it is read
+            require(sum(math.prod(found.get_shape()) * SAFETENSORS_BYTES.get(str(found.get_dtype()).upper(), 8)
+                        for found in map(handle.get_slice, names)), f"{what} {path}: reading its tensors")
             tensors = {name: handle.get_tensor(name) for name in names}
     except EnsdiagError:
         raise  # already one line for the user

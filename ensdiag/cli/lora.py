@@ -33,7 +33,9 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
     if save is not None:  # refused now, not after the whole diagnosis (nothing is created yet)
         claim_run(output_folder(save, "--save"), method, seed, LORA, overwrite, create=False)
     if plot is not None:
-        _check_plot(plot)
+        from ..report.figures import FIGURE_FORMATS
+        if (plot.suffix.lower().lstrip(".") or "png") not in FIGURE_FORMATS or plot.is_dir():
+            raise EnsdiagError(f"--plot {plot}: name an image file ({', '.join('.' + f for f in FIGURE_FORMATS)})")
     from ..lora.analysis import diagnose_adapters, save_lora_run
     with step_bar(f"comparing {len(configs)} adapters, layer by layer") as advance:
         section = diagnose_adapters(configs, base, progress=advance)
@@ -48,13 +50,6 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
         show_items(lora_renderables_of(section), [])
     if drawn:
         note(f"figures written to {', '.join(map(str, drawn))}")
-
-
-def _check_plot(plot: Path):
-    from ..report.figures import FIGURE_FORMATS
-    fmt = plot.suffix.lower().lstrip(".") or "png"
-    if fmt not in FIGURE_FORMATS or plot.is_dir():
-        raise EnsdiagError(f"--plot {plot}: name an image file ({', '.join('.' + f for f in FIGURE_FORMATS)})")
 
 
 def draw(section: dict, plot: Path, folders) -> list[Path]:
