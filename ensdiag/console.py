@@ -109,19 +109,6 @@ def _fail(message: str, code: int):
     sys.exit(code)
 
 
-def tolerant_output():
-    """stdout and stderr print every character, whatever the terminal's encoding: on an ASCII-only
-    one (PYTHONIOENCODING=ascii, LANG=C) a name's "é" or a table's "±" is written as an escape
-    ("\\xe9") instead of ending the command with UnicodeEncodeError."""
-    for stream in (sys.stdout, sys.stderr):
-        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
-        if encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
-            try:
-                stream.reconfigure(errors="backslashreplace")
-            except (ValueError, OSError, AttributeError):  # a stream that cannot change: leave it
-                pass
-
-
 def _address_limit() -> int | None:
     """This process's address-space limit in bytes (`ulimit -v`), or None where there is none."""
     try:
@@ -157,7 +144,15 @@ class _TorchProbe:
 
 def run(app: typer.Typer, argv=None):
     """Run the typer app: every failure is one line on stderr and a documented exit code, never a traceback."""
-    tolerant_output()
+    # every character printed whatever the terminal's encoding: on an ASCII-only one (PYTHONIOENCODING=ascii,
+    # LANG=C) a name's "é" or a table's "±" is written as an escape ("\\xe9"), not a UnicodeEncodeError
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError, AttributeError):  # a stream that cannot change: leave it
+                pass
     if "torch" not in sys.modules and (_address_limit() or _TorchProbe.BELOW) < _TorchProbe.BELOW \
             and not any(isinstance(finder, _TorchProbe) for finder in sys.meta_path):
         sys.meta_path.insert(0, _TorchProbe())

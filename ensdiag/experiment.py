@@ -60,23 +60,18 @@ def stored_config(out: Path, config: TrainConfig) -> TrainConfig | None:
         if differ:
             raise EnsdiagError(f"{out} holds a different experiment ({'; '.join(differ)[:300]}); use --resume {out} "
                                "to continue it with its own settings, or choose another --out")
-        return grown(stored, config)
+        # the methods and seeds of `config` it lacks added after its own (and the options of the methods added)
+        methods = (*stored.methods, *(m for m in config.methods if m not in stored.methods))
+        seeds = (*stored.seeds, *(s for s in config.seeds if s not in stored.seeds))
+        if (methods, seeds) == (stored.methods, stored.seeds):
+            return stored
+        options = {**stored.method_options, **{name: value for name, value in config.method_options.items()
+                                               if name not in stored.methods}}
+        overrides = {**stored.overrides, "methods": list(methods), "seeds": list(seeds)}
+        return replace(stored, methods=methods, seeds=seeds, method_options=options, overrides=overrides)
     if out.exists() and not out.is_dir():
         raise EnsdiagError(f"--out {out} exists and is not a directory")
     return None
-
-
-def grown(stored: TrainConfig, config: TrainConfig) -> TrainConfig:
-    """The stored experiment with the methods and seeds of `config` it lacks added after its own (and
-    the options of the methods added)."""
-    methods = (*stored.methods, *(m for m in config.methods if m not in stored.methods))
-    seeds = (*stored.seeds, *(s for s in config.seeds if s not in stored.seeds))
-    if (methods, seeds) == (stored.methods, stored.seeds):
-        return stored
-    options = {**stored.method_options, **{name: value for name, value in config.method_options.items()
-                                           if name not in stored.methods}}
-    overrides = {**stored.overrides, "methods": list(methods), "seeds": list(seeds)}
-    return replace(stored, methods=methods, seeds=seeds, method_options=options, overrides=overrides)
 
 
 def prepare_run_dir(out: Path, config: TrainConfig, argv) -> TrainConfig:

@@ -223,16 +223,6 @@ def add_diagnosis(folder: Path, method: str, seed: int, titles: dict) -> dict:
     return data
 
 
-def _legacy_lora(run_folder: Path):
-    """The `lora` section of a metrics.json written by ensdiag 0.6's `diversity --save`, or None."""
-    path = Path(run_folder) / "metrics.json"
-    if not path.is_file():
-        return None
-    data = read_json(path, "metrics file")
-    return data["lora"] if isinstance(data, dict) and isinstance(data.get("lora"), dict) \
-        and not data.get("analyzers") else None
-
-
 def lora_record(method: str, seed: int, source: str, section: dict) -> dict:
     return {"format": LORA_FORMAT, "run": method, "method": method, "seed": seed, "source": source, "lora": section}
 
@@ -241,14 +231,15 @@ def keep_lora_apart(run_folder) -> None:
     """Before a predictions part is written: a 0.6 lora-only metrics.json's section moves to lora.json
     (unless one is there), so the weight-space part is not lost under the analysis."""
     folder = Path(run_folder)
-    section = _legacy_lora(folder)
-    if section is None or (folder / LORA_FILE).exists():
+    data = read_json(folder / "metrics.json", "metrics file") if (folder / "metrics.json").is_file() else None
+    lora_only = isinstance(data, dict) and isinstance(data.get("lora"), dict) and not data.get("analyzers")  # (0.6's)
+    if not lora_only or (folder / LORA_FILE).exists():
         return
     meta = read_json(folder / "meta.json", "meta file") if (folder / "meta.json").is_file() else {}
     source = meta.get("source") if isinstance(meta, dict) and isinstance(meta.get("source"), str) else "ensdiag 0.6"
     seed = folder.name.removeprefix("seed-")
     seed = int(seed) if seed.isascii() and seed.isdigit() and len(seed) <= 10 else 0
-    atomic_write_json(folder / LORA_FILE, lora_record(folder.parent.name, seed, source, section))
+    atomic_write_json(folder / LORA_FILE, lora_record(folder.parent.name, seed, source, data["lora"]))
 
 
 def save_result(folder, method: str, seed: int, kind: str, record: dict, meta: dict | None = None,

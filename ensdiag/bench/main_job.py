@@ -50,17 +50,6 @@ def _timed(args: list[str], cwd: Path, env: dict) -> tuple[float, subprocess.Com
     return seconds, done
 
 
-def _runs(folder: Path) -> list[dict]:
-    found = []
-    for meta in sorted(folder.glob("*/seed-*/meta.json")):
-        record = json.loads(meta.read_text())
-        train, diagnose = record["train_seconds"], record["eval_seconds"]
-        found.append({"run": record["run"], "seed": record["seed"], "epochs": record["epochs_run"],
-                      "train_seconds": round(train, 3), "diagnosis_seconds": round(diagnose, 3),
-                      "ratio": round(diagnose / train, 3) if train > 0 else None})
-    return found
-
-
 def _round(index: int, scratch: Path, settings: MainJobSettings, cache: Path) -> dict:
     env = {**os.environ, "ENSDIAG_CACHE": str(cache)}
     folder = scratch / f"round-{index}"
@@ -69,7 +58,13 @@ def _round(index: int, scratch: Path, settings: MainJobSettings, cache: Path) ->
     grid_seconds, _ = _timed(["train", "--out", "runs", "--quiet"], folder, env)
     load["after_grid"] = _load()
     run = folder / "runs"
-    runs = _runs(run)
+    runs = []
+    for meta in sorted(run.glob("*/seed-*/meta.json")):
+        record = json.loads(meta.read_text())
+        train, diagnose = record["train_seconds"], record["eval_seconds"]
+        runs.append({"run": record["run"], "seed": record["seed"], "epochs": record["epochs_run"],
+                     "train_seconds": round(train, 3), "diagnosis_seconds": round(diagnose, 3),
+                     "ratio": round(diagnose / train, 3) if train > 0 else None})
     train, diagnose = sum(r["train_seconds"] for r in runs), sum(r["diagnosis_seconds"] for r in runs)
     warm, _ = _timed(["report", "runs", "--format", "summary"], folder, env)  # as the main job runs it
     shutil.rmtree(run / "figures")
