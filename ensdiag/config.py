@@ -182,18 +182,6 @@ FLOAT_OPTIONS = {"lr": "--lr", "dropout": "--dropout", "val_fraction": "--val-fr
                  "eps": "eps", "weight_decay": "weight_decay", "gamma": "gamma", "min_delta": "min_delta"}
 
 
-def _check_set(option: str, value: str, stored: bool) -> None:
-    """A shift or OOD set: a registered dataset's name or files that exist (a stored run's files
-    are checked when its data is loaded, where a missing one says so)."""
-    if is_path(value):
-        if not stored and not Path(value).exists():
-            raise EnsdiagError(f"{option} {value} does not exist")
-        return
-    if value not in all_datasets():
-        raise EnsdiagError(f"{option}: unknown dataset {value!r}; give a registered one (`ensdiag datasets`) or a path "
-                           "(an image folder, .npz or .npy)")
-
-
 def validate(config: TrainConfig, stored: bool = False) -> None:
     """Every field checked as user input (also for configs read back from a run folder, which
     may hold kernel-wise BatchEnsemble on the mlp: older ensdiag accepted it)."""
@@ -239,8 +227,14 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
     for ok, message in checks:
         if not ok:
             raise EnsdiagError(message)
+    # the shift and OOD sets: a registered dataset's name or files that exist (a stored run's files are checked
+    # when its data is loaded, where a missing one says so)
     for option, value in (("--shift", config.shift), ("--ood", config.ood)):
-        _check_set(option, value, stored)
+        if is_path(value) and not stored and not Path(value).exists():
+            raise EnsdiagError(f"{option} {value} does not exist")
+        if not is_path(value) and value not in all_datasets():
+            raise EnsdiagError(f"{option}: unknown dataset {value!r}; give a registered one (`ensdiag datasets`) or a "
+                               "path (an image folder, .npz or .npy)")
     if config.early_stopping and config.val_fraction == 0:
         raise EnsdiagError("early stopping needs a validation split: pass --val-fraction (e.g. 0.1) or --no-early-stopping")
     if config.track_diversity and config.val_fraction == 0:

@@ -233,16 +233,6 @@ def member_views(model) -> dict[str, torch.Tensor] | None:
     return None if shared or not views else views
 
 
-def _first_best(views, early_stopping: bool) -> dict:
-    """Early stopping's state before the first epoch: one rule, or one per member (`views`). The best
-    weights are kept only when early stopping will restore them (a state-sized copy)."""
-    if views is None:
-        return {"accuracy": -math.inf, "epoch": -1, "bad_epochs": 0, "state": None}
-    k = len(next(iter(views.values())))
-    return {"accuracy": [-math.inf] * k, "epoch": [-1] * k, "bad_epochs": [0] * k, "stopped": [False] * k,
-            "state": {key: view.detach().clone() for key, view in views.items()}}
-
-
 def _step_members(best: dict, accuracies: list[float], epoch: int, views: dict, config) -> None:
     """One epoch of early stopping for each member still training, on its own validation accuracy, as a
     `single` run of it would: its best weights copied, its patience counted. A member that stopped keeps
@@ -283,7 +273,11 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         raise ValueError("early stopping needs a validation split")
     # Members that share no parameter (a Deep Ensemble) stop one by one, each as a single run would.
     views = member_views(model) if early_stopping and model.kit.independent_members and model.num_members > 1 else None
-    best = _first_best(views, early_stopping)
+    # early stopping's state before the first epoch: one rule, or one per member, whose best weights are kept
+    k = model.num_members
+    best = {"accuracy": -math.inf, "epoch": -1, "bad_epochs": 0, "state": None} if views is None else {
+        "accuracy": [-math.inf] * k, "epoch": [-1] * k, "bad_epochs": [0] * k, "stopped": [False] * k,
+        "state": {key: view.detach().clone() for key, view in views.items()}}
     history, start, seconds, stopped, tracking = [], 0, 0.0, False, []
     if tracker is not None and len(data.val_images) == 0:
         raise ValueError("tracking diversity needs a validation split")

@@ -42,7 +42,14 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
     if save is not None:
         run = save_lora_run(save, method, seed, section, SOURCE, overwrite)
         note(f"saved to {run}; `ensdiag report {save}` reports every run saved there")
-    drawn = draw(section, plot, folders) if plot is not None else []
+    drawn = []
+    if plot is not None:  # <plot>: the k×k ΔW cosine; <plot>-depth: the per-layer lines
+        from ..report.figures import save_figure
+        from ..report.lora_figures import lora_depth_figure, lora_heatmaps
+        label = f"LoRA, k={section['k']}, r={section['rank']}"
+        title = f"{', '.join(Path(folder).name for folder in folders)}"[:120]
+        drawn = save_figure(lora_heatmaps({label: section}, title=title), plot) + save_figure(
+            lora_depth_figure({label: section}), plot.with_name(f"{plot.stem}-depth{plot.suffix}"))
     if fmt == "json":
         print_json(with_lora({"splits": {}, "ensemble": {"method": "LoRA adapters", "num_members": section["k"]}},
                              section))
@@ -50,17 +57,6 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
         show_items(lora_renderables_of(section), [])
     if drawn:
         note(f"figures written to {', '.join(map(str, drawn))}")
-
-
-def draw(section: dict, plot: Path, folders) -> list[Path]:
-    """<plot>: the k×k ΔW cosine; <plot>-depth: the per-layer lines."""
-    from ..report.figures import save_figure
-    from ..report.lora_figures import lora_depth_figure, lora_heatmaps
-    label = f"LoRA, k={section['k']}, r={section['rank']}"
-    title = f"{', '.join(Path(folder).name for folder in folders)}"[:120]
-    drawn = save_figure(lora_heatmaps({label: section}, title=title), plot)
-    target = plot.with_name(f"{plot.stem}-depth{plot.suffix}")
-    return drawn + save_figure(lora_depth_figure({label: section}), target)
 
 
 def with_lora(metrics: dict, section: dict) -> dict:
