@@ -264,9 +264,8 @@ LAZY_COMMANDS = {  # the root modules, cli/, bench/ (the commands: parsing, --he
     "ensdiag.cli.evaluate": {"ensdiag.core", "ensdiag.distributed", "ensdiag.foreign.checkpoints"},
     "ensdiag.cli.import_model": {"ensdiag.checkpoint", "ensdiag.foreign.checkpoints"},
     "ensdiag.cli.lora": {"ensdiag.lora.analysis", "ensdiag.report"},  # (adapters' configs are checked before torch)
-    "ensdiag.cli.options": {"ensdiag.core.inputs", "ensdiag.nn.architectures"},
+    "ensdiag.cli.options": {"ensdiag.core.inputs", "ensdiag.nn.architectures", "ensdiag.report.inspection"},
     "ensdiag.cli.report": {"ensdiag.predictions", "ensdiag.report"},
-    "ensdiag.cli.show": {"ensdiag.report.inspection"},
     "ensdiag.cli.train": {"ensdiag.distributed", "ensdiag.experiment", "ensdiag.nn.methods", "ensdiag.report"},
     # torch-free modules the CLI reads before a command runs, and a report read back from its cache:
     "ensdiag.config": {"ensdiag.nn"},  # the presets' methods and options, checked against the kits (torch)

@@ -10,8 +10,7 @@ from ..foreign.readers import load_any_predictions
 from ..io import atomic_write_json
 from ..quickcheck import check_inputs
 from .app import app
-from .options import DETAIL, FORMAT, THREADS, check_saving, claimed_file, own_threads
-from .show import show_items, show_metrics
+from .options import DETAIL, FORMAT, THREADS, check_saving, claimed_file, own_threads, show_items, show_metrics
 
 PREDICTIONS_HELP = ("A .safetensors predictions file ('<split>/logits' [k,N,C], '<split>/labels' [N]), an .npz with the "
                     "same keys (or logits/probs + labels), one .npy [k,N,C], one .npy [N,C] per member, or a .jsonl of "

@@ -12,7 +12,7 @@ from ..lora.harness import evaluate_adapters
 from ..progress import step_bar
 from ..runs import LORA, claim_run
 from ..text import terminal_safe
-from .show import show_items, show_metrics
+from .options import show_items, show_metrics
 
 SOURCE = "ensdiag diversity (LoRA adapters)"
 
