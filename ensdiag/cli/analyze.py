@@ -6,7 +6,6 @@ import typer
 
 from ..console import check_format, note, output_file, print_json
 from ..errors import EnsdiagError
-from ..foreign.readers import load_any_predictions
 from ..io import atomic_write_json
 from ..quickcheck import check_inputs
 from .app import app
@@ -55,6 +54,7 @@ def analyze(
     check_inputs("--ood", ood, folders=True)
     check_saving(out, method, seed, overwrite)
     from ..core import inspect_predictions
+    from ..foreign.readers import load_any_predictions
     from ..foreign.lm_eval import LmEvalOptions, lm_eval_answers_task, looks_like_lm_eval, run_name_of
 
     own_threads(threads)

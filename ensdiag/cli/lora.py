@@ -8,7 +8,6 @@ from pathlib import Path
 from ..console import note, output_folder, print_json
 from ..errors import EnsdiagError
 from ..lora.config import read_adapter_folders
-from ..lora.harness import evaluate_adapters
 from ..progress import step_bar
 from ..runs import LORA, claim_run
 from ..text import terminal_safe
@@ -76,6 +75,7 @@ def evaluate_command(folders, base, tasks, ood_task, include_path, out, method, 
     """`ensdiag evaluate ADAPTER_DIR…`: lm-eval runs, the run is saved, then its metrics (with their
     intervals) and the weight-space summary are printed, or --format json: one metrics layout with the
     weight space as its `lora` analyzer, as `diversity ADAPTER_DIR… --format json` prints it."""
+    from ..lora.harness import evaluate_adapters  # (lm-eval's readers load torch)
     run, metrics, section = evaluate_adapters(folders, base, tasks, ood_task, include_path, out, method, seed, device,
                                               batch_size, limit, not_for_adapters)
     if fmt == "json":
