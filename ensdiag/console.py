@@ -184,24 +184,21 @@ def run(app: typer.Typer, argv=None):
         if _is_a(error, "UsageError"):  # unknown option, missing argument, bad value
             hint = f" (see `{error.ctx.command_path} --help`)" if getattr(error, "ctx", None) is not None else ""
             _fail(f"{error.format_message()}{hint}", EXIT_BAD_INPUT)
-        _unexpected(error)
-
-
-def _unexpected(error: Exception):
-    if any(frame.name == "<module>" and Path(frame.filename).parts[-2:] == ("torch", "__init__.py")
-           for frame in traceback.extract_tb(error.__traceback__)):
-        _fail(str(torch_unloadable(f"{type(error).__name__}: {error}")), EXIT_BAD_INPUT)  # (out of torch's own import)
-    if isinstance(error, MemoryError) or "can't allocate memory" in str(error) or "out of memory" in str(error).lower():
-        _fail("out of memory: the input asks for more than this machine has (ensdiag checks files against "
-              "ENSDIAG_MEMORY_BUDGET before reading them; this allocation was not foreseen, please report it)",
-              EXIT_BAD_INPUT)
-    if isinstance(error, OSError):  # a file or folder the user named cannot be read or written
-        where = f"{error.filename}: " if error.filename else ""
-        _fail(f"{where}{error.strerror or error}", EXIT_BAD_INPUT)
-    if os.environ.get("ENSDIAG_DEBUG"):  # a bug: still one line, unless asked for the traceback
-        raise error
-    _fail(f"internal error ({type(error).__name__}: {error}); set ENSDIAG_DEBUG=1 for the traceback "
-          "and please report it", EXIT_INTERNAL)
+        if any(frame.name == "<module>" and Path(frame.filename).parts[-2:] == ("torch", "__init__.py")
+               for frame in traceback.extract_tb(error.__traceback__)):  # (out of torch's own import)
+            _fail(str(torch_unloadable(f"{type(error).__name__}: {error}")), EXIT_BAD_INPUT)
+        if isinstance(error, MemoryError) or "can't allocate memory" in str(error) \
+                or "out of memory" in str(error).lower():
+            _fail("out of memory: the input asks for more than this machine has (ensdiag checks files against "
+                  "ENSDIAG_MEMORY_BUDGET before reading them; this allocation was not foreseen, please report it)",
+                  EXIT_BAD_INPUT)
+        if isinstance(error, OSError):  # a file or folder the user named cannot be read or written
+            where = f"{error.filename}: " if error.filename else ""
+            _fail(f"{where}{error.strerror or error}", EXIT_BAD_INPUT)
+        if os.environ.get("ENSDIAG_DEBUG"):  # a bug: still one line, unless asked for the traceback
+            raise error
+        _fail(f"internal error ({type(error).__name__}: {error}); set ENSDIAG_DEBUG=1 for the traceback "
+              "and please report it", EXIT_INTERNAL)
 
 
 def wrapped(text: str, width: int) -> str:

@@ -41,7 +41,6 @@ machine are only as quiet as it was.
 """
 
 import math
-import os
 import statistics
 import tempfile
 import time
@@ -69,6 +68,7 @@ from ..report.load import load_runs
 from ..seeds.across import load_seeds
 from ..seeds.verdict import verdict
 from .harness import PROTOCOL_IMAGES, PROTOCOLS, settings_record, synthetic_split, timed
+from .main_job import load_average
 
 SPLITS = ("id", "shift", "ood", "val")  # val: what temperature scaling is fitted on
 
@@ -280,12 +280,6 @@ def headline(metrics: dict) -> dict:
     return found
 
 
-def skipped(metrics: dict) -> dict:
-    """{analyzer: reason} of the analyzers that did not run."""
-    return {name: result.get("reason") for name, result in metrics["analyzers"].items()
-            if isinstance(result, dict) and result.get("status") in ("skipped", "failed")}
-
-
 def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
     flush_denormals()
     config, splits, train = synthetic_protocol(settings, ("id", "shift", "ood", "val"))
@@ -294,7 +288,7 @@ def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
         torch.manual_seed(0)
         model = config.build(run).to(device).eval()
         model.member_strategy = fastest(device.type, config.arch)
-        load = os.getloadavg()
+        load = load_average()
         began = time.perf_counter()
         diagnosis = inspect(model, splits, preprocess=Normalize(config.mean, config.std, device), train=train,
                             measure=Measure(budget=settings.budget, precision=settings.precision),
@@ -302,9 +296,10 @@ def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
         wall = time.perf_counter() - began
         metrics = diagnosis.metrics
         methods[run] = {"members": model.num_members, "wall_seconds": round(wall, 1),
-                        "load_average": {"before": [round(x, 2) for x in load],
-                                         "after": [round(x, 2) for x in os.getloadavg()]},
-                        "budget": metrics["budget"], "headline": headline(metrics), "skipped": skipped(metrics)}
+                        "load_average": {"before": load, "after": load_average()}, "budget": metrics["budget"],
+                        "headline": headline(metrics),
+                        "skipped": {name: result.get("reason") for name, result in metrics["analyzers"].items()
+                                    if isinstance(result, dict) and result.get("status") in ("skipped", "failed")}}
         if log is not None:
             log(f"{run}: {wall:.0f} s within a budget of {settings.budget}")
     return {"kind": "diagnose-budget", "settings": settings_record(settings),

@@ -300,27 +300,21 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
             row = timer.summary(seconds[name, kind], test[0])
             strategies[name] = {key: row[key] for key in ("seconds_per_epoch", "timed_batches",
                                                           "inference_images_per_second")}
+    ratios, per_epoch = {}, {run: row["seconds_per_epoch"] for run, row in results.items()}  # (the targets' terms)
+    if "single" in per_epoch and "deep-ensemble" in per_epoch:
+        ratios["deep-ensemble / single"] = per_epoch["deep-ensemble"] / per_epoch["single"]
+    for run in per_epoch:  # every efficient ensemble against the ensemble it stands in for
+        if run not in ("single", "mc-dropout", "deep-ensemble") and "deep-ensemble" in per_epoch:
+            ratios[f"{run} / deep-ensemble"] = per_epoch[run] / per_epoch["deep-ensemble"]
+    for run, row in results.items():
+        if "tracking_seconds" in row:
+            ratios[f"{run} tracking / epoch"] = row["tracking_seconds"] / row["seconds_per_epoch"]
+    speedups = [row["speedup"] for row in results.values() if "speedup" in row]
+    if speedups:
+        ratios["smallest speed-up over reference"] = min(speedups)
     return {"settings": {**settings_record(settings), "preset": preset, "train_size": len(train[1]),
                          "batch_size": config.batch_size, "optimizer": config.optimizer,
                          "augment": config.augment, "reference_workers": workers,
                          "timing": "round-robin, median epoch"},
-            "methods": results, "strategies": strategies, "strategies_skipped": skipped, "ratios": ratios(results),
+            "methods": results, "strategies": strategies, "strategies_skipped": skipped, "ratios": ratios,
             "strategy_in_use": fastest(device.type, settings.arch)}
-
-
-def ratios(results: dict) -> dict:
-    """The ratios the performance targets are stated in."""
-    out = {}
-    seconds = {run: row["seconds_per_epoch"] for run, row in results.items()}
-    if "single" in seconds and "deep-ensemble" in seconds:
-        out["deep-ensemble / single"] = seconds["deep-ensemble"] / seconds["single"]
-    for run in seconds:  # every efficient ensemble against the ensemble it stands in for
-        if run not in ("single", "mc-dropout", "deep-ensemble") and "deep-ensemble" in seconds:
-            out[f"{run} / deep-ensemble"] = seconds[run] / seconds["deep-ensemble"]
-    for run, row in results.items():
-        if "tracking_seconds" in row:
-            out[f"{run} tracking / epoch"] = row["tracking_seconds"] / row["seconds_per_epoch"]
-    speedups = [row["speedup"] for row in results.values() if "speedup" in row]
-    if speedups:
-        out["smallest speed-up over reference"] = min(speedups)
-    return out

@@ -37,7 +37,7 @@ class MainJobSettings:
     device: str = "cpu"
 
 
-def _load() -> list[float]:
+def load_average() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
 
 
@@ -54,9 +54,9 @@ def _round(index: int, scratch: Path, settings: MainJobSettings, cache: Path) ->
     env = {**os.environ, "ENSDIAG_CACHE": str(cache)}
     folder = scratch / f"round-{index}"
     folder.mkdir()
-    load = {"before": _load()}
+    load = {"before": load_average()}
     grid_seconds, _ = _timed(["train", "--out", "runs", "--quiet"], folder, env)
-    load["after_grid"] = _load()
+    load["after_grid"] = load_average()
     run = folder / "runs"
     runs = []
     for meta in sorted(run.glob("*/seed-*/meta.json")):
@@ -69,11 +69,11 @@ def _round(index: int, scratch: Path, settings: MainJobSettings, cache: Path) ->
     warm, _ = _timed(["report", "runs", "--format", "summary"], folder, env)  # as the main job runs it
     shutil.rmtree(run / "figures")
     cold, _ = _timed(["report", "runs", "--format", "summary"], folder, env)  # every figure drawn again
-    load["after_report"] = _load()
+    load["after_report"] = load_average()
     model = next(run.glob("deep-ensemble/seed-*/model.safetensors"))
     budget_seconds, done = _timed(["diversity", str(model.relative_to(folder)), "--budget", settings.budget, "--format",
                                    "json"], folder, env)
-    load["after_budget"] = _load()
+    load["after_budget"] = load_average()
     budget = json.loads(done.stdout).get("budget", {})
     return {"round": index, "cache": "empty" if index == 0 else "warm", "load_average": load,
             "grid_seconds": round(grid_seconds, 2), "training_seconds": round(train, 2),
