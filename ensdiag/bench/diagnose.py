@@ -132,19 +132,6 @@ class MethodSteps:
         return result
 
 
-def _report_folder(folder: Path, methods: dict, seeds: int):
-    """Every method × seed as diagnosis runs; seeds after the first reuse seed 0's logits with noise."""
-    for run, steps in methods.items():
-        for seed in range(seeds):
-            predictions = steps.predictions
-            if seed:
-                generator = torch.Generator().manual_seed(seed)
-                predictions = {name: {**split, "logits": split["logits"] + 0.05 * torch.randn(
-                    split["logits"].shape, generator=generator)} for name, split in predictions.items()}
-            metrics = analyze_predictions(predictions, steps.weights)
-            Diagnosis(metrics, predictions, {name: f"synthetic {name}" for name in SPLITS}).save(folder, run, seed)
-
-
 def _report_steps(folder: Path) -> dict:
     """The report's parts, each timed alone (figures and text from one report built up front),
     and the whole command, which builds the report itself."""
@@ -222,7 +209,16 @@ def run_diagnose_bench(settings: DiagnoseSettings, device, log=None) -> dict:
     timers = {(run, step): fn for run, steps in methods.items() for step, fn in steps.steps().items()}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        _report_folder(folder, methods, settings.seeds)
+        # every method × seed as diagnosis runs; seeds after the first reuse seed 0's logits with noise
+        for run, steps in methods.items():
+            for seed in range(settings.seeds):
+                predictions = steps.predictions
+                if seed:
+                    generator = torch.Generator().manual_seed(seed)
+                    predictions = {name: {**split, "logits": split["logits"] + 0.05 * torch.randn(
+                        split["logits"].shape, generator=generator)} for name, split in predictions.items()}
+                metrics = analyze_predictions(predictions, steps.weights)
+                Diagnosis(metrics, predictions, {name: f"synthetic {name}" for name in SPLITS}).save(folder, run, seed)
         timers.update({("report", step): fn for step, fn in _report_steps(folder).items()})
         for fn in timers.values() if settings.warmup else ():  # first calls build caches and import lazily
             fn()
