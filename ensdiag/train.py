@@ -224,24 +224,6 @@ def _resume(state_path: Path, model, optimizer, scheduler, generator, device, se
     return best, history, seconds, stopped, start, tracking, note
 
 
-def _step_members(best: dict, accuracies: list[float], epoch: int, views: dict, config) -> None:
-    """One epoch of early stopping for each member still training, on its own validation accuracy, as a
-    `single` run of it would: its best weights copied, its patience counted. A member that stopped keeps
-    training with the others (it shares no parameter with them, so nothing of theirs changes) and its
-    kept weights are restored at the end: the same member as one frozen at its stop."""
-    for i, accuracy in enumerate(accuracies):
-        if best["stopped"][i]:
-            continue
-        if accuracy > best["accuracy"][i] + config.min_delta or best["epoch"][i] < 0:
-            best["accuracy"][i], best["epoch"][i], best["bad_epochs"][i] = accuracy, epoch, 0
-            with torch.no_grad():
-                for key, view in views.items():
-                    best["state"][key][i].copy_(view[i])
-        else:
-            best["bad_epochs"][i] += 1
-        best["stopped"][i] = best["bad_epochs"][i] >= config.patience
-
-
 def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_epoch=None,
         autocast=False, channels_last=False, on_start=None, tracker=None, parallel=None, on_note=None) -> dict:
     """Train until the epochs run out or early stopping fires; resume from `state_path` if present.
@@ -314,7 +296,21 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         if val_accuracy is None:
             pass
         elif views is not None:
-            _step_members(best, members, epoch, views, config)
+            # each member still training, on its own validation accuracy, as a `single` run of it would: its best
+            # weights copied, its patience counted. A member that stopped keeps training with the others (it shares
+            # no parameter with them, so nothing of theirs changes) and its kept weights are restored at the end:
+            # the same member as one frozen at its stop
+            for i, member_accuracy in enumerate(members):
+                if best["stopped"][i]:
+                    continue
+                if member_accuracy > best["accuracy"][i] + config.min_delta or best["epoch"][i] < 0:
+                    best["accuracy"][i], best["epoch"][i], best["bad_epochs"][i] = member_accuracy, epoch, 0
+                    with torch.no_grad():
+                        for key, view in views.items():
+                            best["state"][key][i].copy_(view[i])
+                else:
+                    best["bad_epochs"][i] += 1
+                best["stopped"][i] = best["bad_epochs"][i] >= config.patience
         elif val_accuracy > best["accuracy"] + config.min_delta or best["epoch"] < 0:
             best = {"accuracy": val_accuracy, "epoch": epoch, "bad_epochs": 0,
                     "state": {k: v.detach().clone() for k, v in model.state_dict().items()}

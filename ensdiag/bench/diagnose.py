@@ -132,19 +132,6 @@ class MethodSteps:
         return result
 
 
-def _report_steps(folder: Path) -> dict:
-    """The report's parts, each timed alone (figures and text from one report built up front),
-    and the whole command, which builds the report itself."""
-    data = load_runs(folder)
-    report = build_report(folder, None, data, "ensdiag")
-    return {"report load": lambda: load_runs(folder),
-            "report tables and verdict": lambda: build_report(folder, None, load_runs(folder), "ensdiag"),
-            "report verdict bootstrap": lambda: verdict(load_seeds(load_runs(folder)["runs"])[0]),
-            "report figures": lambda: make_figures(report, data["runs"], folder),
-            "report markdown and html": lambda: (render(report, "markdown"), render(report, "html", folder)),
-            "report (whole command)": lambda: make_report(folder)}
-
-
 def _estimate(settings, seconds: dict, sizes: dict) -> dict | None:
     """The whole diagnosis (`ensdiag diversity` with geometry: the three splits predicted, every
     analyzer) at the protocol's sizes, from each step's measured cost per image; None when
@@ -219,7 +206,17 @@ def run_diagnose_bench(settings: DiagnoseSettings, device, log=None) -> dict:
                         split["logits"].shape, generator=generator)} for name, split in predictions.items()}
                 metrics = analyze_predictions(predictions, steps.weights)
                 Diagnosis(metrics, predictions, {name: f"synthetic {name}" for name in SPLITS}).save(folder, run, seed)
-        timers.update({("report", step): fn for step, fn in _report_steps(folder).items()})
+        # the report's parts, each timed alone (figures and text from one report built up front), and the whole
+        # command, which builds the report itself
+        data = load_runs(folder)
+        report = build_report(folder, None, data, "ensdiag")
+        timers.update({("report", step): fn for step, fn in {
+            "report load": lambda: load_runs(folder),
+            "report tables and verdict": lambda: build_report(folder, None, load_runs(folder), "ensdiag"),
+            "report verdict bootstrap": lambda: verdict(load_seeds(load_runs(folder)["runs"])[0]),
+            "report figures": lambda: make_figures(report, data["runs"], folder),
+            "report markdown and html": lambda: (render(report, "markdown"), render(report, "html", folder)),
+            "report (whole command)": lambda: make_report(folder)}.items()})
         for fn in timers.values() if settings.warmup else ():  # first calls build caches and import lazily
             fn()
         seconds = {key: [] for key in timers}
