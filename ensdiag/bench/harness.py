@@ -157,15 +157,30 @@ class FastPathTimer:
         tracker.measure(0, logits)  # warm-up
         return statistics.median(timed(lambda: tracker.measure(1, logits), self.device)[0] for _ in range(3))
 
+    @torch.no_grad()
     def summary(self, seconds, test_images) -> dict:
+        """The epoch's numbers, and the inference's: the test images through the model in eval batches."""
         per_epoch = epoch_seconds(seconds, self.batches_per_epoch, self.timed_batches)
-        inference = time_fast_inference(self.model, test_images, self.data.normalize, self.settings, self.device,
-                                        self.autocast, self.channels_last)
-        k_train = self.model.kit.passes_per_example(self.config.be_split_batch)
-        return {"members": self.model.num_members, "seconds_per_epoch": per_epoch, "epoch_seconds_measured": seconds,
+        model, device, autocast, size = self.model.eval(), self.device, self.autocast, self.settings.eval_batch_size
+        x = self.data.normalize(test_images.to(device)).to(torch.bfloat16 if autocast else torch.float32)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+
+        def run():
+            for start in range(0, len(x), size):
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                    model(x[start:start + size])
+
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            model(x[:size])  # warm-up
+        inference, _ = timed(run, device)
+        k_train = model.kit.passes_per_example(self.config.be_split_batch)
+        return {"members": model.num_members, "seconds_per_epoch": per_epoch, "epoch_seconds_measured": seconds,
                 "timed_batches": self.timed_batches, "batches_per_epoch": self.batches_per_epoch,
                 "images_per_second": self.n / per_epoch, "member_images_per_second": self.n * k_train / per_epoch,
-                **inference, **({"compiled": self.compiled} if self.compiled else {})}
+                "inference_images_per_second": len(x) / inference,
+                "inference_member_images_per_second": len(x) * model.num_members / inference,
+                **({"compiled": self.compiled} if self.compiled else {})}
 
 
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the torch.compile modes that ask for CUDA graphs
@@ -190,26 +205,6 @@ def compile_report(mode: str, before: dict, after: dict) -> dict:
     else:
         cuda_graphs = "used"
     return {"mode": mode, "graphs": made["graphs"], "graph_breaks": made["graph_breaks"], "cuda_graphs": cuda_graphs}
-
-
-@torch.no_grad()
-def time_fast_inference(model, images, normalize, settings, device, autocast, channels_last) -> dict:
-    model.eval()
-    x = normalize(images.to(device)).to(torch.bfloat16 if autocast else torch.float32)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    size = settings.eval_batch_size
-
-    def run():
-        for start in range(0, len(x), size):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                model(x[start:start + size])
-
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-        model(x[:size])  # warm-up
-    seconds, _ = timed(run, device)
-    return {"inference_images_per_second": len(x) / seconds,
-            "inference_member_images_per_second": len(x) * model.num_members / seconds}
 
 
 class ReferenceTimer:
