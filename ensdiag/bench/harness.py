@@ -233,8 +233,7 @@ class ReferenceTimer:
                 "reference_inference_images_per_second": len(test[1]) / inference_seconds}
 
 
-def _label(name, kind):
-    return {"fast": name, "reference": f"{name} [reference]", "strategy": f"deep-ensemble [{name}]"}[kind]
+LABELS = {"fast": "{}", "reference": "{} [reference]", "strategy": "deep-ensemble [{}]"}  # a timer's, in the log
 
 
 def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
@@ -278,7 +277,7 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
             seconds[key].append(timer.epoch())
         if log is not None:
             log(f"round {round_ + 1}/{settings.epochs}: " + ", ".join(
-                f"{_label(name, kind)} {seconds[name, kind][-1]:.3g} s" for name, kind in timers))
+                f"{LABELS[kind].format(name)} {seconds[name, kind][-1]:.3g} s" for name, kind in timers))
 
     results, strategies = {}, {}
     val = synthetic_split(round(config.val_fraction * len(train[1])) or len(test[1]), config.input_shape, config.num_classes, seed=2)
