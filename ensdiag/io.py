@@ -54,11 +54,10 @@ def atomic_write_bytes(path, data: bytes) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except OSError as error:  # a folder in the file's place, a full disk: one line naming the file, not the temporary
+    except BaseException as error:  # a folder in the file's place, a full disk: one line naming it, not the temporary
         Path(tmp).unlink(missing_ok=True)
-        raise EnsdiagError(f"cannot write {path}: {error.strerror or type(error).__name__}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise EnsdiagError(f"cannot write {path}: {error.strerror or type(error).__name__}") from None
         raise
     return path
 
