@@ -35,13 +35,9 @@ def share(processes: int) -> None:
 def memory_budget() -> int:
     """Bytes a file may make ensdiag allocate: `ENSDIAG_MEMORY_BUDGET`, else half the memory (this
     process's share of it in a forked worker)."""
-    return _whole_budget() // _SHARE
-
-
-def _whole_budget() -> int:
     given = os.environ.get(VARIABLE, "").strip()
     if not given:
-        return physical_memory() // 2
+        return physical_memory() // 2 // _SHARE
     # ASCII digits only (a bare \d also matches "٣" and "²"), and few enough of them to mean a size
     match = re.fullmatch(r"([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([KMGT]?)i?B?", given, flags=re.IGNORECASE | re.ASCII)
     if not match:
@@ -50,7 +46,7 @@ def _whole_budget() -> int:
     size = int(Fraction(match.group(1)) * 1024 ** power)
     if size > MAX_BUDGET:
         raise EnsdiagError(f"{VARIABLE}={given[:40]!r} is more than any machine's memory (at most {MAX_BUDGET:,} bytes)")
-    return size
+    return size // _SHARE
 
 
 def human(size: float) -> str:
@@ -58,7 +54,6 @@ def human(size: float) -> str:
         if size < 1024 or unit == "TiB":
             return f"{size:,.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
         size /= 1024
-    return f"{size:.1f} TiB"
 
 
 def over_budget(size: int, what: str) -> str | None:

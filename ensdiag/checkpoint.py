@@ -74,61 +74,38 @@ def load_model(path, device="cpu") -> EnsembleModel:
     _check_tensors(path, spec, skeleton.state_dict(), tensors)
     model = build_from_spec(spec)
     model.load_state_dict(tensors)
-    model.initial_cosine = _initial_cosine(metadata.get("ensdiag.initial_cosine"))
-    model.preprocess = _preprocess(metadata.get("ensdiag.preprocess"), spec.input_shape[0]) or _trained_with(spec)
-    model.holdout = _holdout(metadata.get("ensdiag.holdout"))
+    # the cosine at initialisation, else rebuilt from the spec (and said so)
+    model.initial_cosine = _recorded(metadata, "ensdiag.initial_cosine", ("mean", "seed"), lambda mean, seed: (
+        isinstance(mean, float) and -1.000001 <= mean <= 1.000001 and _whole(seed) and abs(seed) < 2**63))
+    # the normalisation; a file without it (written before 0.7): ensdiag trained it on the preset whose
+    # architecture, inputs and classes it has, normalised as that preset is
+    recorded = _recorded(metadata, "ensdiag.preprocess", ("mean", "std"), lambda mean, std: (
+        isinstance(mean, list) and isinstance(std, list) and len(mean) == len(std) == spec.input_shape[0]
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in [*mean, *std])
+        and all(v > 0 for v in std)))
+    preset = preset_for(spec)
+    model.preprocess = (tuple(map(float, recorded["mean"])), tuple(map(float, recorded["std"]))) if recorded else (
+        None if preset is None else (tuple(PRESETS[preset].mean), tuple(PRESETS[preset].std)))
+    # the validation examples held out, else geometry reads the whole training split (and says so)
+    model.holdout = _recorded(metadata, "ensdiag.holdout", ("seed", "fraction", "train_size"),
+                              lambda seed, fraction, size: _whole(seed) and abs(seed) < 2**63 and _whole(size)
+                              and 0 < size < 2**40 and isinstance(fraction, float) and 0 < fraction < 1)
     return model.to(device).eval()
 
 
-def _holdout(text) -> dict | None:
-    """The recorded {"seed", "fraction", "train_size"}, checked like user input; anything else counts
-    as not recorded (geometry then reads the whole training split and says so)."""
-    try:
-        found = json.loads(text)
-        seed, fraction, size = found["seed"], found["fraction"], found["train_size"]
-    except (TypeError, ValueError, KeyError, RecursionError):
-        return None
-    integers = all(isinstance(v, int) and not isinstance(v, bool) for v in (seed, size))
-    if not (integers and abs(seed) < 2**63 and 0 < size < 2**40 and isinstance(fraction, float) and 0 < fraction < 1):
-        return None
-    return {"seed": seed, "fraction": fraction, "train_size": size}
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _initial_cosine(text) -> dict | None:
-    """The recorded {"mean", "seed"}, checked like user input; anything else counts as not recorded
-    (the cosine is then rebuilt from the spec, and says so)."""
+def _recorded(metadata: dict, key: str, names: tuple, valid) -> dict | None:
+    """{name: value} of the JSON object a model file records under `key`, checked like user input
+    (`valid(*values)`); anything else counts as not recorded."""
     try:
-        found = parse_json(text, "initial cosine")  # an EnsdiagError is a ValueError
-        mean, seed = found["mean"], found["seed"]
+        found = parse_json(metadata[key], key)  # an EnsdiagError is a ValueError
+        values = [found[name] for name in names]
     except (TypeError, ValueError, KeyError):
         return None
-    if not (isinstance(mean, float) and -1.000001 <= mean <= 1.000001 and isinstance(seed, int)
-            and not isinstance(seed, bool) and abs(seed) < 2**63):
-        return None
-    return {"mean": mean, "seed": seed}
-
-
-def _trained_with(spec) -> tuple | None:
-    """An ensdiag model file without the record (written before 0.7): ensdiag trained it on the preset
-    whose architecture, inputs and classes it has, normalised as that preset is."""
-    preset = preset_for(spec)
-    return None if preset is None else (tuple(PRESETS[preset].mean), tuple(PRESETS[preset].std))
-
-
-def _preprocess(text, channels: int) -> tuple | None:
-    """The recorded (mean, std), checked like user input: one finite mean and one positive finite std
-    per channel; anything else counts as not recorded (the fitting preset's is used, as before)."""
-    try:
-        found = json.loads(text)
-        mean, std = found["mean"], found["std"]
-    except (TypeError, ValueError, KeyError, RecursionError):
-        return None
-    if not (isinstance(mean, list) and isinstance(std, list) and len(mean) == len(std) == channels):
-        return None
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in [*mean, *std]) \
-            or not all(v > 0 for v in std):
-        return None
-    return tuple(float(v) for v in mean), tuple(float(v) for v in std)
+    return dict(zip(names, values)) if valid(*values) else None
 
 
 def _check_tensors(path, spec, expected: dict, tensors: dict):

@@ -146,7 +146,8 @@ def preset_config(preset: str, **overrides) -> TrainConfig:
     config = replace(PRESETS[preset], **given)
     validate(config)
     changed = {key: value for key, value in given.items() if getattr(PRESETS[preset], key) != value}
-    return replace(config, overrides=_jsonable(changed))
+    return replace(config, overrides={key: list(value) if isinstance(value, tuple) else value
+                                      for key, value in changed.items()})
 
 
 def _fits(value, example) -> bool:
@@ -174,27 +175,11 @@ def _typed(key, value, example, source):
         raise EnsdiagError(f"{source}: {key} is out of range"[:300]) from None
 
 
-def _jsonable(values: dict) -> dict:
-    return {key: list(value) if isinstance(value, tuple) else value for key, value in values.items()}
-
-
 # Fields added after runs existed, whose dataclass default is not what those runs did.
 LEGACY_DEFAULTS = {"be_loss": "sum", "catalogue": True}  # (before 0.8 every run computed the catalogue)
 
 FLOAT_OPTIONS = {"lr": "--lr", "dropout": "--dropout", "val_fraction": "--val-fraction", "momentum": "momentum",
                  "eps": "eps", "weight_decay": "weight_decay", "gamma": "gamma", "min_delta": "min_delta"}
-
-
-def _check_set(option: str, value: str, stored: bool) -> None:
-    """A shift or OOD set: a registered dataset's name or files that exist (a stored run's files
-    are checked when its data is loaded, where a missing one says so)."""
-    if is_path(value):
-        if not stored and not Path(value).exists():
-            raise EnsdiagError(f"{option} {value} does not exist")
-        return
-    if value not in all_datasets():
-        raise EnsdiagError(f"{option}: unknown dataset {value!r}; give a registered one (`ensdiag datasets`) or a path "
-                           "(an image folder, .npz or .npy)")
 
 
 def validate(config: TrainConfig, stored: bool = False) -> None:
@@ -242,8 +227,14 @@ def validate(config: TrainConfig, stored: bool = False) -> None:
     for ok, message in checks:
         if not ok:
             raise EnsdiagError(message)
+    # the shift and OOD sets: a registered dataset's name or files that exist (a stored run's files are checked
+    # when its data is loaded, where a missing one says so)
     for option, value in (("--shift", config.shift), ("--ood", config.ood)):
-        _check_set(option, value, stored)
+        if is_path(value) and not stored and not Path(value).exists():
+            raise EnsdiagError(f"{option} {value} does not exist")
+        if not is_path(value) and value not in all_datasets():
+            raise EnsdiagError(f"{option}: unknown dataset {value!r}; give a registered one (`ensdiag datasets`) or a "
+                               "path (an image folder, .npz or .npy)")
     if config.early_stopping and config.val_fraction == 0:
         raise EnsdiagError("early stopping needs a validation split: pass --val-fraction (e.g. 0.1) or --no-early-stopping")
     if config.track_diversity and config.val_fraction == 0:

@@ -109,19 +109,6 @@ def _fail(message: str, code: int):
     sys.exit(code)
 
 
-def tolerant_output():
-    """stdout and stderr print every character, whatever the terminal's encoding: on an ASCII-only
-    one (PYTHONIOENCODING=ascii, LANG=C) a name's "é" or a table's "±" is written as an escape
-    ("\\xe9") instead of ending the command with UnicodeEncodeError."""
-    for stream in (sys.stdout, sys.stderr):
-        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
-        if encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
-            try:
-                stream.reconfigure(errors="backslashreplace")
-            except (ValueError, OSError, AttributeError):  # a stream that cannot change: leave it
-                pass
-
-
 def _address_limit() -> int | None:
     """This process's address-space limit in bytes (`ulimit -v`), or None where there is none."""
     try:
@@ -157,7 +144,15 @@ class _TorchProbe:
 
 def run(app: typer.Typer, argv=None):
     """Run the typer app: every failure is one line on stderr and a documented exit code, never a traceback."""
-    tolerant_output()
+    # every character printed whatever the terminal's encoding: on an ASCII-only one (PYTHONIOENCODING=ascii,
+    # LANG=C) a name's "é" or a table's "±" is written as an escape ("\\xe9"), not a UnicodeEncodeError
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError, AttributeError):  # a stream that cannot change: leave it
+                pass
     if "torch" not in sys.modules and (_address_limit() or _TorchProbe.BELOW) < _TorchProbe.BELOW \
             and not any(isinstance(finder, _TorchProbe) for finder in sys.meta_path):
         sys.meta_path.insert(0, _TorchProbe())
@@ -189,24 +184,21 @@ def run(app: typer.Typer, argv=None):
         if _is_a(error, "UsageError"):  # unknown option, missing argument, bad value
             hint = f" (see `{error.ctx.command_path} --help`)" if getattr(error, "ctx", None) is not None else ""
             _fail(f"{error.format_message()}{hint}", EXIT_BAD_INPUT)
-        _unexpected(error)
-
-
-def _unexpected(error: Exception):
-    if any(frame.name == "<module>" and Path(frame.filename).parts[-2:] == ("torch", "__init__.py")
-           for frame in traceback.extract_tb(error.__traceback__)):
-        _fail(str(torch_unloadable(f"{type(error).__name__}: {error}")), EXIT_BAD_INPUT)  # (out of torch's own import)
-    if isinstance(error, MemoryError) or "can't allocate memory" in str(error) or "out of memory" in str(error).lower():
-        _fail("out of memory: the input asks for more than this machine has (ensdiag checks files against "
-              "ENSDIAG_MEMORY_BUDGET before reading them; this allocation was not foreseen, please report it)",
-              EXIT_BAD_INPUT)
-    if isinstance(error, OSError):  # a file or folder the user named cannot be read or written
-        where = f"{error.filename}: " if error.filename else ""
-        _fail(f"{where}{error.strerror or error}", EXIT_BAD_INPUT)
-    if os.environ.get("ENSDIAG_DEBUG"):  # a bug: still one line, unless asked for the traceback
-        raise error
-    _fail(f"internal error ({type(error).__name__}: {error}); set ENSDIAG_DEBUG=1 for the traceback "
-          "and please report it", EXIT_INTERNAL)
+        if any(frame.name == "<module>" and Path(frame.filename).parts[-2:] == ("torch", "__init__.py")
+               for frame in traceback.extract_tb(error.__traceback__)):  # (out of torch's own import)
+            _fail(str(torch_unloadable(f"{type(error).__name__}: {error}")), EXIT_BAD_INPUT)
+        if isinstance(error, MemoryError) or "can't allocate memory" in str(error) \
+                or "out of memory" in str(error).lower():
+            _fail("out of memory: the input asks for more than this machine has (ensdiag checks files against "
+                  "ENSDIAG_MEMORY_BUDGET before reading them; this allocation was not foreseen, please report it)",
+                  EXIT_BAD_INPUT)
+        if isinstance(error, OSError):  # a file or folder the user named cannot be read or written
+            where = f"{error.filename}: " if error.filename else ""
+            _fail(f"{where}{error.strerror or error}", EXIT_BAD_INPUT)
+        if os.environ.get("ENSDIAG_DEBUG"):  # a bug: still one line, unless asked for the traceback
+            raise error
+        _fail(f"internal error ({type(error).__name__}: {error}); set ENSDIAG_DEBUG=1 for the traceback "
+              "and please report it", EXIT_INTERNAL)
 
 
 def wrapped(text: str, width: int) -> str:

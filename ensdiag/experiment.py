@@ -60,23 +60,18 @@ def stored_config(out: Path, config: TrainConfig) -> TrainConfig | None:
         if differ:
             raise EnsdiagError(f"{out} holds a different experiment ({'; '.join(differ)[:300]}); use --resume {out} "
                                "to continue it with its own settings, or choose another --out")
-        return grown(stored, config)
+        # the methods and seeds of `config` it lacks added after its own (and the options of the methods added)
+        methods = (*stored.methods, *(m for m in config.methods if m not in stored.methods))
+        seeds = (*stored.seeds, *(s for s in config.seeds if s not in stored.seeds))
+        if (methods, seeds) == (stored.methods, stored.seeds):
+            return stored
+        options = {**stored.method_options, **{name: value for name, value in config.method_options.items()
+                                               if name not in stored.methods}}
+        overrides = {**stored.overrides, "methods": list(methods), "seeds": list(seeds)}
+        return replace(stored, methods=methods, seeds=seeds, method_options=options, overrides=overrides)
     if out.exists() and not out.is_dir():
         raise EnsdiagError(f"--out {out} exists and is not a directory")
     return None
-
-
-def grown(stored: TrainConfig, config: TrainConfig) -> TrainConfig:
-    """The stored experiment with the methods and seeds of `config` it lacks added after its own (and
-    the options of the methods added)."""
-    methods = (*stored.methods, *(m for m in config.methods if m not in stored.methods))
-    seeds = (*stored.seeds, *(s for s in config.seeds if s not in stored.seeds))
-    if (methods, seeds) == (stored.methods, stored.seeds):
-        return stored
-    options = {**stored.method_options, **{name: value for name, value in config.method_options.items()
-                                           if name not in stored.methods}}
-    overrides = {**stored.overrides, "methods": list(methods), "seeds": list(seeds)}
-    return replace(stored, methods=methods, seeds=seeds, method_options=options, overrides=overrides)
 
 
 def prepare_run_dir(out: Path, config: TrainConfig, argv) -> TrainConfig:
@@ -216,7 +211,17 @@ def run_experiment(config: TrainConfig, out: Path, data_dir, download=False, dev
 def _prepare(config, out, data_dir, download, argv, held: ExitStack):
     """Check, create and lock the run folder (held until training ends) and load the data."""
     stored_config(out, config)  # a wrong --out fails before anything is created
-    check_fits(config)
+    # a method whose weights, gradients and optimiser state alone would not fit in memory (16 bytes per parameter with
+    # Adam or SGD with momentum) refused before training, not killed hours later (counted on the meta device)
+    available = physical_memory()
+    for run in config.methods:
+        with torch.device("meta"):
+            model = config.build(run)
+        needed = 16 * sum(p.numel() for p in model.parameters())
+        if needed > 0.8 * available:
+            raise EnsdiagError(f"{run} with k = {model.num_members} needs about {needed / 2**30:.1f} GiB for its "
+                               f"weights, gradients and optimiser state, more than this machine's "
+                               f"{available / 2**30:.1f} GiB allow; lower --members (or the method's width options)")
     new_folders = [folder for folder in (out, *out.parents) if not folder.exists()]
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -260,21 +265,6 @@ def assign_runs(runs: list[tuple[str, int]], costs: dict[str, int], world_size: 
         assigned[run, seed] = rank
         load[rank] += costs[run]
     return assigned
-
-
-def check_fits(config: TrainConfig) -> None:
-    """Refuse, before training, a method whose weights, gradients and optimiser state alone
-    would not fit in memory (16 bytes per parameter with Adam or SGD with momentum), instead of
-    being killed by the kernel hours later. Counted on the meta device: nothing is allocated."""
-    available = physical_memory()
-    for run in config.methods:
-        with torch.device("meta"):
-            model = config.build(run)
-        needed = 16 * sum(p.numel() for p in model.parameters())
-        if needed > 0.8 * available:
-            raise EnsdiagError(f"{run} with k = {model.num_members} needs about {needed / 2**30:.1f} GiB for its weights, "
-                               f"gradients and optimiser state, more than this machine's {available / 2**30:.1f} GiB "
-                               "allow; lower --members (or the method's width options)")
 
 
 def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet: bool, argv, ranks=distributed.Ranks(),

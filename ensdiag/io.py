@@ -46,25 +46,20 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     except OSError as error:
         raise EnsdiagError(f"cannot write {path}: {error.strerror or error}") from None
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
+        umask = os.umask(0)  # (read by setting it: there is no getter)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file normal permissions
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except OSError as error:  # a folder in the file's place, a full disk: one line naming the file, not the temporary
+    except BaseException as error:  # a folder in the file's place, a full disk: one line naming it, not the temporary
         Path(tmp).unlink(missing_ok=True)
-        raise EnsdiagError(f"cannot write {path}: {error.strerror or type(error).__name__}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise EnsdiagError(f"cannot write {path}: {error.strerror or type(error).__name__}") from None
         raise
     return path
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
 
 
 def atomic_write_text(path, text: str) -> Path:
@@ -330,14 +325,6 @@ SAFETENSORS_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I
                      "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8}
 
 
-def _check_tensor_bytes(handle, names, where: str):
-    """The memory budget (budget.py) against what reading `names` allocates, from the header's shapes and
-    dtypes: a sparse file (or one whose size is no reason to trust it) is refused before it is read."""
-    total = sum(math.prod(found.get_shape()) * SAFETENSORS_BYTES.get(str(found.get_dtype()).upper(), 8)
-                for found in map(handle.get_slice, names))
-    require(total, f"{where}: reading its tensors")
-
-
 def read_safetensors(path, what="file", only=None, shapes: dict | None = None) -> tuple[dict, dict[str, str]]:
     """The tensors (all, or those of `only` that the file has) and the metadata of a safetensors
     file, or one clear EnsdiagError. `only` spares reading what a caller does not need (a CIFAR-10-C
@@ -351,7 +338,10 @@ def read_safetensors(path, what="file", only=None, shapes: dict | None = None) -
             names = [name for name in handle.keys() if only is None or name in only]
             if shapes is not None:
                 shapes.update({name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()})
-            _check_tensor_bytes(handle, names, f"{what} {path}")  # from the header, before anything is read
+            # the memory budget (budget.py) against what reading `names` allocates, from the header's shapes and
+            # dtypes: a sparse file (or one whose size is no reason to trust it) is refused before it is read
+            require(sum(math.prod(found.get_shape()) * SAFETENSORS_BYTES.get(str(found.get_dtype()).upper(), 8)
+                        for found in map(handle.get_slice, names)), f"{what} {path}: reading its tensors")
             tensors = {name: handle.get_tensor(name) for name in names}
     except EnsdiagError:
         raise  # already one line for the user

@@ -49,14 +49,11 @@ class TrainProgress:
         if not self.quiet:
             self.console.print(text, markup=False, highlight=False)
 
-    def _analysis(self) -> float | None:
-        return sum(self.stage_seconds) / len(self.stage_seconds) if self.stage_seconds else None
-
     def run_left(self) -> float | None:
         """Seconds the current run still needs: its epochs left at its mean epoch (an upper bound with
         early stopping) and its analysis; while analysed, the mean analysis less the time spent on it
         (None where that is passed or nothing is measured yet)."""
-        analysis = self._analysis()
+        analysis = sum(self.stage_seconds) / len(self.stage_seconds) if self.stage_seconds else None
         if self.stage_started is not None:
             if analysis is None:
                 return None

@@ -12,15 +12,6 @@ import torchvision
 from . import __version__, threads
 
 
-def _git_commit() -> str | None:
-    try:
-        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                                text=True, timeout=5)
-        return result.stdout.strip() or None if result.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -32,9 +23,15 @@ def cpu_name() -> str:
 
 
 def environment(device: torch.device) -> dict:
+    try:
+        found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                               text=True, timeout=5)
+        commit = found.stdout.strip() or None if found.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
     return {"ensdiag": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
             "numpy": numpy.__version__, "python": platform.python_version(), "platform": platform.platform(),
             "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
             else cpu_name(), "cpu": cpu_name(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
             "threads_from": threads.origin(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-            "git_commit": _git_commit()}
+            "git_commit": commit}

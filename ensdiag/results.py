@@ -78,6 +78,3 @@ class Diagnosis(Found):
 @functools.wraps(core_diagnose)
 def diagnose(*args, **kwargs) -> Diagnosis:
     return Diagnosis.of(core_diagnose(*args, **kwargs))
-
-
-__all__ = ["Diagnosis", "diagnose"]

@@ -204,35 +204,6 @@ def _check_diagnosis_config(path, config):
         raise EnsdiagError(f"{path}: seeds must be distinct integers in 0..2³¹−1")
 
 
-def add_diagnosis(folder: Path, method: str, seed: int, titles: dict) -> dict:
-    """Create or extend the experiment.json of a diagnosis folder (`claim_run` refused any other) with
-    (method, seed)."""
-    if (folder / "experiment.json").exists():
-        data = read_experiment(folder)
-    else:
-        data = {"format": EXPERIMENT_FORMAT, "kind": DIAGNOSIS, "ensdiag_version": __version__,
-                "created": datetime.now().isoformat(timespec="seconds"),
-                "config": {"preset": "custom", "methods": [], "seeds": []}, "splits": {}, "skipped": {}}
-    config = data["config"]
-    config["methods"] += [method] if method not in config["methods"] else []
-    config["seeds"] += [seed] if seed not in config["seeds"] else []
-    data["splits"].update(titles)
-    # a report leaves out the tables of a split that no run saved here has, as it does for a training run's
-    data["skipped"] = {split: "no run saved here has this split" for split in ("shift", "ood") if split not in data["splits"]}
-    atomic_write_json(folder / "experiment.json", data)
-    return data
-
-
-def _legacy_lora(run_folder: Path):
-    """The `lora` section of a metrics.json written by ensdiag 0.6's `diversity --save`, or None."""
-    path = Path(run_folder) / "metrics.json"
-    if not path.is_file():
-        return None
-    data = read_json(path, "metrics file")
-    return data["lora"] if isinstance(data, dict) and isinstance(data.get("lora"), dict) \
-        and not data.get("analyzers") else None
-
-
 def lora_record(method: str, seed: int, source: str, section: dict) -> dict:
     return {"format": LORA_FORMAT, "run": method, "method": method, "seed": seed, "source": source, "lora": section}
 
@@ -241,17 +212,15 @@ def keep_lora_apart(run_folder) -> None:
     """Before a predictions part is written: a 0.6 lora-only metrics.json's section moves to lora.json
     (unless one is there), so the weight-space part is not lost under the analysis."""
     folder = Path(run_folder)
-    section = _legacy_lora(folder)
-    if section is None or (folder / LORA_FILE).exists():
+    data = read_json(folder / "metrics.json", "metrics file") if (folder / "metrics.json").is_file() else None
+    lora_only = isinstance(data, dict) and isinstance(data.get("lora"), dict) and not data.get("analyzers")  # (0.6's)
+    if not lora_only or (folder / LORA_FILE).exists():
         return
     meta = read_json(folder / "meta.json", "meta file") if (folder / "meta.json").is_file() else {}
     source = meta.get("source") if isinstance(meta, dict) and isinstance(meta.get("source"), str) else "ensdiag 0.6"
-    atomic_write_json(folder / LORA_FILE, lora_record(folder.parent.name, _seed_of(folder), source, section))
-
-
-def _seed_of(run_folder: Path) -> int:
-    text = run_folder.name.removeprefix("seed-")
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else 0
+    seed = folder.name.removeprefix("seed-")
+    seed = int(seed) if seed.isascii() and seed.isdigit() and len(seed) <= 10 else 0
+    atomic_write_json(folder / LORA_FILE, lora_record(folder.parent.name, seed, source, data["lora"]))
 
 
 def save_result(folder, method: str, seed: int, kind: str, record: dict, meta: dict | None = None,
@@ -268,7 +237,20 @@ def save_result(folder, method: str, seed: int, kind: str, record: dict, meta: d
         if predictions is not None and (root / "experiment.json").exists():  # (claim_run's refusals first)
             _one_test_set(root, claim_run(root, method, seed, kind, overwrite, create=False), predictions)
         run = claim_run(root, method, seed, kind, overwrite)
-        add_diagnosis(root, method, seed, titles or {})
+        # the folder's experiment.json created or extended with (method, seed) (`claim_run` refused any other kind)
+        if (root / "experiment.json").exists():
+            data = read_experiment(root)
+        else:
+            data = {"format": EXPERIMENT_FORMAT, "kind": DIAGNOSIS, "ensdiag_version": __version__,
+                    "created": datetime.now().isoformat(timespec="seconds"),
+                    "config": {"preset": "custom", "methods": [], "seeds": []}, "splits": {}, "skipped": {}}
+        data["config"]["methods"] += [method] if method not in data["config"]["methods"] else []
+        data["config"]["seeds"] += [seed] if seed not in data["config"]["seeds"] else []
+        data["splits"].update(titles or {})
+        # a report leaves out the tables of a split that no run saved here has, as it does for a training run's
+        data["skipped"] = {split: "no run saved here has this split" for split in ("shift", "ood")
+                           if split not in data["splits"]}
+        atomic_write_json(root / "experiment.json", data)
         if kind == LORA:
             atomic_write_json(run / LORA_FILE, record)  # one file: written whole or not
             return run

@@ -2,7 +2,7 @@
 
 Two PyTorch processes whose OpenMP threads spin take the cores from each other, and the MLP gains
 nothing from a second thread (docs/performance.md, "Threads"). So the CLI, which owns its process,
-waits passively (entry.py) and computes with `--threads`, else OMP_NUM_THREADS, else `choose`; the
+waits passively (entry.py) and computes with `--threads`, else OMP_NUM_THREADS, else its own choice; the
 Python API keeps the caller's count: nothing here changes it unless the CLI `own`s the process,
 and `owned` gives it back when the command ends. Torch-free (a report read back loads no torch).
 """
@@ -53,15 +53,10 @@ def _read(path: Path) -> str:
         return ""
 
 
-def choose(small: bool | None, default: int) -> int:
-    """ensdiag's threads for a network without convolutions (`small`), another (False) or none (None),
-    `default` being torch's own count."""
-    return 1 if small else max(1, min(default, cpus()))
-
-
 def own(explicit: int | None = None, small: bool | None = None) -> None:
-    """The CLI's: compute with `explicit` (--threads), else OMP_NUM_THREADS, else `choose(small)`; set
-    now where torch is loaded, else by `apply` once the work needs it."""
+    """The CLI's: compute with `explicit` (--threads), else OMP_NUM_THREADS, else ensdiag's choice: one thread
+    for a network without convolutions (`small`), else (another: False; none: None) the CPUs this process may
+    use, at most torch's own count; set now where torch is loaded, else by `apply` once the work needs it."""
     _STATE.update(explicit=explicit, small=small)
     apply()
 
@@ -79,7 +74,8 @@ def apply(load: bool = False) -> None:
     given = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()  # as torch reads it ("4,2": 4)
     given = int(given) if given.isdigit() and 0 < int(given) <= 1024 else None
     count, _STATE["origin"] = next((count, origin) for count, origin in (
-        (_STATE["explicit"], "--threads"), (given, "OMP_NUM_THREADS"), (choose(_STATE["small"], before), "ensdiag"))
+        (_STATE["explicit"], "--threads"), (given, "OMP_NUM_THREADS"),
+        (1 if _STATE["small"] else max(1, min(before, cpus())), "ensdiag"))
         if count is not None)
     torch.set_num_threads(count)
 

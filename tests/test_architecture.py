@@ -255,18 +255,17 @@ HEAVY = {"torch", "torchvision", "scipy", "matplotlib", "sklearn", "numpy", "saf
 # {importing module: {the ensdiag modules it may import inside a function}}, one dict per group of folders:
 LAZY_COMMANDS = {  # the root modules, cli/, bench/ (the commands: parsing, --help and a typo load no torch)
     # what a command needs once it runs: torch (and scipy, matplotlib: report/), never for --help or a typo
-    "ensdiag.cli.analyze": {"ensdiag.core", "ensdiag.foreign.lm_eval", "ensdiag.foreign.readers"},
+    "ensdiag.cli.analyze": {"ensdiag.core", "ensdiag.foreign.lm_eval", "ensdiag.foreign.readers",
+                            "ensdiag.report.generated", "ensdiag.stats.generated"},
     "ensdiag.cli.bench": {"ensdiag.bench", "ensdiag.device"},
     "ensdiag.cli.catalog": {"ensdiag.nn"},  # (`ensdiag presets` and `datasets` list without torch)
     "ensdiag.cli.diversity": {"ensdiag.analysis", "ensdiag.core", "ensdiag.device", "ensdiag.foreign.checkpoints",
                               "ensdiag.report"},
     "ensdiag.cli.evaluate": {"ensdiag.core", "ensdiag.distributed", "ensdiag.foreign.checkpoints"},
-    "ensdiag.cli.generated": {"ensdiag.foreign.lm_eval", "ensdiag.report.generated", "ensdiag.stats.generated"},
     "ensdiag.cli.import_model": {"ensdiag.checkpoint", "ensdiag.foreign.checkpoints"},
-    "ensdiag.cli.lora": {"ensdiag.lora.analysis", "ensdiag.lora.harness", "ensdiag.report"},  # (adapters' configs are checked before torch)
-    "ensdiag.cli.options": {"ensdiag.core.inputs", "ensdiag.nn.architectures"},
+    "ensdiag.cli.lora": {"ensdiag.lora.analysis", "ensdiag.lora.harness", "ensdiag.report"},  # (adapters' configs: before torch)
+    "ensdiag.cli.options": {"ensdiag.core.inputs", "ensdiag.nn.architectures", "ensdiag.report.inspection"},
     "ensdiag.cli.report": {"ensdiag.predictions", "ensdiag.report"},
-    "ensdiag.cli.show": {"ensdiag.report.inspection"},
     "ensdiag.cli.train": {"ensdiag.distributed", "ensdiag.experiment", "ensdiag.nn.methods", "ensdiag.report"},
     # torch-free modules the CLI reads before a command runs, and a report read back from its cache:
     "ensdiag.config": {"ensdiag.nn"},  # the presets' methods and options, checked against the kits (torch)

@@ -19,8 +19,7 @@ from ..nn.methods import run_methods
 from ..precision import PRECISIONS
 from ..provenance import environment
 from ..report.example_level import budget_lines
-from .budgeted import BudgetSettings, run_budget_bench
-from .diagnose import DiagnoseSettings, run_diagnose_bench
+from .diagnose import BudgetSettings, DiagnoseSettings, run_budget_bench, run_diagnose_bench
 from .harness import BENCH_METHODS, COMPILE_MODES, PROTOCOL_IMAGES, PROTOCOLS, BenchSettings, default_methods, run_bench
 from .main_job import MainJobSettings, run_main_job_bench
 

@@ -23,10 +23,27 @@ Paths cost (pairs × points × (path images + BatchNorm images + training sample
 passes. With fewer images or pairs than the protocol's, the JSON's `estimate` scales each
 step's measured cost per image to the protocol's sizes (10,000 images per split, paths on
 3 pairs × 11 points × (5,000 + 2,000 + 2,000) images) and says so.
+
+With `--budget` (`run_budget_bench`), one whole diagnosis within a time budget instead, beside the
+estimate of the same diagnosis on every example:
+
+    ensdiag bench --diagnose --budget 5m --arch resnet18 --device cpu --method deep-ensemble
+
+The model (untrained, `torch.manual_seed(0)`) is diagnosed as `ensdiag.diagnose` does it, on
+synthetic images of the protocol's shapes (10,000 per split: id, shift, ood, val; 2,000
+training images for BatchNorm and the training-loss sample), with a `planning.Plan`: every step
+reads the examples its measured cost affords. The record keeps what the plan measured (each
+split's and geometry step's examples, points and pairs, and the interval half-width reached),
+every headline number with its example-level interval, the steps skipped and why, the wall
+time, and `full_estimate_seconds`: the same diagnosis on every example, from the costs this
+run measured. The machine's load average before and after is recorded: timings on a shared
+machine are only as quiet as it was.
 """
 
+import math
 import statistics
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,10 +52,13 @@ import torch
 from ..analysis import all_analyzers, analyze_model, analyze_predictions
 from ..analysis.geometry import BATCHNORM_EXAMPLES, PATH_EXAMPLES, PATH_PAIRS, PATH_POINTS, ModelProbe
 from ..config import preset_config
+from ..core import Context, Measure, inspect
 from ..core.diagnosis import Diagnosis
 from ..core.predict import predict
 from ..data.batching import Normalize
 from ..data.registry import Split
+from ..export import headline_entries, read_entry
+from ..layout import lookup
 from ..nn import flush_denormals
 from ..nn.members import fastest
 from ..predictions import with_pooled_shift
@@ -48,6 +68,7 @@ from ..report.load import load_runs
 from ..seeds.across import load_seeds
 from ..seeds.verdict import verdict
 from .harness import PROTOCOL_IMAGES, PROTOCOLS, settings_record, synthetic_split, timed
+from .main_job import load_average
 
 SPLITS = ("id", "shift", "ood", "val")  # val: what temperature scaling is fitted on
 
@@ -109,32 +130,6 @@ class MethodSteps:
             raise RuntimeError(f"{self.method}: {name} failed: {result['reason']}")
         self.results[name] = result
         return result
-
-
-def _report_folder(folder: Path, methods: dict, seeds: int):
-    """Every method × seed as diagnosis runs; seeds after the first reuse seed 0's logits with noise."""
-    for run, steps in methods.items():
-        for seed in range(seeds):
-            predictions = steps.predictions
-            if seed:
-                generator = torch.Generator().manual_seed(seed)
-                predictions = {name: {**split, "logits": split["logits"] + 0.05 * torch.randn(
-                    split["logits"].shape, generator=generator)} for name, split in predictions.items()}
-            metrics = analyze_predictions(predictions, steps.weights)
-            Diagnosis(metrics, predictions, {name: f"synthetic {name}" for name in SPLITS}).save(folder, run, seed)
-
-
-def _report_steps(folder: Path) -> dict:
-    """The report's parts, each timed alone (figures and text from one report built up front),
-    and the whole command, which builds the report itself."""
-    data = load_runs(folder)
-    report = build_report(folder, None, data, "ensdiag")
-    return {"report load": lambda: load_runs(folder),
-            "report tables and verdict": lambda: build_report(folder, None, load_runs(folder), "ensdiag"),
-            "report verdict bootstrap": lambda: verdict(load_seeds(load_runs(folder)["runs"])[0]),
-            "report figures": lambda: make_figures(report, data["runs"], folder),
-            "report markdown and html": lambda: (render(report, "markdown"), render(report, "html", folder)),
-            "report (whole command)": lambda: make_report(folder)}
 
 
 def _estimate(settings, seconds: dict, sizes: dict) -> dict | None:
@@ -201,8 +196,27 @@ def run_diagnose_bench(settings: DiagnoseSettings, device, log=None) -> dict:
     timers = {(run, step): fn for run, steps in methods.items() for step, fn in steps.steps().items()}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        _report_folder(folder, methods, settings.seeds)
-        timers.update({("report", step): fn for step, fn in _report_steps(folder).items()})
+        # every method × seed as diagnosis runs; seeds after the first reuse seed 0's logits with noise
+        for run, steps in methods.items():
+            for seed in range(settings.seeds):
+                predictions = steps.predictions
+                if seed:
+                    generator = torch.Generator().manual_seed(seed)
+                    predictions = {name: {**split, "logits": split["logits"] + 0.05 * torch.randn(
+                        split["logits"].shape, generator=generator)} for name, split in predictions.items()}
+                metrics = analyze_predictions(predictions, steps.weights)
+                Diagnosis(metrics, predictions, {name: f"synthetic {name}" for name in SPLITS}).save(folder, run, seed)
+        # the report's parts, each timed alone (figures and text from one report built up front), and the whole
+        # command, which builds the report itself
+        data = load_runs(folder)
+        report = build_report(folder, None, data, "ensdiag")
+        timers.update({("report", step): fn for step, fn in {
+            "report load": lambda: load_runs(folder),
+            "report tables and verdict": lambda: build_report(folder, None, load_runs(folder), "ensdiag"),
+            "report verdict bootstrap": lambda: verdict(load_seeds(load_runs(folder)["runs"])[0]),
+            "report figures": lambda: make_figures(report, data["runs"], folder),
+            "report markdown and html": lambda: (render(report, "markdown"), render(report, "html", folder)),
+            "report (whole command)": lambda: make_report(folder)}.items()})
         for fn in timers.values() if settings.warmup else ():  # first calls build caches and import lazily
             fn()
         seconds = {key: [] for key in timers}
@@ -231,4 +245,55 @@ def run_diagnose_bench(settings: DiagnoseSettings, device, log=None) -> dict:
             "methods": result, "report": {"unit_method": unit_run, "runs": len(methods) * settings.seeds, "steps": report}}
 
 
-__all__ = ["DiagnoseSettings", "run_diagnose_bench"]
+@dataclass
+class BudgetSettings:
+    arch: str = "resnet18"
+    methods: tuple[str, ...] = ("deep-ensemble",)
+    device: str = "cpu"
+    members: int = 4
+    test_size: int = PROTOCOL_IMAGES  # images in each of the id, shift, ood and val splits
+    train_size: int = 2_000
+    budget: str = "5m"
+    precision: float | None = None
+
+
+def headline(metrics: dict) -> dict:
+    """{flat name: {"value", "low", "high", "n", "method"}} of every headline number that was measured."""
+    found = {}
+    for entry in headline_entries():
+        value, _ = read_entry(metrics, entry)
+        if not math.isfinite(value):
+            continue
+        result = metrics["analyzers"][entry["analyzer"]]
+        interval, _ = lookup(result, (*entry["path"][:-1], "interval"))
+        row = {"value": value}
+        if isinstance(interval, dict):
+            row.update({key: interval.get(key) for key in ("low", "high", "n", "method") if key in interval})
+        found[entry["name"]] = row
+    return found
+
+
+def run_budget_bench(settings: BudgetSettings, device, log=None) -> dict:
+    flush_denormals()
+    config, splits, train = synthetic_protocol(settings, ("id", "shift", "ood", "val"))
+    methods = {}
+    for run in settings.methods:
+        torch.manual_seed(0)
+        model = config.build(run).to(device).eval()
+        model.member_strategy = fastest(device.type, config.arch)
+        load = load_average()
+        began = time.perf_counter()
+        diagnosis = inspect(model, splits, preprocess=Normalize(config.mean, config.std, device), train=train,
+                            measure=Measure(budget=settings.budget, precision=settings.precision),
+                            context=Context(device=device))
+        wall = time.perf_counter() - began
+        metrics = diagnosis.metrics
+        methods[run] = {"members": model.num_members, "wall_seconds": round(wall, 1),
+                        "load_average": {"before": load, "after": load_average()}, "budget": metrics["budget"],
+                        "headline": headline(metrics),
+                        "skipped": {name: result.get("reason") for name, result in metrics["analyzers"].items()
+                                    if isinstance(result, dict) and result.get("status") in ("skipped", "failed")}}
+        if log is not None:
+            log(f"{run}: {wall:.0f} s within a budget of {settings.budget}")
+    return {"kind": "diagnose-budget", "settings": settings_record(settings),
+            "methods": methods}

@@ -157,15 +157,30 @@ class FastPathTimer:
         tracker.measure(0, logits)  # warm-up
         return statistics.median(timed(lambda: tracker.measure(1, logits), self.device)[0] for _ in range(3))
 
+    @torch.no_grad()
     def summary(self, seconds, test_images) -> dict:
+        """The epoch's numbers, and the inference's: the test images through the model in eval batches."""
         per_epoch = epoch_seconds(seconds, self.batches_per_epoch, self.timed_batches)
-        inference = time_fast_inference(self.model, test_images, self.data.normalize, self.settings, self.device,
-                                        self.autocast, self.channels_last)
-        k_train = self.model.kit.passes_per_example(self.config.be_split_batch)
-        return {"members": self.model.num_members, "seconds_per_epoch": per_epoch, "epoch_seconds_measured": seconds,
+        model, device, autocast, size = self.model.eval(), self.device, self.autocast, self.settings.eval_batch_size
+        x = self.data.normalize(test_images.to(device)).to(torch.bfloat16 if autocast else torch.float32)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+
+        def run():
+            for start in range(0, len(x), size):
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                    model(x[start:start + size])
+
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            model(x[:size])  # warm-up
+        inference, _ = timed(run, device)
+        k_train = model.kit.passes_per_example(self.config.be_split_batch)
+        return {"members": model.num_members, "seconds_per_epoch": per_epoch, "epoch_seconds_measured": seconds,
                 "timed_batches": self.timed_batches, "batches_per_epoch": self.batches_per_epoch,
                 "images_per_second": self.n / per_epoch, "member_images_per_second": self.n * k_train / per_epoch,
-                **inference, **({"compiled": self.compiled} if self.compiled else {})}
+                "inference_images_per_second": len(x) / inference,
+                "inference_member_images_per_second": len(x) * model.num_members / inference,
+                **({"compiled": self.compiled} if self.compiled else {})}
 
 
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the torch.compile modes that ask for CUDA graphs
@@ -190,26 +205,6 @@ def compile_report(mode: str, before: dict, after: dict) -> dict:
     else:
         cuda_graphs = "used"
     return {"mode": mode, "graphs": made["graphs"], "graph_breaks": made["graph_breaks"], "cuda_graphs": cuda_graphs}
-
-
-@torch.no_grad()
-def time_fast_inference(model, images, normalize, settings, device, autocast, channels_last) -> dict:
-    model.eval()
-    x = normalize(images.to(device)).to(torch.bfloat16 if autocast else torch.float32)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    size = settings.eval_batch_size
-
-    def run():
-        for start in range(0, len(x), size):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                model(x[start:start + size])
-
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-        model(x[:size])  # warm-up
-    seconds, _ = timed(run, device)
-    return {"inference_images_per_second": len(x) / seconds,
-            "inference_member_images_per_second": len(x) * model.num_members / seconds}
 
 
 class ReferenceTimer:
@@ -238,8 +233,7 @@ class ReferenceTimer:
                 "reference_inference_images_per_second": len(test[1]) / inference_seconds}
 
 
-def _label(name, kind):
-    return {"fast": name, "reference": f"{name} [reference]", "strategy": f"deep-ensemble [{name}]"}[kind]
+LABELS = {"fast": "{}", "reference": "{} [reference]", "strategy": "deep-ensemble [{}]"}  # a timer's, in the log
 
 
 def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
@@ -283,7 +277,7 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
             seconds[key].append(timer.epoch())
         if log is not None:
             log(f"round {round_ + 1}/{settings.epochs}: " + ", ".join(
-                f"{_label(name, kind)} {seconds[name, kind][-1]:.3g} s" for name, kind in timers))
+                f"{LABELS[kind].format(name)} {seconds[name, kind][-1]:.3g} s" for name, kind in timers))
 
     results, strategies = {}, {}
     val = synthetic_split(round(config.val_fraction * len(train[1])) or len(test[1]), config.input_shape, config.num_classes, seed=2)
@@ -300,27 +294,21 @@ def run_bench(settings: BenchSettings, device: torch.device, log=None) -> dict:
             row = timer.summary(seconds[name, kind], test[0])
             strategies[name] = {key: row[key] for key in ("seconds_per_epoch", "timed_batches",
                                                           "inference_images_per_second")}
+    ratios, per_epoch = {}, {run: row["seconds_per_epoch"] for run, row in results.items()}  # (the targets' terms)
+    if "single" in per_epoch and "deep-ensemble" in per_epoch:
+        ratios["deep-ensemble / single"] = per_epoch["deep-ensemble"] / per_epoch["single"]
+    for run in per_epoch:  # every efficient ensemble against the ensemble it stands in for
+        if run not in ("single", "mc-dropout", "deep-ensemble") and "deep-ensemble" in per_epoch:
+            ratios[f"{run} / deep-ensemble"] = per_epoch[run] / per_epoch["deep-ensemble"]
+    for run, row in results.items():
+        if "tracking_seconds" in row:
+            ratios[f"{run} tracking / epoch"] = row["tracking_seconds"] / row["seconds_per_epoch"]
+    speedups = [row["speedup"] for row in results.values() if "speedup" in row]
+    if speedups:
+        ratios["smallest speed-up over reference"] = min(speedups)
     return {"settings": {**settings_record(settings), "preset": preset, "train_size": len(train[1]),
                          "batch_size": config.batch_size, "optimizer": config.optimizer,
                          "augment": config.augment, "reference_workers": workers,
                          "timing": "round-robin, median epoch"},
-            "methods": results, "strategies": strategies, "strategies_skipped": skipped, "ratios": ratios(results),
+            "methods": results, "strategies": strategies, "strategies_skipped": skipped, "ratios": ratios,
             "strategy_in_use": fastest(device.type, settings.arch)}
-
-
-def ratios(results: dict) -> dict:
-    """The ratios the performance targets are stated in."""
-    out = {}
-    seconds = {run: row["seconds_per_epoch"] for run, row in results.items()}
-    if "single" in seconds and "deep-ensemble" in seconds:
-        out["deep-ensemble / single"] = seconds["deep-ensemble"] / seconds["single"]
-    for run in seconds:  # every efficient ensemble against the ensemble it stands in for
-        if run not in ("single", "mc-dropout", "deep-ensemble") and "deep-ensemble" in seconds:
-            out[f"{run} / deep-ensemble"] = seconds[run] / seconds["deep-ensemble"]
-    for run, row in results.items():
-        if "tracking_seconds" in row:
-            out[f"{run} tracking / epoch"] = row["tracking_seconds"] / row["seconds_per_epoch"]
-    speedups = [row["speedup"] for row in results.values() if "speedup" in row]
-    if speedups:
-        out["smallest speed-up over reference"] = min(speedups)
-    return out

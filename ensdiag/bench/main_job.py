@@ -37,7 +37,7 @@ class MainJobSettings:
     device: str = "cpu"
 
 
-def _load() -> list[float]:
+def load_average() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
 
 
@@ -50,35 +50,30 @@ def _timed(args: list[str], cwd: Path, env: dict) -> tuple[float, subprocess.Com
     return seconds, done
 
 
-def _runs(folder: Path) -> list[dict]:
-    found = []
-    for meta in sorted(folder.glob("*/seed-*/meta.json")):
-        record = json.loads(meta.read_text())
-        train, diagnose = record["train_seconds"], record["eval_seconds"]
-        found.append({"run": record["run"], "seed": record["seed"], "epochs": record["epochs_run"],
-                      "train_seconds": round(train, 3), "diagnosis_seconds": round(diagnose, 3),
-                      "ratio": round(diagnose / train, 3) if train > 0 else None})
-    return found
-
-
 def _round(index: int, scratch: Path, settings: MainJobSettings, cache: Path) -> dict:
     env = {**os.environ, "ENSDIAG_CACHE": str(cache)}
     folder = scratch / f"round-{index}"
     folder.mkdir()
-    load = {"before": _load()}
+    load = {"before": load_average()}
     grid_seconds, _ = _timed(["train", "--out", "runs", "--quiet"], folder, env)
-    load["after_grid"] = _load()
+    load["after_grid"] = load_average()
     run = folder / "runs"
-    runs = _runs(run)
+    runs = []
+    for meta in sorted(run.glob("*/seed-*/meta.json")):
+        record = json.loads(meta.read_text())
+        train, diagnose = record["train_seconds"], record["eval_seconds"]
+        runs.append({"run": record["run"], "seed": record["seed"], "epochs": record["epochs_run"],
+                     "train_seconds": round(train, 3), "diagnosis_seconds": round(diagnose, 3),
+                     "ratio": round(diagnose / train, 3) if train > 0 else None})
     train, diagnose = sum(r["train_seconds"] for r in runs), sum(r["diagnosis_seconds"] for r in runs)
     warm, _ = _timed(["report", "runs", "--format", "summary"], folder, env)  # as the main job runs it
     shutil.rmtree(run / "figures")
     cold, _ = _timed(["report", "runs", "--format", "summary"], folder, env)  # every figure drawn again
-    load["after_report"] = _load()
+    load["after_report"] = load_average()
     model = next(run.glob("deep-ensemble/seed-*/model.safetensors"))
     budget_seconds, done = _timed(["diversity", str(model.relative_to(folder)), "--budget", settings.budget, "--format",
                                    "json"], folder, env)
-    load["after_budget"] = _load()
+    load["after_budget"] = load_average()
     budget = json.loads(done.stdout).get("budget", {})
     return {"round": index, "cache": "empty" if index == 0 else "warm", "load_average": load,
             "grid_seconds": round(grid_seconds, 2), "training_seconds": round(train, 2),
@@ -116,6 +111,3 @@ def run_main_job_bench(settings: MainJobSettings, device=None, log=None) -> dict
                f"diversity --budget {settings.budget} within its budget + 10 %":
                summary["budget_wall_to_budget"] <= TARGETS["budget_overrun"]}
     return {"kind": "main-job", "settings": asdict(settings), "rounds": rounds, "summary": summary, "targets": targets}
-
-
-__all__ = ["MainJobSettings", "TARGETS", "run_main_job_bench"]

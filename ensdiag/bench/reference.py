@@ -74,15 +74,6 @@ class ReferenceModel:
             return torch.stack([network.forward_members(x[None])[0] for network in self.networks])
         return self.networks[0](x)
 
-    def training_logits(self, x, y):
-        """(logits [m, b, C], labels [m, b]): the batch as the method's kit hands it to its members."""
-        if self.separate:
-            logits = self.member_logits(x, train=True)
-            return logits, y.expand(len(logits), -1)
-        network = self.networks[0].train()
-        xs, ys = network.kit.member_batch(x[None], y[None], split_batch=self.split_batch, generator=self.generator)
-        return network.forward_members(xs), ys
-
     def train_epoch(self, loader, max_batches=None):
         """One pass (or `max_batches` batches) of the loader; (mean member loss, accuracy)."""
         total_loss = total_correct = seen = 0.0
@@ -91,7 +82,14 @@ class ReferenceModel:
                 break
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             with torch.autocast(self.device.type, dtype=torch.float16, enabled=self.amp):
-                logits, labels = self.training_logits(x, y)
+                if self.separate:  # logits [m, b, C], labels [m, b]: the batch as the method's kit hands it over
+                    logits = self.member_logits(x, train=True)
+                    labels = y.expand(len(logits), -1)
+                else:
+                    network = self.networks[0].train()
+                    xs, labels = network.kit.member_batch(x[None], y[None], split_batch=self.split_batch,
+                                                          generator=self.generator)
+                    logits = network.forward_members(xs)
             members = logits.shape[0]
             over_members = self.networks[0].kit.loss_over_members
             loss = member_loss(logits.float(), labels, over_members)

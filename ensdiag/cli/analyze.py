@@ -4,14 +4,12 @@ from pathlib import Path
 
 import typer
 
-from ..console import check_format, note
+from ..console import check_format, note, output_file, print_json
 from ..errors import EnsdiagError
 from ..io import atomic_write_json
 from ..quickcheck import check_inputs
 from .app import app
-from .generated import generated_command
-from .options import DETAIL, FORMAT, THREADS, check_saving, claimed_file, own_threads
-from .show import show_metrics
+from .options import DETAIL, FORMAT, THREADS, check_saving, claimed_file, own_threads, show_items, show_metrics
 
 PREDICTIONS_HELP = ("A .safetensors predictions file ('<split>/logits' [k,N,C], '<split>/labels' [N]), an .npz with the "
                     "same keys (or logits/probs + labels), one .npy [k,N,C], one .npy [N,C] per member, or a .jsonl of "
@@ -56,13 +54,14 @@ def analyze(
     check_inputs("--ood", ood, folders=True)
     check_saving(out, method, seed, overwrite)
     from ..core import inspect_predictions
+    from ..foreign.readers import load_any_predictions
     from ..foreign.lm_eval import LmEvalOptions, lm_eval_answers_task, looks_like_lm_eval, run_name_of
 
     own_threads(threads)
 
     options = LmEvalOptions(task, ood_task, filter_name, score)
     if all(looks_like_lm_eval(path) for path in sources) and lm_eval_answers_task(sources, options):
-        # lm-eval logs of a generate_until task: answers, not choices (cli/generated.py)
+        # lm-eval logs of a generate_until task: answers, not choices (generated_command)
         if ood or labels is not None or inputs != "logits":
             raise EnsdiagError("generated answers (a generate_until task) hold each question's reference and lm-eval's "
                                "score: drop --ood, --labels and --inputs")
@@ -89,3 +88,29 @@ def analyze(
     elif target is not None:
         atomic_write_json(claimed_file(out, overwrite), diagnosis.metrics)
     show_metrics(diagnosis.metrics, fmt, ", ".join(map(str, sources)))
+
+
+def generated_command(sources, options, out, method, fmt: str, title: str):
+    """`ensdiag analyze LOGS --task NAME` on a generate_until task's logs: the answers read
+    (foreign/lm_eval.py), measured (stats/generated.py) and printed (and --out FILE.json)."""
+    if method is not None or (out is not None and out.suffix.lower() != ".json"):
+        raise EnsdiagError("generated answers have no probabilities, so the report's tables and verdict (NLL, ECE, "
+                           "diversity, OOD) do not apply to them: keep these metrics with --out FILE.json")
+    from ..foreign.lm_eval import load_lm_eval_answers
+    from ..report.generated import generated_tables
+    from ..stats.generated import DEFINITIONS, generated_metrics
+    about = {}
+    splits, warnings = load_lm_eval_answers(sources, options, about)
+    for line in [*about["notes"], *(f"warning: {warning}" for warning in warnings)]:
+        note(line)
+    metrics = generated_metrics(splits, about["lm_eval"])
+    if warnings:
+        metrics["input_warnings"] = warnings
+    if out is not None:
+        atomic_write_json(output_file(out, "metrics.json"), metrics)
+    if fmt == "json":
+        print_json(metrics)
+        return
+    show_items(generated_tables(metrics, title), ["[low, high]: a 95 % confidence interval for the mean over the "
+                                                  "task's population of questions (a bootstrap over the questions); "
+                                                  + DEFINITIONS["vote_accuracy"]])

@@ -60,7 +60,17 @@ def models(
                 table.add_row(name, "×".join(map(str, shape)), label, str(model.num_members), f"{count:,}")
     show(Console(), table)
     if (arch in (None, "resnet18")) and members == 4 and num_classes == 10:
-        show(Console(), paper_layout_table())
+        # the paper's layout beside its Table 4: its numbers are these counts cut (not rounded) to 0.01 M
+        table = Table(title="ResNet-18 as the paper counted it (Table 4): torch-uncertainty's layout, a bias on "
+                            "every convolution (build_model(…, arch_options={'conv_bias': True}); BatchEnsemble: "
+                            "layout=paper, shortcut_bias)")
+        for column in ("method", "options", "parameters", "paper (M)"):
+            table.add_column(column, justify="left" if column in ("method", "options") else "right")
+        for method, count in paper_layout_counts().items():
+            arch_options, options = PAPER_LAYOUT[method]
+            described = ", ".join(f"{key}={value}" for key, value in {**arch_options, **options}.items())
+            table.add_row(method, described, f"{count:,}", f"{PAPER_TABLE_4[method]:.2f}")
+        show(Console(), table)
     for name in whole:
         note(f"{name}:NAME — any torchvision classification model, imported as a Deep Ensemble (ensdiag import --arch "
              f"{name}:resnet18 …); its size is the model's")
@@ -86,19 +96,6 @@ def paper_layout_counts() -> dict:
                                 **options)
             found[method] = sum(p.numel() for p in model.parameters())
     return found
-
-
-def paper_layout_table() -> Table:
-    """The paper's layout beside its Table 4: its numbers are these counts cut (not rounded) to 0.01 M."""
-    table = Table(title="ResNet-18 as the paper counted it (Table 4): torch-uncertainty's layout, a bias on every "
-                        "convolution (build_model(…, arch_options={'conv_bias': True}); BatchEnsemble: layout=paper, shortcut_bias)")
-    for column in ("method", "options", "parameters", "paper (M)"):
-        table.add_column(column, justify="left" if column in ("method", "options") else "right")
-    for method, count in paper_layout_counts().items():
-        arch_options, options = PAPER_LAYOUT[method]
-        described = ", ".join(f"{key}={value}" for key, value in {**arch_options, **options}.items())
-        table.add_row(method, described, f"{count:,}", f"{PAPER_TABLE_4[method]:.2f}")
-    return table
 
 
 @app.command()

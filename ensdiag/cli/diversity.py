@@ -13,8 +13,8 @@ from ..text import terminal_safe
 from .app import app
 from .lora import lora_diversity
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
-from .options import DETAIL, SEED, SHIFT, THREADS, data_choice, own_threads, quick_checks
-from .show import ended_by_interruption, show_items
+from .options import DETAIL, SEED, SHIFT, THREADS, data_choice, ended_by_interruption, own_threads, quick_checks
+from .options import show_items
 
 MEASURED = ["disagreement", "member-pairs", "weight-similarity"]  # of the predictions analyzers; member geometry too with --geometry
 

@@ -13,8 +13,7 @@ from ..runs import claim_files
 from .app import app
 from .lora import evaluate_command
 from .options import ARCH, BUDGET, DATA, DATA_DIR, DEVICE, FAMILY, FORMAT, MODELS, NORMALIZE, NUM_CLASSES, OOD, PRECISION
-from .options import DETAIL, SHIFT, THREADS, data_choice, own_threads, quick_checks
-from .show import ended_by_interruption, show_metrics
+from .options import DETAIL, SHIFT, THREADS, data_choice, ended_by_interruption, own_threads, quick_checks, show_metrics
 
 
 @app.command()

@@ -11,7 +11,7 @@ from ..lora.config import read_adapter_folders
 from ..progress import step_bar
 from ..runs import LORA, claim_run
 from ..text import terminal_safe
-from .show import show_items, show_metrics
+from .options import show_items, show_metrics
 
 SOURCE = "ensdiag diversity (LoRA adapters)"
 
@@ -32,14 +32,23 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
     if save is not None:  # refused now, not after the whole diagnosis (nothing is created yet)
         claim_run(output_folder(save, "--save"), method, seed, LORA, overwrite, create=False)
     if plot is not None:
-        _check_plot(plot)
+        from ..report.figures import FIGURE_FORMATS
+        if (plot.suffix.lower().lstrip(".") or "png") not in FIGURE_FORMATS or plot.is_dir():
+            raise EnsdiagError(f"--plot {plot}: name an image file ({', '.join('.' + f for f in FIGURE_FORMATS)})")
     from ..lora.analysis import diagnose_adapters, save_lora_run
     with step_bar(f"comparing {len(configs)} adapters, layer by layer") as advance:
         section = diagnose_adapters(configs, base, progress=advance)
     if save is not None:
         run = save_lora_run(save, method, seed, section, SOURCE, overwrite)
         note(f"saved to {run}; `ensdiag report {save}` reports every run saved there")
-    drawn = draw(section, plot, folders) if plot is not None else []
+    drawn = []
+    if plot is not None:  # <plot>: the k×k ΔW cosine; <plot>-depth: the per-layer lines
+        from ..report.figures import save_figure
+        from ..report.lora_figures import lora_depth_figure, lora_heatmaps
+        label = f"LoRA, k={section['k']}, r={section['rank']}"
+        title = f"{', '.join(Path(folder).name for folder in folders)}"[:120]
+        drawn = save_figure(lora_heatmaps({label: section}, title=title), plot) + save_figure(
+            lora_depth_figure({label: section}), plot.with_name(f"{plot.stem}-depth{plot.suffix}"))
     if fmt == "json":
         print_json(with_lora({"splits": {}, "ensemble": {"method": "LoRA adapters", "num_members": section["k"]}},
                              section))
@@ -47,24 +56,6 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
         show_items(lora_renderables_of(section), [])
     if drawn:
         note(f"figures written to {', '.join(map(str, drawn))}")
-
-
-def _check_plot(plot: Path):
-    from ..report.figures import FIGURE_FORMATS
-    fmt = plot.suffix.lower().lstrip(".") or "png"
-    if fmt not in FIGURE_FORMATS or plot.is_dir():
-        raise EnsdiagError(f"--plot {plot}: name an image file ({', '.join('.' + f for f in FIGURE_FORMATS)})")
-
-
-def draw(section: dict, plot: Path, folders) -> list[Path]:
-    """<plot>: the k×k ΔW cosine; <plot>-depth: the per-layer lines."""
-    from ..report.figures import save_figure
-    from ..report.lora_figures import lora_depth_figure, lora_heatmaps
-    label = f"LoRA, k={section['k']}, r={section['rank']}"
-    title = f"{', '.join(Path(folder).name for folder in folders)}"[:120]
-    drawn = save_figure(lora_heatmaps({label: section}, title=title), plot)
-    target = plot.with_name(f"{plot.stem}-depth{plot.suffix}")
-    return drawn + save_figure(lora_depth_figure({label: section}), target)
 
 
 def with_lora(metrics: dict, section: dict) -> dict:
@@ -84,7 +75,7 @@ def evaluate_command(folders, base, tasks, ood_task, include_path, out, method, 
     """`ensdiag evaluate ADAPTER_DIR…`: lm-eval runs, the run is saved, then its metrics (with their
     intervals) and the weight-space summary are printed, or --format json: one metrics layout with the
     weight space as its `lora` analyzer, as `diversity ADAPTER_DIR… --format json` prints it."""
-    from ..lora.harness import evaluate_adapters
+    from ..lora.harness import evaluate_adapters  # (lm-eval's readers load torch)
     run, metrics, section = evaluate_adapters(folders, base, tasks, ood_task, include_path, out, method, seed, device,
                                               batch_size, limit, not_for_adapters)
     if fmt == "json":

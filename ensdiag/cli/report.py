@@ -63,8 +63,18 @@ def report(
     with loading("building the report (verdict bootstrap, figures) …"):
         result = make_report(list(run_dirs or []) or None, reference, write=figures, conventions=conventions, svg=svg,
                              ood_score=ood_score, detail=detail)
+    # --examples: every finished run's example_rows, each led by its method and seed (the stored splits:
+    # per-corruption shift splits, not their pool)
     if examples is not None:
-        write_table(run_example_rows(list(run_dirs) if run_dirs else [Path(result["run"])]), examples, EXAMPLE_FIELDS)
+        from ..predictions import load_predictions
+        from ..report.merge import load_folders
+        rows = []
+        for method, seeds in load_folders(list(run_dirs) if run_dirs else [Path(result["run"])])["runs"].items():
+            for seed, run in seeds.items():
+                if run is not None and (run["folder"] / "predictions.safetensors").is_file():  # (LoRA: weights only)
+                    predictions = load_predictions(run["folder"] / "predictions.safetensors")[0]
+                    rows += [{"method": method, "seed": seed, **row} for row in example_rows(predictions)]
+        write_table(rows, examples, EXAMPLE_FIELDS)
         note(f"per-example predictions written to {examples}")
     written = result.pop("written")  # a note for the terminal, not part of the report
     if fmt == "table" and target is None:  # the terminal: rich tables at its width, colours and all
@@ -80,17 +90,3 @@ def report(
             note(f"report written to {target}")
     if written and not (fmt == "summary" and target is None and written.startswith("report.md")):
         note(written)  # (the summary says where the report is itself)
-
-
-def run_example_rows(run_dirs) -> list[dict]:
-    """`example_rows` of every finished run of one or more run folders (`report --examples`), each row led by
-    its `method` and `seed` (the stored splits: per-corruption shift splits, not their pool)."""
-    from ..predictions import load_predictions
-    from ..report.merge import load_folders
-    rows = []
-    for method, seeds in load_folders(run_dirs)["runs"].items():
-        for seed, run in seeds.items():
-            if run is not None and (run["folder"] / "predictions.safetensors").is_file():  # (LoRA: weights only)
-                predictions = load_predictions(run["folder"] / "predictions.safetensors")[0]
-                rows += [{"method": method, "seed": seed, **row} for row in example_rows(predictions)]
-    return rows

@@ -3,7 +3,7 @@ question and whether each is correct, with no probabilities. What an ensemble of
 
     per_question = question_quantities(ids, correct)     # ids, correct: [k, N] (foreign/lm_eval_generated.py)
     metrics = generated_metrics(splits, section)          # every number with its interval
-    ensdiag analyze out/ --task gsm8k                     # the same, from lm-eval's logs (cli/generated.py)
+    ensdiag analyze out/ --task gsm8k                     # the same, from lm-eval's logs (cli/analyze.py)
 
 - **member accuracy**: each member's share of correct answers (lm-eval's exact_match);
 - **majority vote**: the most frequent answer among the k members (answers equal after the
