@@ -67,7 +67,6 @@ def analyze(
                                "score: drop --ood, --labels and --inputs")
         return generated_command(sources, options, out, method, fmt, ", ".join(map(str, sources)))
     about = {}  # what the lm-eval reader found: run names, split titles, notes
-    from ..foreign.readers import load_any_predictions
     predictions, warnings = load_any_predictions(sources, labels, ood or (), inputs, options, about)
     if "lm_eval" in about and method is None and out is not None and out.suffix.lower() != ".json":
         method, seed = run_name_of(about["lm_eval"], seed)  # from the members' model paths
