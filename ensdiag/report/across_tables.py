@@ -1,6 +1,6 @@
 """The report's tables of the statistics across seeds (seeds/): the verdict, each method's effective
 ensemble size (effective_size.py), for every question the verdict leaves open the seeds that would settle
-it (verdict.py's `seeds_needed`), and bias–variance–diversity (bvd.py).
+it (verdict.py's `seeds_needed`), and bias–variance–diversity (across.py).
 
     verdict_table(verdicts, reasons, expected, groups)   # (the table or None, the verdict entries with their lines)
     effective_size_table(sizes)      # {"id": "effective-size", "columns", "rows", "note"} or None
@@ -133,7 +133,7 @@ def seeds_needed_table(verdicts: dict) -> dict | None:
 
 
 def bvd_table(found: dict) -> dict | None:
-    """Bias, variance and diversity over seeds (seeds/bvd.py), one row per method with ≥ 2 seeds."""
+    """Bias, variance and diversity over seeds (seeds/across.py), one row per method with ≥ 2 seeds."""
     left_out = " ".join(f"{run_label(method)}: left out, {entry['reason']}." for method, entry in found.items()
                         if "reason" in entry)
     found = {method: entry for method, entry in found.items() if "reason" not in entry}
