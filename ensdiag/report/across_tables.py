@@ -39,10 +39,6 @@ def _cell(found: dict | None, seeds) -> dict:
             "interval": None if interval is None else [bound if math.isfinite(bound) else math.inf for bound in interval]}
 
 
-def _curve(found: dict) -> str:
-    return ", ".join(f"{value:.4g}" for value in found["curve"]) + f" (fitted c = {found['fit']['c']:.2f})"
-
-
 def verdict_table(found: dict, reasons: dict, expected: int, groups=None) -> tuple[dict | None, dict]:
     """The verdict (seeds/verdict.py) as a table of ratios with their intervals; per method, its overall
     line (led by its effective size) and what each question answers (verdict_text.py), then how to read
@@ -90,7 +86,8 @@ def effective_size_table(sizes: dict) -> dict | None:
     if not rows:
         return None
     k = reference["reference_members"]
-    curves = "; ".join(f"{METRICS[metric]} {_curve(reference[metric])}" for metric in METRICS if reference.get(metric))
+    curves = "; ".join(f"{METRICS[metric]} {', '.join(f'{value:.4g}' for value in reference[metric]['curve'])} "
+                       f"(fitted c = {reference[metric]['fit']['c']:.2f})" for metric in METRICS if reference.get(metric))
     temperature = TEMPERATURES[reference["temperature"]] + "".join(
         f" ({entry['temperature_note']}: {run_label(method)})" for method, entry in sizes.items()
         if entry.get("temperature_note"))

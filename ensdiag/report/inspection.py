@@ -42,7 +42,7 @@ def metrics_view(metrics: dict, title: str, width: int | None = None) -> tuple[l
     groups = metrics.get("lm_eval", {}).get("groups")
     if groups:  # a benchmark group read from lm-eval logs: its own table
         tables.append(group_table(groups))
-        notes += group_notes(groups)
+        notes += [f"group {name}: {entry['why']}" for name, entry in groups["groups"].items()]  # how each was weighted
     notes += [f"{split}: {title}" for split, title in metrics.get("split_titles", {}).items() if title != split]
     notes += [f"{split}: not evaluated — {reason}" for split, reason in metrics.get("skipped_splits", {}).items()]
     return tables, notes
@@ -109,15 +109,12 @@ def diversity_figures(metrics: dict, plot, name: str) -> list:
         raise EnsdiagError(f"nothing to plot for {method} with k={k}: one weight set, no data found, or matrices too "
                            "large to store (k > 256)")
     drawn = save_figure(heatmap_grid(rows, title=plain(f"{name}: {method}, k={k}")), plot)[:1]
-    return drawn + _geometry_figures(model_results(metrics), drawn[0], method)
-
-
-def _geometry_figures(results: dict, plot, method: str) -> list:
-    drawn = []
+    results, plot = model_results(metrics), drawn[0]
     for name, suffix, figure in LINE_FIGURES:
         if results.get(name, {}).get("status") == "ok":
             drawn += save_figure(figure({method: results[name]}), plot.with_name(f"{plot.stem}-{suffix}{plot.suffix}"))
     return drawn
+
 
 CHOICE_COLUMNS = (("Acc ↑", "accuracy"), ("NLL ↓", "nll"), ("Brier ↓", "brier"), ("JSD", "jsd"),
                   ("disagreement", "disagreement"))
@@ -136,11 +133,6 @@ def group_table(section: dict, columns=CHOICE_COLUMNS) -> Table:
         table.add_row(Text(name), f"{entry['n']:,}", weighting, *(cell(entry.get(key), interval=True) for _, key in columns),
                       ", ".join(cell(value) for value in members))
     return table
-
-
-def group_notes(section: dict) -> list[str]:
-    """One line per group: how its weighting was found."""
-    return [f"group {name}: {entry['why']}" for name, entry in section["groups"].items()]
 
 
 def generated_tables(metrics: dict, title: str) -> list:
