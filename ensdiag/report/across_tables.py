@@ -87,7 +87,8 @@ def effective_size_table(sizes: dict) -> dict | None:
         return None
     k = reference["reference_members"]
     curves = "; ".join(f"{METRICS[metric]} {', '.join(f'{value:.4g}' for value in reference[metric]['curve'])} "
-                       f"(fitted c = {reference[metric]['fit']['c']:.2f})" for metric in METRICS if reference.get(metric))
+                       f"(fitted c = {reference[metric]['fit']['c']:.2f})"
+                       for metric in METRICS if reference.get(metric))
     temperature = TEMPERATURES[reference["temperature"]] + "".join(
         f" ({entry['temperature_note']}: {run_label(method)})" for method, entry in sizes.items()
         if entry.get("temperature_note"))

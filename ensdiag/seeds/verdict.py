@@ -158,8 +158,8 @@ def verdict(runs: dict, reasons: dict | None = None, draws: B.Draws | None = Non
             continue
         for key in ("ood_score", "shift_nll"):  # different OOD or shift sets: no OOD or shift question
             if any(len(group[seed].get(key, [])) != len(first.get(key, [])) for group in trio for seed in seeds):
-                trio = [{seed: {name: value for name, value in run.items() if name != key} for seed, run in group.items()}
-                        for group in trio]
+                trio = [{seed: {name: value for name, value in run.items() if name != key}
+                         for seed, run in group.items()} for group in trio]
         point = _shares(*(_averaged(group, seeds) for group in trio))
         counts, chosen = example_counts(trio[0][seeds[0]], draws), chosen_seeds(len(seeds))
         resampled, stacks = [], []
