@@ -155,13 +155,6 @@ CATALOGUE_NOTE = ("The detail catalogue (SmoothECE and the calibration table's o
                   "`ensdiag evaluate MODEL` for one model, `ensdiag diversity MODEL` for one model's member geometry.")
 
 
-def _reference_rows(table, key):
-    for method, numbers in PAPER[key].items():
-        table["rows"].append({"method": method, "label": f"{run_label(method)} — paper (published)", "reference": True,
-                              "cells": [{"mean": numbers.get(column["name"]), "ci": None, "n": None, "values": []}
-                                        for column in table["columns"]]})
-
-
 def _analyzer_columns(declared, optional=False) -> list[tuple]:
     return [(label, Declared(lambda run, a=analyzer, p=path, lb=label, sp=split, si=since: _declared(
                 run, a, p, lb, sp, si, optional)[0], analyzer, path), direction, {"split": split, "key": flat_name(analyzer, path)})
@@ -341,7 +334,10 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             raise EnsdiagError(f"--reference paper compares with the paper's CIFAR-10 numbers; this run is the {config['preset']} preset")
         for table in tables:  # the paper's OOD numbers are those of 1 − MSP
             if table["id"] in PAPER and not (table["id"] == "ood" and ood_score != scores.DEFAULT_SCORE):
-                _reference_rows(table, table["id"])
+                table["rows"] += [{"method": method, "label": f"{run_label(method)} — paper (published)",
+                                   "reference": True, "cells": [{"mean": numbers.get(column["name"]), "ci": None,
+                                                                 "n": None, "values": []} for column in table["columns"]]}
+                                  for method, numbers in PAPER[table["id"]].items()]
     missing = {method: [seed for seed, run in seeds.items() if run is None] for method, seeds in runs.items()}
     budgets, damaged = budget_notes(runs), damaged_lines(across.damaged, tables)
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
