@@ -22,7 +22,6 @@ from .load import dig, first_ran, first_run, load_runs, newest_run
 from .lora import add_lora_figures
 from .merge import load_folders
 from .render import FORMATS, render, to_html, to_markdown, to_rich  # noqa: F401
-from .verdict_text import to_summary  # noqa: F401  (callers ask it here)
 
 
 MAX_WORKERS = 4  # beyond this the figures' sizes, not the cores, decide the time
