@@ -37,11 +37,16 @@ def note(text: str):
     err_console.print(terminal(text, keep="\n"), markup=False, highlight=False, soft_wrap=True)
 
 
+def natural_width(renderable) -> int:
+    """The columns a rich renderable takes drawn as wide as it wants."""
+    wide = Console(width=10_000)
+    return Measurement.get(wide, wide.options, renderable).maximum
+
+
 def show(console: Console, renderable):
     """Print a table whole: if it is wider than the terminal, lines run long (the terminal wraps
     them) instead of rich cropping or eliding cells, so no digit is ever hidden."""
-    wide = Console(width=10_000)
-    natural = Measurement.get(wide, wide.options, renderable).maximum
+    natural = natural_width(renderable)
     if natural > console.width:  # rich caps a print's width at the console's: print on a wider twin
         console = Console(file=console.file, width=natural, color_system=console.color_system,
                           force_terminal=console.is_terminal, no_color=console.no_color)

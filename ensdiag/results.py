@@ -34,15 +34,12 @@ class Diagnosis(Found):
         return found if isinstance(found, cls) else cls(**{field.name: getattr(found, field.name) for field in fields(found)})
 
     @public
-    def _report(self, fmt: str) -> str:
+    def to_markdown(self) -> str:
         with tempfile.TemporaryDirectory() as scratch:
             self.save(scratch, "ensemble", 0)
             report = make_report(scratch, write=False)
             report["run"] = "ensdiag.diagnose"
-            return render(report, fmt, scratch)
-
-    def to_markdown(self) -> str:
-        return self._report("markdown")
+            return render(report, "markdown", scratch)
 
     def _repr_html_(self) -> str:  # Jupyter: a compact summary scoped to its own element (report/notebook.py)
         return diagnosis_html(self.metrics)

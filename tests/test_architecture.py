@@ -256,7 +256,7 @@ HEAVY = {"torch", "torchvision", "scipy", "matplotlib", "sklearn", "numpy", "saf
 LAZY_COMMANDS = {  # the root modules, cli/, bench/ (the commands: parsing, --help and a typo load no torch)
     # what a command needs once it runs: torch (and scipy, matplotlib: report/), never for --help or a typo
     "ensdiag.cli.analyze": {"ensdiag.core", "ensdiag.foreign.lm_eval", "ensdiag.foreign.readers",
-                            "ensdiag.report.generated", "ensdiag.stats.generated"},
+                            "ensdiag.report.inspection", "ensdiag.stats.generated"},
     "ensdiag.cli.bench": {"ensdiag.bench", "ensdiag.device"},
     "ensdiag.cli.catalog": {"ensdiag.nn"},  # (`ensdiag presets` and `datasets` list without torch)
     "ensdiag.cli.diversity": {"ensdiag.analysis", "ensdiag.core", "ensdiag.device", "ensdiag.foreign.checkpoints",

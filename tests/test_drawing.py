@@ -1,5 +1,5 @@
 """A report's figures drawn across worker processes are the figures drawn in the report's own process,
-and a figure that fails there fails as it would here (report/drawing.py, ensdiag/forked.py)."""
+and a figure that fails there fails as it would here (report/__init__.py, ensdiag/forked.py)."""
 
 import multiprocessing
 import os
@@ -10,7 +10,7 @@ import pytest
 from ensdiag import forked
 from ensdiag.errors import EnsdiagError
 
-from ensdiag.report.drawing import Job, draw_all
+from ensdiag.report import Job, draw_all
 from ensdiag.report.figures import heatmap_grid, training_curves_figure
 
 forks = pytest.mark.skipif(sys.platform != "linux", reason="workers are forked on Linux only")

@@ -16,7 +16,6 @@ from ensdiag.stats.examples import Examples
 from ensdiag.predictions import save_predictions
 from ensdiag.report.load import load_runs
 from ensdiag.seeds import effective_size as E
-from ensdiag.seeds import power_law as P
 from ensdiag.seeds.across import Seed, load_seeds
 
 from .cli import run_cli
@@ -100,8 +99,8 @@ def test_the_fit_is_scipys_least_squares_of_the_law_through_the_ends(k):
             return y[0] - slope + slope * n ** -exponent
         def error(exponent):
             return ((law(sizes, exponent) - y) ** 2).sum()
-        (expected,), _ = curve_fit(law, sizes, y, p0=[c], bounds=(P.C_LOW, P.C_HIGH), xtol=1e-14, ftol=1e-14)
-        fa, fb, fc = P.fit(torch.tensor(y)[None])
+        (expected,), _ = curve_fit(law, sizes, y, p0=[c], bounds=(E.C_LOW, E.C_HIGH), xtol=1e-14, ftol=1e-14)
+        fa, fb, fc = E.fit(torch.tensor(y)[None])
         assert error(fc.item()) <= error(expected) + 1e-15  # at least as good a least-squares fit as SciPy's
         assert law(sizes, fc.item()).tolist() == pytest.approx(law(sizes, expected).tolist(), abs=2e-5)  # (c is flat)
         assert curve([1, k], fa, fb, fc)[0].tolist() == pytest.approx([y[0], y[-1]], abs=1e-12)
@@ -112,20 +111,20 @@ def test_with_three_sizes_the_law_passes_through_all_three():
     from scipy.optimize import brentq
     y = np.array([0.5, 0.4, 0.37])
     ratio = (y[0] - y[1]) / (y[0] - y[2])  # = (1 − 2^−c) / (1 − 3^−c)
-    expected = brentq(lambda c: (1 - 2 ** -c) / (1 - 3 ** -c) - ratio, P.C_LOW, P.C_HIGH, xtol=1e-14)
-    a, b, c = P.fit(torch.tensor(y)[None])
+    expected = brentq(lambda c: (1 - 2 ** -c) / (1 - 3 ** -c) - ratio, E.C_LOW, E.C_HIGH, xtol=1e-14)
+    a, b, c = E.fit(torch.tensor(y)[None])
     assert c.item() == pytest.approx(expected, rel=1e-6)
 
 
 def test_two_sizes_fix_the_exponent_at_one_and_sizes_are_read_back():
-    a, b, c = P.fit(torch.tensor([[0.5, 0.4]]))
+    a, b, c = E.fit(torch.tensor([[0.5, 0.4]]))
     assert c.item() == 1.0 and (a + b).item() == pytest.approx(0.5) and (a + b / 2).item() == pytest.approx(0.4)
-    a, b, c = P.fit(torch.tensor([[0.5, 0.42, 0.39, 0.375]]))
+    a, b, c = E.fit(torch.tensor([[0.5, 0.42, 0.39, 0.375]]))
     for n in (1.0, 1.7, 3.2, 4.0, 9.5):
-        assert P.size_at(curve([n], a, b, c)[:, 0], a, b, c).item() == pytest.approx(n, rel=1e-9)
-    assert P.size_at(0.6, a, b, c).item() == 1.0  # worse than one member
-    assert P.size_at(a - 0.01, a, b, c).item() == math.inf  # better than the curve's limit
-    assert math.isnan(P.size_at(0.3, torch.tensor([0.3]), torch.tensor([-0.1]), c).item())  # a curve that rises
+        assert E.size_at(curve([n], a, b, c)[:, 0], a, b, c).item() == pytest.approx(n, rel=1e-9)
+    assert E.size_at(0.6, a, b, c).item() == 1.0  # worse than one member
+    assert E.size_at(a - 0.01, a, b, c).item() == math.inf  # better than the curve's limit
+    assert math.isnan(E.size_at(0.3, torch.tensor([0.3]), torch.tensor([-0.1]), c).item())  # a curve that rises
 
 
 def test_solve_reads_the_mean_of_the_seeds_curves_at_the_mean_value():
@@ -135,12 +134,12 @@ def test_solve_reads_the_mean_of_the_seeds_curves_at_the_mean_value():
     a, b, c = rng.uniform(0.1, 0.2, 3), rng.uniform(0.1, 0.3, 3), rng.uniform(0.5, 1.5, 3)
     values = rng.uniform(0.25, 0.3, 3)
     expected = math.exp(brentq(lambda log_n: np.mean(a + b * np.exp(-c * log_n)) - values.mean(), 0, 30, xtol=1e-13))
-    found = P.solve(torch.tensor(values)[None], torch.tensor(a)[None], torch.tensor(b)[None], torch.tensor(c)[None])
+    found = E.solve(torch.tensor(values)[None], torch.tensor(a)[None], torch.tensor(b)[None], torch.tensor(c)[None])
     assert found.item() == pytest.approx(expected, rel=1e-8)
     weights = torch.tensor([[2.0, 1.0, 0.0]])  # a resample that drew seed 0 twice, seed 1 once
     mean = lambda x: (2 * x[0] + x[1]) / 3  # noqa: E731
     expected = math.exp(brentq(lambda log_n: mean(a + b * np.exp(-c * log_n)) - mean(values), 0, 30, xtol=1e-13))
-    found = P.solve(torch.tensor(values)[None], torch.tensor(a)[None], torch.tensor(b)[None], torch.tensor(c)[None],
+    found = E.solve(torch.tensor(values)[None], torch.tensor(a)[None], torch.tensor(b)[None], torch.tensor(c)[None],
                     weights)
     assert found.item() == pytest.approx(expected, rel=1e-8)
 
@@ -156,12 +155,12 @@ def test_the_seed_interval_is_where_scipys_paired_t_test_stops_rejecting():
 
     def pvalue(n):
         return stats.ttest_1samp(values - a - b * n ** -c, 0.0).pvalue - 0.05
-    low, high = P.seed_interval(values, a, b, c, t_quantile(4))
-    point = P.solve(torch.tensor(values)[None], torch.tensor(a)[None], torch.tensor(b)[None], torch.tensor(c)[None]).item()
+    low, high = E.seed_interval(values, a, b, c, t_quantile(4))
+    point = E.solve(torch.tensor(values)[None], torch.tensor(a)[None], torch.tensor(b)[None], torch.tensor(c)[None]).item()
     assert low < point < high
     assert low == pytest.approx(brentq(pvalue, 1.0, point), rel=1e-6) if pvalue(1.0) < 0 else low == 1.0
     assert high == pytest.approx(brentq(pvalue, point, 1e4), rel=1e-6) if pvalue(1e4) < 0 else high == math.inf
-    assert P.seed_interval(values[:1], a[:1], b[:1], c[:1], 12.7) is None  # one seed: no spread to test
+    assert E.seed_interval(values[:1], a[:1], b[:1], c[:1], 12.7) is None  # one seed: no spread to test
 
 
 # ---------------------------------------------------------------- the per-example pieces

@@ -170,7 +170,7 @@ def test_runs_store_validation_predictions_and_report_temperatures(finished_run,
 
 @pytest.mark.parametrize("seed", range(3))
 def test_bias_variance_diversity_sum_to_the_expected_loss_and_match_dense_loops(seed):
-    from ensdiag.seeds.bvd import decompose
+    from ensdiag.seeds.across import decompose
     generator = torch.Generator().manual_seed(seed)
     s, k, n, c = 3, 4, 12, 5
     log_q = torch.log_softmax(torch.randn(s, k, n, c, generator=generator, dtype=torch.float64) * 2, -1)
@@ -200,7 +200,7 @@ def test_bias_variance_diversity_sum_to_the_expected_loss_and_match_dense_loops(
 def test_the_arithmetic_mean_decomposition_holds_exactly_and_shares_bias_and_variance(seed):
     """CE with the arithmetic mean p̄_s: loss = bias + variance − diversity, the diversity being the members'
     mean CE minus p̄'s (label-dependent); both CE decompositions name their combiner."""
-    from ensdiag.seeds.bvd import decompose
+    from ensdiag.seeds.across import decompose
     generator = torch.Generator().manual_seed(seed)
     s, k, n, c = 3, 4, 12, 5
     log_q = torch.log_softmax(torch.randn(s, k, n, c, generator=generator, dtype=torch.float64) * 2, -1)

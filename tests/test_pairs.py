@@ -149,7 +149,7 @@ def test_diversity_command_shows_and_draws_the_pair_matrices(tmp_path, capsys):
 
 
 def test_pair_rows_for_heatmaps_skip_what_is_not_there():
-    from ensdiag.report.pairs import pair_rows
+    from ensdiag.report.geometry_figures import pair_rows
     result = analyze_predictions(predictions())["analyzers"]["member-pairs"]
     rows = pair_rows(result)
     assert [label for label, _ in rows] == ["member pairs (id)", "member pairs (ood)"]

@@ -96,7 +96,7 @@ def generated_command(sources, options, out, method, fmt: str, title: str):
         raise EnsdiagError("generated answers have no probabilities, so the report's tables and verdict (NLL, ECE, "
                            "diversity, OOD) do not apply to them: keep these metrics with --out FILE.json")
     from ..foreign.lm_eval import load_lm_eval_answers
-    from ..report.generated import generated_tables
+    from ..report.inspection import generated_tables
     from ..stats.generated import DEFINITIONS, generated_metrics
     about = {}
     splits, warnings = load_lm_eval_answers(sources, options, about)

@@ -4,11 +4,10 @@ from pathlib import Path
 
 import typer
 
-from ..console import check_format, loading, note, print_json
+from ..console import loading, note, print_json
 from ..errors import DataNotFound, EnsdiagError
 from ..lora import adapter_folders
 from ..numbers import parse_precision, parse_seconds, path_points_option
-from ..numbers import seed as checked_seed
 from ..text import terminal_safe
 from .app import app
 from .lora import lora_diversity
@@ -57,9 +56,7 @@ def diversity(
     Disagreement per split, weight-space cosine and member geometry. MODEL may instead be k ≥ 2 LoRA
     adapter folders as PEFT saves them (ADAPTER_DIR…: adapter_config.json and the weights), compared
     by their weights (docs/conventions.md, "LoRA ensembles")."""
-    check_format(fmt)
-    seed = checked_seed(seed)
-    quick_checks(model_path, data, shift, ood)
+    seed = quick_checks(model_path, data, shift, ood, fmt, seed)
     if adapter_folders(model_path):  # before anything imports torch: their configs are checked first
         return lora_diversity(model_path, base, fmt, plot, save, method, seed, {
             "--preset": preset, "--data": data, "--shift": shift, "--ood": ood, "--normalize": normalize,

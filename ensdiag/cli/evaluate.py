@@ -4,11 +4,10 @@ from pathlib import Path
 
 import typer
 
-from ..console import check_format, output_folder
+from ..console import output_folder
 from ..errors import EnsdiagError
 from ..lora import adapter_folders
 from ..numbers import parse_precision, parse_seconds
-from ..numbers import seed as checked_seed
 from ..runs import claim_files
 from .app import app
 from .lora import evaluate_command
@@ -54,9 +53,7 @@ def evaluate(
     The matching preset's test, shift and OOD data, or your own (--data, --shift, --ood). MODEL may instead be
     k ≥ 2 LoRA adapter folders of one base (ADAPTER_DIR… --base MODEL_DIR --tasks NAME): lm-evaluation-harness
     scores each (pip install 'ensdiag[llm]'), and the run saved to --out holds their predictions and weight space."""
-    check_format(fmt)
-    seed = checked_seed(seed)
-    quick_checks(model_path, data, shift, ood)
+    seed = quick_checks(model_path, data, shift, ood, fmt, seed)
     if adapter_folders(model_path):
         return evaluate_command(model_path, base, tasks, ood_task, include_path, out, method, seed, device, batch_size,
                                 limit, fmt, {"--preset": preset, "--data": data, "--shift": shift, "--ood": ood,

@@ -44,7 +44,7 @@ def lora_diversity(folders, base, fmt: str, plot, save, method: str, seed: int, 
     drawn = []
     if plot is not None:  # <plot>: the k×k ΔW cosine; <plot>-depth: the per-layer lines
         from ..report.figures import save_figure
-        from ..report.lora_figures import lora_depth_figure, lora_heatmaps
+        from ..report.lora import lora_depth_figure, lora_heatmaps
         label = f"LoRA, k={section['k']}, r={section['rank']}"
         title = f"{', '.join(Path(folder).name for folder in folders)}"[:120]
         drawn = save_figure(lora_heatmaps({label: section}, title=title), plot) + save_figure(
@@ -83,7 +83,7 @@ def evaluate_command(folders, base, tasks, ood_task, include_path, out, method, 
     else:
         title = f"{tasks}: {len(folders)} LoRA adapters (lm-eval)"
         if "generated" in metrics:
-            from ..report.generated import generated_tables
+            from ..report.inspection import generated_tables
             show_items(generated_tables(terminal_safe(metrics), title), [])  # names from lm-eval's files
         else:
             show_metrics(metrics, "table", title)

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from ..console import EXIT_INTERRUPTED, literal, note, output_file, output_folder, print_json, show
+from ..console import EXIT_INTERRUPTED, check_format, literal, note, output_file, output_folder, print_json, show
 from ..errors import EnsdiagError
 from ..numbers import seed as checked_seed
 from ..quickcheck import check_inputs, check_set
@@ -53,12 +53,16 @@ def own_threads(threads, arch=None):
     own(threads, arch is not None and arch in ARCHITECTURES and not ARCHITECTURES[arch].convolutional)
 
 
-def quick_checks(model_path, data, shift, ood):
-    """What needs no tensor, before torch is imported: the inputs exist, the sets are known."""
+def quick_checks(model_path, data, shift, ood, fmt, seed) -> int:
+    """What needs no tensor, before torch is imported: the format and the seed (returned, checked), the inputs
+    exist, the sets are known."""
+    check_format(fmt)
+    seed = checked_seed(seed)
     check_inputs("MODEL", model_path, folders=True)
     check_inputs("--data", [data] if data is not None else [], folders=True)
     check_set("--shift", shift)
     check_set("--ood", ood)
+    return seed
 
 
 def data_choice(model, preset, data, shift, ood, normalize):

@@ -5,23 +5,69 @@
 """
 
 import os
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from .. import forked
 from ..errors import EnsdiagError, path_argument, public
 from ..export import REPORT_FIELDS, frame, report_rows
 from ..io import atomic_write_text, plain_file
 from ..layout import DEFAULT_SCORE
 from .cached import kept_report
-from .drawing import Job, draw_all
-from .figures import (Drawn, heatmap_grid, ood_histogram_figure, reliability_figure, risk_coverage_figure,
+from .figures import (Drawn, heatmap_grid, ood_histogram_figure, reliability_figure, risk_coverage_figure, save_figure,
                       smooth_reliability_figure, training_curves_figure)
-from .geometry_figures import add_report_figures
+from .geometry_figures import add_pair_figures, add_report_figures, disagreement_panels
 from .load import dig, first_ran, first_run, load_runs, newest_run
 from .lora import add_lora_figures
 from .merge import load_folders
-from .pairs import add_pair_figures, disagreement_panels
 from .render import FORMATS, render, to_html, to_markdown, to_rich  # noqa: F401
-from .verdict_text import to_summary  # noqa: F401  (callers ask it here)
+
+
+MAX_WORKERS = 4  # beyond this the figures' sizes, not the cores, decide the time
+LAYOUT_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+
+
+@dataclass
+class Job:
+    name: str  # the file stem under figures/
+    draw: object  # draw(*inputs) -> matplotlib Figure
+    inputs: tuple
+    damaged: object = None  # () -> the EnsdiagError naming the run file whose layout was wrong, or None
+
+
+class _LayoutError(Exception):
+    """A figure's inputs were not of the layout its drawing expects (the original error's text)."""
+
+
+def _draw(job: Job, folder: Path, formats) -> None:
+    try:
+        figure = job.draw(*job.inputs)
+    except EnsdiagError:
+        raise
+    except LAYOUT_ERRORS as error:
+        raise _LayoutError(f"{type(error).__name__}: {error}") from None
+    save_figure(figure, folder / job.name, formats=formats)
+
+
+def draw_all(jobs: list[Job], folder: Path, formats, done) -> None:
+    """Draw every job into `folder` in each of `formats`; `done(job)` after each one's files are
+    written. Every job is drawn; then the first failure, in the order given, is raised: for a layout
+    error, the job's damaged-file error where it has one. Matplotlib's Agg rendering holds the
+    interpreter (threads would take turns), so the figures are spread over forked worker processes
+    (`ensdiag/forked.py`: the jobs are never pickled; one figure, one core or a platform whose `fork`
+    is not safe draws them in the report's own process, and so does any job of a worker that died)."""
+    workers = forked.workers(len(jobs), MAX_WORKERS)
+    if workers > 1:  # imported once here, before the fork, not once in every worker (a third of a second each)
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+    outcomes = forked.run([partial(_draw, job, folder, formats) for job in jobs], workers,
+                          each=lambda index, outcome: done(jobs[index]) if outcome[0] else None)
+    job, error = next(((job, error) for job, (ok, error) in zip(jobs, outcomes) if not ok), (None, None))
+    if isinstance(error, _LayoutError):
+        error = job.damaged() if job.damaged is not None else TypeError(str(error))
+    if error is not None:
+        raise error from None
 
 
 def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood_score: str = "msp",
@@ -41,7 +87,7 @@ def make_figures(report: dict, runs: dict, run_dir: Path, svg: bool = False, ood
     report["figures_on_request"] = []
 
     def add(name, title, draw, *inputs, damaged=None, on_request=False):
-        """Figure `name`, `draw(*inputs)`, to be drawn (drawing.py) unless its files were drawn from
+        """Figure `name`, `draw(*inputs)`, to be drawn (`draw_all`) unless its files were drawn from
         these very inputs; `damaged()`: the error a layout error in drawing it means; `on_request`:
         a detail figure, drawn only with `detail`."""
         if on_request and not detail:

@@ -1,6 +1,6 @@
 """The report's tables of the statistics across seeds (seeds/): the verdict, each method's effective
 ensemble size (effective_size.py), for every question the verdict leaves open the seeds that would settle
-it (verdict.py's `seeds_needed`), and bias–variance–diversity (bvd.py).
+it (verdict.py's `seeds_needed`), and bias–variance–diversity (across.py).
 
     verdict_table(verdicts, reasons, expected, groups)   # (the table or None, the verdict entries with their lines)
     effective_size_table(sizes)      # {"id": "effective-size", "columns", "rows", "note"} or None
@@ -37,10 +37,6 @@ def _cell(found: dict | None, seeds) -> dict:
     interval = found.get("interval")
     return {"mean": found.get("value"), "ci": None, "n": seeds, "values": [],
             "interval": None if interval is None else [bound if math.isfinite(bound) else math.inf for bound in interval]}
-
-
-def _curve(found: dict) -> str:
-    return ", ".join(f"{value:.4g}" for value in found["curve"]) + f" (fitted c = {found['fit']['c']:.2f})"
 
 
 def verdict_table(found: dict, reasons: dict, expected: int, groups=None) -> tuple[dict | None, dict]:
@@ -90,7 +86,9 @@ def effective_size_table(sizes: dict) -> dict | None:
     if not rows:
         return None
     k = reference["reference_members"]
-    curves = "; ".join(f"{METRICS[metric]} {_curve(reference[metric])}" for metric in METRICS if reference.get(metric))
+    curves = "; ".join(f"{METRICS[metric]} {', '.join(f'{value:.4g}' for value in reference[metric]['curve'])} "
+                       f"(fitted c = {reference[metric]['fit']['c']:.2f})"
+                       for metric in METRICS if reference.get(metric))
     temperature = TEMPERATURES[reference["temperature"]] + "".join(
         f" ({entry['temperature_note']}: {run_label(method)})" for method, entry in sizes.items()
         if entry.get("temperature_note"))
@@ -133,7 +131,7 @@ def seeds_needed_table(verdicts: dict) -> dict | None:
 
 
 def bvd_table(found: dict) -> dict | None:
-    """Bias, variance and diversity over seeds (seeds/bvd.py), one row per method with ≥ 2 seeds."""
+    """Bias, variance and diversity over seeds (seeds/across.py), one row per method with ≥ 2 seeds."""
     left_out = " ".join(f"{run_label(method)}: left out, {entry['reason']}." for method, entry in found.items()
                         if "reason" in entry)
     found = {method: entry for method, entry in found.items() if "reason" not in entry}

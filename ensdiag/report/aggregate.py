@@ -141,25 +141,10 @@ def _table(table_id, title, columns, runs, expected, note=""):
                         for name, _, direction, *extra in columns], "rows": rows}
 
 
-def _catalogue_note(runs) -> list[str]:
-    """A line saying so where a run left the detail catalogue out (a training grid without --detail)."""
-    left_out = any(isinstance(result, dict) and result.get("reason") == CATALOGUE_LEFT_OUT
-                   for seeds in runs.values() for run in seeds.values() if run
-                   for result in run["metrics"]["analyzers"].values())
-    return [CATALOGUE_NOTE] if left_out else []
-
-
 CATALOGUE_NOTE = ("The detail catalogue (SmoothECE and the calibration table's other ECEs, debiased ECE, temperature "
                   "scaling, selective prediction, conformal sets, member pairs, and member geometry's loss barriers "
                   "and CKA) was left out of these runs: `ensdiag train --detail` computes it with each run, "
                   "`ensdiag evaluate MODEL` for one model, `ensdiag diversity MODEL` for one model's member geometry.")
-
-
-def _reference_rows(table, key):
-    for method, numbers in PAPER[key].items():
-        table["rows"].append({"method": method, "label": f"{run_label(method)} — paper (published)", "reference": True,
-                              "cells": [{"mean": numbers.get(column["name"]), "ci": None, "n": None, "values": []}
-                                        for column in table["columns"]]})
 
 
 def _analyzer_columns(declared, optional=False) -> list[tuple]:
@@ -341,14 +326,21 @@ def build_report(run_dir, reference: str | None = None, data: dict | None = None
             raise EnsdiagError(f"--reference paper compares with the paper's CIFAR-10 numbers; this run is the {config['preset']} preset")
         for table in tables:  # the paper's OOD numbers are those of 1 − MSP
             if table["id"] in PAPER and not (table["id"] == "ood" and ood_score != scores.DEFAULT_SCORE):
-                _reference_rows(table, table["id"])
+                table["rows"] += [{"method": method, "label": f"{run_label(method)} — paper (published)",
+                                   "reference": True, "cells": [{"mean": numbers.get(column["name"]), "ci": None,
+                                                                 "n": None, "values": []} for column in table["columns"]]}
+                                  for method, numbers in PAPER[table["id"]].items()]
     missing = {method: [seed for seed, run in seeds.items() if run is None] for method, seeds in runs.items()}
     budgets, damaged = budget_notes(runs), damaged_lines(across.damaged, tables)
+    # a line saying so where a run left the detail catalogue out (a training grid without --detail)
+    catalogue = [CATALOGUE_NOTE] if any(isinstance(result, dict) and result.get("reason") == CATALOGUE_LEFT_OUT
+                                        for seeds in runs.values() for run in seeds.values() if run
+                                        for result in run["metrics"]["analyzers"].values()) else []
     return {"schema": REPORT_SCHEMA, "run": str(run_dir), "preset": config["preset"], "seeds": config["seeds"],
             "methods": config["methods"], "splits": titles, "skipped_splits": skipped,
             "missing_seeds": {m: s for m, s in missing.items() if s}, "aggregation": CI_DEFINITION,
             "examples": EXAMPLES_DEFINITION, "marks": MARKS, "verdict": verdicts, "effective_size": sizes,
-            **({"notes": notes} if (notes := [*(experiment.get("notes") or []), *_catalogue_note(runs), *damaged]) else {}),
+            **({"notes": notes} if (notes := [*(experiment.get("notes") or []), *catalogue, *damaged]) else {}),
             **({"damaged_runs": {m: {str(seed): why for seed, why in seeds.items()} for m, seeds in across.damaged.items()}}
                if across.damaged else {}),
             "conventions": conventions, "ood_score": ood_score, **({"budgets": budgets} if budgets else {}),

@@ -1,20 +1,26 @@
 """One diagnosis on the terminal and in figures: what `ensdiag evaluate`, `analyze` and
-`diversity` print and draw. Everything reads the one metrics layout (`Diagnosis.metrics`):
+`diversity` print and draw, and lm-eval's tables: the generated answers (stats/generated.py), one row
+per split, and a benchmark group's table: each group (lm-eval's aggregate of its leaf subtasks, weighted as
+lm-eval weighted them) and each subtask, every number with its interval (the questions resampled within each
+subtask; foreign/lm_eval_groups.py computes them). Everything reads the one metrics layout (`Diagnosis.metrics`):
 {"analyzers": {name: result}, "split_titles", "skipped_splits", "ensemble"}.
 
     lines, notes = diversity_view(diagnosis.metrics, "model.safetensors")   # stdout, stderr
     drawn = diversity_figures(diagnosis.metrics, Path("heatmaps.png"), "model.safetensors")
 """
 
+from rich.table import Table
+from rich.text import Text
+
 from ..analysis import all_analyzers
 from ..errors import EnsdiagError
+from ..stats.generated import COLUMNS
+from ..text import counted
 from .example_level import budget_lines
 from .figures import heatmap_grid, plain, plottable, save_figure
-from .geometry_figures import LINE_FIGURES, cka_rows
-from .generated import group_notes, group_table
-from .pairs import disagreement_panels, pair_lines, pair_rows
+from .geometry_figures import LINE_FIGURES, cka_rows, disagreement_panels, pair_lines, pair_rows
 from .terminal import (cell, conformal_notes, conformal_tables, geometry_tables, heatmap_table, interval_lines,
-                       metrics_tables, ood_tables, skipped_lines)
+                       metrics_tables, ood_tables, skipped_lines, titled)
 
 DISAGREEMENT = ("disagreement: the fraction of examples on which two members predict different classes "
                 "(0: always the same class); normalised: divided by the ensemble's error rate")
@@ -36,7 +42,7 @@ def metrics_view(metrics: dict, title: str, width: int | None = None) -> tuple[l
     groups = metrics.get("lm_eval", {}).get("groups")
     if groups:  # a benchmark group read from lm-eval logs: its own table
         tables.append(group_table(groups))
-        notes += group_notes(groups)
+        notes += [f"group {name}: {entry['why']}" for name, entry in groups["groups"].items()]  # how each was weighted
     notes += [f"{split}: {title}" for split, title in metrics.get("split_titles", {}).items() if title != split]
     notes += [f"{split}: not evaluated — {reason}" for split, reason in metrics.get("skipped_splits", {}).items()]
     return tables, notes
@@ -103,12 +109,41 @@ def diversity_figures(metrics: dict, plot, name: str) -> list:
         raise EnsdiagError(f"nothing to plot for {method} with k={k}: one weight set, no data found, or matrices too "
                            "large to store (k > 256)")
     drawn = save_figure(heatmap_grid(rows, title=plain(f"{name}: {method}, k={k}")), plot)[:1]
-    return drawn + _geometry_figures(model_results(metrics), drawn[0], method)
-
-
-def _geometry_figures(results: dict, plot, method: str) -> list:
-    drawn = []
+    results, plot = model_results(metrics), drawn[0]
     for name, suffix, figure in LINE_FIGURES:
         if results.get(name, {}).get("status") == "ok":
             drawn += save_figure(figure({method: results[name]}), plot.with_name(f"{plot.stem}-{suffix}{plot.suffix}"))
     return drawn
+
+
+CHOICE_COLUMNS = (("Acc ↑", "accuracy"), ("NLL ↓", "nll"), ("Brier ↓", "brier"), ("JSD", "jsd"),
+                  ("disagreement", "disagreement"))
+
+
+def group_table(section: dict, columns=CHOICE_COLUMNS) -> Table:
+    """Rows: every group (its weighting beside it), then every subtask; the members' own accuracy
+    last (a group's equals lm-eval's group number for each member)."""
+    table = titled(Text(f"lm-eval groups: each group's number aggregated as lm-eval aggregates its "
+                        f"{section.get('metric', 'metric')}"),
+                   ("group / subtask", "n", "weighting", *(label for label, _ in columns), "members' Acc"), left=(0, 2))
+    rows = [(name, entry, "by size" if entry["by_size"] else "equal") for name, entry in section["groups"].items()]
+    rows += [(f"  {name}", entry, "") for name, entry in section["subtasks"].items()]
+    for name, entry, weighting in rows:
+        members = entry.get("member_accuracy", {}).get("value") or []
+        table.add_row(Text(name), f"{entry['n']:,}", weighting, *(cell(entry.get(key), interval=True) for _, key in columns),
+                      ", ".join(cell(value) for value in members))
+    return table
+
+
+def generated_tables(metrics: dict, title: str) -> list:
+    """The splits' table and, for a group, lm-eval's aggregates (rich tables)."""
+    table = titled(f"{title}: the generated answers of {counted(metrics['num_members'], 'member')}",
+                   ("split", "n", *(label for label, _ in COLUMNS), "members' Acc (lm-eval's exact_match)"))
+    for name, found in metrics["generated"].items():
+        members = ", ".join(cell(value) for value in found["member_accuracy"]["value"] or [])
+        table.add_row(name, f"{found['n']:,}", *(cell(found[key], interval=True) for _, key in COLUMNS), members)
+    tables = [table]
+    groups = metrics.get("lm_eval", {}).get("groups")
+    if groups:
+        tables.append(group_table(groups, COLUMNS))
+    return tables

@@ -170,8 +170,12 @@ def load_runs(run_dir) -> dict:
                 metrics["analyzers"]["lora"] = lora_result(metrics.pop("lora"))
             if lora is not None:  # the run's weight-space part, beside its predictions part (runs.py)
                 metrics["analyzers"]["lora"] = lora_result(lora["lora"])
-            runs[method][seed] = {"metrics": metrics, "meta": meta, "history": _read_history(folder / "history.jsonl"),
-                                  "folder": folder, "tracking": _read_tracking(folder / "diversity.jsonl")}
+            history = _read_rows(folder / "history.jsonl", lambda row: _loss(row.get("loss")) and _in(row, HISTORY),
+                                 "an epoch record")
+            # `train --track-diversity`'s rows (epoch 0 = initialisation)
+            tracking = _read_rows(folder / "diversity.jsonl", lambda row: _in(row, TRACKED), "a diversity record")
+            runs[method][seed] = {"metrics": metrics, "meta": meta, "history": history, "folder": folder,
+                                  "tracking": tracking}
     return {"experiment": experiment, "runs": runs}
 
 
@@ -270,10 +274,6 @@ def _read_rows(path, is_row, what) -> list[dict]:
     return rows
 
 
-def _read_history(path) -> list[dict]:
-    return _read_rows(path, lambda row: _loss(row.get("loss")) and _in(row, HISTORY), "an epoch record")
-
-
 def _loss(value) -> bool:
     """A recorded training loss: any float (a diverged epoch's is NaN or infinite), or an integer of 64 bits."""
     return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool) and bad_number(value) is None)
@@ -289,11 +289,6 @@ def _in(row: dict, ranges: dict) -> bool:
     """Whether each of the row's `ranges` keys is absent, null, or a number in its range."""
     return all(row.get(key) is None or (_number(row[key]) and bad_number(row[key], bounds) is None)
                for key, bounds in ranges.items())
-
-
-def _read_tracking(path) -> list[dict]:
-    """`train --track-diversity`'s rows (epoch 0 = initialisation)."""
-    return _read_rows(path, lambda row: _in(row, TRACKED), "a diversity record")
 
 
 def lora_result(section: dict) -> dict:

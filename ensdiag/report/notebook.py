@@ -18,7 +18,7 @@ import math
 from ..export import metric_entries
 from ..text import html
 from .figures import figure_bytes, heatmap_grid
-from .pairs import disagreement_panels
+from .geometry_figures import disagreement_panels
 from .terminal import cell
 
 MAIN_TABLES = ("id", "shift", "ood", "diversity", "geometry")  # the report's tables the summary shows

@@ -14,12 +14,11 @@ import math
 from pathlib import Path
 
 from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from .. import text as sink
-from ..console import show, wrapped
+from ..console import natural_width, show, wrapped
 from ..export import REPORT_FIELDS, report_rows, to_csv
 from ..io import open_regular
 from ..layout import finite, non_finite
@@ -47,12 +46,6 @@ def render(report: dict, fmt: str, run_dir=None) -> str:
 def non_finite_word(value):
     """"nan", "inf" or "-inf" for such a number, else None."""
     return next(iter(non_finite(value)[1]), None) if isinstance(value, (int, float)) else None
-
-
-def natural_width(renderable) -> int:
-    """The columns a rich renderable takes drawn as wide as it wants."""
-    console = Console(width=10_000)
-    return Measurement.get(console, console.options, renderable).maximum
 
 
 def format_number(value, table_id, column_index):

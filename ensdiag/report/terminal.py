@@ -7,10 +7,11 @@ import math
 from rich.table import Table
 from rich.text import Text
 
+from ..console import natural_width
 from ..text import terminal
 from .example_level import bounds_text
 from .load import dig
-from .render import natural_width, non_finite_word
+from .render import non_finite_word
 
 
 def _text(value) -> Text:

@@ -158,7 +158,8 @@ def verdict(runs: dict, reasons: dict | None = None, draws: B.Draws | None = Non
             continue
         for key in ("ood_score", "shift_nll"):  # different OOD or shift sets: no OOD or shift question
             if any(len(group[seed].get(key, [])) != len(first.get(key, [])) for group in trio for seed in seeds):
-                trio = _without(trio, (key,))
+                trio = [{seed: {name: value for name, value in run.items() if name != key}
+                         for seed, run in group.items()} for group in trio]
         point = _shares(*(_averaged(group, seeds) for group in trio))
         counts, chosen = example_counts(trio[0][seeds[0]], draws), chosen_seeds(len(seeds))
         resampled, stacks = [], []
@@ -175,11 +176,6 @@ def verdict(runs: dict, reasons: dict | None = None, draws: B.Draws | None = Non
                      for index in range(len(seeds))]  # every seed's shares on every resample of the examples
         _add_seeds_needed(result[method], point, per_seed, each_seed)
     return result
-
-
-def _without(trio, keys) -> list:
-    return [{seed: {key: value for key, value in run.items() if key not in keys} for seed, run in group.items()}
-            for group in trio]
 
 
 def _intervals(point, draws, per_seed) -> dict:
