@@ -19,10 +19,9 @@ import os
 from pathlib import Path
 from unittest import mock
 
-import torch
-
 from ..console import note, output_folder
 from ..core import inspect_predictions
+from ..device import resolve_device
 from ..errors import EnsdiagError
 from ..foreign.lm_eval import LmEvalOptions, lm_eval_answers_task, load_lm_eval_answers, load_lm_eval_predictions
 from ..foreign.lm_eval_files import check_task_name, run_name
@@ -132,19 +131,13 @@ def evaluate_adapters(folders, base, tasks: str | None, ood_task: str | None, in
                            "--method or --seed, or remove that folder")
     names = [tasks, *([ood_task] if ood_task else [])]
     with mock.patch.dict(os.environ, OFFLINE):  # the hub switched off for everything imported and run inside
-        manager, device = load_tasks(names, include_path), _device(device)
+        manager, device = load_tasks(names, include_path), str(resolve_device(device))
         members = []
         for index, folder in enumerate(folders):
             note(f"lm-eval: adapter {index + 1} of {len(folders)} ({folder}) on {' and '.join(names)}")
             members.append(run_harness(Path(folder).resolve(), base.resolve(), names, manager, logs / f"member-{index}",
                                        device, batch_size, limit))
     return _save(out, method, seed, members, configs, base, tasks, ood_task)
-
-
-def _device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def _save(out, method, seed, members, configs, base, tasks, ood_task):
