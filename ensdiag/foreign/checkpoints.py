@@ -89,17 +89,6 @@ def _check_fits(state, expected, network: str, where: str, optional=()) -> None:
                            f"{list(expected[wrong[0]].shape)}")
 
 
-def _fill_members(model, members, source):
-    """Write each member's plain state into the ensemble's stacked tensors; name the first misfit."""
-    stacked = stacked_state(model)  # every tensor of a Deep Ensemble's layers, member-first
-    with torch.no_grad():
-        for i, state in enumerate(members):
-            _check_fits(state, model.member_state_dict(i), model.spec.arch, f"{source}: member {i}", "num_batches_tracked")
-            for key, view in stacked.items():
-                if not key.endswith("num_batches_tracked"):
-                    view[i].copy_(state[key])
-
-
 def _load_into(spec, state, source):
     model = build_from_spec(_resolved(spec))
     _check_fits(state, model.body.state_dict(), f"the {spec.method} {spec.arch} it looks like", source)
@@ -238,7 +227,14 @@ def _build(states, family, num_classes, source):
             return None
         spec, members = found
         model = build_from_spec(_resolved(spec))
-        _fill_members(model, members, source)
+        stacked = stacked_state(model)  # every tensor of a Deep Ensemble's layers, member-first
+        with torch.no_grad():  # each member's plain state into the stacked tensors; the first misfit named
+            for i, state in enumerate(members):
+                _check_fits(state, model.member_state_dict(i), model.spec.arch, f"{source}: member {i}",
+                            "num_batches_tracked")
+                for key, view in stacked.items():
+                    if not key.endswith("num_batches_tracked"):
+                        view[i].copy_(state[key])
         return model.eval()
     if family != "state-dicts":
         found = (torch_uncertainty.grouped(states[0], source, num_classes)
