@@ -170,22 +170,17 @@ def _as_predictions(reader: _Reader, inputs: str, warnings: list) -> dict[str, d
         scores = torch.frombuffer(split.scores, dtype=torch.float64).view(n, members, choices)
         scores = scores.transpose(0, 1).float().contiguous()  # members first, as every predictions array
         where = f"{reader.path}: {name}"
-        if inputs == "probs":
-            _check_probabilities(scores, split.lines, reader.path)
+        if inputs == "probs":  # rows as `as_logits` requires them, but the refusal names the first bad line
+            bad = (scores < 0).any(-1) | ((scores.double().sum(-1) - 1).abs() > ROW_SUM_TOLERANCE)  # [k, N]
+            if bad.any():
+                question = int(bad.any(0).nonzero()[0])
+                member = int(bad[:, question].nonzero()[0])
+                raise EnsdiagError(f"{reader.path}, line {split.lines[question]}: member {member}'s scores are not "
+                                   f"probabilities (they must be non-negative and sum to 1 ±{ROW_SUM_TOLERANCE:g}); "
+                                   "for logits or log-likelihoods pass --inputs logits")
         labels = None if name == "ood" else torch.frombuffer(split.answers, dtype=torch.int64).clone()
         result[name] = {"logits": as_logits(scores, inputs, where, warnings), "labels": labels}
     return result
-
-
-def _check_probabilities(scores, lines, path):
-    """Probabilities rows as `as_logits` requires them, but the refusal names the first bad line."""
-    bad = (scores < 0).any(-1) | ((scores.double().sum(-1) - 1).abs() > ROW_SUM_TOLERANCE)  # [k, N]
-    if bad.any():
-        question = int(bad.any(0).nonzero()[0])
-        member = int(bad[:, question].nonzero()[0])
-        raise EnsdiagError(f"{path}, line {lines[question]}: member {member}'s scores are not probabilities (they must "
-                           f"be non-negative and sum to 1 ±{ROW_SUM_TOLERANCE:g}); for logits or log-likelihoods "
-                           "pass --inputs logits")
 
 
 def load_jsonl_predictions(source, ood=None, inputs: str = "logits") -> tuple[dict[str, dict], list[str]]:

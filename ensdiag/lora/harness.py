@@ -45,16 +45,6 @@ def check_extra():
                            f"{'is' if len(missing) == 1 else 'are'} not installed: {EXTRA}")
 
 
-def check_base(base) -> Path:
-    if base is None:
-        raise EnsdiagError("give the base model's local folder with --base MODEL_DIR (lm-eval loads it with each adapter)")
-    base = Path(base)
-    if not (base / "config.json").is_file():
-        raise EnsdiagError(f"--base {base} is not a local model folder (no config.json); ensdiag evaluate runs local "
-                           "folders only, never a model from the hub")
-    return base
-
-
 def _failed(what: str, error: Exception) -> EnsdiagError:
     """lm-eval's, transformers' or peft's exception as one line, saying so when the hub was wanted."""
     message = " ".join(str(error).split())[:200]
@@ -98,13 +88,6 @@ def run_harness(adapter: Path, base: Path, tasks: list[str], manager, logs: Path
     return logs / tracker.general_config_tracker.model_name_sanitized
 
 
-def default_method(folders) -> str:
-    """The adapters' common parent folder's name when it names a run (as lm-eval logs' peft paths
-    do for `analyze`), else "lora"."""
-    found = run_name({"members": [{"peft": str(Path(folder).resolve())} for folder in folders]})
-    return found[0] if found else "lora"
-
-
 def evaluate_adapters(folders, base, tasks: str | None, ood_task: str | None, include_path, out, method, seed: int,
                       device: str, batch_size: int, limit, not_for_adapters: dict) -> tuple[Path, dict, dict]:
     """Run lm-eval on every adapter, then save the run's two parts; (run folder, metrics, lora section)."""
@@ -119,10 +102,17 @@ def evaluate_adapters(folders, base, tasks: str | None, ood_task: str | None, in
     for name, option in ((tasks, "--tasks"), (ood_task, "--ood-task")):
         if name is not None:
             check_task_name(name, option)
-    base = check_base(base)
+    if base is None:
+        raise EnsdiagError("give the base model's local folder with --base MODEL_DIR (lm-eval loads it with each adapter)")
+    base = Path(base)
+    if not (base / "config.json").is_file():
+        raise EnsdiagError(f"--base {base} is not a local model folder (no config.json); ensdiag evaluate runs local "
+                           "folders only, never a model from the hub")
     if include_path is not None and not Path(include_path).is_dir():
         raise EnsdiagError(f"--include-path {include_path} is not a folder of task YAML files")
-    method = method or default_method(folders)
+    if not method:  # the adapters' common parent folder's name where it names a run (as lm-eval logs' peft paths
+        found = run_name({"members": [{"peft": str(Path(folder).resolve())} for folder in folders]})  # do for analyze)
+        method = found[0] if found else "lora"
     check_run_name(method, seed)
     out = output_folder(out if out is not None else default_run_dir("llm"))
     logs = out / method / f"seed-{seed}" / "lm-eval"
@@ -159,16 +149,12 @@ def _save(out, method, seed, members, configs, base, tasks, ood_task):
     if warnings:
         metrics["input_warnings"] = warnings
     run = None if answers else diagnosis.save(out, method, seed)
-    section = _weight_space(configs, base)
+    try:
+        section = diagnose_adapters(configs, base)
+    except EnsdiagError as error:  # e.g. a base saved as pytorch_model.bin: the updates alone still compare
+        note(f"weight space without the base ({error})")
+        section = diagnose_adapters(configs, None)
     lora_run = save_lora_run(out, method, seed, section, SOURCE)
     if answers:
         atomic_write_json(lora_run / "generated.json", metrics)
     return run or lora_run, metrics, section
-
-
-def _weight_space(configs, base) -> dict:
-    try:
-        return diagnose_adapters(configs, base)
-    except EnsdiagError as error:  # e.g. a base saved as pytorch_model.bin: the updates alone still compare
-        note(f"weight space without the base ({error})")
-        return diagnose_adapters(configs, None)
