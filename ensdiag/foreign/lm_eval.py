@@ -218,8 +218,7 @@ def _split(chosen, options, warnings, split) -> tuple[dict, dict]:
         return Reader(path, wanted, options.score, delimiter if isinstance(delimiter, str) else " ",
                       labelled=split != "ood", rule=target_rule(config))
 
-    read, order, filter_name = _read_members(chosen, options.filter, make_reader,
-                                             lambda n, c, where: _budget(k, n, c, where))
+    read, order, filter_name = _read_members(chosen, options.filter, make_reader, partial(_budget, k))
     width = max(len(read[0, subtask].docs[doc_id].scores) for subtask, doc_id in order)
     check_analysis_size(k, len(order), width, f"{first.member.name}: {first.task}")
     logits = torch.empty((k, len(order), width), dtype=torch.float32)
