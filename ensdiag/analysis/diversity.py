@@ -184,20 +184,6 @@ FEW_DISCORDANT = ("a member pair's errors differ on fewer than {least} examples 
                   "population's value (docs/conventions.md, coverage); the double fault says how often both err")
 
 
-def _fewest_discordant(split: Examples) -> int:
-    """The smallest count, over member pairs and both directions, of examples one member gets wrong and
-    the other right (N¹⁰, N⁰¹ of the pair's 2×2 table): a k × k product, whatever the examples."""
-    e = split.member_errors
-    only = e @ (1 - e).T  # [k, k]: examples member i gets wrong and member j right
-    off = ~torch.eye(split.members, dtype=torch.bool)
-    return int(only[off].min().round())
-
-
-def _refused(reason: str):
-    refused = Refused(reason)
-    return lambda split, w: refused
-
-
 def _pairs_resampler(predictions, weights, result, wanted):
     """member-pairs' id means ("splits", "id", key, "mean", "value"; ambiguity without "mean"); Yule's Q
     and the error correlation refused where a pair's discordant count is below `FEWEST_DISCORDANT`."""
@@ -208,9 +194,14 @@ def _pairs_resampler(predictions, weights, result, wanted):
     statistics = PAIR_STATISTICS if split.labels is not None else {key: PAIR_STATISTICS[key] for key in LABEL_FREE_PAIRS}
     paths = {key: ("splits", "id", key, *(() if key == "ambiguity" else ("mean",)), "value") for key in statistics}
     tables = [key for key in ("yule_q", "error_correlation") if key in paths and paths[key] in wanted]
-    if tables and not split.undefined.any() and (fewest := _fewest_discordant(split)) < FEWEST_DISCORDANT:
-        statistics = {**statistics, **{key: _refused(FEW_DISCORDANT.format(least=FEWEST_DISCORDANT, found=fewest, what=what))
-                                       for key, what in (("yule_q", "Yule's Q"), ("error_correlation", "the correlation"))}}
+    if tables and not split.undefined.any():
+        e = split.member_errors  # the smallest count, over member pairs and both directions, of examples one member
+        only = e @ (1 - e).T  # gets wrong and the other right (N¹⁰, N⁰¹ of the pair's 2×2 table): [k, k]
+        fewest = int(only[~torch.eye(split.members, dtype=torch.bool)].min().round())
+        if fewest < FEWEST_DISCORDANT:
+            for key, what in (("yule_q", "Yule's Q"), ("error_correlation", "the correlation")):
+                refused = Refused(FEW_DISCORDANT.format(least=FEWEST_DISCORDANT, found=fewest, what=what))
+                statistics = {**statistics, key: lambda split, w, refused=refused: refused}
 
     def resample(counts):
         if "id" not in counts:

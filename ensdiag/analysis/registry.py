@@ -136,21 +136,19 @@ class Analyzer:
     detail: bool = False  # all of it belongs to the detail catalogue: computed where asked for (`catalogue`)
 
     def __call__(self, predictions, weights=None, catalogue: bool = True):
-        if not catalogue and _takes_catalogue(self.function):  # (its own detail part left out)
-            return self.function(predictions, weights, catalogue=False)
+        if not catalogue:  # its own detail part left out, where it takes a `catalogue` keyword
+            try:
+                takes = "catalogue" in inspect.signature(self.function).parameters
+            except (TypeError, ValueError):  # a callable without a signature to read: called as (predictions, weights)
+                takes = False
+            if takes:
+                return self.function(predictions, weights, catalogue=False)
         return self.function(predictions, weights)
 
     @property
     def resampler(self):
         """The analyzer's vectorised resampling of its example-level columns, or None (`register_resampler`)."""
         return RESAMPLERS.get(self.name)
-
-
-def _takes_catalogue(function) -> bool:
-    try:
-        return "catalogue" in inspect.signature(function).parameters
-    except (TypeError, ValueError):  # a callable without a signature to read: called as (predictions, weights)
-        return False
 
 
 RESAMPLERS = Registry("resampler")  # analyzer name -> its resampler

@@ -86,16 +86,13 @@ def uncertainty(predictions, weights=None):
         splits[name]["n"] = split.size
     together = [name for name, entry in splits.items()
                 if isinstance(rho := entry.get("spearman_au_eu", {}).get("value"), float) and abs(rho) >= NOT_SEPARATED]
-    return {"splits": splits, "identities": "H(p̄) = (1/k) Σ_i H(p_i) + MI; EPKL = MI + RMI, so EPKL ≥ MI",
-            **({"note": separation_note(together, splits)} if together else {})}
-
-
-def separation_note(names: list, splits: dict) -> str:
-    """Where the aleatoric and epistemic parts rank the samples alike, in words."""
-    found = ", ".join(f"{name} ρ = {splits[name]['spearman_au_eu']['value']:.2f}" for name in names)
-    return (f"aleatoric and epistemic uncertainty do not separate ({found}; |ρ| ≥ {NOT_SEPARATED}): either part ranks "
-            "the samples nearly as the other does (in reverse where ρ < 0), so the split of H(p̄) into two sources "
-            "says little about which source a sample's uncertainty comes from")
+    result = {"splits": splits, "identities": "H(p̄) = (1/k) Σ_i H(p_i) + MI; EPKL = MI + RMI, so EPKL ≥ MI"}
+    if together:  # where the aleatoric and epistemic parts rank the samples alike, in words
+        found = ", ".join(f"{name} ρ = {splits[name]['spearman_au_eu']['value']:.2f}" for name in together)
+        result["note"] = (f"aleatoric and epistemic uncertainty do not separate ({found}; |ρ| ≥ {NOT_SEPARATED}): either "
+                          "part ranks the samples nearly as the other does (in reverse where ρ < 0), so the split of "
+                          "H(p̄) into two sources says little about which source a sample's uncertainty comes from")
+    return result
 
 
 register_resampler("uncertainty")(per_split(STATISTICS))

@@ -63,9 +63,16 @@ def diagnose(members, test=None, ood=None, shift=None, val=None, *, train=None, 
     device = ensemble.device if context.device is None else checked_device(context.device, ensemble)
     given = {"id": test, "shift": shift, "ood": ood, "val": val}
     names = {name: f"{name} (given to diagnose)" for name, data in given.items() if data is not None}
+    titles = {} if context.titles is None else context.titles
+    if not isinstance(titles, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in titles.items()):
+        raise InputTypeError("titles must map split names (test, id, ood, shift, val) to strings")
+    for name in titles:
+        if name not in ("test", "id", "ood", "shift", "val"):
+            raise unknown("split in titles", name, ("test", "id", "ood", "shift", "val"))
+    names.update({("id" if name == "test" else name): text for name, text in titles.items()})
     progress = context.progress if callable(context.progress) else _bars(context.progress)
     return inspect(ensemble, given, preprocess=preprocessing(normalize, ensemble, device), train=train, measure=measure,
-                   context=replace(context, device=device, titles={**names, **_checked_titles(context.titles)},
+                   context=replace(context, device=device, titles=names,
                                    cost=_cost(ensemble, context.cost), progress=progress,
                                    initial=initial_cosine(context.initial, ensemble, measure.seed)))
 
@@ -125,17 +132,6 @@ def _cost(ensemble, cost) -> dict:
                 seen.add(key)
                 total += parameter.numel()
     return checked_cost({**({"parameters": total} if seen else {}), **checked_cost(cost or {})})
-
-
-def _checked_titles(titles) -> dict:
-    if titles is None:
-        return {}
-    if not isinstance(titles, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in titles.items()):
-        raise InputTypeError("titles must map split names (test, id, ood, shift, val) to strings")
-    for name in titles:
-        if name not in ("test", "id", "ood", "shift", "val"):
-            raise unknown("split in titles", name, ("test", "id", "ood", "shift", "val"))
-    return {("id" if name == "test" else name): text for name, text in titles.items()}
 
 
 def checked_device(device, ensemble=None):

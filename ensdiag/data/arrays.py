@@ -37,15 +37,6 @@ def _declared_bytes(handle, where) -> int:
     return int(np.prod(shape, dtype=object)) * dtype.itemsize
 
 
-def _refuse_sparse(path, claimed: int):
-    """A sparse file (holes instead of data) can match an 8 GB header with a few blocks on disk:
-    the data it claims must really be stored."""
-    blocks = getattr(path.stat(), "st_blocks", None)
-    if blocks is not None and claimed > 2**20 and blocks * 512 < claimed // 2:
-        raise EnsdiagError(f"{path} claims {claimed:,} bytes but stores {blocks * 512:,} on disk (a sparse file): "
-                           "refused; copy it without holes if it is real")
-
-
 def _refuse_unless(ok, where, what):
     if not ok:
         raise EnsdiagError(f"{where} {what}")
@@ -62,7 +53,11 @@ def read_array(path) -> np.ndarray:
         claimed = _declared_bytes(handle, path)
         _refuse_unless(claimed <= path.stat().st_size, path,
                        f"claims {claimed:,} bytes of data in a {path.stat().st_size:,}-byte file (damaged or hostile)")
-    _refuse_sparse(path, claimed)
+    # a sparse file (holes instead of data) can match an 8 GB header with a few blocks on disk: the data it claims
+    blocks = getattr(path.stat(), "st_blocks", None)  # must really be stored
+    if blocks is not None and claimed > 2**20 and blocks * 512 < claimed // 2:
+        raise EnsdiagError(f"{path} claims {claimed:,} bytes but stores {blocks * 512:,} on disk (a sparse file): "
+                           "refused; copy it without holes if it is real")
     require(claimed, f"{path} ({claimed:,} bytes of array data)")
     try:
         array = np.load(path, allow_pickle=False)

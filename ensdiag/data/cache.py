@@ -13,7 +13,6 @@ again otherwise.
 import hashlib
 import json
 from functools import lru_cache
-from pathlib import Path
 
 from .. import __version__
 from ..io import atomic_write_bytes, cache_dir, read_safetensors
@@ -27,32 +26,21 @@ def made(name: str, params: dict, make, check) -> dict:
 @lru_cache(maxsize=16)
 def _made(name: str, params: str, make, check) -> dict:
     import torch
+    from safetensors.torch import save
     key = hashlib.sha256(f"{params}|{__version__}|{torch.__version__}".encode()).hexdigest()[:16]
     path = cache_dir() / "made" / f"{name}-{key}.safetensors"
-    found = _read(path, lambda tensors: check(tensors, **json.loads(params)))
-    if found is None:
-        found = {key: value.contiguous() for key, value in make(**json.loads(params)).items()}
-        _write(path, found)
-    return found
-
-
-def _read(path: Path, check) -> dict | None:
     try:
-        if not path.is_file():
-            return None
-        tensors, _ = read_safetensors(path, "cached data")
-        return tensors if check(tensors) else None
+        if path.is_file() and check(found := read_safetensors(path, "cached data")[0], **json.loads(params)):
+            return found
     except Exception:  # damaged, replaced or unreadable: made again
-        return None
-
-
-def _write(path: Path, tensors: dict) -> None:
-    from safetensors.torch import save
+        pass
+    found = {key: value.contiguous() for key, value in make(**json.loads(params)).items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, save(tensors))
+        atomic_write_bytes(path, save(found))
     except OSError:  # a read-only home: the data is made in every process instead
         pass
+    return found
 
 
 def images_in_unit_range(tensors: dict, shapes: dict) -> bool:

@@ -34,7 +34,14 @@ def load_files(path, input_shape, what: str = "--data", exact: bool = True) -> S
     if path.is_dir():
         split, how = Split(*read_image_folder(path, input_shape, what)), f"image folder, resized to {input_shape[1]}×{input_shape[2]}"
     elif path.suffix == ".npz":
-        split, how = _npz(path, what), ".npz"
+        arrays, how = read_npz(path), ".npz"
+        image_key = next((key for key in ("images", "x") if key in arrays), None)
+        if image_key is None:
+            raise EnsdiagError(f"{what} {path}: no 'images' (or 'x') array; it holds "
+                               f"{', '.join(sorted(arrays)) or 'nothing'}")
+        images = _images(arrays[image_key], f"{what} {path}")
+        label_key = next((key for key in ("labels", "y") if key in arrays), None)
+        split = Split(images, None if label_key is None else _labels(arrays[label_key], len(images), f"{what} {path}"))
     elif path.suffix == ".npy":
         split, how = Split(_images(read_array(path), f"{what} {path}"), None), ".npy"
     else:
@@ -70,14 +77,3 @@ def _labels(array: np.ndarray, n: int, where: str) -> torch.Tensor:
     if len(array) and (array.min() < 0 or array.max() >= 2**31):
         raise EnsdiagError(f"{where}: labels must be class indices 0..C−1")
     return torch.from_numpy(array.astype(np.int64))
-
-
-def _npz(path: Path, what: str) -> Split:
-    arrays = read_npz(path)
-    image_key = next((key for key in ("images", "x") if key in arrays), None)
-    if image_key is None:
-        raise EnsdiagError(f"{what} {path}: no 'images' (or 'x') array; it holds {', '.join(sorted(arrays)) or 'nothing'}")
-    images = _images(arrays[image_key], f"{what} {path}")
-    label_key = next((key for key in ("labels", "y") if key in arrays), None)
-    labels = None if label_key is None else _labels(arrays[label_key], len(images), f"{what} {path}")
-    return Split(images, labels)

@@ -55,31 +55,6 @@ def _images_below(folder: Path, what: str, per_image: int, total: int) -> list[P
     return sorted(found, key=lambda path: (str(path.parent), path.name))  # as sorted(os.walk(...)) lists them
 
 
-def image_files(root: Path, per_image: int, what: str) -> tuple[list[Path], list[int], list[str]]:
-    """(image paths, labels, class names) of an image folder, checked as the module says."""
-    try:
-        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
-    except OSError as error:
-        raise EnsdiagError(f"{what} {root}: cannot list it ({error.strerror or error})") from None
-    classes = []
-    for entry in entries:
-        if entry.is_symlink() and os.path.isdir(entry.path):
-            _refuse_link(Path(entry.path), f"{what} {root}")
-        if entry.is_dir(follow_symlinks=False):
-            classes.append(entry.name)
-    if not classes:
-        raise EnsdiagError(f"{what} {root}: not an image folder (no class folders in it: root/<class>/<image>)")
-    paths, labels = [], []
-    for label, name in enumerate(classes):
-        found = _images_below(root / name, f"{what} {root}", per_image, len(paths))
-        if not found:
-            raise EnsdiagError(f"{what} {root}: not an image folder (class folder {name!r} holds no image: "
-                               f"{', '.join(IMAGE_SUFFIXES)})")
-        paths += found
-        labels += [label] * len(found)
-    return paths, labels, classes
-
-
 @contextmanager
 def pixel_limit(budget: int):
     """PIL's decompression-bomb limit from the memory budget, while images are decoded: an image
@@ -103,8 +78,26 @@ def read_image_folder(root: Path, input_shape, what: str) -> tuple[torch.Tensor,
     channels, height, width = input_shape
     if channels not in (1, 3):
         raise EnsdiagError(f"{what} {root}: image folders give 1 or 3 channels, the model takes {channels}")
-    per_image = channels * height * width
-    paths, labels, _ = image_files(root, per_image + PATH_BYTES, what)
+    try:
+        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
+    except OSError as error:
+        raise EnsdiagError(f"{what} {root}: cannot list it ({error.strerror or error})") from None
+    classes = []
+    for entry in entries:
+        if entry.is_symlink() and os.path.isdir(entry.path):
+            _refuse_link(Path(entry.path), f"{what} {root}")
+        if entry.is_dir(follow_symlinks=False):
+            classes.append(entry.name)
+    if not classes:
+        raise EnsdiagError(f"{what} {root}: not an image folder (no class folders in it: root/<class>/<image>)")
+    paths, labels = [], []
+    for label, name in enumerate(classes):
+        found = _images_below(root / name, f"{what} {root}", channels * height * width + PATH_BYTES, len(paths))
+        if not found:
+            raise EnsdiagError(f"{what} {root}: not an image folder (class folder {name!r} holds no image: "
+                               f"{', '.join(IMAGE_SUFFIXES)})")
+        paths += found
+        labels += [label] * len(found)
     convert = transforms.Grayscale() if channels == 1 else transforms.Lambda(lambda image: image.convert("RGB"))
     transform = transforms.Compose([convert, transforms.Resize((height, width)), transforms.PILToTensor()])
     images = torch.empty((len(paths), channels, height, width), dtype=torch.uint8)

@@ -69,13 +69,6 @@ class Refused(pickle.UnpicklingError):
         self.what = what
 
 
-def _numpy2_name(module: str) -> str:
-    """numpy.core.X -> numpy._core.X (NumPy 2 moved it; the old name warns)."""
-    if module == "numpy.core" or module.startswith("numpy.core."):
-        return "numpy._core" + module[len("numpy.core"):]
-    return module
-
-
 def _import(module: str, name: str):
     try:
         return getattr(importlib.import_module(module), name)
@@ -87,7 +80,8 @@ class RestrictedUnpickler(pickle.Unpickler):
     """Unpickles NumPy arrays, dtypes and builtin containers; refuses every other global."""
 
     def find_class(self, module, name):
-        key = (_numpy2_name(module), name)
+        moved = module == "numpy.core" or module.startswith("numpy.core.")  # NumPy 2's numpy._core (the old name warns)
+        key = ("numpy._core" + module[len("numpy.core"):] if moved else module, name)
         if key not in _ALLOWED:
             raise Refused(f"{module}.{name}")
         allowed = _ALLOWED[key]

@@ -137,7 +137,25 @@ class ModuleEnsemble(Ensemble):
     def _weights(self):
         if self.declared is not None:
             return declared_weights(self.declared, self.num_members)
-        return common_parameters(self.members)
+        # each member's floating-point parameters that carry its function (`nn.layers.function_parameters`:
+        # normalisation layers' scales and shifts left out, as the alignment analyzer leaves them out) and that
+        # every member has under the same name and shape; what is compared is said (`MemberWeights.scope`)
+        states = [dict(member.named_parameters()) for member in self.members]
+        carrying = [set(function_parameters(member)) for member in self.members]
+        shared = [key for key, value in states[0].items() if value.is_floating_point()
+                  and all(key in kept for kept in carrying)
+                  and all(key in state and state[key].shape == value.shape for state in states[1:])]
+        if not shared:
+            raise Skip("the members have no parameter in common (by name and shape) outside normalisation layers: "
+                       "their weights cannot be compared")
+        every = {key for state in states for key in state}
+        normalisation = {key for state, kept in zip(states, carrying) for key in state if key not in kept}
+        parts = ([f"{len(shared)} of {len(every - normalisation)} parameters, those every member has under the same "
+                  "name and shape"] if len(shared) < len(every - normalisation) else [])
+        if normalisation:
+            parts.append(NORMALISATION_LEFT_OUT)
+        return MemberWeights([{key: state[key].detach().clone() for key in shared} for state in states],
+                             "; ".join(parts) or None)
 
     def _network(self, i: int):
         return Member(copy.deepcopy(self.members[i]), self.layers).eval()
@@ -159,27 +177,6 @@ class ModuleEnsemble(Ensemble):
 
 
 NORMALISATION_LEFT_OUT = "normalisation layers' scales and shifts left out (they start at 1 and 0 in every member)"
-
-
-def common_parameters(members):
-    """Each member's floating-point parameters that carry its function (`nn.layers.function_parameters`:
-    normalisation layers' scales and shifts left out, as the alignment analyzer leaves them out) and
-    that every member has under the same name and shape; what is compared is said (`MemberWeights.scope`)."""
-    states = [dict(member.named_parameters()) for member in members]
-    carrying = [set(function_parameters(member)) for member in members]
-    shared = [key for key, value in states[0].items() if value.is_floating_point() and all(key in kept for kept in carrying)
-              and all(key in state and state[key].shape == value.shape for state in states[1:])]
-    if not shared:
-        raise Skip("the members have no parameter in common (by name and shape) outside normalisation layers: their "
-                   "weights cannot be compared")
-    every = {key for state in states for key in state}
-    normalisation = {key for state, kept in zip(states, carrying) for key in state if key not in kept}
-    parts = ([f"{len(shared)} of {len(every - normalisation)} parameters, those every member has under the same name "
-              "and shape"] if len(shared) < len(every - normalisation) else [])
-    if normalisation:
-        parts.append(NORMALISATION_LEFT_OUT)
-    return MemberWeights([{key: state[key].detach().clone() for key in shared} for state in states],
-                         "; ".join(parts) or None)
 
 
 def _has(module, name) -> bool:

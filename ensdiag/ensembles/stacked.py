@@ -78,16 +78,12 @@ def _one_module(obj, hints):
 @adapter("a callable", order=50)
 def _callable(obj, hints):
     if callable(obj) and not isinstance(obj, (nn.Module, type)):
+        given = hints.get("modules")  # the nn.Module(s) the callable runs, measured in eval mode like any member
+        given = () if given is None else (given,) if isinstance(given, nn.Module) else tuple(given)
+        if not all(isinstance(module, nn.Module) for module in given):
+            raise InputTypeError("modules must be the nn.Module(s) the callable runs")
         ensemble = StackedEnsemble(obj, hints.get("num_members"), hints.get("member_weights"), hints.get("layers"),
-                                   _modules(hints.get("modules")))
+                                   given)
         ensemble.method = "user callable"
         return ensemble
     return None
-
-
-def _modules(given) -> tuple:
-    """The `nn.Module`s a callable runs (`modules=`: one or a list), measured in eval mode like any member."""
-    given = () if given is None else (given,) if isinstance(given, nn.Module) else tuple(given)
-    if not all(isinstance(module, nn.Module) for module in given):
-        raise InputTypeError("modules must be the nn.Module(s) the callable runs")
-    return given

@@ -89,17 +89,6 @@ def _check_fits(state, expected, network: str, where: str, optional=()) -> None:
                            f"{list(expected[wrong[0]].shape)}")
 
 
-def _fill_members(model, members, source):
-    """Write each member's plain state into the ensemble's stacked tensors; name the first misfit."""
-    stacked = stacked_state(model)  # every tensor of a Deep Ensemble's layers, member-first
-    with torch.no_grad():
-        for i, state in enumerate(members):
-            _check_fits(state, model.member_state_dict(i), model.spec.arch, f"{source}: member {i}", "num_batches_tracked")
-            for key, view in stacked.items():
-                if not key.endswith("num_batches_tracked"):
-                    view[i].copy_(state[key])
-
-
 def _load_into(spec, state, source):
     model = build_from_spec(_resolved(spec))
     _check_fits(state, model.body.state_dict(), f"the {spec.method} {spec.arch} it looks like", source)
@@ -156,24 +145,18 @@ def _has_ensdiag_metadata(path) -> bool:
         return True
 
 
-def _torchvision_classes(state, name, source) -> int:
-    """The class count of a torchvision state_dict: the rows of the tensors whose shape follows
-    num_classes (found by building the model for 2 and 3 classes on the meta device)."""
-    from torchvision.models import get_model
-    check_torchvision_name(name)
-    with torch.device("meta"):
-        two, three = (get_model(name, weights=None, num_classes=n).state_dict() for n in (2, 3))
-    heads = [key for key in two if two[key].shape != three[key].shape and two[key].shape[:1] == (2,)]
-    if not heads or heads[0] not in state or state[heads[0]].dim() < 1:
-        raise EnsdiagError(f"{source}: no classifier of torchvision's {name} found ({heads[0] if heads else 'none'}); "
-                           "pass --num-classes")
-    return int(state[heads[0]].shape[0])
-
-
 def _torchvision(states, name, num_classes, source):
     """A Deep Ensemble of torchvision `name` networks holding the members' state_dicts."""
-    if num_classes is None:
-        num_classes = _torchvision_classes(states[0], name, source)
+    if num_classes is None:  # the rows of the tensors whose shape follows num_classes (found by building the
+        from torchvision.models import get_model  # model for 2 and 3 classes on the meta device)
+        check_torchvision_name(name)
+        with torch.device("meta"):
+            two, three = (get_model(name, weights=None, num_classes=n).state_dict() for n in (2, 3))
+        heads = [key for key in two if two[key].shape != three[key].shape and two[key].shape[:1] == (2,)]
+        if not heads or heads[0] not in states[0] or states[0][heads[0]].dim() < 1:
+            raise EnsdiagError(f"{source}: no classifier of torchvision's {name} found "
+                               f"({heads[0] if heads else 'none'}); pass --num-classes")
+        num_classes = int(states[0][heads[0]].shape[0])
     spec = ModelSpec("torchvision", "deep-ensemble", len(states), num_classes, (3, 224, 224), {}, {"name": name})
     with torch.device("meta"):  # every key and shape checked before anything real is allocated
         skeleton = build_from_spec(spec)
@@ -183,19 +166,6 @@ def _torchvision(states, name, num_classes, source):
     for i, state in enumerate(states):
         model.body.member_module(i).load_state_dict(state)
     return model.eval()
-
-
-def _split_members(state, source):
-    """One `deep_ensembles` state_dict (`core_models.<i>.` keys) -> member state_dicts, in index order."""
-    members = {}
-    for key, value in state.items():
-        index, _, rest = key.removeprefix("core_models.").partition(".")
-        if not key.startswith("core_models.") or not re.fullmatch(r"[0-9]+", index) or not rest:
-            raise EnsdiagError(f"{source}: {key[:80]!r} is not a core_models.<i>.<name> key of a deep_ensembles file")
-        members.setdefault(index, {})[rest] = value
-    if len({int(index) for index in members}) != len(members) or sorted(map(int, members)) != list(range(len(members))):
-        raise EnsdiagError(f"{source}: core_models indices {sorted(members)[:8]} are not 0..k-1 once each")
-    return [members[index] for index in sorted(members, key=int)]
 
 
 def _imported(model, source):
@@ -238,7 +208,14 @@ def _build(states, family, num_classes, source):
             return None
         spec, members = found
         model = build_from_spec(_resolved(spec))
-        _fill_members(model, members, source)
+        stacked = stacked_state(model)  # every tensor of a Deep Ensemble's layers, member-first
+        with torch.no_grad():  # each member's plain state into the stacked tensors; the first misfit named
+            for i, state in enumerate(members):
+                _check_fits(state, model.member_state_dict(i), model.spec.arch, f"{source}: member {i}",
+                            "num_batches_tracked")
+                for key, view in stacked.items():
+                    if not key.endswith("num_batches_tracked"):
+                        view[i].copy_(state[key])
         return model.eval()
     if family != "state-dicts":
         found = (torch_uncertainty.grouped(states[0], source, num_classes)
@@ -285,8 +262,18 @@ def import_ensemble(paths, family="auto", raw_ok=True, arch="auto", num_classes=
     _check_tensors(states, source)
     if arch.startswith("torchvision:"):
         return _imported(_torchvision(states, arch.partition(":")[2], num_classes, source), source)
-    if len(states) == 1 and any(key.startswith("core_models.") for key in states[0]):
-        states = _split_members(states[0], source)
+    if len(states) == 1 and any(key.startswith("core_models.") for key in states[0]):  # one deep_ensembles file
+        members = {}
+        for key, value in states[0].items():
+            index, _, rest = key.removeprefix("core_models.").partition(".")
+            if not key.startswith("core_models.") or not re.fullmatch(r"[0-9]+", index) or not rest:
+                raise EnsdiagError(f"{source}: {key[:80]!r} is not a core_models.<i>.<name> key of a deep_ensembles "
+                                   "file")
+            members.setdefault(index, {})[rest] = value
+        if len({int(index) for index in members}) != len(members) \
+                or sorted(map(int, members)) != list(range(len(members))):
+            raise EnsdiagError(f"{source}: core_models indices {sorted(members)[:8]} are not 0..k-1 once each")
+        states = [members[index] for index in sorted(members, key=int)]
     try:
         model = _build(states, family, num_classes, source)
         reason = "no ensdiag architecture (mlp 64-32-16, CIFAR-style resnet18) matches these weights"

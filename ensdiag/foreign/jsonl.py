@@ -103,8 +103,24 @@ class _Reader:
             self.fail(number, f'"split" must be {" or ".join(self.allowed)}, got {shown(name)}')
         split = self.splits.setdefault(name, _Split())
         scores = self._scores(number, row)
-        answer = -1 if name == "ood" else self._answer(number, row, len(scores[0]))  # OOD is unlabelled
-        self._remember_id(number, row, split)
+        answer, choices = -1, len(scores[0])  # OOD is unlabelled
+        if name != "ood":
+            answer = row.get("answer", MISSING)
+            if answer is MISSING:
+                self.fail(number, f'no "answer" (the index of the correct choice, 0..{choices - 1}; only OOD questions '
+                                  "go without)")
+            if type(answer) is not int or not 0 <= answer < choices:
+                self.fail(number, f'"answer" must be a choice index 0..{choices - 1}, got {shown(answer)}')
+        question = row.get("id")
+        if question is not None:
+            if type(question) is str:
+                if len(question) > MAX_ID_CHARS:
+                    self.fail(number, f'"id" is longer than {MAX_ID_CHARS} characters')
+            elif type(question) is not int or not -2**63 <= question < 2**63:
+                self.fail(number, f'"id" must be a string or a 64-bit integer, got {shown(question)}')
+            if question in split.ids:
+                self.fail(number, f"id {shown(question)} repeats line {split.ids[question]} (a question counted twice)")
+            split.ids[question] = number
         for member in scores:
             split.scores.extend(member)
         split.answers.append(answer)
@@ -130,13 +146,10 @@ class _Reader:
                     self.fail(number, f"member {index}: {shown(value)} is not a finite float32 score")
         if choices < 2:
             self.fail(number, f"{counted(choices, 'choice')}; a question needs at least two")
-        self._check_shape(number, len(scores), choices)
-        return scores
-
-    def _check_shape(self, number, members, choices):
+        members = len(scores)
         if self.shape is None:
             self.shape = (members, choices, number, self.path)
-            return
+            return scores
         first_members, first_choices, first_line, first_file = self.shape
         first = f"line {first_line}" if first_file == self.path else f"{first_file}, line {first_line}"
         if members != first_members:
@@ -144,28 +157,7 @@ class _Reader:
         if choices != first_choices:
             self.fail(number, f"{choices} choices, {first} has {first_choices}: ensdiag needs one number of choices "
                               f"per file (write the questions with {choices} choices to a file of their own)")
-
-    def _answer(self, number, row, choices) -> int:
-        answer = row.get("answer", MISSING)
-        if answer is MISSING:
-            self.fail(number, f'no "answer" (the index of the correct choice, 0..{choices - 1}; only OOD questions '
-                              "go without)")
-        if type(answer) is not int or not 0 <= answer < choices:
-            self.fail(number, f'"answer" must be a choice index 0..{choices - 1}, got {shown(answer)}')
-        return answer
-
-    def _remember_id(self, number, row, split):
-        question = row.get("id")
-        if question is None:
-            return
-        if type(question) is str:
-            if len(question) > MAX_ID_CHARS:
-                self.fail(number, f'"id" is longer than {MAX_ID_CHARS} characters')
-        elif type(question) is not int or not -2**63 <= question < 2**63:
-            self.fail(number, f'"id" must be a string or a 64-bit integer, got {shown(question)}')
-        if question in split.ids:
-            self.fail(number, f"id {shown(question)} repeats line {split.ids[question]} (a question counted twice)")
-        split.ids[question] = number
+        return scores
 
 
 def _as_predictions(reader: _Reader, inputs: str, warnings: list) -> dict[str, dict]:
@@ -178,22 +170,17 @@ def _as_predictions(reader: _Reader, inputs: str, warnings: list) -> dict[str, d
         scores = torch.frombuffer(split.scores, dtype=torch.float64).view(n, members, choices)
         scores = scores.transpose(0, 1).float().contiguous()  # members first, as every predictions array
         where = f"{reader.path}: {name}"
-        if inputs == "probs":
-            _check_probabilities(scores, split.lines, reader.path)
+        if inputs == "probs":  # rows as `as_logits` requires them, but the refusal names the first bad line
+            bad = (scores < 0).any(-1) | ((scores.double().sum(-1) - 1).abs() > ROW_SUM_TOLERANCE)  # [k, N]
+            if bad.any():
+                question = int(bad.any(0).nonzero()[0])
+                member = int(bad[:, question].nonzero()[0])
+                raise EnsdiagError(f"{reader.path}, line {split.lines[question]}: member {member}'s scores are not "
+                                   f"probabilities (they must be non-negative and sum to 1 ±{ROW_SUM_TOLERANCE:g}); "
+                                   "for logits or log-likelihoods pass --inputs logits")
         labels = None if name == "ood" else torch.frombuffer(split.answers, dtype=torch.int64).clone()
         result[name] = {"logits": as_logits(scores, inputs, where, warnings), "labels": labels}
     return result
-
-
-def _check_probabilities(scores, lines, path):
-    """Probabilities rows as `as_logits` requires them, but the refusal names the first bad line."""
-    bad = (scores < 0).any(-1) | ((scores.double().sum(-1) - 1).abs() > ROW_SUM_TOLERANCE)  # [k, N]
-    if bad.any():
-        question = int(bad.any(0).nonzero()[0])
-        member = int(bad[:, question].nonzero()[0])
-        raise EnsdiagError(f"{path}, line {lines[question]}: member {member}'s scores are not probabilities (they must "
-                           f"be non-negative and sum to 1 ±{ROW_SUM_TOLERANCE:g}); for logits or log-likelihoods "
-                           "pass --inputs logits")
 
 
 def load_jsonl_predictions(source, ood=None, inputs: str = "logits") -> tuple[dict[str, dict], list[str]]:

@@ -189,16 +189,6 @@ def _distinct(chosen, what: str):
                                    f"read {path}; give each member once")
 
 
-def _identical(logits, section, warnings):
-    """Members whose scores are equal on every question: the same run copied, most likely."""
-    for i, j in combinations(range(logits.shape[0]), 2):
-        if torch.equal(logits[i], logits[j]):
-            names = section["members"][i]["name"], section["members"][j]["name"]
-            warnings.append(f"members {names[0]} and {names[1]} give the same scores on every question: the same "
-                            "run copied? (an ensemble of one model has no diversity)")
-            return
-
-
 def _notes(section) -> list[str]:
     """What was read, as `analyze` prints it: the task, the members, the filter, how answers were scored."""
     members = section["members"]
@@ -228,8 +218,7 @@ def _split(chosen, options, warnings, split) -> tuple[dict, dict]:
         return Reader(path, wanted, options.score, delimiter if isinstance(delimiter, str) else " ",
                       labelled=split != "ood", rule=target_rule(config))
 
-    read, order, filter_name = _read_members(chosen, options.filter, make_reader,
-                                             lambda n, c, where: _budget(k, n, c, where))
+    read, order, filter_name = _read_members(chosen, options.filter, make_reader, partial(_budget, k))
     width = max(len(read[0, subtask].docs[doc_id].scores) for subtask, doc_id in order)
     check_analysis_size(k, len(order), width, f"{first.member.name}: {first.task}")
     logits = torch.empty((k, len(order), width), dtype=torch.float32)
@@ -254,7 +243,12 @@ def _split(chosen, options, warnings, split) -> tuple[dict, dict]:
                "filters": read[0, next(iter(first.files))].filters, "score": options.score,
                "score_definition": SCORE_TITLES[options.score], "choices": choices, "documents": len(order),
                "members": [_member(selection, filter_name) for selection in chosen]}
-    _identical(logits, section, warnings)
+    # members whose scores are equal on every question: the same run copied, most likely
+    same = next(((i, j) for i, j in combinations(range(k), 2) if torch.equal(logits[i], logits[j])), None)
+    if same is not None:
+        names = section["members"][same[0]]["name"], section["members"][same[1]]["name"]
+        warnings.append(f"members {names[0]} and {names[1]} give the same scores on every question: the same "
+                        "run copied? (an ensemble of one model has no diversity)")
     if split != "ood" and (tree := groups.group_tree(first.results, first.task)):
         section["groups"] = _group_section(chosen, tree, order, groups.choice_quantities(logits, labels),
                                            groups.CHOICE_DEFINITIONS, LOGGED[options.score], filter_name, warnings)

@@ -96,19 +96,6 @@ def _sample_len(results: dict, task: str):
     return value if type(value) is int and value > 0 else None
 
 
-def subtask_means(per_question: torch.Tensor, subtask_of: list, resamples: int = B.RESAMPLES):
-    """(means [S, Q], resampled means [R, S, Q]) of the per-question values [N, Q] of each subtask
-    (`subtask_of`: [(name, start, stop)] of the questions' positions), each resampled on its own."""
-    means = torch.stack([per_question[start:stop].mean(0) for _, start, stop in subtask_of])
-    resampled = torch.empty(resamples, len(subtask_of), per_question.shape[1], dtype=torch.float64)
-    for index, (name, start, stop) in enumerate(subtask_of):
-        values = per_question[start:stop].double()
-        seed = zlib.crc32(f"lm-eval subtask/{name}/{stop - start}".encode())  # each subtask its own stream
-        for done, rows in B.blocks(name, stop - start, resamples, seed):
-            resampled[done:done + len(rows), index] = B.counts_of(rows, stop - start) @ values / (stop - start)
-    return means, resampled
-
-
 def aggregate(means: torch.Tensor, sizes: torch.Tensor, by_size: bool) -> torch.Tensor:
     """Σ_s w_s m_s / Σ_s w_s over the last-but-one axis ([..., S, Q] → [..., Q])."""
     weights = sizes.double() if by_size else torch.ones(len(sizes), dtype=torch.float64)
@@ -123,7 +110,14 @@ def aggregates(per_question: dict, subtask_of: list, tree: dict, weighting: dict
     layout = [(name, values.shape[1]) for name, values in zip(per_question, columns)]
     require(B.RESAMPLES * len(subtask_of) * sum(width for _, width in layout) * 8,
             f"the intervals of {len(subtask_of):,} subtasks' numbers")
-    means, resampled = subtask_means(torch.cat(columns, 1), subtask_of)
+    joined = torch.cat(columns, 1)  # [N, Q]: each subtask's means [S, Q] and resampled means [R, S, Q], each
+    means = torch.stack([joined[start:stop].mean(0) for _, start, stop in subtask_of])  # resampled on its own
+    resampled = torch.empty(B.RESAMPLES, len(subtask_of), joined.shape[1], dtype=torch.float64)
+    for at, (name, start, stop) in enumerate(subtask_of):
+        values = joined[start:stop].double()
+        seed = zlib.crc32(f"lm-eval subtask/{name}/{stop - start}".encode())  # each subtask its own stream
+        for done, rows in B.blocks(name, stop - start, B.RESAMPLES, seed):
+            resampled[done:done + len(rows), at] = B.counts_of(rows, stop - start) @ values / (stop - start)
     index = {name: i for i, (name, _, _) in enumerate(subtask_of)}
     sizes = torch.tensor([stop - start for _, start, stop in subtask_of])
 

@@ -35,14 +35,6 @@ class DiversityTracker:
             except (EnsdiagError, Skip):  # no permutation rule, or no plain networks: raw cosine only
                 self.groups = None
 
-    def _aligned_cosine(self):
-        with torch.random.fork_rng(devices=[]):  # member_network initialises layers before loading weights
-            networks = [self.model.member_network(i) for i in range(self.model.num_members)]
-        try:
-            return M.mean_off_diagonal(align_networks(networks)[2]["aligned"][0])
-        except EnsdiagError:  # non-finite weights
-            return None
-
     def _weights(self):
         try:
             return self.model.member_weights() if self.model is not None else []
@@ -63,7 +55,12 @@ class DiversityTracker:
         if len(weights) > 1:
             row["weight_cosine"] = M.mean_off_diagonal(M.weight_cosine(weights)[0])
             if self.groups is not None:
-                row["aligned_weight_cosine"] = self._aligned_cosine()
+                with torch.random.fork_rng(devices=[]):  # member_network initialises layers before loading weights
+                    networks = [self.model.member_network(i) for i in range(self.model.num_members)]
+                try:
+                    row["aligned_weight_cosine"] = M.mean_off_diagonal(align_networks(networks)[2]["aligned"][0])
+                except EnsdiagError:  # non-finite weights: none
+                    pass
         row = {key: (None if isinstance(value, float) and value != value else value) for key, value in row.items()}
         row["seconds"] = time.perf_counter() - began
         return row

@@ -71,8 +71,15 @@ def read_adapter_folders(folders) -> list[AdapterConfig]:
     if len({folder.resolve() for folder in folders}) != len(folders):
         raise EnsdiagError("the same adapter folder is given twice: its members would be one model")
     configs = [read_adapter_config(folder) for folder in folders]
-    for config in configs[1:]:
-        _check_alike(configs[0], config)
+    first = configs[0]
+    for other in configs[1:]:  # members must be updates of one base, of one shape and scale: the first difference
+        for what, key in (("base model", "base_model"), ("target modules", "target_modules"), ("rank r", "rank"),
+                          ("lora_alpha", "alpha"), ("use_rslora", "use_rslora"), ("fan_in_fan_out", "fan_in_fan_out")):
+            a, b = getattr(first, key), getattr(other, key)
+            if a != b:
+                raise EnsdiagError(f"adapters disagree in {what}: {_shown(a)} in {first.folder} but {_shown(b)} in "
+                                   f"{other.folder}; members of one LoRA ensemble share their base and their LoRA "
+                                   "settings")
     return configs
 
 
@@ -108,7 +115,11 @@ def read_adapter_config(folder: Path) -> AdapterConfig:
     base = data.get("base_model_name_or_path")
     if base is not None and not isinstance(base, str):
         raise EnsdiagError(f"{path}: base_model_name_or_path must be a string")
-    return AdapterConfig(folder, _weights_file(folder), rank, float(alpha), flags["use_rslora"], base or None,
+    weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
+    if not weights:
+        raise EnsdiagError(f"{folder} has {CONFIG_FILE} but no {' or '.join(WEIGHT_FILES)}")
+    # PEFT loads the safetensors file when both are there, and so does ensdiag
+    return AdapterConfig(folder, weights[0], rank, float(alpha), flags["use_rslora"], base or None,
                          _targets(path, data.get("target_modules")), flags["fan_in_fan_out"])
 
 
@@ -126,13 +137,6 @@ def _targets(path, targets):
     if not isinstance(targets, list) or not all(isinstance(name, str) for name in targets):
         raise EnsdiagError(f"{path}: target_modules must be a list of module names or one pattern")
     return tuple(sorted(set(targets)))  # PEFT writes a set: its order means nothing
-
-
-def _weights_file(folder: Path) -> Path:
-    found = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
-    if not found:
-        raise EnsdiagError(f"{folder} has {CONFIG_FILE} but no {' or '.join(WEIGHT_FILES)}")
-    return found[0]  # PEFT loads the safetensors file when both are there, and so does ensdiag
 
 
 def check_targets(config: AdapterConfig, names: list[str]):
@@ -192,13 +196,3 @@ def _time_limit(seconds: float):
 def _shown(value) -> str:
     text = ", ".join(value) if isinstance(value, tuple) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _check_alike(first: AdapterConfig, other: AdapterConfig):
-    """Members must be updates of one base, of one shape and scale; name the first difference."""
-    for what, key in (("base model", "base_model"), ("target modules", "target_modules"), ("rank r", "rank"),
-                      ("lora_alpha", "alpha"), ("use_rslora", "use_rslora"), ("fan_in_fan_out", "fan_in_fan_out")):
-        a, b = getattr(first, key), getattr(other, key)
-        if a != b:
-            raise EnsdiagError(f"adapters disagree in {what}: {_shown(a)} in {first.folder} but {_shown(b)} in "
-                               f"{other.folder}; members of one LoRA ensemble share their base and their LoRA settings")

@@ -19,10 +19,9 @@ import os
 from pathlib import Path
 from unittest import mock
 
-import torch
-
 from ..console import note, output_folder
 from ..core import inspect_predictions
+from ..device import resolve_device
 from ..errors import EnsdiagError
 from ..foreign.lm_eval import LmEvalOptions, lm_eval_answers_task, load_lm_eval_answers, load_lm_eval_predictions
 from ..foreign.lm_eval_files import check_task_name, run_name
@@ -44,16 +43,6 @@ def check_extra():
     if missing:
         raise EnsdiagError(f"`ensdiag evaluate ADAPTER_DIR…` runs lm-evaluation-harness, and {', '.join(missing)} "
                            f"{'is' if len(missing) == 1 else 'are'} not installed: {EXTRA}")
-
-
-def check_base(base) -> Path:
-    if base is None:
-        raise EnsdiagError("give the base model's local folder with --base MODEL_DIR (lm-eval loads it with each adapter)")
-    base = Path(base)
-    if not (base / "config.json").is_file():
-        raise EnsdiagError(f"--base {base} is not a local model folder (no config.json); ensdiag evaluate runs local "
-                           "folders only, never a model from the hub")
-    return base
 
 
 def _failed(what: str, error: Exception) -> EnsdiagError:
@@ -99,13 +88,6 @@ def run_harness(adapter: Path, base: Path, tasks: list[str], manager, logs: Path
     return logs / tracker.general_config_tracker.model_name_sanitized
 
 
-def default_method(folders) -> str:
-    """The adapters' common parent folder's name when it names a run (as lm-eval logs' peft paths
-    do for `analyze`), else "lora"."""
-    found = run_name({"members": [{"peft": str(Path(folder).resolve())} for folder in folders]})
-    return found[0] if found else "lora"
-
-
 def evaluate_adapters(folders, base, tasks: str | None, ood_task: str | None, include_path, out, method, seed: int,
                       device: str, batch_size: int, limit, not_for_adapters: dict) -> tuple[Path, dict, dict]:
     """Run lm-eval on every adapter, then save the run's two parts; (run folder, metrics, lora section)."""
@@ -120,10 +102,17 @@ def evaluate_adapters(folders, base, tasks: str | None, ood_task: str | None, in
     for name, option in ((tasks, "--tasks"), (ood_task, "--ood-task")):
         if name is not None:
             check_task_name(name, option)
-    base = check_base(base)
+    if base is None:
+        raise EnsdiagError("give the base model's local folder with --base MODEL_DIR (lm-eval loads it with each adapter)")
+    base = Path(base)
+    if not (base / "config.json").is_file():
+        raise EnsdiagError(f"--base {base} is not a local model folder (no config.json); ensdiag evaluate runs local "
+                           "folders only, never a model from the hub")
     if include_path is not None and not Path(include_path).is_dir():
         raise EnsdiagError(f"--include-path {include_path} is not a folder of task YAML files")
-    method = method or default_method(folders)
+    if not method:  # the adapters' common parent folder's name where it names a run (as lm-eval logs' peft paths
+        found = run_name({"members": [{"peft": str(Path(folder).resolve())} for folder in folders]})  # do for analyze)
+        method = found[0] if found else "lora"
     check_run_name(method, seed)
     out = output_folder(out if out is not None else default_run_dir("llm"))
     logs = out / method / f"seed-{seed}" / "lm-eval"
@@ -132,19 +121,13 @@ def evaluate_adapters(folders, base, tasks: str | None, ood_task: str | None, in
                            "--method or --seed, or remove that folder")
     names = [tasks, *([ood_task] if ood_task else [])]
     with mock.patch.dict(os.environ, OFFLINE):  # the hub switched off for everything imported and run inside
-        manager, device = load_tasks(names, include_path), _device(device)
+        manager, device = load_tasks(names, include_path), str(resolve_device(device))
         members = []
         for index, folder in enumerate(folders):
             note(f"lm-eval: adapter {index + 1} of {len(folders)} ({folder}) on {' and '.join(names)}")
             members.append(run_harness(Path(folder).resolve(), base.resolve(), names, manager, logs / f"member-{index}",
                                        device, batch_size, limit))
     return _save(out, method, seed, members, configs, base, tasks, ood_task)
-
-
-def _device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def _save(out, method, seed, members, configs, base, tasks, ood_task):
@@ -166,16 +149,12 @@ def _save(out, method, seed, members, configs, base, tasks, ood_task):
     if warnings:
         metrics["input_warnings"] = warnings
     run = None if answers else diagnosis.save(out, method, seed)
-    section = _weight_space(configs, base)
+    try:
+        section = diagnose_adapters(configs, base)
+    except EnsdiagError as error:  # e.g. a base saved as pytorch_model.bin: the updates alone still compare
+        note(f"weight space without the base ({error})")
+        section = diagnose_adapters(configs, None)
     lora_run = save_lora_run(out, method, seed, section, SOURCE)
     if answers:
         atomic_write_json(lora_run / "generated.json", metrics)
     return run or lora_run, metrics, section
-
-
-def _weight_space(configs, base) -> dict:
-    try:
-        return diagnose_adapters(configs, base)
-    except EnsdiagError as error:  # e.g. a base saved as pytorch_model.bin: the updates alone still compare
-        note(f"weight space without the base ({error})")
-        return diagnose_adapters(configs, None)

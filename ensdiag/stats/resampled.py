@@ -23,11 +23,6 @@ def value(found) -> float:
     return float(found)
 
 
-def path_of(split: str, key) -> tuple:
-    """("splits", split, *key, "value"): where a per-split number sits in an analyzer's result."""
-    return ("splits", split, *((key,) if isinstance(key, str) else key), "value")
-
-
 class Refused:
     """What a resampler gives for a number it gives no interval: the reason (its resamples would pass the
     memory budget, or no construction covers its population value), printed where the interval would be."""
@@ -51,7 +46,8 @@ def per_split(statistics: dict):
     def resampler(predictions, weights, result, wanted):
         chosen = {name: Examples.of(predictions[name]) for name in result.get("splits", {}) if name in predictions}
         functions = {path: (name, statistic, split) for name, split in chosen.items()
-                     for key, statistic in statistics.items() if (path := path_of(name, key)) in wanted}
+                     for key, statistic in statistics.items()  # where each per-split number sits in the result
+                     if (path := ("splits", name, *((key,) if isinstance(key, str) else key), "value")) in wanted}
 
         def resample(counts):
             return {path: refusing(statistic, split, counts[name]) for path, (name, statistic, split) in functions.items()

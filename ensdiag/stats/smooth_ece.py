@@ -36,19 +36,6 @@ FLOOR = 1e-4  # added to the kernel sums (relplot's eps)
 CURVE_POINTS = 101  # the stored reliability curve, t = 0, 0.01, …, 1
 
 
-def _to_grid(positions, weights, points):
-    """Each weight split linearly between the grid points i/(points − 1) on either side of it;
-    `weights` [rows, n] -> [rows, points], every row in one sparse product."""
-    from scipy.sparse import csr_matrix
-    scaled = positions * (points - 1)
-    index = np.clip(scaled.astype(int), 0, points - 2)
-    fraction = scaled - index
-    n = len(positions)
-    split = csr_matrix((np.concatenate([1 - fraction, fraction]), (np.tile(np.arange(n), 2),
-                                                                   np.concatenate([index, index + 1]))), shape=(n, points))
-    return np.asarray(weights @ split)
-
-
 def _interpolate(t, values):
     """Linear interpolation of i/(len − 1) ↦ values[..., i] at t ∈ [0, 1]."""
     size = values.shape[-1]
@@ -70,8 +57,17 @@ class _Smoother:
 
     def _spectrum(self, points):
         from scipy import fft
+        from scipy.sparse import csr_matrix
         if points not in self.spectra:
-            grid = _to_grid(*self.grids, points)
+            # each weight split linearly between the grid points i/(points − 1) on either side of it: weights
+            positions, weights = self.grids  # [rows, n] -> [rows, points], every row in one sparse product
+            scaled = positions * (points - 1)
+            index = np.clip(scaled.astype(int), 0, points - 2)
+            fraction = scaled - index
+            n = len(positions)
+            split = csr_matrix((np.concatenate([1 - fraction, fraction]),
+                                (np.tile(np.arange(n), 2), np.concatenate([index, index + 1]))), shape=(n, points))
+            grid = np.asarray(weights @ split)
             signal = np.concatenate([grid[:, ::-1][:, :-1], grid, grid[:, ::-1][:, 1:]], 1) if self.reflect else grid
             size = fft.next_fast_len(signal.shape[1] + points - 1, True)
             self.spectra[points] = fft.rfft(signal, size, axis=1), size

@@ -18,13 +18,6 @@ NUM_PATCHES, PATCH_SIZE, PATCH_SEED = 500, 32, 0
 NUM_DIGITS = 1797
 
 
-def _all_digits():
-    """(images [1797, 1, 8, 8] in [0, 1], labels): scikit-learn's digits, read from scikit-learn once
-    (importing it takes seconds) and from ensdiag's cache after that (data/cache.py)."""
-    found = made("digits", {}, _load_digits, _digits_check)
-    return found["images"], found["labels"]
-
-
 def _load_digits():
     import torch
     from sklearn.datasets import load_digits
@@ -59,7 +52,10 @@ class Digits(EmbeddedDataset):
 
     def load(self, data_dir=None, split="test", download=False):
         from ..preset import holdout
-        images, labels = _all_digits()
+        # scikit-learn's digits [1797, 1, 8, 8] in [0, 1], read from scikit-learn once (importing it takes seconds)
+        # and from ensdiag's cache after that (data/cache.py)
+        found = made("digits", {}, _load_digits, _digits_check)
+        images, labels = found["images"], found["labels"]
         train, test = holdout(len(images), TEST_FRACTION, SPLIT_SEED)  # held out as a run holds out its validation
         index = train if split == "train" else test
         return Split(images[index].clone(), labels[index].clone(), f"scikit-learn digits, {split} split")

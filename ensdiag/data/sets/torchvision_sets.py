@@ -42,16 +42,12 @@ def _torchvision(what, folder, call, download=False):
 
 # ---------------------------------------------------------------------------- IDX (MNIST family)
 
-def _read_maybe_gz(path: Path) -> bytes:
-    try:
-        return gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError, gzip.BadGzipFile) as error:
-        raise EnsdiagError(f"{path}: cannot read ({error})") from None
-
-
 def read_idx(path: Path, magic: int) -> np.ndarray:
     """An IDX file's uint8 array (torchvision's MNIST reader reads the same), its header and length checked."""
-    data = _read_maybe_gz(path)
+    try:
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError, gzip.BadGzipFile) as error:
+        raise EnsdiagError(f"{path}: cannot read ({error})") from None
     kind = "images" if magic == IDX_IMAGES_MAGIC else "labels"
     if len(data) < 8 or struct.unpack(">i", data[:4])[0] != magic:
         found = struct.unpack(">i", data[:4])[0] if len(data) >= 4 else "nothing"
