@@ -75,13 +75,3 @@ def require(size: int, what: str) -> None:
     reason = over_budget(size, what)
     if reason is not None:
         raise EnsdiagError(reason)
-
-
-def affordable(bytes_each: int, wanted: int, share: float = 1.0) -> int:
-    """How many of `wanted` items of `bytes_each` bytes fit in `share` of the budget at once (0 when not
-    even one does): the size of a block of resamples, say, so that work whose size grows with the
-    input (examples × choices × members) is split, or skipped with `over_budget`'s reason, instead of
-    failing in the allocator. Torch-free: callers pass sizes they computed before allocating."""
-    if bytes_each <= 0:
-        return wanted
-    return max(0, min(wanted, int(memory_budget() * share) // bytes_each))

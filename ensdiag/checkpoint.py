@@ -45,11 +45,6 @@ def save_model(model: EnsembleModel, path, extra_metadata: dict[str, str] | None
     return atomic_write_bytes(path, safetensors_bytes_deterministic(tensors, metadata))
 
 
-def read_spec(path) -> ModelSpec:
-    _, metadata = read_safetensors(path, "model file")
-    return _spec_from_metadata(path, metadata)
-
-
 def _spec_from_metadata(path, metadata) -> ModelSpec:
     fmt = metadata.get("ensdiag.format")
     if fmt is None:

@@ -7,7 +7,6 @@ import torch
 from safetensors.torch import save_file
 
 import ensdiag
-from ensdiag.checkpoint import read_spec
 from ensdiag.errors import EnsdiagError
 from ensdiag.nn import ARCHITECTURES, METHODS, ModelSpec
 
@@ -89,10 +88,6 @@ def test_missing_file_and_directory(tmp_path):
         ensdiag.load_model(tmp_path / "nope.safetensors")
     with pytest.raises(EnsdiagError, match="is a folder, not a file"):
         ensdiag.load_model(tmp_path)
-
-
-def test_read_spec_without_loading_weights(saved):
-    assert read_spec(saved).method == "batch-ensemble"
 
 
 WRITE_BOTH = """

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ensdiag.data import get_dataset
-from ensdiag.data.batching import batch_indices, epoch_permutations, random_crop_flip
+from ensdiag.data.batching import batch_indices, crop_flip_padded, epoch_permutations
 from ensdiag.data.corruptions import CORRUPTIONS, corrupt
 from ensdiag.data.sets.digits import natural_patches
 
@@ -63,6 +63,13 @@ def test_per_member_shuffles_differ_and_cover_every_example_once():
     for member in seen:
         assert sorted(member.tolist()) == list(range(103))
     assert not torch.equal(orders[0], orders[1])
+
+
+def random_crop_flip(images, generator, padding=4):
+    """Zero-pad raw images (before normalisation: the padding is zero in their own scale), then the
+    training pipeline's random crop and mirror of every one of them."""
+    padded = F.pad(images, (padding,) * 4)
+    return crop_flip_padded(padded, torch.arange(len(images)), generator, padding)
 
 
 def test_crop_flip_keeps_shape_is_seeded_and_really_crops():

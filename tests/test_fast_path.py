@@ -8,10 +8,12 @@ import ensdiag
 from ensdiag.bench.reference import ReferenceModel, make_loader
 from ensdiag.config import preset_config
 from ensdiag.data import get_dataset
-from ensdiag.data.batching import Normalize, TrainingImages, random_crop_flip
+from ensdiag.data.batching import Normalize, TrainingImages
 from ensdiag.nn import METHODS
 from ensdiag.nn.members import STRATEGIES
 from ensdiag.train import FitData, fit
+
+from .test_data_embedded import random_crop_flip
 
 SHAPES = {"mlp": (1, 8, 8), "resnet18": (3, 8, 8)}
 

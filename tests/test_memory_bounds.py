@@ -188,8 +188,6 @@ def test_one_question_of_150000_choices_is_read_within_the_budget(tmp_path, caps
 def test_the_budget_helpers_size_or_refuse_work_before_it_is_allocated(monkeypatch):
     from ensdiag import budget
     monkeypatch.setenv("ENSDIAG_MEMORY_BUDGET", "1M")
-    assert budget.affordable(1024, 5000) == 1024 and budget.affordable(1024, 10) == 10
-    assert budget.affordable(2**30, 1000) == 0 and budget.affordable(1024, 5000, share=0.5) == 512
     assert budget.over_budget(2**20, "x") is None
     assert budget.over_budget(36 * 10**9, "resampling ECE").startswith("resampling ECE needs about 33.5 GiB, more than "
                                                                       "the memory budget of 1.0 MiB")

@@ -87,7 +87,6 @@ def test_yule_q_and_correlation_hand_computed():
     correlation = P.error_correlation(logits, labels)
     assert correlation[0, 1].item() == pytest.approx(0.0) and math.isnan(correlation[0, 2].item())
     assert P.double_fault(logits, labels)[0, 1].item() == pytest.approx(0.25)
-    assert P.mean_defined_off_diagonal(q) == pytest.approx(0.0)  # the pairs with member 2 are left out
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -22,15 +22,6 @@ def batch_indices(orders: torch.Tensor, batch_size: int):
         yield orders[:, start:start + batch_size]
 
 
-def random_crop_flip(images: torch.Tensor, generator: torch.Generator, padding: int = 4) -> torch.Tensor:
-    """Zero-pad by `padding`, crop back to H x W at a random offset, mirror with p = 0.5.
-
-    The padding is zero in the images' own scale, so apply this before normalisation
-    (docs/conventions.md)."""
-    padded = torch.nn.functional.pad(images, (padding,) * 4)
-    return crop_flip_padded(padded, torch.arange(len(images), device=images.device), generator, padding)
-
-
 def crop_flip_padded(padded: torch.Tensor, index: torch.Tensor, generator: torch.Generator, padding: int) -> torch.Tensor:
     """Random crops (and mirror images) of the already padded images `padded[index]`.
 

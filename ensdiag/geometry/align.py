@@ -22,7 +22,6 @@ every way in (`train`, `diversity`, `diagnose()`) aligns the same weights the sa
     aligned = permute_state(state_b, groups, perms)      # member b, same function, a's unit order
     perms = restart(state_a, state_b, groups, seed=5)    # restart 5: from a seeded random permutation
     found = restarts(state_a, state_b, groups)           # [{"seeds", "objective", "perms"}], best first
-    states = align_to_first(member_states, groups)       # every member in member 0's order (best restart)
     groups, states, found = align_networks(networks)     # every member aligned; raw and aligned weight cosine
 """
 
@@ -153,13 +152,6 @@ def restarts(reference: dict, other: dict, groups: dict, count: int = RESTARTS) 
         found.append({"seeds": [seed], "objective": matching_objective(reference, permute_state(other, groups, perms), groups),
                       "perms": perms})
     return sorted(found, key=lambda entry: (-entry["objective"], entry["seeds"][0]))
-
-
-def align_to_first(states: list[dict], groups: dict, count: int = RESTARTS) -> list[dict]:
-    """Every state permuted to match the first (which is returned as it is), by the restart of
-    highest matching objective."""
-    return [states[0]] + [permute_state(state, groups, restarts(states[0], state, groups, count)[0]["perms"])
-                          for state in states[1:]]
 
 
 def align_networks(networks: list) -> tuple[dict, list[dict], dict]:

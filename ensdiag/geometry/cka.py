@@ -86,17 +86,3 @@ class Moments:
         product = (sum_a @ self.gram[rows, cols] @ sum_b - sum_a @ self.norms_cross[rows, b]
                    - sum_b @ self.norms_cross[cols, a] + both_norms)
         return float((trace_kl + sum_k * sum_l / ((n - 1) * (n - 2)) - 2 / (n - 2) * product) / (n * (n - 3)))
-
-
-def linear_cka(x: torch.Tensor, y: torch.Tensor) -> float:
-    """Linear CKA of two representations [n, d], [n, d'] held in memory."""
-    moments = Moments()
-    moments.add([x, y])
-    return float(moments.cka()[0][0, 1])
-
-
-def debiased_cka(x: torch.Tensor, y: torch.Tensor) -> float:
-    """Debiased linear CKA of two representations [n, d], [n, d'] held in memory."""
-    moments = Moments()
-    moments.add([x, y])
-    return float(moments.cka()[1][0, 1])

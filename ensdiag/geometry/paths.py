@@ -73,12 +73,6 @@ def example_losses(network, images, labels, normalize, batch_size: int = 1000) -
     return torch.cat(losses), torch.cat(correct)
 
 
-def loss_and_accuracy(network, images, labels, normalize, batch_size: int = 1000) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy of a one-member network on labelled images."""
-    losses, correct = example_losses(network, images, labels, normalize, batch_size)
-    return losses.sum().item() / len(images), correct.sum().item() / len(images)
-
-
 ADAPTIVE = "adaptive"
 FLAT_LOSS = 0.01  # nats: a second difference below this, on both sides of a skipped point, counts as flat
 FLAT_ACCURACY = 0.005

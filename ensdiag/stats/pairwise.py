@@ -88,8 +88,3 @@ def ambiguity(logits) -> float:
     any y); equal to mean_x (1/2k²) Σ_i,j ‖p_i − p_j‖². Label-free."""
     p = F.softmax(logits.double(), dim=-1)
     return (p - p.mean(0)).pow(2).sum(-1).mean().item()
-
-
-def mean_defined_off_diagonal(matrix: torch.Tensor) -> float:
-    """Mean of the off-diagonal entries that are defined (not NaN); NaN when none is."""
-    return matrix[~torch.eye(matrix.shape[0], dtype=torch.bool)].nanmean().item()
