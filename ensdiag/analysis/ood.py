@@ -79,24 +79,27 @@ def ood(predictions, weights=None):
             "n_ood": ood_split.size}
 
 
-def detection(name: str, id_split: Examples, ood_split: Examples, w_id=None, w_ood=None) -> dict:
+def detection(name: str, id_split: Examples, ood_split: Examples, w_id=None, w_ood=None,
+              only=tuple(DEFINITIONS)) -> dict:
     """{metric: value} of score `name` separating the OOD split from the ID split under example weights
-    (weighted.ood_metrics); NaN throughout where a score is NaN (NaN logits: the ranking is undefined)."""
+    (weighted.ood_metrics; `only`: those metrics); NaN throughout where a score is NaN (NaN logits: the
+    ranking is undefined)."""
     score = SCORES[name][0]
     score_id, score_ood = score(id_split), score(ood_split)
     if torch.isnan(score_id).any() or torch.isnan(score_ood).any():
         return dict.fromkeys(DEFINITIONS, W.nan_for(w_id, id_split.size))
-    return W.ood_metrics(score_id, score_ood, w_id, w_ood)
+    return W.ood_metrics(score_id, score_ood, w_id, w_ood, only)
 
 
 @register_resampler("ood")
 def _resampler(predictions, weights, result, wanted):
-    names = [name for name in result.get("scores", {}) if any(path[:2] == ("scores", name) for path in wanted)]
+    keys = {name: [key for key in DEFINITIONS if ("scores", name, key, "value") in wanted]  # only those wanted
+            for name in result.get("scores", {})}
     id_split, ood_split = Examples.of(predictions["id"]), Examples.of(predictions["ood"])
 
     def resample(counts):
         if "id" not in counts or "ood" not in counts:
             return {}
-        return {("scores", name, key, "value"): values for name in names
-                for key, values in detection(name, id_split, ood_split, counts["id"], counts["ood"]).items()}
+        return {("scores", name, key, "value"): values for name, only in keys.items() if only
+                for key, values in detection(name, id_split, ood_split, counts["id"], counts["ood"], only).items()}
     return resample

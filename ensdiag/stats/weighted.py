@@ -244,8 +244,9 @@ def ood_metrics(score_id: torch.Tensor, score_ood: torch.Tensor, w_id=None, w_oo
     fp_out = cache(lambda: total_id - (cum_id - id_in))  # ID with score ≥ each group's
     metrics = {
         "auroc": lambda: (ood_in * (cum_id - 0.5 * id_in)).sum(1) / (total_id * total_ood).squeeze(1),
-        "aupr_out": lambda: (ood_in / total_ood * tp_out() / (tp_out() + fp_out()).clamp(min=1e-300)).sum(1),
-        "aupr_in": lambda: (id_in / total_id * cum_id / (cum_id + cum_ood).clamp(min=1e-300)).sum(1),
+        # average precision, in place: every temporary is one more [resamples, groups] array
+        "aupr_out": lambda: (ood_in / total_ood).mul_(tp_out()).div_((tp_out() + fp_out()).clamp_(min=1e-300)).sum(1),
+        "aupr_in": lambda: (id_in / total_id).mul_(cum_id).div_((cum_id + cum_ood).clamp_(min=1e-300)).sum(1),
         "fpr95_ood_as_id": lambda: (torch.gather(cum_ood, 1, (cum_id * 100 >= 95 * total_id).double().argmax(
             1, keepdim=True)) / total_ood).squeeze(1),  # the first group accepting ≥ 95 % of ID (integer-exact)
         "fpr95_id_as_ood": lambda: (torch.gather(fp_out(), 1, groups - 1 - (tp_out() * 100 >= 95 * total_ood).double()
