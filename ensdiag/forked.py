@@ -97,8 +97,8 @@ def _outcome(task) -> tuple[bool, object]:
 def _ended(pool: ProcessPoolExecutor) -> None:
     """The pool's workers ended now, whatever they were running (Ctrl-C, or a run that stopped)."""
     running = list((getattr(pool, "_processes", None) or {}).values())  # (shutdown forgets them)
-    for process in running:
-        process.terminate()
+    for process in running:  # SIGKILL: one forked while the caller held its signals may not have its own yet
+        process.kill()
     pool.shutdown(wait=False, cancel_futures=True)
 
 
