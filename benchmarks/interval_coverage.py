@@ -175,7 +175,8 @@ class Replicates:
         import torch
         from ensdiag.geometry.cka import Moments
         from ensdiag.geometry.paths import barrier, excess
-        from ensdiag.geometry.resampled import CKA_INTERVAL_EXAMPLES, barrier_entry, barrier_resamples, cka_entry, cka_resamples
+        from ensdiag.geometry.resampled import (CKA_INTERVAL_EXAMPLES, barrier_entry, cka_entry, cka_resamples,
+                                                least_barrier_resamples)
         found = {}
         for split in ("id", "ood") if self.population.everything else ("ood",):
             features = {layer: [torch.from_numpy(x) for x in members]
@@ -200,7 +201,8 @@ class Replicates:
                 continue
             worse = kind != "accuracy"
             value = sum(barrier(ts, pair[kind].mean(1).tolist(), worse) for pair in curves) / len(curves)
-            raw = barrier_resamples([(ts, excess(ts, pair[kind], worse)) for pair in curves], split)
+            # one alignment per pair: the least barrier over one restart is its barrier
+            raw = least_barrier_resamples([[(excess(ts, pair[kind], worse), 1)] for pair in curves], split)
             found[key] = _outcome(value, barrier_entry(raw, self.n), raw)
         return found
 

@@ -224,6 +224,33 @@ def _resume(state_path: Path, model, optimizer, scheduler, generator, device, se
     return best, history, seconds, stopped, start, tracking, note
 
 
+def member_views(model) -> dict[str, torch.Tensor] | None:
+    """{state key: member-first view [k, …]} of every tensor the members hold apart (writing a view
+    writes the model), or None where the members share a parameter or buffer: they cannot stop apart."""
+    views = {f"{name}.{key}": tensor for name, module in model.named_modules() if hasattr(module, "stacked_state")
+             for key, tensor in module.stacked_state().items() if tensor.dim()}
+    shared = any(key not in views and tensor.dim() for key, tensor in model.state_dict().items())
+    return None if shared or not views else views
+
+
+def _step_members(best: dict, accuracies: list[float], epoch: int, views: dict, config) -> None:
+    """One epoch of early stopping for each member still training, on its own validation accuracy, as a
+    `single` run of it would: its best weights copied, its patience counted. A member that stopped keeps
+    training with the others (it shares no parameter with them, so nothing of theirs changes) and its
+    kept weights are restored at the end: the same member as one frozen at its stop."""
+    for i, accuracy in enumerate(accuracies):
+        if best["stopped"][i]:
+            continue
+        if accuracy > best["accuracy"][i] + config.min_delta or best["epoch"][i] < 0:
+            best["accuracy"][i], best["epoch"][i], best["bad_epochs"][i] = accuracy, epoch, 0
+            with torch.no_grad():
+                for key, view in views.items():
+                    best["state"][key][i].copy_(view[i])
+        else:
+            best["bad_epochs"][i] += 1
+        best["stopped"][i] = best["bad_epochs"][i] >= config.patience
+
+
 def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_epoch=None,
         autocast=False, channels_last=False, on_start=None, tracker=None, parallel=None, on_note=None) -> dict:
     """Train until the epochs run out or early stopping fires; resume from `state_path` if present.
@@ -244,14 +271,8 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
     early_stopping = config.early_stopping and model.kit.early_stopping  # a kit's own schedule runs to the end
     if early_stopping and len(data.val_images) == 0:
         raise ValueError("early stopping needs a validation split")
-    # Members that share no parameter (a Deep Ensemble) stop one by one, each as a single run would, through
-    # {state key: member-first view [k, …]} of every tensor they hold apart (writing a view writes the model);
-    # not where they share a parameter or buffer: they cannot stop apart
-    views = {f"{name}.{key}": tensor for name, module in model.named_modules() if hasattr(module, "stacked_state")
-             for key, tensor in module.stacked_state().items() if tensor.dim()} \
-        if early_stopping and model.kit.independent_members and model.num_members > 1 else {}
-    if not views or any(key not in views and tensor.dim() for key, tensor in model.state_dict().items()):
-        views = None
+    # Members that share no parameter (a Deep Ensemble) stop one by one, each as a single run would.
+    views = member_views(model) if early_stopping and model.kit.independent_members and model.num_members > 1 else None
     # early stopping's state before the first epoch: one rule, or one per member, whose best weights are kept
     k = model.num_members
     best = {"accuracy": -math.inf, "epoch": -1, "bad_epochs": 0, "state": None} if views is None else {
@@ -296,21 +317,7 @@ def fit(model, config, data: FitData, seed: int, state_path: Path, device, on_ep
         if val_accuracy is None:
             pass
         elif views is not None:
-            # each member still training, on its own validation accuracy, as a `single` run of it would: its best
-            # weights copied, its patience counted. A member that stopped keeps training with the others (it shares
-            # no parameter with them, so nothing of theirs changes) and its kept weights are restored at the end:
-            # the same member as one frozen at its stop
-            for i, member_accuracy in enumerate(members):
-                if best["stopped"][i]:
-                    continue
-                if member_accuracy > best["accuracy"][i] + config.min_delta or best["epoch"][i] < 0:
-                    best["accuracy"][i], best["epoch"][i], best["bad_epochs"][i] = member_accuracy, epoch, 0
-                    with torch.no_grad():
-                        for key, view in views.items():
-                            best["state"][key][i].copy_(view[i])
-                else:
-                    best["bad_epochs"][i] += 1
-                best["stopped"][i] = best["bad_epochs"][i] >= config.patience
+            _step_members(best, members, epoch, views, config)
         elif val_accuracy > best["accuracy"] + config.min_delta or best["epoch"] < 0:
             best = {"accuracy": val_accuracy, "epoch": epoch, "bad_epochs": 0,
                     "state": {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -41,12 +41,6 @@ def barrier_interval(curves: list[tuple[list, torch.Tensor]], split: str, of: in
     return least_barrier_interval([[(values, 1)] for _, values in curves], split, of)
 
 
-def barrier_resamples(curves: list[tuple[list, torch.Tensor]], split: str) -> tuple[CI.Folded, CI.Folded]:
-    """(the estimate, its resamples) of a mean over pairs of barriers, one alignment per pair, as
-    `Folded` statistics (what the coverage suite, benchmarks/interval_coverage.py, checks)."""
-    return least_barrier_resamples([[(values, 1)] for _, values in curves], split)
-
-
 def barrier_entry(resampled: tuple, n: int, of: int | None = None) -> dict:
     """The interval entry of a barrier from its (estimate, resamples) on n examples."""
     estimate, values = resampled
