@@ -33,6 +33,7 @@ from .nn.model import flush_denormals
 from .precision import policy as precision_policy, uses_bf16
 from .predictions import save_predictions
 from .progress import TrainProgress
+from .stats.bootstrap import Draws
 from .provenance import environment
 from .runs import DIAGNOSIS, EXPERIMENT_FORMAT, RUN_FILES, STATE_FILE, read_experiment
 from .train import Diverged, FitData, fit
@@ -90,9 +91,10 @@ def prepare_run_dir(out: Path, config: TrainConfig, argv) -> TrainConfig:
 
 
 def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device, run_dir: Path,
-              progress: TrainProgress, argv, ranks=distributed.Ranks(), ddp=False) -> dict | None:
+              progress: TrainProgress, argv, ranks=distributed.Ranks(), ddp=False, draws=None) -> dict | None:
     """Train, predict and analyse one (method, seed); write its files, meta.json last. With `ddp`
-    every rank trains it together and rank 0 writes (the others return None)."""
+    every rank trains it together and rank 0 writes (the others return None). `draws`: the
+    bootstrap draws of the grid's runs (one set for all: they depend only on each split's size)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     model = config.build(run).to(device)
@@ -139,7 +141,8 @@ def train_run(config: TrainConfig, run: str, seed: int, data: PresetData, device
                                     training_source(len(train_index), len(val_index), seed)),
                         measure=Measure(geometry=config.geometry, seed=seed, catalogue=config.catalogue or config.detail,
                                         detail=config.detail),
-                        context=Context(device=device, titles=data.titles, skipped=data.skipped, spread=ddp))
+                        context=Context(device=device, titles=data.titles, skipped=data.skipped, spread=ddp,
+                                        draws=draws))
     if diagnosis is None:
         distributed.barrier()  # rank 0 writes the run's files
         return None
@@ -294,7 +297,7 @@ def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet:
         experiment = read_experiment(out)
         if experiment.get("skipped") != data.skipped or experiment.get("splits") != data.titles:
             atomic_write_json(Path(out) / "experiment.json", {**experiment, "splits": data.titles, "skipped": data.skipped})
-    diverged = []
+    diverged, draws = [], Draws()
     try:
         for run, seed in grid:
             if (run, seed) not in mine:
@@ -308,7 +311,7 @@ def _train_grid(config: TrainConfig, out: Path, data: PresetData, device, quiet:
                     if ranks.distributed and not ddp:  # a run is trained by one process only, whatever else runs
                         run_dir.mkdir(parents=True, exist_ok=True)
                         held.enter_context(locked_folder(run_dir, "run folder"))
-                    train_run(config, run, seed, data, device, run_dir, progress, argv, ranks, ddp)
+                    train_run(config, run, seed, data, device, run_dir, progress, argv, ranks, ddp, draws)
             except Diverged as error:  # the other runs of the grid still train
                 progress.message(f"error: {error}")
                 diverged.append(str(error))

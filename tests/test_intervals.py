@@ -86,6 +86,44 @@ def test_a_count_a_byte_cannot_hold_is_kept_exactly(monkeypatch):
     assert draws.kept[("id", n)].dtype == torch.int32 and torch.equal(draws.counts("id", n, 0, 10), first)
 
 
+def test_a_clustered_splits_counts_add_each_inputs_blocks_first():
+    """The counts of a clustered split (each input's count repeated in every block) say so, and the weighted
+    sums read them as the blocks' sums per input: the dense product's numbers (to float rounding; integer
+    masses exactly), a NaN anywhere still a NaN."""
+    from ensdiag.stats import weighted as W
+    inputs, blocks = 23, 4
+    counts = B.Draws().counts("shift", inputs * blocks, 0, 40, clusters=inputs)
+    assert counts.inputs == inputs and torch.equal(counts, counts[:, :inputs].repeat(1, blocks))
+    dense = counts.clone()  # (a copy carries no `inputs`: the plain product)
+    g = torch.Generator().manual_seed(1)
+    values = torch.rand(inputs * blocks, generator=g, dtype=torch.float64)
+    assert torch.allclose(W.mean(values, counts), W.mean(values, dense), rtol=1e-13, atol=0)
+    confidence, correct = torch.rand(inputs * blocks, generator=g), (torch.rand(inputs * blocks, generator=g) > 0.3).double()
+    clustered, plain = W.calibration_bins(confidence, correct, counts), W.calibration_bins(confidence, correct, dense)
+    assert torch.equal(clustered.mass, plain.mass) and torch.allclose(clustered.confidence, plain.confidence, rtol=1e-13)
+    values[inputs * 2 + 5] = math.nan
+    assert W.mean(values, counts).isnan().all() and W.mean(values, dense).isnan().all()
+
+
+def test_statistics_worked_on_in_chunks_give_the_numbers_of_one_pass(monkeypatch):
+    """The OOD rankings and the ray inversion work on their resamples a cache-sized chunk at a time: the
+    numbers are those of one pass over every resample, bit for bit."""
+    from ensdiag.stats import weighted as W
+    g = torch.Generator().manual_seed(2)
+    score_id, score_ood = torch.rand(60, generator=g).round(decimals=1), torch.rand(45, generator=g) + 0.2
+    w_id, w_ood = B.Draws().counts("id", 60, 0, 300), B.Draws().counts("ood", 45, 0, 300)
+    combine = lambda means, mass: (mass * means.abs()).sum(-1)  # noqa: E731
+    estimate = CI.Folded(torch.tensor([0.05, -0.02, 0.1], dtype=torch.float64), torch.ones(3, dtype=torch.float64), combine)
+    resampled = CI.Folded(estimate.means + 0.05 * torch.randn(300, 3, generator=g, dtype=torch.float64),
+                          torch.ones(300, 3, dtype=torch.float64), combine)
+    whole = W.ood_metrics(score_id, score_ood, w_id, w_ood), CI.ray(estimate, resampled)
+    for entries in (7, 1000):
+        monkeypatch.setattr(W, "CACHED_ENTRIES", entries)
+        monkeypatch.setattr(CI, "CACHED_ENTRIES", entries)
+        chunked = W.ood_metrics(score_id, score_ood, w_id, w_ood), CI.ray(estimate, resampled)
+        assert all(torch.equal(whole[0][key], chunked[0][key]) for key in whole[0]) and chunked[1] == whole[1]
+
+
 def test_the_ood_columns_intervals_reach_past_a_perfect_separation_and_a_zero_count():
     """Separated scores: AUROC and AUPR are 1 and FPR95 0 on every resample. The printed intervals are
     not [1, 1] and [0, 0]: they reach as far as no misordered example among the split's n allows (the

@@ -29,7 +29,7 @@ def analyzed(predictions, weights=None, only=None, without_data: str | None = No
              **intervals) -> dict:
     """metrics.json's content: `analyze_predictions` (`catalogue`: the detail catalogue's numbers too),
     then (where there are predictions) `add_intervals` with the keyword arguments given (detail, full,
-    allowance)."""
+    allowance, draws)."""
     predictions = without_ood_labels(predictions)
     names = predictions_analyzers(only)
     processes = processes_for(predictions, len(names))
@@ -44,7 +44,7 @@ def analyzed(predictions, weights=None, only=None, without_data: str | None = No
                 getattr(split, name)
             except Exception:  # (only made ahead: the analyzer that reads it meets it as it would in process)
                 break
-    draws = B.Draws()  # each worker's copy fills with the counts its analyzers read
+    draws = intervals.pop("draws", None) or B.Draws()  # each worker's copy fills with the counts its analyzers read
     outcomes = forked.run([partial(_with_intervals, name, predictions, weights, without_data, catalogue, draws, intervals)
                            for name in names], processes, stop=True)
     failed = next((found for ok, found in outcomes if not ok), None)

@@ -67,6 +67,7 @@ class Context:
     no_data: str | None = None  # there is nothing to predict on, and why (the weights alone are inspected)
     progress: object = None  # progress(split) -> a wrapper of that split's batches (a bar); diagnose(): True/False too
     status: object = None  # status(text) -> a context manager around each slow step (a status line)
+    draws: object = None  # bootstrap.Draws shared by several inspections (a grid's runs: the same splits, drawn once)
 
 
 INTERRUPTED = "interrupted (Ctrl-C) before this step"
@@ -107,7 +108,7 @@ def inspect(ensemble, splits: dict, *, preprocess=None, train=None, measure: Mea
         predictions = with_pooled_shift(check_predictions(found, "the data given", need_id=True))
     with seeded(ensemble, None):  # geometry draws (paths' BatchNorm passes, plain networks): the user's state stays
         weights = member_weights(ensemble, measure.seed, context.initial)
-        metrics = _analyze(predictions, weights, measure, context.no_data, plan)
+        metrics = _analyze(predictions, weights, measure, context.no_data, plan, context.draws)
         if measure.geometry:
             results, stopped = _geometry(ensemble, splits, kept, predictions, train, preprocess, measure, context,
                                          plan, status, interrupted)
@@ -186,14 +187,14 @@ def describe(ensemble) -> dict:
             **({"arch": spec.arch, "input_shape": list(spec.input_shape)} if spec is not None else {})}
 
 
-def _analyze(predictions, weights, measure: Measure, no_data, plan: Plan):
+def _analyze(predictions, weights, measure: Measure, no_data, plan: Plan, draws=None):
     """The predictions analyzers' metrics dict, each headline number with its example-level
     interval (intervals.py); without predictions, those that read only weights."""
     began = time.perf_counter()
     only = None if measure.only is None else _names(measure.only, "predictions")
     # a plug-in re-run on resamples gets a tenth of what a budget has left
     metrics = analyzed(predictions, weights, only, no_data, catalogue=measure.catalogue, full=plan.full, detail=measure.detail,
-                       allowance=plan.allowance(GENERIC_SECONDS))
+                       allowance=plan.allowance(GENERIC_SECONDS), draws=draws)
     if predictions and plan.limited:
         plan.record("analyzers and intervals", seconds=round(time.perf_counter() - began, 2))
     return metrics

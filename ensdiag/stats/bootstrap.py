@@ -24,6 +24,9 @@ RESAMPLES = 1000
 MIN_RESAMPLES = 200  # fewer than this and the 2.5th percentile rests on a handful of draws
 MAX_DRAWN = 2 * 10**8  # R × n above which fewer resamples are drawn (a 950,000-image shift set)
 BLOCK_ENTRIES = 2**22  # counts per block of resamples (32 MiB of float64)
+# numbers per chunk where a statistic's resamples are worked on in pieces: 1 MiB of float64, so that each
+# piece's temporaries stay in the CPU's cache (about twice as fast as one pass over every resample)
+CACHED_ENTRIES = 2**17
 
 
 def family(split: str) -> str:
@@ -123,7 +126,8 @@ class Draws:
     def counts(self, split: str, n: int, start: int, stop: int, clusters: int | None = None) -> torch.Tensor:
         """[stop − start, n] float64: how often each example was drawn in resamples start..stop−1.
         `clusters`: the n examples are blocks of the same `clusters` inputs (examples.Examples), and
-        each input is drawn with all its blocks: its counts repeated per block. The float64 counts
+        each input is drawn with all its blocks: its counts repeated per block (the tensor's `inputs`
+        says so, for `weighted.weighted_sum`). The float64 counts
         are kept too, up to `WIDE_BYTES` (and a quarter of the memory budget) in all, for the next
         statistic that reads the same block: the callers only read them."""
         key = (family(split), n, start, stop, clusters)
@@ -132,6 +136,7 @@ class Draws:
             return found
         if clusters:  # repeated in the kept integers, then widened: a quarter of the bytes moved
             found = self._counts(split, clusters, start, stop).repeat(1, n // clusters).double()
+            found.inputs = clusters  # (what weighted.weighted_sum reads: a block's share of the work)
         else:
             found = self._counts(split, n, start, stop).double()
         if self.wide_bytes + 8 * found.numel() <= min(WIDE_BYTES, memory_budget() // 4):

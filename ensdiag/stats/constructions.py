@@ -50,7 +50,7 @@ from statistics import NormalDist
 
 import torch
 
-from .bootstrap import BLOCK_ENTRIES
+from .bootstrap import CACHED_ENTRIES
 
 LEVEL = 0.95
 
@@ -113,14 +113,12 @@ def ray(estimate: Folded, resampled: Folded, level: float = LEVEL, shrink: float
         return 0.0, _quantiles(resampled.combine((estimate.means[None] + deviations)[None], resampled.mass)[0], level)[1]
     tail = (1 - level) / 2
 
-    def kept(lambdas):
-        found = []
-        for chunk in lambdas.split(max(1, BLOCK_ENTRIES // deviations.numel())):
-            shifted = chunk[:, None, None] * estimate.means[None, None] + deviations[None]  # [L, R, P]
-            spread = resampled.combine(shifted, resampled.mass)  # [L, R]
-            low, high = torch.quantile(spread, torch.tensor([tail, 1 - tail], dtype=spread.dtype), dim=1)
-            found.append((low <= value) & (value <= high))
-        return torch.cat(found)
+    def kept(lambdas):  # (the [L, R, P] shifted means a chunk of λ at a time, within the CPU's cache)
+        spread = torch.cat([resampled.combine(chunk[:, None, None] * estimate.means[None, None] + deviations[None],
+                                              resampled.mass)
+                            for chunk in lambdas.split(max(1, CACHED_ENTRIES // deviations.numel()))])  # [L, R]
+        low, high = torch.quantile(spread, torch.tensor([tail, 1 - tail], dtype=spread.dtype), dim=1)
+        return (low <= value) & (value <= high)
 
     accepted = kept(RAY)
     if not accepted.any():  # smaller than even pure noise (λ = 0) typically gives: no signal to speak of,
