@@ -30,19 +30,20 @@ FOLD_SEED = 2  # added to the split's draws' seed (bootstrap.seed_of): the folds
 LOSSES = {"nll": "NLL, −log p(y)", "brier": "Brier score, Σ_c (p_c − 1[y=c])²"}
 
 
-def terms(z: torch.Tensor, labels: torch.Tensor, beta: torch.Tensor, loss: str) -> tuple[torch.Tensor, ...]:
-    """(loss, d loss/dβ, d² loss/dβ²) per example of softmax(β·z), z = log p̄ [..., C], labels and β [...]."""
-    log_q = torch.log_softmax(beta[..., None] * z, dim=-1)  # log softmax(β·z), β broadcast over z's leading axes
+def terms(z: torch.Tensor, labels: torch.Tensor, beta: torch.Tensor, loss: str, dim: int = -1) -> tuple[torch.Tensor, ...]:
+    """(loss, d loss/dβ, d² loss/dβ²) per example of softmax(β·z), z = log p̄ with the classes along `dim`
+    ([..., C], or [..., C, N] with dim = −2: several times faster for a few classes), labels and β [...]."""
+    log_q = torch.log_softmax(beta.unsqueeze(dim) * z, dim=dim)  # log softmax(β·z), β broadcast over z's other axes
     q = log_q.exp()
-    centred = torch.where(q > 0, z - (torch.where(q > 0, q * z, 0.0)).sum(-1, keepdim=True), 0.0)  # z − E_q[z]
-    variance = (q * centred * centred).sum(-1)  # Var_q[z] = d E_q[z] / dβ  (a class at p = 0, z = −∞, adds nothing)
-    at_label = labels[..., None]
+    centred = torch.where(q > 0, z - (torch.where(q > 0, q * z, 0.0)).sum(dim, keepdim=True), 0.0)  # z − E_q[z]
+    variance = (q * centred * centred).sum(dim)  # Var_q[z] = d E_q[z] / dβ  (a class at p = 0, z = −∞, adds nothing)
+    at_label = labels.unsqueeze(dim)
     if loss == "nll":  # log Σ exp(βz) − β z_y
-        return -log_q.gather(-1, at_label).squeeze(-1), -centred.gather(-1, at_label).squeeze(-1), variance
-    residual = q - F.one_hot(labels, z.shape[-1]).double()
+        return -log_q.gather(dim, at_label).squeeze(dim), -centred.gather(dim, at_label).squeeze(dim), variance
+    residual = q - F.one_hot(labels, z.shape[dim]).double().movedim(-1, dim)
     dq = q * centred  # d q_c / dβ
-    d2q = q * (centred * centred - variance[..., None])
-    return residual.pow(2).sum(-1), 2 * (residual * dq).sum(-1), 2 * (dq * dq + residual * d2q).sum(-1)
+    d2q = q * (centred * centred - variance.unsqueeze(dim))
+    return residual.pow(2).sum(dim), 2 * (residual * dq).sum(dim), 2 * (dq * dq + residual * d2q).sum(dim)
 
 
 def minimise(derivatives, rows: int) -> torch.Tensor:
@@ -88,18 +89,19 @@ def fit_betas(z: torch.Tensor, labels: torch.Tensor, loss: str = "nll", inside: 
     rows, m = labels.shape
     inside = torch.ones(rows, m, dtype=torch.float64) if inside is None else inside.double()
     share = (inside / inside.sum(-1, keepdim=True))[:, None]  # [rows, 1, m]: each counted example's part of the mean
-    finite = torch.where(z.isfinite(), z, 0.0)  # a class of probability 0 (z = −∞) weighs 0 in every moment
-    moments = (finite[:, None], (finite * finite)[:, None], finite.gather(-1, labels[..., None]).squeeze(-1)[:, None])
+    classes = z.transpose(1, 2).contiguous()  # [rows, C, m]: softmax over few classes is several times faster so
+    finite = torch.where(classes.isfinite(), classes, 0.0)  # a class of probability 0 (z = −∞) weighs 0 in every moment
+    moments = (finite[:, None], (finite * finite)[:, None], finite.gather(1, labels[:, None]).squeeze(1)[:, None])
 
     def derivatives(beta, which):  # β [n, r] of rows `which` -> each one's mean slope and curvature at each
         weight = share[which]
         if loss == "nll":  # d/dβ = E_q[z] − z_y, d²/dβ² = Var_q[z]: two moments of q = softmax(β·z), nothing more
-            q = torch.softmax(beta[..., None, None] * z[which, None], dim=-1)
-            first, second = (q * moments[0][which]).sum(-1), (q * moments[1][which]).sum(-1)
+            q = torch.softmax(beta[..., None, None] * classes[which, None], dim=-2)
+            first, second = (q * moments[0][which]).sum(-2), (q * moments[1][which]).sum(-2)
             return ((first - moments[2][which]) * weight).sum(-1), ((second - first * first).clamp(min=0) * weight).sum(-1)
         shape = (*beta.shape, m)
-        _, slope, curve = terms(z[which, None].expand(*shape, -1), labels[which, None].expand(shape),
-                                beta[..., None].expand(shape), loss)
+        _, slope, curve = terms(classes[which, None].expand(*beta.shape, -1, m), labels[which, None].expand(shape),
+                                beta[..., None].expand(shape), loss, dim=-2)
         return (slope * weight).sum(-1), (curve * weight).sum(-1)
     return torch.where(informative(z, labels, inside), minimise(derivatives, rows), torch.ones(rows, dtype=torch.float64))
 
