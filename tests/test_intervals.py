@@ -98,6 +98,7 @@ def test_a_clustered_splits_counts_add_each_inputs_blocks_first():
     g = torch.Generator().manual_seed(1)
     values = torch.rand(inputs * blocks, generator=g, dtype=torch.float64)
     assert torch.allclose(W.mean(values, counts), W.mean(values, dense), rtol=1e-13, atol=0)
+    assert torch.equal(W.total_weight(counts), dense.sum(1))
     confidence, correct = torch.rand(inputs * blocks, generator=g), (torch.rand(inputs * blocks, generator=g) > 0.3).double()
     clustered, plain = W.calibration_bins(confidence, correct, counts), W.calibration_bins(confidence, correct, dense)
     assert torch.equal(clustered.mass, plain.mass) and torch.allclose(clustered.confidence, plain.confidence, rtol=1e-13)

@@ -69,11 +69,18 @@ def weighted_sum(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     return weights[:, :inputs] @ values.reshape(-1, inputs, *values.shape[1:]).sum(0)
 
 
+def total_weight(weights: torch.Tensor) -> torch.Tensor:
+    """Σ w per weighting [b]; of a clustered split's counts, one block's sum times the blocks (whole counts:
+    the same number, exactly)."""
+    inputs = getattr(weights, "inputs", None)
+    return weights.sum(1) if inputs is None else weights[:, :inputs].sum(1) * (weights.shape[1] // inputs)
+
+
 def mean(values: torch.Tensor, w=None) -> torch.Tensor:
     """Σ w·v / Σ w over the examples (NaN where a value is NaN, whatever its weight)."""
     weights, single = rows(w, len(values))
     values = values.double()
-    return _out(weighted_sum(weights, values) / weights.sum(1), single)
+    return _out(weighted_sum(weights, values) / total_weight(weights), single)
 
 
 class Groups:
@@ -176,7 +183,7 @@ class Bins:
 def binned(index: torch.Tensor, confidence: torch.Tensor, target: torch.Tensor, bins: int, w=None) -> Bins:
     """`Bins` of examples placed in bins by `index` (any binning)."""
     weights, single = rows(w, len(index))
-    found = (*Groups(index, bins).sums_of(weights, None, confidence, target), weights.sum(1))
+    found = (*Groups(index, bins).sums_of(weights, None, confidence, target), total_weight(weights))
     return Bins(*(_out(part, single) for part in found))
 
 
