@@ -91,7 +91,7 @@ def basic(estimate: float, values: torch.Tensor, level: float = LEVEL, shrink: f
 
 RAY = torch.cat([torch.linspace(0, 4, 41), torch.linspace(0.8, 1.2, 41)]).unique().double()  # λ, finer near 1
 EDGE_STEPS = 24  # bisections that place each end of the kept range of λ (to 2⁻²⁴ of a grid step)
-EDGE_LEVELS = 4  # bisection steps decided by one batched evaluation (2⁴ − 1 midpoints)
+EDGE_LEVELS = 3  # bisection steps decided by one batched evaluation (2³ − 1 midpoints)
 assert EDGE_STEPS % EDGE_LEVELS == 0
 
 
