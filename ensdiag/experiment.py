@@ -33,9 +33,9 @@ from .nn.model import flush_denormals
 from .precision import policy as precision_policy, uses_bf16
 from .predictions import save_predictions
 from .progress import TrainProgress
-from .stats.bootstrap import Draws
 from .provenance import environment
 from .runs import DIAGNOSIS, EXPERIMENT_FORMAT, RUN_FILES, STATE_FILE, read_experiment
+from .stats.bootstrap import Draws
 from .train import Diverged, FitData, fit
 
 GROWS = ("methods", "seeds", "method_options")  # what a rerun into a run folder may add to
