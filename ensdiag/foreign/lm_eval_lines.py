@@ -13,10 +13,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, shown
 from ..io import text_lines
 from ..text import counted
-from . import shown
 from .lm_eval_targets import Choices, TargetError, TargetRule, disagreement, gold_of
 
 SCORES = ("loglikelihood", "acc_norm", "mutual_info")
