@@ -161,10 +161,8 @@ def _fits(value, example) -> bool:
 
 def _typed(key, value, example, source):
     """`value` as the type of `example` (a preset's value of the field), or one clear error."""
-    if isinstance(example, tuple):
-        fits = isinstance(value, (list, tuple)) and all(_fits(v, example[0]) for v in value)
-    else:
-        fits = _fits(value, example)
+    fits = (isinstance(value, (list, tuple)) and all(_fits(v, example[0]) for v in value) if isinstance(example, tuple)
+            else _fits(value, example))
     if not fits:
         raise EnsdiagError(f"{source}: {key} must be {type(example).__name__}, got {value!r}"[:300])
     try:
