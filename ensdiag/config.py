@@ -10,8 +10,7 @@ from pathlib import Path
 
 from .data.constants import CIFAR10_MEAN, CIFAR10_STD, DIGITS_MEAN, DIGITS_STD, MNIST_MEAN, MNIST_STD
 from .data.registry import all_datasets
-from .errors import EnsdiagError
-from .errors import unknown as unknown_name
+from .errors import EnsdiagError, unknown as unknown_name
 from .io import is_path
 
 
