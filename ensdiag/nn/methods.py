@@ -20,10 +20,8 @@ def members_for(method: str, k: int) -> int:
 
 def run_methods() -> dict[str, tuple[str, dict]]:
     """Run name -> (method, fixed options): every method, and the variants kits declare."""
-    runs = {name: (name, {}) for name in METHODS}
-    for name, kit in METHODS.items():
-        runs.update({run: (name, fixed) for run, (fixed, _) in kit.run_variants.items()})
-    return runs
+    return {**{name: (name, {}) for name in METHODS},
+            **{run: (name, fixed) for name, kit in METHODS.items() for run, (fixed, _) in kit.run_variants.items()}}
 
 
 def run_label(run: str) -> str:
