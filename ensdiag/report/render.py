@@ -140,8 +140,7 @@ def to_markdown(report, run_dir=None) -> str:
         if table.get("note"):
             lines += [md(table["note"], keep="\n"), ""]
         header = [md(name) for name in _header(table)]
-        lines.append("| " + " | ".join(header) + " |")
-        lines.append("|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|")
+        lines += ["| " + " | ".join(header) + " |", "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
         for row, texts in _cells(table, decorate):
             label = f"*{md(row['label'])}*" if row.get("reference") else md(row["label"])
             lines.append("| " + " | ".join([label] + texts) + " |")
