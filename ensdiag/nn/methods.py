@@ -20,8 +20,10 @@ def members_for(method: str, k: int) -> int:
 
 def run_methods() -> dict[str, tuple[str, dict]]:
     """Run name -> (method, fixed options): every method, and the variants kits declare."""
-    return {**{name: (name, {}) for name in METHODS},
-            **{run: (name, fixed) for name, kit in METHODS.items() for run, (fixed, _) in kit.run_variants.items()}}
+    runs = {name: (name, {}) for name in METHODS}
+    for name, kit in METHODS.items():
+        runs.update({run: (name, fixed) for run, (fixed, _) in kit.run_variants.items()})
+    return runs
 
 
 def run_label(run: str) -> str:
