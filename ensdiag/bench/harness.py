@@ -197,8 +197,12 @@ def compile_report(mode: str, before: dict, after: dict) -> dict:
     skips them quietly (a log line) on the CPU and for graphs that mutate their inputs, such as
     BatchNorm's running statistics, so the mode's name alone does not say what was timed."""
     made = {key: after[key] - before[key] for key in after}
-    cuda_graphs = ("not asked" if mode not in CUDA_GRAPH_MODES else "used" if not made["cuda_graph_skips"]
-                   else f"skipped in {made['cuda_graph_skips']} compiled graph(s): timed as plain compiled code")
+    if mode not in CUDA_GRAPH_MODES:
+        cuda_graphs = "not asked"
+    elif made["cuda_graph_skips"]:
+        cuda_graphs = f"skipped in {made['cuda_graph_skips']} compiled graph(s): timed as plain compiled code"
+    else:
+        cuda_graphs = "used"
     return {"mode": mode, "graphs": made["graphs"], "graph_breaks": made["graph_breaks"], "cuda_graphs": cuda_graphs}
 
 
