@@ -10,8 +10,7 @@ from pathlib import Path
 
 from .data.constants import CIFAR10_MEAN, CIFAR10_STD, DIGITS_MEAN, DIGITS_STD, MNIST_MEAN, MNIST_STD
 from .data.registry import all_datasets
-from .errors import EnsdiagError
-from .errors import unknown as unknown_name
+from .errors import EnsdiagError, unknown as unknown_name
 from .io import is_path
 
 
@@ -161,10 +160,8 @@ def _fits(value, example) -> bool:
 
 def _typed(key, value, example, source):
     """`value` as the type of `example` (a preset's value of the field), or one clear error."""
-    if isinstance(example, tuple):
-        fits = isinstance(value, (list, tuple)) and all(_fits(v, example[0]) for v in value)
-    else:
-        fits = _fits(value, example)
+    fits = (isinstance(value, (list, tuple)) and all(_fits(v, example[0]) for v in value) if isinstance(example, tuple)
+            else _fits(value, example))
     if not fits:
         raise EnsdiagError(f"{source}: {key} must be {type(example).__name__}, got {value!r}"[:300])
     try:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 import traceback
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 
 import typer
@@ -154,10 +154,8 @@ def run(app: typer.Typer, argv=None):
     for stream in (sys.stdout, sys.stderr):
         encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
         if encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
-            try:
+            with suppress(ValueError, OSError, AttributeError):  # a stream that cannot change: leave it
                 stream.reconfigure(errors="backslashreplace")
-            except (ValueError, OSError, AttributeError):  # a stream that cannot change: leave it
-                pass
     if "torch" not in sys.modules and (_address_limit() or _TorchProbe.BELOW) < _TorchProbe.BELOW \
             and not any(isinstance(finder, _TorchProbe) for finder in sys.meta_path):
         sys.meta_path.insert(0, _TorchProbe())

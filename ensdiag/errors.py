@@ -35,14 +35,19 @@ class DataNotFound(EnsdiagError):
     """A dataset's files are not where ensdiag looked (as opposed to being there but wrong)."""
 
 
+def shown(value, limit: int = 40) -> str:
+    """A user's value quoted safely in an error: repr escapes control characters; long values are cut."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def unknown(kind: str, value, choices) -> EnsdiagError:
     """The error for a name that is not one of `choices`, with the nearest one when a typo is likely:
     "unknown method 'deep-ensembel'; did you mean 'deep-ensemble'? (choose from …)"."""
     choices = [str(choice) for choice in choices]
     close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    text = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-    return EnsdiagError(f"unknown {kind} {text}{hint} (choose from {', '.join(choices)})"[:400])
+    return EnsdiagError(f"unknown {kind} {shown(value, 60)}{hint} (choose from {', '.join(choices)})"[:400])
 
 
 def path_argument(value, what: str = "path"):

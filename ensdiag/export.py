@@ -63,10 +63,8 @@ def headline_entries() -> list[dict]:
                 variants.append((column.peer, column.peer_since, f"{column.label} (torch-uncertainty)",
                                  f"{column.definition}; computed as torch-uncertainty does"))
             for path, since, label, definition in variants:
-                if "{split}" in "".join(path):
-                    splits = [s for s in SPLIT_TABLES if s in column.tables] or list(SPLIT_TABLES)
-                else:
-                    splits = [column.split]
+                splits = (([s for s in SPLIT_TABLES if s in column.tables] or list(SPLIT_TABLES))
+                          if "{split}" in "".join(path) else [column.split])
                 for split in splits:
                     key = tuple(part.replace("{split}", split or "") for part in path)
                     name = flat_name(analyzer.name, key)

@@ -61,10 +61,8 @@ def metric(value, definition: str, status: str | None = None, **extra) -> dict:
     if status is None:
         if not kinds:
             status = "n/a" if value is None else "ok"
-        elif value is None:  # a scalar
-            status = kinds.pop()
-        else:
-            status = "non-finite"
+        else:  # value None: a non-finite scalar, named by its kind
+            status = kinds.pop() if value is None else "non-finite"
     return {"value": value, "definition": definition, "status": status, **finite(extra)}
 
 

@@ -3,6 +3,7 @@
 import os
 import platform
 import subprocess
+from contextlib import suppress
 from pathlib import Path
 
 import numpy
@@ -13,12 +14,10 @@ from . import __version__, threads
 
 
 def cpu_name() -> str:
-    try:
+    with suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.partition(":")[2].strip()
-    except OSError:
-        pass
     return platform.processor() or platform.machine()
 
 

@@ -79,9 +79,7 @@ def conformal_rank(n: int, alpha: float) -> int:
 def conformal_quantile(calibration: torch.Tensor, alpha: float) -> float:
     """The ⌈(n + 1)(1 − α)⌉-th smallest calibration score; +∞ where that rank passes n."""
     rank = conformal_rank(len(calibration), alpha)
-    if rank > len(calibration):
-        return math.inf
-    return calibration.kthvalue(rank).values.item()
+    return math.inf if rank > len(calibration) else calibration.kthvalue(rank).values.item()
 
 
 def prediction_sets(scores: torch.Tensor, threshold: float, possible: torch.Tensor) -> torch.Tensor:

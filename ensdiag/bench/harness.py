@@ -16,6 +16,7 @@ median epoch, so slow drift of a shared machine cannot favour whichever method r
 import math
 import statistics
 import time
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 
 import torch
@@ -51,11 +52,9 @@ def default_methods(arch: str) -> tuple[str, ...]:
     builder, runs, usable = ARCHITECTURES[arch], run_methods(), []
     for run in bench_methods():
         method, fixed = runs[run]
-        try:
+        with suppress(EnsdiagError):
             resolve_options(method, fixed, builder.default_options, builder.convolutional, arch)
             usable.append(run)
-        except EnsdiagError:
-            pass
     return tuple(usable)
 
 

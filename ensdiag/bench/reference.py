@@ -16,8 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
-from ..nn import build_model
-from ..nn import METHODS
+from ..nn import METHODS, build_model
 from ..nn.methods import members_for
 from ..train import make_optimizer, member_loss
 

@@ -9,6 +9,7 @@ Whether data fits a model is asked of the network itself (a forward on the meta 
 memory), not of the input size its file records: torchvision's ResNet-18 takes CIFAR's 32×32.
 """
 
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
@@ -146,10 +147,8 @@ def prepare(model, choice: DataChoice | str | None = None, data_dir="data", down
     if data is None and choice.data is not None:
         data = _your_data(model, choice, config, data_dir, download)
     elif data is None and with_train:
-        try:
+        with suppress(DataNotFound):
             data = load_preset_data(config, data_dir, download, with_train=True)
-        except DataNotFound:
-            pass
     data = data or load_preset_data(config, data_dir, download, with_train=False)
     return Inputs(data.eval_splits(), Normalize(mean, std, device), device, data.titles, data.skipped,
                   training_examples(model, data.train))

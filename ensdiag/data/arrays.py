@@ -26,10 +26,8 @@ def _declared_bytes(handle, where) -> int:
     """The bytes an .npy header says follow it; object arrays (pickles) are refused here."""
     try:
         version = np.lib.format.read_magic(handle)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
-        else:
-            shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(handle)
     except (ValueError, OSError, EOFError) as error:
         raise EnsdiagError(f"{where} is not a readable .npy array ({str(error).splitlines()[0][:120]})") from None
     if dtype.hasobject:

@@ -61,10 +61,8 @@ class TrainingImages:
     def batch(self, index: torch.Tensor, generator: torch.Generator):
         """index [m, b] -> (images [m, b, C, H, W], labels [m, b])."""
         flat = index.flatten()
-        if self.padding:
-            images = crop_flip_padded(self.images, flat, generator, self.padding)
-        else:
-            images = self.images.index_select(0, flat)
+        images = (crop_flip_padded(self.images, flat, generator, self.padding) if self.padding
+                  else self.images.index_select(0, flat))
         return images.unflatten(0, index.shape), self.labels.index_select(0, flat).view(index.shape)
 
 

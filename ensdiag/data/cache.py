@@ -12,6 +12,7 @@ again otherwise.
 
 import hashlib
 import json
+from contextlib import suppress
 from functools import lru_cache
 
 from .. import __version__
@@ -29,17 +30,13 @@ def _made(name: str, params: str, make, check) -> dict:
     from safetensors.torch import save
     key = hashlib.sha256(f"{params}|{__version__}|{torch.__version__}".encode()).hexdigest()[:16]
     path = cache_dir() / "made" / f"{name}-{key}.safetensors"
-    try:
+    with suppress(Exception):  # damaged, replaced or unreadable: made again
         if path.is_file() and check(found := read_safetensors(path, "cached data")[0], **json.loads(params)):
             return found
-    except Exception:  # damaged, replaced or unreadable: made again
-        pass
     found = {key: value.contiguous() for key, value in make(**json.loads(params)).items()}
-    try:
+    with suppress(OSError):  # a read-only home: the data is made in every process instead
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, save(found))
-    except OSError:  # a read-only home: the data is made in every process instead
-        pass
     return found
 
 

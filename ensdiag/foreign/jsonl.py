@@ -27,11 +27,10 @@ from pathlib import Path
 
 import torch
 
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, shown
 from ..io import text_lines
 from ..predictions import with_pooled_shift
 from ..text import counted
-from . import shown
 from .predictions import ROW_SUM_TOLERANCE, as_logits, check_analysis_size
 
 MAX_LINE_BYTES = 2**20  # a question with 4,096 members of 5 choices each fits with room to spare

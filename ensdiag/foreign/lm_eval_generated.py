@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..budget import require
-from . import shown
+from ..errors import shown
 from .lm_eval_files import task_config
 from .lm_eval_lines import Reader
 

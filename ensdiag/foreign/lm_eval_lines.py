@@ -10,13 +10,13 @@ logs", says what is read and how.
 import json
 import math
 import re
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, shown
 from ..io import text_lines
 from ..text import counted
-from . import shown
 from .lm_eval_targets import Choices, TargetError, TargetRule, disagreement, gold_of
 
 SCORES = ("loglikelihood", "acc_norm", "mutual_info")
@@ -167,13 +167,11 @@ class Reader:
             self.fail(number, 'no "arguments" ({"gen_args_0": {"arg_0": context, "arg_1": continuation}, ...})')
         if len(arguments) > 2 * MAX_CHOICES:  # mutual information: two requests per choice
             self.fail(number, f"{len(arguments):,} requests; ensdiag reads at most {MAX_CHOICES:,} choices")
-        try:  # a well-formed line in one pass; any other is looked at request by request below
+        with suppress(TypeError, KeyError):  # a well-formed line in one pass; any other request by request below
             pairs = [arguments.get(key) for key in REQUESTS[:len(arguments)]]
             contexts, continuations = [pair["arg_0"] for pair in pairs], [pair["arg_1"] for pair in pairs]
             if set(map(type, contexts)) == set(map(type, continuations)) == {str}:
                 return contexts, continuations
-        except (TypeError, KeyError):
-            pass
         contexts, continuations = [], []
         for index, key in enumerate(REQUESTS[:len(arguments)]):
             pair = arguments.get(key)
@@ -190,15 +188,13 @@ class Reader:
             self.fail(number, 'no "filtered_resps" (one [log-likelihood, is_greedy] per choice)')
         if len(answers) != count:
             self.fail(number, f"{len(answers)} log-likelihoods for {count} choices (a choice is missing)")
-        try:  # a well-formed line: [decimal string, is_greedy] per choice, parsed and bounded at once
-            values = [answer[0] for answer in answers]
+        with suppress(TypeError, KeyError, IndexError):  # a well-formed line, parsed and bounded at once:
+            values = [answer[0] for answer in answers]  # [decimal string, is_greedy] per choice
             if set(map(type, values)) == {str} and NUMBERS.fullmatch(joined := ",".join(values)) \
                     and len(joined) <= 65 * len(values):
                 floats = list(map(float, values))
                 if -MAX_SCORE <= min(floats) and max(floats) <= MAX_SCORE:
                     return floats
-        except (TypeError, KeyError, IndexError):
-            pass
         values = [_decimal(answer[0] if type(answer) is list and answer else answer) for answer in answers]
         if None in values:  # say which, and why
             index = values.index(None)

@@ -28,7 +28,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from . import shown
+from ..errors import shown
 
 CHECKED = ("acc", "acc_norm", "acc_bytes", "acc_mutual_info", "exact_match")
 INDEX = re.compile(r"0+|[1-9][0-9]{0,8}", re.ASCII)  # what str() of an int index looks like (≤ 9 digits)

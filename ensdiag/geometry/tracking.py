@@ -10,6 +10,7 @@ states it as a share of the epochs' time, and `ensdiag bench --tracking` measure
 """
 
 import time
+from contextlib import suppress
 
 import torch
 
@@ -57,10 +58,8 @@ class DiversityTracker:
             if self.groups is not None:
                 with torch.random.fork_rng(devices=[]):  # member_network initialises layers before loading weights
                     networks = [self.model.member_network(i) for i in range(self.model.num_members)]
-                try:
+                with suppress(EnsdiagError):  # non-finite weights: none
                     row["aligned_weight_cosine"] = M.mean_off_diagonal(align_networks(networks)[2]["aligned"][0])
-                except EnsdiagError:  # non-finite weights: none
-                    pass
         row = {key: (None if isinstance(value, float) and value != value else value) for key, value in row.items()}
         row["seconds"] = time.perf_counter() - began
         return row

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ..errors import EnsdiagError
+from ..errors import EnsdiagError, shown
 from ..numbers import decimal, integer
 from ..registry import Registry
 from .layers import shared_input_linear
@@ -53,12 +53,6 @@ def register_method(name):
 def shared_batch(xs) -> bool:
     """Whether member inputs [k, B, ...] are one batch shown to every member (expanded, not copied)."""
     return xs.shape[0] > 1 and xs.stride(0) == 0
-
-
-def _short(value) -> str:
-    """A value as errors echo it: repr, cut to 40 characters (stored files may hold anything)."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass(frozen=True)
@@ -116,7 +110,7 @@ class Option:
             except OverflowError:
                 finite = False
             if not finite:
-                raise EnsdiagError(f"{name} must be a finite number, got {_short(value)}")
+                raise EnsdiagError(f"{name} must be a finite number, got {shown(value)}")
             value = float(value)
             above = self.high is not None and (value > self.high if self.closed else value >= self.high)
             if (self.low is not None and value < self.low) or above:
@@ -124,14 +118,14 @@ class Option:
                 raise EnsdiagError(f"{name} must lie in {bounds}, got {value:g}")
         if self.kind is int:
             if isinstance(value, bool) or not isinstance(value, int):
-                raise EnsdiagError(f"{name} must be a whole number, got {_short(value)}")
+                raise EnsdiagError(f"{name} must be a whole number, got {shown(value)}")
             if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-                raise EnsdiagError(f"{name} must lie in {self.low:g}..{self.high:g}, got {_short(value)}")
+                raise EnsdiagError(f"{name} must lie in {self.low:g}..{self.high:g}, got {shown(value)}")
         if self.kind is str and not isinstance(value, str):
-            raise EnsdiagError(f"{name} must be text, got {_short(value)}")
+            raise EnsdiagError(f"{name} must be text, got {shown(value)}")
         if self.choices and value not in self.choices:
             allowed = " or ".join(self.choices) if len(self.choices) == 2 else "one of " + ", ".join(self.choices)
-            raise EnsdiagError(f"{name} must be {allowed}, got {_short(value)}")
+            raise EnsdiagError(f"{name} must be {allowed}, got {shown(value)}")
         if self.parse is not None:
             try:
                 self.parse(value)

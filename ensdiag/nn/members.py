@@ -51,11 +51,8 @@ def _has_batchnorm(arch: str) -> bool:
 
 def stacked_state(model) -> dict[str, torch.Tensor]:
     """Member-first views [k, ...] of every parameter and buffer, under `single` names."""
-    state = {}
-    for name, module in model.body.named_modules():
-        if hasattr(module, "stacked_state"):
-            state.update({f"{name}.{key}": value for key, value in module.stacked_state().items()})
-    return state
+    return {f"{name}.{key}": value for name, module in model.body.named_modules() if hasattr(module, "stacked_state")
+            for key, value in module.stacked_state().items()}
 
 
 def _plain_network(model):

@@ -135,11 +135,9 @@ class EnsembleModel(nn.Module):
         """Member i as the state dict of the same architecture built as `single`."""
         if hasattr(self.body, "member_module"):  # a body of whole member networks (torchvision)
             return {f"members.0.{key}": value for key, value in self.body.member_module(i).state_dict().items()}
-        state = {}
-        for name, module in self.body.named_modules():
-            if hasattr(module, "member_state") or next(module.children(), None) is None:  # layers, not containers
-                state.update({f"{name}.{key}": value for key, value in _member_tensors(module, i).items()})
-        return state
+        return {f"{name}.{key}": value for name, module in self.body.named_modules()
+                if hasattr(module, "member_state") or next(module.children(), None) is None  # layers, not containers
+                for key, value in _member_tensors(module, i).items()}
 
     def member_network(self, i: int) -> "EnsembleModel":
         """Member i as an independent plain network (a `single` model holding its weights).

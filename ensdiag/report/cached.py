@@ -180,12 +180,10 @@ def kept_report(run_dir: Path, options: dict, build, usable) -> dict:
         io.RECORDED = None
     if secret is None or registered_here():
         return report
-    try:
+    with contextlib.suppress(Exception):  # a cache is an optimisation: a folder that refuses it loses nothing
         names = {os.fsdecode(path.relative_to(run_dir) if path.is_relative_to(run_dir) else path.absolute()) for path in read}
         hashes = {name: _digest(run_dir / name) for name in names if not _output(name)}
         if _state(run_dir, options) == before:  # else a file changed as it was read: which bytes were read is unknown
             body = json.dumps({"format": FORMAT, "read": hashes, "report": report}).encode()
             atomic_write_bytes(run_dir / CACHE_FILE, _signature(secret, before[0], body).encode() + b"\n" + body)
-    except Exception:  # a cache is an optimisation: a folder that refuses it loses nothing
-        pass
     return report

@@ -250,8 +250,7 @@ def reliability_figure(curves) -> "Figure":
         ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=0.8)
         ax.plot([c for _, _, c in filled], [a for _, a, _ in filled], "o", markersize=2.5, color="tab:red",
                 label="(conf, acc)")
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1)
+        ax.set(xlim=(0, 1), ylim=(0, 1))
         ax.set_title(name, fontsize=9)
         counts.bar([x for x, _, _ in filled], [n for n in bins["count"] if n], width=width, color="tab:grey",
                    edgecolor="black", linewidth=0.4)
@@ -339,8 +338,7 @@ def smooth_reliability_figure(curves) -> "Figure":
                         label="density of confidence")
         ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=0.8)
         ax.plot(t, accuracy, color="tab:red", linewidth=1.4, label="smoothed accuracy")
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1)
+        ax.set(xlim=(0, 1), ylim=(0, 1))
         measured = f"smECE {value:.3f}, σ* {sigma:.3f}" if isinstance(value, float) and isinstance(sigma, float) else ""
         ax.set_title(f"{plain(name)}\n{measured}".strip(), fontsize=9)
         ax.set_xlabel("confidence max p̄", fontsize=8)

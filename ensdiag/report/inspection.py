@@ -78,9 +78,8 @@ def diversity_view(metrics: dict, name: str) -> tuple[list, list[str]]:
     if similarity.get("status") == "ok":
         initial = similarity.get("initial", {})
         at_init = f" (at initialisation {cell(initial)}, {initial['source']})" if initial.get("value") is not None else ""
-        items.append(f"weight cosine, all layers: mean {cell(similarity['mean'])}{at_init}")
-        items.append("dim:" + COSINE)
-        items.append(heatmap_table(similarity["matrix"]["value"], ""))
+        items += [f"weight cosine, all layers: mean {cell(similarity['mean'])}{at_init}", "dim:" + COSINE,
+                  heatmap_table(similarity["matrix"]["value"], "")]
     elif similarity:
         notes.append(f"weight cosine: {similarity.get('reason')}")
     geometry = model_results(metrics)

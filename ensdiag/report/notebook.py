@@ -62,9 +62,7 @@ def heatmaps(metrics: dict):
     panels, cosine = disagreement_panels(metrics.get("analyzers", {}))
     if cosine is not None:
         panels.append(("weight cosine", cosine, "cosine"))
-    if not panels:
-        return None
-    return heatmap_grid([("members", panels)])
+    return heatmap_grid([("members", panels)]) if panels else None
 
 
 def figure_rgb(figure):

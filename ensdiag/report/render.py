@@ -130,20 +130,17 @@ def to_markdown(report, run_dir=None) -> str:
              f"seeds {md(', '.join(map(str, report['seeds'])))}.",
              f"Cells: {md(report['aggregation'])}" + (f"; {md(report['examples'])}" if report.get("examples") else "")
              + f". **Best** and <ins>second best</ins>: {md(report.get('marks', 'per ↑/↓ column'))}.", ""]
-    for split, title in report["splits"].items():
-        lines.append(f"- `{md(split)}`: {md(title)}")
-    for split, reason in report["skipped_splits"].items():
-        lines.append(f"- `{md(split)}`: **skipped** — {md(reason)}")
+    lines += [f"- `{md(split)}`: {md(title)}" for split, title in report["splits"].items()]
+    lines += [f"- `{md(split)}`: **skipped** — {md(reason)}" for split, reason in report["skipped_splits"].items()]
     lines += [f"- {md(note)}" for note in report.get("notes", [])]
-    for method, seeds in report["missing_seeds"].items():
-        lines.append(f"- {md(method)}: no metrics yet for seed(s) {md(', '.join(map(str, seeds)))} (n per cell shows it)")
+    lines += [f"- {md(method)}: no metrics yet for seed(s) {md(', '.join(map(str, seeds)))} (n per cell shows it)"
+              for method, seeds in report["missing_seeds"].items()]
     for table in report["tables"]:
         lines += ["", f"## {md(table['title'])}", ""]
         if table.get("note"):
             lines += [md(table["note"], keep="\n"), ""]
         header = [md(name) for name in _header(table)]
-        lines.append("| " + " | ".join(header) + " |")
-        lines.append("|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|")
+        lines += ["| " + " | ".join(header) + " |", "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
         for row, texts in _cells(table, decorate):
             label = f"*{md(row['label'])}*" if row.get("reference") else md(row["label"])
             lines.append("| " + " | ".join([label] + texts) + " |")

@@ -145,11 +145,10 @@ def answer(label: str, entry: dict) -> str:
     phrase = size_phrase(entry.get("effective_size"))
     lead = f"{label} {phrase};" if phrase else f"{label}:"
     needs = [(NAMES[key], text) for key in open_keys if (text := needed(entry[key]))]
+    would = ""
     if needs and len(needs) == len(open_keys):  # "NLL would need ≈ 12 seeds (5 to 300), diversity ≈ 40 seeds (…)"
         would = f"would need {needs[0][1]}" if len(needs) == 1 else ", ".join(
             f"{name} {'would need ' * (index == 0)}{text}" for index, (name, text) in enumerate(needs))
-    else:
-        would = ""
     if not settled:
         if would:
             return f"{lead} {_unsettled(n)} on any question: " + (f"{open_[0]} " * (len(needs) == 1)) + f"{would}."

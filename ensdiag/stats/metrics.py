@@ -90,9 +90,7 @@ def disagreement_matrix(logits, chunk_size: int | None = None) -> torch.Tensor:
 
 def mean_off_diagonal(matrix: torch.Tensor) -> float:
     k = matrix.shape[0]
-    if k < 2:
-        return float("nan")
-    return (matrix.sum() - matrix.diagonal().sum()).item() / (k * (k - 1))
+    return float("nan") if k < 2 else (matrix.sum() - matrix.diagonal().sum()).item() / (k * (k - 1))
 
 
 def weight_cosine(member_weights: list[dict[str, torch.Tensor]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

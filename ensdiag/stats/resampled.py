@@ -18,9 +18,7 @@ from .weighted import OverBudget
 
 def value(found) -> float:
     """The number a statistic gave for one weighting (a 0-d tensor, a float or a `Folded`)."""
-    if isinstance(found, Folded):
-        return found.value()
-    return float(found)
+    return found.value() if isinstance(found, Folded) else float(found)
 
 
 class Refused:

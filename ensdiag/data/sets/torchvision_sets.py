@@ -71,12 +71,9 @@ class _IdxDataset(Dataset):
         prefix = "train" if split == "train" else "t10k"
         return f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"
 
-    def _candidates(self, data_dir):
-        return [Path(data_dir) / self.folder / "raw", *self.extra_locations]
-
     def _find(self, data_dir, split):
         """(folder, [image file, label file]) where both exist, plain or .gz."""
-        for folder in self._candidates(data_dir):
+        for folder in [Path(data_dir) / self.folder / "raw", *self.extra_locations]:
             for suffix in ("", ".gz"):
                 files = [folder / (stem + suffix) for stem in self._stems(split)]
                 if all(f.is_file() for f in files):

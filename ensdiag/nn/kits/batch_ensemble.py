@@ -23,9 +23,8 @@ def parse_fast_weight_init(spec: str) -> tuple[str, float]:
     kind, _, arg = spec.partition(":")
     defaults = {"normal": 0.5, "ones": 0.0, "random-sign": 0.5}
     if kind not in defaults or (kind == "ones" and arg):
-        raise EnsdiagError(
-            f"unknown BatchEnsemble init (--be-init) {spec!r}; use normal[:std], ones or random-sign[:p]"
-        )
+        raise EnsdiagError(f"unknown BatchEnsemble init (--be-init) {spec!r}; use normal[:std], ones or "
+                           "random-sign[:p]")
     try:
         value = float(arg) if arg else defaults[kind]
     except ValueError:

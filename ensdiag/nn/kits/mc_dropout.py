@@ -21,9 +21,7 @@ class MCDropout(nn.Module):
         self.p, self.in_training = p, in_training
 
     def forward(self, x):
-        if self.training and not self.in_training:
-            return x
-        return F.dropout(x, self.p, training=True)
+        return x if self.training and not self.in_training else F.dropout(x, self.p, training=True)
 
     def extra_repr(self):
         return f"p={self.p}, in_training={self.in_training}"

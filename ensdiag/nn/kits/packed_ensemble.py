@@ -167,9 +167,8 @@ class PackedEnsembleKit(Kit):
         return PackedBatchNorm2d(self.width(num_features), self.num_members)
 
     def enter_images(self, xs):
-        if shared_batch(xs):  # the stem runs one batch every member sees once
-            return xs[0]
-        return stack_channels(xs)  # [B, M*C, H, W]
+        # the stem runs one batch every member sees once; else [B, M*C, H, W]
+        return xs[0] if shared_batch(xs) else stack_channels(xs)
 
     def enter_features(self, layer, xs):
         if shared_batch(xs):
