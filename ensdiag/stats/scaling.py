@@ -89,7 +89,7 @@ def fit_betas(z: torch.Tensor, labels: torch.Tensor, loss: str = "nll", inside: 
     rows, m = labels.shape
     inside = torch.ones(rows, m, dtype=torch.float64) if inside is None else inside.double()
     share = (inside / inside.sum(-1, keepdim=True))[:, None]  # [rows, 1, m]: each counted example's part of the mean
-    classes = z.transpose(1, 2).contiguous()  # [rows, C, m]: torch's softmax over a short last axis is 7× slower
+    classes = z.transpose(1, 2).contiguous()  # [rows, C, m]: torch's softmax is slow over a short last axis
     finite = torch.where(classes.isfinite(), classes, 0.0)  # a class of probability 0 (z = −∞) weighs 0 in every moment
     moments = (finite[:, None], (finite * finite)[:, None], finite.gather(1, labels[:, None]).squeeze(1)[:, None])
 
