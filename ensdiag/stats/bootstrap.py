@@ -127,9 +127,9 @@ class Draws:
         """[stop − start, n] float64: how often each example was drawn in resamples start..stop−1.
         `clusters`: the n examples are blocks of the same `clusters` inputs (examples.Examples), and
         each input is drawn with all its blocks: its counts repeated per block (the tensor's `inputs`
-        says so, for `weighted.weighted_sum`). The float64 counts
-        are kept too, up to `WIDE_BYTES` (and a quarter of the memory budget) in all, for the next
-        statistic that reads the same block: the callers only read them."""
+        says so, for `weighted.weighted_sum`). The float64 counts are kept too, up to `WIDE_BYTES`
+        (and a quarter of the memory budget) in all, for the next statistic that reads the same
+        block: the callers only read them."""
         key = (family(split), n, start, stop, clusters)
         found = self.wide.get(key)
         if found is not None:
